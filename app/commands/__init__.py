@@ -1,0 +1,1 @@
+"""CLI subcommands of the Qt-free core."""

@@ -1,0 +1,1 @@
+"""Planner: memory model, speed model, settings search, reasons."""

@@ -1,0 +1,136 @@
+"""Speed model: decode is memory-bound, prefill compute-bound.
+
+Decode: each token reads every active weight once plus the KV cache in use. Bytes on the GPU are
+read at the card's effective bandwidth, bytes left on the host at system-memory bandwidth, so a few
+CPU layers cost far more than their share: the partial-offload cliff. Prefill: matrix work at the
+device's throughput; with partial offload llama.cpp streams host layers' weights to the GPU over
+PCIe once per ubatch, which is why larger ubatches speed prompts up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.gguf import ModelSpec
+from app.planner.memory import MemoryBreakdown
+from app.planner.settings import Settings
+from app.planner.target import Target
+
+# Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
+GPU_BANDWIDTH_EFFICIENCY = 0.75
+# Share of the assumed host bandwidth reached by CPU decoding; bench/speed.py calibrates it
+# against llama.cpp's measured speed on the embedded model (see README "Speed model").
+HOST_BANDWIDTH_EFFICIENCY = 0.6
+# Share of the CPU's nominal matrix throughput reached on quantized weights.
+CPU_COMPUTE_EFFICIENCY = 0.5
+# Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
+PCIE_GBPS = 20.0
+# Decode threads that saturate system memory bandwidth; fewer threads leave it unused.
+THREADS_TO_SATURATE_MEMORY = 4
+
+
+@dataclass(frozen=True)
+class SpeedPrediction:
+    decode_tps: float  # at the start of a conversation
+    decode_tps_full_ctx: float  # with the context full
+    prefill_tps: float
+    device_bytes_per_token: int
+    host_bytes_per_token: int
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "decode_tps": round(self.decode_tps, 1),
+            "decode_tps_full_ctx": round(self.decode_tps_full_ctx, 1),
+            "prefill_tps": round(self.prefill_tps, 1),
+        }
+
+
+def _active_fraction(spec: ModelSpec, name: str) -> float:
+    # MoE: a token reads only the experts it is routed to.
+    if spec.n_expert > 1 and "_exps" in name:
+        return spec.n_expert_used / spec.n_expert
+    return 1.0
+
+
+def _active_layer_bytes(spec: ModelSpec) -> list[float]:
+    out = [0.0] * spec.n_layer
+    for t in spec.tensors:
+        if t.name.startswith("blk."):
+            il = int(t.name.split(".", 2)[1])
+            if il < spec.n_layer:
+                out[il] += t.n_bytes * _active_fraction(spec, t.name)
+    return out
+
+
+def _output_read_bytes(spec: ModelSpec) -> int:
+    return spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
+
+
+def _kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: bool) -> float:
+    total = 0.0
+    for il, layer_bytes in enumerate(mem.kv.per_layer_bytes):
+        cells = _cells(mem, spec, il)
+        if mem.gpu_layers[il] == on_gpu and layer_bytes and cells:
+            total += layer_bytes * min(n_tokens, cells) / cells
+    return total
+
+
+def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
+    layer_active = _active_layer_bytes(spec)
+    gpu = target.has_gpu and settings.n_gpu_layers > 0
+    dev_w = sum(b for b, on in zip(layer_active, mem.gpu_layers, strict=True) if on and gpu)
+    host_w = sum(b for b, on in zip(layer_active, mem.gpu_layers, strict=True) if not (on and gpu))
+    if gpu and mem.output_on_gpu:
+        dev_w += _output_read_bytes(spec)
+    else:
+        host_w += _output_read_bytes(spec)
+
+    gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if gpu else 0.0
+    thread_share = min(1.0, settings.n_threads / min(THREADS_TO_SATURATE_MEMORY, target.cpu_physical_cores))
+    host_bw = target.host_bandwidth_gbps * 1e9 * HOST_BANDWIDTH_EFFICIENCY * thread_share
+    cpu_flops = (
+        target.cpu_gflops * 1e9 * CPU_COMPUTE_EFFICIENCY * min(1.0, settings.n_threads / target.cpu_physical_cores)
+    )
+
+    def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
+        dev = dev_w + (_kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
+        host = host_w + _kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
+        t_dev = dev / gpu_bw if dev and gpu_bw else 0.0
+        # CPU decoding is bound by memory or, on few cores, by arithmetic (~2 FLOPs per weight byte).
+        t_host = max(host / host_bw, 2.0 * host / cpu_flops) if host else 0.0
+        return t_dev + t_host, int(dev), int(host)
+
+    t0, dev_bytes, host_bytes = decode_seconds(1)
+    t_full, _, _ = decode_seconds(settings.n_ctx)
+
+    # Prefill
+    active_params = sum(layer_active) * 2.0 + _output_read_bytes(spec) * 2.0  # FLOPs per token, ~2/byte
+    attn = 4.0 * spec.n_layer * (settings.n_ctx / 2) * max(spec.n_head or (0,)) * spec.head_dim_k
+    flops_per_token = active_params + attn
+    ub = settings.n_ubatch
+    if gpu:
+        eff = 0.45 * ub / (ub + 128)
+        t_compute = ub * flops_per_token / (target.device_tflops * 1e12 * eff)
+        # Host layers' weights travel to the GPU once per ubatch (op offload).
+        t_copy = host_w / (PCIE_GBPS * 1e9)
+        prefill = ub / (t_compute + t_copy)
+    else:
+        batch_flops = (
+            target.cpu_gflops
+            * 1e9
+            * CPU_COMPUTE_EFFICIENCY
+            * min(1.0, settings.n_threads_batch / target.cpu_physical_cores)
+        )
+        prefill = batch_flops / flops_per_token
+    return SpeedPrediction(
+        decode_tps=1.0 / t0 if t0 > 0 else 0.0,
+        decode_tps_full_ctx=1.0 / t_full if t_full > 0 else 0.0,
+        prefill_tps=prefill,
+        device_bytes_per_token=dev_bytes,
+        host_bytes_per_token=host_bytes,
+    )
+
+
+def _cells(mem: MemoryBreakdown, spec: ModelSpec, il: int) -> int:
+    kv = mem.kv
+    return kv.n_cells_swa if (spec.swa_layers[il] and kv.n_cells_swa) else kv.n_cells

