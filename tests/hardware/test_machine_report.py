@@ -1,0 +1,84 @@
+"""`vrampilot doctor` output: JSON shape and text, and the llama.cpp backend probe."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from app.hardware import detect_llama_backend, detect_machine, format_machine, machine_to_dict
+from app.hardware.report import CUDA_REBUILD_HINT
+from app.hardware.types import GpuInfo
+from tests.doubles.fake_nvml import FakeGpu, FakeNvml
+
+
+def _cpu_build() -> SimpleNamespace:
+    return SimpleNamespace(
+        __version__="0.3.36",
+        llama_supports_gpu_offload=lambda: False,
+        llama_print_system_info=lambda: b"CPU : SSE3 = 1 | AVX2 = 1 | ",
+    )
+
+
+def test_machine_to_dict_has_the_documented_keys_and_is_json() -> None:
+    machine = detect_machine(FakeNvml([FakeGpu(display_active=True)]), llama_loader=_cpu_build)
+    d = machine_to_dict(machine)
+    json.dumps(d)
+    assert set(d) == {"gpus", "cpu", "ram", "nvml", "llama_cpp", "warnings"}
+    assert set(d["gpus"][0]) == set(GpuInfo.__dataclass_fields__)
+    assert set(d["cpu"]) == {"model_name", "architecture", "physical_cores", "logical_cores", "features"}
+    assert set(d["ram"]) == {"total_bytes", "available_bytes"}
+    assert d["nvml"] == {"available": True, "status": "NVML: driver 550.54.15, CUDA 12.4, 1 GPU"}
+    assert d["llama_cpp"] == {
+        "version": "0.3.36",
+        "supports_gpu_offload": False,
+        "system_info": "CPU : SSE3 = 1 | AVX2 = 1 |",
+        "error": None,
+    }
+    assert CUDA_REBUILD_HINT in d["warnings"]
+    assert any("display" in w for w in d["warnings"])
+
+
+def test_report_on_this_machine_is_json_and_text() -> None:
+    machine = detect_machine()
+    json.dumps(machine_to_dict(machine))
+    text = format_machine(machine)
+    assert machine.nvml_status in text
+    assert "CPU:" in text and "RAM:" in text and "llama.cpp:" in text
+
+
+def test_format_machine_with_gpus() -> None:
+    machine = detect_machine(FakeNvml([FakeGpu()]), llama_loader=_cpu_build)
+    text = format_machine(machine)
+    assert "GPU 0: NVIDIA GeForce RTX 4090 (NVIDIA), 24.00 GiB total" in text
+    assert "bandwidth 1008 GB/s (NVML: 384-bit bus, 10501 MHz memory clock)" in text
+    assert "PCIe gen 4 x16" in text
+    assert "GPU offload: no (CPU-only build)" in text
+    assert CUDA_REBUILD_HINT in text
+
+
+def test_llama_backend_never_raises() -> None:
+    def missing() -> object:
+        raise ImportError("No module named 'llama_cpp'")
+
+    def broken() -> object:
+        raise OSError("libcudart.so.12: cannot open shared object file")
+
+    info = detect_llama_backend(missing)
+    assert info.version is None and info.error and "not installed" in info.error
+    info = detect_llama_backend(broken)
+    assert info.error and "libcudart" in info.error
+
+    def raising() -> bool:
+        raise RuntimeError("boom")
+
+    odd = SimpleNamespace(__version__="1.0", llama_supports_gpu_offload=raising, llama_print_system_info=lambda: "x")
+    info = detect_llama_backend(lambda: odd)
+    assert info == type(info)(version="1.0", supports_gpu_offload=None, system_info="x", error=None)
+
+
+def test_llama_backend_on_this_machine() -> None:
+    info = detect_llama_backend()
+    if info.error is None:
+        assert info.version
+        assert info.supports_gpu_offload in (True, False)
+        assert info.system_info
