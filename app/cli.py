@@ -20,6 +20,8 @@ _COMMAND_MODULES = (
     "app.commands.inspect",
     "app.commands.plan",
     "app.engine.cli",
+    "app.meters.cli",
+    "app.hub.cli",
     "app.hybrid.cli",
 )
 

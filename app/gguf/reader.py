@@ -51,6 +51,19 @@ class GGUFError(UserError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class GGUFNeedMoreBytes(GGUFError):
+    """The header runs past the bytes given to `read_gguf_bytes` but not past the file.
+
+    Raised only for partial buffers (a remote header fetched by range request): the caller fetches
+    at least `needed_bytes` from the start of the file and parses again.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], needed_bytes: int, have_bytes: int) -> None:
+        self.needed_bytes = needed_bytes
+        self.have_bytes = have_bytes
+        super().__init__(path, f"header needs at least {needed_bytes} bytes, only the first {have_bytes} were read")
+
+
 @dataclass(frozen=True)
 class SkippedArray:
     """A long string array (e.g. tokenizer.ggml.tokens) whose elements were not decoded."""
@@ -115,19 +128,26 @@ def tensor_nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
 
 
 class _Cursor:
-    def __init__(self, buf: mmap.mmap | bytes, path: Path, size: int) -> None:
+    """Bounds-checked reads. `size` is what `buf` holds; `file_bytes` is the whole file's size, larger
+    only when `buf` is a prefix (a remote header): running past `size` but not past `file_bytes`
+    then means "fetch more", not "corrupt file"."""
+
+    def __init__(self, buf: mmap.mmap | bytes | memoryview, path: Path, size: int, file_bytes: int | None = None) -> None:
         self.buf = buf
         self.path = path
         self.size = size
+        self.file_bytes = size if file_bytes is None else file_bytes
         self.pos = 0
 
     def fail(self, problem: str) -> GGUFError:
         return GGUFError(self.path, problem)
 
     def need(self, n: int, what: str) -> None:
+        if n >= 0 and self.size < self.pos + n <= self.file_bytes:
+            raise GGUFNeedMoreBytes(self.path, self.pos + n, self.size)
         if n < 0 or self.pos + n > self.size:
             raise self.fail(
-                f"truncated header: {what} needs {n} bytes at offset {self.pos}, file has {self.size}"
+                f"truncated header: {what} needs {n} bytes at offset {self.pos}, file has {self.file_bytes}"
             )
 
     def unpack(self, fmt: str, what: str) -> Any:
@@ -153,12 +173,16 @@ class _Cursor:
         unpack_len = _U64.unpack_from
         for _ in range(count):
             if pos + 8 > size:
+                if pos + 8 <= self.file_bytes:
+                    raise GGUFNeedMoreBytes(self.path, pos + 8, size)
                 break
             pos += 8 + unpack_len(buf, pos)[0]
         else:
             if pos <= size:
                 self.pos = pos
                 return
+            if pos <= self.file_bytes:
+                raise GGUFNeedMoreBytes(self.path, pos, size)
         raise self.fail(f"truncated header: string array {key} runs past the end of the file")
 
     def value(self, vtype: int, key: str, depth: int = 0) -> Any:
@@ -172,12 +196,13 @@ class _Cursor:
                 raise self.fail(f"metadata {key}: arrays nested too deeply")
             etype = self.unpack("<I", f"array type of {key}")
             count = self.unpack("<Q", f"array length of {key}")
-            remaining = self.size - self.pos
+            remaining = self.file_bytes - self.pos
             efmt = _SCALAR_FORMATS.get(etype)
             if efmt is not None:
                 esize = struct.calcsize(efmt)
                 if count * esize > remaining:
                     raise self.fail(f"metadata {key}: array of {count} elements runs past the end of the file")
+                self.need(count * esize, f"elements of {key}")
                 out = list(struct.unpack_from(f"<{count}{efmt[1]}", self.buf, self.pos))
                 self.pos += count * esize
                 return out
@@ -222,6 +247,23 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
+
+
+def read_gguf_bytes(buf: bytes | bytearray | memoryview, name: str | os.PathLike[str], total_file_bytes: int) -> GGUFFile:
+    """Parse a header from the first `len(buf)` bytes of a file of `total_file_bytes` (a remote file
+    read by range request). Tensor offsets are checked against the whole file's size.
+
+    Raises GGUFNeedMoreBytes when the header continues past `buf` (fetch `needed_bytes` or more and
+    call again), GGUFError when the file itself is bad.
+    """
+    p = Path(name)
+    view = memoryview(buf).cast("B")
+    have = min(len(view), total_file_bytes)
+    if total_file_bytes < 24:
+        raise GGUFError(p, f"not a GGUF file (only {total_file_bytes} bytes)")
+    if have < 24:
+        raise GGUFNeedMoreBytes(p, 24, have)
+    return _parse(_Cursor(view, p, have, total_file_bytes), p, total_file_bytes)
 
 
 def _parse(cur: _Cursor, path: Path, file_bytes: int) -> GGUFFile:

@@ -122,12 +122,13 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  ! {w}")
     if plan.alternatives:
         lines.append("")
-        lines.append("Alternatives")
+        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt")
         for a in plan.alternatives:
             state = "fits" if a.fits else ("refused" if a.refused else "too big")
             lines.append(
                 f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {state:<8} "
-                f"{a.speed.decode_tps:7.1f} tok/s"
+                f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
+                f"{a.speed.prefill_tps:6.0f} tok/s"
             )
     lines.append("")
     lines.append("llama-server")

@@ -267,17 +267,25 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
 
 
 def _max_layers(spec: ModelSpec, target: Target, build) -> int | None:  # type: ignore[no-untyped-def]
-    """Largest -ngl that fits, by bisection (memory grows with every layer moved)."""
+    """Largest -ngl that fits, or None.
+
+    VRAM use only grows with every layer moved to the GPU and host use only shrinks, so the
+    settings that fit form one range of layer counts: find its top by bisection on the GPU side,
+    then check the host side there.
+    """
+
+    def device_fits(n: int) -> bool:
+        mem = memory_breakdown(spec, build(n), target)
+        return mem.device.total_bytes <= target.device_budget_bytes
+
     lo, hi = 0, spec.n_layer + 1
-    if not _fits(memory_breakdown(spec, build(0), target), target):
-        return None
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _fits(memory_breakdown(spec, build(mid), target), target):
+        if device_fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    return lo
+    return lo if _fits(memory_breakdown(spec, build(lo), target), target) else None
 
 
 def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins) -> Settings:
@@ -391,7 +399,7 @@ def _reasons(
             )
         if parts:
             r.append(
-                f"{format_tokens(s.n_ctx)} context: "
+                f"{kv_text} KV cache at {format_tokens(s.n_ctx)} context: "
                 + "; ".join(parts)
                 + f"; {kv_text} KV ({format_bytes(mem.kv.total_bytes)}) fits with "
                 f"{format_bytes(budget - total(mem))} to spare."

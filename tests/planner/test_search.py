@@ -1,0 +1,137 @@
+"""The settings search: the 8 GB scenario, pins, partial offload, refusals, speed of planning."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from app.gguf import ModelSpec, load_model_spec
+from app.planner.search import Pins, plan
+from app.planner.target import Target, target_cpu_only, target_from_vram
+from app.units import GIB
+from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
+from tests.machines import cpu_machine
+
+
+@pytest.fixture(scope="module")
+def qwen7b(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    path = write_qwen25_7b_q4_k_m(tmp_path_factory.mktemp("q") / "Qwen2.5-7B-Instruct-Q4_K_M.gguf")
+    return load_model_spec(path)
+
+
+@pytest.fixture(scope="module")
+def gpu8() -> Target:
+    return target_from_vram(8 * GIB, cpu_machine())
+
+
+def test_qwen7b_shape(qwen7b: ModelSpec) -> None:
+    assert (qwen7b.n_layer, qwen7b.n_head_kv[0], qwen7b.head_dim_k) == (28, 4, 128)
+    assert 4.2 * GIB < qwen7b.weight_bytes < 4.6 * GIB
+
+
+def test_8gb_scenario_32k_fits_with_f16(qwen7b: ModelSpec, gpu8: Target) -> None:
+    p = plan(qwen7b, gpu8, Pins(n_ctx=32768))
+    assert p.fits
+    s = p.settings
+    assert (s.type_k, s.type_v) == ("f16", "f16")
+    assert s.n_gpu_layers == qwen7b.n_layer + 1
+    assert p.memory.device.total_bytes <= 8 * GIB
+
+
+def test_8gb_scenario_64k_switches_to_q8_0(qwen7b: ModelSpec, gpu8: Target) -> None:
+    p = plan(qwen7b, gpu8, Pins(n_ctx=65536))
+    assert p.fits
+    s = p.settings
+    assert (s.type_k, s.type_v) == ("q8_0", "q8_0")
+    assert s.n_gpu_layers == qwen7b.n_layer + 1, "KV is quantized before layers are given up"
+    assert s.flash_attn
+    text = " ".join(p.reasons)
+    # The reason names the f16 cost and the overshoot with numbers, and the q8_0 outcome.
+    assert re.search(r"f16 KV would need \d+\.\d\d GiB, \d+\.\d\d (GiB|MiB) over", text), text
+    assert re.search(r"q8_0 KV \(\d+\.\d\d GiB\) fits with \d+\.\d\d (GiB|MiB) to spare", text), text
+    # The f16 alternative at the same context is listed and does not fit.
+    f16 = [a for a in p.alternatives if a.settings.type_k == "f16" and a.settings.n_ctx == 65536]
+    assert f16 and not f16[0].fits
+
+
+def test_pins_stay_pinned(qwen7b: ModelSpec, gpu8: Target) -> None:
+    pins = Pins(n_ctx=65536, type_k="f16", type_v="f16", n_threads=3, n_ubatch=256, flash_attn=True)
+    p = plan(qwen7b, gpu8, pins)
+    s = p.settings
+    assert (s.n_ctx, s.type_k, s.type_v, s.n_threads, s.n_ubatch, s.flash_attn) == (65536, "f16", "f16", 3, 256, True)
+    # With f16 pinned at 64K, layers are given up instead, and the CPU layers cost speed.
+    assert s.n_gpu_layers < qwen7b.n_layer + 1
+    full = plan(qwen7b, gpu8, Pins(n_ctx=32768))
+    assert p.speed.decode_tps < full.speed.decode_tps * 0.7
+    assert any("pinned by you" in r for r in p.reasons)
+
+
+def test_partial_offload_cliff(qwen7b: ModelSpec, gpu8: Target) -> None:
+    speeds = [plan(qwen7b, gpu8, Pins(n_ctx=8192, n_gpu_layers=n)).speed.decode_tps for n in (29, 27, 24, 14, 0)]
+    assert speeds == sorted(speeds, reverse=True)
+    # Two layers on the CPU already cost a large share: the cliff.
+    assert speeds[1] < speeds[0] * 0.8
+    assert speeds[-1] < speeds[0] * 0.25
+
+
+def test_quantized_v_without_flash_attention_is_refused(qwen7b: ModelSpec, gpu8: Target) -> None:
+    p = plan(qwen7b, gpu8, Pins(n_ctx=4096, type_k="q8_0", type_v="q8_0", flash_attn=False))
+    assert not p.fits
+    assert p.refused is not None and "flash_attn" in p.refused
+
+
+def test_unpinned_flash_off_keeps_v_unquantized(qwen7b: ModelSpec, gpu8: Target) -> None:
+    p = plan(qwen7b, gpu8, Pins(n_ctx=65536, flash_attn=False))
+    assert p.settings.type_v == "f16"
+    assert p.refused is None
+
+
+def test_cpu_only_plan(qwen7b: ModelSpec) -> None:
+    p = plan(qwen7b, target_cpu_only(cpu_machine(ram_gib=24)), Pins(n_ctx=8192))
+    assert p.fits
+    assert p.settings.n_gpu_layers == 0
+    assert p.memory.device.total_bytes == 0
+    assert p.memory.host.weights_bytes == qwen7b.weight_bytes
+
+
+def test_model_that_cannot_run_suggests_a_smaller_quant(qwen7b: ModelSpec) -> None:
+    tiny = target_from_vram(3 * GIB, cpu_machine(ram_gib=4))
+    p = plan(qwen7b, tiny, Pins(n_ctx=8192))
+    assert not p.fits
+    assert p.suggestion and ("would fit" in p.suggestion or "smaller model" in p.suggestion)
+    assert any("Does not fit" in r for r in p.reasons)
+
+
+def test_larger_context_alternative_reports_cost(qwen7b: ModelSpec, gpu8: Target) -> None:
+    p = plan(qwen7b, gpu8, Pins(n_ctx=32768))
+    labels = {a.label for a in p.alternatives}
+    assert "64K context" in labels and "one fewer GPU layer" in labels
+    up = next(a for a in p.alternatives if a.label == "64K context")
+    assert up.memory_total_bytes > p.memory.device.total_bytes
+
+
+def test_default_context_is_trained_capped(qwen7b: ModelSpec, embedded_model: Path, gpu8: Target) -> None:
+    assert plan(qwen7b, gpu8).settings.n_ctx == 32768
+    small = load_model_spec(embedded_model)
+    assert plan(small, gpu8).settings.n_ctx == 8192
+
+
+def test_planning_is_fast(qwen7b: ModelSpec, gpu8: Target) -> None:
+    plan(qwen7b, gpu8, Pins(n_ctx=65536))  # warm caches
+    t = time.perf_counter()
+    for ctx in (4096, 32768, 65536, 131072):
+        plan(qwen7b, gpu8, Pins(n_ctx=ctx))
+    assert (time.perf_counter() - t) / 4 < 0.1
+
+
+def test_partial_offload_when_ram_alone_is_too_small(qwen7b: ModelSpec) -> None:
+    # 2.5 GiB of usable RAM cannot hold the 4.4 GiB model, but with most layers on a 4 GiB card
+    # the rest fits on the host: the plan must find that range.
+    target = target_from_vram(4 * GIB, cpu_machine(ram_gib=4.5))
+    p = plan(qwen7b, target, Pins(n_ctx=4096))
+    assert p.fits, p.reasons
+    assert 0 < p.settings.n_gpu_layers < qwen7b.n_layer + 1
+    assert p.memory.host.total_bytes <= target.host_ram_bytes
