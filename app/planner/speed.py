@@ -66,7 +66,8 @@ def _output_read_bytes(spec: ModelSpec) -> int:
     return spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
 
 
-def _kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: bool) -> float:
+def kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: bool) -> float:
+    """KV bytes one decode step reads on the GPU (or the host) with n_tokens in the context."""
     total = 0.0
     for il, layer_bytes in enumerate(mem.kv.per_layer_bytes):
         cells = _cells(mem, spec, il)
@@ -93,8 +94,8 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
     )
 
     def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
-        dev = dev_w + (_kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
-        host = host_w + _kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
+        dev = dev_w + (kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
+        host = host_w + kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
         t_dev = dev / gpu_bw if dev and gpu_bw else 0.0
         # CPU decoding is bound by memory or, on few cores, by arithmetic (~2 FLOPs per weight byte).
         t_host = max(host / host_bw, 2.0 * host / cpu_flops) if host else 0.0
