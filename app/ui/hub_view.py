@@ -421,7 +421,9 @@ class HubView(QWidget):
         self.listing = None
         self.repo_label.setText(f"<b>{repo_id}</b> — listing files…")
         run_task(
-            lambda: list_repo_files(repo_id), lambda r: self._files_done(seq, r), lambda e: self._files_failed(seq, e),
+            lambda: list_repo_files(repo_id),
+            lambda r: self._files_done(seq, r),
+            lambda e: self._files_failed(seq, e),
             parent=self,
         )
 
@@ -463,7 +465,8 @@ class HubView(QWidget):
             gated = " · gated: sign in to download" if current_token() is None else " · gated"
         self.repo_label.setText(
             f"<b>{listing.repo_id}</b> — {n} model file{'s' if n != 1 else ''}{gated}"
-            if n or listing.mmproj else f"<b>{listing.repo_id}</b> has no GGUF files."
+            if n or listing.mmproj
+            else f"<b>{listing.repo_id}</b> has no GGUF files."
         )
 
     def _add_model_item(self, group: QTreeWidgetItem, m: RemoteModel) -> QTreeWidgetItem:
@@ -571,8 +574,9 @@ class HubView(QWidget):
             return
         self.start_download(self.listing.repo_id, filename, listing=self.listing)
 
-    def start_download(self, repo_id: str, filename: str, *, revision: str | None = None,
-                       listing: RepoFiles | None = None) -> None:
+    def start_download(
+        self, repo_id: str, filename: str, *, revision: str | None = None, listing: RepoFiles | None = None
+    ) -> None:
         if self._download is not None:
             self.set_status("One download at a time: pause or cancel the current one first.")
             return

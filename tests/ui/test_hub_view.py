@@ -56,10 +56,20 @@ def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:  # noqa: F8
             "tiny-llama-F16.gguf": models.tiny_llama,
             "mmproj-tiny-f16.gguf": models.mmproj,
         },
-        downloads=123_456, likes=321, days_ago=3, gguf={"architecture": "qwen2", "total": 7_615_616_512},
+        downloads=123_456,
+        likes=321,
+        days_ago=3,
+        gguf={"architecture": "qwen2", "total": 7_615_616_512},
     )
-    hub.add_repo("meta-llama/Llama-3.2-1B-Instruct-GGUF", {"l-Q8_0.gguf": models.tiny_llama_q8}, gated=True,
-                 downloads=80_000, likes=900, license="llama3.2", gguf={"architecture": "llama", "total": 1_235_814_400})
+    hub.add_repo(
+        "meta-llama/Llama-3.2-1B-Instruct-GGUF",
+        {"l-Q8_0.gguf": models.tiny_llama_q8},
+        gated=True,
+        downloads=80_000,
+        likes=900,
+        license="llama3.2",
+        gguf={"architecture": "llama", "total": 1_235_814_400},
+    )
     return "bartowski/Mixed-7B-GGUF"
 
 

@@ -1,0 +1,34 @@
+"""The llama-cpp-python session the GUI and the CLI share: load a Plan, stream replies, stats."""
+
+from app.engine.errors import (
+    AllocationError,
+    ContextOverflow,
+    EngineError,
+    LoadCancelled,
+    ModelLoadError,
+    NoModelLoaded,
+    TemplateError,
+)
+from app.engine.sampling import SamplingParams
+from app.engine.session import ContextCheck, Engine, LoadResult, Reply
+from app.engine.stats import GenerationStats, format_summary
+from app.engine.template import ChatTemplate, Message
+
+__all__ = [
+    "AllocationError",
+    "ChatTemplate",
+    "ContextCheck",
+    "ContextOverflow",
+    "Engine",
+    "EngineError",
+    "GenerationStats",
+    "LoadCancelled",
+    "LoadResult",
+    "Message",
+    "ModelLoadError",
+    "NoModelLoaded",
+    "Reply",
+    "SamplingParams",
+    "TemplateError",
+    "format_summary",
+]

@@ -1,0 +1,373 @@
+"""The engine session: one loaded plan, streaming replies, cancel, KV prefix reuse, stats.
+
+The GUI runs every call here on a worker thread and the CLI on its main thread; the session holds
+a lock so two calls never touch llama.cpp at once. llama-cpp-python releases the GIL inside
+llama.cpp calls, so a worker generating does not stall the GUI thread.
+
+Prefix reuse: the KV cache keeps the tokens of the last turn (prompt + reply). The next prompt is
+compared with them token by token and only the part after the common prefix is evaluated, so a
+follow-up costs its new tokens, and regenerate or edit costs only what changed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+
+from app.engine.backoff import next_backoff
+from app.engine.errors import AllocationError, ContextOverflow, NoModelLoaded
+from app.engine.loader import ProgressFn, open_llama
+from app.engine.sampling import SamplingParams
+from app.engine.stats import GenerationStats, StopReason
+from app.engine.template import ChatTemplate, Message
+from app.planner.search import Plan
+from app.planner.settings import Settings
+
+Opener = Callable[..., llama_cpp.Llama]
+TextFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    plan: Plan  # the plan that is loaded (differs from the one asked for after a back-off)
+    changes: tuple[str, ...]  # what the back-off changed, one line per step, in order
+    load_s: float
+
+    @property
+    def backed_off(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stats: GenerationStats
+
+
+@dataclass(frozen=True)
+class ContextCheck:
+    prompt_tokens: int
+    max_tokens: int
+    n_ctx: int
+
+    @property
+    def fits(self) -> bool:
+        return self.prompt_tokens + self.max_tokens <= self.n_ctx
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Engine:
+    """A llama.cpp session for one plan at a time."""
+
+    def __init__(self, opener: Opener = open_llama, *, max_backoff_steps: int = 4) -> None:
+        self._opener = opener
+        self._max_backoff_steps = max_backoff_steps
+        self._lock = threading.RLock()
+        self._llm: llama_cpp.Llama | None = None
+        self._plan: Plan | None = None
+        self._template: ChatTemplate | None = None
+        self._cancel = threading.Event()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._no_abort_cb = llama_cpp.ggml_abort_callback()
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    @property
+    def plan(self) -> Plan | None:
+        return self._plan
+
+    @property
+    def settings(self) -> Settings | None:
+        return self._plan.settings if self._plan else None
+
+    @property
+    def model_path(self) -> Path | None:
+        return self._plan.spec.path if self._plan else None
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        return self._template
+
+    @property
+    def n_ctx(self) -> int:
+        return self._require().n_ctx()
+
+    @property
+    def tokens_in_cache(self) -> int:
+        return self._llm.n_tokens if self._llm is not None else 0
+
+    def _require(self) -> llama_cpp.Llama:
+        if self._llm is None:
+            raise NoModelLoaded()
+        return self._llm
+
+    # -- load --------------------------------------------------------------------------------
+    def load(
+        self,
+        plan: Plan,
+        *,
+        progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+        backoff: bool = True,
+    ) -> LoadResult:
+        """Load `plan`, backing off to cheaper alternatives when llama.cpp cannot allocate it.
+
+        The previous model is freed first (two models at once would defeat the plan). On failure
+        or cancel nothing is loaded.
+        """
+        with self._lock:
+            self.unload()
+            start = time.perf_counter()
+            changes: list[str] = []
+            current = plan
+            while True:
+                try:
+                    llm = self._opener(current.spec.path, current.settings, progress=progress, cancel=cancel)
+                    break
+                except AllocationError as exc:
+                    step = next_backoff(current) if backoff and len(changes) < self._max_backoff_steps else None
+                    if step is None:
+                        if changes:
+                            raise AllocationError(f"{exc} (after backing off: {'; '.join(changes)})") from None
+                        raise
+                    changes.append(step.change)
+                    current = step.plan
+            self._llm = llm
+            self._plan = current
+            self._template = self._make_template(llm, current)
+            return LoadResult(current, tuple(changes), time.perf_counter() - start)
+
+    @staticmethod
+    def _make_template(llm: llama_cpp.Llama, plan: Plan) -> ChatTemplate:
+        metadata = getattr(llm, "metadata", {}) or {}
+        source = plan.spec.chat_template or metadata.get("tokenizer.chat_template")
+        model = getattr(llm, "_model", None)
+
+        def text(token: int) -> str:
+            return model.token_get_text(token) if model is not None and token >= 0 else ""
+
+        bos = text(llm.token_bos()) if model is not None else ""
+        eos = text(llm.token_eos()) if model is not None else ""
+        return ChatTemplate(source, bos_token=bos, eos_token=eos)
+
+    def unload(self) -> None:
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+            self._llm = None
+            self._plan = None
+            self._template = None
+
+    # -- chat --------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the reply in progress (also during a long prompt) as soon as llama.cpp allows."""
+        self._cancel.set()
+
+    def render(self, messages: Sequence[Message]) -> str:
+        if self._template is None:
+            raise NoModelLoaded()
+        return self._template.render(messages)
+
+    def tokenize_prompt(self, messages: Sequence[Message]) -> list[int]:
+        llm = self._require()
+        # The template writes the special tokens itself (BOS included where the model wants it),
+        # as llama-cpp-python's own chat handler assumes.
+        return llm.tokenize(self.render(messages).encode("utf-8"), add_bos=False, special=True)
+
+    def check_context(self, messages: Sequence[Message], max_tokens: int) -> ContextCheck:
+        with self._lock:
+            return ContextCheck(len(self.tokenize_prompt(messages)), max_tokens, self.n_ctx)
+
+    def fit_messages(self, messages: Sequence[Message], max_tokens: int) -> list[Message]:
+        """Drop the oldest turns (never the system prompt or the last message) until the
+        conversation and a full reply fit; returns what is left (possibly still too long)."""
+        with self._lock:
+            kept = list(messages)
+            while True:
+                check = self.check_context(kept, max_tokens)
+                if check.fits:
+                    return kept
+                first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
+                if first is None or first >= len(kept) - 1:
+                    return kept
+                del kept[first]
+                # Keep turns whole: a reply without its question confuses the model.
+                if first < len(kept) - 1 and kept[first].role == "assistant":
+                    del kept[first]
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams | None = None,
+        *,
+        on_text: TextFn | None = None,
+        cancel: threading.Event | None = None,
+        allow_overflow: bool = False,
+    ) -> Reply:
+        """Generate the assistant's reply to `messages`, streaming text pieces to `on_text`.
+
+        Raises ContextOverflow before evaluating anything when the prompt plus `max_tokens` would
+        pass n_ctx (unless `allow_overflow`: then the reply stops when the context is full).
+        Setting `cancel` (or calling `cancel()`) stops the prompt or the reply; the text so far is
+        returned with stop_reason "cancelled".
+        """
+        sampling = sampling or SamplingParams()
+        with self._lock:
+            llm = self._require()
+            self._cancel = cancel if cancel is not None else threading.Event()
+            t0 = time.perf_counter()
+            tokens = self.tokenize_prompt(messages)
+            n_ctx = llm.n_ctx()
+            if len(tokens) >= n_ctx or (not allow_overflow and len(tokens) + sampling.max_tokens > n_ctx):
+                raise ContextOverflow(len(tokens), sampling.max_tokens, n_ctx)
+
+            t_eval = time.perf_counter()
+            reused = self._keep_prefix(llm, tokens)
+            if not self._prefill(llm, tokens[reused:]):
+                now = time.perf_counter()
+                return Reply("", self._stats(llm, tokens, reused, 0, (t0, t_eval, now, now), "cancelled"))
+            return self._decode(llm, tokens, reused, sampling, on_text, (t0, t_eval))
+
+    def _keep_prefix(self, llm: llama_cpp.Llama, tokens: list[int]) -> int:
+        """Keep the cached tokens shared with `tokens`; returns how many are reused."""
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        # At least one token must be evaluated to get fresh logits to sample from.
+        keep = min(_common_prefix(cached, tokens), len(tokens) - 1)
+        if keep < llm.n_tokens:
+            memory = llama_cpp.llama_get_memory(llm.ctx)
+            if keep == 0 or not llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1):
+                # Recurrent models cannot drop a suffix of their state: start over.
+                llm.reset()
+                llama_cpp.llama_memory_clear(memory, True)
+                keep = 0
+        llm.n_tokens = keep
+        return keep
+
+    def _prefill(self, llm: llama_cpp.Llama, tokens: list[int]) -> bool:
+        """Evaluate all but the reply's first step in n_batch chunks; False when cancelled.
+
+        The abort callback lets a cancel interrupt a chunk inside llama.cpp; it is installed only
+        for the prompt, since calling into Python for every graph node would slow decoding.
+        """
+        n_batch = llm.n_batch
+        llama_cpp.llama_set_abort_callback(llm.ctx, self._abort_cb, ctypes.c_void_p(0))
+        try:
+            for i in range(0, len(tokens), n_batch):
+                if self._cancel.is_set():
+                    return False
+                try:
+                    llm.eval(tokens[i : i + n_batch])
+                except RuntimeError:
+                    if self._cancel.is_set():
+                        # llama.cpp dropped the aborted chunk's cells; forget them here too.
+                        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.ctx), 0, llm.n_tokens, -1)
+                        return False
+                    raise
+        finally:
+            llama_cpp.llama_set_abort_callback(llm.ctx, self._no_abort_cb, ctypes.c_void_p(0))
+        return not self._cancel.is_set()
+
+    def _decode(
+        self,
+        llm: llama_cpp.Llama,
+        tokens: list[int],
+        reused: int,
+        sampling: SamplingParams,
+        on_text: TextFn | None,
+        times: tuple[float, float],
+    ) -> Reply:
+        llm.set_seed(sampling.seed if sampling.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        n_ctx = llm.n_ctx()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+        completion = 0
+        t_first: float | None = None
+        t_last = times[1]
+        stop: StopReason = "length"
+        # The prompt is already evaluated: generate() with no tokens and reset=False samples from
+        # the current logits and then runs the same per-token loop as a bare llama-cpp-python call.
+        gen = llm.generate(
+            [],
+            reset=False,
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            repeat_penalty=sampling.repeat_penalty,
+        )
+        try:
+            for token in gen:
+                t_last = time.perf_counter()
+                if t_first is None:
+                    t_first = t_last
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    stop = "eos"
+                    break
+                completion += 1
+                piece = decoder.decode(llm.detokenize([token]))
+                if piece:
+                    pieces.append(piece)
+                    if on_text is not None:
+                        on_text(piece)
+                if self._cancel.is_set():
+                    stop = "cancelled"
+                    break
+                if completion >= sampling.max_tokens:
+                    stop = "length"
+                    break
+                if llm.n_tokens + 1 > n_ctx:
+                    stop = "context"
+                    break
+        finally:
+            gen.close()
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            pieces.append(tail)
+            if on_text is not None:
+                on_text(tail)
+        first = t_first if t_first is not None else t_last
+        stats = self._stats(llm, tokens, reused, completion, (times[0], times[1], first, t_last), stop)
+        return Reply("".join(pieces), stats)
+
+    @staticmethod
+    def _stats(
+        llm: llama_cpp.Llama,
+        tokens: list[int],
+        reused: int,
+        completion: int,
+        times: tuple[float, float, float, float],
+        stop: StopReason,
+    ) -> GenerationStats:
+        """`times`: request start, prompt evaluation start, first token, last token."""
+        t0, t_eval, t_first, t_last = times
+        return GenerationStats(
+            prompt_tokens=len(tokens),
+            evaluated_tokens=len(tokens) - reused,
+            reused_tokens=reused,
+            completion_tokens=completion,
+            ttft_s=t_first - t0,
+            prefill_s=t_first - t_eval,
+            decode_s=max(t_last - t_first, 0.0),
+            context_used=llm.n_tokens,
+            n_ctx=llm.n_ctx(),
+            stop_reason=stop,
+        )

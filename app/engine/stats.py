@@ -1,0 +1,68 @@
+"""What one reply cost: the numbers shown after each reply and printed by `vrampilot chat --json`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+StopReason = Literal["eos", "length", "context", "cancelled"]
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int  # the whole rendered conversation
+    evaluated_tokens: int  # prompt tokens actually run through the model this turn
+    reused_tokens: int  # prompt tokens whose KV cache was kept from the previous turn
+    completion_tokens: int
+    ttft_s: float  # from the request to the first generated token (template, prefill, first sample)
+    prefill_s: float
+    decode_s: float  # from the first to the last generated token
+    context_used: int  # tokens in the KV cache after the reply
+    n_ctx: int
+    stop_reason: StopReason
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.evaluated_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        # The first token belongs to the prefill; the rate counts the ones after it.
+        n = self.completion_tokens - 1
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_s": round(self.ttft_s, 4),
+            "decode_tps": round(self.decode_tps, 2),
+            "prefill_tps": round(self.prefill_tps, 2),
+            "evaluated_tokens": self.evaluated_tokens,
+            "reused_tokens": self.reused_tokens,
+            "context_used": self.context_used,
+            "n_ctx": self.n_ctx,
+            "stop_reason": self.stop_reason,
+        }
+
+    def summary(self) -> str:
+        """One line for the chat view and the CLI."""
+        return format_summary(self.to_dict())
+
+
+def format_summary(d: dict[str, Any]) -> str:
+    """The stats line from `GenerationStats.to_dict()` (also as saved with a chat message)."""
+    reused = d.get("reused_tokens", 0)
+    parts = [
+        f"{d.get('prompt_tokens', 0)} prompt tokens" + (f" ({reused} reused)" if reused else ""),
+        f"first token {d.get('ttft_s', 0.0):.2f} s",
+        f"{d.get('decode_tps', 0.0):.1f} tokens/s",
+        f"{d.get('completion_tokens', 0)} tokens",
+        f"context {d.get('context_used', 0)} / {d.get('n_ctx', 0)}",
+    ]
+    extra = {"cancelled": "stopped", "length": "max tokens reached", "context": "context full"}.get(
+        str(d.get("stop_reason", ""))
+    )
+    if extra:
+        parts.append(extra)
+    return " · ".join(parts)

@@ -1,0 +1,53 @@
+"""`vrampilot` / `vrampilot gui`: open the main window, or say in one line why it cannot open.
+
+PySide6 is imported only here, lazily, so the CLI works on machines without a display or Qt libs.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+
+CLI_HINT = "use the command line instead: vrampilot doctor | plan | chat (see vrampilot --help)"
+
+
+def display_problem() -> str | None:
+    """Why Qt could not open a window here, or None. Checked before Qt aborts with its own error."""
+    platform = os.environ.get("QT_QPA_PLATFORM", "")
+    if platform.split(";")[0] in ("offscreen", "minimal", "vnc", "eglfs", "linuxfb"):
+        return None
+    if not sys.platform.startswith("linux"):
+        return None
+    wayland = bool(os.environ.get("WAYLAND_DISPLAY"))
+    x11 = bool(os.environ.get("DISPLAY"))
+    if not wayland and not x11:
+        return "no display found (neither DISPLAY nor WAYLAND_DISPLAY is set)"
+    if x11 and not wayland and ctypes.util.find_library("xcb-cursor") is None:
+        return "Qt's X11 plugin needs libxcb-cursor0 (e.g. sudo apt install libxcb-cursor0)"
+    return None
+
+
+def launch_gui(model: str | None = None) -> int:
+    problem = display_problem()
+    if problem:
+        print(f"vrampilot: cannot open the app window: {problem}; {CLI_HINT}", file=sys.stderr)
+        return 1
+    try:
+        from PySide6.QtWidgets import QApplication
+    except ImportError as exc:
+        print(f"vrampilot: cannot open the app window: PySide6 is not usable ({exc}); {CLI_HINT}", file=sys.stderr)
+        return 1
+
+    from app.ui.main_window import MainWindow
+    from app.ui.theme import apply_theme
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("VRAM Pilot")
+    app.setOrganizationName("VRAMPilot")
+    apply_theme(app)  # type: ignore[arg-type]
+    window = MainWindow(initial_model=model)
+    window.show()
+    code = app.exec()
+    window.shutdown()
+    return int(code)

@@ -1,0 +1,42 @@
+"""Engine tests run real llama.cpp on the embedded SmolLM2-135M (94 MB, CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.engine import Engine, SamplingParams
+from app.gguf import ModelSpec, load_model_spec
+from app.hardware import detect_machine
+from app.planner.search import Pins, Plan, plan
+from app.planner.target import Target, target_cpu_only
+
+# One thread: on a busy 2-core machine llama.cpp's worker threads spin-wait on each other and a
+# test that should take a second takes a minute.
+ONE_THREAD = {"n_threads": 1, "n_threads_batch": 1}
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24, seed=1)
+
+
+@pytest.fixture(scope="session")
+def spec(embedded_model: Path) -> ModelSpec:
+    return load_model_spec(embedded_model)
+
+
+@pytest.fixture(scope="session")
+def cpu_target() -> Target:
+    return target_cpu_only(detect_machine())
+
+
+def make_plan(spec: ModelSpec, target: Target, **pins: object) -> Plan:
+    merged = {"n_ctx": 1024, **ONE_THREAD, **pins}
+    return plan(spec, target, Pins(**merged))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def engine(spec: ModelSpec, cpu_target: Target) -> Iterator[Engine]:
+    e = Engine()
+    e.load(make_plan(spec, cpu_target))
+    yield e
+    e.unload()

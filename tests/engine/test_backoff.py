@@ -1,0 +1,80 @@
+"""When llama.cpp cannot allocate a plan the engine backs off to the cheapest smaller alternative,
+says what changed, and never leaves a half-loaded model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine import AllocationError, Engine, Message, SamplingParams
+from app.engine.backoff import backoff_cost, is_backoff, next_backoff
+from app.engine.loader import open_llama
+from app.gguf import ModelSpec
+from app.planner.settings import Settings
+from app.planner.target import Target
+from tests.engine.conftest import make_plan
+
+
+def _failing_above(n_ctx: int, calls: list[Settings]):  # type: ignore[no-untyped-def]
+    def opener(path: Path, settings: Settings, **kw: object):  # type: ignore[no-untyped-def]
+        calls.append(settings)
+        if settings.n_ctx > n_ctx:
+            raise AllocationError(f"simulated: no room for {settings.n_ctx} tokens")
+        return open_llama(path, settings, **kw)  # type: ignore[arg-type]
+
+    return opener
+
+
+def test_next_backoff_picks_the_cheapest_smaller_alternative(spec: ModelSpec, cpu_target: Target) -> None:
+    p = make_plan(spec, cpu_target, n_ctx=4096)
+    step = next_backoff(p)
+    assert step is not None
+    # On the CPU the only memory-saving change allowed is a smaller context: the next power of two down.
+    assert step.plan.settings.n_ctx == 2048
+    assert step.change == "context 4K -> 2K"
+    assert step.plan.settings.with_(n_ctx=4096) == p.settings
+    candidates = [a for a in p.alternatives if is_backoff(p, a)]
+    assert candidates and all(a.settings.n_ctx < 4096 for a in candidates)
+    # KV-type and batch alternatives are not back-offs even when they save memory.
+    assert not any(a.settings.type_k != p.settings.type_k for a in candidates)
+    assert min(backoff_cost(p, a) for a in candidates) == backoff_cost(
+        p, next(a for a in candidates if a.settings.n_ctx == 2048)
+    )
+
+
+@pytest.mark.slow
+def test_load_backs_off_and_reports_what_changed(spec: ModelSpec, cpu_target: Target) -> None:
+    calls: list[Settings] = []
+    e = Engine(opener=_failing_above(1024, calls))
+    result = e.load(make_plan(spec, cpu_target, n_ctx=4096))
+    try:
+        assert [s.n_ctx for s in calls] == [4096, 2048, 1024]
+        assert result.changes == ("context 4K -> 2K", "context 2K -> 1K")
+        assert result.backed_off and result.plan.settings.n_ctx == 1024
+        assert e.loaded and e.n_ctx == 1024 and e.plan is result.plan
+        r = e.chat([Message("user", "Hi")], SamplingParams(temperature=0.0, max_tokens=3))
+        assert r.stats.n_ctx == 1024
+    finally:
+        e.unload()
+
+
+def test_when_nothing_fits_nothing_stays_loaded(spec: ModelSpec, cpu_target: Target) -> None:
+    calls: list[Settings] = []
+    e = Engine(opener=_failing_above(0, calls), max_backoff_steps=2)
+    with pytest.raises(AllocationError, match=r"after backing off: context 4K -> 2K; context 2K -> 1K"):
+        e.load(make_plan(spec, cpu_target, n_ctx=4096))
+    assert len(calls) == 3
+    assert not e.loaded and e.plan is None
+
+
+@pytest.mark.slow
+def test_a_real_allocation_failure_is_a_typed_error(spec: ModelSpec, cpu_target: Target) -> None:
+    # 16M tokens of KV cache is ~360 GiB: llama.cpp's allocation fails at once (no memory is touched).
+    p = make_plan(spec, cpu_target, n_ctx=1 << 24)
+    e = Engine()
+    e.load(make_plan(spec, cpu_target))
+    assert e.loaded
+    with pytest.raises(AllocationError, match="failed to allocate"):
+        e.load(p, backoff=False)
+    assert not e.loaded  # the previous model was freed first, the failed one is not half-loaded

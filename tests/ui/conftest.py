@@ -1,0 +1,149 @@
+"""pytest-qt drives the real main window, offscreen, on the embedded model.
+
+Each test gets its own user dirs (VRAMPILOT_HOME), so chats and settings start empty and a
+"restart" is a second window on the same dirs. Screenshots of the main states go to
+test-artifacts/ui/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from app.engine import SamplingParams
+from app.paths import embedded_model_path
+from app.planner.search import Pins
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+# One thread each: see tests/engine/conftest.py (busy 2-core machines).
+FAST_PINS = Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def seed_prefs(max_tokens: int = 24) -> None:
+    """What a returning user would have: small context and one thread for the embedded model."""
+    from app.ui.prefs import Prefs
+
+    prefs = Prefs()
+    model = embedded_model_path()
+    assert model is not None
+    prefs.set_pins_for(model, FAST_PINS)
+    prefs.set_sampling(SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=1))
+    prefs.sync()
+
+
+def screenshot(widget: QWidget, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    # Let posted layout requests settle (a new plan re-lays out the side panel) before grabbing.
+    QTest.qWait(80)
+    assert widget.grab().save(str(path)), f"could not save {path}"
+    return path
+
+
+def activate(qtbot: QtBot, w: QWidget) -> None:
+    """Make `w` the active window, as clicking it would; window shortcuts need an active window."""
+    if QApplication.activeWindow() is not w:
+        with qtbot.waitActive(w):
+            w.activateWindow()
+
+
+@pytest.fixture
+def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
+    from app.ui.main_window import MainWindow
+    from app.ui.theme import apply_theme
+
+    windows: list[MainWindow] = []
+    apply_theme(QApplication.instance())  # type: ignore[arg-type]
+
+    def make(wait_plan: bool = True) -> MainWindow:
+        w = MainWindow()
+        qtbot.addWidget(w)
+        w.resize(1500, 950)
+        with qtbot.waitActive(w):
+            w.show()
+            w.activateWindow()
+        windows.append(w)
+        if wait_plan:
+            qtbot.waitUntil(lambda: w.plan is not None, timeout=20000)
+        return w
+
+    yield make
+    for w in windows:
+        w.shutdown()
+
+
+def _run_delay_s() -> float:
+    """Time this thread has spent runnable but waiting for a CPU (Linux schedstat), else 0."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class StallMeter(QObject):
+    """Measures how long the GUI thread's event loop goes without running a 5 ms timer.
+
+    Other sessions may load this machine's few cores; time the GUI thread spent waiting for a CPU
+    (not for the GIL, not working) is the machine's doing, not the app's, and is subtracted.
+    `max_raw_stall_s` keeps the wall-clock figure.
+    """
+
+    def __init__(self, interval_ms: int = 5) -> None:
+        super().__init__()
+        self.interval_s = interval_ms / 1000
+        self.max_stall_s = 0.0
+        self.max_raw_stall_s = 0.0
+        self.ticks = 0
+        self._timer = QTimer(self)
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._tick)
+        self._last = 0.0
+        self._last_delay = 0.0
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+        self._last_delay = _run_delay_s()
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """For the test's own slow steps on the GUI thread (screenshots), which a user never runs."""
+        self._timer.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        delay = _run_delay_s()
+        raw = now - self._last - self.interval_s
+        self.max_raw_stall_s = max(self.max_raw_stall_s, raw)
+        self.max_stall_s = max(self.max_stall_s, raw - (delay - self._last_delay))
+        self._last = now
+        self._last_delay = delay
+        self.ticks += 1
+
+    def report(self) -> str:
+        return (
+            f"GUI thread blocked for {self.max_stall_s * 1000:.0f} ms "
+            f"({self.max_raw_stall_s * 1000:.0f} ms wall clock, including waits for a CPU)"
+        )

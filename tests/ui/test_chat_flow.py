@@ -1,0 +1,226 @@
+"""End to end on the real window and the embedded model: load, send, stream, stop, regenerate,
+edit, overflow, restart and find the chat again, with the GUI thread never blocked > 50 ms."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app.ui.main_window import MainWindow
+from tests.ui.conftest import StallMeter, activate, screenshot, seed_prefs
+
+pytestmark = pytest.mark.slow
+
+MAX_STALL_S = 0.050
+
+
+def _reply_done(w: MainWindow) -> bool:
+    return not w.generating and not w.engine.busy
+
+
+def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=24)
+    w: MainWindow = open_window()
+    meter = StallMeter()
+    meter.start()
+
+    # Load, with progress, in a worker.
+    qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
+    assert w.plan_view.progress.isVisible() or w.engine.engine.loaded
+    qtbot.waitUntil(lambda: w.loaded is not None, timeout=60000)
+    assert not w.plan_view.progress.isVisible()
+    assert "Loaded: SmolLM2-135M-Instruct.Q4_1.gguf, 1K context" in w.plan_view.load_status.text()
+    assert w.engine.engine.settings == w.plan.settings  # type: ignore[union-attr]
+
+    # Send with Ctrl+Enter; the reply streams in.
+    view = w.chat_view
+    qtbot.keyClicks(view.input, "What is the capital of France?")
+    qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert w.generating and view.input.toPlainText() == ""
+    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=30000)
+    with meter.paused():
+        screenshot(w, "03-streaming")
+    qtbot.waitUntil(lambda: _reply_done(w), timeout=60000)
+    msgs = view.messages()
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].text() and msgs[1].stats.isVisible()
+    assert "tokens/s" in msgs[1].stats.text() and "context" in msgs[1].stats.text()
+    assert msgs[1].regenerate_button.isVisible()
+    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].stats is not None
+    with meter.paused():
+        screenshot(w, "04-reply")
+
+    # A follow-up reuses the cache: only the new turn is evaluated.
+    qtbot.keyClicks(view.input, "And of Italy?")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 4, timeout=60000)
+    s2 = w.store.messages(w.chat_id)[3].stats  # type: ignore[arg-type,index]
+    assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
+
+    # Stop: a long reply, Esc after a few tokens; the partial reply is kept and marked.
+    view.sampling.max_tokens.setValue(400)
+    qtbot.keyClicks(view.input, "Write a long story about a dragon.")
+    qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: len(view.streamed_text()) > 20, timeout=30000)
+    qtbot.keyClick(view.input, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
+    last = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
+    assert last.stats["completion_tokens"] < 400
+    assert "stopped" in view.messages()[-1].stats.text()
+
+    # Regenerate the last reply: replaced, not added.
+    view.sampling.max_tokens.setValue(16)
+    n_before = len(w.store.messages(w.chat_id))  # type: ignore[arg-type]
+    qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == n_before, timeout=60000)
+    regenerated = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]
+
+    # Edit the first question and continue from there: what came after it is replaced.
+    qtbot.mouseClick(view.messages()[0].edit_button, Qt.MouseButton.LeftButton)
+    assert view.input.toPlainText() == "What is the capital of France?" and view.banner_visible()
+    view.input.setPlainText("What is the capital of Spain?")
+    qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
+    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert w.store.get_chat(w.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]
+    # The edited turn reuses the cached prefix before it (system prompt, template header).
+    assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]
+
+    # Copy puts the raw Markdown on the clipboard.
+    from PySide6.QtGui import QGuiApplication
+
+    qtbot.mouseClick(view.messages()[1].copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == stored[1].content
+
+    meter.stop()
+    assert meter.ticks > 100
+    assert meter.max_stall_s < MAX_STALL_S, meter.report()
+    print(meter.report())
+    chat_id, title = w.chat_id, w.store.get_chat(w.chat_id).title  # type: ignore[arg-type]
+    w.close()
+
+    # Restart: the chat is listed and reopened with its messages.
+    w2: MainWindow = open_window()
+    assert chat_id in w2.chat_list.ids()
+    assert w2.chat_id == chat_id
+    assert [m.text() for m in w2.chat_view.messages()] == [m.content for m in stored]
+    assert w2.chat_view.title.text() == title
+    screenshot(w2, "05-after-restart")
+    # Search finds it.
+    w2.chat_list.search.setText("Spain")
+    qtbot.waitUntil(lambda: w2.chat_list.ids() == [chat_id], timeout=3000)
+    w2.chat_list.search.setText("no such words anywhere")
+    qtbot.waitUntil(lambda: w2.chat_list.ids() == [], timeout=3000)
+
+
+def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=8)
+    w: MainWindow = open_window()
+    assert not w.engine.engine.loaded
+    w.chat_view.input.setPlainText("Hi!")
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.loaded is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, timeout=60000)
+    assert w.store.messages(w.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    # Ctrl+N starts a new chat; the old one stays in the list.
+    old = w.chat_id
+    activate(qtbot, w)  # offscreen has no window manager to keep the window active
+    qtbot.keyClick(w.chat_view.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert w.chat_id is None and w.chat_view.messages() == [] and old in w.chat_list.ids()
+    # Ctrl+L focuses the input.
+    w.chat_list.search.setFocus()
+    qtbot.keyClick(w.chat_list.search, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: w.chat_view.input.hasFocus(), timeout=2000)
+
+
+def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=16)
+    w: MainWindow = open_window()
+    from dataclasses import replace
+
+    w.set_pins(replace(w.pins, n_ctx=512))
+    qtbot.waitUntil(lambda: w.plan is not None and w.plan.settings.n_ctx == 512, timeout=5000)
+    w.chat_view.input.setPlainText("Summarize: " + "the cat sat on the mat. " * 110)
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
+    )
+    assert [m.role for m in w.store.messages(w.chat_id)] == ["user"]  # type: ignore[arg-type]
+    screenshot(w, "09-overflow")
+    from PySide6.QtWidgets import QPushButton
+
+    bigger = w.chat_view.banner.findChild(QPushButton, "replan_bigger")
+    assert bigger is not None and "1K context" in bigger.text()
+    qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(w.store.messages(w.chat_id)) == 2 and _reply_done(w), timeout=60000)  # type: ignore[arg-type]
+    assert w.loaded is not None and w.loaded.plan.settings.n_ctx == 1024
+    assert w.store.messages(w.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+
+
+def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[no-untyped-def]
+    """A load made slow on purpose (its progress callback sleeps) is cancelled from the button."""
+    import time
+
+    from app.engine import Engine
+    from app.engine.loader import open_llama
+    from app.ui.workers import EngineThread
+
+    def slow_open(path, settings, *, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+        def crawl(v: float) -> None:
+            time.sleep(0.02)
+            if progress is not None:
+                progress(v)
+
+        return open_llama(path, settings, progress=crawl, cancel=cancel)
+
+    seed_prefs()
+    w = MainWindow(engine=EngineThread(Engine(opener=slow_open)))
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        qtbot.waitUntil(lambda: w.plan is not None, timeout=20000)
+        qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: w.plan_view.cancel_button.isVisible(), timeout=5000)
+        qtbot.waitUntil(lambda: w.plan_view.progress.value() > 0, timeout=20000)
+        qtbot.mouseClick(w.plan_view.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: not w.engine.busy, timeout=20000)
+        assert w.status.text() == "Loading cancelled"
+        assert not w.engine.engine.loaded and w.loaded is None
+        assert w.plan_view.load_button.isVisible() and not w.plan_view.progress.isVisible()
+    finally:
+        w.shutdown()
+
+
+def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from PySide6.QtWidgets import QPushButton
+
+    seed_prefs(max_tokens=16)
+    w: MainWindow = open_window()
+    w.set_pins(replace(w.pins, n_ctx=512))
+    qtbot.waitUntil(lambda: w.plan is not None and w.plan.settings.n_ctx == 512, timeout=5000)
+    chat = w.store.create_chat()
+    w.store.add_message(chat.id, "user", "Tell me about boats. " * 60)
+    w.store.add_message(chat.id, "assistant", "Boats float.")
+    w._refresh_chats()
+    w.open_chat(chat.id)
+    w.chat_view.input.setPlainText("Now about trains: " + "trains run on rails. " * 35)
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
+    )
+    drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
+    assert drop is not None
+    qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _reply_done(w) and len(w.store.messages(chat.id)) == 4, timeout=60000)
+    reply = w.store.messages(chat.id)[3]
+    assert reply.role == "assistant" and reply.stats is not None
+    # The prompt held only the newest turn; the saved chat keeps everything.
+    assert reply.stats["prompt_tokens"] < 512 - 16
+    assert w.store.messages(chat.id)[0].content.startswith("Tell me about boats.")

@@ -1,0 +1,115 @@
+"""The chat and plan widgets on their own: Markdown, memory bar, sampling panel, input keys."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontInfo, QTextFormat
+from pytestqt.qtbot import QtBot
+
+from app.engine import SamplingParams
+from app.planner.memory import Components
+from app.ui.chat_view import ChatView, InputEdit, SamplingPanel
+from app.ui.markdown_view import MarkdownView
+from app.ui.memory_bar import BarData, MemoryBar
+from app.ui.pin_controls import context_steps
+from app.units import MIB
+from tests.ui.conftest import screenshot
+
+MD = """Here is **bold** and `inline`.
+
+```python
+def add(a, b):
+    return a + b
+```
+
+- one
+- two
+"""
+
+
+def test_markdown_renders_code_blocks_in_monospace_on_a_shade(qtbot: QtBot) -> None:
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(500, 100)
+    view.set_markdown(MD)
+    doc = view.document()
+    assert "def add(a, b):" in doc.toPlainText() and "**" not in doc.toPlainText()
+    code = [
+        b
+        for b in _blocks(doc)
+        if b.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence) or "return a + b" in b.text()
+    ]
+    assert code, "no code block found"
+    for b in code:
+        assert b.blockFormat().background().style() != Qt.BrushStyle.NoBrush
+        assert QFontInfo(b.begin().fragment().charFormat().font()).fixedPitch()
+    # Grows with its text: no inner scroll bar, height follows the document.
+    assert view.height() >= doc.size().height()
+
+
+def test_chat_view_shows_markdown_messages_and_a_stats_line(qtbot: QtBot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    view.add_message(0, "user", "Show me code")
+    reply = view.begin_reply(1)
+    for piece in ("Sure:\n\n```python\n", "print('hi')\n", "```\n"):
+        view.append_reply_text(piece)
+    qtbot.waitUntil(lambda: "print('hi')" in reply.body.document().toPlainText(), timeout=2000)
+    view.finish_reply(view.streamed_text(), "12 prompt tokens · 30.0 tokens/s")
+    assert reply.stats.text().endswith("30.0 tokens/s") and reply.stats.isVisibleTo(view)
+    assert reply.regenerate_button.isVisibleTo(view)
+    assert not view.messages()[0].regenerate_button.isVisibleTo(view)
+    screenshot(view, "10-markdown-message")
+
+
+def test_memory_bar_caption_and_overflow() -> None:
+    bar = MemoryBar()
+    fits = BarData("RAM", Components(weights_bytes=300 * MIB, kv_bytes=100 * MIB), 1000 * MIB)
+    assert fits.caption() == "RAM: 400.00 MiB of 1000.00 MiB (40%)" and not fits.over
+    over = BarData("GPU", Components(weights_bytes=900 * MIB, kv_bytes=300 * MIB, margin_bytes=100 * MIB), 1000 * MIB)
+    assert over.over and "300.00 MiB over" in over.caption()
+    assert [k for k, _l, _n in over.segments()] == ["weights", "kv", "margin"]
+    bar.set_data(over)
+    assert "KV cache: 300.00 MiB" in bar.toolTip()
+
+
+def test_sampling_panel_round_trips(qtbot: QtBot) -> None:
+    panel = SamplingPanel()
+    qtbot.addWidget(panel)
+    p = SamplingParams(temperature=0.3, top_p=0.9, top_k=20, min_p=0.1, repeat_penalty=1.2, max_tokens=77, seed=5)
+    panel.set_params(p)
+    assert panel.params() == p
+    with qtbot.waitSignal(panel.changed) as sig:
+        panel.seed.setValue(-1)
+    assert sig.args[0].seed is None  # "random"
+
+
+def test_enter_sends_only_when_chosen(qtbot: QtBot) -> None:
+    edit = InputEdit()
+    qtbot.addWidget(edit)
+    sent: list[int] = []
+    edit.send.connect(lambda: sent.append(1))
+    qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert sent == [] and edit.toPlainText() == "\n"
+    qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert sent == [1]
+    edit.enter_sends = True
+    qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert sent == [1, 1]
+    qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert sent == [1, 1]
+
+
+def test_context_steps_cover_the_trained_length() -> None:
+    steps = context_steps(8192)
+    assert steps[0] == 512 and 8192 in steps and steps == sorted(steps) and steps[-1] == 16384
+    assert 131072 in context_steps(131072) and 40960 in context_steps(40960)
+
+
+def _blocks(doc):  # type: ignore[no-untyped-def]
+    b = doc.begin()
+    while b.isValid():
+        yield b
+        b = b.next()
