@@ -21,8 +21,10 @@ GPU_BANDWIDTH_EFFICIENCY = 0.75
 # Share of the assumed host bandwidth reached by CPU decoding; bench/speed.py calibrates it
 # against llama.cpp's measured speed on the embedded model (see README "Speed model").
 HOST_BANDWIDTH_EFFICIENCY = 0.6
-# Share of the CPU's nominal matrix throughput reached on quantized weights.
+# Share of the CPU's nominal throughput (target.cpu_gflops) reached by quantized matrix-vector
+# products (decode) and matrix-matrix products (prefill); calibrated by bench/speed.py.
 CPU_COMPUTE_EFFICIENCY = 0.5
+CPU_PREFILL_EFFICIENCY = 0.5
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
 # Decode threads that saturate system memory bandwidth; fewer threads leave it unused.
@@ -52,18 +54,25 @@ def _active_fraction(spec: ModelSpec, name: str) -> float:
     return 1.0
 
 
-def _active_layer_bytes(spec: ModelSpec) -> list[float]:
-    out = [0.0] * spec.n_layer
+def _active_per_layer(spec: ModelSpec) -> tuple[list[float], list[float]]:
+    """(bytes, parameters) each repeating layer reads per token."""
+    nbytes = [0.0] * spec.n_layer
+    params = [0.0] * spec.n_layer
     for t in spec.tensors:
         if t.name.startswith("blk."):
             il = int(t.name.split(".", 2)[1])
             if il < spec.n_layer:
-                out[il] += t.n_bytes * _active_fraction(spec, t.name)
-    return out
+                share = _active_fraction(spec, t.name)
+                nbytes[il] += t.n_bytes * share
+                params[il] += t.n_elements * share
+    return nbytes, params
 
 
-def _output_read_bytes(spec: ModelSpec) -> int:
-    return spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
+def _output_read(spec: ModelSpec) -> tuple[int, int]:
+    """(bytes, parameters) of the output matrix, which every token multiplies in full."""
+    names = ("output.weight",) if not spec.tied_embeddings else ("token_embd.weight",)
+    tensors = [t for t in spec.tensors if t.name in names or t.name == "output_norm.weight"]
+    return sum(t.n_bytes for t in tensors), sum(t.n_elements for t in tensors)
 
 
 def kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: bool) -> float:
@@ -77,37 +86,42 @@ def kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: 
 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
-    layer_active = _active_layer_bytes(spec)
+    layer_bytes, layer_params = _active_per_layer(spec)
+    out_bytes, out_params = _output_read(spec)
     gpu = target.has_gpu and settings.n_gpu_layers > 0
-    dev_w = sum(b for b, on in zip(layer_active, mem.gpu_layers, strict=True) if on and gpu)
-    host_w = sum(b for b, on in zip(layer_active, mem.gpu_layers, strict=True) if not (on and gpu))
+    on_gpu = [on and gpu for on in mem.gpu_layers]
+    dev_w = sum(b for b, on in zip(layer_bytes, on_gpu, strict=True) if on)
+    host_w = sum(b for b, on in zip(layer_bytes, on_gpu, strict=True) if not on)
+    host_p = sum(p for p, on in zip(layer_params, on_gpu, strict=True) if not on)
     if gpu and mem.output_on_gpu:
-        dev_w += _output_read_bytes(spec)
+        dev_w += out_bytes
     else:
-        host_w += _output_read_bytes(spec)
+        host_w += out_bytes
+        host_p += out_params
 
     gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if gpu else 0.0
-    thread_share = min(1.0, settings.n_threads / min(THREADS_TO_SATURATE_MEMORY, target.cpu_physical_cores))
+    cores = target.cpu_physical_cores
+    thread_share = min(1.0, settings.n_threads / min(THREADS_TO_SATURATE_MEMORY, cores))
     host_bw = target.host_bandwidth_gbps * 1e9 * HOST_BANDWIDTH_EFFICIENCY * thread_share
-    cpu_flops = (
-        target.cpu_gflops * 1e9 * CPU_COMPUTE_EFFICIENCY * min(1.0, settings.n_threads / target.cpu_physical_cores)
-    )
+    # Matrix-vector work on the CPU scales with the threads given to it, up to the physical cores.
+    cpu_decode_flops = target.cpu_gflops * 1e9 * CPU_COMPUTE_EFFICIENCY * min(1.0, settings.n_threads / cores)
 
     def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
         dev = dev_w + (kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
         host = host_w + kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
         t_dev = dev / gpu_bw if dev and gpu_bw else 0.0
-        # CPU decoding is bound by memory or, on few cores, by arithmetic (~2 FLOPs per weight byte).
-        t_host = max(host / host_bw, 2.0 * host / cpu_flops) if host else 0.0
+        # CPU decoding is bound by memory bandwidth or, on few cores, by arithmetic (2 FLOPs per
+        # weight): whichever takes longer sets the pace.
+        t_host = max(host / host_bw, 2.0 * host_p / cpu_decode_flops) if host else 0.0
         return t_dev + t_host, int(dev), int(host)
 
     t0, dev_bytes, host_bytes = decode_seconds(1)
     t_full, _, _ = decode_seconds(settings.n_ctx)
 
-    # Prefill
-    active_params = sum(layer_active) * 2.0 + _output_read_bytes(spec) * 2.0  # FLOPs per token, ~2/byte
-    attn = 4.0 * spec.n_layer * (settings.n_ctx / 2) * max(spec.n_head or (0,)) * spec.head_dim_k
-    flops_per_token = active_params + attn
+    # Prefill: 2 FLOPs per active weight per token, plus attention over half the context on average.
+    n_head = max(spec.n_head or (0,))
+    attn = 4.0 * spec.n_layer * (settings.n_ctx / 2) * n_head * spec.head_dim_k
+    flops_per_token = 2.0 * (sum(layer_params) + out_params) + attn
     ub = settings.n_ubatch
     if gpu:
         eff = 0.45 * ub / (ub + 128)
@@ -116,13 +130,8 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
         t_copy = host_w / (PCIE_GBPS * 1e9)
         prefill = ub / (t_compute + t_copy)
     else:
-        batch_flops = (
-            target.cpu_gflops
-            * 1e9
-            * CPU_COMPUTE_EFFICIENCY
-            * min(1.0, settings.n_threads_batch / target.cpu_physical_cores)
-        )
-        prefill = batch_flops / flops_per_token
+        threads = min(1.0, settings.n_threads_batch / cores)
+        prefill = target.cpu_gflops * 1e9 * CPU_PREFILL_EFFICIENCY * threads / flops_per_token
     return SpeedPrediction(
         decode_tps=1.0 / t0 if t0 > 0 else 0.0,
         decode_tps_full_ctx=1.0 / t_full if t_full > 0 else 0.0,

@@ -187,7 +187,12 @@ class HubView(QWidget):
     FILE_COLUMNS = ("File", "Size", "On this machine", "Speed")
 
     def __init__(
-        self, parent: QWidget | None = None, *, target: Target | None = None, n_ctx: int = DEFAULT_TARGET_CTX
+        self,
+        parent: QWidget | None = None,
+        *,
+        target: Target | None = None,
+        n_ctx: int = DEFAULT_TARGET_CTX,
+        detect: bool = True,
     ) -> None:
         super().__init__(parent)
         self.target = target
@@ -203,7 +208,8 @@ class HubView(QWidget):
         self._build()
         self._refresh_account()
         self._refresh_pending()
-        if self.target is None:
+        # The main window passes detect=False and sets the target it already detected.
+        if self.target is None and detect:
             run_task(self._detect_target, self._target_ready, self._show_error, parent=self)
 
     # -- layout ----------------------------------------------------------------------------------

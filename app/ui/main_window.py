@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -28,6 +29,7 @@ from app.engine import ContextOverflow, LoadResult, Message, Reply, SamplingPara
 from app.export import llama_server_argv, quote
 from app.gguf import ModelSpec, load_model_spec
 from app.hardware import Machine, detect_machine, load_profiles
+from app.meters import Sampler
 from app.paths import embedded_model_path
 from app.planner.search import Alternative, Pins, Plan, plan
 from app.planner.settings import Settings
@@ -36,7 +38,10 @@ from app.storage import ChatStore, Library, connect, scan_folder, title_from
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatView
 from app.ui.hardware_view import HardwareView
+from app.ui.hub_view import HubView
 from app.ui.library_view import LibraryEntry, LibraryView, describe_entry
+from app.ui.meters_feed import MetersFeed
+from app.ui.meters_panel import MetersPanel, MetersStatusWidget
 from app.ui.plan_view import SHELL_NAMES, PlanView
 from app.ui.prefs import Prefs
 from app.ui.workers import EngineThread, run_task
@@ -83,6 +88,7 @@ class MainWindow(QMainWindow):
         self.editing: int | None = None
         self._pending_send = False  # generate once the model is loaded
         self._shut = False
+        self._reload_pins: Pins | None = None
 
         self._build()
         self._wire_engine()
@@ -116,10 +122,26 @@ class MainWindow(QMainWindow):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(right)
 
+        # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact
+        # form in the status bar that stays visible whichever tab is open.
+        self.hub = HubView(detect=False)
+        self.center_tabs = QTabWidget()
+        self.center_tabs.setObjectName("center_tabs")
+        self.center_tabs.addTab(self.chat_view, "Chat")
+        self.center_tabs.addTab(self.hub, "Hub")
+        self.sampler = Sampler()
+        self.meters_feed = MetersFeed(self.sampler, self)
+        self.meters_panel = MetersPanel(self.meters_feed)
+        self.meters_status = MetersStatusWidget(self.meters_feed)
+        self.right_tabs = QTabWidget()
+        self.right_tabs.setObjectName("right_tabs")
+        self.right_tabs.addTab(scroll, "Plan")
+        self.right_tabs.addTab(self.meters_panel, "Meters")
+
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.chat_list)
-        self.splitter.addWidget(self.chat_view)
-        self.splitter.addWidget(scroll)
+        self.splitter.addWidget(self.center_tabs)
+        self.splitter.addWidget(self.right_tabs)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
@@ -129,6 +151,11 @@ class MainWindow(QMainWindow):
         self.status = QLabel()
         self.status.setObjectName("status")
         self.statusBar().addWidget(self.status, 1)
+        self.statusBar().addPermanentWidget(self.meters_status)
+        self.meters_status.clicked.connect(lambda: self.right_tabs.setCurrentWidget(self.meters_panel))
+        self.meters_panel.replan_requested.connect(self._replan_from_meters)
+        self.hub.model_downloaded.connect(self._hub_downloaded)
+        self.hub.status_changed.connect(self.set_status)
 
         self.chat_list.chat_selected.connect(self.open_chat)
         self.chat_list.new_chat_requested.connect(self.new_chat)
@@ -234,6 +261,7 @@ class MainWindow(QMainWindow):
             self.set_status(f"GPU profiles unavailable: {exc}")
         self.plan_view.set_targets(targets, self.target_key)
         self.target = self._make_target(self.target_key)
+        self.hub.set_target(self.target)
         if self.model_path is None:
             last = self.prefs.last_model()
             self.model_path = last if last is not None and last.is_file() else embedded_model_path()
@@ -258,6 +286,7 @@ class MainWindow(QMainWindow):
             return
         self.target_key = key
         self.target = self._make_target(key)
+        self.hub.set_target(self.target)
         self.replan()
 
     def refresh_library(self) -> None:
@@ -433,6 +462,7 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, result: LoadResult) -> None:
         self.loaded = result
+        self.meters_panel.set_plan(result.plan)
         self.plan_view.set_loading(None)
         msg = f"Loaded {result.plan.spec.path.name} in {result.load_s:.1f} s"
         if result.changes:
@@ -462,6 +492,7 @@ class MainWindow(QMainWindow):
 
     def _unloaded(self) -> None:
         self.loaded = None
+        self.meters_panel.set_plan(None)
         self.set_status("Model unloaded")
         self._update_load_state()
 
@@ -628,6 +659,12 @@ class MainWindow(QMainWindow):
         self.generating = False
         self.chat_view.set_busy(False)
         stats = reply.stats.to_dict()
+        if reply.stats.decode_tps > 0:
+            # The meters compare this measured speed with the plan's prediction (spill detection);
+            # the context matters, since a long chat is slower without anything having spilled.
+            self.meters_panel.record_decode(
+                reply.stats.decode_tps, context_tokens=reply.stats.context_used, duration_s=reply.stats.decode_s
+            )
         if self.chat_id is not None and (reply.text or reply.stats.stop_reason != "cancelled"):
             self.store.add_message(self.chat_id, "assistant", reply.text, stats)
             self.chat_view.finish_reply(reply.text, format_summary(stats))
@@ -664,6 +701,25 @@ class MainWindow(QMainWindow):
         self._pending_send = True
         # Load as soon as the new plan is shown.
         QTimer.singleShot(0, self._load_when_planned)
+
+    def _replan_from_meters(self, pins: Pins) -> None:
+        """The meters' one-click fix for a spill: re-plan with its pins and reload."""
+        self.set_pins(pins)
+        self._reload_pins = pins
+        QTimer.singleShot(0, self._reload_when_planned)
+
+    def _reload_when_planned(self) -> None:
+        wanted = self._reload_pins
+        if self.plan is not None and self.plan.pins == wanted:
+            self.load_model()
+        else:
+            QTimer.singleShot(20, self._reload_when_planned)
+
+    def _hub_downloaded(self, path: str) -> None:
+        model = Path(path)
+        self.add_models([model])  # also selects it and plans it
+        self.center_tabs.setCurrentWidget(self.chat_view)
+        self.set_status(f"Downloaded and verified {model.name}")
 
     def _load_when_planned(self) -> None:
         if self.plan is not None and self.plan.settings.n_ctx == self.pins.n_ctx:
@@ -744,5 +800,8 @@ class MainWindow(QMainWindow):
         if self._shut:
             return
         self._shut = True
+        self.hub.shutdown()
+        self.meters_feed.stop()
+        self.sampler.close()
         self.engine.shutdown()
         self._conn.close()

@@ -1,0 +1,54 @@
+"""The hub and meters panels live in the main window and talk to the rest of it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.paths import embedded_model_path
+from app.planner.search import Pins
+from tests.ui.conftest import screenshot
+
+
+def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-untyped-def]
+    w = open_window()
+    assert [w.center_tabs.tabText(i) for i in range(w.center_tabs.count())] == ["Chat", "Hub"]
+    assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters"]
+    # The hub badges are computed for the same target the plan uses.
+    assert w.hub.target is w.target
+    # Without NVML the meters say why the GPU part is empty, and still show RAM.
+    assert "NVML" in w.sampler.gpu_status
+    w.meters_status.clicked.emit()
+    assert w.right_tabs.currentWidget() is w.meters_panel
+    w.center_tabs.setCurrentWidget(w.hub)
+    screenshot(w, "11-hub-and-meters-tabs")
+
+
+def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w = open_window()
+    downloaded = tmp_path / "downloaded.gguf"
+    shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]
+    w.center_tabs.setCurrentWidget(w.hub)
+    w.hub.model_downloaded.emit(str(downloaded))
+    qtbot.waitUntil(lambda: w.plan is not None and w.plan.spec.path == downloaded, timeout=20000)
+    assert w.library_view.entry(downloaded) is not None
+    assert w.center_tabs.currentWidget() is w.chat_view
+
+
+@pytest.mark.slow
+def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    w = open_window()
+    assert w.load_model()
+    qtbot.waitUntil(lambda: w.loaded is not None, timeout=60000)
+    assert w.meters_feed.state.plan is w.loaded.plan
+    # The meters' re-plan button hands over pins; the window re-plans with them and reloads.
+    pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0")
+    w.meters_panel.replan_requested.emit(pins)
+    qtbot.waitUntil(
+        lambda: w.loaded is not None and w.loaded.plan.settings.n_ctx == 2048 and w.loaded.plan.settings.type_k == "q8_0",
+        timeout=60000,
+    )
+    assert w.meters_feed.state.plan is w.loaded.plan
