@@ -1,0 +1,129 @@
+"""The CLI as a user runs it: a real subprocess, real files, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
+
+
+def vrampilot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def qwen7b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_qwen25_7b_q4_k_m(tmp_path_factory.mktemp("cli") / "Qwen2.5 7B Instruct Q4_K_M.gguf")
+
+
+def test_version() -> None:
+    r = vrampilot("--version")
+    assert r.returncode == 0 and r.stdout.startswith("vrampilot ")
+
+
+def test_doctor_json_without_nvidia() -> None:
+    r = vrampilot("doctor", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert {"gpus", "cpu", "ram", "nvml", "llama_cpp", "warnings"} <= d.keys()
+    assert d["gpus"] == [] and d["nvml"]["available"] is False
+    assert d["cpu"]["logical_cores"] >= 1 and d["ram"]["total_bytes"] > 0
+    assert "Traceback" not in r.stderr
+
+
+def test_doctor_text() -> None:
+    r = vrampilot("doctor")
+    assert r.returncode == 0
+    assert "NVML" in r.stdout and "CPU" in r.stdout
+
+
+def test_inspect_embedded_json() -> None:
+    r = vrampilot("inspect", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["architecture"] == "llama" and d["layers"] == 30 and d["kv_heads"] == 3
+    assert d["weights"]["total_bytes"] == sum(d["weights"]["per_layer_bytes"]) + d["weights"]["token_embd_bytes"] + d[
+        "weights"
+    ]["output_bytes"] + d["weights"]["other_bytes"]
+
+
+def test_inspect_text() -> None:
+    r = vrampilot("inspect")
+    assert r.returncode == 0
+    assert "Architecture" in r.stdout and "llama" in r.stdout
+
+
+def test_inspect_bad_file(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("hello, this is not a model\n" * 10)
+    r = vrampilot("inspect", str(bad))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "not a GGUF file" in lines[0]
+
+
+def test_plan_json_contract(qwen7b: Path) -> None:
+    r = vrampilot("plan", str(qwen7b), "--vram", "8GiB", "--ctx", "65536", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d["settings"]) == {
+        "n_ctx",
+        "type_k",
+        "type_v",
+        "n_gpu_layers",
+        "n_batch",
+        "n_ubatch",
+        "n_threads",
+        "n_threads_batch",
+        "flash_attn",
+        "swa_full",
+    }
+    for comp in ("weights", "kv", "compute", "output", "margin", "total"):
+        assert set(d["memory"][comp]) == {"device", "host"}
+    assert d["memory"]["total"]["device"] <= d["budget"]["device_bytes"] == 8 * 1024**3
+    assert d["fits"] is True and d["settings"]["type_k"] == "q8_0"
+    assert d["speed"]["decode_tps"] > 0 and d["speed"]["prefill_tps"] > 0
+    assert d["reasons"] and d["alternatives"]
+    alt = d["alternatives"][0]
+    assert {"settings", "memory_total", "fits", "speed"} <= alt.keys()
+    assert "-ctk q8_0" in d["llama_server"] and "-c 65536" in d["llama_server"]
+
+
+def test_plan_text_and_cpu_only() -> None:
+    r = vrampilot("plan", "--cpu-only")
+    assert r.returncode == 0, r.stderr
+    assert "CPU only" in r.stdout and "Why" in r.stdout and "llama-server" in r.stdout
+
+
+def test_plan_gpu_profile_and_unknown_profile(qwen7b: Path) -> None:
+    r = vrampilot("plan", str(qwen7b), "--gpu", "rtx 4090", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "4090" in d["target"] and d["settings"]["n_gpu_layers"] == 29
+    r = vrampilot("plan", str(qwen7b), "--gpu", "RTX 9999 Hyper")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_plan_that_does_not_fit(qwen7b: Path) -> None:
+    r = vrampilot("plan", str(qwen7b), "--vram", "2GiB", "--ngl", "29", "--ctx", "32768", "--json")
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["fits"] is False
+
+
+def test_export_shells(qwen7b: Path) -> None:
+    for shell, marker in (("bash", "'"), ("powershell", "'"), ("cmd", '"')):
+        r = vrampilot("export", str(qwen7b), "--vram", "8GiB", "--shell", shell, "--port", "8080")
+        assert r.returncode == 0, r.stderr
+        line = r.stdout.strip()
+        assert line.count("\n") == 0 and "-m " in line and marker + str(qwen7b.parent) in line
+        for flag in ("-c 32768", "-ngl 29", "-ctk f16", "-ctv f16", "-fa on", "-ub ", "-t ", "-tb ", "--port 8080"):
+            assert flag in line, (flag, line)
