@@ -27,6 +27,10 @@ CPU_COMPUTE_EFFICIENCY = 0.5
 CPU_PREFILL_EFFICIENCY = 0.5
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
+# Fixed cost of a decode step on the GPU: the launch and synchronisation of every layer's kernels,
+# which bytes/bandwidth does not see; it caps tiny models at a few thousand tokens/s.
+GPU_TOKEN_OVERHEAD_S = 3e-4
+GPU_LAYER_OVERHEAD_S = 2e-5
 # Decode threads that saturate system memory bandwidth; fewer threads leave it unused.
 THREADS_TO_SATURATE_MEMORY = 4
 
@@ -99,6 +103,7 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
         host_w += out_bytes
         host_p += out_params
 
+    n_gpu = sum(on_gpu) + (1 if gpu and mem.output_on_gpu else 0)
     gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if gpu else 0.0
     cores = target.cpu_physical_cores
     thread_share = min(1.0, settings.n_threads / min(THREADS_TO_SATURATE_MEMORY, cores))
@@ -109,7 +114,7 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
     def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
         dev = dev_w + (kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
         host = host_w + kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
-        t_dev = dev / gpu_bw if dev and gpu_bw else 0.0
+        t_dev = dev / gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * n_gpu if dev and gpu_bw else 0.0
         # CPU decoding is bound by memory bandwidth or, on few cores, by arithmetic (2 FLOPs per
         # weight): whichever takes longer sets the pace.
         t_host = max(host / host_bw, 2.0 * host_p / cpu_decode_flops) if host else 0.0
