@@ -17,6 +17,7 @@ from app.hardware.profiles import find_profile
 from app.planner.search import Pins, Plan, PlanError, plan
 from app.planner.settings import KV_CACHE_TYPES
 from app.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
+from app.planner.verify import Verification
 from app.units import parse_size
 
 
@@ -103,6 +104,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("plan", help="choose llama.cpp settings that fit, with memory, speed and reasons")
     add_plan_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also ask llama.cpp for the plan's KV, compute and output sizes (a dry run without weights)",
+    )
     p.set_defaults(handler=run_plan)
 
     e = sub.add_parser("export", help="print the llama-server command for the plan")
@@ -118,11 +124,38 @@ def run_plan(args: argparse.Namespace) -> int:
     from app.planner.report import format_plan, plan_to_dict
 
     result = plan_from_args(args)
+    verification = None
+    if args.verify:
+        from app.planner.verify import verify_plan
+
+        verification = verify_plan(result)
     if args.json:
-        print(json.dumps(plan_to_dict(result), indent=2))
+        d = plan_to_dict(result)
+        if verification is not None:
+            d["verify"] = verification.as_dict()
+        print(json.dumps(d, indent=2))
     else:
         print(format_plan(result))
+        if verification is not None:
+            print(format_verification(verification))
     return 0 if result.fits else 1
+
+
+def format_verification(v: Verification) -> str:
+    from app.units import format_bytes
+
+    if v.refused:
+        return f"\nllama.cpp dry run: refused: {v.refused}"
+    rows = [
+        ("KV cache", v.kv_predicted_bytes, v.kv_llama_bytes),
+        ("compute", v.compute_predicted_bytes, v.compute_llama_bytes),
+        ("output", v.output_predicted_bytes, v.output_llama_bytes),
+    ]
+    lines = [f"\nllama.cpp dry run ({v.seconds:.2f} s, CPU build): predicted vs llama.cpp"]
+    for name, pred, real in rows:
+        pct = 100.0 * (pred - real) / real if real else 0.0
+        lines.append(f"  {name:<9} {format_bytes(pred):>11} {format_bytes(real):>11}  {pct:+.1f}%")
+    return "\n".join(lines)
 
 
 def run_export(args: argparse.Namespace) -> int:

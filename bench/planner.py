@@ -1,0 +1,279 @@
+"""Planner memory model vs llama.cpp's own buffers, and planning time per model.
+
+    python bench/planner.py            # every model x the settings grid, worst errors printed last
+    python bench/planner.py --quick    # fewer settings
+    python bench/planner.py --fit      # re-fit app/planner/compute.py's FIT table (needs scipy)
+
+Models: the embedded SmolLM2, one tiny fixture per architecture (tests/factories) and header-only
+copies of released models (Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite).
+Ground truth is llama.cpp's dry run (no_alloc), measured in this run. `run(plan_fn=...)` also times
+a full planner call per model once one exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from app.gguf.spec import load_model_spec  # noqa: E402
+from app.paths import embedded_model_path  # noqa: E402
+from app.planner import compute as compute_model  # noqa: E402
+from app.planner.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
+from app.planner.kv import kv_cache_bytes, kv_refusal  # noqa: E402
+from app.planner.measure import measure_allocations  # noqa: E402
+from app.planner.settings import Settings  # noqa: E402
+from app.units import format_bytes  # noqa: E402
+from tests.factories.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
+
+PlanFn = Callable[[Path], Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    settings: Settings
+    kv_pred: int
+    kv_meas: int
+    compute_pred: int
+    compute_meas: int
+    output_pred: int
+    output_meas: int
+    refused_pred: str | None
+    refused_meas: str | None
+
+    @property
+    def total_pred(self) -> int:
+        return self.kv_pred + self.compute_pred + self.output_pred
+
+    @property
+    def total_meas(self) -> int:
+        return self.kv_meas + self.compute_meas + self.output_meas
+
+    @staticmethod
+    def pct(pred: int, meas: int) -> float:
+        return 100.0 * (pred - meas) / meas if meas else 0.0
+
+
+def build_models(folder: Path) -> dict[str, Path]:
+    models: dict[str, Path] = {}
+    emb = embedded_model_path()
+    if emb is not None and emb.is_file():
+        models["smollm2-135m"] = emb
+    for arch in ARCHITECTURES:
+        models[f"tiny-{arch}"] = write_model(folder / f"{arch}.gguf", arch)
+    for key in BIG:
+        models[key] = write_header_only(folder / f"{key}.gguf", key)
+    return models
+
+
+def settings_grid(quick: bool) -> list[Settings]:
+    ctxs = [4096, 32768] if quick else [1000, 4096, 32768]
+    ubatches = [512] if quick else [128, 512, 2048]
+    grid = [
+        Settings(n_ctx=c, n_ubatch=u, flash_attn=fa, type_k=t, type_v=t)
+        for c, u, fa, t in itertools.product(ctxs, ubatches, [True, False], ["f16", "q8_0"])
+    ]
+    return [*grid, Settings(n_ctx=8192, n_seq=4, swa_full=True)]
+
+
+def run(
+    models: dict[str, Path],
+    grid: Iterable[Settings],
+    plan_fn: PlanFn | None = None,
+) -> tuple[list[Row], dict[str, dict[str, float]]]:
+    grid = list(grid)
+    rows: list[Row] = []
+    timing: dict[str, dict[str, float]] = {}
+    for name, path in models.items():
+        t0 = time.perf_counter()
+        spec = load_model_spec(path)
+        t_spec = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        preds = []
+        for s in grid:
+            preds.append((
+                kv_refusal(spec, s),
+                kv_cache_bytes(spec, s).total_bytes,
+                compute_buffer_bytes(spec, s),
+                output_buffer_bytes(spec, s),
+            ))
+        t_model = (time.perf_counter() - t0) / len(grid)
+        timing[name] = {"spec_ms": t_spec * 1e3, "memory_model_ms": t_model * 1e3}
+        if plan_fn is not None:
+            t0 = time.perf_counter()
+            plan_fn(path)
+            timing[name]["plan_ms"] = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        for s, (refusal, kv, comp, out) in zip(grid, preds, strict=True):
+            m = measure_allocations(path, s)
+            rows.append(Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused))
+        timing[name]["llama_dry_run_ms"] = (time.perf_counter() - t0) / len(grid) * 1e3
+    return rows, timing
+
+
+def _describe(s: Settings) -> str:
+    kv = s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}"
+    extra = f" seq{s.n_seq}" + (" swa_full" if s.swa_full else "") if s.n_seq > 1 else ""
+    return f"ctx={s.n_ctx:<6} ub={s.n_ubatch:<5} fa={'on ' if s.flash_attn else 'off'} {kv:<5}{extra}"
+
+
+def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
+    print(f"{'model':<18} {'settings':<42} {'KV pred':>10} {'err B':>7} {'compute pred':>12} {'meas':>10} "
+          f"{'err':>7} {'total err':>9}")
+    for r in rows:
+        if r.refused_meas or r.refused_pred:
+            same = "ok" if r.refused_meas == r.refused_pred else "MISMATCH"
+            print(f"{r.model:<18} {_describe(r.settings):<42} refused ({same}): {r.refused_meas}")
+            continue
+        print(
+            f"{r.model:<18} {_describe(r.settings):<42} {format_bytes(r.kv_pred):>10} {r.kv_pred - r.kv_meas:>+7d} "
+            f"{format_bytes(r.compute_pred):>12} {format_bytes(r.compute_meas):>10} "
+            f"{Row.pct(r.compute_pred, r.compute_meas):>+6.1f}% {Row.pct(r.total_pred, r.total_meas):>+8.2f}%"
+        )
+    print()
+    print(f"{'model':<18} {'spec ms':>8} {'memory model ms/setting':>24} {'plan ms':>8} {'llama.cpp dry run ms':>21}")
+    for name, t in timing.items():
+        plan = f"{t['plan_ms']:8.1f}" if "plan_ms" in t else f"{'-':>8}"
+        print(f"{name:<18} {t['spec_ms']:8.1f} {t['memory_model_ms']:24.3f} {plan} {t['llama_dry_run_ms']:21.1f}")
+    ok = [r for r in rows if not (r.refused_meas or r.refused_pred)]
+    mismatched = [r for r in rows if r.refused_meas != r.refused_pred]
+    print()
+    print("worst errors per model (compute %, KV bytes vs the 2-decimal MiB print):")
+    worst_compute = 0.0
+    for name in timing:
+        mine = [r for r in ok if r.model == name]
+        if not mine:
+            continue
+        wc = max(mine, key=lambda r: abs(Row.pct(r.compute_pred, r.compute_meas)))
+        wk = max(mine, key=lambda r: abs(r.kv_pred - r.kv_meas))
+        worst_compute = max(worst_compute, abs(Row.pct(wc.compute_pred, wc.compute_meas)))
+        print(f"  {name:<18} compute {Row.pct(wc.compute_pred, wc.compute_meas):+6.1f}% ({_describe(wc.settings)})"
+              f"   KV {wk.kv_pred - wk.kv_meas:+d} B")
+    if mismatched:
+        print(f"REFUSAL MISMATCHES: {len(mismatched)}")
+    wr = max(ok, key=lambda r: abs(Row.pct(r.compute_pred, r.compute_meas)))
+    wt = max(ok, key=lambda r: abs(Row.pct(r.total_pred, r.total_meas)))
+    wk = max(ok, key=lambda r: abs(r.kv_pred - r.kv_meas))
+    print(f"WORST KV error: {wk.kv_pred - wk.kv_meas:+d} bytes ({wk.model}, {_describe(wk.settings)}); "
+          f"print resolution is +-5243 bytes per cache line")
+    print(f"WORST total (KV+compute+output) error: {Row.pct(wt.total_pred, wt.total_meas):+.2f}% "
+          f"({wt.model}, {_describe(wt.settings)})")
+    print(f"WORST compute error: {Row.pct(wr.compute_pred, wr.compute_meas):+.1f}% "
+          f"({wr.model}, {_describe(wr.settings)}: predicted {format_bytes(wr.compute_pred)}, "
+          f"llama.cpp {format_bytes(wr.compute_meas)})")
+    return worst_compute
+
+
+# --------------------------------------------------------------------------------------------
+# re-fitting compute.FIT (how the constants were obtained)
+
+
+def _random_shape(rng: random.Random, arch: str) -> dict[str, Any]:
+    e = rng.choice([576, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120])
+    d = rng.choice([64, 128, 128])
+    h = max(1, int(e * rng.choice([1, 1, 1, 1.5, 2]) // d))
+    kw: dict[str, Any] = dict(
+        n_layer=rng.choice([2, 3]), n_embd=e, n_head=h, head_dim=d,
+        n_head_kv=rng.choice([x for x in (1, 2, 4, 8, 16) if x <= h and h % x == 0]),
+        n_ff=int(e * rng.choice([2.7, 3.5, 4, 5.4]) // 64 * 64),
+        n_vocab=rng.choice([32000, 49152, 128256, 151936, 201088, 262144]), tied=rng.random() < 0.5,
+    )
+    if arch in ("llama", "mistral3", "gpt-oss"):
+        kw["rope_dim"] = d
+    if arch in ("qwen2", "phi3"):
+        kw.update(head_dim=0, n_embd=h * d, rope_dim=d if arch == "phi3" else 0)
+    if arch in ("gemma2", "gemma3", "gpt-oss"):
+        kw.update(sliding_window=rng.choice([64, 128, 512, 1024]), n_layer=rng.choice([2, 4, 6, 7]))
+    if arch in ("qwen3moe", "gpt-oss", "deepseek2"):
+        ne = rng.choice([8, 32, 64, 128])
+        kw.update(n_expert=ne, n_expert_used=rng.choice([u for u in (1, 2, 4, 8) if u <= ne]),
+                  n_ff_expert=max(64, int(e * rng.choice([0.25, 0.5, 1]) // 64 * 64)))
+    if arch == "deepseek2":
+        rope, nope = rng.choice([32, 64]), rng.choice([32, 64, 128])
+        kw.update(head_dim=0, n_head_kv=1, kv_lora_rank=rng.choice([256, 512]), rope_dim=rope,
+                  head_dim_k_mla=rope + nope, head_dim_v_mla=rng.choice([32, 64, 128]),
+                  q_lora_rank=rng.choice([64, 256, 1536]), n_dense_lead=1, n_expert_shared=rng.choice([1, 2]))
+    return kw
+
+
+def refit(folder: Path, n_shapes: int = 10, seed: int = 21) -> None:
+    """Measure random realistic shapes of every architecture and re-fit compute.FIT per family."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    rng = random.Random(seed)
+    samples: list[tuple[compute_model.ComputeTerms, int]] = []
+    for arch in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "qwen3moe", "gpt-oss", "deepseek2"):
+        for _ in range(n_shapes):
+            path = write_header_only(folder / "fit.gguf", arch, recipe="F16", **_random_shape(rng, arch))
+            spec = load_model_spec(path)
+            for c, u, fa, t in itertools.product([512, 2048, 8192, 32768], [128, 512, 2048], [False, True], ["f16", "q8_0"]):
+                s = Settings(n_ctx=c, n_ubatch=u, flash_attn=fa, type_k=t, type_v=t if fa else "f16")
+                if kv_refusal(spec, s):
+                    continue
+                m = measure_allocations(path, s)
+                samples.append((compute_model.compute_terms(spec, s), m.compute_total))
+        print(f"measured {arch}", file=sys.stderr)
+    for family in ("dense", "moe", "mla"):
+        mine = [(t, m) for t, m in samples if t.family == family]
+        cols = np.array([[t.n_tokens, t.n_vocab, t.mask_bytes / 4, t.kq_bytes / 4, t.fixed_bytes / 4 / t.n_tokens,
+                          float(t.flash_attn), *t.features()] for t, _ in mine])
+        meas = np.array([m for _, m in mine], float)
+        n_tok, vocab, mask, kq, fixed, fa = cols[:, :6].T
+        feats = cols[:, 6:].T
+
+        def pred(x: Any, n_tok: Any = n_tok, vocab: Any = vocab, mask: Any = mask, kq: Any = kq,
+                 fixed: Any = fixed, fa: Any = fa, feats: Any = feats) -> Any:
+            out = vocab + x[0] * feats[0]
+            attn = np.where(fa > 0, mask + x[8:15] @ feats, mask + kq + fixed + x[1:8] @ feats)
+            return 4 * n_tok * np.maximum(np.maximum(out, attn), x[15:22] @ feats)
+
+        def objective(x: Any, k: float, pred: Any = pred, meas: Any = meas) -> float:
+            e = (pred(x) - meas) / meas
+            e = np.where(e < 0, -1.3 * e, e)  # under-prediction weighs more
+            return float(np.log(np.mean(np.exp(k * e))) / k + 0.5 * np.mean(e))
+
+        flat = [*compute_model.FIT[family]["out"], *compute_model.FIT[family]["attn"],
+                *compute_model.FIT[family]["fa"], *compute_model.FIT[family]["ffn"]]
+        x = np.array(flat, float)
+        for k in (10.0, 30.0, 60.0):
+            x = minimize(objective, x, args=(k,), method="Powell", bounds=[(0, 10)] * 22).x
+        x = np.round(x * 4) / 4
+        e = (pred(x) - meas) / meas
+        print(f"{family}: n={len(meas)} min {e.min() * 100:+.1f}% max {e.max() * 100:+.1f}% "
+              f"mean |e| {np.abs(e).mean() * 100:.1f}%")
+        print(json.dumps({"out": [x[0]], "attn": x[1:8].tolist(), "fa": x[8:15].tolist(), "ffn": x[15:22].tolist()}))
+
+
+def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer settings per model")
+    ap.add_argument("--fit", action="store_true", help="re-fit the compute model's constants (needs scipy)")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="vrampilot-bench-") as tmp:
+        folder = Path(tmp)
+        if args.fit:
+            refit(folder)
+            return 0
+        t0 = time.perf_counter()
+        rows, timing = run(build_models(folder), settings_grid(args.quick), plan_fn=plan_fn)
+        worst = print_report(rows, timing)
+        print(f"({len(rows)} configurations in {time.perf_counter() - t0:.1f} s)")
+    return 0 if worst < 100 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
