@@ -214,7 +214,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         if n_layer:
             unknown.append("feed_forward_length")
 
-    head0 = max(n_head) if n_head else 0
+    head0 = (n_head[0] or max(n_head)) if n_head else 0  # llama.cpp divides by layer 0's count
     default_head_dim = n_embd // head0 if head0 else 0
     head_dim_k = int(_arch_key(meta, arch, "attention.key_length", default_head_dim))
     head_dim_v = int(_arch_key(meta, arch, "attention.value_length", default_head_dim))
