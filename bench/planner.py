@@ -275,5 +275,15 @@ def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
     return 0 if worst < 100 else 1
 
 
+def plan_for_8gb(path: Path) -> None:
+    """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
+    from app.planner.search import plan
+    from app.planner.target import target_from_vram
+    from app.units import GIB
+    from tests.machines import cpu_machine
+
+    plan(load_model_spec(path), target_from_vram(8 * GIB, cpu_machine()))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(plan_fn=plan_for_8gb))

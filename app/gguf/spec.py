@@ -75,6 +75,9 @@ class ModelSpec:
     token_embd_bytes: int
     output_bytes: int  # output.weight + output_norm (0 bytes of output.weight when tied)
     layer_weight_bytes: tuple[int, ...]
+    # What one token reads of each layer: MoE layers count only the experts a token is routed to.
+    layer_active_bytes: tuple[float, ...]
+    layer_active_params: tuple[float, ...]
     other_weight_bytes: int  # tensors outside blocks besides embedding and output
     weight_bytes: int  # sum of every tensor in the file(s)
     tied_embeddings: bool
@@ -291,13 +294,22 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
 
     # Weights
     layer_bytes = [0] * n_layer
+    active_bytes = [0.0] * n_layer
+    active_params = [0.0] * n_layer
+    expert_share = (
+        int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(_arch_key(meta, arch, "expert_count", 1) or 1)
+    )
     token_embd_bytes = output_bytes = other_bytes = 0
     n_params = 0
     for t in tensors:
         n_params += t.n_elements
         m = _LAYER_RE.match(t.name)
         if m and int(m.group(1)) < n_layer:
-            layer_bytes[int(m.group(1))] += t.n_bytes
+            il = int(m.group(1))
+            layer_bytes[il] += t.n_bytes
+            share = expert_share if "_exps" in t.name and expert_share > 0 else 1.0
+            active_bytes[il] += t.n_bytes * share
+            active_params[il] += t.n_elements * share
         elif t.name.startswith("token_embd."):
             token_embd_bytes += t.n_bytes
         elif t.name.startswith("output.") or t.name.startswith("output_norm."):
@@ -353,6 +365,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         token_embd_bytes=token_embd_bytes,
         output_bytes=output_bytes,
         layer_weight_bytes=tuple(layer_bytes),
+        layer_active_bytes=tuple(active_bytes),
+        layer_active_params=tuple(active_params),
         other_weight_bytes=other_bytes,
         weight_bytes=weight_bytes,
         tied_embeddings="output.weight" not in by_name,

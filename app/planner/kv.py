@@ -20,6 +20,7 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -44,6 +45,7 @@ def ggml_type(name: str) -> GGMLQuantizationType:
         raise ValueError(f"unknown cache type {name!r}") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def row_bytes(type_name: str, n: int) -> int:
     """ggml_row_size: bytes of a row of `n` elements (integer division, as release builds do)."""
     block, size = GGML_QUANT_SIZES[ggml_type(type_name)]

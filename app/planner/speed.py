@@ -51,27 +51,6 @@ class SpeedPrediction:
         }
 
 
-def _active_fraction(spec: ModelSpec, name: str) -> float:
-    # MoE: a token reads only the experts it is routed to.
-    if spec.n_expert > 1 and "_exps" in name:
-        return spec.n_expert_used / spec.n_expert
-    return 1.0
-
-
-def _active_per_layer(spec: ModelSpec) -> tuple[list[float], list[float]]:
-    """(bytes, parameters) each repeating layer reads per token."""
-    nbytes = [0.0] * spec.n_layer
-    params = [0.0] * spec.n_layer
-    for t in spec.tensors:
-        if t.name.startswith("blk."):
-            il = int(t.name.split(".", 2)[1])
-            if il < spec.n_layer:
-                share = _active_fraction(spec, t.name)
-                nbytes[il] += t.n_bytes * share
-                params[il] += t.n_elements * share
-    return nbytes, params
-
-
 def _output_read(spec: ModelSpec) -> tuple[int, int]:
     """(bytes, parameters) of the output matrix, which every token multiplies in full."""
     names = ("output.weight",) if not spec.tied_embeddings else ("token_embd.weight",)
@@ -90,7 +69,7 @@ def kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: 
 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
-    layer_bytes, layer_params = _active_per_layer(spec)
+    layer_bytes, layer_params = spec.layer_active_bytes, spec.layer_active_params
     out_bytes, out_params = _output_read(spec)
     gpu = target.has_gpu and settings.n_gpu_layers > 0
     on_gpu = [on and gpu for on in mem.gpu_layers]
