@@ -41,3 +41,25 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# Installers (packaging/README.md). `package` builds dist/vrampilot/ (PyInstaller onedir), the .deb
+# and the AppImage; `package-test` smoke-tests those built files (not the source tree) with pytest.
+# PyInstaller is a build tool only: the `package` extra in pyproject.toml.
+PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' app/__init__.py)
+PKG_DEB = dist/vrampilot_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
+PKG_APPIMAGE = dist/VRAM_Pilot-$(PKG_VERSION)-$(shell uname -m).AppImage
+
+.PHONY: package package-test
+
+$(VENV)/.installed-package: $(VENV)/.installed-run
+	$(PIP) install -q -e '.[package]'
+	touch $@
+
+package: $(VENV)/.installed-package
+	PY=$(PY) bash packaging/linux/build.sh
+
+package-test: $(VENV)/.installed-test
+	@test -x dist/vrampilot/vrampilot || $(MAKE) package
+	VRAMPILOT_BUNDLE=dist/vrampilot VRAMPILOT_DEB=$(PKG_DEB) \
+	VRAMPILOT_APPIMAGE=$$(test -e $(PKG_APPIMAGE) && echo $(PKG_APPIMAGE)) \
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider tests/packaging

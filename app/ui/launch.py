@@ -23,9 +23,27 @@ def display_problem() -> str | None:
     x11 = bool(os.environ.get("DISPLAY"))
     if not wayland and not x11:
         return "no display found (neither DISPLAY nor WAYLAND_DISPLAY is set)"
-    if x11 and not wayland and ctypes.util.find_library("xcb-cursor") is None:
+    if x11 and not wayland and ctypes.util.find_library("xcb-cursor") is None and not _bundled_xcb_cursor():
         return "Qt's X11 plugin needs libxcb-cursor0 (e.g. sudo apt install libxcb-cursor0)"
     return None
+
+
+def _bundled_xcb_cursor() -> bool:
+    """A PyInstaller bundle carries libxcb-cursor on LD_LIBRARY_PATH, where find_library cannot see it."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    return bool(bundle) and os.path.exists(os.path.join(bundle, "libxcb-cursor.so.0"))
+
+
+def _window_icon():  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QIcon
+
+    from app.paths import resources_dir
+
+    try:
+        path = resources_dir() / "icons" / "vrampilot.png"
+    except FileNotFoundError:
+        return None
+    return QIcon(str(path)) if path.is_file() else None
 
 
 def launch_gui(model: str | None = None) -> int:
@@ -45,6 +63,11 @@ def launch_gui(model: str | None = None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("VRAM Pilot")
     app.setOrganizationName("VRAMPilot")
+    # Lets Wayland and the desktop match the window to the menu entry (vrampilot.desktop).
+    app.setDesktopFileName("vrampilot")
+    icon = _window_icon()
+    if icon is not None:
+        app.setWindowIcon(icon)
     apply_theme(app)  # type: ignore[arg-type]
     window = MainWindow(initial_model=model)
     window.show()

@@ -1,0 +1,83 @@
+"""Packaging checks. Two kinds:
+
+- static ones (installer scripts compile, desktop entry and MIME XML are valid, the uninstaller
+  undoes the installer): always run, in `make test`, skipping where a tool is missing;
+- smoke tests of *built* artifacts: run by `make package-test`, which points at them with
+  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB and VRAMPILOT_APPIMAGE; skipped when
+  those are unset, so `make test` never starts a stale bundle left in dist/.
+
+The bundle runs from a temporary directory with a minimal environment (no PYTHONPATH, no venv,
+HOME and VRAMPILOT_HOME in tmp), so nothing can come from the source checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGING = REPO / "packaging"
+ARTIFACTS = REPO / "test-artifacts" / "packaging"
+
+
+def _artifact(var: str) -> Path:
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"{var} is not set (make package-test sets it after make package)")
+    path = Path(value).resolve()
+    if not path.exists():
+        pytest.fail(f"{var}={value} does not exist: run `make package` first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def bundle_dir() -> Path:
+    return _artifact("VRAMPILOT_BUNDLE")
+
+
+@pytest.fixture(scope="session")
+def deb_file() -> Path:
+    return _artifact("VRAMPILOT_DEB")
+
+
+@pytest.fixture(scope="session")
+def appimage_file() -> Path:
+    return _artifact("VRAMPILOT_APPIMAGE")
+
+
+@pytest.fixture(scope="session")
+def clean_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("bundle-home")
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "VRAMPILOT_HOME": str(home / "vrampilot"),
+        "LANG": "C.UTF-8",
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+    }
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def run_exe(clean_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    """Run an executable from an empty directory with the clean environment."""
+    cwd = tmp_path_factory.mktemp("bundle-cwd")
+
+    def run(exe: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None):
+        return subprocess.run(
+            [str(exe), *args],
+            cwd=cwd,
+            env={**clean_env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    return run

@@ -1,0 +1,128 @@
+"""Smoke tests of the built PyInstaller bundle (VRAMPILOT_BUNDLE=dist/vrampilot; make package-test).
+
+Every command runs the bundle's own executable, from an empty directory with a minimal
+environment: the answers prove what the bundle carries (Python, Qt, llama.cpp, the model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.conftest import ARTIFACTS, PACKAGING, Runner
+
+SIZE_BUDGET_BYTES = 300 * 1024 * 1024
+
+
+def exe(bundle_dir: Path) -> Path:
+    return bundle_dir / "vrampilot"
+
+
+def test_version(bundle_dir: Path, run_exe: Runner) -> None:
+    from app import __version__
+
+    result = run_exe(exe(bundle_dir), "--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"vrampilot {__version__}"
+
+
+def test_doctor_reports_the_bundled_llama_backend(bundle_dir: Path, run_exe: Runner) -> None:
+    result = run_exe(exe(bundle_dir), "doctor", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    llama = report["llama_cpp"]
+    assert llama["error"] is None, llama
+    assert llama["version"] == "0.3.36"
+    assert isinstance(llama["supports_gpu_offload"], bool)  # CPU or CUDA: the bundle says which
+    assert llama["system_info"]
+
+
+def test_plan_uses_the_embedded_model_inside_the_bundle(bundle_dir: Path, run_exe: Runner) -> None:
+    result = run_exe(exe(bundle_dir), "plan", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    model = Path(plan["model"])
+    assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model.is_relative_to(bundle_dir), f"the model came from outside the bundle: {model}"
+    assert plan["fits"] is True
+
+
+def test_chat_answers_one_turn(bundle_dir: Path, run_exe: Runner) -> None:
+    result = run_exe(
+        exe(bundle_dir), "chat", "--prompt", "Say hello.", "--max-tokens", "8", "--seed", "1",
+        "--ctx", "512", "--threads", "1", "--json", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    assert reply["reply"].strip()
+    assert 0 < reply["stats"]["completion_tokens"] <= 8
+
+
+def test_gui_opens_offscreen_and_draws_its_window(bundle_dir: Path, run_exe: Runner) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "bundle-gui.png"
+    shot.unlink(missing_ok=True)
+    result = run_exe(
+        exe(bundle_dir),
+        env={"QT_QPA_PLATFORM": "offscreen", "VRAMPILOT_SMOKE_SCREENSHOT": str(shot), "VRAMPILOT_SMOKE_SECONDS": "5"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert shot.is_file(), result.stderr
+    from struct import unpack
+
+    width, height = unpack(">II", shot.read_bytes()[16:24])
+    assert width >= 640 and height >= 400
+
+
+def test_torch_is_not_in_the_default_bundle(bundle_dir: Path) -> None:
+    internal = bundle_dir / "_internal"
+    assert not (internal / "torch").exists()
+    assert not list(internal.glob("libtorch*"))
+    assert not (internal / "app" / "hybrid").exists()
+
+
+def test_bundle_fits_the_size_budget(bundle_dir: Path) -> None:
+    total = sum(p.stat().st_size for p in bundle_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    assert total < SIZE_BUDGET_BYTES, f"bundle is {total / 2**20:.0f} MiB, budget {SIZE_BUDGET_BYTES / 2**20:.0f} MiB"
+
+
+def test_no_dangling_links(bundle_dir: Path) -> None:
+    dangling = [p for p in bundle_dir.rglob("*") if p.is_symlink() and not p.exists()]
+    assert not dangling
+
+
+def _deb_package_for(soname: str) -> str:
+    """Debian's library package naming: libxcb-cursor.so.0 -> libxcb-cursor0, libEGL.so.1 -> libegl1."""
+    name, _, version = soname.partition(".so.")
+    version = version.split(".")[0]
+    sep = "-" if name[-1].isdigit() else ""
+    return f"{name}{sep}{version}".lower().replace("_", "-")
+
+
+@pytest.mark.skipif(shutil.which("ldd") is None, reason="ldd missing")
+def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path) -> None:
+    """What the bundle does not carry must be in the .deb's Depends, or the app breaks on a
+    machine without it. (The check runs against this machine's libraries.)"""
+    build_sh = (PACKAGING / "linux" / "build.sh").read_text()
+    depends = re.search(r"^Depends: (.*)$", build_sh, flags=re.M)
+    assert depends
+    declared = {d.strip().split(" ")[0] for d in depends.group(1).split(",")}
+    missing: dict[str, str] = {}
+    for path in bundle_dir.rglob("*.so*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        out = subprocess.run(
+            ["ldd", str(path)], capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": ""}
+        )
+        for soname in re.findall(r"^\s*(\S+) => not found", out.stdout, flags=re.M):
+            if not (bundle_dir / "_internal" / soname).exists() and not list(bundle_dir.rglob(soname)):
+                missing.setdefault(soname, str(path.relative_to(bundle_dir)))
+    undeclared = {s: by for s, by in missing.items() if _deb_package_for(s) not in declared}
+    assert not undeclared, f"needed, neither bundled nor in Depends: {undeclared}"
