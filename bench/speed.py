@@ -63,6 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=None, help="pin the thread count (default: the plan's)")
     args = ap.parse_args()
     path = args.model or embedded_model_path()
     if path is None:
@@ -71,7 +72,7 @@ def main() -> int:
     spec = load_model_spec(path)
     machine = detect_machine()
     target = target_cpu_only(machine)
-    p = plan(spec, target, Pins(n_ctx=2048))
+    p = plan(spec, target, Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads))
     bw = measure_read_bandwidth_gbps()
     decode, prefill = measure_llama(path, llama_cpp_kwargs(p.settings), args.tokens)
     bytes_per_token = p.speed.host_bytes_per_token

@@ -21,10 +21,12 @@ GPU_BANDWIDTH_EFFICIENCY = 0.75
 # Share of the assumed host bandwidth reached by CPU decoding; bench/speed.py calibrates it
 # against llama.cpp's measured speed on the embedded model (see README "Speed model").
 HOST_BANDWIDTH_EFFICIENCY = 0.6
-# Share of the CPU's nominal throughput (target.cpu_gflops) reached by quantized matrix-vector
-# products (decode) and matrix-matrix products (prefill); calibrated by bench/speed.py.
-CPU_COMPUTE_EFFICIENCY = 0.5
-CPU_PREFILL_EFFICIENCY = 0.5
+# Share of the CPU's nominal throughput (target.cpu_gflops, 60 GFLOP/s per core) reached by
+# quantized matrix-vector products (decode) and matrix-matrix products (prefill). Calibrated with
+# bench/speed.py on the embedded model (AMD EPYC, 1 thread, 2026-11-30): decode 74 tok/s measured
+# (20 GFLOP/s per core), prefill 124 tok/s.
+CPU_COMPUTE_EFFICIENCY = 0.33
+CPU_PREFILL_EFFICIENCY = 0.7
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
 # Fixed cost of a decode step on the GPU: the launch and synchronisation of every layer's kernels,
