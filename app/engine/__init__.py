@@ -9,8 +9,9 @@ from app.engine.errors import (
     NoModelLoaded,
     TemplateError,
 )
+from app.engine.progress import PromptProgress, PromptProgressFn
 from app.engine.sampling import SamplingParams
-from app.engine.session import ContextCheck, Engine, LoadResult, Reply
+from app.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState
 from app.engine.stats import GenerationStats, format_summary
 from app.engine.template import ChatTemplate, Message
 
@@ -27,8 +28,11 @@ __all__ = [
     "Message",
     "ModelLoadError",
     "NoModelLoaded",
+    "PromptProgress",
+    "PromptProgressFn",
     "Reply",
     "SamplingParams",
+    "SavedState",
     "TemplateError",
     "format_summary",
 ]

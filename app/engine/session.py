@@ -22,8 +22,9 @@ from pathlib import Path
 import llama_cpp
 
 from app.engine.backoff import next_backoff
-from app.engine.errors import AllocationError, ContextOverflow, NoModelLoaded
+from app.engine.errors import AllocationError, ContextOverflow, EngineError, NoModelLoaded
 from app.engine.loader import ProgressFn, open_llama
+from app.engine.progress import PromptProgress, PromptProgressFn
 from app.engine.sampling import SamplingParams
 from app.engine.stats import GenerationStats, StopReason
 from app.engine.template import ChatTemplate, Message
@@ -62,6 +63,16 @@ class ContextCheck:
         return self.prompt_tokens + self.max_tokens <= self.n_ctx
 
 
+@dataclass(frozen=True)
+class SavedState:
+    """A KV cache written to disk with llama.cpp's state save (tokens included)."""
+
+    path: Path
+    tokens: int
+    nbytes: int
+    seconds: float
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -84,6 +95,8 @@ class Engine:
         self._cancel = threading.Event()
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._no_abort_cb = llama_cpp.ggml_abort_callback()
+        # Called (on the engine's thread) between prompt batches of every chat; the GUI sets it once.
+        self.prompt_progress: PromptProgressFn | None = None
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -221,13 +234,16 @@ class Engine:
         on_text: TextFn | None = None,
         cancel: threading.Event | None = None,
         allow_overflow: bool = False,
+        on_prompt_progress: PromptProgressFn | None = None,
     ) -> Reply:
         """Generate the assistant's reply to `messages`, streaming text pieces to `on_text`.
 
         Raises ContextOverflow before evaluating anything when the prompt plus `max_tokens` would
         pass n_ctx (unless `allow_overflow`: then the reply stops when the context is full).
         Setting `cancel` (or calling `cancel()`) stops the prompt or the reply; the text so far is
-        returned with stop_reason "cancelled".
+        returned with stop_reason "cancelled". A cancelled prompt keeps what was already evaluated
+        in the cache, so asking again continues from there.
+        `on_prompt_progress` (else `self.prompt_progress`) hears how the prompt evaluation goes.
         """
         sampling = sampling or SamplingParams()
         with self._lock:
@@ -241,7 +257,8 @@ class Engine:
 
             t_eval = time.perf_counter()
             reused = self._keep_prefix(llm, tokens)
-            if not self._prefill(llm, tokens[reused:]):
+            report = on_prompt_progress or self.prompt_progress
+            if not self._prefill(llm, tokens[reused:], report, reused):
                 now = time.perf_counter()
                 return Reply("", self._stats(llm, tokens, reused, 0, (t0, t_eval, now, now), "cancelled"))
             return self._decode(llm, tokens, reused, sampling, on_text, (t0, t_eval))
@@ -261,13 +278,22 @@ class Engine:
         llm.n_tokens = keep
         return keep
 
-    def _prefill(self, llm: llama_cpp.Llama, tokens: list[int]) -> bool:
+    def _prefill(
+        self, llm: llama_cpp.Llama, tokens: list[int], report: PromptProgressFn | None = None, reused: int = 0
+    ) -> bool:
         """Evaluate all but the reply's first step in n_batch chunks; False when cancelled.
 
         The abort callback lets a cancel interrupt a chunk inside llama.cpp; it is installed only
         for the prompt, since calling into Python for every graph node would slow decoding.
+        With a progress listener the chunks are one ubatch each: llama.cpp computes a batch ubatch
+        by ubatch anyway, so this costs nothing and gives an update per ubatch.
         """
         n_batch = llm.n_batch
+        if report is not None:
+            n_batch = max(1, min(n_batch, int(llm.context_params.n_ubatch)))
+        start = time.perf_counter()
+        if report is not None and tokens:
+            report(PromptProgress(0, len(tokens), 0.0, reused))
         llama_cpp.llama_set_abort_callback(llm.ctx, self._abort_cb, ctypes.c_void_p(0))
         try:
             for i in range(0, len(tokens), n_batch):
@@ -275,6 +301,9 @@ class Engine:
                     return False
                 try:
                     llm.eval(tokens[i : i + n_batch])
+                    if report is not None:
+                        done = min(i + n_batch, len(tokens))
+                        report(PromptProgress(done, len(tokens), time.perf_counter() - start, reused))
                 except RuntimeError:
                     if self._cancel.is_set():
                         # llama.cpp dropped the aborted chunk's cells; forget them here too.
@@ -284,6 +313,55 @@ class Engine:
         finally:
             llama_cpp.llama_set_abort_callback(llm.ctx, self._no_abort_cb, ctypes.c_void_p(0))
         return not self._cancel.is_set()
+
+    # -- tokens and saved state ---------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` in the loaded model's tokenizer (no special tokens, no BOS)."""
+        with self._lock:
+            return len(self._require().tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose KV cells are in the cache now, in order."""
+        with self._lock:
+            llm = self._require()
+            return llm.input_ids[: llm.n_tokens].tolist()
+
+    def save_state_file(self, path: str | Path) -> SavedState:
+        """Write the KV cache and its tokens to `path` (llama.cpp's state file; atomic replace)."""
+        with self._lock:
+            llm = self._require()
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            n = llm.n_tokens
+            tokens = (llama_cpp.llama_token * max(n, 1))(*llm.input_ids[:n].tolist())
+            tmp = path.with_name(path.name + ".part")
+            t0 = time.perf_counter()
+            ok = llama_cpp.llama_state_save_file(llm.ctx, str(tmp).encode(), tokens, n)
+            if not ok:
+                tmp.unlink(missing_ok=True)
+                raise EngineError(f"llama.cpp could not save the model state to {path}")
+            tmp.replace(path)
+            return SavedState(path, n, path.stat().st_size, time.perf_counter() - t0)
+
+    def load_state_file(self, path: str | Path) -> int:
+        """Restore a state saved with the same model and settings; returns the tokens now cached.
+
+        On failure the cache is emptied (never half-restored) and EngineError is raised.
+        """
+        with self._lock:
+            llm = self._require()
+            n_ctx = llm.n_ctx()
+            out = (llama_cpp.llama_token * n_ctx)()
+            count = ctypes.c_size_t(0)
+            ok = llama_cpp.llama_state_load_file(llm.ctx, str(path).encode(), out, n_ctx, ctypes.byref(count))
+            if not ok:
+                llm.reset()
+                llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+                raise EngineError(f"the saved model state {Path(path).name} does not match this model and plan")
+            n = int(count.value)
+            llm.input_ids[:n] = out[:n]
+            llm.n_tokens = n
+            return n
 
     def _decode(
         self,

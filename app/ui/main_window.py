@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.documents import SUPPORTED_PATTERNS, is_supported
 from app.engine import ContextOverflow, LoadResult, Message, Reply, SamplingParams, format_summary
 from app.export import llama_server_argv, quote
 from app.gguf import ModelSpec, load_model_spec
@@ -37,6 +38,7 @@ from app.planner.target import Target, target_cpu_only, target_from_machine, tar
 from app.storage import ChatStore, Library, connect, scan_folder, title_from
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatView
+from app.ui.documents_controller import DocumentsController
 from app.ui.hardware_view import HardwareView
 from app.ui.hub_view import HubView
 from app.ui.library_view import LibraryEntry, LibraryView, describe_entry
@@ -157,6 +159,14 @@ class MainWindow(QMainWindow):
         self.hub.model_downloaded.connect(self._hub_downloaded)
         self.hub.status_changed.connect(self.set_status)
 
+        # Documents: a strip above the chat input (attach, fit and Re-plan, prompt progress, context given).
+        self.documents = DocumentsController(self.engine, parent=self)
+        chat_layout = self.chat_view.layout()
+        chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), self.documents.panel)  # type: ignore[attr-defined]
+        self.documents.panel.attach_requested.connect(self._attach_documents)
+        self.documents.replan_requested.connect(self._replan_for_documents)
+        self.documents.status.connect(self.set_status)
+
         self.chat_list.chat_selected.connect(self.open_chat)
         self.chat_list.new_chat_requested.connect(self.new_chat)
         self.chat_list.rename_requested.connect(self._rename_chat)
@@ -193,6 +203,7 @@ class MainWindow(QMainWindow):
         file_menu = bar.addMenu("&File")
         self._action(file_menu, "Open GGUF…", self._open_files, QKeySequence.StandardKey.Open)
         self._action(file_menu, "Add model folder…", self._add_folder)
+        self._action(file_menu, "Attach documents…", self._attach_documents, name="action_attach_documents")
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
 
@@ -343,12 +354,28 @@ class MainWindow(QMainWindow):
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         urls = event.mimeData().urls()
-        if any(u.isLocalFile() and u.toLocalFile().lower().endswith(".gguf") for u in urls):
+        if any(u.isLocalFile() and (u.toLocalFile().lower().endswith(".gguf") or is_supported(Path(u.toLocalFile())))
+               for u in urls):  # fmt: skip
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        self.add_models([Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()])
+        """GGUF files join the model library; anything else is attached to the chat as a document."""
+        paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+        self.add_models([p for p in paths if p.suffix.lower() == ".gguf"])
+        docs = [p for p in paths if p.suffix.lower() != ".gguf"]
+        if docs:
+            self.documents.attach_files(docs)
         event.acceptProposedAction()
+
+    def _attach_documents(self) -> None:
+        patterns = " ".join(SUPPORTED_PATTERNS)
+        files, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "", f"Documents ({patterns});;All files (*)")
+        if files:
+            self.documents.attach_files([Path(f) for f in files])
+
+    def _replan_for_documents(self, n_ctx: int) -> None:
+        """The documents' one-click Re-plan: pin the context they need, let the planner choose the rest, reload."""
+        self._replan_from_meters(replace(self.pins, n_ctx=n_ctx))
 
     # -- model and plan ------------------------------------------------------------------------
     def select_model(self, path: Path) -> None:
@@ -398,6 +425,8 @@ class MainWindow(QMainWindow):
     def _show_plan(self, p: Plan) -> None:
         self.plan = p
         self.plan_view.set_plan(p)
+        self.documents.reply_tokens = self.chat_view.sampling.params().max_tokens
+        self.documents.set_plan(p)
         self._update_load_state()
 
     def _update_load_state(self) -> None:
@@ -465,6 +494,7 @@ class MainWindow(QMainWindow):
         self.meters_panel.set_plan(result.plan)
         self.plan_view.set_loading(None)
         msg = f"Loaded {result.plan.spec.path.name} in {result.load_s:.1f} s"
+        self.documents.restore_state()
         if result.changes:
             msg = "llama.cpp could not allocate the plan; backed off: " + "; ".join(result.changes)
             self.chat_view.show_banner(msg, [("banner_ok", "OK", self.chat_view.hide_banner)])
@@ -512,6 +542,7 @@ class MainWindow(QMainWindow):
         self.chat_view.hide_banner()
         self.chat_view.set_title("New chat")
         self.chat_view.set_system_prompt(self.prefs.default_system_prompt())
+        self.documents.set_chat(None)
         self.chat_list.list.clearSelection()
         self.chat_list.list.setCurrentItem(None)  # type: ignore[arg-type]
         self.chat_view.focus_input()
@@ -527,6 +558,7 @@ class MainWindow(QMainWindow):
         self.chat_view.hide_banner()
         self.chat_view.set_title(chat.title)
         self.chat_view.set_system_prompt(chat.system_prompt)
+        self.documents.set_chat(chat.id)
         for m in chat.messages:
             self.chat_view.add_message(m.position, m.role, m.content, format_summary(m.stats) if m.stats else "")
         self._refresh_chats()
@@ -545,6 +577,7 @@ class MainWindow(QMainWindow):
         if not self.confirm("Delete chat?", f"Delete “{title}” and all its messages?"):
             return
         self.store.delete(chat_id)
+        self.documents.forget_chat(chat_id)
         if chat_id == self.chat_id:
             self.new_chat()
         self._refresh_chats()
@@ -585,6 +618,7 @@ class MainWindow(QMainWindow):
             )
             self.chat_id = chat.id
             self.prefs.set_last_chat(chat.id)
+            self.documents.bind_chat(chat.id)
         stored = None
         if self.editing is not None:
             self._retitle_if_first_edited(self.chat_id, self.editing, text)
@@ -647,6 +681,12 @@ class MainWindow(QMainWindow):
         self.chat_view.hide_banner()
         messages = self.conversation()
         sampling: SamplingParams = self.chat_view.sampling.params()
+        if self.documents.active and self.engine.engine.loaded:
+            # The documents go into the prompt: whole, or the passages retrieved for this question.
+            self.documents.reply_tokens = sampling.max_tokens
+            system = messages[0].content if messages and messages[0].role == "system" else ""
+            turns = [m for m in messages if m.role != "system"]
+            messages = self.documents.compose(system, turns[:-1], turns[-1].content).messages
         position = len(self.store.messages(self.chat_id))
         self.generating = True
         self.chat_view.set_busy(True)
@@ -666,8 +706,12 @@ class MainWindow(QMainWindow):
                 reply.stats.decode_tps, context_tokens=reply.stats.context_used, duration_s=reply.stats.decode_s
             )
         if self.chat_id is not None and (reply.text or reply.stats.stop_reason != "cancelled"):
-            self.store.add_message(self.chat_id, "assistant", reply.text, stats)
-            self.chat_view.finish_reply(reply.text, format_summary(stats))
+            stored = self.store.add_message(self.chat_id, "assistant", reply.text, stats)
+            summary = format_summary(stats)
+            if self.documents.active:
+                sources = self.documents.reply_done(stored.position - 1, reply.text)
+                summary += f" · {sources}" if sources else ""
+            self.chat_view.finish_reply(reply.text, summary)
         else:
             self.chat_view.drop_reply()
         self.set_status(reply.stats.summary())
@@ -803,5 +847,6 @@ class MainWindow(QMainWindow):
         self.hub.shutdown()
         self.meters_feed.stop()
         self.sampler.close()
+        self.documents.shutdown()
         self.engine.shutdown()
         self._conn.close()

@@ -1,0 +1,134 @@
+"""End to end in the real window on the embedded model: drop a document, see the fit, re-plan in
+one click, ask with prompt progress (and cancel), follow up cheaply, restart and restore the saved
+KV state, then a document too long for the plan answered from retrieval with its chunks shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QWidget
+from pytestqt.qtbot import QtBot
+
+from app.ui.main_window import MainWindow
+from tests.documents.writers import long_report
+from tests.ui.conftest import seed_prefs
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def shot(widget: QWidget, qtbot: QtBot, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    qtbot.wait(80)
+    assert widget.grab().save(str(ARTIFACTS / f"docs-{name}.png"))
+
+
+def drop(w: MainWindow, *paths: Path) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    event = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                       Qt.KeyboardModifier.NoModifier)  # fmt: skip
+    w.dropEvent(event)
+
+
+def ask(w: MainWindow, qtbot: QtBot, text: str) -> None:
+    w.chat_view.input.setPlainText(text)
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+
+
+def done(w: MainWindow) -> bool:
+    return not w.generating and not w.engine.busy
+
+
+def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
+    open_window, qtbot: QtBot, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=8)
+    small = tmp_path / "five-sites.md"
+    small.write_text(long_report(n_sections=5).markdown)
+    w: MainWindow = open_window()
+    panel = w.documents.panel
+
+    # Drop: read on a worker, a chip with its tokens, and the fit against the 1K plan.
+    drop(w, small)
+    qtbot.waitUntil(lambda: len(panel.chips()) == 1 and w.documents.fit is not None, timeout=30000)
+    fit = w.documents.fit
+    assert fit is not None and fit.status == "replan" and fit.suggested_ctx == 1536
+    assert "the current plan has 1K" in panel.fit_label.text() and "1.5K fits in RAM" in panel.fit_label.text()
+    assert panel.replan_button.isVisible()
+    shot(w, qtbot, "fit")
+
+    # One click: the planner pins 1.5K, the model loads with it, and the document fits.
+    qtbot.mouseClick(panel.replan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.loaded is not None and w.loaded.plan.settings.n_ctx == 1536, timeout=60000)
+    qtbot.waitUntil(lambda: w.documents.fit is not None and w.documents.fit.fits, timeout=20000)
+    assert panel.fit_label.text().endswith("of 1.5K context") and not panel.replan_button.isVisible()
+
+    # Ask: the prompt-progress bar shows tokens, rate and time left; Cancel keeps the chat.
+    ask(w, qtbot, "Who was the chief engineer of the Old Mill Dam?")
+    qtbot.waitUntil(lambda: panel.prompt_row.isVisible() and panel.prompt_progress.value() > 0, timeout=60000)
+    assert "Reading the prompt:" in panel.prompt_label.text() and "tokens/s" in panel.prompt_label.text()
+    shot(w, qtbot, "progress")
+    qtbot.mouseClick(panel.prompt_cancel, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: done(w), timeout=60000)
+    assert not panel.prompt_row.isVisible()
+    assert [m.role for m in w.store.messages(w.chat_id)] == ["user"]  # type: ignore[arg-type]
+    read_before_cancel = w.engine.engine.tokens_in_cache
+    assert read_before_cancel > 0
+
+    ask(w, qtbot, "Please answer: who was the chief engineer of the Old Mill Dam?")
+    qtbot.waitUntil(lambda: done(w) and len(w.store.messages(w.chat_id)) == 3, timeout=120000)  # type: ignore[arg-type]
+    s1 = w.store.messages(w.chat_id)[2].stats  # type: ignore[arg-type,index]
+    assert s1 is not None and s1["reused_tokens"] >= read_before_cancel  # what was read before Cancel is kept
+    assert "Read whole: five-sites.md" in w.chat_view.messages()[-1].stats.text()
+
+    # Follow-up: only the new turn is evaluated (the engine's count).
+    ask(w, qtbot, "When was it commissioned?")
+    qtbot.waitUntil(lambda: done(w) and len(w.store.messages(w.chat_id)) == 5, timeout=60000)  # type: ignore[arg-type]
+    s2 = w.store.messages(w.chat_id)[4].stats  # type: ignore[arg-type,index]
+    assert s2 is not None and s2["reused_tokens"] > w.documents.docs.doc_tokens  # type: ignore[union-attr]
+    assert s2["evaluated_tokens"] < 0.05 * s2["prompt_tokens"]
+    panel.context_toggle.setChecked(True)
+    assert "Whole document: five-sites.md" in panel.context_view.toPlainText()
+    shot(w, qtbot, "follow-up")
+    key = w.documents._key()
+    assert key is not None
+    qtbot.waitUntil(lambda: w.documents.kv.has(key), timeout=20000)
+    chat_id = w.chat_id
+    w.close()
+
+    # Restart: the chat comes back with its document; loading restores the saved cache.
+    w2: MainWindow = open_window()
+    assert w2.chat_id == chat_id
+    qtbot.waitUntil(lambda: len(w2.documents.panel.chips()) == 1, timeout=30000)
+    statuses: list[str] = []
+    w2.documents.status.connect(statuses.append)
+    qtbot.mouseClick(w2.plan_view.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(s.startswith("Restored the saved model state") for s in statuses), timeout=60000)
+    ask(w2, qtbot, "Who lives nearby?")
+    qtbot.waitUntil(lambda: done(w2) and len(w2.store.messages(chat_id)) == 7, timeout=60000)
+    s3 = w2.store.messages(chat_id)[6].stats
+    assert s3 is not None and s3["reused_tokens"] >= s2["context_used"]
+    assert s3["evaluated_tokens"] < 0.05 * s3["prompt_tokens"]
+
+    # A long document on top: past what 1.5K holds, answered from retrieval with the chunks shown.
+    big = tmp_path / "full-review.md"
+    big.write_text(long_report().markdown)
+    drop(w2, big)
+    p2 = w2.documents.panel
+    qtbot.waitUntil(lambda: len(p2.chips()) == 2 and w2.documents.fit is not None
+                    and w2.documents.fit.status != "fits", timeout=30000)  # fmt: skip
+    assert "the current plan has 1.5K" in p2.fit_label.text()
+    ask(w2, qtbot, "Who was the chief engineer of the Granite Bridge?")
+    qtbot.waitUntil(lambda: done(w2) and len(w2.store.messages(chat_id)) == 9, timeout=120000)
+    given = w2.documents.last_given
+    assert given is not None and given.mode == "retrieval" and given.chunks
+    assert any("Granite Bridge" in g.chunk.text for g in given.chunks[:3])
+    p2.context_toggle.setChecked(True)
+    assert "chosen by BM25" in p2.context_view.toPlainText() and "[1] " in p2.context_view.toPlainText()
+    stats_line = w2.chat_view.messages()[-1].stats.text()
+    assert "Given [1]" in stats_line or "Cites [" in stats_line
+    shot(w2, qtbot, "retrieval")
