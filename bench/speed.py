@@ -20,12 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.export import llama_cpp_kwargs  # noqa: E402
-from app.gguf import load_model_spec  # noqa: E402
-from app.hardware import detect_machine  # noqa: E402
-from app.paths import embedded_model_path  # noqa: E402
-from app.planner.search import Pins, plan  # noqa: E402
-from app.planner.target import target_cpu_only  # noqa: E402
+from app.export import llama_cpp_kwargs
+from app.gguf import load_model_spec
+from app.hardware import detect_machine
+from app.paths import embedded_model_path
+from app.planner.search import Pins, plan
+from app.planner.target import target_cpu_only
 
 
 def measure_read_bandwidth_gbps(n_bytes: int = 1 << 30, repeats: int = 3) -> float:
