@@ -239,6 +239,8 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
     reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits)
     suggestion = None if fits else _suggest_quant(spec, target, chosen)
     warnings: list[str] = list(target.notes)
+    # Speed predictions rest on the bandwidth; say when it is an assumption, not a reading.
+    warnings += [f"{g.name}: {g.bandwidth_note}" for g in target.gpus if g.bandwidth_note]
     if (chosen.type_k, chosen.type_v) not in FA_KERNEL_PAIRS and has_gpu and chosen.flash_attn:
         warnings.append(
             f"K={chosen.type_k}/V={chosen.type_v} has no CUDA flash-attention kernel in default builds: "

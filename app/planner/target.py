@@ -79,15 +79,22 @@ class Target:
         return replace(self, device_margin_bytes=margin_bytes)
 
 
-def _host(machine: Machine) -> tuple[int, int, int, float]:
-    ram = max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES)
+def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], notes: tuple[str, ...] = ()) -> Target:
+    """A target with this machine's host side (RAM less a reserve, cores, CPU throughput)."""
     phys = max(1, machine.cpu.physical_cores)
-    logical = max(phys, machine.cpu.logical_cores)
-    return ram, phys, logical, phys * DEFAULT_CPU_GFLOPS_PER_CORE
+    return Target(
+        description=description,
+        gpus=gpus,
+        host_ram_bytes=max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES),
+        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+        cpu_physical_cores=phys,
+        cpu_logical_cores=max(phys, machine.cpu.logical_cores),
+        cpu_gflops=phys * DEFAULT_CPU_GFLOPS_PER_CORE,
+        notes=notes,
+    )
 
 
 def target_from_machine(machine: Machine) -> Target:
-    ram, phys, logical, gflops = _host(machine)
     notes: list[str] = []
     gpus: list[GpuTarget] = []
     offload_ok = machine.llama.supports_gpu_offload is not False
@@ -115,20 +122,10 @@ def target_from_machine(machine: Machine) -> Target:
         desc = ", ".join(f"{g.name} ({format_bytes(g.memory_budget_bytes)} free)" for g in gpus)
     else:
         desc = "CPU only" + ("" if machine.gpus else " (no NVIDIA GPU found)")
-    return Target(
-        description=desc,
-        gpus=tuple(gpus),
-        host_ram_bytes=ram,
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
-        cpu_physical_cores=phys,
-        cpu_logical_cores=logical,
-        cpu_gflops=gflops,
-        notes=tuple(notes),
-    )
+    return _target(machine, desc, tuple(gpus), tuple(notes))
 
 
 def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:
-    ram, phys, logical, gflops = _host(machine)
     gpu = GpuTarget(
         name=profile.name,
         memory_total_bytes=profile.memory_bytes,
@@ -136,21 +133,12 @@ def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:
         bandwidth_gbps=profile.bandwidth_gbps,
         fp16_tflops=profile.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
     )
-    return Target(
-        description=f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)",
-        gpus=(gpu,),
-        host_ram_bytes=ram,
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
-        cpu_physical_cores=phys,
-        cpu_logical_cores=logical,
-        cpu_gflops=gflops,
-    )
+    return _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,))
 
 
 def target_from_vram(vram_bytes: int, machine: Machine) -> Target:
     if vram_bytes <= 0:
         raise PlanTargetError("--vram must be a positive size such as 8GiB")
-    ram, phys, logical, gflops = _host(machine)
     gpu = GpuTarget(
         name=f"{format_bytes(vram_bytes)} GPU",
         memory_total_bytes=vram_bytes,
@@ -159,25 +147,8 @@ def target_from_vram(vram_bytes: int, machine: Machine) -> Target:
         fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS,
         bandwidth_note=f"bandwidth assumed {HYPOTHETICAL_GPU_BANDWIDTH_GBPS:.0f} GB/s (name a --gpu profile for its real figure)",
     )
-    return Target(
-        description=f"hypothetical GPU with {format_bytes(vram_bytes)}",
-        gpus=(gpu,),
-        host_ram_bytes=ram,
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
-        cpu_physical_cores=phys,
-        cpu_logical_cores=logical,
-        cpu_gflops=gflops,
-    )
+    return _target(machine, f"hypothetical GPU with {format_bytes(vram_bytes)}", (gpu,))
 
 
 def target_cpu_only(machine: Machine) -> Target:
-    ram, phys, logical, gflops = _host(machine)
-    return Target(
-        description="CPU only",
-        gpus=(),
-        host_ram_bytes=ram,
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
-        cpu_physical_cores=phys,
-        cpu_logical_cores=logical,
-        cpu_gflops=gflops,
-    )
+    return _target(machine, "CPU only", ())
