@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, Signal
 
 from app.documents import (
     Attachment,
@@ -37,27 +37,6 @@ from app.ui.workers import EngineThread, run_task
 
 # Prompts shorter than this are read in a blink: no progress bar.
 PROGRESS_MIN_TOKENS = 256
-
-
-class _JobSignals(QObject):
-    progress = Signal(float, str)
-    done = Signal(object)
-    failed = Signal(object)
-
-
-class _Job(QRunnable):
-    def __init__(self, fn: Callable[[Callable[[float, str], None]], Any], signals: _JobSignals) -> None:
-        super().__init__()
-        self._fn = fn
-        self._signals = signals
-
-    def run(self) -> None:
-        try:
-            result = self._fn(self._signals.progress.emit)
-        except Exception as exc:  # shown to the user by the GUI thread
-            self._signals.failed.emit(exc)
-        else:
-            self._signals.done.emit(result)
 
 
 class DocumentsController(QObject):
@@ -93,7 +72,6 @@ class DocumentsController(QObject):
         self._cancel: threading.Event | None = None
         self._busy = False
         self._fit_seq = 0
-        self._live: set[_JobSignals] = set()
 
         self.panel.remove_requested.connect(self.remove)
         self.panel.cancel_extraction_requested.connect(self.cancel_extraction)
@@ -121,20 +99,7 @@ class DocumentsController(QObject):
 
     def _start(self, fn: Callable[[Callable[[float, str], None]], Any], done: Callable[[Any], None],
                failed: Callable[[BaseException], None], progress: Callable[[float, str], None] | None = None) -> None:  # fmt: skip
-        signals = _JobSignals(self)
-        self._live.add(signals)
-
-        def finish(*_a: object) -> None:
-            self._live.discard(signals)
-            signals.deleteLater()
-
-        if progress is not None:
-            signals.progress.connect(progress)
-        signals.done.connect(done)
-        signals.failed.connect(failed)
-        signals.done.connect(finish)
-        signals.failed.connect(finish)
-        QThreadPool.globalInstance().start(_Job(fn, signals))
+        run_task(fn, done, failed, parent=self, on_progress=progress or (lambda _f, _t: None))
 
     # -- plan ----------------------------------------------------------------------------------
     def set_plan(self, plan: Plan | None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QTimer
 
 from app.meters.sampler import Sampler
@@ -55,6 +56,17 @@ class MetersFeed(QObject):
     def remove_listener(self, listener: ReadoutListener) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+        self._stop_if_orphaned()
+
+    def _stop_if_orphaned(self) -> None:
+        # A feed nobody owns is freed by Python's garbage collector, which may run on any thread;
+        # deleting a QObject with a running timer off the GUI thread leaves the timer registered
+        # there and the next tick crashes Qt. So an unowned feed stops its timer, on the GUI
+        # thread, as soon as its last panel is gone.
+        if not shiboken6.isValid(self):
+            return  # deleted along with its owner window: no timer left to stop
+        if not self._listeners and self.parent() is None:
+            self._timer.stop()
 
     def _collect(self) -> None:
         samples, self._bookmark = self.sampler.samples_since(self._bookmark)
@@ -73,7 +85,14 @@ class MetersFeed(QObject):
             return None
         self._dirty = False
         for listener in list(self._listeners):
+            # A panel deleted by Qt leaves its Python wrapper (and this listener) behind; calling
+            # into it would touch freed C++ memory, so such listeners are dropped here.
+            owner = getattr(listener, "__self__", None)
+            if isinstance(owner, QObject) and not shiboken6.isValid(owner):
+                self._listeners.remove(listener)
+                continue
             listener(readout)
+        self._stop_if_orphaned()
         return readout
 
     def set_plan(self, plan: Plan | None) -> None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slot
 
 from app.engine import Engine, EngineError, LoadResult, Message, Reply, SamplingParams
@@ -23,17 +24,19 @@ from app.planner.search import Plan
 class _TaskSignals(QObject):
     done = Signal(object)
     failed = Signal(object)
+    progress = Signal(float, str)
 
 
 class _Task(QRunnable):
-    def __init__(self, fn: Callable[[], Any], signals: _TaskSignals) -> None:
+    def __init__(self, fn: Callable[..., Any], signals: _TaskSignals, with_progress: bool) -> None:
         super().__init__()
         self._fn = fn
         self._signals = signals
+        self._with_progress = with_progress
 
     def run(self) -> None:
         try:
-            result = self._fn()
+            result = self._fn(self._signals.progress.emit) if self._with_progress else self._fn()
         except Exception as exc:  # reported to the GUI, which shows it
             self._signals.failed.emit(exc)
         else:
@@ -44,26 +47,50 @@ _live: set[_TaskSignals] = set()
 
 
 def run_task(
-    fn: Callable[[], Any],
+    fn: Callable[..., Any],
     on_done: Callable[[Any], None],
     on_error: Callable[[BaseException], None] | None = None,
     *,
     parent: QObject | None = None,
+    on_progress: Callable[[float, str], None] | None = None,
 ) -> None:
-    """Run `fn` on the thread pool; `on_done(result)` or `on_error(exc)` run on the GUI thread."""
-    signals = _TaskSignals(parent)
+    """Run `fn` on the thread pool; `on_done(result)` or `on_error(exc)` run on the GUI thread.
+
+    With `on_progress`, `fn` is called with a `progress(fraction, text)` function it may call from
+    the pool thread; `on_progress` receives those calls on the GUI thread.
+
+    `parent` is the widget the callbacks belong to: once it is gone they are skipped. The signal
+    object itself has no parent on purpose: were it a child of the widget, closing the widget would
+    delete it while the pool thread may still be emitting on it, which crashes Qt.
+    """
+    signals = _TaskSignals()
     _live.add(signals)
 
-    def finish() -> None:
+    def alive() -> bool:
+        return parent is None or shiboken6.isValid(parent)
+
+    def finish(_arg: object = None) -> None:
         _live.discard(signals)
         signals.deleteLater()
 
-    signals.done.connect(on_done)
+    def done(result: object) -> None:
+        if alive():
+            on_done(result)
+
+    def failed(exc: BaseException) -> None:
+        if alive() and on_error is not None:
+            on_error(exc)
+
+    def progress(fraction: float, text: str) -> None:
+        if alive() and on_progress is not None:
+            on_progress(fraction, text)
+
+    signals.done.connect(done)
     signals.done.connect(finish)
-    if on_error is not None:
-        signals.failed.connect(on_error)
+    signals.failed.connect(failed)
     signals.failed.connect(finish)
-    QThreadPool.globalInstance().start(_Task(fn, signals))
+    signals.progress.connect(progress)
+    QThreadPool.globalInstance().start(_Task(fn, signals, with_progress=on_progress is not None))
 
 
 class _EngineWorker(QObject):
