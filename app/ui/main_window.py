@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -66,6 +67,10 @@ def _changed_pins(old: Settings, new: Settings) -> dict[str, object]:
 class MainWindow(QMainWindow):
     def __init__(self, initial_model: str | None = None, *, engine: EngineThread | None = None) -> None:
         super().__init__()
+        # Worker threads (engine loop, sampler, pool tasks) run Python too; a shorter GIL switch
+        # interval hands the GUI thread the interpreter sooner, so a busy worker cannot hold the
+        # event loop for several 5 ms default slices in a row.
+        sys.setswitchinterval(0.001)
         self.setWindowTitle("VRAM Pilot")
         self.setAcceptDrops(True)
         self.prefs = Prefs()
