@@ -33,8 +33,9 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
     shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]
     w.center_tabs.setCurrentWidget(w.hub)
     w.hub.model_downloaded.emit(str(downloaded))
+    # The library refresh and the plan both run in workers; either may finish first.
     qtbot.waitUntil(lambda: w.plan is not None and w.plan.spec.path == downloaded, timeout=20000)
-    assert w.library_view.entry(downloaded) is not None
+    qtbot.waitUntil(lambda: w.library_view.entry(downloaded) is not None, timeout=20000)
     assert w.center_tabs.currentWidget() is w.chat_view
 
 
