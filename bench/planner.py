@@ -6,8 +6,11 @@
 
 Models: the embedded SmolLM2, one tiny fixture per architecture (tests/factories) and header-only
 copies of released models (Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite).
-Ground truth is llama.cpp's dry run (no_alloc), measured in this run. `run(plan_fn=...)` also times
-a full planner call per model once one exists.
+Ground truth is llama.cpp's dry run (no_alloc), measured in this run with a fresh load per setting.
+Two predictions are compared with it: the fitted formula alone (what `--estimate` plans use and
+what the search starts from) and an exact plan's number (`plan(exact=True)`, the default of the CLI
+and the window: llama.cpp's allocator asked on a header kept loaded). Planning time per model is
+timed with the formula, and exact (first plan of the file, which loads the header, and later plans).
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from app.paths import embedded_model_path  # noqa: E402
 from app.planner import compute as compute_model  # noqa: E402
 from app.planner.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
 from app.planner.kv import kv_cache_bytes, kv_refusal  # noqa: E402
-from app.planner.measure import measure_allocations  # noqa: E402
+from app.planner.measure import graph_compute, measure_allocations  # noqa: E402
 from app.planner.settings import Settings  # noqa: E402
 from app.units import format_bytes  # noqa: E402
 from tests.factories.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
 
-PlanFn = Callable[[Path], Any]
+PlanFn = Callable[[Path, bool], Any]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Row:
     output_meas: int
     refused_pred: str | None
     refused_meas: str | None
+    compute_exact: int | None = None  # what an exact plan reports for these settings
 
     @property
     def total_pred(self) -> int:
@@ -113,13 +117,18 @@ def run(
         t_model = (time.perf_counter() - t0) / len(grid)
         timing[name] = {"spec_ms": t_spec * 1e3, "memory_model_ms": t_model * 1e3}
         if plan_fn is not None:
-            t0 = time.perf_counter()
-            plan_fn(path)
-            timing[name]["plan_ms"] = (time.perf_counter() - t0) * 1e3
+            for key, exact in (("plan_ms", False), ("exact_first_ms", True), ("exact_ms", True)):
+                t0 = time.perf_counter()
+                plan_fn(path, exact)
+                timing[name][key] = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
         for s, (refusal, kv, comp, out) in zip(grid, preds, strict=True):
             m = measure_allocations(path, s)
-            rows.append(Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused))
+            g = graph_compute(path, s)
+            exact = g.total_bytes if g is not None and not g.refused else None
+            rows.append(
+                Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused, exact)
+            )
         timing[name]["llama_dry_run_ms"] = (time.perf_counter() - t0) / len(grid) * 1e3
     return rows, timing
 
@@ -132,7 +141,7 @@ def _describe(s: Settings) -> str:
 
 def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
     print(f"{'model':<18} {'settings':<42} {'KV pred':>10} {'err B':>7} {'compute pred':>12} {'meas':>10} "
-          f"{'err':>7} {'total err':>9}")
+          f"{'err':>7} {'total err':>9} {'exact err':>9}")
     for r in rows:
         if r.refused_meas or r.refused_pred:
             same = "ok" if r.refused_meas == r.refused_pred else "MISMATCH"
@@ -141,13 +150,16 @@ def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
         print(
             f"{r.model:<18} {_describe(r.settings):<42} {format_bytes(r.kv_pred):>10} {r.kv_pred - r.kv_meas:>+7d} "
             f"{format_bytes(r.compute_pred):>12} {format_bytes(r.compute_meas):>10} "
-            f"{Row.pct(r.compute_pred, r.compute_meas):>+6.1f}% {Row.pct(r.total_pred, r.total_meas):>+8.2f}%"
+            f"{Row.pct(r.compute_pred, r.compute_meas):>+6.1f}% {Row.pct(r.total_pred, r.total_meas):>+8.2f}% "
+            + (f"{Row.pct(r.compute_exact, r.compute_meas):>+8.2f}%" if r.compute_exact is not None else f"{'-':>9}")
         )
     print()
-    print(f"{'model':<18} {'spec ms':>8} {'memory model ms/setting':>24} {'plan ms':>8} {'llama.cpp dry run ms':>21}")
+    print(f"{'model':<18} {'spec ms':>8} {'memory model ms/setting':>24} {'plan ms':>8} {'exact 1st':>9} "
+          f"{'exact ms':>8} {'llama.cpp dry run ms':>21}")
     for name, t in timing.items():
-        plan = f"{t['plan_ms']:8.1f}" if "plan_ms" in t else f"{'-':>8}"
-        print(f"{name:<18} {t['spec_ms']:8.1f} {t['memory_model_ms']:24.3f} {plan} {t['llama_dry_run_ms']:21.1f}")
+        plans = "".join(f"{t[k]:{w}.1f}" if k in t else f"{'-':>{w}}"
+                        for k, w in (("plan_ms", 9), ("exact_first_ms", 10), ("exact_ms", 9)))
+        print(f"{name:<18} {t['spec_ms']:8.1f} {t['memory_model_ms']:24.3f}{plans} {t['llama_dry_run_ms']:21.1f}")
     ok = [r for r in rows if not (r.refused_meas or r.refused_pred)]
     mismatched = [r for r in rows if r.refused_meas != r.refused_pred]
     print()
@@ -171,9 +183,14 @@ def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
           f"print resolution is +-5243 bytes per cache line")
     print(f"WORST total (KV+compute+output) error: {Row.pct(wt.total_pred, wt.total_meas):+.2f}% "
           f"({wt.model}, {_describe(wt.settings)})")
-    print(f"WORST compute error: {Row.pct(wr.compute_pred, wr.compute_meas):+.1f}% "
+    print(f"WORST compute error (formula): {Row.pct(wr.compute_pred, wr.compute_meas):+.1f}% "
           f"({wr.model}, {_describe(wr.settings)}: predicted {format_bytes(wr.compute_pred)}, "
           f"llama.cpp {format_bytes(wr.compute_meas)})")
+    exact = [r for r in ok if r.compute_exact is not None]
+    if exact:
+        we = max(exact, key=lambda r: abs(Row.pct(r.compute_exact or 0, r.compute_meas)))
+        print(f"WORST compute error (exact plans, {len(exact)} of {len(ok)} settings): "
+              f"{Row.pct(we.compute_exact or 0, we.compute_meas):+.2f}% ({we.model}, {_describe(we.settings)})")
     return worst_compute
 
 
@@ -275,14 +292,14 @@ def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
     return 0 if worst < 100 else 1
 
 
-def plan_for_8gb(path: Path) -> None:
+def plan_for_8gb(path: Path, exact: bool) -> None:
     """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
     from app.planner.search import plan
     from app.planner.target import target_from_vram
     from app.units import GIB
     from tests.machines import cpu_machine
 
-    plan(load_model_spec(path), target_from_vram(8 * GIB, cpu_machine()))
+    plan(load_model_spec(path), target_from_vram(8 * GIB, cpu_machine()), exact=exact)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,11 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="size the compute buffer with the formula only, without asking llama.cpp (a dry run, ~5-200 ms)",
+    )
 
 
 def pins_from_args(args: argparse.Namespace) -> Pins:
@@ -95,7 +100,7 @@ def target_from_args(args: argparse.Namespace) -> Target:
 def plan_from_args(args: argparse.Namespace) -> Plan:
     spec = load_model_spec(resolve_model(args.model))
     try:
-        return plan(spec, target_from_args(args), pins_from_args(args))
+        return plan(spec, target_from_args(args), pins_from_args(args), exact=not args.estimate)
     except PlanError as exc:
         raise UserError(str(exc)) from None
 
@@ -149,6 +154,7 @@ def format_verification(v: Verification) -> str:
     rows = [
         ("KV cache", v.kv_predicted_bytes, v.kv_llama_bytes),
         ("compute", v.compute_predicted_bytes, v.compute_llama_bytes),
+        ("(formula)", v.compute_formula_bytes, v.compute_llama_bytes),
         ("output", v.output_predicted_bytes, v.output_llama_bytes),
     ]
     lines = [f"\nllama.cpp dry run ({v.seconds:.2f} s, CPU build): predicted vs llama.cpp"]

@@ -24,10 +24,10 @@ asks llama.cpp itself in ~0.1 s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from app.gguf.spec import ModelSpec
-from app.planner.kv import effective_ubatch, kv_cache_bytes, row_bytes
+from app.planner.kv import effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
 from app.planner.settings import Settings
 
 F32 = 4
@@ -174,7 +174,53 @@ def per_token_bytes(t: ComputeTerms, fit: dict[str, tuple[float, ...]] | None = 
     return max(out, attn, ffn)
 
 
-def compute_buffer_bytes(spec: ModelSpec, settings: Settings, device: str = "cpu") -> int:
+def graph_key(settings: Settings) -> tuple[object, ...]:
+    """The settings the worst-case graph depends on (not -ngl, -b or threads)."""
+    s = settings
+    return (s.n_ctx, s.n_ubatch, s.n_seq, kv_unified(s), s.flash_attn, s.type_k, s.type_v, s.swa_full)
+
+
+def formula_graph_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """The fitted model's size of the whole graph's compute buffer (what a CPU build reserves)."""
+    t = compute_terms(spec, settings)
+    return round(t.n_tokens * per_token_bytes(t))
+
+
+@dataclass(frozen=True)
+class GraphEstimate:
+    """How a plan sizes the graph's compute buffer.
+
+    The planner searches with the fitted formula. When llama.cpp can read the file, it then asks
+    llama.cpp's own allocator (a no_alloc dry run, measure.graph_compute) for the chosen settings:
+    those become exact, and the ratio measured/formula corrects every other configuration the
+    search and the alternatives look at, since the formula's error on one model changes slowly
+    with the settings.
+    """
+
+    scale: float = 1.0
+    measured: dict[tuple[object, ...], int] = field(default_factory=dict)
+
+    def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
+        exact = self.measured.get(graph_key(settings))
+        if exact is not None:
+            return exact
+        return round(formula_graph_bytes(spec, settings) * self.scale)
+
+    def is_measured(self, settings: Settings) -> bool:
+        return graph_key(settings) in self.measured
+
+    def learn(self, spec: ModelSpec, settings: Settings, measured_bytes: int) -> GraphEstimate:
+        formula = formula_graph_bytes(spec, settings)
+        scale = measured_bytes / formula if formula > 0 else 1.0
+        return replace(self, scale=scale, measured={**self.measured, graph_key(settings): measured_bytes})
+
+
+FORMULA = GraphEstimate()
+
+
+def compute_buffer_bytes(
+    spec: ModelSpec, settings: Settings, device: str = "cpu", graph: GraphEstimate = FORMULA
+) -> int:
     """Predicted `compute buffer size` llama.cpp reports for `device`.
 
     "cpu":  the CPU build: the whole graph in one CPU compute buffer (measured, see module doc).
@@ -189,17 +235,18 @@ def compute_buffer_bytes(spec: ModelSpec, settings: Settings, device: str = "cpu
             plus a 16 MiB f32 mask. When layers stay on the CPU (`n_gpu_layers <= n_layer`: -ngl
             counts the output layer first) their activations live here too, so the full graph
             model applies. Not measurable on this machine; keep a margin.
+    `graph` sizes the whole graph: the formula by default, llama.cpp's measurement when a plan has one.
     """
-    t = compute_terms(spec, settings)
     if device in ("cpu", "gpu"):
-        return round(t.n_tokens * per_token_bytes(t))
+        return graph.graph_bytes(spec, settings)
     if device == "host":
+        t = compute_terms(spec, settings)
         n_main = spec.n_layer - spec.n_layer_nextn
         v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v
         inputs = t.n_embd * F32 + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
         host = t.n_tokens * inputs
         if settings.n_gpu_layers <= n_main:
-            host = max(host, round(t.n_tokens * per_token_bytes(t)))
+            host = max(host, graph.graph_bytes(spec, settings))
         return host
     raise ValueError(f"unknown device {device!r} (use 'cpu', 'gpu' or 'host')")
 

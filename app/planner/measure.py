@@ -29,6 +29,9 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +220,69 @@ def _refusal(errors: list[str]) -> str:
     return "llama.cpp refused to create the context (no reason logged)"
 
 
+@contextmanager
+def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
+    """Route llama.cpp's (process-global) log into two lists while held: all text, and errors.
+
+    Callers hold `_lock`; the previous callback is restored afterwards.
+    """
+    chunks: list[str] = []
+    errors: list[str] = []
+    last_level = _LOG_INFO
+
+    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    def _capture(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        nonlocal last_level
+        s = text.decode("utf-8", errors="replace")
+        if level != _LOG_CONT:
+            last_level = level
+        chunks.append(s)
+        if last_level == _LOG_ERROR:
+            errors.append(s.strip())
+
+    prev_cb = llama_cpp.llama_log_callback()
+    prev_ud = ctypes.c_void_p()
+    llama_cpp.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
+    llama_cpp.llama_log_set(_capture, ctypes.c_void_p(0))
+    try:
+        yield chunks, errors
+    finally:
+        llama_cpp.llama_log_set(prev_cb, prev_ud)
+
+
+def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str]) -> Any:
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    if dry_run:
+        mparams.no_alloc = True
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
+    model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+    if not model:
+        reason = "; ".join(e for e in errors if e) or "no reason logged"
+        raise MeasureError(f"{p}: llama.cpp cannot load this model: {reason}")
+    return model
+
+
+def _context_params(llama_cpp: Any, settings: Settings) -> Any:
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = settings.n_ctx
+    cparams.n_batch = settings.n_batch
+    cparams.n_ubatch = settings.n_ubatch
+    cparams.n_seq_max = max(1, settings.n_seq)
+    cparams.n_threads = settings.n_threads
+    cparams.n_threads_batch = settings.n_threads_batch
+    cparams.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    cparams.type_k = int(ggml_type(settings.type_k))
+    cparams.type_v = int(ggml_type(settings.type_v))
+    cparams.swa_full = settings.swa_full
+    cparams.kv_unified = kv_unified(settings)
+    cparams.offload_kqv = True
+    cparams.no_perf = True
+    return cparams
+
+
 def measure_allocations(
     path: str | os.PathLike[str],
     settings: Settings,
@@ -236,67 +302,109 @@ def measure_allocations(
 
     with _lock:
         _ensure_backend(llama_cpp)
-        chunks: list[str] = []
-        errors: list[str] = []
-        last_level = _LOG_INFO
-
-        @llama_cpp.llama_log_callback  # type: ignore[misc]
-        def _capture(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-            nonlocal last_level
-            s = text.decode("utf-8", errors="replace")
-            if level != _LOG_CONT:
-                last_level = level
-            chunks.append(s)
-            if last_level == _LOG_ERROR:
-                errors.append(s.strip())
-
-        prev_cb = llama_cpp.llama_log_callback()
-        prev_ud = ctypes.c_void_p()
-        llama_cpp.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
-        llama_cpp.llama_log_set(_capture, ctypes.c_void_p(0))
         t0 = time.perf_counter()
-        model = ctx = None
-        refused: str | None = None
-        try:
-            mparams = llama_cpp.llama_model_default_params()
-            mparams.n_gpu_layers = settings.n_gpu_layers
-            if dry_run:
-                mparams.no_alloc = True
-                mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
-            model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
-            if not model:
-                reason = "; ".join(e for e in errors if e) or "no reason logged"
-                raise MeasureError(f"{p}: llama.cpp cannot load this model: {reason}")
-            n_errors_after_load = len(errors)
-            cparams = llama_cpp.llama_context_default_params()
-            cparams.n_ctx = settings.n_ctx
-            cparams.n_batch = settings.n_batch
-            cparams.n_ubatch = settings.n_ubatch
-            cparams.n_seq_max = max(1, settings.n_seq)
-            cparams.n_threads = settings.n_threads
-            cparams.n_threads_batch = settings.n_threads_batch
-            cparams.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
-            cparams.type_k = int(ggml_type(settings.type_k))
-            cparams.type_v = int(ggml_type(settings.type_v))
-            cparams.swa_full = settings.swa_full
-            cparams.kv_unified = kv_unified(settings)
-            cparams.offload_kqv = True
-            cparams.no_perf = True
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
-            if not ctx:
-                refused = _refusal(errors[n_errors_after_load:])
-        finally:
-            if ctx:
-                llama_cpp.llama_free(ctx)  # logs the exact compute size of a real allocation
-            if model:
-                llama_cpp.llama_model_free(model)
-            llama_cpp.llama_log_set(prev_cb, prev_ud)
+        with _captured_log(llama_cpp) as (chunks, errors):
+            model = ctx = None
+            refused: str | None = None
+            try:
+                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors)
+                n_errors_after_load = len(errors)
+                ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
+                if not ctx:
+                    refused = _refusal(errors[n_errors_after_load:])
+            finally:
+                if ctx:
+                    llama_cpp.llama_free(ctx)  # logs the exact compute size of a real allocation
+                if model:
+                    llama_cpp.llama_model_free(model)
         seconds = time.perf_counter() - t0
 
     lines = "".join(chunks).splitlines()
     return _parse(lines, dry_run, refused, seconds)
+
+
+# Dry runs the planner asks for while it plans. Loading a header costs 1-500 ms (llama.cpp builds
+# the vocabulary); creating a no_alloc context on a loaded header costs 1-25 ms. So headers stay
+# loaded (a few, least recently used first out) and results are remembered per configuration.
+_HEADERS_KEPT = 2
+_RESULTS_KEPT = 512
+_headers: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
+_unloadable: dict[tuple[str, int, int, int], str] = {}
+_results: OrderedDict[tuple[object, ...], GraphCompute] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class GraphCompute:
+    """llama.cpp's compute buffers for one configuration, from a dry run on the build at hand."""
+
+    compute_bytes: dict[str, int]  # per buffer (CPU on a CPU build; CUDA0, CUDA_Host, ... on others)
+    refused: str | None
+    seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.compute_bytes.values())
+
+
+def _file_key(p: Path, n_gpu_layers: int, gpu_build: bool) -> tuple[str, int, int, int]:
+    st = p.stat()
+    # Without GPU offload in the build every layer is on the CPU whatever -ngl says: one header serves all.
+    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if gpu_build else 0)
+
+
+def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphCompute | None:
+    """llama.cpp's own compute-buffer sizes for `settings`, or None when it cannot be asked.
+
+    None means: llama-cpp-python is not installed, the file is gone, or this llama.cpp cannot
+    load the file (an architecture newer than the build). The planner then keeps its formula.
+    """
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        with _lock:
+            _ensure_backend(llama_cpp)
+            gpu_build = bool(llama_cpp.llama_supports_gpu_offload())
+            fkey = _file_key(p, settings.n_gpu_layers, gpu_build)
+            rkey = (fkey, settings.n_ctx, settings.n_ubatch, settings.n_seq, settings.flash_attn,
+                    settings.type_k, settings.type_v, settings.swa_full)
+            if rkey in _results:
+                _results.move_to_end(rkey)
+                return _results[rkey]
+            if fkey in _unloadable:
+                return None
+            t0 = time.perf_counter()
+            with _captured_log(llama_cpp) as (chunks, errors):
+                model = _headers.get(fkey)
+                if model is None:
+                    try:
+                        model = _load_model(llama_cpp, p, fkey[3], True, errors)
+                    except MeasureError as exc:
+                        _unloadable[fkey] = str(exc)
+                        return None
+                    _headers[fkey] = model
+                    while len(_headers) > _HEADERS_KEPT:
+                        llama_cpp.llama_model_free(_headers.popitem(last=False)[1])
+                _headers.move_to_end(fkey)
+                n_errors = len(errors)
+                start = len(chunks)
+                ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
+                refused = None if ctx else _refusal(errors[n_errors:])
+                if ctx:
+                    llama_cpp.llama_free(ctx)
+                lines = "".join(chunks[start:]).splitlines()
+            parsed = _parse(lines, True, refused, time.perf_counter() - t0)
+            result = GraphCompute(dict(parsed.compute_bytes), refused, parsed.seconds)
+            _results[rkey] = result
+            while len(_results) > _RESULTS_KEPT:
+                _results.popitem(last=False)
+            return result
+    except OSError:
+        return None
 
 
 def dry_run_plan(path: str | os.PathLike[str], settings: Settings) -> DryRunTotals:

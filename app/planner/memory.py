@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.gguf import ModelSpec
-from app.planner.compute import compute_buffer_bytes, output_buffer_bytes
+from app.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes, output_buffer_bytes
 from app.planner.kv import KvBreakdown, kv_cache_bytes
 from app.planner.settings import Settings
 from app.planner.target import Target
@@ -87,7 +87,9 @@ def weights_split(spec: ModelSpec, n_gpu_layers: int, has_gpu: bool) -> tuple[in
     return device, host
 
 
-def memory_breakdown(spec: ModelSpec, settings: Settings, target: Target) -> MemoryBreakdown:
+def memory_breakdown(
+    spec: ModelSpec, settings: Settings, target: Target, graph: GraphEstimate = FORMULA
+) -> MemoryBreakdown:
     has_gpu = target.has_gpu and settings.n_gpu_layers > 0
     kv = kv_cache_bytes(spec, settings)
     layers, output_on_gpu = layer_placement(spec, settings.n_gpu_layers if has_gpu else 0)
@@ -100,13 +102,13 @@ def memory_breakdown(spec: ModelSpec, settings: Settings, target: Target) -> Mem
         device = Components(
             weights_bytes=w_dev,
             kv_bytes=kv_dev,
-            compute_bytes=compute_buffer_bytes(spec, settings, device="gpu"),
+            compute_bytes=compute_buffer_bytes(spec, settings, device="gpu", graph=graph),
             margin_bytes=target.device_margin_bytes * len(target.gpus),
         )
         host = Components(
             weights_bytes=w_host,
             kv_bytes=kv_host,
-            compute_bytes=compute_buffer_bytes(spec, settings, device="host"),
+            compute_bytes=compute_buffer_bytes(spec, settings, device="host", graph=graph),
             output_bytes=output,
         )
     else:
@@ -114,7 +116,7 @@ def memory_breakdown(spec: ModelSpec, settings: Settings, target: Target) -> Mem
         host = Components(
             weights_bytes=w_host,
             kv_bytes=kv.total_bytes,
-            compute_bytes=compute_buffer_bytes(spec, settings, device="cpu"),
+            compute_bytes=compute_buffer_bytes(spec, settings, device="cpu", graph=graph),
             output_bytes=output,
         )
     return MemoryBreakdown(device=device, host=host, kv=kv, gpu_layers=layers, output_on_gpu=output_on_gpu and has_gpu)

@@ -23,6 +23,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "target": plan.target.description,
         "settings": plan.settings.to_dict(),
         "memory": memory_to_dict(plan.memory),
+        "compute_source": plan.compute_source,
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
         "fits": plan.fits,
         "speed": plan.speed.as_dict(),
@@ -105,6 +106,7 @@ def format_plan(plan: Plan) -> str:
         )
         lines.append(f"  {name:<7}{vals}  {format_bytes(budget)}")
         lines.append(f"  {'':<7}{_bar(comp, budget)}")
+    lines.append(f"  {_compute_source_line(plan)}")
     lines.append("")
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(
@@ -134,6 +136,14 @@ def format_plan(plan: Plan) -> str:
     lines.append("llama-server")
     lines.append("  " + quote(llama_server_argv(plan.spec.path, plan.settings), "bash"))
     return "\n".join(lines)
+
+
+def _compute_source_line(plan: Plan) -> str:
+    if plan.compute_source == "llama.cpp":
+        return "compute buffer: llama.cpp's own allocator (dry run of the installed build)"
+    if plan.exact:
+        return "compute buffer: estimated (llama.cpp could not be asked about this file)"
+    return "compute buffer: estimated by the formula (--estimate)"
 
 
 def _row_field(label: str) -> set[str]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from app.gguf import ModelSpec
+from app.planner.compute import FORMULA, GraphEstimate
 from app.planner.kv import kv_refusal
 from app.planner.memory import MemoryBreakdown, memory_breakdown
 from app.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
@@ -88,6 +89,13 @@ class Plan:
     refused: str | None = None  # llama.cpp would refuse these settings (only possible when pinned)
     suggestion: str | None = None  # when nothing fits: what would
     warnings: tuple[str, ...] = field(default=())
+    graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
+    exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
+
+    @property
+    def compute_source(self) -> str:
+        """"llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
+        return "llama.cpp" if self.graph.is_measured(self.settings) else "estimate"
 
     @property
     def device_budget_bytes(self) -> int:
@@ -131,8 +139,10 @@ def _threads(target: Target, full_offload: bool) -> tuple[int, int]:
     return phys, phys
 
 
-def _evaluate(spec: ModelSpec, s: Settings, target: Target) -> tuple[MemoryBreakdown, bool, SpeedPrediction]:
-    mem = memory_breakdown(spec, s, target)
+def _evaluate(
+    spec: ModelSpec, s: Settings, target: Target, g: GraphEstimate = FORMULA
+) -> tuple[MemoryBreakdown, bool, SpeedPrediction]:
+    mem = memory_breakdown(spec, s, target, g)
     return mem, _fits(mem, target), predict_speed(spec, s, target, mem)
 
 
@@ -154,10 +164,41 @@ def _ctx_target(spec: ModelSpec, pins: Pins) -> int:
     return max(MIN_CTX, min(spec.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX))
 
 
-def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternatives: bool = True) -> Plan:
-    """Choose settings for `spec` on `target` honouring `pins`."""
+def plan(
+    spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternatives: bool = True, exact: bool = False
+) -> Plan:
+    """Choose settings for `spec` on `target` honouring `pins`.
+
+    exact: after the search, ask llama.cpp's own allocator (a no_alloc dry run of the installed
+    llama-cpp-python, 1-25 ms once the header is loaded) for the chosen settings' compute buffer,
+    search again with the formula corrected by what it said, and report the measured number. The
+    first dry run of a file also loads its header (1-500 ms); later plans of the same file reuse it.
+    Falls back to the formula when llama.cpp cannot read the file.
+    """
     pins = pins or Pins()
     _validate(spec, pins)
+    g = FORMULA
+    chosen, fits, tried = _choose(spec, target, pins, g)
+    if exact:
+        from app.planner.measure import graph_compute
+
+        # The measurement can move the choice (a tighter or looser compute buffer); a few rounds
+        # settle it, each measuring the settings the previous one chose.
+        for _ in range(3):
+            if g.is_measured(chosen):
+                break
+            m = graph_compute(spec.path, chosen)
+            if m is None or m.refused:
+                break
+            g = g.learn(spec, chosen, m.total_bytes)
+            chosen, fits, tried = _choose(spec, target, pins, g)
+    return _finish(spec, target, pins, chosen, fits, tried, g, alternatives, exact)
+
+
+def _choose(
+    spec: ModelSpec, target: Target, pins: Pins, g: GraphEstimate
+) -> tuple[Settings, bool, list[tuple[Settings, MemoryBreakdown, bool]]]:
+    """The search proper: the settings, whether the search found a fit, and what it tried."""
     n_ctx = _ctx_target(spec, pins)
     has_gpu = target.has_gpu
     max_ngl = spec.n_layer + 1
@@ -188,7 +229,7 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
     if not has_gpu:
         for kv in kv_pairs:
             s = make(kv, 0, ubatch0)
-            mem, ok, _ = _evaluate(spec, s, target)
+            mem, ok, _ = _evaluate(spec, s, target, g)
             tried.append((s, mem, ok))
             if ok:
                 chosen = s
@@ -199,7 +240,7 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
         for kv in kv_pairs:
             for ub in ub_options:
                 s = make(kv, min(ngl_options[0], max_ngl), ub)
-                mem, ok, _ = _evaluate(spec, s, target)
+                mem, ok, _ = _evaluate(spec, s, target, g)
                 tried.append((s, mem, ok))
                 if ok:
                     chosen = s
@@ -212,11 +253,11 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
             partial_pairs = kv_pairs if (pins.type_k or pins.type_v) else [p for p in kv_pairs if p[0] != "q4_0"]
             best: tuple[float, Settings] | None = None
             for kv in partial_pairs:
-                ngl = _max_layers(spec, target, lambda n, kv=kv: make(kv, n, ubatch0))
+                ngl = _max_layers(spec, target, lambda n, kv=kv: make(kv, n, ubatch0), g)
                 if ngl is None:
                     continue
                 s = make(kv, ngl, ubatch0)
-                mem, ok, sp = _evaluate(spec, s, target)
+                mem, ok, sp = _evaluate(spec, s, target, g)
                 tried.append((s, mem, ok))
                 if ok and (best is None or sp.decode_tps > best[0] * 1.02):
                     best = (sp.decode_tps, s)
@@ -224,20 +265,35 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
                 chosen = best[1]
 
     if chosen is not None and pins.n_ubatch is None:
-        chosen = _grow_ubatch(spec, target, chosen, pins)
+        chosen = _grow_ubatch(spec, target, chosen, pins, g)
 
     fits = chosen is not None
     if chosen is None:
         chosen = tried[0][0] if tried else make(kv_pairs[0], 0, ubatch0)
         if has_gpu and pins.n_gpu_layers is None:
             chosen = make((chosen.type_k, chosen.type_v), 0, ubatch0)
-    mem, ok, speed = _evaluate(spec, chosen, target)
+    return chosen, fits, tried
+
+
+def _finish(
+    spec: ModelSpec,
+    target: Target,
+    pins: Pins,
+    chosen: Settings,
+    fits: bool,
+    tried: list[tuple[Settings, MemoryBreakdown, bool]],
+    g: GraphEstimate,
+    alternatives: bool,
+    exact: bool,
+) -> Plan:
+    has_gpu = target.has_gpu
+    mem, ok, speed = _evaluate(spec, chosen, target, g)
     fits = fits and ok
     refused = kv_refusal(spec, chosen)
     if refused:
         fits = False
-    reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits)
-    suggestion = None if fits else _suggest_quant(spec, target, chosen)
+    reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen))
+    suggestion = None if fits else _suggest_quant(spec, target, chosen, g)
     warnings: list[str] = list(target.notes)
     # Speed predictions rest on the bandwidth; say when it is an assumption, not a reading.
     warnings += [f"{g.name}: {g.bandwidth_note}" for g in target.gpus if g.bandwidth_note]
@@ -251,7 +307,7 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "
             "the model was trained for: quality drops past it"
         )
-    alts = tuple(_alternatives(spec, target, chosen)) if alternatives else ()
+    alts = tuple(_alternatives(spec, target, chosen, g)) if alternatives else ()
     return Plan(
         spec=spec,
         target=target,
@@ -265,10 +321,12 @@ def plan(spec: ModelSpec, target: Target, pins: Pins | None = None, *, alternati
         refused=refused,
         suggestion=suggestion,
         warnings=tuple(warnings),
+        graph=g,
+        exact=exact,
     )
 
 
-def _max_layers(spec: ModelSpec, target: Target, build) -> int | None:  # type: ignore[no-untyped-def]
+def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:  # type: ignore[no-untyped-def]
     """Largest -ngl that fits, or None.
 
     VRAM use only grows with every layer moved to the GPU and host use only shrinks, so the
@@ -277,7 +335,7 @@ def _max_layers(spec: ModelSpec, target: Target, build) -> int | None:  # type: 
     """
 
     def device_fits(n: int) -> bool:
-        mem = memory_breakdown(spec, build(n), target)
+        mem = memory_breakdown(spec, build(n), target, g)
         return mem.device.total_bytes <= target.device_budget_bytes
 
     lo, hi = 0, spec.n_layer + 1
@@ -287,10 +345,10 @@ def _max_layers(spec: ModelSpec, target: Target, build) -> int | None:  # type: 
             lo = mid
         else:
             hi = mid - 1
-    return lo if _fits(memory_breakdown(spec, build(lo), target), target) else None
+    return lo if _fits(memory_breakdown(spec, build(lo), target, g), target) else None
 
 
-def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins) -> Settings:
+def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: GraphEstimate) -> Settings:
     # Larger ubatches speed prompts up; take the largest the headroom allows. On the CPU the gain
     # is small and the compute buffer grows, so stay at the default there.
     if not target.has_gpu or s.n_ubatch < DEFAULT_UBATCH:
@@ -299,25 +357,25 @@ def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins) -> Se
         if ub <= s.n_ubatch:
             break
         cand = s.with_(n_ubatch=ub, n_batch=pins.n_batch or max(DEFAULT_BATCH, ub))
-        if _fits(memory_breakdown(spec, cand, target), target):
+        if _fits(memory_breakdown(spec, cand, target, g), target):
             return cand
     return s
 
 
-def _alt(spec: ModelSpec, target: Target, label: str, s: Settings) -> Alternative:
-    mem, ok, sp = _evaluate(spec, s, target)
+def _alt(spec: ModelSpec, target: Target, label: str, s: Settings, g: GraphEstimate) -> Alternative:
+    mem, ok, sp = _evaluate(spec, s, target, g)
     refused = kv_refusal(spec, s)
     return Alternative(label, s, mem, ok and not refused, sp, refused)
 
 
-def _alternatives(spec: ModelSpec, target: Target, s: Settings) -> Iterable[Alternative]:
+def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Iterable[Alternative]:
     seen = {s}
 
     def emit(label: str, cand: Settings) -> Alternative | None:
         if cand in seen:
             return None
         seen.add(cand)
-        return _alt(spec, target, label, cand)
+        return _alt(spec, target, label, cand, g)
 
     out: list[Alternative | None] = []
     up = _next_ctx(s.n_ctx, up=True)
@@ -361,8 +419,10 @@ def _reasons(
     speed: SpeedPrediction,
     tried: list[tuple[Settings, MemoryBreakdown, bool]],
     fits: bool,
+    compute_measured: bool = False,
 ) -> list[str]:
     r: list[str] = []
+    by = ", sized by llama.cpp's own allocator" if compute_measured else ""
     gpu = target.has_gpu
     budget = target.device_budget_bytes if gpu else target.host_ram_bytes
     where = "VRAM" if gpu else "RAM"
@@ -450,14 +510,14 @@ def _reasons(
     elif gpu and s.n_ubatch > DEFAULT_UBATCH:
         r.append(
             f"ubatch {s.n_ubatch}, batch {s.n_batch}: headroom allows a larger compute buffer "
-            f"({format_bytes(mem.device.compute_bytes)}), so prompts are processed faster."
+            f"({format_bytes(mem.device.compute_bytes)}{by}), so prompts are processed faster."
         )
     elif s.n_ubatch < DEFAULT_UBATCH:
         r.append(f"ubatch {s.n_ubatch}: the default 512 would not fit; prompts are processed a little slower.")
     else:
         r.append(
             f"ubatch {s.n_ubatch}, batch {s.n_batch}: llama-server's defaults; compute buffer "
-            f"{format_bytes(mem.device.compute_bytes if gpu else mem.host.compute_bytes)}."
+            f"{format_bytes(mem.device.compute_bytes if gpu else mem.host.compute_bytes)}{by}."
         )
     # Threads
     if pins.n_threads is not None:
@@ -497,13 +557,13 @@ def _reasons(
     return r
 
 
-def _suggest_quant(spec: ModelSpec, target: Target, s: Settings) -> str | None:
+def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:
     params = spec.n_params
     if params <= 0:
         return None
     budget = target.device_budget_bytes if target.has_gpu else target.host_ram_bytes
     small = s.with_(n_ctx=min(s.n_ctx, 4096), type_k="q8_0", type_v="q8_0", flash_attn=True)
-    mem = memory_breakdown(spec, small, target)
+    mem = memory_breakdown(spec, small, target, g)
     side = mem.device if target.has_gpu else mem.host
     overhead = side.total_bytes - side.weights_bytes
     current_bpw = spec.weight_bytes * 8 / params
@@ -522,4 +582,4 @@ def _suggest_quant(spec: ModelSpec, target: Target, s: Settings) -> str | None:
 
 def replan_with(plan_: Plan, **pins: object) -> Plan:
     """The same request with more pins, e.g. when the user moves a slider."""
-    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins))  # type: ignore[arg-type]
+    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]

@@ -96,6 +96,19 @@ def test_plan_json_contract(qwen7b: Path) -> None:
     alt = d["alternatives"][0]
     assert {"settings", "memory_total", "fits", "speed"} <= alt.keys()
     assert "-ctk q8_0" in d["llama_server"] and "-c 65536" in d["llama_server"]
+    # The compute buffer comes from llama.cpp's own allocator unless --estimate asks for the formula.
+    assert d["compute_source"] == "llama.cpp"
+    est = json.loads(vrampilot("plan", str(qwen7b), "--vram", "8GiB", "--ctx", "65536", "--json", "--estimate").stdout)
+    assert est["compute_source"] == "estimate"
+    assert est["memory"]["compute"]["device"] != d["memory"]["compute"]["device"]
+
+
+def test_plan_verify_shows_plan_and_formula_against_llama_cpp(qwen7b: Path) -> None:
+    r = vrampilot("plan", str(qwen7b), "--vram", "8GiB", "--ctx", "65536", "--verify", "--json")
+    v = json.loads(r.stdout)["verify"]
+    assert v["compute"]["predicted"] == v["compute"]["llama_cpp"]  # the exact plan's number, fresh load
+    assert v["compute"]["formula"] != v["compute"]["llama_cpp"]
+    assert "llama.cpp's own allocator" in vrampilot("plan", str(qwen7b), "--vram", "8GiB").stdout
 
 
 def test_plan_text_and_cpu_only() -> None:
