@@ -19,6 +19,7 @@ import llama_cpp
 from app.engine import llama_log
 from app.engine.errors import AllocationError, LoadCancelled, ModelLoadError
 from app.export import llama_cpp_kwargs
+from app.planner.measure import LOG_LOCK
 from app.planner.settings import Settings
 
 ProgressFn = Callable[[float], None]
@@ -78,7 +79,10 @@ def open_llama(
 
     kwargs = llama_cpp_kwargs(settings)
     try:
-        llm = _Llama(str(model_path), on_progress=on_progress, verbose=False, **kwargs)
+        # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
+        # this load's error lines must reach llama_log, and its buffer lines must not reach them.
+        with LOG_LOCK:
+            llm = _Llama(str(model_path), on_progress=on_progress, verbose=False, **kwargs)
     except ValueError as exc:
         gc.collect()
         if cancel.is_set():

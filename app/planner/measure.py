@@ -59,7 +59,12 @@ _COMPUTE_EXACT_RE = re.compile(r"^~llama_context:\s+(\S+) compute buffer size (?
 _CPARAM_RE = re.compile(r"^llama_context: (n_ctx|n_ctx_seq|n_ubatch|n_batch|n_seq_max)\s+=\s+(\d+)")
 _ERROR_PREFIXES = ("llama_init_from_model: ", "llama_context: ")
 
-_lock = threading.Lock()  # llama.cpp's log callback is process-global
+# llama.cpp's log callback is process-global, and buffer sizes are only in its log: whoever parses
+# it (these measurements, the engine's load errors) holds this lock while llama.cpp logs for them.
+LOG_LOCK = threading.Lock()
+_lock = LOG_LOCK
+# A plan does not wait for a model load in progress (seconds): it falls back to the formula.
+PLAN_WAIT_S = 1.0
 _backend_ready = False
 
 
@@ -221,6 +226,15 @@ def _refusal(errors: list[str]) -> str:
 
 
 @contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release a lock already acquired (with a timeout) when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
 def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
     """Route llama.cpp's (process-global) log into two lists while held: all text, and errors.
 
@@ -365,8 +379,10 @@ def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphComp
     p = Path(path)
     if not p.is_file():
         return None
+    if not _lock.acquire(timeout=PLAN_WAIT_S):
+        return None
     try:
-        with _lock:
+        with _held(_lock):
             _ensure_backend(llama_cpp)
             gpu_build = bool(llama_cpp.llama_supports_gpu_offload())
             fkey = _file_key(p, settings.n_gpu_layers, gpu_build)

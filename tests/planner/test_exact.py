@@ -116,3 +116,17 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
     for ctx in (8192, 16384, 49152, 98304):  # new settings: each needs a fresh dry run
         assert plan(spec, gpu8, Pins(n_ctx=ctx), exact=True).compute_source == "llama.cpp"
     assert (time.perf_counter() - t) / 4 < 0.1
+
+
+def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:
+    """While the engine loads a model it holds llama.cpp's log; a plan then uses the formula."""
+    from app.planner.measure import LOG_LOCK, PLAN_WAIT_S
+
+    spec = load_model_spec(embedded_model)
+    with LOG_LOCK:  # what the engine holds while llama.cpp loads
+        t = time.perf_counter()
+        p = plan(spec, CPU, Pins(n_ctx=3072), exact=True)
+        waited = time.perf_counter() - t
+    assert p.compute_source == "estimate" and p.fits
+    assert waited < PLAN_WAIT_S + 0.5
+    assert plan(spec, CPU, Pins(n_ctx=3072), exact=True).compute_source == "llama.cpp"
