@@ -200,10 +200,11 @@ class Engine:
         return self._template.render(messages)
 
     def tokenize_prompt(self, messages: Sequence[Message]) -> list[int]:
-        llm = self._require()
-        # The template writes the special tokens itself (BOS included where the model wants it),
-        # as llama-cpp-python's own chat handler assumes.
-        return llm.tokenize(self.render(messages).encode("utf-8"), add_bos=False, special=True)
+        with self._lock:
+            llm = self._require()
+            # The template writes the special tokens itself (BOS included where the model wants it),
+            # as llama-cpp-python's own chat handler assumes.
+            return llm.tokenize(self.render(messages).encode("utf-8"), add_bos=False, special=True)
 
     def check_context(self, messages: Sequence[Message], max_tokens: int) -> ContextCheck:
         with self._lock:
@@ -319,6 +320,21 @@ class Engine:
         """Tokens of `text` in the loaded model's tokenizer (no special tokens, no BOS)."""
         with self._lock:
             return len(self._require().tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        """The bytes of `tokens` (a piece may end inside a UTF-8 character: decode incrementally).
+
+        Other backends that run the same file (app.hybrid) stream text through this, so a reply
+        reads the same whichever backend produced its tokens.
+        """
+        with self._lock:
+            return self._require().detokenize(list(tokens))
+
+    def is_end_of_generation(self, token: int) -> bool:
+        """llama.cpp's end-of-generation test (EOS, EOT, <|im_end|>, ...) for the loaded vocabulary."""
+        with self._lock:
+            vocab = llama_cpp.llama_model_get_vocab(self._require().model)
+            return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
 
     def cached_tokens(self) -> list[int]:
         """The tokens whose KV cells are in the cache now, in order."""

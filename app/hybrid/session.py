@@ -40,6 +40,12 @@ class HybridSession:
     def n_tokens(self) -> int:
         return len(self._tokens)
 
+    def reusable_tokens(self, prompt_tokens: Sequence[int]) -> int:
+        """How many of `prompt_tokens` the cache already holds: all it holds when the prompt extends
+        them, else 0 (the hybrid cache cannot rewind, so `generate` starts over)."""
+        n = len(self._tokens)
+        return n if len(prompt_tokens) > n and list(prompt_tokens[:n]) == self._tokens else 0
+
     @property
     def n_ctx(self) -> int:
         return self.model.config.n_ctx_train
@@ -82,8 +88,9 @@ class HybridSession:
         prompt = list(prompt_tokens)
         if not prompt:
             raise ValueError("empty prompt")
-        if len(prompt) > len(self._tokens) and prompt[: len(self._tokens)] == self._tokens:
-            new = prompt[len(self._tokens) :]
+        reused = self.reusable_tokens(prompt)
+        if reused:
+            new = prompt[reused:]
         else:
             self.reset()
             new = prompt

@@ -1,11 +1,23 @@
 """What the app keeps between runs: chats (SQLite) and the model library. Qt-free; the UI keeps its
 own preferences in QSettings."""
 
-from app.storage.chats import Chat, ChatStore, ChatSummary, StoredMessage, title_from
+from app.storage.chats import (
+    BACKEND_HYBRID,
+    BACKEND_LLAMA,
+    BACKENDS,
+    Chat,
+    ChatStore,
+    ChatSummary,
+    StoredMessage,
+    title_from,
+)
 from app.storage.db import StorageError, connect, default_db_path
 from app.storage.library import Library, scan_folder
 
 __all__ = [
+    "BACKENDS",
+    "BACKEND_HYBRID",
+    "BACKEND_LLAMA",
     "Chat",
     "ChatStore",
     "ChatSummary",

@@ -18,6 +18,11 @@ from typing import Any
 from app.storage.db import connect
 
 ROLES = ("system", "user", "assistant")
+# What replies a chat: llama.cpp (the engine), or the experimental hybrid-cache backend on torch
+# (app.hybrid). Stored per chat so that reopening a chat keeps its backend.
+BACKEND_LLAMA = "llama.cpp"
+BACKEND_HYBRID = "hybrid"
+BACKENDS = (BACKEND_LLAMA, BACKEND_HYBRID)
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 60
 
@@ -50,6 +55,7 @@ class Chat:
     created_at: float
     updated_at: float
     messages: tuple[StoredMessage, ...] = field(default=())
+    backend: str = BACKEND_LLAMA
 
 
 def title_from(text: str) -> str:
@@ -59,6 +65,11 @@ def title_from(text: str) -> str:
         return line or DEFAULT_TITLE
     cut = line[:TITLE_CHARS].rsplit(" ", 1)[0]
     return (cut or line[:TITLE_CHARS]) + "…"
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
 
 
 def _escape_like(text: str) -> str:
@@ -77,13 +88,21 @@ class ChatStore:
         self._conn.close()
 
     # -- chats ---------------------------------------------------------------------------------
-    def create_chat(self, title: str = DEFAULT_TITLE, model_path: str | None = None, system_prompt: str = "") -> Chat:
+    def create_chat(
+        self,
+        title: str = DEFAULT_TITLE,
+        model_path: str | None = None,
+        system_prompt: str = "",
+        backend: str = BACKEND_LLAMA,
+    ) -> Chat:
+        _check_backend(backend)
         now = time.time()
         cur = self._conn.execute(
-            "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-            (title, model_path, system_prompt, now, now),
+            "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at, backend) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (title, model_path, system_prompt, now, now, backend),
         )
-        return Chat(int(cur.lastrowid or 0), title, model_path, system_prompt, now, now)
+        return Chat(int(cur.lastrowid or 0), title, model_path, system_prompt, now, now, backend=backend)
 
     def list_chats(self) -> list[ChatSummary]:
         rows = self._conn.execute(
@@ -105,6 +124,8 @@ class ChatStore:
             row["created_at"],
             row["updated_at"],
             tuple(self.messages(chat_id)),
+            # A value this build does not know (written by a newer one) reads as the default.
+            row["backend"] if row["backend"] in BACKENDS else BACKEND_LLAMA,
         )
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
@@ -132,6 +153,10 @@ class ChatStore:
 
     def set_model(self, chat_id: int, model_path: str | None) -> None:
         self._update_chat(chat_id, "model_path = ?", (model_path,))
+
+    def set_backend(self, chat_id: int, backend: str) -> None:
+        _check_backend(backend)
+        self._update_chat(chat_id, "backend = ?", (backend,))
 
     def delete(self, chat_id: int) -> None:
         self._conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
@@ -206,6 +231,7 @@ class ChatStore:
             "title": chat.title,
             "model": chat.model_path,
             "system_prompt": chat.system_prompt,
+            "backend": chat.backend,
             "created_at": chat.created_at,
             "updated_at": chat.updated_at,
             "messages": [
@@ -218,6 +244,8 @@ class ChatStore:
         lines = [f"# {chat.title}", ""]
         if chat.model_path:
             lines += [f"Model: `{Path(chat.model_path).name}`", ""]
+        if chat.backend == BACKEND_HYBRID:
+            lines += ["Backend: experimental hybrid KV cache (torch)", ""]
         if chat.system_prompt:
             lines += ["## System", "", chat.system_prompt, ""]
         names = {"user": "User", "assistant": "Assistant", "system": "System"}

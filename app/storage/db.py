@@ -48,6 +48,11 @@ _MIGRATIONS: tuple[str, ...] = (
         added_at REAL NOT NULL
     );
     """,
+    # 3: the backend each chat replies with ('llama.cpp' or the experimental 'hybrid'). A column
+    # with a default, so chats written by older builds read as llama.cpp chats, which they were.
+    """
+    ALTER TABLE chats ADD COLUMN backend TEXT NOT NULL DEFAULT 'llama.cpp';
+    """,
 )
 
 

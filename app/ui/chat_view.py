@@ -6,9 +6,10 @@ Views only: the main window decides what happens on send, stop, edit and regener
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
@@ -24,10 +25,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine import SamplingParams
+from app.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from app.ui.markdown_view import MarkdownView
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
+BACKEND_LABELS = {BACKEND_LLAMA: "llama.cpp", BACKEND_HYBRID: "Experimental: hybrid cache (torch)"}
 
 
 class MessageWidget(QFrame):
@@ -202,6 +205,7 @@ class ChatView(QWidget):
     system_prompt_changed = Signal(str)
     sampling_changed = Signal(object)
     enter_sends_changed = Signal(bool)
+    backend_changed = Signal(str)  # the user picked another backend for this chat
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -216,6 +220,18 @@ class ChatView(QWidget):
         f.setBold(True)
         self.title.setFont(f)
         top.addWidget(self.title, 1)
+        # Per chat, as LM Studio and Jan put the model choice: beside the chat's title.
+        self.backend = QComboBox()
+        self.backend.setObjectName("backend")
+        for key, label in BACKEND_LABELS.items():
+            self.backend.addItem(label, key)
+        self.backend.setToolTip("What replies in this chat")
+        self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.backend.currentIndexChanged.connect(self._backend_picked)
+        backend_label = QLabel("Backend")
+        backend_label.setBuddy(self.backend)
+        top.addWidget(backend_label)
+        top.addWidget(self.backend)
         self.system_toggle = QToolButton()
         self.system_toggle.setText("System prompt")
         self.system_toggle.setObjectName("system_toggle")
@@ -227,6 +243,16 @@ class ChatView(QWidget):
         self.sampling_toggle.setCheckable(True)
         top.addWidget(self.sampling_toggle)
         lay.addLayout(top)
+
+        # What the chosen backend is, or why it cannot be used; hidden for plain llama.cpp chats.
+        self.backend_note = QLabel()
+        self.backend_note.setObjectName("backend_note")
+        self.backend_note.setWordWrap(True)
+        self.backend_note.setFrameShape(QFrame.Shape.StyledPanel)
+        self.backend_note.setMargin(4)
+        self.backend_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.backend_note.hide()
+        lay.addWidget(self.backend_note)
 
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setObjectName("system_prompt")
@@ -344,6 +370,40 @@ class ChatView(QWidget):
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
+    # -- backend -------------------------------------------------------------------------------
+    def _backend_picked(self, index: int) -> None:
+        if index >= 0 and not self.backend.signalsBlocked():
+            self.backend_changed.emit(self.backend.itemData(index))
+
+    def set_backend(self, key: str) -> None:
+        """Show `key` as this chat's backend without reporting it as the user's choice."""
+        self.backend.blockSignals(True)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(key)))
+        self.backend.blockSignals(False)
+
+    def current_backend(self) -> str:
+        return str(self.backend.currentData())
+
+    def set_backend_available(self, key: str, available: bool, why: str = "") -> None:
+        """Grey out a backend (kept in the list, so the user learns it exists) and say why in its tooltip."""
+        index = self.backend.findData(key)
+        model = self.backend.model()
+        if index < 0 or not isinstance(model, QStandardItemModel):
+            return
+        item = model.item(index)
+        item.setEnabled(available)
+        item.setToolTip(why)
+        self.backend.setToolTip("What replies in this chat" + (f"\n{why}" if why else ""))
+
+    def backend_available(self, key: str) -> bool:
+        model = self.backend.model()
+        index = self.backend.findData(key)
+        return isinstance(model, QStandardItemModel) and index >= 0 and model.item(index).isEnabled()
+
+    def set_backend_note(self, text: str) -> None:
+        self.backend_note.setText(text)
+        self.backend_note.setVisible(bool(text))
+
     # -- messages ------------------------------------------------------------------------------
     def set_title(self, title: str) -> None:
         self.title.setText(title)
@@ -419,6 +479,7 @@ class ChatView(QWidget):
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
+        self.backend.setEnabled(not busy)
         self.send_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
         self._update_actions()

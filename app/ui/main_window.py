@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
@@ -27,16 +30,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.documents import SUPPORTED_PATTERNS, is_supported
-from app.engine import ContextOverflow, LoadResult, Message, Reply, SamplingParams, format_summary
+from app.engine import ContextOverflow, Engine, LoadResult, Message, Reply, SamplingParams, format_summary
 from app.export import llama_server_argv, quote
 from app.gguf import ModelSpec, load_model_spec
 from app.hardware import Machine, detect_machine, load_profiles
 from app.meters import Sampler
+from app.meters.kvcache import KvCacheUsage
 from app.paths import embedded_model_path
 from app.planner.search import Alternative, Pins, Plan, plan
 from app.planner.settings import Settings
 from app.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
-from app.storage import ChatStore, Library, connect, scan_folder, title_from
+from app.storage import BACKEND_HYBRID, BACKEND_LLAMA, ChatStore, Library, connect, scan_folder, title_from
 from app.ui.chat_list import ChatList
 from app.ui.chat_view import ChatView
 from app.ui.documents_controller import DocumentsController
@@ -50,9 +54,31 @@ from app.ui.prefs import Prefs
 from app.ui.workers import EngineThread, run_task
 from app.units import format_tokens
 
+try:
+    # The installers leave app.hybrid out along with torch (packaging/vrampilot.spec), so the window
+    # must run without the package, not only without torch. app.hybrid.chat itself never imports torch.
+    from app.hybrid import chat as hybrid_backend
+except ModuleNotFoundError:
+    hybrid_backend = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from app.hybrid.chat import HybridChat
+
 TARGET_MACHINE = "machine"
 TARGET_CPU = "cpu"
 PROFILE_PREFIX = "profile:"
+
+
+def hybrid_unavailable() -> str | None:
+    """Why this window cannot offer the hybrid backend (with how to get it), or None when it can."""
+    if hybrid_backend is None:
+        return (
+            "This build leaves out the experimental hybrid backend and torch; to use it, install VRAM Pilot "
+            "with pip: pip install 'vrampilot[hybrid]'"
+        )
+    if not hybrid_backend.torch_available():  # looks for torch without importing it
+        return hybrid_backend.INSTALL_HINT
+    return None
 
 
 def _changed_pins(old: Settings, new: Settings) -> dict[str, object]:
@@ -96,6 +122,12 @@ class MainWindow(QMainWindow):
         self._pending_send = False  # generate once the model is loaded
         self._shut = False
         self._reload_pins: Pins | None = None
+        # The open chat's backend, and its hybrid session (made on the first hybrid reply, kept while
+        # the chat stays open, dropped with it: the torch weights are hundreds of MiB).
+        self.chat_backend = BACKEND_LLAMA
+        self.hybrid: HybridChat | None = None
+        self._hybrid_missing = hybrid_unavailable()
+        self._hybrid_support: dict[Path, str | None] = {}  # model file -> why the hybrid backend cannot run it
 
         self._build()
         self._wire_engine()
@@ -186,6 +218,10 @@ class MainWindow(QMainWindow):
         self.chat_view.system_prompt_changed.connect(self._system_prompt_changed)
         self.chat_view.sampling_changed.connect(self.prefs.set_sampling)
         self.chat_view.enter_sends_changed.connect(self.prefs.set_enter_sends)
+        self.chat_view.backend_changed.connect(self._backend_chosen)
+        if self._hybrid_missing:
+            # Listed but greyed: the user learns the backend exists and how to get it.
+            self.chat_view.set_backend_available(BACKEND_HYBRID, False, self._hybrid_missing)
 
         self.library_view.model_selected.connect(self.select_model)
         self.library_view.open_files_requested.connect(self._open_files)
@@ -396,6 +432,8 @@ class MainWindow(QMainWindow):
                 return
             self.spec = spec
             self.replan()
+            if self.chat_backend == BACKEND_HYBRID:
+                self._check_hybrid_support()
             if not self.chat_view.messages():
                 self.chat_view.set_empty_hint(
                     f"{spec.name or path.name} is selected. Type a message below: the model loads with the "
@@ -425,7 +463,7 @@ class MainWindow(QMainWindow):
             if seq == self._plan_seq:
                 self._show_plan(result)
 
-        run_task(lambda: plan(spec, target, pins), done, self._show_error, parent=self)
+        run_task(lambda: plan(spec, target, pins, exact=True), done, self._show_error, parent=self)
 
     def _show_plan(self, p: Plan) -> None:
         self.plan = p
@@ -493,6 +531,7 @@ class MainWindow(QMainWindow):
         e.replied.connect(self._replied)
         e.chat_failed.connect(self._chat_failed)
         e.unloaded.connect(self._unloaded)
+        e.report.connect(self._engine_report)
 
     def _loaded(self, result: LoadResult) -> None:
         self.loaded = result
@@ -547,6 +586,8 @@ class MainWindow(QMainWindow):
         self.chat_view.hide_banner()
         self.chat_view.set_title("New chat")
         self.chat_view.set_system_prompt(self.prefs.default_system_prompt())
+        self.hybrid = None
+        self._show_backend(BACKEND_LLAMA)
         self.documents.set_chat(None)
         self.chat_list.list.clearSelection()
         self.chat_list.list.setCurrentItem(None)  # type: ignore[arg-type]
@@ -563,9 +604,11 @@ class MainWindow(QMainWindow):
         self.chat_view.hide_banner()
         self.chat_view.set_title(chat.title)
         self.chat_view.set_system_prompt(chat.system_prompt)
+        self.hybrid = None  # another chat's cache: this chat's first hybrid reply feeds it afresh
+        self._show_backend(chat.backend)
         self.documents.set_chat(chat.id)
         for m in chat.messages:
-            self.chat_view.add_message(m.position, m.role, m.content, format_summary(m.stats) if m.stats else "")
+            self.chat_view.add_message(m.position, m.role, m.content, self._summary(m.stats))
         self._refresh_chats()
 
     def _rename_chat(self, chat_id: int) -> None:
@@ -620,6 +663,7 @@ class MainWindow(QMainWindow):
             chat = self.store.create_chat(
                 model_path=str(self.model_path) if self.model_path else None,
                 system_prompt=self.chat_view.system_prompt.toPlainText(),
+                backend=self.chat_backend,
             )
             self.chat_id = chat.id
             self.prefs.set_last_chat(chat.id)
@@ -654,7 +698,7 @@ class MainWindow(QMainWindow):
         self.chat_view.clear_messages()
         self.chat_view.set_title(chat.title)
         for m in chat.messages:
-            self.chat_view.add_message(m.position, m.role, m.content, format_summary(m.stats) if m.stats else "")
+            self.chat_view.add_message(m.position, m.role, m.content, self._summary(m.stats))
 
     def _start_reply(self) -> None:
         """Generate for the stored conversation (last message is the user's); load first if needed.
@@ -697,14 +741,48 @@ class MainWindow(QMainWindow):
         self.chat_view.set_busy(True)
         self.chat_view.begin_reply(position)
         self.plan_view.set_can_load(False, "Generating…")
+        if self.chat_backend == BACKEND_HYBRID:
+            self._generate_hybrid(messages, sampling, trim=trim)
+            return
         self.set_status("Generating…")
         self.engine.chat(messages, sampling, trim=trim)
+
+    def _generate_hybrid(self, messages: Sequence[Message], sampling: SamplingParams, *, trim: bool) -> None:
+        """The reply comes from the hybrid session, on the engine thread (which owns the tokenizer it
+        uses); it streams, stops and is stored through the same signals as a llama.cpp reply."""
+        assert self.model_path is not None and hybrid_backend is not None
+        if self.hybrid is None or self.hybrid.model_path != self.model_path:
+            threads = self.loaded.plan.settings.n_threads if self.loaded is not None else None
+            self.hybrid = hybrid_backend.HybridChat(self.model_path, threads=threads)
+        hybrid = self.hybrid
+        self.set_status(
+            "Generating with the hybrid cache (torch)…"
+            if hybrid.prepared
+            else "Reading the model into torch for the hybrid cache (first reply of this chat only)…"
+        )
+        messages = list(messages)
+
+        def job(
+            engine: Engine, on_text: Callable[[str], None], on_report: Callable[[object], None], cancel: threading.Event
+        ) -> Reply:
+            return hybrid.chat(
+                engine, messages, sampling, on_text=on_text, on_usage=on_report, cancel=cancel, trim=trim
+            )
+
+        self.engine.run_chat(job)
 
     def _replied(self, reply: Reply) -> None:
         self.generating = False
         self.chat_view.set_busy(False)
-        stats = reply.stats.to_dict()
-        if reply.stats.decode_tps > 0:
+        stats: dict[str, Any] = reply.stats.to_dict()
+        kv = getattr(reply, "kv", None)  # a HybridReply's (app.hybrid may be absent: no isinstance)
+        if isinstance(kv, KvCacheUsage):
+            # Kept with the message, so the bytes are still there when the chat is reopened.
+            stats["backend"] = BACKEND_HYBRID
+            stats.update(kv.to_dict())
+            if self.chat_backend == BACKEND_HYBRID:
+                self._show_kv(kv)
+        elif reply.stats.decode_tps > 0:
             # The meters compare this measured speed with the plan's prediction (spill detection);
             # the context matters, since a long chat is slower without anything having spilled.
             self.meters_panel.record_decode(
@@ -712,14 +790,15 @@ class MainWindow(QMainWindow):
             )
         if self.chat_id is not None and (reply.text or reply.stats.stop_reason != "cancelled"):
             stored = self.store.add_message(self.chat_id, "assistant", reply.text, stats)
-            summary = format_summary(stats)
+            summary = self._summary(stats)
             if self.documents.active:
-                sources = self.documents.reply_done(stored.position - 1, reply.text)
+                # llama.cpp's saved cache says nothing about a hybrid reply: nothing to save.
+                sources = self.documents.reply_done(stored.position - 1, reply.text, save_state=kv is None)
                 summary += f" · {sources}" if sources else ""
             self.chat_view.finish_reply(reply.text, summary)
         else:
             self.chat_view.drop_reply()
-        self.set_status(reply.stats.summary())
+        self.set_status(self._summary(stats))
         self._refresh_chats()
         self._update_load_state()
 
@@ -734,9 +813,10 @@ class MainWindow(QMainWindow):
             actions: list[tuple[str, str, object]] = []
             if sum(1 for m in self.conversation() if m.role == "user") > 1:
                 actions.append(("drop_oldest", "Drop oldest turns", lambda: self._generate_reply(trim=True)))
-            actions.append(
-                ("replan_bigger", f"Re-plan with {format_tokens(bigger)} context", lambda: self._replan_context(bigger))
-            )
+            if self.chat_backend != BACKEND_HYBRID:  # the hybrid backend's limit is the model's, not the plan's
+                actions.append(
+                    ("replan_bigger", f"Re-plan with {format_tokens(bigger)} context", lambda: self._replan_context(bigger))
+                )
             actions.append(("overflow_cancel", "Cancel", self.chat_view.hide_banner))
             self.chat_view.show_banner(f"This conversation would overflow the context: {exc}.", actions)
             self.set_status("Context would overflow: nothing was sent")
@@ -812,6 +892,90 @@ class MainWindow(QMainWindow):
             "Editing an earlier message: sending replaces it and everything after it.",
             [("cancel_edit", "Cancel edit", cancel_edit)],
         )
+
+    # -- backend -------------------------------------------------------------------------------
+    def _summary(self, stats: dict[str, Any] | None) -> str:
+        """The line under a reply: the engine's stats, and the hybrid cache's bytes when it made it."""
+        if not stats:
+            return ""
+        text = format_summary(stats)
+        kv = KvCacheUsage.from_stats(stats)
+        if kv is not None:
+            text += f" · hybrid cache (torch), {kv.short_text()}"
+        return text
+
+    def _show_backend(self, backend: str) -> None:
+        """Show `backend` as the open chat's: the selector, the note and the KV meter. Stores nothing."""
+        if backend == BACKEND_HYBRID and (self._hybrid_missing or hybrid_backend is None):
+            self.chat_backend = BACKEND_LLAMA
+            self.chat_view.set_backend(BACKEND_LLAMA)
+            self.chat_view.set_backend_note(
+                f"This chat was on the hybrid backend; it replies with llama.cpp until that is available. "
+                f"{self._hybrid_missing}."
+            )
+            self._show_kv(None)
+            return
+        self.chat_backend = backend
+        self.chat_view.set_backend(backend)
+        if backend == BACKEND_HYBRID:
+            self.chat_view.set_backend_note(hybrid_backend.about_text())
+            self._show_kv(self.hybrid.usage() if self.hybrid is not None else KvCacheUsage(0, 0, 0))
+            self._check_hybrid_support()
+        else:
+            self.chat_view.set_backend_note("")
+            self._show_kv(None)
+
+    def _backend_chosen(self, backend: str) -> None:
+        """The user picked a backend for the open chat: stored with it (a new chat takes it when saved)."""
+        if self.generating:
+            self.chat_view.set_backend(self.chat_backend)
+            return
+        if self.chat_id is not None:
+            self.store.set_backend(self.chat_id, backend)
+            self._refresh_chats()
+        if backend != BACKEND_HYBRID:
+            self.hybrid = None
+        self._show_backend(backend)
+        label = "the experimental hybrid cache (torch)" if backend == BACKEND_HYBRID else "llama.cpp"
+        self.set_status(f"This chat replies with {label}")
+
+    def _check_hybrid_support(self) -> None:
+        """Can the hybrid backend run the selected model? Answered off the GUI thread (imports torch)."""
+        path = self.model_path
+        if path is None or hybrid_backend is None:
+            return
+        if path in self._hybrid_support:
+            self._hybrid_checked(path, self._hybrid_support[path])
+            return
+
+        def done(reason: str | None) -> None:
+            self._hybrid_support[path] = reason
+            self._hybrid_checked(path, reason)
+
+        run_task(lambda: hybrid_backend.unsupported_reason(path), done, self._show_error, parent=self)
+
+    def _hybrid_checked(self, path: Path, reason: str | None) -> None:
+        if reason is None or path != self.model_path or self.chat_backend != BACKEND_HYBRID:
+            return
+        # Not for this model: the chat keeps llama.cpp, and the note says why.
+        if self.chat_id is not None:
+            self.store.set_backend(self.chat_id, BACKEND_LLAMA)
+        self.hybrid = None
+        self.chat_backend = BACKEND_LLAMA
+        self.chat_view.set_backend(BACKEND_LLAMA)
+        self._show_kv(None)
+        self.chat_view.set_backend_note(f"The hybrid backend cannot run this model: {reason}. This chat stays on llama.cpp.")
+        self.set_status(f"Hybrid backend: {reason}")
+
+    def _engine_report(self, item: object) -> None:
+        if isinstance(item, KvCacheUsage) and self.chat_backend == BACKEND_HYBRID:
+            self._show_kv(item)
+            if self.generating:
+                self.set_status("Generating with the hybrid cache (torch)…")
+
+    def _show_kv(self, usage: KvCacheUsage | None) -> None:
+        self.meters_panel.set_kv_usage(usage)
+        self.meters_status.set_kv_usage(usage)
 
     # -- export --------------------------------------------------------------------------------
     def export_command(self, shell: str) -> str:

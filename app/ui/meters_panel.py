@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.meters.bandwidth import BandwidthReading
+from app.meters.kvcache import KvCacheUsage
 from app.meters.sampler import Sampler
 from app.meters.spill import SpillAssessment, SpillSummary
 from app.meters.state import MeterReadout, RamView, VramView
@@ -158,6 +159,17 @@ class MetersPanel(QWidget):
         self.status_label = _label("Waiting for the first reading...", small=True)
         col.addWidget(self.status_label)
 
+        # Only for a chat on the hybrid backend: its cache's real bytes against llama.cpp's f16 cache.
+        self.kv_box = QGroupBox("KV cache: experimental hybrid backend")
+        kv_layout = QVBoxLayout(self.kv_box)
+        self.kv_bar = UsageBar()
+        kv_layout.addWidget(self.kv_bar)
+        self.kv_label = _label()
+        self.kv_label.setObjectName("kv_label")
+        kv_layout.addWidget(self.kv_label)
+        self.kv_box.setVisible(False)
+        col.addWidget(self.kv_box)
+
         self.vram_box = QGroupBox("VRAM")
         self._vram_layout = QVBoxLayout(self.vram_box)
         col.addWidget(self.vram_box)
@@ -243,6 +255,22 @@ class MetersPanel(QWidget):
         self, decode_tps: float, *, context_tokens: int | None = None, duration_s: float | None = None
     ) -> SpillAssessment:
         return self.feed.record_decode(decode_tps, context_tokens=context_tokens, duration_s=duration_s)
+
+    def set_kv_usage(self, usage: KvCacheUsage | None) -> None:
+        """The hybrid cache's bytes after the latest tokens; None hides the group (llama.cpp chats)."""
+        self.kv_box.setVisible(usage is not None)
+        if usage is None:
+            return
+        self.kv_label.setText(usage.text())
+        held = Segment("held", usage.held_bytes, COMPONENT_COLORS["kv"])
+        saved = Segment("not held (compressed or dropped)", max(0, usage.full_f16_bytes - usage.held_bytes), None)
+        self.kv_bar.set_data(
+            UsageData(
+                caption=f"f16 full cache for {usage.tokens} tokens: {format_bytes(usage.full_f16_bytes)}",
+                segments=(held, saved),
+                scale_bytes=max(usage.full_f16_bytes, usage.held_bytes, 1),
+            )
+        )
 
     def sizeHint(self) -> QSize:
         return QSize(self.fontMetrics().horizontalAdvance("M") * 34, 600)
@@ -526,6 +554,7 @@ class MetersStatusWidget(QWidget):
         layout.setSpacing(6)
         self.bar = _MiniBar(self)
         self.label = QLabel("meters starting...")
+        self._kv: KvCacheUsage | None = None
         layout.addWidget(self.bar, alignment=Qt.AlignmentFlag.AlignVCenter)
         layout.addWidget(self.label)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -541,6 +570,15 @@ class MetersStatusWidget(QWidget):
         if event.button() == Qt.MouseButton.LeftButton:
             self.clicked.emit()
         super().mouseReleaseEvent(event)
+
+    def set_kv_usage(self, usage: KvCacheUsage | None) -> None:
+        """Adds the hybrid cache's bytes to the line (None: a llama.cpp chat, nothing added)."""
+        self._kv = usage
+        latest = self.feed.state.latest()
+        if latest is not None:
+            self.show_readout(latest)
+        else:
+            self.label.setText(usage.short_text() if usage is not None else "meters starting...")
 
     def show_readout(self, readout: MeterReadout) -> None:
         sample = readout.sample
@@ -565,6 +603,8 @@ class MetersStatusWidget(QWidget):
             gbps = bw.device_gbps if bw.device_bytes_per_token else bw.host_gbps
             parts.append(f"{bw.decode_tps:.1f} tok/s, {gbps:.0f} GB/s")
         parts.append(f"CPU {sample.host.process_cpu_pct:.0f}%")
+        if self._kv is not None:
+            parts.append(self._kv.short_text())
         text = " · ".join(parts)
         if spill:
             text += f' · <b style="color:{SPILLED_COLOR}">spilling</b>'
@@ -574,5 +614,7 @@ class MetersStatusWidget(QWidget):
         tip = [sample.gpu_status] if not sample.gpus else []
         if readout.assessment.level in ("spill", "slow"):
             tip.append(readout.assessment.text)
+        if self._kv is not None:
+            tip.append(self._kv.text())
         tip.append("Click for the meter panel.")
         self.setToolTip("\n".join(tip))

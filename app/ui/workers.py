@@ -4,7 +4,9 @@
   detection); the result comes back by signal on the GUI thread.
 - `EngineThread`: one QThread that owns every llama.cpp call (load, chat), so calls never overlap.
   Cancel is a threading.Event the engine checks (progress callback, between batches, per token);
-  a thread is never killed.
+  a thread is never killed. Other chat backends (the experimental hybrid cache) run their replies
+  on the same thread with `run_chat`: they use the engine's tokenizer, and a reply of either kind
+  streams, stops and finishes through the same signals.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slo
 
 from app.engine import Engine, EngineError, LoadResult, Message, Reply, SamplingParams
 from app.planner.search import Plan
+
+# A reply made by another backend on the engine thread: (engine, on_text, on_report, cancel) -> Reply.
+# `on_report` carries whatever side information the backend has while it runs (the hybrid cache's
+# bytes held), queued to the GUI thread by the `report` signal.
+ChatJob = Callable[[Engine, Callable[[str], None], Callable[[object], None], threading.Event], Reply]
 
 
 class _TaskSignals(QObject):
@@ -103,6 +110,7 @@ class _EngineWorker(QObject):
     replied = Signal(object)  # Reply
     chat_failed = Signal(object)  # exception (ContextOverflow, TemplateError, ...)
     unloaded = Signal()
+    report = Signal(object)
 
     def __init__(self, engine: Engine) -> None:
         super().__init__()
@@ -142,6 +150,15 @@ class _EngineWorker(QObject):
         else:
             self.replied.emit(reply)
 
+    @Slot(object, object)
+    def run_chat(self, job: ChatJob, cancel: threading.Event) -> None:
+        try:
+            reply = job(self.engine, self.text.emit, self.report.emit, cancel)
+        except Exception as exc:
+            self.chat_failed.emit(exc)
+        else:
+            self.replied.emit(reply)
+
     @Slot()
     def unload(self) -> None:
         self.engine.unload()
@@ -158,9 +175,11 @@ class EngineThread(QObject):
     replied = Signal(object)
     chat_failed = Signal(object)
     unloaded = Signal()
+    report = Signal(object)
 
     _do_load = Signal(object, object)
     _do_chat = Signal(object, object, object, bool, bool)
+    _do_run_chat = Signal(object, object)
     _do_unload = Signal()
 
     def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
@@ -172,8 +191,9 @@ class EngineThread(QObject):
         self._worker.moveToThread(self._thread)
         self._do_load.connect(self._worker.load)
         self._do_chat.connect(self._worker.chat)
+        self._do_run_chat.connect(self._worker.run_chat)
         self._do_unload.connect(self._worker.unload)
-        for name in ("load_progress", "loaded", "load_failed", "text", "replied", "chat_failed", "unloaded"):
+        for name in ("load_progress", "loaded", "load_failed", "text", "replied", "chat_failed", "unloaded", "report"):
             getattr(self._worker, name).connect(getattr(self, name))
         self._cancel_load: threading.Event | None = None
         self._cancel_chat: threading.Event | None = None
@@ -204,6 +224,12 @@ class EngineThread(QObject):
         self._cancel_chat = threading.Event()
         self.busy = True
         self._do_chat.emit(list(messages), sampling, self._cancel_chat, force, trim)
+
+    def run_chat(self, job: ChatJob) -> None:
+        """Run another backend's reply on the engine thread; `stop()` sets the event it is given."""
+        self._cancel_chat = threading.Event()
+        self.busy = True
+        self._do_run_chat.emit(job, self._cancel_chat)
 
     def stop(self) -> None:
         if self._cancel_chat is not None:

@@ -130,6 +130,58 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         connect(path)
 
 
+def test_a_version_2_database_gains_the_backend_column_and_keeps_its_chats(tmp_path: Path) -> None:
+    """A database written before chats had a backend (schema 2) opens, migrates, and reads as llama.cpp."""
+    from app.storage.db import _MIGRATIONS, _statements
+
+    path = tmp_path / DB_FILE
+    raw = sqlite3.connect(path)
+    for script in _MIGRATIONS[:2]:
+        for statement in _statements(script):
+            raw.execute(statement)
+    raw.execute("PRAGMA user_version = 2")
+    raw.execute(
+        "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at) "
+        "VALUES ('Old chat', '/m/a.gguf', '', 1.0, 2.0)"
+    )
+    raw.execute("INSERT INTO messages (chat_id, position, role, content, created_at) VALUES (1, 0, 'user', 'hi', 1.0)")
+    raw.commit()
+    raw.close()
+
+    store = ChatStore(path)
+    try:
+        assert store.connection.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS) >= 3
+        old = store.get_chat(1)
+        assert (old.title, old.backend, [m.content for m in old.messages]) == ("Old chat", "llama.cpp", ["hi"])
+        new = store.create_chat()
+        assert store.get_chat(new.id).backend == "llama.cpp"
+    finally:
+        store.close()
+
+
+def test_the_backend_is_kept_per_chat(tmp_path: Path) -> None:
+    path = tmp_path / DB_FILE
+    store = ChatStore(path)
+    a = store.create_chat(backend="hybrid")
+    b = store.create_chat()
+    store.set_backend(b.id, "hybrid")
+    store.set_backend(a.id, "llama.cpp")
+    with pytest.raises(ValueError, match="backend"):
+        store.set_backend(a.id, "vllm")
+    with pytest.raises(KeyError):
+        store.set_backend(999, "hybrid")
+    store.close()
+    # Another connection (a restart) reads what was written.
+    again = ChatStore(path)
+    try:
+        assert (again.get_chat(a.id).backend, again.get_chat(b.id).backend) == ("llama.cpp", "hybrid")
+        assert again.export_json(b.id)["backend"] == "hybrid"
+        assert "Backend: experimental hybrid KV cache (torch)" in again.export_markdown(b.id)
+        assert "Backend" not in again.export_markdown(a.id)
+    finally:
+        again.close()
+
+
 def test_default_location_is_the_user_data_dir() -> None:
     from app.paths import data_dir
 

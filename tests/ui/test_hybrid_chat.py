@@ -1,0 +1,124 @@
+"""The experimental hybrid-cache backend in the real window, on the embedded model: chosen per chat,
+stored with it, streaming into the same chat view, stoppable, and metered in bytes held."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app.storage import BACKEND_HYBRID, BACKEND_LLAMA
+from app.ui.main_window import MainWindow
+from tests.ui.conftest import StallMeter, screenshot, seed_prefs
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+# Looser than the llama.cpp flow's 50 ms: torch takes the GIL back between its kernels (30 layers,
+# several ops each, per token), where llama.cpp runs a whole token without it.
+MAX_STALL_S = 0.100
+
+
+def _reply_done(w: MainWindow) -> bool:
+    return not w.generating and not w.engine.busy
+
+
+def _pick(w: MainWindow, backend: str) -> None:
+    """As the user picks it from the selector in the chat's header."""
+    view = w.chat_view
+    view.backend.setCurrentIndex(view.backend.findData(backend))
+
+
+def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=8)
+    w: MainWindow = open_window()
+    view = w.chat_view
+    assert view.current_backend() == BACKEND_LLAMA and view.backend_available(BACKEND_HYBRID)
+    assert view.backend_note.isHidden() and w.meters_panel.kv_box.isHidden()
+
+    _pick(w, BACKEND_HYBRID)
+    note = view.backend_note.text()
+    assert not view.backend_note.isHidden()
+    assert "DeepSeek-V4-style" in note and "FP8" in note and "torch" in note and "+4.1%" in note and "passkey" in note
+    assert not w.meters_panel.kv_box.isHidden()
+    assert w.meters_panel.kv_label.text().startswith("KV cache held: nothing yet")
+    # The support check (off the GUI thread) accepts SmolLM2, a Llama: the choice stays.
+    qtbot.waitUntil(lambda: w.model_path in w._hybrid_support, timeout=30000)
+    assert w._hybrid_support[w.model_path] is None and w.chat_backend == BACKEND_HYBRID  # type: ignore[index]
+
+    meter = StallMeter()
+    meter.start()
+    view.input.setPlainText("Name a colour.")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    assert w.store.get_chat(w.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
+    assert not view.backend.isEnabled()  # no switching mid-reply
+    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
+    meter.stop()
+    print(meter.report())
+    assert meter.max_stall_s < MAX_STALL_S, meter.report()
+
+    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content
+    stats = stored[1].stats
+    assert stats is not None and stats["backend"] == BACKEND_HYBRID
+    assert 0 < stats["kv_bytes_held"] <= stats["kv_full_f16_bytes"] and stats["kv_tokens"] == stats["context_used"]
+    print(f"hybrid reply: {stats['completion_tokens']} tokens at {stats['decode_tps']} tokens/s, "
+          f"first token {stats['ttft_s']} s, KV held {stats['kv_bytes_held']} of {stats['kv_full_f16_bytes']} B")
+    assert "hybrid cache (torch)" in view.messages()[1].stats.text()
+    assert view.backend.isEnabled()
+    # The meters show the session's own numbers, in the panel and the status bar.
+    hybrid = w.hybrid
+    assert hybrid is not None and hybrid.session is not None
+    held, full = hybrid.session.kv_bytes_held(), hybrid.session.full_cache_bytes()
+    assert (held, full) == (stats["kv_bytes_held"], stats["kv_full_f16_bytes"])
+    kv_text = w.meters_panel.kv_label.text()
+    assert kv_text.startswith("KV cache held: ") and "for the full f16 cache (" in kv_text
+    assert kv_text == hybrid.usage().text()
+    assert "KV held" in w.meters_status.label.text()
+    w.right_tabs.setCurrentWidget(w.meters_panel)
+    screenshot(w, "hybrid-01-reply")
+
+    # Stop: a long reply, stopped after its first text; the partial reply is kept and marked, and
+    # the follow-up extended the cache instead of starting over.
+    view.sampling.max_tokens.setValue(200)
+    view.input.setPlainText("Write a long story about a dragon.")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
+    qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
+    last = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
+    assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
+    assert last.stats["reused_tokens"] == stats["context_used"]
+    chat_id = w.chat_id
+    w.close()
+
+    # Restart: the chat reopens on its backend; switching it back is stored too.
+    w2: MainWindow = open_window()
+    assert w2.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
+    assert "hybrid cache (torch)" in w2.chat_view.messages()[1].stats.text()
+    _pick(w2, BACKEND_LLAMA)
+    assert w2.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]
+    assert w2.chat_view.backend_note.isHidden() and w2.meters_panel.kv_box.isHidden()
+    assert "KV held" not in w2.meters_status.label.text()
+
+
+def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tests.factories.gguf_models import write_model
+
+    seed_prefs()
+    w: MainWindow = open_window()
+    w.new_chat()
+    qwen = write_model(tmp_path / "tiny-qwen2.gguf", "qwen2")
+    w.add_models([qwen])
+    qtbot.waitUntil(lambda: w.spec is not None and w.spec.path == qwen, timeout=20000)
+    _pick(w, BACKEND_HYBRID)
+    qtbot.waitUntil(lambda: w.chat_backend == BACKEND_LLAMA, timeout=30000)
+    assert w.chat_view.current_backend() == BACKEND_LLAMA
+    note = w.chat_view.backend_note.text()
+    assert "cannot run this model" in note and "'qwen2' is not supported" in note and "stays on llama.cpp" in note
+    assert w.meters_panel.kv_box.isHidden()
