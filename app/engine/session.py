@@ -452,16 +452,4 @@ class Engine:
         stop: StopReason,
     ) -> GenerationStats:
         """`times`: request start, prompt evaluation start, first token, last token."""
-        t0, t_eval, t_first, t_last = times
-        return GenerationStats(
-            prompt_tokens=len(tokens),
-            evaluated_tokens=len(tokens) - reused,
-            reused_tokens=reused,
-            completion_tokens=completion,
-            ttft_s=t_first - t0,
-            prefill_s=t_first - t_eval,
-            decode_s=max(t_last - t_first, 0.0),
-            context_used=llm.n_tokens,
-            n_ctx=llm.n_ctx(),
-            stop_reason=stop,
-        )
+        return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)

@@ -21,6 +21,31 @@ class GenerationStats:
     n_ctx: int
     stop_reason: StopReason
 
+    @classmethod
+    def from_times(
+        cls,
+        prompt_tokens: int,
+        reused: int,
+        completion: int,
+        times: tuple[float, float, float, float],
+        context: tuple[int, int],
+        stop: StopReason,
+    ) -> GenerationStats:
+        """`times`: request start, prompt evaluation start, first token, last token; `context`: (used, n_ctx)."""
+        t0, t_eval, t_first, t_last = times
+        return cls(
+            prompt_tokens=prompt_tokens,
+            evaluated_tokens=prompt_tokens - reused,
+            reused_tokens=reused,
+            completion_tokens=completion,
+            ttft_s=t_first - t0,
+            prefill_s=t_first - t_eval,
+            decode_s=max(t_last - t_first, 0.0),
+            context_used=context[0],
+            n_ctx=context[1],
+            stop_reason=stop,
+        )
+
     @property
     def prefill_tps(self) -> float:
         return self.evaluated_tokens / self.prefill_s if self.prefill_s > 0 else 0.0

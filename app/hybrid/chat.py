@@ -239,17 +239,9 @@ class HybridChat:
             gen.close()
         emit(decoder.decode(b"", final=True))
         first = t_first if t_first is not None else t_last
-        stats = GenerationStats(
-            prompt_tokens=len(tokens),
-            evaluated_tokens=len(tokens) - reused,
-            reused_tokens=reused,
-            completion_tokens=completion,
-            ttft_s=first - t0,
-            prefill_s=first - t_eval,
-            decode_s=max(t_last - first, 0.0),
-            context_used=session.n_tokens,
-            n_ctx=session.n_ctx,
-            stop_reason=_stop_reason(stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
+        stats = GenerationStats.from_times(
+            len(tokens), reused, completion, (t0, t_eval, first, t_last), (session.n_tokens, session.n_ctx),
+            _stop_reason(stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
         )
         usage = self.usage()
         if on_usage is not None:

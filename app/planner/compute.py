@@ -198,7 +198,7 @@ class GraphEstimate:
     """
 
     scale: float = 1.0
-    measured: dict[tuple[object, ...], int] = field(default_factory=dict)
+    measured: dict[tuple[object, ...], int] = field(default_factory=dict, hash=False)  # a Plan stays hashable
 
     def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
         exact = self.measured.get(graph_key(settings))
