@@ -6,12 +6,12 @@ Writes into --out: hybrid.json (every number, passkey cases, loss curves), hybri
 and hybrid-loss.png (loss against position at the longest length, drawn with Qt's QPainter so the
 benchmark needs nothing beyond the app's own dependencies).
 
-Sizing for about 25 minutes on 2 idle CPU cores: perplexity on 1 sample of 8K tokens (the first 2K
-and 4K of it give ppl@2K and @4K; the window baseline runs once per length because its size follows
-the hybrid's bytes at that length), passkey at 2K with the key at depths 0, 50 and 100% for full,
-hybrid and window, decode speed from the last 16 tokens of the 8K run. More samples, lengths or
-depths are flags away: `--passkey-lengths 2048,8192` adds the 8K cases, each costing about as much
-as an 8K perplexity run (about 35 minutes more for the nine of them).
+Sizing for about an hour on 2 CPU cores: perplexity on 1 sample of 8K tokens (the first 2K and 4K
+of it give ppl@2K and @4K; the window baseline runs once per length because its size follows the
+hybrid's bytes at that length), passkey at 2K and 8K with the key at depths 0, 25, 50, 75 and 100%
+and 2 keys per depth (20 cases) for full, hybrid and window, decode speed from the last 16 tokens
+of the 8K run. Each 8K passkey case costs about 3 minutes for the three caches, most of it the full
+cache's prefill; `--trials`, `--depths` and `--passkey-lengths` trade time for resolution.
 """
 
 from __future__ import annotations
@@ -106,6 +106,9 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
     lengths = data["lengths"]
     longest = str(lengths[-1])
     f16 = data["f16_full_kv_bytes"]
+    cases = data.get("passkey_cases") or []
+    plens = sorted({c["length"] for c in cases})
+    trials = data.get("passkey_trials", 1)
     lines = [
         f"# Hybrid KV cache: {data['model_name']}, config `{data['config']}`",
         "",
@@ -115,18 +118,27 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
         f"Run took {data['seconds'] / 60:.1f} min on {data['threads']} CPU thread(s).",
         "",
         "| cache | " + " | ".join(f"ppl@{format_tokens(n)}" for n in lengths)
-        + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | passkey | decode ms/token |",
-        "|---|" + "---:|" * (len(lengths) + 4),
+        + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | "
+        + "".join(f"passkey@{format_tokens(n)} | " for n in plens) + "passkey | decode ms/token |",
+        "|---|" + "---:|" * (len(lengths) + len(plens) + 4),
     ]
     for name in ("full", "hybrid", "window"):
         r = data[name]
         kv = r["kv_bytes"][longest]
         pk = "-" if r["passkey_acc"] is None else f"{r['passkey_acc']:.0%}"
+        by_len = ""
+        for n in plens:
+            sub = [c[name] for c in cases if c["length"] == n]
+            by_len += f"{sum(sub)}/{len(sub)} | "
         ms = "-" if r["decode_ms_per_token"] is None else f"{r['decode_ms_per_token']:.1f}"
         lines.append(
             f"| {name} | " + " | ".join(f"{r['ppl'][str(n)]:.3f}" for n in lengths)
-            + f" | {format_bytes(kv)} | {kv / f16[longest]:.1%} | {pk} | {ms} |"
+            + f" | {format_bytes(kv)} | {kv / f16[longest]:.1%} | {by_len}{pk} | {ms} |"
         )
+    if cases:
+        depths = sorted({c["depth"] for c in cases})
+        lines += ["", f"Passkey: {len(cases)} cases, {trials} key(s) per length and depth "
+                  f"(depths {', '.join(f'{d:.0%}' for d in depths)}), greedy, exact match of the 5 digits."]
     lines += [
         "",
         "KV bytes held at each length (and share of the f16 full cache):",
@@ -140,14 +152,14 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
             f"{format_bytes(r['kv_bytes'][str(n)])} ({r['kv_bytes'][str(n)] / f16[str(n)]:.1%})" for n in lengths) + " |")
     lines += [
         "",
-        "The window baseline keeps 4 sink tokens plus the last W tokens in f16 in every layer, with W chosen per "
+        f"The window baseline keeps {data.get('config_fields', {}).get('n_sink', 4)} sink tokens (as the hybrid does) plus "
+        "the last W tokens in f16 in every layer, with W chosen per "
         "length so that it holds no more bytes than the hybrid: "
         + ", ".join(f"{format_tokens(int(n))}: W={w}" for n, w in data["window"]["window_tokens"].items()) + ".",
         "",
         f"![loss against position]({plot_name})",
         "",
     ]
-    cases = data.get("passkey_cases") or []
     if cases:
         lines += ["## Passkey cases", "", "| length | depth | key | full | hybrid | window |", "|---:|---:|---|---|---|---|"]
         for c in cases:
@@ -160,8 +172,9 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
         "",
         f"- hybrid bytes <= 15% of the f16 full cache: {t['bytes_ratio']:.1%} -> {'met' if t['bytes_ok'] else 'MISSED'}",
         f"- hybrid ppl within 5% of full: {t['ppl_ratio'] - 1:+.1%} -> {'met' if t['ppl_ok'] else 'MISSED'}",
-        f"- hybrid passkey >= 80% of full's (passkey lengths {', '.join(format_tokens(int(n)) for n in data.get('passkey_lengths', []))}): "
+        f"- hybrid passkey >= 80% of full's (all passkey lengths, {', '.join(format_tokens(int(n)) for n in data.get('passkey_lengths', []))}): "
         f"{t['passkey_text']} -> {t['passkey_ok']}",
+        *(f"  - at {format_tokens(int(n))}: {text} -> {ok}" for n, (text, ok) in t.get("passkey_by_length", {}).items()),
         f"- hybrid better than the same-bytes window on ppl: {'yes' if t['beats_window_ppl'] else 'NO'}; "
         f"on passkey: {t['beats_window_passkey']}",
         "",
@@ -175,13 +188,21 @@ def targets(data: dict) -> dict:
     ratio = hyb["kv_bytes"][longest] / data["f16_full_kv_bytes"][longest]
     ppl_ratio = hyb["ppl"][longest] / full["ppl"][longest]
     fp, hp, wp = full["passkey_acc"], hyb["passkey_acc"], win["passkey_acc"]
+    def judge(fp: float, hp: float) -> tuple[str, str]:
+        return f"{hp:.0%} vs full {fp:.0%}", "met" if (fp == 0 and hp == 0) or (fp > 0 and hp >= 0.8 * fp) else "MISSED"
+
+    by_length: dict[str, tuple[str, str]] = {}
     if fp is None or hp is None:
         pk_text, pk_ok, pk_win = "not run", "not run", "not run"
     else:
-        pk_text = f"{hp:.0%} vs full {fp:.0%}"
-        pk_ok = "met" if (fp == 0 and hp == 0) or (fp > 0 and hp >= 0.8 * fp) else "MISSED"
+        pk_text, pk_ok = judge(fp, hp)
         pk_win = "n/a" if wp is None else ("yes" if hp > wp else f"NO ({hp:.0%} vs {wp:.0%})")
+        cases = data.get("passkey_cases") or []
+        for n in sorted({c["length"] for c in cases}):
+            sub = [c for c in cases if c["length"] == n]
+            by_length[str(n)] = judge(*(sum(c[m] for c in sub) / len(sub) for m in ("full", "hybrid")))
     return {
+        "passkey_by_length": by_length,
         "bytes_ratio": ratio,
         "bytes_ok": ratio <= 0.15,
         "ppl_ratio": ppl_ratio,
@@ -200,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="default", choices=sorted(CONFIGS))
     parser.add_argument("--lengths", default="2048,4096,8192")
     parser.add_argument("--samples", type=int, default=1, help="text samples of the longest length (default 1)")
-    parser.add_argument("--passkey-lengths", default="2048", help="'' to skip passkey")
-    parser.add_argument("--depths", default="0,0.5,1")
+    parser.add_argument("--passkey-lengths", default="2048,8192", help="'' to skip passkey")
+    parser.add_argument("--depths", default="0,0.25,0.5,0.75,1")
+    parser.add_argument("--trials", type=int, default=2, help="passkey keys per length and depth (default 2)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     parser.add_argument("--from-json", help="only redraw the report and plot from a saved hybrid.json")
@@ -236,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     plens = _ints(args.passkey_lengths) if args.passkey_lengths else []
     result = evaluate(
         model, text, _ints(args.lengths), cfg, with_passkey=bool(plens), passkey_lengths=plens or None,
-        passkey_depths=_floats(args.depths), max_samples=args.samples, progress=progress,
+        passkey_depths=_floats(args.depths), passkey_trials=args.trials, max_samples=args.samples, progress=progress,
     )
     data = result.to_json()
     data.update(
@@ -249,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=result.seconds,
         passkey_cases=result.passkey_cases,
         passkey_lengths=plens,
+        passkey_trials=args.trials,
         passkey_by_length={name: {str(k): v for k, v in r.passkey_by_length.items()}
                            for name, r in (("full", result.full), ("hybrid", result.hybrid), ("window", result.window))},
         loss_curves={"bucket": LOSS_BUCKET, "full": result.full.loss_curve, "hybrid": result.hybrid.loss_curve,

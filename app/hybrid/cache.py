@@ -14,7 +14,12 @@ Hybrid layer (kinds W, C, H; see config.py), for a query at position t with bloc
   an indexer; H: all of them), or, with csa_read="raw", the raw tokens of the top-k blocks.
 - one softmax over raw logits and entry logits; a merged entry's logit gets + log(m), so that it
   carries the softmax mass of the m tokens it replaced when their logits are alike.
-Kind W (the StreamingLLM baseline) is the same with m = 1 and the leaving tokens dropped.
+Kind W (the StreamingLLM baseline) is the same with m = 1 and the leaving tokens dropped. Kind R
+keeps every leaving token raw in FP8 (blocks of RAW_BLOCK tokens, no indexer) and reads them all.
+
+Per-KV-head kinds (config.retrieval_heads): a layer whose KV heads differ becomes a `MixedLayer`,
+which hands each group of same-kind KV heads (with their query heads) to its own cache. Attention
+never mixes heads, so this is exact: a head kept full gives exactly the full cache's output.
 
 Sinks and the raw tail are stored in f16 like llama.cpp's cache; entries in FP8 with a power-of-two
 scale per group of 32 (or f16 with storage="f16"). `bytes_held()` adds up every tensor a layer keeps
@@ -26,7 +31,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +41,7 @@ from app.hybrid.fp8 import Fp8Tensor, cat_fp8, quantize_fp8
 from app.hybrid.model import ModelConfig, Rope
 
 KV_DTYPE = torch.float16  # raw tokens: the dtype of llama.cpp's default cache
+RAW_BLOCK = 16  # kind R: tokens move from the f16 window to FP8 storage this many at a time
 
 
 def _nbytes(t: torch.Tensor | Fp8Tensor | None) -> int:
@@ -155,6 +161,8 @@ class LayerPlan:
                 "C", cfg.n_sink, cfg.window, m, cfg.top_k, True, raw, cfg.indexer, cfg.pooling, cfg.key_pool,
                 math.log(m) if cfg.merge_bias and not raw else 0.0,
             )
+        if kind == "R":
+            return LayerPlan("R", cfg.n_sink, cfg.window, RAW_BLOCK, None, True, True, "none", "mean", "rotated", 0.0)
         raise ValueError(f"layer kind {kind!r} has no hybrid plan")
 
     def n_blocks(self, qpos: torch.Tensor) -> torch.Tensor:
@@ -234,7 +242,9 @@ class HybridLayer(LayerCache):
         if p.read_raw:
             self.entry_k = self.packer.cat(self.entry_k, self.packer.pack(k.flatten(1, 2)), dim=1)
             self.entry_v = self.packer.cat(self.entry_v, self.packer.pack(v.flatten(1, 2)), dim=1)
-            if p.indexer == "quest":
+            if p.top_k is None:
+                pass  # every block is read: no indexer summaries to keep
+            elif p.indexer == "quest":
                 self.index_a = self.packer.cat(self.index_a, self.packer.pack(k.amin(dim=2)), dim=1)
                 self.index_b = self.packer.cat(self.index_b, self.packer.pack(k.amax(dim=2)), dim=1)
             else:
@@ -352,6 +362,33 @@ class HybridLayer(LayerCache):
         return torch.einsum("hgnd,hed->hgne", qg, keys).amax(dim=1)
 
 
+class MixedLayer(LayerCache):
+    """One layer whose KV heads have different kinds: each group of same-kind KV heads, with the query
+    heads that read it, goes to its own cache. Outputs land back in the layer's head order."""
+
+    def __init__(self, mc: ModelConfig, parts: Sequence[tuple[Sequence[int], LayerCache]]) -> None:
+        super().__init__(mc)
+        heads = sorted(h for idx, _ in parts for h in idx)
+        if heads != list(range(mc.n_head_kv)):
+            raise ValueError(f"parts must cover KV heads 0..{mc.n_head_kv - 1} once each, got {heads}")
+        g = self.n_group
+        self.parts = [(torch.tensor(list(idx)), cache) for idx, cache in parts]
+        # Query heads of KV head h are h*g .. h*g+g-1 (the grouping SDPA's enable_gqa and HybridLayer use).
+        self.q_index = [torch.tensor([h * g + j for h in idx for j in range(g)]) for idx, _ in parts]
+        limits = [cache.max_chunk for _, cache in parts if cache.max_chunk is not None]
+        self.max_chunk = min(limits) if limits else None
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos0: int) -> torch.Tensor:
+        self._check_pos(pos0, q.shape[1])
+        out = torch.empty_like(q)
+        for (kv_idx, cache), q_idx in zip(self.parts, self.q_index, strict=True):
+            out[q_idx] = cache.attend(q[q_idx], k[kv_idx], v[kv_idx], pos0)
+        return out
+
+    def bytes_held(self) -> int:
+        return sum(cache.bytes_held() for _, cache in self.parts)
+
+
 class AttentionCache:
     """One LayerCache per layer, plus byte accounting over all of them."""
 
@@ -385,13 +422,24 @@ def window_cache(mc: ModelConfig, rope: Rope, window: int, n_sink: int = 4) -> A
     return hybrid_cache(mc, rope, cfg)
 
 
+def _layer_cache(mc: ModelConfig, rope: Rope, cfg: HybridConfig, kind: LayerKind) -> LayerCache:
+    if kind == "F":
+        return FullLayer(mc)
+    return HybridLayer(mc, LayerPlan.for_kind(kind, cfg), rope, cfg.storage, cfg.fp8_group)
+
+
 def hybrid_cache(mc: ModelConfig, rope: Rope, cfg: HybridConfig) -> AttentionCache:
     layers: list[LayerCache] = []
-    for kind in cfg.layer_kinds(mc.n_layer):
-        if kind == "F":
-            layers.append(FullLayer(mc))
-        else:
-            layers.append(HybridLayer(mc, LayerPlan.for_kind(kind, cfg), rope, cfg.storage, cfg.fp8_group))
+    for kinds in cfg.head_kinds(mc.n_layer, mc.n_head_kv, mc.shape):
+        if len(set(kinds)) == 1:
+            layers.append(_layer_cache(mc, rope, cfg, kinds[0]))
+            continue
+        parts: list[tuple[list[int], LayerCache]] = []
+        for kind in dict.fromkeys(kinds):  # each kind once, in order of first appearance
+            idx = [h for h, k in enumerate(kinds) if k == kind]
+            sub = replace(mc, n_head_kv=len(idx), n_head=len(idx) * mc.n_group)
+            parts.append((idx, _layer_cache(sub, rope, cfg, kind)))
+        layers.append(MixedLayer(mc, parts))
     return AttentionCache(layers, cfg.name)
 
 

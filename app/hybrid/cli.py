@@ -45,6 +45,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--passkey", action="store_true", help="also run passkey retrieval (slow)")
     p.add_argument("--passkey-lengths", help="passkey prompt lengths (default: --lengths)")
     p.add_argument("--passkey-depths", default="0,0.25,0.5,0.75,1", help="where the key sits, 0 = start, 1 = end")
+    p.add_argument("--passkey-trials", type=int, default=1, help="keys per length and depth (default 1)")
     p.add_argument("--config", default="default", help=f"hybrid configuration: {', '.join(CONFIGS)}")
     p.add_argument("--decode-steps", type=int, default=16, help="tokens timed one at a time for ms/token")
     p.add_argument("--samples", type=int, help="at most this many text samples of the longest length")
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         depths = [float(d) for d in args.passkey_depths.split(",") if d.strip()]
         result = evaluate(
             model, text, lengths, cfg, with_passkey=args.passkey, passkey_lengths=plens, passkey_depths=depths,
-            max_samples=args.samples, decode_steps=max(1, args.decode_steps), progress=progress,
+            passkey_trials=max(1, args.passkey_trials), max_samples=args.samples, decode_steps=max(1, args.decode_steps), progress=progress,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         row += f"{'-' if res.passkey_acc is None else f'{res.passkey_acc:.0%}':>8}"
         row += f"{res.decode_ms_per_token or 0:>8.1f}"
         print(row)
+    if result.passkey_cases:
+        print(f"passkey: {len(result.passkey_cases)} cases, exact match of the 5-digit key")
     print("window baseline sizes (same bytes as hybrid): "
           + ", ".join(f"{format_tokens(n)}: {w} tokens" for n, w in result.window.window_tokens.items()))
     return 0

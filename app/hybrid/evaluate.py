@@ -125,6 +125,7 @@ class EvalResult:
             "text": self.text,
             "config": self.config.name,
             "samples": self.n_samples,
+            "passkey_n_cases": len(self.passkey_cases),
             "f16_full_kv_bytes": {str(k): v for k, v in self.f16_full_bytes.items()},
             "full": self.full.to_json(),
             "hybrid": self.hybrid.to_json(),
@@ -238,32 +239,32 @@ def greedy(model: LlamaModel, cache: AttentionCache, prompt: list[int], max_toke
 
 def passkey(
     model: LlamaModel, tok: Tokenizer, lengths: Sequence[int], methods: dict[str, Callable[[int], AttentionCache]],
-    *, depths: Sequence[float] = PASSKEY_DEPTHS, seed: int = 0, progress: Progress | None = None,
+    *, depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, seed: int = 0, progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
-    """One case per (length, depth) with its own random 5-digit key; every method sees the same cases.
-    `methods[name](prompt_len)` builds a fresh cache for a prompt of that many tokens."""
+    """`trials` cases per (length, depth), each with its own random 5-digit key; every method sees the
+    same cases. `methods[name](prompt_len)` builds a fresh cache for a prompt of that many tokens.
+    The keys come from one seeded stream in a fixed order, so trials=1 gives the same cases as before."""
     rng = random.Random(seed)
     cases: list[dict[str, Any]] = []
-    for length in lengths:
-        for depth in depths:
-            key = f"{rng.randrange(10000, 100000)}"
-            prompt = passkey_prompt(tok, length, depth, key)
-            case: dict[str, Any] = {"length": length, "depth": depth, "key": key, "prompt_tokens": len(prompt)}
-            for name, make in methods.items():
-                out = tok.decode(list(greedy(model, make(len(prompt)), prompt, 8)))
-                found = re.search(r"\d{5}", out.replace(" ", ""))
-                case[name] = bool(found and found.group(0) == key)
-                case[f"{name}_text"] = out
-            cases.append(case)
-            if progress:
-                progress(f"passkey {length} depth {depth:.2f}: " + ", ".join(f"{n}={case[n]}" for n in methods))
+    for length, depth, _ in itertools.product(lengths, depths, range(trials)):
+        key = f"{rng.randrange(10000, 100000)}"
+        prompt = passkey_prompt(tok, length, depth, key)
+        case: dict[str, Any] = {"length": length, "depth": depth, "key": key, "prompt_tokens": len(prompt)}
+        for name, make in methods.items():
+            out = tok.decode(list(greedy(model, make(len(prompt)), prompt, 8)))
+            found = re.search(r"\d{5}", out.replace(" ", ""))
+            case[name] = bool(found and found.group(0) == key)
+            case[f"{name}_text"] = out
+        cases.append(case)
+        if progress:
+            progress(f"passkey {length} depth {depth:.2f}: " + ", ".join(f"{n}={case[n]}" for n in methods))
     return cases
 
 
 def evaluate(
     model_path: str | os.PathLike[str], text_path: str | os.PathLike[str], lengths: Sequence[int], cfg: HybridConfig, *,
     with_passkey: bool = False, passkey_lengths: Sequence[int] | None = None, passkey_depths: Sequence[float] = PASSKEY_DEPTHS,
-    max_samples: int | None = None, decode_steps: int = 16, progress: Progress | None = None,
+    passkey_trials: int = 1, max_samples: int | None = None, decode_steps: int = 16, progress: Progress | None = None,
 ) -> EvalResult:
     t_start = time.perf_counter()
     setup_torch()
@@ -286,16 +287,19 @@ def evaluate(
     if with_passkey:
         plens = sorted(passkey_lengths or [n for n in lengths if n <= 8192])
 
+        probes: dict[int, int] = {}  # the hybrid's bytes depend on the prompt length only
+
         def same_bytes_window(n: int) -> AttentionCache:
-            probe = hybrid_bytes_at(model, cfg, n)
-            return window_cache(mc, model.rope, window_for_bytes(mc, probe, cfg.n_sink), cfg.n_sink)
+            if n not in probes:
+                probes[n] = hybrid_bytes_at(model, cfg, n)
+            return window_cache(mc, model.rope, window_for_bytes(mc, probes[n], cfg.n_sink), cfg.n_sink)
 
         methods: dict[str, Callable[[int], AttentionCache]] = {
             "full": lambda n: full_cache(mc),
             "hybrid": lambda n: hybrid_cache(mc, model.rope, cfg),
             "window": same_bytes_window,
         }
-        cases = passkey(model, tok, plens, methods, depths=passkey_depths, progress=progress)
+        cases = passkey(model, tok, plens, methods, depths=passkey_depths, trials=passkey_trials, progress=progress)
         for name, res in (("full", full), ("hybrid", hyb), ("window", win)):
             res.passkey_acc = sum(c[name] for c in cases) / len(cases)
             for n in plens:

@@ -65,6 +65,11 @@ class ModelConfig:
         return self.n_head // self.n_head_kv
 
     @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """What identifies a model for calibrated settings (HybridConfig.retrieval_model)."""
+        return (self.n_layer, self.n_head, self.n_head_kv, self.head_dim, self.n_vocab)
+
+    @property
     def f16_kv_bytes_per_token(self) -> int:
         """What llama.cpp's default f16 cache stores per token: K and V, every layer."""
         return self.n_layer * self.n_head_kv * self.head_dim * 2 * 2

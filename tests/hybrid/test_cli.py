@@ -65,7 +65,8 @@ def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.
     text.write_text(" ".join(["The quick brown fox jumps over the lazy dog."] * 40), encoding="utf-8")
     args = _parser().parse_args(
         ["hybrid-eval", str(embedded_model), "--text", str(text), "--lengths", "64,128", "--samples", "1",
-         "--passkey", "--passkey-lengths", "64", "--passkey-depths", "1", "--decode-steps", "2", "--json"]
+         "--passkey", "--passkey-lengths", "64", "--passkey-depths", "1", "--passkey-trials", "2", "--decode-steps", "2",
+         "--json"]
     )
     assert cli.run(args) == 0
     out = json.loads(capsys.readouterr().out)
@@ -73,5 +74,7 @@ def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.
         assert set(out[name]) >= {"ppl", "kv_bytes", "passkey_acc", "decode_ms_per_token"}
         assert set(out[name]["ppl"]) == {"64", "128"} and set(out[name]["kv_bytes"]) == {"64", "128"}
         assert 0.0 <= out[name]["passkey_acc"] <= 1.0
+    assert out["passkey_n_cases"] == 2  # one length x one depth x two keys
+    assert all(out[name]["passkey_acc"] in (0.0, 0.5, 1.0) for name in ("full", "hybrid", "window"))
     assert out["full"]["kv_bytes"]["128"] == out["f16_full_kv_bytes"]["128"]
     assert out["window"]["kv_bytes"]["128"] <= out["hybrid"]["kv_bytes"]["128"]
