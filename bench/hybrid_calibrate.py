@@ -1,4 +1,4 @@
-"""Find the retrieval heads of a model for the hybrid cache's `retrieval_heads` (app/hybrid/calibrate.py).
+"""Find the retrieval heads of a model for the hybrid cache's `retrieval_heads` (vrampilot/hybrid/calibrate.py).
 
     .venv/bin/python bench/hybrid_calibrate.py [--top 8] [--out bench/out/]
 
@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
 
-    from app.hybrid.calibrate import CAL_LENGTHS, CAL_SEED, calibrate, calibration_cases
-    from app.hybrid.evaluate import Tokenizer, setup_torch
-    from app.hybrid.model import LlamaModel
-    from app.paths import embedded_model_path
+    from vrampilot.hybrid.calibrate import CAL_LENGTHS, CAL_SEED, calibrate, calibration_cases
+    from vrampilot.hybrid.evaluate import Tokenizer, setup_torch
+    from vrampilot.hybrid.model import LlamaModel
+    from vrampilot.paths import embedded_model_path
 
     model_path = Path(args.model) if args.model else embedded_model_path()
     if model_path is None:

@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.documents import DocumentSet, KvStateStore, extract, state_key, tokenizer_for
-from app.engine import Engine, Message, SamplingParams
-from app.gguf import load_model_spec
-from app.hardware import detect_machine
-from app.paths import embedded_model_path
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only
+from vrampilot.documents import DocumentSet, KvStateStore, extract, state_key, tokenizer_for
+from vrampilot.engine import Engine, Message, SamplingParams
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
 
 SITES = ["Reservoir", "Pumping Station", "Substation", "Water Tower", "Treatment Plant", "Dam", "Wind Farm",
          "Bus Depot", "Bridge", "Tunnel", "Solar Array", "Lighthouse", "Heat Plant", "Overpass", "Culvert"]  # fmt: skip

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.meters.sampler import Sampler
 from tests.doubles.fake_nvml import GIB, FakeGpu, FakeNvml, FakeProcess, FakeReading
+from vrampilot.meters.sampler import Sampler
 
 
 class IdleTicker:

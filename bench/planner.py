@@ -2,7 +2,7 @@
 
     python bench/planner.py            # every model x the settings grid, worst errors printed last
     python bench/planner.py --quick    # fewer settings
-    python bench/planner.py --fit      # re-fit app/planner/compute.py's FIT table (needs scipy)
+    python bench/planner.py --fit      # re-fit vrampilot/planner/compute.py's FIT table (needs scipy)
 
 Models: the embedded SmolLM2, one tiny fixture per architecture (tests/factories) and header-only
 copies of released models (Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite).
@@ -31,15 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.gguf.spec import load_model_spec  # noqa: E402
-from app.paths import embedded_model_path  # noqa: E402
-from app.planner import compute as compute_model  # noqa: E402
-from app.planner.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
-from app.planner.kv import kv_cache_bytes, kv_refusal  # noqa: E402
-from app.planner.measure import graph_compute, measure_allocations  # noqa: E402
-from app.planner.settings import Settings  # noqa: E402
-from app.units import format_bytes  # noqa: E402
 from tests.factories.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
+from vrampilot.gguf.spec import load_model_spec  # noqa: E402
+from vrampilot.paths import embedded_model_path  # noqa: E402
+from vrampilot.planner import compute as compute_model  # noqa: E402
+from vrampilot.planner.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
+from vrampilot.planner.kv import kv_cache_bytes, kv_refusal  # noqa: E402
+from vrampilot.planner.measure import graph_compute, measure_allocations  # noqa: E402
+from vrampilot.planner.settings import Settings  # noqa: E402
+from vrampilot.units import format_bytes  # noqa: E402
 
 PlanFn = Callable[[Path, bool], Any]
 
@@ -294,10 +294,10 @@ def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
 
 def plan_for_8gb(path: Path, exact: bool) -> None:
     """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
-    from app.planner.search import plan
-    from app.planner.target import target_from_vram
-    from app.units import GIB
     from tests.machines import cpu_machine
+    from vrampilot.planner.search import plan
+    from vrampilot.planner.target import target_from_vram
+    from vrampilot.units import GIB
 
     plan(load_model_spec(path), target_from_vram(8 * GIB, cpu_machine()), exact=exact)
 

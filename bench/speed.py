@@ -4,7 +4,7 @@ Baseline measured in the same run: this machine's memory read bandwidth (numpy s
 array, one pass per thread count is not needed: llama.cpp decodes with all physical cores) and its
 matrix throughput. Then llama.cpp's real decode and prefill speed on the embedded model, the
 planner's prediction for the same settings, and the ratios. The printed efficiency factors are
-what app/planner/speed.py should use on a machine like this one.
+what vrampilot/planner/speed.py should use on a machine like this one.
 
 Run: .venv/bin/python bench/speed.py [--model PATH] [--tokens 64]
 """
@@ -20,12 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.export import llama_cpp_kwargs
-from app.gguf import load_model_spec
-from app.hardware import detect_machine
-from app.paths import embedded_model_path
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only
+from vrampilot.export import llama_cpp_kwargs
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
 
 
 def measure_read_bandwidth_gbps(n_bytes: int = 1 << 30, repeats: int = 3) -> float:
@@ -40,9 +40,9 @@ def measure_read_bandwidth_gbps(n_bytes: int = 1 << 30, repeats: int = 3) -> flo
 
 
 def measure_llama(path: Path, kwargs: dict, n_tokens: int) -> tuple[float, float]:
-    import llama_cpp
+    from vrampilot import llamacpp
 
-    llm = llama_cpp.Llama(str(path), verbose=False, **kwargs)
+    llm = llamacpp.load().Llama(str(path), verbose=False, **kwargs)
     prompt = llm.tokenize(("The history of the city is long and full of change. " * 40).encode())[:480]
     llm.reset()
     t = time.perf_counter()

@@ -3,7 +3,7 @@
 One packaging-only hook: `VRAMPILOT_SMOKE_SCREENSHOT=PATH` makes the GUI save a picture of its main
 window after `VRAMPILOT_SMOKE_SECONDS` (default 4) and quit, so `make package-test` can prove the
 *bundle* draws its window offscreen. Without that variable the bundle behaves exactly like
-`vrampilot`. (It lives here, not in app/, because only the packaging smoke test needs it.)
+`vrampilot`. (It lives here, not in vrampilot/, because only the packaging smoke test needs it.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _arm_smoke_screenshot(path: str, seconds: float) -> None:
 
 
 def run() -> int:
-    from app.__main__ import main
+    from vrampilot.__main__ import main
 
     shot = os.environ.get("VRAMPILOT_SMOKE_SCREENSHOT")
     if shot and (len(sys.argv) == 1 or sys.argv[1] == "gui"):

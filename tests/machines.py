@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.hardware import CpuInfo, LlamaBackendInfo, Machine
-from app.units import GIB
+from vrampilot.hardware import CpuInfo, LlamaBackendInfo, Machine
+from vrampilot.units import GIB
 
 
 def cpu_machine(ram_gib: float = 24, cores: int = 8) -> Machine:

@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import app.hybrid.cache as hc
-from app.hybrid.cli import default_text_path
-from app.hybrid.config import HybridConfig, get_config
-from app.hybrid.evaluate import Tokenizer, passkey_prompt, run_tokens
-from app.hybrid.model import LlamaModel
-from app.paths import embedded_model_path
+import vrampilot.hybrid.cache as hc
+from vrampilot.hybrid.cli import default_text_path
+from vrampilot.hybrid.config import HybridConfig, get_config
+from vrampilot.hybrid.evaluate import Tokenizer, passkey_prompt, run_tokens
+from vrampilot.hybrid.model import LlamaModel
+from vrampilot.paths import embedded_model_path
 
 _for_kind = hc.LayerPlan.for_kind
 SCALE = [1.0]

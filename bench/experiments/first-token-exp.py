@@ -1,11 +1,11 @@
-"""Development runs behind the broad heads of `retrieval-broad` (app/hybrid/config.py), kept as run.
+"""Development runs behind the broad heads of `retrieval-broad` (vrampilot/hybrid/config.py), kept as run.
 
 The `default` config (8 retrieval heads) loses both 8K passkey cases with the key at 75% depth in
 bench/hybrid.py. Not in those cases but in two of the same format with other keys (seeds 11 and 12),
 the digits are copied fine once the answer starts; what fails is its first token, a space that loses
 to " the". This script measures, per variant, the teacher-forced log-loss of each answer token
 (`nll`), and, with --far, ranks the KV heads by the attention their query heads put beyond the
-sinks and the window while the answer starts, on the calibration prompts of app/hybrid/calibrate.py
+sinks and the window while the answer starts, on the calibration prompts of vrampilot/hybrid/calibrate.py
 (not the evaluation's).
 
     .venv/bin/python bench/experiments/first-token-exp.py full default bias far12b
@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from app.hybrid.cache import AttentionCache, full_cache, hybrid_cache
-from app.hybrid.calibrate import RecordingLayer, calibration_cases
-from app.hybrid.config import SMOLLM2_BROAD_HEADS, HybridConfig, get_config
-from app.hybrid.evaluate import Tokenizer, hybrid_bytes_at, passkey_prompt
-from app.hybrid.model import LlamaModel
-from app.paths import embedded_model_path
+from vrampilot.hybrid.cache import AttentionCache, full_cache, hybrid_cache
+from vrampilot.hybrid.calibrate import RecordingLayer, calibration_cases
+from vrampilot.hybrid.config import SMOLLM2_BROAD_HEADS, HybridConfig, get_config
+from vrampilot.hybrid.evaluate import Tokenizer, hybrid_bytes_at, passkey_prompt
+from vrampilot.hybrid.model import LlamaModel
+from vrampilot.paths import embedded_model_path
 
 BASE = get_config("retrieval")
 FAR = ((8, 1), (7, 0), (5, 1), (6, 0), (4, 1), (7, 1), (3, 0), (6, 1))  # the --far ranking's top 8 outside BASE's heads

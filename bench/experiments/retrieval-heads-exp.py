@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from app.hybrid.cache import full_cache, hybrid_cache, window_cache
-from app.hybrid.cli import default_text_path
-from app.hybrid.config import HybridConfig
-from app.hybrid.evaluate import Tokenizer, greedy, hybrid_bytes_at, passkey_prompt, run_tokens
-from app.hybrid.model import LlamaModel
-from app.paths import embedded_model_path
+from vrampilot.hybrid.cache import full_cache, hybrid_cache, window_cache
+from vrampilot.hybrid.cli import default_text_path
+from vrampilot.hybrid.config import HybridConfig
+from vrampilot.hybrid.evaluate import Tokenizer, greedy, hybrid_bytes_at, passkey_prompt, run_tokens
+from vrampilot.hybrid.model import LlamaModel
+from vrampilot.paths import embedded_model_path
 
 RANK: list[tuple[int, int]] = []  # the calibration's KV-head ranking, best first (--calfile)
 N = 8192

@@ -17,7 +17,7 @@ ICONS=packaging/icons
 PY=${PY:-.venv/bin/python}
 BUILD=build/package
 DIST=dist
-VERSION=$("$PY" -c 'import app; print(app.__version__)')
+VERSION=$("$PY" -c 'import vrampilot; print(vrampilot.__version__)')
 ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 case "$ARCH" in amd64) AI_ARCH=x86_64 ;; arm64) AI_ARCH=aarch64 ;; *) AI_ARCH=$ARCH ;; esac
 DEB="$DIST/vrampilot_${VERSION}_${ARCH}.deb"
@@ -97,7 +97,7 @@ Comment: /opt/vrampilot bundles Python, Qt (PySide6, LGPLv3), llama.cpp (MIT), N
 EOF
 install -m755 "$HERE/deb/postinst" "$HERE/deb/postrm" "$STAGE/DEBIAN/"
 # Depends: the system libraries the bundle does not carry (PyInstaller leaves out glibc, GL/EGL and
-# some libxcb-*; Qt's X11 plugin needs libxcb-cursor0, see app/ui/launch.py). The glibc floor is
+# some libxcb-*; Qt's X11 plugin needs libxcb-cursor0, see vrampilot/ui/launch.py). The glibc floor is
 # the newest GLIBC_x.y symbol version any bundled ELF file asks for.
 GLIBC_MIN=$(find "$BUNDLE" -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2>/dev/null |
     grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)

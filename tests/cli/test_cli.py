@@ -16,7 +16,7 @@ from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
 def vrampilot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "app", *args], capture_output=True, text=True, env=full_env, timeout=120
+        [sys.executable, "-m", "vrampilot", *args], capture_output=True, text=True, env=full_env, timeout=120
     )
 
 

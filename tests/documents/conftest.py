@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.documents import Tokenizer, tokenizer_for
+from vrampilot.documents import Tokenizer, tokenizer_for
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from tests.documents.writers import long_report, write_pdf, write_scanned_pdf
+from vrampilot.cli import main
 
 FAST = ["--ctx", "1024", "--threads", "1", "--threads-batch", "1", "--cpu-only", "--temperature", "0", "--seed", "1"]
 

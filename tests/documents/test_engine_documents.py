@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from app.documents import DocumentSet, KvStateStore, Tokenizer, extract, state_key
-from app.engine import Engine, Message, PromptProgress, SamplingParams
-from app.gguf import ModelSpec, load_model_spec
-from app.planner.search import Pins, Plan, plan
-from app.planner.target import target_cpu_only
 from tests.documents.writers import long_report
 from tests.machines import cpu_machine
+from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract, state_key
+from vrampilot.engine import Engine, Message, PromptProgress, SamplingParams
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.target import target_cpu_only
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.documents import (
+from tests.documents.writers import write_docx, write_encrypted_pdf, write_pdf, write_scanned_pdf
+from vrampilot.documents import (
     BinaryFile,
     DocumentError,
     EmptyDocument,
@@ -19,7 +20,6 @@ from app.documents import (
     UnsupportedFormat,
     extract,
 )
-from tests.documents.writers import write_docx, write_encrypted_pdf, write_pdf, write_scanned_pdf
 
 
 def test_pdf_keeps_page_numbers_and_marks_them(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.documents import DocumentSet, Tokenizer, chunk_document, cited_chunks, extract, sources_line
-from app.documents.bm25 import BM25, terms
-from app.engine import Message
 from tests.documents.writers import long_report, write_pdf
+from vrampilot.documents import DocumentSet, Tokenizer, chunk_document, cited_chunks, extract, sources_line
+from vrampilot.documents.bm25 import BM25, terms
+from vrampilot.engine import Message
 
 RECALL_SETTINGS = ((256, 48), (96, 24), (48, 12))
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import Engine, SamplingParams
-from app.gguf import ModelSpec, load_model_spec
-from app.hardware import detect_machine
-from app.planner.search import Pins, Plan, plan
-from app.planner.target import Target, target_cpu_only
+from vrampilot.engine import Engine, SamplingParams
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.target import Target, target_cpu_only
 
 # One thread: on a busy 2-core machine llama.cpp's worker threads spin-wait on each other and a
 # test that should take a second takes a minute.

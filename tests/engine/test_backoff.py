@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import AllocationError, Engine, Message, SamplingParams
-from app.engine.backoff import backoff_cost, is_backoff, next_backoff
-from app.engine.loader import open_llama
-from app.gguf import ModelSpec
-from app.planner.settings import Settings
-from app.planner.target import Target
 from tests.engine.conftest import make_plan
+from vrampilot.engine import AllocationError, Engine, Message, SamplingParams
+from vrampilot.engine.backoff import backoff_cost, is_backoff, next_backoff
+from vrampilot.engine.loader import open_llama
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.settings import Settings
+from vrampilot.planner.target import Target
 
 
 def _failing_above(n_ctx: int, calls: list[Settings]):  # type: ignore[no-untyped-def]

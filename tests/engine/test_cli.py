@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from vrampilot.cli import main
 
 pytestmark = pytest.mark.slow
 

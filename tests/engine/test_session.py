@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from app.engine import ContextOverflow, Engine, Message, NoModelLoaded, SamplingParams
-from app.export import llama_cpp_kwargs
-from app.gguf import ModelSpec
-from app.planner.target import Target
 from tests.engine.conftest import GREEDY, make_plan
+from vrampilot.engine import ContextOverflow, Engine, Message, NoModelLoaded, SamplingParams
+from vrampilot.export import llama_cpp_kwargs
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.target import Target
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +145,7 @@ def test_fit_messages_drops_whole_old_turns(engine: Engine) -> None:
 def test_load_uses_the_export_builder_and_unload_frees(spec: ModelSpec, cpu_target: Target) -> None:
     p = make_plan(spec, cpu_target, n_ctx=768, type_k="q8_0", type_v="q8_0")
     seen: list[dict[str, object]] = []
-    from app.engine.loader import open_llama
+    from vrampilot.engine.loader import open_llama
 
     def spy(path, settings, **kw):  # type: ignore[no-untyped-def]
         seen.append(llama_cpp_kwargs(settings))
@@ -169,7 +169,7 @@ def test_load_uses_the_export_builder_and_unload_frees(spec: ModelSpec, cpu_targ
 
 
 def test_progress_is_reported_and_cancel_aborts_the_load(spec: ModelSpec, cpu_target: Target) -> None:
-    from app.engine import LoadCancelled
+    from vrampilot.engine import LoadCancelled
 
     values: list[float] = []
     e = Engine()

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from app.engine import ChatTemplate, Engine, Message, TemplateError
-from app.engine.template import CHATML_TEMPLATE
-from app.gguf import ModelSpec
-from app.planner.target import Target
 from tests.engine.conftest import make_plan
+from vrampilot.engine import ChatTemplate, Engine, Message, TemplateError
+from vrampilot.engine.template import CHATML_TEMPLATE
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.target import Target
 
 MSGS = [Message("system", "sys"), Message("user", "hello")]
 

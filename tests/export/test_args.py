@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.export import llama_cpp_kwargs, llama_server_argv, quote
-from app.export.args import GGML_TYPE_IDS
-from app.planner.settings import KV_CACHE_TYPES, Settings
+from vrampilot.export import llama_cpp_kwargs, llama_server_argv, quote
+from vrampilot.export.args import GGML_TYPE_IDS
+from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
 
 
 def _parse_server_argv(argv: list[str]) -> dict[str, str | bool]:

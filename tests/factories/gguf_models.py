@@ -9,7 +9,7 @@ refuses a file with one tensor more or less than the architecture uses.
 The default tokenizer is llama.cpp's "none" vocabulary with `<arch>.vocab_size` dummy tokens: the
 model loads and plans like any other, and the vocabulary size is free. `tokenizer="smollm2"` copies
 the embedded SmolLM2 tokenizer instead (49152 BPE tokens), read with `gguf.GGUFReader`: that is
-fixture tooling only; the app's one GGUF reader (app.gguf.reader) skips long string arrays on purpose.
+fixture tooling only; the app's one GGUF reader (vrampilot.gguf.reader) skips long string arrays on purpose.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def _copy_smollm2_tokenizer(w: GGUFWriter) -> int:
     """Copy tokenizer.* from the embedded SmolLM2 with gguf.GGUFReader (fixture tooling only)."""
     from gguf import GGUFReader
 
-    from app.paths import embedded_model_path
+    from vrampilot.paths import embedded_model_path
 
     src = embedded_model_path()
     if src is None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.gguf import GGUFError, load_model_spec, read_gguf
-from app.gguf.reader import GGUFValueType
+from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
+from vrampilot.gguf.reader import GGUFValueType
 
 
 def _s(text: str) -> bytes:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from app.hardware import detect_cpu, detect_ram
-from app.hardware.cpu import features_from_cpuinfo, features_from_system_info
+from vrampilot.hardware import detect_cpu, detect_ram
+from vrampilot.hardware.cpu import features_from_cpuinfo, features_from_system_info
 
 
 def test_this_machine_is_sane() -> None:

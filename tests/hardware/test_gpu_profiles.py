@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.hardware import (
+from tests.doubles.fake_nvml import GIB, MIB
+from vrampilot.hardware import (
     GpuProfile,
     UnknownGpuProfileError,
     find_profile,
@@ -16,9 +17,8 @@ from app.hardware import (
     match_detected,
     profile_as_gpu,
 )
-from app.hardware.profiles import PROFILES_FILE
-from app.paths import profiles_dir
-from tests.doubles.fake_nvml import GIB, MIB
+from vrampilot.hardware.profiles import PROFILES_FILE
+from vrampilot.paths import profiles_dir
 
 PROFILES = load_profiles()
 

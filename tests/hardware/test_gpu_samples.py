@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from app.hardware import nvml_session, read_gpu_sample
 from tests.doubles.fake_nvml import (
     GIB,
     FakeClock,
@@ -15,6 +14,7 @@ from tests.doubles.fake_nvml import (
     hold,
     ramp,
 )
+from vrampilot.hardware import nvml_session, read_gpu_sample
 
 PID = 4242
 IDLE = FakeReading()

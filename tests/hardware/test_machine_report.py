@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from app.hardware import detect_llama_backend, detect_machine, format_machine, machine_to_dict
-from app.hardware.report import CUDA_REBUILD_HINT
-from app.hardware.types import GpuInfo
 from tests.doubles.fake_nvml import FakeGpu, FakeNvml
+from vrampilot.hardware import detect_llama_backend, detect_machine, format_machine, machine_to_dict
+from vrampilot.hardware.report import CUDA_REBUILD_HINT
+from vrampilot.hardware.types import GpuInfo
 
 
 def _cpu_build() -> SimpleNamespace:
@@ -33,6 +33,13 @@ def test_machine_to_dict_has_the_documented_keys_and_is_json() -> None:
         "supports_gpu_offload": False,
         "system_info": "CPU : SSE3 = 1 | AVX2 = 1 |",
         "error": None,
+        # Not the real llama_cpp: nothing was loaded by vrampilot.llamacpp for it.
+        "cpu_variant": None,
+        "cpu_dispatch": None,
+        "backend_mode": None,
+        "recipe_key": None,
+        "backends": [],
+        "backend_failures": [],
     }
     assert CUDA_REBUILD_HINT in d["warnings"]
     assert any("display" in w for w in d["warnings"])

@@ -6,8 +6,6 @@ import math
 
 import pytest
 
-from app.hardware import detect_machine, detect_nvidia_gpus, peak_bandwidth_gbps
-from app.hardware.nvml import cuda_version_text
 from tests.doubles.fake_nvml import (
     GIB,
     MIB,
@@ -19,6 +17,8 @@ from tests.doubles.fake_nvml import (
     FakeNvml,
     FakeReading,
 )
+from vrampilot.hardware import detect_machine, detect_nvidia_gpus, peak_bandwidth_gbps
+from vrampilot.hardware.nvml import cuda_version_text
 
 H100 = FakeGpu(
     name="NVIDIA H100 80GB HBM3",

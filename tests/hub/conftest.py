@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from app.planner.target import Target, target_from_vram
-from app.units import GIB
 from tests.factories.gguf_models import write_header_only, write_model
 from tests.hub.fake_hub import FakeHub
 from tests.machines import cpu_machine as machine
+from vrampilot.planner.target import Target, target_from_vram
+from vrampilot.units import GIB
 
 # Never touch a developer's real keyring from tests (our code ignores the null backend), and keep
 # huggingface_hub from phoning its telemetry registry (read when it is first imported).

@@ -14,8 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from app.hub import DownloadProgress, DownloadState, HubError, download_model
-from app.hub.cache import RepoCache
+from vrampilot.hub import DownloadProgress, DownloadState, HubError, download_model
+from vrampilot.hub.cache import RepoCache
 
 
 def main() -> int:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
+from vrampilot.cli import main
 
 
 def test_search_json_and_table(hub: FakeHub, tiny_repo: str, capsys: pytest.CaptureFixture[str]) -> None:

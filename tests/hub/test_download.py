@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from app.gguf import load_model_spec
-from app.hub import (
+from tests.hub.conftest import Models
+from tests.hub.fake_hub import FakeHub
+from vrampilot.gguf import load_model_spec
+from vrampilot.hub import (
     AccessDeniedError,
     ChecksumMismatchError,
     DownloadControl,
@@ -24,9 +26,7 @@ from app.hub import (
     list_pending,
     scan_library,
 )
-from app.hub.cache import RepoCache
-from tests.hub.conftest import Models
-from tests.hub.fake_hub import FakeHub
+from vrampilot.hub.cache import RepoCache
 
 REPO = "test/tiny-llama-GGUF"
 F16 = "tiny-llama-F16.gguf"

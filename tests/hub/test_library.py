@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.hub import LocalStatus, Source, download_model, scan_library
 from tests.factories.gguf_models import write_truncated, write_wrong_magic
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
+from vrampilot.hub import LocalStatus, Source, download_model, scan_library
 
 
 def _ollama(root: Path, name: str, tag: str, blob_src: Path | None, digest: str, namespace: str = "library") -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app.gguf import GGUFError, load_model_spec, read_gguf
-from app.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
-from app.hub import AccessDeniedError, HubUnreachableError, fetch_remote_header, list_repo_files, remote_spec
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
+from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
+from vrampilot.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
+from vrampilot.hub import AccessDeniedError, HubUnreachableError, fetch_remote_header, list_repo_files, remote_spec
 
 
 def test_prefix_parse_matches_the_file_reader(models: Models) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.hub import Fit, RepoNotFoundError, badge_for_spec, list_repo_files, remote_spec, search_models
-from app.hub.files import quant_from_name
-from app.hub.search import params_from_name
 from tests.hub.conftest import Models, gpu_target, machine
 from tests.hub.fake_hub import FakeHub
+from vrampilot.hub import Fit, RepoNotFoundError, badge_for_spec, list_repo_files, remote_spec, search_models
+from vrampilot.hub.files import quant_from_name
+from vrampilot.hub.search import params_from_name
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_badges_come_from_the_remote_header(hub: FakeHub, models: Models) -> Non
     assert badges["tiny-llama-F16.gguf"].n_ctx == 4096  # capped at what the model was trained for
     assert "Fits on GPU" in b_qwen.text and "tok/s" in b_qwen.text
 
-    from app.planner.target import target_cpu_only
+    from vrampilot.planner.target import target_cpu_only
 
     tiny = remote_spec(listing.repo_id, by_name["tiny-llama-F16.gguf"], revision=listing.commit)
     assert badge_for_spec(tiny, target_cpu_only(machine()), 4096).fit is Fit.CPU

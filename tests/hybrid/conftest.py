@@ -102,7 +102,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> TinyLlama:
 
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
-    from app.paths import embedded_model_path
+    from vrampilot.paths import embedded_model_path
 
     path = embedded_model_path()
     if path is None or not path.is_file():

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.hybrid.cache import (  # noqa: E402
+from vrampilot.hybrid.cache import (  # noqa: E402
     FullLayer,
     HybridLayer,
     LayerPlan,
@@ -18,8 +18,8 @@ from app.hybrid.cache import (  # noqa: E402
     window_cache,
     window_for_bytes,
 )
-from app.hybrid.config import HybridConfig  # noqa: E402
-from app.hybrid.model import LlamaModel, ModelConfig, Rope  # noqa: E402
+from vrampilot.hybrid.config import HybridConfig  # noqa: E402
+from vrampilot.hybrid.model import LlamaModel, ModelConfig, Rope  # noqa: E402
 
 from .conftest import TinyLlama  # noqa: E402
 
@@ -217,7 +217,7 @@ def test_cache_bytes_add_up_and_window_for_bytes() -> None:
 
 
 def test_hybrid_bytes_at_matches_a_real_run(tiny_llama: TinyLlama) -> None:
-    from app.hybrid.evaluate import hybrid_bytes_at
+    from vrampilot.hybrid.evaluate import hybrid_bytes_at
 
     model = LlamaModel(tiny_llama.path)
     cfg = HybridConfig(window=8, hca_ratio=16)

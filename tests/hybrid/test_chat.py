@@ -10,14 +10,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.engine import Engine, EngineError, Message, SamplingParams
-from app.gguf import load_model_spec
-from app.hardware import detect_machine
-from app.hybrid.chat import HybridChat, torch_available, unsupported_reason
-from app.meters.kvcache import KvCacheUsage
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only
 from tests.factories.gguf_models import write_model
+from vrampilot.engine import Engine, EngineError, Message, SamplingParams
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.hybrid.chat import HybridChat, torch_available, unsupported_reason
+from vrampilot.meters.kvcache import KvCacheUsage
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 

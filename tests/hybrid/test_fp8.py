@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.hybrid.fp8 import FP8_ABS_ERROR, FP8_MAX, FP8_REL_ERROR, cat_fp8, quantize_fp8  # noqa: E402
+from vrampilot.hybrid.fp8 import FP8_ABS_ERROR, FP8_MAX, FP8_REL_ERROR, cat_fp8, quantize_fp8  # noqa: E402
 
 
 @pytest.mark.parametrize("scale", [1e-4, 1.0, 37.0, 1e4])

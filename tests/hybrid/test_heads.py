@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.errors import UserError  # noqa: E402
-from app.hybrid.cache import (  # noqa: E402
+from vrampilot.errors import UserError  # noqa: E402
+from vrampilot.hybrid.cache import (  # noqa: E402
     RAW_BLOCK,
     FullLayer,
     HybridLayer,
@@ -19,9 +19,9 @@ from app.hybrid.cache import (  # noqa: E402
     full_cache,
     hybrid_cache,
 )
-from app.hybrid.calibrate import Calibration, CalibrationCase, RecordingLayer, calibrate  # noqa: E402
-from app.hybrid.config import CONFIGS, HybridConfig  # noqa: E402
-from app.hybrid.model import LlamaModel  # noqa: E402
+from vrampilot.hybrid.calibrate import Calibration, CalibrationCase, RecordingLayer, calibrate  # noqa: E402
+from vrampilot.hybrid.config import CONFIGS, HybridConfig  # noqa: E402
+from vrampilot.hybrid.model import LlamaModel  # noqa: E402
 
 from .conftest import TinyLlama  # noqa: E402
 from .test_cache import FP8_VEC, MC, RAW_TOKEN, ROPE, D, G, H, _qkv, _run  # noqa: E402
@@ -115,7 +115,7 @@ def test_logits_equal_full_cache_when_every_head_is_a_retrieval_head(tiny_llama:
     cache = hybrid_cache(mc, model.rope, some)
     out = model.forward(tokens, 0, cache, all_logits=True)
     assert isinstance(cache.layers[0], MixedLayer) and not torch.allclose(out, ref, atol=1e-3)
-    from app.hybrid.evaluate import hybrid_bytes_at
+    from vrampilot.hybrid.evaluate import hybrid_bytes_at
 
     assert hybrid_bytes_at(model, some, 60) == cache.bytes_held()
 
@@ -169,8 +169,8 @@ def test_calibrate_scores_and_ranking(tiny_llama: TinyLlama) -> None:
 
 
 def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: object) -> None:
-    from app.hybrid.calibrate import CAL_LENGTHS, calibration_cases
-    from app.hybrid.evaluate import Tokenizer, passkey_prompt
+    from vrampilot.hybrid.calibrate import CAL_LENGTHS, calibration_cases
+    from vrampilot.hybrid.evaluate import Tokenizer, passkey_prompt
 
     tok = Tokenizer(embedded_model)  # type: ignore[arg-type]
     cases = calibration_cases(tok.encode, per_length=2)
@@ -188,7 +188,7 @@ def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: obje
 
 # --- evaluation protocol ---------------------------------------------------------------------------
 def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_model: object) -> None:
-    from app.hybrid.evaluate import Tokenizer, passkey
+    from vrampilot.hybrid.evaluate import Tokenizer, passkey
 
     model = LlamaModel(embedded_model)  # type: ignore[arg-type]
     tok = Tokenizer(embedded_model)  # type: ignore[arg-type]

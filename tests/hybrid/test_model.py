@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.hybrid.cache import full_cache  # noqa: E402
-from app.hybrid.model import LlamaModel, Rope  # noqa: E402
+from vrampilot.hybrid.cache import full_cache  # noqa: E402
+from vrampilot.hybrid.model import LlamaModel, Rope  # noqa: E402
 
 from .conftest import TinyLlama  # noqa: E402
 
@@ -103,9 +103,9 @@ def _greedy_llama_cpp(llm: object, prompt: list[int], n: int) -> list[int]:
     return out
 
 
-# Prompts whose 32-token greedy continuation is identical in llama.cpp and here. On others the two
-# part at a near-tie (llama.cpp rounds activations to 8 bits before each quantized matmul), so
-# those are held to teacher-forced agreement instead (see the second test).
+# Prompts whose 32-token greedy continuation was identical in llama.cpp and here on the machine
+# they were picked on. On others the two part early at a near-tie (llama.cpp rounds activations to
+# 8 bits before each quantized matmul), so those are held to teacher-forced agreement instead.
 PROMPTS_EXACT = [
     "The history of the city of Rome begins",
     "The three primary colors are",
@@ -127,13 +127,29 @@ def test_greedy_matches_llama_cpp_short(embedded_model: object) -> None:
     assert _greedy_ours(model, prompt, 8) == _greedy_llama_cpp(llm, prompt, 8)
 
 
+# Two implementations round differently (llama.cpp's 8-bit activations differ per instruction set),
+# so where llama.cpp's own top two logits are this close the greedy paths may part. Exact equality
+# over 32 tokens held on one CPU and not on another; what must hold everywhere is this.
+NEAR_TIE_LOGITS = 1.0
+
+
 @pytest.mark.slow
-def test_greedy_matches_llama_cpp_32_tokens(embedded_model: object) -> None:
+def test_greedy_follows_llama_cpp_32_tokens_up_to_a_near_tie(embedded_model: object) -> None:
     llm = _llama_cpp(embedded_model)
     model = LlamaModel(embedded_model)  # type: ignore[arg-type]
     for text in PROMPTS_EXACT:
         prompt = llm.tokenize(text.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
-        assert _greedy_ours(model, prompt, 32) == _greedy_llama_cpp(llm, prompt, 32), text
+        ref = _greedy_llama_cpp(llm, prompt, 32)
+        ours = _greedy_ours(model, prompt, 32)
+        parted = next((i for i, (a, b) in enumerate(zip(ref, ours, strict=True)) if a != b), None)
+        if parted is None:
+            continue
+        assert parted >= 8, (text, parted)  # the short test's promise holds on every CPU
+        llm.reset()  # type: ignore[attr-defined]
+        llm.eval(prompt + ref[:parted])  # type: ignore[attr-defined]
+        logits = np.array(llm.scores[len(prompt) + parted - 1])  # type: ignore[attr-defined]
+        margin = float(logits[ref[parted]] - logits[ours[parted]])
+        assert 0 <= margin < NEAR_TIE_LOGITS, (text, parted, margin)
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.hybrid.evaluate import passkey_prompt  # noqa: E402
-from app.hybrid.session import HybridSession  # noqa: E402
+from vrampilot.hybrid.evaluate import passkey_prompt  # noqa: E402
+from vrampilot.hybrid.session import HybridSession  # noqa: E402
 
 from .conftest import TinyLlama  # noqa: E402
 
@@ -38,7 +38,7 @@ def test_full_config_holds_the_f16_full_cache(tiny_llama: TinyLlama) -> None:
 
 
 def test_passkey_prompt_places_the_key(embedded_model: Path) -> None:
-    from app.hybrid.evaluate import Tokenizer
+    from vrampilot.hybrid.evaluate import Tokenizer
 
     tok = Tokenizer(embedded_model)
     early = passkey_prompt(tok, 1024, 0.0, "12345")

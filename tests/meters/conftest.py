@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf import ModelSpec
-from app.planner.search import Plan
 from tests.meters.session import plan_32k, qwen7b
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.search import Plan
 
 
 @pytest.fixture(scope="session")

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from app.gguf import ModelSpec, load_model_spec
-from app.meters.sampler import Sampler
-from app.meters.types import SharedGpuMemory
-from app.planner.search import Pins, Plan, plan
-from app.planner.target import Target, target_from_vram
 from tests.doubles.fake_nvml import GIB, MIB, FakeClock, FakeGpu, FakeNvml, FakeProcess, FakeReading, hold, ramp
 from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
 from tests.machines import cpu_machine
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.meters.sampler import Sampler
+from vrampilot.meters.types import SharedGpuMemory
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.target import Target, target_from_vram
 
 # The sampler reads this real process through psutil and asks NVML about the same pid.
 PID = os.getpid()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf import ModelSpec
-from app.hardware import detect_nvidia_gpus
-from app.meters.bandwidth import BandwidthReading, achieved_bandwidth, device_peak, expected_decode_tps, token_bytes
-from app.planner.search import Pins, Plan, plan
 from tests.doubles.fake_nvml import FakeGpu, FakeNvml
 from tests.meters.session import GPU, PEAK_GBPS, gpu8
+from vrampilot.gguf import ModelSpec
+from vrampilot.hardware import detect_nvidia_gpus
+from vrampilot.meters.bandwidth import (
+    BandwidthReading,
+    achieved_bandwidth,
+    device_peak,
+    expected_decode_tps,
+    token_bytes,
+)
+from vrampilot.planner.search import Pins, Plan, plan
 
 
 def test_hand_computed_case() -> None:

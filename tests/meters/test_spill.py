@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf import ModelSpec
-from app.meters.spill import (
+from tests.meters.session import SHARED_SPILLED, Session, gpu8, session
+from vrampilot.gguf import ModelSpec
+from vrampilot.meters.spill import (
     SYSMEM_FALLBACK_ADVICE,
     spill_summary,
     suggest_replan,
 )
-from app.meters.state import MeterState
-from app.meters.winshared import NOT_WINDOWS, open_shared_memory_reader, parse_typeperf
-from app.planner.search import Pins, Plan, plan
-from app.units import MIB, format_bytes
-from tests.meters.session import SHARED_SPILLED, Session, gpu8, session
+from vrampilot.meters.state import MeterState
+from vrampilot.meters.winshared import NOT_WINDOWS, open_shared_memory_reader, parse_typeperf
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.units import MIB, format_bytes
 
 PROCESS = 6_700 * MIB  # what the card reports for this app: the plan's 6.44 GiB plus the CUDA context
 
@@ -131,8 +131,8 @@ def test_long_context_is_not_a_spill(plan8: Plan) -> None:
 
 
 def test_cpu_only_plan_never_spills(qwen7b_spec: ModelSpec) -> None:
-    from app.planner.target import target_cpu_only
     from tests.machines import cpu_machine
+    from vrampilot.planner.target import target_cpu_only
 
     p = plan(qwen7b_spec, target_cpu_only(cpu_machine()), Pins(n_ctx=4096))
     state = MeterState()

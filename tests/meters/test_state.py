@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.meters.state import MeterState
-from app.planner.search import Plan
-from app.units import GIB, MIB
 from tests.meters.session import OTHERS, PEAK_GBPS, session
+from vrampilot.meters.state import MeterState
+from vrampilot.planner.search import Plan
+from vrampilot.units import GIB, MIB
 
 PROCESS = 6_700 * MIB
 
@@ -63,7 +63,7 @@ def test_windows_dedicated_usage_fills_in_for_wddm(plan8: Plan) -> None:
     # Under WDDM NVML lists the process without its memory; Windows' counters have it.
     from dataclasses import replace
 
-    from app.meters.types import SharedGpuMemory
+    from vrampilot.meters.types import SharedGpuMemory
 
     s = session(PROCESS, spill=False, windows=False)
     s.step(9)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.packaging.conftest import ARTIFACTS, PACKAGING, Runner
+from vrampilot.ui.qt_libs import debian_package
 
 SIZE_BUDGET_BYTES = 300 * 1024 * 1024
 
@@ -25,7 +26,7 @@ def exe(bundle_dir: Path) -> Path:
 
 
 def test_version(bundle_dir: Path, run_exe: Runner) -> None:
-    from app import __version__
+    from vrampilot import __version__
 
     result = run_exe(exe(bundle_dir), "--version")
     assert result.returncode == 0, result.stderr
@@ -41,6 +42,30 @@ def test_doctor_reports_the_bundled_llama_backend(bundle_dir: Path, run_exe: Run
     assert llama["version"] == "0.3.36"
     assert isinstance(llama["supports_gpu_offload"], bool)  # CPU or CUDA: the bundle says which
     assert llama["system_info"]
+    # The bundle carries the dispatched engine: a CPU variant chosen for this machine, by the recipe.
+    manifest = json.loads((bundle_dir / "_internal" / "llama_cpp" / "lib" / "vrampilot-engine.json").read_text())
+    assert llama["backend_mode"] == "dispatched", llama["cpu_dispatch"]
+    assert llama["recipe_key"] == manifest["recipe_key"]
+    assert llama["cpu_variant"] in manifest["cpu_variants"]
+    assert "x64" in manifest["cpu_variants"] and "sse42" in manifest["cpu_variants"]  # the oldest CPUs too
+
+
+@pytest.mark.parametrize(("qemu_cpu", "variant"), [("Haswell", "haswell"), ("Nehalem", "sse42")])
+def test_the_bundled_libraries_run_on_older_cpus(bundle_dir: Path, qemu_cpu: str, variant: str, tmp_path: Path) -> None:
+    """The installer's own llama.cpp files, as an older CPU (qemu-user). The bundle's bootloader
+    re-executes itself, which qemu-user cannot follow, so a process qemu keeps (this venv's
+    Python) loads the bundle's llama_cpp/lib instead."""
+    from tests.llamacpp.test_dispatch import assert_llama_cpp_runs_the_variant, decode
+    from vrampilot.paths import embedded_model_path
+
+    model = embedded_model_path()
+    assert model is not None
+    lib = bundle_dir / "_internal" / "llama_cpp" / "lib"
+    run = decode(model, qemu_cpu=qemu_cpu, lib_dir=lib, home=tmp_path)
+    assert Path(run["lib_dir"]) == lib
+    assert run["variant"] == variant, run["dispatch"]
+    assert_llama_cpp_runs_the_variant(run)
+    assert run["text"].strip()
 
 
 def test_plan_uses_the_embedded_model_inside_the_bundle(bundle_dir: Path, run_exe: Runner) -> None:
@@ -85,7 +110,7 @@ def test_torch_is_not_in_the_default_bundle(bundle_dir: Path) -> None:
     internal = bundle_dir / "_internal"
     assert not (internal / "torch").exists()
     assert not list(internal.glob("libtorch*"))
-    assert not (internal / "app" / "hybrid").exists()
+    assert not (internal / "vrampilot" / "hybrid").exists()
 
 
 def test_bundle_fits_the_size_budget(bundle_dir: Path) -> None:
@@ -96,14 +121,6 @@ def test_bundle_fits_the_size_budget(bundle_dir: Path) -> None:
 def test_no_dangling_links(bundle_dir: Path) -> None:
     dangling = [p for p in bundle_dir.rglob("*") if p.is_symlink() and not p.exists()]
     assert not dangling
-
-
-def _deb_package_for(soname: str) -> str:
-    """Debian's library package naming: libxcb-cursor.so.0 -> libxcb-cursor0, libEGL.so.1 -> libegl1."""
-    name, _, version = soname.partition(".so.")
-    version = version.split(".")[0]
-    sep = "-" if name[-1].isdigit() else ""
-    return f"{name}{sep}{version}".lower().replace("_", "-")
 
 
 @pytest.mark.skipif(shutil.which("ldd") is None, reason="ldd missing")
@@ -124,5 +141,5 @@ def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path) -> No
         for soname in re.findall(r"^\s*(\S+) => not found", out.stdout, flags=re.M):
             if not (bundle_dir / "_internal" / soname).exists() and not list(bundle_dir.rglob(soname)):
                 missing.setdefault(soname, str(path.relative_to(bundle_dir)))
-    undeclared = {s: by for s, by in missing.items() if _deb_package_for(s) not in declared}
+    undeclared = {s: by for s, by in missing.items() if debian_package(s) not in declared}
     assert not undeclared, f"needed, neither bundled nor in Depends: {undeclared}"

@@ -27,7 +27,7 @@ def field(deb: Path, name: str) -> str:
 
 
 def test_control_fields(deb_file: Path) -> None:
-    from app import __version__
+    from vrampilot import __version__
 
     assert field(deb_file, "Package") == "vrampilot"
     assert field(deb_file, "Version") == __version__

@@ -89,9 +89,9 @@ def test_maintainer_scripts_refresh_menu_and_mime_caches() -> None:
 def test_spec_keeps_torch_out_and_bundles_the_model_where_paths_looks() -> None:
     spec = (PACKAGING / "vrampilot.spec").read_text()
     compile(spec, "vrampilot.spec", "exec")
-    assert '"torch"' in spec and '"app.hybrid"' in spec
+    assert '"torch"' in spec and '"vrampilot.hybrid"' in spec
     assert '(str(model), "models")' in spec
-    from app.paths import EMBEDDED_MODEL_FILE
+    from vrampilot.paths import EMBEDDED_MODEL_FILE
 
     assert EMBEDDED_MODEL_FILE == "SmolLM2-135M-Instruct.Q4_1.gguf"
 

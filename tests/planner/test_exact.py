@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from app.gguf import load_model_spec
-from app.planner.compute import formula_graph_bytes
-from app.planner.measure import graph_compute, measure_allocations
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only, target_from_vram
-from app.units import GIB, MIB
 from tests.factories.gguf_models import ARCHITECTURES, write_header_only, write_model, write_qwen25_7b_q4_k_m
 from tests.machines import cpu_machine
+from vrampilot.gguf import load_model_spec
+from vrampilot.planner.compute import formula_graph_bytes
+from vrampilot.planner.measure import graph_compute, measure_allocations
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.units import GIB, MIB
 
 pytest.importorskip("llama_cpp")
 
@@ -120,7 +120,7 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
 
 def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:
     """While the engine loads a model it holds llama.cpp's log; a plan then uses the formula."""
-    from app.planner.measure import LOG_LOCK, PLAN_WAIT_S
+    from vrampilot.planner.measure import LOG_LOCK, PLAN_WAIT_S
 
     spec = load_model_spec(embedded_model)
     with LOG_LOCK:  # what the engine holds while llama.cpp loads

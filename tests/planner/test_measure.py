@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.gguf.spec import load_model_spec
-from app.paths import embedded_model_path
-from app.planner.kv import kv_cache_bytes
-from app.planner.measure import (
+from tests.factories.gguf_models import write_header_only, write_model, write_wrong_magic
+from vrampilot.gguf.spec import load_model_spec
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.kv import kv_cache_bytes
+from vrampilot.planner.measure import (
     MIB,
     PRINT_RESOLUTION_BYTES,
     MeasureError,
@@ -19,8 +20,7 @@ from app.planner.measure import (
     matches_print,
     measure_allocations,
 )
-from app.planner.settings import Settings
-from tests.factories.gguf_models import write_header_only, write_model, write_wrong_magic
+from vrampilot.planner.settings import Settings
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

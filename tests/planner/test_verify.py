@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.gguf import load_model_spec
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only
-from app.planner.verify import verify_plan
 from tests.machines import cpu_machine
+from vrampilot.gguf import load_model_spec
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.verify import verify_plan
 
 
 def test_verify_embedded_plan(embedded_model: Path) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import ChatStore, StorageError, connect, title_from
-from app.storage.db import DB_FILE
+from vrampilot.storage import ChatStore, StorageError, connect, title_from
+from vrampilot.storage.db import DB_FILE
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 def test_a_version_2_database_gains_the_backend_column_and_keeps_its_chats(tmp_path: Path) -> None:
     """A database written before chats had a backend (schema 2) opens, migrates, and reads as llama.cpp."""
-    from app.storage.db import _MIGRATIONS, _statements
+    from vrampilot.storage.db import _MIGRATIONS, _statements
 
     path = tmp_path / DB_FILE
     raw = sqlite3.connect(path)
@@ -183,7 +183,7 @@ def test_the_backend_is_kept_per_chat(tmp_path: Path) -> None:
 
 
 def test_default_location_is_the_user_data_dir() -> None:
-    from app.paths import data_dir
+    from vrampilot.paths import data_dir
 
     store = ChatStore()
     try:
@@ -199,7 +199,7 @@ def test_a_killed_writer_loses_only_the_reply_in_progress(tmp_path: Path) -> Non
         f"""
         import sys, time
         from pathlib import Path
-        from app.storage import ChatStore
+        from vrampilot.storage import ChatStore
         s = ChatStore(Path({str(db)!r}))
         c = s.create_chat()
         s.add_message(c.id, "user", "first question")

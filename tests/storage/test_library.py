@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.storage import Library, scan_folder
-from app.storage.db import DB_FILE
+from vrampilot.storage import Library, scan_folder
+from vrampilot.storage.db import DB_FILE
 
 
 def _touch(p: Path) -> Path:

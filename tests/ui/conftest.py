@@ -18,9 +18,9 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.engine import SamplingParams
-from app.paths import embedded_model_path
-from app.planner.search import Pins
+from vrampilot.engine import SamplingParams
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).
@@ -35,7 +35,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def seed_prefs(max_tokens: int = 24) -> None:
     """What a returning user would have: small context and one thread for the embedded model."""
-    from app.ui.prefs import Prefs
+    from vrampilot.ui.prefs import Prefs
 
     prefs = Prefs()
     model = embedded_model_path()
@@ -63,8 +63,8 @@ def activate(qtbot: QtBot, w: QWidget) -> None:
 
 @pytest.fixture
 def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
-    from app.ui.main_window import MainWindow
-    from app.ui.theme import apply_theme
+    from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
     apply_theme(QApplication.instance())  # type: ignore[arg-type]

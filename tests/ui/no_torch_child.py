@@ -1,7 +1,7 @@
 """The app's real window start (`launch_gui`) in a process where `import torch` fails, as on a machine
 without the optional `hybrid` extra (see test_no_torch.py).
 
-argv[1]: the module names to refuse, comma-separated: "torch", or "torch,app.hybrid" as in the
+argv[1]: the module names to refuse, comma-separated: "torch", or "torch,vrampilot.hybrid" as in the
 installers' bundle, which leaves the whole package out. A meta-path finder placed first refuses them
 (and their submodules) and records every attempt, before anything from the app is imported. The
 window opens offscreen on a chat stored with the hybrid backend, answers it with llama.cpp, and the
@@ -55,13 +55,13 @@ def _wait(cond: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def main() -> int:
-    from app.engine import SamplingParams
-    from app.paths import embedded_model_path
-    from app.planner.search import Pins
-    from app.storage import ChatStore
-    from app.ui.launch import launch_gui
-    from app.ui.main_window import MainWindow
-    from app.ui.prefs import Prefs
+    from vrampilot.engine import SamplingParams
+    from vrampilot.paths import embedded_model_path
+    from vrampilot.planner.search import Pins
+    from vrampilot.storage import ChatStore
+    from vrampilot.ui.launch import launch_gui
+    from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.prefs import Prefs
 
     qapp = QApplication.instance() or QApplication(sys.argv[:1])
     # A chat saved when torch was still installed, reopened at start; one thread and few tokens.

@@ -7,8 +7,8 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.ui.main_window import MainWindow
 from tests.ui.conftest import StallMeter, activate, screenshot, seed_prefs
+from vrampilot.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.slow
 
@@ -166,9 +166,9 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
     """A load made slow on purpose (its progress callback sleeps) is cancelled from the button."""
     import time
 
-    from app.engine import Engine
-    from app.engine.loader import open_llama
-    from app.ui.workers import EngineThread
+    from vrampilot.engine import Engine
+    from vrampilot.engine.loader import open_llama
+    from vrampilot.ui.workers import EngineThread
 
     def slow_open(path, settings, *, progress=None, cancel=None):  # type: ignore[no-untyped-def]
         def crawl(v: float) -> None:

@@ -12,9 +12,9 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
-from app.ui.main_window import MainWindow
 from tests.documents.writers import long_report
 from tests.ui.conftest import seed_prefs
+from vrampilot.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

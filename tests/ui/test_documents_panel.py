@@ -9,15 +9,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.documents import DocumentSet, analyze_fit, extract, tokenizer_for
-from app.engine import PromptProgress
-from app.gguf import load_model_spec
-from app.planner.search import Pins, plan
-from app.planner.target import target_cpu_only
-from app.ui.documents_panel import DocumentsPanel
-from app.ui.theme import apply_theme
 from tests.documents.writers import long_report, write_pdf
 from tests.machines import cpu_machine
+from vrampilot.documents import DocumentSet, analyze_fit, extract, tokenizer_for
+from vrampilot.engine import PromptProgress
+from vrampilot.gguf import load_model_spec
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
+from vrampilot.ui.documents_panel import DocumentsPanel
+from vrampilot.ui.theme import apply_theme
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

@@ -13,9 +13,9 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.hub import Fit
 from tests.hub.conftest import Models, gpu_target, hf_env, hub, models, tiny_repo  # noqa: F401 - fixtures
 from tests.hub.fake_hub import FakeHub
+from vrampilot.hub import Fit
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -74,7 +74,7 @@ def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:  # noqa: F8
 
 
 def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: str, models: Models) -> None:  # noqa: F811
-    from app.ui.hub_view import HubView
+    from vrampilot.ui.hub_view import HubView
 
     # 6.5 GiB of VRAM and 12 GiB of RAM at 32K context: fits, partial offload, too large.
     view = HubView(target=gpu_target(vram_gib=6.5, ram_gib=12), n_ctx=32768)
@@ -136,7 +136,7 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
 
 
 def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_env: Path) -> None:  # noqa: F811
-    from app.ui.hub_view import HubView
+    from vrampilot.ui.hub_view import HubView
 
     view = HubView(target=gpu_target(vram_gib=8))
     qtbot.addWidget(view)

@@ -9,9 +9,9 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.storage import BACKEND_HYBRID, BACKEND_LLAMA
-from app.ui.main_window import MainWindow
 from tests.ui.conftest import StallMeter, screenshot, seed_prefs
+from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
+from vrampilot.ui.main_window import MainWindow
 
 pytest.importorskip("torch")
 

@@ -14,14 +14,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.gguf import ModelSpec
-from app.meters.sampler import Sampler
-from app.planner.search import Pins, Plan, plan
-from app.ui.meters_feed import MetersFeed
-from app.ui.meters_panel import MetersPanel, MetersStatusWidget
-from app.units import MIB, format_bytes
 from tests.doubles.fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from tests.meters.session import PEAK_GBPS, Session, plan_32k, qwen7b, session
+from vrampilot.gguf import ModelSpec
+from vrampilot.meters.sampler import Sampler
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.ui.meters_feed import MetersFeed
+from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
+from vrampilot.units import MIB, format_bytes
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PROCESS = 6_700 * MIB

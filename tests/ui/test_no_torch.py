@@ -23,8 +23,8 @@ CHILD = Path(__file__).with_name("no_torch_child.py")
     [
         # pip install without the extra: the package is there, torch is not.
         ("torch", "needs torch, which is not installed: pip install 'vrampilot[hybrid]'"),
-        # The installers' bundle: app.hybrid is left out as well (packaging/vrampilot.spec).
-        ("torch,app.hybrid", "This build leaves out the experimental hybrid backend and torch"),
+        # The installers' bundle: vrampilot.hybrid is left out as well (packaging/vrampilot.spec).
+        ("torch,vrampilot.hybrid", "This build leaves out the experimental hybrid backend and torch"),
     ],
     ids=["no-torch", "bundle"],
 )

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.paths import embedded_model_path
-from app.planner.search import Pins
 from tests.ui.conftest import screenshot
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins
 
 
 def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-untyped-def]

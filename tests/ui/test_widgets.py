@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontInfo, QTextFormat
+from PySide6.QtGui import QFont, QFontDatabase, QTextFormat
 from pytestqt.qtbot import QtBot
 
-from app.engine import SamplingParams
-from app.planner.memory import Components
-from app.ui.chat_view import ChatView, InputEdit, SamplingPanel
-from app.ui.markdown_view import MarkdownView
-from app.ui.memory_bar import BarData, MemoryBar
-from app.ui.pin_controls import context_steps
-from app.units import MIB
 from tests.ui.conftest import screenshot
+from vrampilot.engine import SamplingParams
+from vrampilot.planner.memory import Components
+from vrampilot.ui.chat_view import ChatView, InputEdit, SamplingPanel
+from vrampilot.ui.markdown_view import MarkdownView
+from vrampilot.ui.memory_bar import BarData, MemoryBar
+from vrampilot.ui.pin_controls import context_steps
+from vrampilot.units import MIB
 
 MD = """Here is **bold** and `inline`.
 
@@ -40,9 +40,14 @@ def test_markdown_renders_code_blocks_in_monospace_on_a_shade(qtbot: QtBot) -> N
         if b.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence) or "return a + b" in b.text()
     ]
     assert code, "no code block found"
+    system_mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
     for b in code:
         assert b.blockFormat().background().style() != Qt.BrushStyle.NoBrush
-        assert QFontInfo(b.begin().fragment().charFormat().font()).fixedPitch()
+        # What the view asks for, not what this machine's fonts happen to report.
+        fmt = b.begin().fragment().charFormat()
+        assert fmt.fontFixedPitch()
+        assert fmt.font().styleHint() == QFont.StyleHint.Monospace
+        assert system_mono in (fmt.fontFamilies() or [fmt.fontFamily()])
     # Grows with its text: no inner scroll bar, height follows the document.
     assert view.height() >= doc.size().height()
 

@@ -13,12 +13,12 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.export import llama_server_argv, quote
-from app.hardware import detect_machine
-from app.paths import embedded_model_path
-from app.ui.main_window import MainWindow
-from app.ui.prefs import Prefs
 from tests.ui.conftest import screenshot, seed_prefs
+from vrampilot.export import llama_server_argv, quote
+from vrampilot.hardware import detect_machine
+from vrampilot.paths import embedded_model_path
+from vrampilot.ui.main_window import MainWindow
+from vrampilot.ui.prefs import Prefs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def test_a_plan_that_does_not_fit_needs_confirmation(open_window, qtbot: QtBot, 
     w: MainWindow = open_window()
     asked: list[str] = []
     monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
-    from app.planner.search import Pins
+    from vrampilot.planner.search import Pins
 
     w.set_pins(Pins(n_ctx=1 << 24))
     qtbot.waitUntil(lambda: w.plan is not None and not w.plan.fits, timeout=5000)
@@ -132,7 +132,7 @@ def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window, qtbo
 
 
 def test_dark_scheme_follows_the_system(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
-    from app.ui.theme import is_dark
+    from vrampilot.ui.theme import is_dark
 
     w: MainWindow = open_window()
     hints = QGuiApplication.styleHints()
@@ -172,7 +172,7 @@ def test_drop_a_gguf_file_adds_it_to_the_library(open_window, qtbot: QtBot, tmp_
 
 
 def test_launch_gui_opens_the_window(qtbot: QtBot, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.ui.launch import launch_gui
+    from vrampilot.ui.launch import launch_gui
 
     seen: list[str] = []
 
@@ -202,7 +202,7 @@ def test_without_a_display_one_line_points_to_the_cli(tmp_path: Path) -> None:
     env["VRAMPILOT_HOME"] = str(tmp_path)
     for argv in ([], ["gui"]):
         proc = subprocess.run(
-            [sys.executable, "-m", "app", *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "vrampilot", *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
         )
         assert proc.returncode == 1
         assert proc.stdout == ""

@@ -1,6 +1,0 @@
-"""llama-server command lines for a plan, quoted per shell; the engine uses the same builder."""
-
-from app.export.args import llama_cpp_kwargs, llama_server_argv
-from app.export.shell import SHELLS, quote
-
-__all__ = ["SHELLS", "llama_cpp_kwargs", "llama_server_argv", "quote"]

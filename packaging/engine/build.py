@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""The one build recipe for llama.cpp: a llama-cpp-python wheel whose CPU code is chosen at run time.
+
+Used by `make run`, `make test`, `make package` and the Windows workflow alike:
+
+    python packaging/engine/build.py --install [--python .venv/bin/python]
+    python packaging/engine/build.py --print-key | --print-cmake-args | --wheel-only
+
+Why a recipe of our own:
+- llama.cpp's default (`GGML_NATIVE=ON`) compiles for the build machine's CPU; such a build dies
+  with SIGILL on an older CPU, and on VMs that advertise AMX or AVX-512 the OS never enabled.
+  Here the CPU backend is built once per instruction-set level (`GGML_CPU_ALL_VARIANTS`), each a
+  `libggml-cpu-<variant>` module, and `vrampilot.llamacpp.backends` loads the best one this CPU and
+  OS can really execute.
+- pip caches wheels by source, not by build flags, so a wheel compiled earlier with other flags
+  can be installed silently. This script keys its own cache by everything that shapes the build
+  (llama-cpp-python version, CMake arguments, platform, RECIPE_REVISION), writes that key into the wheel
+  (`llama_cpp/lib/vrampilot-engine.json`) and, with --install, checks the installed engine carries
+  it. pip's cache is never used for this package.
+
+The wheel is post-processed: ggml installs the dynamic backends (CPU variants, RPC) into the
+wheel's top-level `bin/` (which pip would put in site-packages/bin); they move to `llama_cpp/lib/`,
+next to libggml, where the app and the PyInstaller bundle find them. The manifest lists each CPU
+variant with the instruction-set features its CMake line enables, read from the vendored
+`ggml/src/CMakeLists.txt`, so the run-time choice uses llama.cpp's own definition of each variant.
+
+Standard library only: it runs before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST_NAME = "vrampilot-engine.json"
+# Part of the cache key with the CMake arguments: bump it when the post-processing or the manifest
+# changes (the file's own hash is not used, so that editing a comment does not cost a rebuild).
+RECIPE_REVISION = 1
+
+# Always passed, ON or OFF, so nothing depends on a default of the vendored CMake files.
+BASE_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF",  # never -march=native: the build machine is not the user's machine
+    "-DGGML_BACKEND_DL=ON",  # backends are modules loaded at run time
+    "-DGGML_CPU_ALL_VARIANTS=ON",  # one CPU module per instruction-set level
+    "-DGGML_RPC=ON",  # the RPC backend is small, and multi-machine plans need it
+    "-DGGML_CUDA=OFF",
+    "-DGGML_VULKAN=OFF",
+    "-DGGML_METAL=OFF",
+    "-DGGML_BLAS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_CURL=OFF",
+)
+
+
+def pinned_llama_cpp_python() -> str:
+    """The version pyproject.toml pins: one place says which llama.cpp the app is tested with."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    match = re.search(r'"llama-cpp-python==([0-9][0-9A-Za-z.]*)"', text)
+    if not match:
+        raise SystemExit("engine: pyproject.toml does not pin llama-cpp-python==X.Y.Z")
+    return match.group(1)
+
+
+def cmake_args() -> list[str]:
+    return list(BASE_CMAKE_ARGS)
+
+
+def platform_tag() -> str:
+    return sysconfig.get_platform()
+
+
+def recipe() -> dict[str, object]:
+    """Everything that shapes the built wheel; its hash is the cache key."""
+    return {
+        "llama_cpp_python": pinned_llama_cpp_python(),
+        "cmake_args": cmake_args(),
+        "platform": platform_tag(),
+        "recipe_revision": RECIPE_REVISION,
+    }
+
+
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def compile_key() -> str:
+    """What the compiler sees; the compiled wheel is cached under it, before post-processing."""
+    r = recipe()
+    return _hash({k: r[k] for k in ("llama_cpp_python", "cmake_args", "platform")})
+
+
+def recipe_key() -> str:
+    return _hash(recipe())
+
+
+def cache_root() -> Path:
+    env = os.environ.get("VRAMPILOT_ENGINE_CACHE")
+    if env:
+        return Path(env)
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "vrampilot" / "engine"
+
+
+def log(message: str) -> None:
+    print(f"engine: {message}", flush=True)
+
+
+# --- the build ---------------------------------------------------------------------------------
+
+
+def fetch_sdist(python: str, version: str, into: Path) -> Path:
+    """The sdist from PyPI (kept in the cache: 76 MB, and the variant table is read from it)."""
+    into.mkdir(parents=True, exist_ok=True)
+    found = sorted(into.glob(f"llama_cpp_python-{version}.tar.gz"))
+    if found:
+        return found[0]
+    log(f"downloading the llama-cpp-python {version} source release")
+    subprocess.run(
+        [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-cache-dir",
+         "-d", str(into), f"llama-cpp-python=={version}"],
+        check=True,
+    )
+    found = sorted(into.glob(f"llama_cpp_python-{version}.tar.gz"))
+    if not found:
+        raise SystemExit(f"engine: pip did not leave llama_cpp_python-{version}.tar.gz in {into}")
+    return found[0]
+
+
+_VARIANT_RE = re.compile(r"ggml_add_cpu_backend_variant\(\s*([A-Za-z0-9_.]+)((?:\s+[A-Z0-9_]+)*)\s*\)")
+
+
+def x86_variants(cmake_text: str) -> dict[str, list[str]]:
+    """CPU variant -> the instruction-set features its CMake line turns on (x86 block only)."""
+    start = cmake_text.find("if (GGML_CPU_ALL_VARIANTS)")
+    x86 = cmake_text.find('GGML_SYSTEM_ARCH STREQUAL "x86"', start)
+    end = cmake_text.find("elseif", x86)
+    if start < 0 or x86 < 0 or end < 0:
+        raise SystemExit("engine: could not find the x86 CPU variant list in ggml/src/CMakeLists.txt")
+    return {m.group(1): m.group(2).split() for m in _VARIANT_RE.finditer(cmake_text[x86:end])}
+
+
+def read_variant_table(sdist: Path) -> dict[str, list[str]]:
+    with tarfile.open(sdist) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("vendor/llama.cpp/ggml/src/CMakeLists.txt"))
+        handle = tar.extractfile(member)
+        assert handle is not None
+        return x86_variants(handle.read().decode("utf-8"))
+
+
+def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
+    env = dict(os.environ)
+    env["CMAKE_ARGS"] = " ".join(cmake_args())
+    env["FORCE_CMAKE"] = "1"
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    log(f"compiling llama-cpp-python with {env['CMAKE_ARGS']} (several minutes)")
+    started = time.monotonic()
+    subprocess.run(
+        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(out_dir), str(sdist)],
+        check=True,
+        env=env,
+    )
+    wheels = sorted(out_dir.glob("llama_cpp_python-*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"engine: expected one wheel in {out_dir}, found {[w.name for w in wheels]}")
+    log(f"compiled in {time.monotonic() - started:.0f} s")
+    return wheels[0]
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+# ggml's install rules also put its libraries, headers and CMake files at the wheel's top level
+# (site-packages/lib, site-packages/include): nothing loads them from there.
+_DROPPED_TOP_LEVEL = ("lib/", "include/")
+
+
+def _is_backend_module(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.startswith(("libggml-", "ggml-")) and (base.endswith((".so", ".dll")) or ".so." in base)
+
+
+def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str, object]:
+    """Move the dynamic backends next to libggml and add the manifest; RECORD is rewritten."""
+    moved: list[str] = []
+    with zipfile.ZipFile(wheel) as src:
+        entries = [(info, src.read(info)) for info in src.infolist()]
+    record_name = next(info.filename for info, _ in entries if info.filename.endswith(".dist-info/RECORD"))
+    files: list[tuple[zipfile.ZipInfo, bytes]] = []
+    packaged = {info.filename: data for info, data in entries}
+    for info, data in entries:
+        name = info.filename
+        if name == record_name or name.startswith(_DROPPED_TOP_LEVEL):
+            continue
+        if name.startswith("bin/") and _is_backend_module(name):
+            target = "llama_cpp/lib/" + name.rsplit("/", 1)[-1]
+            if target in packaged:  # llama-cpp-python installs some (ggml-rpc) there itself
+                if packaged[target] != data:
+                    raise SystemExit(f"engine: {name} differs from {target}; update the recipe")
+                moved.append(target.rsplit("/", 1)[-1])
+                continue
+            new = zipfile.ZipInfo("llama_cpp/lib/" + name.rsplit("/", 1)[-1], date_time=info.date_time)
+            new.external_attr = info.external_attr
+            new.compress_type = zipfile.ZIP_DEFLATED
+            moved.append(new.filename.rsplit("/", 1)[-1])
+            info = new
+        elif name.startswith("bin/"):
+            raise SystemExit(f"engine: unexpected file {name} in the wheel's bin/; update the recipe")
+        files.append((info, data))
+    variants = manifest["cpu_variants"]
+    assert isinstance(variants, dict)
+    built = {_variant_of(name) for name in moved} - {None}
+    manifest = dict(manifest)
+    manifest["cpu_variants"] = {name: feats for name, feats in variants.items() if name in built}
+    manifest["backend_files"] = sorted(moved)
+    if not manifest["cpu_variants"] and platform_tag().endswith(("x86_64", "amd64")):
+        raise SystemExit("engine: the wheel carries no CPU variant modules; the recipe did not apply")
+    blob = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    info = zipfile.ZipInfo("llama_cpp/lib/" + MANIFEST_NAME, date_time=time.localtime()[:6])
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    files.append((info, blob))
+    record = [_record_line(i.filename, d) for i, d in files] + [f"{record_name},,"]
+    tmp = out.with_suffix(".part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for i, d in files:
+            dst.writestr(i, d)
+        dst.writestr(record_name, "\n".join(record) + "\n")
+    os.replace(tmp, out)
+    return manifest
+
+
+def _variant_of(filename: str) -> str | None:
+    match = re.match(r"(?:lib)?ggml-cpu-([A-Za-z0-9_.]+?)\.(?:so|dll)", filename)
+    return match.group(1) if match else None
+
+
+def ensure_wheel(python: str) -> Path:
+    """The wheel for this recipe, from the cache or built now."""
+    key = recipe_key()
+    version = pinned_llama_cpp_python()
+    target_dir = cache_root() / key
+    existing = sorted(target_dir.glob("llama_cpp_python-*.whl"))
+    if existing:
+        log(f"using cached wheel {existing[0]} (recipe {key})")
+        return existing[0]
+    sdist = fetch_sdist(python, version, cache_root() / "sdist")
+    raw_dir = cache_root() / f"compiled-{compile_key()}"
+    raws = sorted(raw_dir.glob("llama_cpp_python-*.whl"))
+    if raws:
+        raw = raws[0]
+        log(f"using the compiled wheel {raw} (post-processing it anew)")
+    else:
+        with tempfile.TemporaryDirectory(prefix="vrampilot-engine-") as tmp:
+            built = build_wheel(python, sdist, Path(tmp))
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            raw = raw_dir / built.name
+            shutil.copyfile(built, raw.with_suffix(".part"))
+            os.replace(raw.with_suffix(".part"), raw)
+    manifest: dict[str, object] = {
+        "recipe_key": key,
+        "recipe": recipe(),
+        "cpu_variants": read_variant_table(sdist),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    target_dir.mkdir(parents=True, exist_ok=True)
+    final = target_dir / raw.name
+    postprocess(raw, manifest, final)
+    log(f"cached {final}")
+    return final
+
+
+# --- install and check -------------------------------------------------------------------------
+
+
+def installed_manifest(python: str) -> dict[str, object] | None:
+    """The manifest of the llama_cpp that `python` would import, found without importing it."""
+    code = (
+        "import importlib.util, json, pathlib, sys\n"
+        "spec = importlib.util.find_spec('llama_cpp')\n"
+        "p = spec and spec.origin and pathlib.Path(spec.origin).parent / 'lib' / sys.argv[1]\n"
+        "print(p.read_text() if p and p.is_file() else 'null')\n"
+    )
+    out = subprocess.run([python, "-c", code, MANIFEST_NAME], capture_output=True, text=True, check=True).stdout
+    value = json.loads(out)
+    return value if isinstance(value, dict) else None
+
+
+def install(python: str) -> None:
+    key = recipe_key()
+    manifest = installed_manifest(python)
+    if manifest and manifest.get("recipe_key") == key:
+        log(f"installed engine matches the recipe ({key})")
+        return
+    if manifest:
+        log(f"installed engine was built by recipe {manifest.get('recipe_key')}; replacing it with {key}")
+    else:
+        log("the installed llama-cpp-python (if any) was not built by this recipe; replacing it")
+    wheel = ensure_wheel(python)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--no-cache-dir", str(wheel)],
+        check=True,
+    )
+    # llama-cpp-python's own requirements, from the registry as usual (they are pure Python/numpy).
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "typing-extensions>=4.5.0", "numpy>=1.20.0", "diskcache>=5.6.1",
+         "jinja2>=2.11.3"],
+        check=True,
+    )
+    manifest = installed_manifest(python)
+    if not manifest or manifest.get("recipe_key") != key:
+        raise SystemExit("engine: after installing, the llama_cpp on the path is not the one just built")
+    log(f"installed engine {key}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable, help="the interpreter (venv) to build and install for")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--install", action="store_true", help="install the engine into --python's environment")
+    group.add_argument("--wheel-only", action="store_true", help="build (or find) the wheel and print its path")
+    group.add_argument("--print-key", action="store_true", help="print the recipe key")
+    group.add_argument("--print-cmake-args", action="store_true", help="print the CMake arguments")
+    group.add_argument("--check", action="store_true", help="exit 1 unless the installed engine matches the recipe")
+    args = parser.parse_args(argv)
+    if args.print_key:
+        print(recipe_key())
+    elif args.print_cmake_args:
+        print(" ".join(cmake_args()))
+    elif args.wheel_only:
+        print(ensure_wheel(args.python))
+    elif args.check:
+        manifest = installed_manifest(args.python)
+        ok = bool(manifest) and manifest.get("recipe_key") == recipe_key()
+        log("installed engine matches the recipe" if ok else "installed engine does not match the recipe")
+        return 0 if ok else 1
+    else:
+        install(args.python)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""Command line: `vrampilot [gui]`, `doctor`, `inspect`, `plan`, `export`, and what features add.
+
+Each feature module registers its subcommand with `add_parser(subparsers)` and handles it in
+`run(args) -> int`; this file only wires them and turns user errors into one-line messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable
+
+from vrampilot import __version__
+from vrampilot.errors import UserError
+
+# Modules providing add_parser(subparsers) and run(args). Order = order in --help.
+_COMMAND_MODULES = (
+    "vrampilot.commands.doctor",
+    "vrampilot.commands.inspect",
+    "vrampilot.commands.plan",
+    "vrampilot.engine.cli",
+    "vrampilot.meters.cli",
+    "vrampilot.hub.cli",
+    "vrampilot.hybrid.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vrampilot",
+        description="Plan, run and explain local GGUF models on the machine you have. "
+        "With no command, opens the app window.",
+    )
+    parser.add_argument("--version", action="version", version=f"vrampilot {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    gui = sub.add_parser("gui", help="open the app window (the default)")
+    gui.add_argument("model", nargs="?", help="GGUF file to select at start")
+    gui.set_defaults(handler=_run_gui)
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            # A feature whose optional dependency is missing must not take the CLI down with it.
+            if exc.name and name.startswith(exc.name):
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def _run_gui(args: argparse.Namespace) -> int:
+    from vrampilot.ui.launch import launch_gui
+
+    return launch_gui(getattr(args, "model", None))
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_gui)
+    try:
+        return handler(args)
+    except UserError as exc:
+        print(f"vrampilot: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vrampilot: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,178 @@
+"""`vrampilot plan` and `vrampilot export`: choose settings, explain them, print llama-server's line.
+
+The option names are a contract scripts depend on (see README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from vrampilot.commands.common import resolve_model
+from vrampilot.errors import UserError
+from vrampilot.export import SHELLS, llama_server_argv, quote
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.hardware.profiles import find_profile
+from vrampilot.planner.search import Pins, Plan, PlanError, plan
+from vrampilot.planner.settings import KV_CACHE_TYPES
+from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
+from vrampilot.planner.verify import Verification
+from vrampilot.units import parse_size
+
+
+def _on_off(value: str) -> bool:
+    v = value.lower()
+    if v in ("on", "1", "true", "yes"):
+        return True
+    if v in ("off", "0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError("expected on or off")
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """The options every command that plans shares (plan, export, chat)."""
+    p.add_argument("model", nargs="?", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpu", metavar="NAME", help="plan for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
+    where.add_argument("--vram", metavar="SIZE", help="plan for a hypothetical single GPU, e.g. 8GiB")
+    where.add_argument("--cpu-only", action="store_true", help="plan without a GPU")
+    p.add_argument("--ctx", type=int, metavar="N", help="context length to reach")
+    p.add_argument("--kv", choices=KV_CACHE_TYPES, help="K and V cache type")
+    p.add_argument("--kv-k", choices=KV_CACHE_TYPES, help="K cache type")
+    p.add_argument("--kv-v", choices=KV_CACHE_TYPES, help="V cache type")
+    p.add_argument("--ngl", type=int, metavar="N", help="layers on the GPU (n_layer + 1 = all)")
+    p.add_argument("--batch", type=int, metavar="N", help="logical batch size (-b)")
+    p.add_argument("--ubatch", type=int, metavar="N", help="physical batch size (-ub)")
+    p.add_argument("--threads", type=int, metavar="N", help="generation threads (-t)")
+    p.add_argument("--threads-batch", type=int, metavar="N", help="prompt threads (-tb)")
+    p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
+    p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
+    p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="size the compute buffer with the formula only, without asking llama.cpp (a dry run, ~5-200 ms)",
+    )
+
+
+def pins_from_args(args: argparse.Namespace) -> Pins:
+    kv_k = args.kv_k or args.kv
+    kv_v = args.kv_v or args.kv
+    return Pins(
+        n_ctx=args.ctx,
+        type_k=kv_k,
+        type_v=kv_v,
+        n_gpu_layers=args.ngl,
+        n_batch=args.batch,
+        n_ubatch=args.ubatch,
+        n_threads=args.threads,
+        n_threads_batch=args.threads_batch,
+        flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
+        swa_full=args.swa_full,
+    )
+
+
+def target_from_args(args: argparse.Namespace) -> Target:
+    machine = detect_machine()
+    if args.gpu:
+        try:
+            target = target_from_profile(find_profile(args.gpu), machine)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    elif args.vram:
+        try:
+            target = target_from_vram(parse_size(args.vram), machine)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    elif args.cpu_only:
+        target = target_cpu_only(machine)
+    else:
+        target = target_from_machine(machine)
+    if args.margin:
+        try:
+            target = target.with_margin(parse_size(args.margin))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    return target
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    spec = load_model_spec(resolve_model(args.model))
+    try:
+        return plan(spec, target_from_args(args), pins_from_args(args), exact=not args.estimate)
+    except PlanError as exc:
+        raise UserError(str(exc)) from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("plan", help="choose llama.cpp settings that fit, with memory, speed and reasons")
+    add_plan_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also ask llama.cpp for the plan's KV, compute and output sizes (a dry run without weights)",
+    )
+    p.set_defaults(handler=run_plan)
+
+    e = sub.add_parser("export", help="print the llama-server command for the plan")
+    add_plan_options(e)
+    e.add_argument("--shell", choices=SHELLS, default="bash", help="quote for this shell")
+    e.add_argument("--host", help="llama-server --host")
+    e.add_argument("--port", type=int, help="llama-server --port")
+    e.add_argument("--server", default="llama-server", help="path of the llama-server program")
+    e.set_defaults(handler=run_export)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from vrampilot.planner.report import format_plan, plan_to_dict
+
+    result = plan_from_args(args)
+    verification = None
+    if args.verify:
+        from vrampilot.planner.verify import verify_plan
+
+        verification = verify_plan(result)
+    if args.json:
+        d = plan_to_dict(result)
+        if verification is not None:
+            d["verify"] = verification.as_dict()
+        print(json.dumps(d, indent=2))
+    else:
+        print(format_plan(result))
+        if verification is not None:
+            print(format_verification(verification))
+    return 0 if result.fits else 1
+
+
+def format_verification(v: Verification) -> str:
+    from vrampilot.units import format_bytes
+
+    if v.refused:
+        return f"\nllama.cpp dry run: refused: {v.refused}"
+    rows = [
+        ("KV cache", v.kv_predicted_bytes, v.kv_llama_bytes),
+        ("compute", v.compute_predicted_bytes, v.compute_llama_bytes),
+        ("(formula)", v.compute_formula_bytes, v.compute_llama_bytes),
+        ("output", v.output_predicted_bytes, v.output_llama_bytes),
+    ]
+    lines = [f"\nllama.cpp dry run ({v.seconds:.2f} s, CPU build): predicted vs llama.cpp"]
+    for name, pred, real in rows:
+        pct = 100.0 * (pred - real) / real if real else 0.0
+        lines.append(f"  {name:<9} {format_bytes(pred):>11} {format_bytes(real):>11}  {pct:+.1f}%")
+    return "\n".join(lines)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    import sys
+
+    result = plan_from_args(args)
+    argv = llama_server_argv(result.spec.path, result.settings, host=args.host, port=args.port, server=args.server)
+    if not result.fits:
+        print(
+            "vrampilot: warning: this plan does not fit the target; the command may fail to load",
+            file=sys.stderr,
+        )
+    print(quote(argv, args.shell))
+    return 0

@@ -1,0 +1,38 @@
+"""The llama-cpp-python session the GUI and the CLI share: load a Plan, stream replies, stats."""
+
+from vrampilot.engine.errors import (
+    AllocationError,
+    ContextOverflow,
+    EngineError,
+    LoadCancelled,
+    ModelLoadError,
+    NoModelLoaded,
+    TemplateError,
+)
+from vrampilot.engine.progress import PromptProgress, PromptProgressFn
+from vrampilot.engine.sampling import SamplingParams
+from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState
+from vrampilot.engine.stats import GenerationStats, format_summary
+from vrampilot.engine.template import ChatTemplate, Message
+
+__all__ = [
+    "AllocationError",
+    "ChatTemplate",
+    "ContextCheck",
+    "ContextOverflow",
+    "Engine",
+    "EngineError",
+    "GenerationStats",
+    "LoadCancelled",
+    "LoadResult",
+    "Message",
+    "ModelLoadError",
+    "NoModelLoaded",
+    "PromptProgress",
+    "PromptProgressFn",
+    "Reply",
+    "SamplingParams",
+    "SavedState",
+    "TemplateError",
+    "format_summary",
+]

@@ -1,0 +1,56 @@
+"""Errors the engine raises for things a user can cause or decide; each message is written for them."""
+
+from __future__ import annotations
+
+from vrampilot.errors import UserError
+
+
+class EngineError(UserError):
+    """Base for engine errors shown to the user (GUI dialog, CLI one-liner)."""
+
+
+class NoModelLoaded(EngineError):
+    def __init__(self) -> None:
+        super().__init__("no model is loaded; load a plan first")
+
+
+class ModelLoadError(EngineError):
+    """llama.cpp could not read the model file (not an out-of-memory condition)."""
+
+
+class AllocationError(EngineError):
+    """llama.cpp could not allocate the model, the KV cache or a compute buffer."""
+
+
+class LoadCancelled(EngineError):
+    def __init__(self) -> None:
+        super().__init__("loading was cancelled")
+
+
+class TemplateError(EngineError):
+    """The model's chat template failed or tried something the sandbox forbids."""
+
+
+class ContextOverflow(EngineError):
+    """The conversation would not fit in the loaded context; nothing was sent to the model."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, n_ctx: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.n_ctx = n_ctx
+        if prompt_tokens >= n_ctx:
+            text = (
+                f"the conversation is {prompt_tokens} tokens but the context holds {n_ctx}: "
+                "drop the oldest turns or re-plan with a larger context"
+            )
+        else:
+            text = (
+                f"the conversation ({prompt_tokens} tokens) plus a reply of up to {max_tokens} tokens "
+                f"would pass the {n_ctx}-token context: drop the oldest turns, re-plan with a larger "
+                "context, or lower max tokens"
+            )
+        super().__init__(text)
+
+    @property
+    def needed_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens

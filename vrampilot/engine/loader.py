@@ -1,0 +1,101 @@
+"""Opening a llama.cpp model and context for a set of Settings, with progress and cancel.
+
+`llama_cpp.Llama` builds its model parameters inside `__init__` and offers no progress hook; the
+subclass below sets llama.cpp's progress callback on the parameter struct as it is assigned, so the
+callback belongs to this instance only (no global patching). Returning False from it makes
+llama.cpp abort the load, which is how Cancel works.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vrampilot import llamacpp
+from vrampilot.engine.errors import AllocationError, LoadCancelled, ModelLoadError
+from vrampilot.export import llama_cpp_kwargs
+from vrampilot.llamacpp import log as llama_log
+from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.planner.settings import Settings
+
+llama_cpp = llamacpp.load()
+
+ProgressFn = Callable[[float], None]
+
+
+class _Llama(llama_cpp.Llama):
+    """A Llama whose model load reports progress and can be cancelled."""
+
+    def __init__(self, model_path: str, *, on_progress: Callable[[float], bool], **kwargs: Any) -> None:
+        def _progress(value: float, _user_data: object) -> bool:
+            try:
+                return bool(on_progress(float(value)))
+            except Exception:  # an exception must not cross into C; treat it as cancel
+                return False
+
+        self._vp_progress = llama_cpp.llama_progress_callback(_progress)
+        try:
+            super().__init__(model_path, **kwargs)
+        except BaseException:
+            # Never leave a half-loaded model: free whatever __init__ managed to create.
+            stack = getattr(self, "_stack", None)
+            if stack is not None:
+                stack.close()
+            raise
+
+    @property
+    def model_params(self) -> llama_cpp.llama_model_params:
+        return self._vp_model_params
+
+    @model_params.setter
+    def model_params(self, params: llama_cpp.llama_model_params) -> None:
+        params.progress_callback = self._vp_progress
+        params.progress_callback_user_data = None
+        self._vp_model_params = params
+
+
+def open_llama(
+    model_path: str | Path,
+    settings: Settings,
+    *,
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+) -> llama_cpp.Llama:
+    """Load `model_path` with exactly the arguments `vrampilot.export.llama_cpp_kwargs` gives for `settings`.
+
+    Raises LoadCancelled, AllocationError (model, KV cache or compute buffer did not fit) or
+    ModelLoadError (the file itself). On any of them nothing stays allocated.
+    """
+    llama_log.install()
+    llama_log.clear()
+    cancel = cancel or threading.Event()
+
+    def on_progress(value: float) -> bool:
+        if progress is not None:
+            progress(value)
+        return not cancel.is_set()
+
+    kwargs = llama_cpp_kwargs(settings)
+    try:
+        # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
+        # this load's error lines must reach llama_log, and its buffer lines must not reach them.
+        with LOG_LOCK:
+            llm = _Llama(str(model_path), on_progress=on_progress, verbose=False, **kwargs)
+    except ValueError as exc:
+        gc.collect()
+        if cancel.is_set():
+            raise LoadCancelled() from None
+        detail = "; ".join(llama_log.recent_errors()) or str(exc)
+        text = str(exc)
+        if "context" in text or "alloc" in detail.lower() or "memory" in detail.lower():
+            raise AllocationError(f"llama.cpp could not allocate memory for these settings ({detail})") from None
+        raise ModelLoadError(f"llama.cpp could not load {Path(model_path).name}: {detail}") from None
+    if cancel.is_set():
+        llm.close()
+        raise LoadCancelled()
+    if progress is not None:
+        progress(1.0)
+    return llm

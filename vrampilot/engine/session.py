@@ -1,0 +1,456 @@
+"""The engine session: one loaded plan, streaming replies, cancel, KV prefix reuse, stats.
+
+The GUI runs every call here on a worker thread and the CLI on its main thread; the session holds
+a lock so two calls never touch llama.cpp at once. llama-cpp-python releases the GIL inside
+llama.cpp calls, so a worker generating does not stall the GUI thread.
+
+Prefix reuse: the KV cache keeps the tokens of the last turn (prompt + reply). The next prompt is
+compared with them token by token and only the part after the common prefix is evaluated, so a
+follow-up costs its new tokens, and regenerate or edit costs only what changed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vrampilot import llamacpp
+from vrampilot.engine.backoff import next_backoff
+from vrampilot.engine.errors import AllocationError, ContextOverflow, EngineError, NoModelLoaded
+from vrampilot.engine.loader import ProgressFn, open_llama
+from vrampilot.engine.progress import PromptProgress, PromptProgressFn
+from vrampilot.engine.sampling import SamplingParams
+from vrampilot.engine.stats import GenerationStats, StopReason
+from vrampilot.engine.template import ChatTemplate, Message
+from vrampilot.planner.search import Plan
+from vrampilot.planner.settings import Settings
+
+llama_cpp = llamacpp.load()
+
+Opener = Callable[..., llama_cpp.Llama]
+TextFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    plan: Plan  # the plan that is loaded (differs from the one asked for after a back-off)
+    changes: tuple[str, ...]  # what the back-off changed, one line per step, in order
+    load_s: float
+
+    @property
+    def backed_off(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stats: GenerationStats
+
+
+@dataclass(frozen=True)
+class ContextCheck:
+    prompt_tokens: int
+    max_tokens: int
+    n_ctx: int
+
+    @property
+    def fits(self) -> bool:
+        return self.prompt_tokens + self.max_tokens <= self.n_ctx
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A KV cache written to disk with llama.cpp's state save (tokens included)."""
+
+    path: Path
+    tokens: int
+    nbytes: int
+    seconds: float
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Engine:
+    """A llama.cpp session for one plan at a time."""
+
+    def __init__(self, opener: Opener = open_llama, *, max_backoff_steps: int = 4) -> None:
+        self._opener = opener
+        self._max_backoff_steps = max_backoff_steps
+        self._lock = threading.RLock()
+        self._llm: llama_cpp.Llama | None = None
+        self._plan: Plan | None = None
+        self._template: ChatTemplate | None = None
+        self._cancel = threading.Event()
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        self._no_abort_cb = llama_cpp.ggml_abort_callback()
+        # Called (on the engine's thread) between prompt batches of every chat; the GUI sets it once.
+        self.prompt_progress: PromptProgressFn | None = None
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    @property
+    def plan(self) -> Plan | None:
+        return self._plan
+
+    @property
+    def settings(self) -> Settings | None:
+        return self._plan.settings if self._plan else None
+
+    @property
+    def model_path(self) -> Path | None:
+        return self._plan.spec.path if self._plan else None
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        return self._template
+
+    @property
+    def n_ctx(self) -> int:
+        return self._require().n_ctx()
+
+    @property
+    def tokens_in_cache(self) -> int:
+        return self._llm.n_tokens if self._llm is not None else 0
+
+    def _require(self) -> llama_cpp.Llama:
+        if self._llm is None:
+            raise NoModelLoaded()
+        return self._llm
+
+    # -- load --------------------------------------------------------------------------------
+    def load(
+        self,
+        plan: Plan,
+        *,
+        progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+        backoff: bool = True,
+    ) -> LoadResult:
+        """Load `plan`, backing off to cheaper alternatives when llama.cpp cannot allocate it.
+
+        The previous model is freed first (two models at once would defeat the plan). On failure
+        or cancel nothing is loaded.
+        """
+        with self._lock:
+            self.unload()
+            start = time.perf_counter()
+            changes: list[str] = []
+            current = plan
+            while True:
+                try:
+                    llm = self._opener(current.spec.path, current.settings, progress=progress, cancel=cancel)
+                    break
+                except AllocationError as exc:
+                    step = next_backoff(current) if backoff and len(changes) < self._max_backoff_steps else None
+                    if step is None:
+                        if changes:
+                            raise AllocationError(f"{exc} (after backing off: {'; '.join(changes)})") from None
+                        raise
+                    changes.append(step.change)
+                    current = step.plan
+            self._llm = llm
+            self._plan = current
+            self._template = self._make_template(llm, current)
+            return LoadResult(current, tuple(changes), time.perf_counter() - start)
+
+    @staticmethod
+    def _make_template(llm: llama_cpp.Llama, plan: Plan) -> ChatTemplate:
+        metadata = getattr(llm, "metadata", {}) or {}
+        source = plan.spec.chat_template or metadata.get("tokenizer.chat_template")
+        model = getattr(llm, "_model", None)
+
+        def text(token: int) -> str:
+            return model.token_get_text(token) if model is not None and token >= 0 else ""
+
+        bos = text(llm.token_bos()) if model is not None else ""
+        eos = text(llm.token_eos()) if model is not None else ""
+        return ChatTemplate(source, bos_token=bos, eos_token=eos)
+
+    def unload(self) -> None:
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+            self._llm = None
+            self._plan = None
+            self._template = None
+
+    # -- chat --------------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the reply in progress (also during a long prompt) as soon as llama.cpp allows."""
+        self._cancel.set()
+
+    def render(self, messages: Sequence[Message]) -> str:
+        if self._template is None:
+            raise NoModelLoaded()
+        return self._template.render(messages)
+
+    def tokenize_prompt(self, messages: Sequence[Message]) -> list[int]:
+        with self._lock:
+            llm = self._require()
+            # The template writes the special tokens itself (BOS included where the model wants it),
+            # as llama-cpp-python's own chat handler assumes.
+            return llm.tokenize(self.render(messages).encode("utf-8"), add_bos=False, special=True)
+
+    def check_context(self, messages: Sequence[Message], max_tokens: int) -> ContextCheck:
+        with self._lock:
+            return ContextCheck(len(self.tokenize_prompt(messages)), max_tokens, self.n_ctx)
+
+    def fit_messages(self, messages: Sequence[Message], max_tokens: int) -> list[Message]:
+        """Drop the oldest turns (never the system prompt or the last message) until the
+        conversation and a full reply fit; returns what is left (possibly still too long)."""
+        with self._lock:
+            kept = list(messages)
+            while True:
+                check = self.check_context(kept, max_tokens)
+                if check.fits:
+                    return kept
+                first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
+                if first is None or first >= len(kept) - 1:
+                    return kept
+                del kept[first]
+                # Keep turns whole: a reply without its question confuses the model.
+                if first < len(kept) - 1 and kept[first].role == "assistant":
+                    del kept[first]
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams | None = None,
+        *,
+        on_text: TextFn | None = None,
+        cancel: threading.Event | None = None,
+        allow_overflow: bool = False,
+        on_prompt_progress: PromptProgressFn | None = None,
+    ) -> Reply:
+        """Generate the assistant's reply to `messages`, streaming text pieces to `on_text`.
+
+        Raises ContextOverflow before evaluating anything when the prompt plus `max_tokens` would
+        pass n_ctx (unless `allow_overflow`: then the reply stops when the context is full).
+        Setting `cancel` (or calling `cancel()`) stops the prompt or the reply; the text so far is
+        returned with stop_reason "cancelled". A cancelled prompt keeps what was already evaluated
+        in the cache, so asking again continues from there.
+        `on_prompt_progress` (else `self.prompt_progress`) hears how the prompt evaluation goes.
+        """
+        sampling = sampling or SamplingParams()
+        with self._lock:
+            llm = self._require()
+            self._cancel = cancel if cancel is not None else threading.Event()
+            t0 = time.perf_counter()
+            tokens = self.tokenize_prompt(messages)
+            n_ctx = llm.n_ctx()
+            if len(tokens) >= n_ctx or (not allow_overflow and len(tokens) + sampling.max_tokens > n_ctx):
+                raise ContextOverflow(len(tokens), sampling.max_tokens, n_ctx)
+
+            t_eval = time.perf_counter()
+            reused = self._keep_prefix(llm, tokens)
+            report = on_prompt_progress or self.prompt_progress
+            if not self._prefill(llm, tokens[reused:], report, reused):
+                now = time.perf_counter()
+                return Reply("", self._stats(llm, tokens, reused, 0, (t0, t_eval, now, now), "cancelled"))
+            return self._decode(llm, tokens, reused, sampling, on_text, (t0, t_eval))
+
+    def _keep_prefix(self, llm: llama_cpp.Llama, tokens: list[int]) -> int:
+        """Keep the cached tokens shared with `tokens`; returns how many are reused."""
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        # At least one token must be evaluated to get fresh logits to sample from.
+        keep = min(_common_prefix(cached, tokens), len(tokens) - 1)
+        if keep < llm.n_tokens:
+            memory = llama_cpp.llama_get_memory(llm.ctx)
+            if keep == 0 or not llama_cpp.llama_memory_seq_rm(memory, 0, keep, -1):
+                # Recurrent models cannot drop a suffix of their state: start over.
+                llm.reset()
+                llama_cpp.llama_memory_clear(memory, True)
+                keep = 0
+        llm.n_tokens = keep
+        return keep
+
+    def _prefill(
+        self, llm: llama_cpp.Llama, tokens: list[int], report: PromptProgressFn | None = None, reused: int = 0
+    ) -> bool:
+        """Evaluate all but the reply's first step in n_batch chunks; False when cancelled.
+
+        The abort callback lets a cancel interrupt a chunk inside llama.cpp; it is installed only
+        for the prompt, since calling into Python for every graph node would slow decoding.
+        With a progress listener the chunks are one ubatch each: llama.cpp computes a batch ubatch
+        by ubatch anyway, so this costs nothing and gives an update per ubatch.
+        """
+        n_batch = llm.n_batch
+        if report is not None:
+            n_batch = max(1, min(n_batch, int(llm.context_params.n_ubatch)))
+        start = time.perf_counter()
+        if report is not None and tokens:
+            report(PromptProgress(0, len(tokens), 0.0, reused))
+        llama_cpp.llama_set_abort_callback(llm.ctx, self._abort_cb, ctypes.c_void_p(0))
+        try:
+            for i in range(0, len(tokens), n_batch):
+                if self._cancel.is_set():
+                    return False
+                try:
+                    llm.eval(tokens[i : i + n_batch])
+                    if report is not None:
+                        done = min(i + n_batch, len(tokens))
+                        report(PromptProgress(done, len(tokens), time.perf_counter() - start, reused))
+                except RuntimeError:
+                    if self._cancel.is_set():
+                        # llama.cpp dropped the aborted chunk's cells; forget them here too.
+                        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.ctx), 0, llm.n_tokens, -1)
+                        return False
+                    raise
+        finally:
+            llama_cpp.llama_set_abort_callback(llm.ctx, self._no_abort_cb, ctypes.c_void_p(0))
+        return not self._cancel.is_set()
+
+    # -- tokens and saved state ---------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` in the loaded model's tokenizer (no special tokens, no BOS)."""
+        with self._lock:
+            return len(self._require().tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        """The bytes of `tokens` (a piece may end inside a UTF-8 character: decode incrementally).
+
+        Other backends that run the same file (vrampilot.hybrid) stream text through this, so a reply
+        reads the same whichever backend produced its tokens.
+        """
+        with self._lock:
+            return self._require().detokenize(list(tokens))
+
+    def is_end_of_generation(self, token: int) -> bool:
+        """llama.cpp's end-of-generation test (EOS, EOT, <|im_end|>, ...) for the loaded vocabulary."""
+        with self._lock:
+            vocab = llama_cpp.llama_model_get_vocab(self._require().model)
+            return bool(llama_cpp.llama_vocab_is_eog(vocab, token))
+
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose KV cells are in the cache now, in order."""
+        with self._lock:
+            llm = self._require()
+            return llm.input_ids[: llm.n_tokens].tolist()
+
+    def save_state_file(self, path: str | Path) -> SavedState:
+        """Write the KV cache and its tokens to `path` (llama.cpp's state file; atomic replace)."""
+        with self._lock:
+            llm = self._require()
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            n = llm.n_tokens
+            tokens = (llama_cpp.llama_token * max(n, 1))(*llm.input_ids[:n].tolist())
+            tmp = path.with_name(path.name + ".part")
+            t0 = time.perf_counter()
+            ok = llama_cpp.llama_state_save_file(llm.ctx, str(tmp).encode(), tokens, n)
+            if not ok:
+                tmp.unlink(missing_ok=True)
+                raise EngineError(f"llama.cpp could not save the model state to {path}")
+            tmp.replace(path)
+            return SavedState(path, n, path.stat().st_size, time.perf_counter() - t0)
+
+    def load_state_file(self, path: str | Path) -> int:
+        """Restore a state saved with the same model and settings; returns the tokens now cached.
+
+        On failure the cache is emptied (never half-restored) and EngineError is raised.
+        """
+        with self._lock:
+            llm = self._require()
+            n_ctx = llm.n_ctx()
+            out = (llama_cpp.llama_token * n_ctx)()
+            count = ctypes.c_size_t(0)
+            ok = llama_cpp.llama_state_load_file(llm.ctx, str(path).encode(), out, n_ctx, ctypes.byref(count))
+            if not ok:
+                llm.reset()
+                llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+                raise EngineError(f"the saved model state {Path(path).name} does not match this model and plan")
+            n = int(count.value)
+            llm.input_ids[:n] = out[:n]
+            llm.n_tokens = n
+            return n
+
+    def _decode(
+        self,
+        llm: llama_cpp.Llama,
+        tokens: list[int],
+        reused: int,
+        sampling: SamplingParams,
+        on_text: TextFn | None,
+        times: tuple[float, float],
+    ) -> Reply:
+        llm.set_seed(sampling.seed if sampling.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        n_ctx = llm.n_ctx()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+        completion = 0
+        t_first: float | None = None
+        t_last = times[1]
+        stop: StopReason = "length"
+        # The prompt is already evaluated: generate() with no tokens and reset=False samples from
+        # the current logits and then runs the same per-token loop as a bare llama-cpp-python call.
+        gen = llm.generate(
+            [],
+            reset=False,
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            repeat_penalty=sampling.repeat_penalty,
+        )
+        try:
+            for token in gen:
+                t_last = time.perf_counter()
+                if t_first is None:
+                    t_first = t_last
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    stop = "eos"
+                    break
+                completion += 1
+                piece = decoder.decode(llm.detokenize([token]))
+                if piece:
+                    pieces.append(piece)
+                    if on_text is not None:
+                        on_text(piece)
+                if self._cancel.is_set():
+                    stop = "cancelled"
+                    break
+                if completion >= sampling.max_tokens:
+                    stop = "length"
+                    break
+                if llm.n_tokens + 1 > n_ctx:
+                    stop = "context"
+                    break
+        finally:
+            gen.close()
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            pieces.append(tail)
+            if on_text is not None:
+                on_text(tail)
+        first = t_first if t_first is not None else t_last
+        stats = self._stats(llm, tokens, reused, completion, (times[0], times[1], first, t_last), stop)
+        return Reply("".join(pieces), stats)
+
+    @staticmethod
+    def _stats(
+        llm: llama_cpp.Llama,
+        tokens: list[int],
+        reused: int,
+        completion: int,
+        times: tuple[float, float, float, float],
+        stop: StopReason,
+    ) -> GenerationStats:
+        """`times`: request start, prompt evaluation start, first token, last token."""
+        return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)

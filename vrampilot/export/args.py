@@ -1,0 +1,92 @@
+"""The one builder of llama.cpp arguments.
+
+A single table maps each plan setting to its llama-server flag and its llama-cpp-python keyword,
+so the exported command line and the in-app engine cannot drift apart. Flags are checked against
+the vendored common/arg.cpp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gguf import GGMLQuantizationType
+
+from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
+
+# ggml type ids for the cache types llama.cpp accepts; llama-cpp-python takes the id. The gguf
+# package's enum mirrors ggml.h, so it is the one table.
+GGML_TYPE_IDS = {name: int(GGMLQuantizationType[name.upper()]) for name in KV_CACHE_TYPES}
+
+
+@dataclass(frozen=True)
+class _Arg:
+    field: str
+    flag: str
+    kwarg: str
+    to_flag: Callable[[Any], str]
+    to_kwarg: Callable[[Any], Any]
+    # Emit the flag only when this returns True (e.g. --swa-full is a switch).
+    when: Callable[[Any], bool] = lambda _v: True
+    switch: bool = False
+
+
+_ARGS: tuple[_Arg, ...] = (
+    _Arg("n_ctx", "-c", "n_ctx", str, int),
+    _Arg("n_gpu_layers", "-ngl", "n_gpu_layers", str, int),
+    _Arg("type_k", "-ctk", "type_k", str, lambda v: GGML_TYPE_IDS[v]),
+    _Arg("type_v", "-ctv", "type_v", str, lambda v: GGML_TYPE_IDS[v]),
+    _Arg("flash_attn", "-fa", "flash_attn", lambda v: "on" if v else "off", bool),
+    _Arg("n_batch", "-b", "n_batch", str, int),
+    _Arg("n_ubatch", "-ub", "n_ubatch", str, int),
+    _Arg("n_threads", "-t", "n_threads", str, int),
+    _Arg("n_threads_batch", "-tb", "n_threads_batch", str, int),
+    _Arg("swa_full", "--swa-full", "swa_full", str, bool, when=bool, switch=True),
+)
+
+
+def llama_server_argv(
+    model_path: str | Path,
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    server: str = "llama-server",
+    load_mode: str | None = None,
+) -> list[str]:
+    """argv for llama-server running exactly this plan."""
+    argv = [server, "-m", str(model_path)]
+    for a in _ARGS:
+        value = getattr(settings, a.field)
+        if not a.when(value):
+            continue
+        argv.append(a.flag)
+        if not a.switch:
+            argv.append(a.to_flag(value))
+    # One sequence, as the app runs it: llama-server's default of 4 slots would share the context
+    # four ways and change the sliding-window cache size the plan counted.
+    argv += ["-np", str(settings.n_seq)]
+    # The plan already fits these settings; llama-server's --fit would only second-guess them.
+    argv += ["--fit", "off"]
+    if load_mode:
+        argv += ["--load-mode", load_mode]
+    if host:
+        argv += ["--host", host]
+    if port is not None:
+        argv += ["--port", str(port)]
+    return argv
+
+
+def llama_cpp_kwargs(settings: Settings, *, load_mode: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for llama_cpp.Llama giving the same allocations as llama_server_argv."""
+    kwargs: dict[str, Any] = {a.kwarg: a.to_kwarg(getattr(settings, a.field)) for a in _ARGS}
+    # llama-cpp-python defaults to the full-size SWA cache; the plan decides, so always pass it.
+    kwargs["swa_full"] = bool(settings.swa_full)
+    if load_mode == "none":
+        kwargs["use_mmap"] = False
+    elif load_mode == "mlock":
+        kwargs["use_mmap"] = False
+        kwargs["use_mlock"] = True
+    return kwargs

@@ -1,0 +1,377 @@
+"""ModelSpec: a GGUF header turned into the hyperparameters the planner needs.
+
+Key names and per-architecture defaults follow llama.cpp's own loader (src/models/<arch>.cpp,
+src/llama-model.cpp), so the planner sees the model the way llama.cpp will build it. Anything the
+header does not say is listed in `ModelSpec.unknown` instead of being guessed silently.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import LlamaFileType
+
+from vrampilot.gguf.reader import GGUFError, GGUFFile, SkippedArray, TensorInfo, read_gguf
+
+# Architectures whose sliding-window layout llama.cpp fixes in code when the file has no
+# `<arch>.attention.sliding_window_pattern`: (default pattern period, default window).
+# set_swa_pattern(n): layer il is SWA when il % n < n - 1.
+_SWA_DEFAULTS: dict[str, tuple[int, int | None]] = {
+    "gemma2": (2, 4096),
+    "gemma3": (6, None),  # SWA only when the file sets a window
+    "gpt-oss": (2, None),
+    "cohere2": (4, None),
+}
+# phi3 files may carry a window, but llama.cpp disables Phi SWA (src/models/phi3.cpp).
+_SWA_DISABLED = {"phi3"}
+
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: Path
+    file_bytes: int
+    architecture: str
+    name: str | None
+    file_type: str | None
+    n_params: int
+    n_ctx_train: int
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_head: tuple[int, ...]  # per layer
+    n_head_kv: tuple[int, ...]  # per layer; 0 for layers without attention (recurrent)
+    n_ff: tuple[int, ...]  # per layer
+    head_dim_k: int
+    head_dim_v: int
+    sliding_window: int  # 0 when the model has no sliding-window layers
+    swa_layers: tuple[bool, ...]  # per layer: True when the layer uses the sliding window
+    kv_lora_rank: int  # MLA latent rank (0 when not MLA)
+    q_lora_rank: int
+    head_dim_k_mla: int  # MLA absorbed head dims (0 when not MLA)
+    head_dim_v_mla: int
+    n_rot: int  # RoPE dimensions
+    n_expert: int
+    n_expert_used: int
+    n_expert_shared: int
+    n_ff_expert: int
+    rope_freq_base: float | None
+    rope_scaling_type: str | None
+    rope_scaling_factor: float | None
+    rope_original_ctx: int | None
+    recurrent_layers: tuple[bool, ...]
+    ssm_d_conv: int
+    ssm_d_inner: int
+    ssm_d_state: int
+    ssm_n_group: int
+    wkv_head_size: int
+    chat_template: str | None
+    token_embd_bytes: int
+    output_bytes: int  # output.weight + output_norm (0 bytes of output.weight when tied)
+    layer_weight_bytes: tuple[int, ...]
+    # What one token reads of each layer: MoE layers count only the experts a token is routed to.
+    layer_active_bytes: tuple[float, ...]
+    layer_active_params: tuple[float, ...]
+    other_weight_bytes: int  # tensors outside blocks besides embedding and output
+    weight_bytes: int  # sum of every tensor in the file(s)
+    tied_embeddings: bool
+    tensors: tuple[TensorInfo, ...] = field(repr=False)
+    unknown: tuple[str, ...] = ()
+    split_paths: tuple[Path, ...] = ()
+    # Multi-token-prediction blocks counted in block_count (`nextn_predict_layers`): llama.cpp gives
+    # them no KV cache in the main context and does not run them there.
+    n_layer_nextn: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0 and self.head_dim_k_mla > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 1
+
+    @property
+    def has_swa(self) -> bool:
+        return self.sliding_window > 0 and any(self.swa_layers)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.chat_template)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.path.stem
+
+    def layer_tensors(self, il: int) -> tuple[TensorInfo, ...]:
+        prefix = f"blk.{il}."
+        return tuple(t for t in self.tensors if t.name.startswith(prefix))
+
+
+def _arch_key(meta: dict[str, Any], arch: str, key: str, default: Any = None) -> Any:
+    return meta.get(f"{arch}.{key}", default)
+
+
+def _per_layer(value: Any, n_layer: int, what: str, path: Path) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise GGUFError(path, f"{what} has {len(value)} entries for {n_layer} layers")
+        return tuple(int(v) for v in value)
+    return (int(value),) * n_layer
+
+
+def _file_type_name(meta: dict[str, Any]) -> str | None:
+    ft = meta.get("general.file_type")
+    if ft is None:
+        return None
+    try:
+        return LlamaFileType(int(ft)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        return f"type{ft}"
+
+
+def _split_siblings(path: Path, meta: dict[str, Any]) -> list[Path]:
+    count = int(meta.get("split.count", 1) or 1)
+    if count <= 1:
+        return [path]
+    m = _SPLIT_RE.match(path.name)
+    if not m:
+        raise GGUFError(path, f"file declares {count} splits but its name is not <name>-00001-of-{count:05d}.gguf")
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def load_model_spec(path: str | os.PathLike[str]) -> ModelSpec:
+    """Read a GGUF file (all parts of a split model) and describe it. Raises GGUFError."""
+    first = read_gguf(path)
+    parts = [first]
+    paths = _split_siblings(first.path, first.metadata)
+    if len(paths) > 1:
+        if first.metadata.get("split.no", 0) != 0:
+            raise GGUFError(first.path, "this is not the first part of a split model; open the -00001- file")
+        for p in paths[1:]:
+            if not p.exists():
+                raise GGUFError(p, "part of a split model is missing")
+            parts.append(read_gguf(p))
+    return spec_from_gguf(first, parts)
+
+
+def spec_from_gguf(first: GGUFFile, parts: list[GGUFFile] | None = None) -> ModelSpec:
+    try:
+        return _spec_from_gguf(first, parts or [first])
+    except (TypeError, ValueError, IndexError, AttributeError) as exc:
+        if isinstance(exc, GGUFError):
+            raise
+        # A header whose values have the wrong types (a string where a count belongs, ...).
+        raise GGUFError(first.path, f"unexpected metadata value: {exc}") from None
+
+
+def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
+    meta = first.metadata
+    path = first.path
+    unknown: list[str] = []
+
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError(path, "general.architecture is missing: not a model file llama.cpp can load")
+
+    tensors = tuple(t for part in parts for t in part.tensors)
+    by_name = {t.name: t for t in tensors}
+
+    n_layer = _arch_key(meta, arch, "block_count")
+    if n_layer is None:
+        ids = [int(m.group(1)) for t in tensors if (m := _LAYER_RE.match(t.name))]
+        n_layer = max(ids) + 1 if ids else 0
+        unknown.append("block_count (counted from tensor names)")
+    n_layer = int(n_layer)
+
+    n_embd = _arch_key(meta, arch, "embedding_length")
+    if n_embd is None:
+        emb = by_name.get("token_embd.weight")
+        n_embd = emb.shape[0] if emb else 0
+        unknown.append("embedding_length" + (" (taken from token_embd)" if emb else ""))
+    n_embd = int(n_embd)
+
+    n_ctx_train = _arch_key(meta, arch, "context_length")
+    if n_ctx_train is None:
+        unknown.append("context_length (assuming 4096)")
+        n_ctx_train = 4096
+    n_ctx_train = int(n_ctx_train)
+
+    n_head = _per_layer(_arch_key(meta, arch, "attention.head_count"), n_layer, "head_count", path)
+    if n_head is None:
+        unknown.append("attention.head_count")
+        n_head = (0,) * n_layer
+    n_head_kv = _per_layer(_arch_key(meta, arch, "attention.head_count_kv"), n_layer, "head_count_kv", path)
+    if n_head_kv is None:
+        n_head_kv = n_head  # llama.cpp: no GQA when the key is absent
+    n_ff = _per_layer(_arch_key(meta, arch, "feed_forward_length"), n_layer, "feed_forward_length", path)
+    if n_ff is None:
+        n_ff = (0,) * n_layer
+        if n_layer:
+            unknown.append("feed_forward_length")
+
+    head0 = (n_head[0] or max(n_head)) if n_head else 0  # llama.cpp divides by layer 0's count
+    default_head_dim = n_embd // head0 if head0 else 0
+    head_dim_k = int(_arch_key(meta, arch, "attention.key_length", default_head_dim))
+    head_dim_v = int(_arch_key(meta, arch, "attention.value_length", default_head_dim))
+    if head_dim_k == 0 and any(n_head):
+        unknown.append("attention.key_length")
+
+    # Sliding window
+    window = int(_arch_key(meta, arch, "attention.sliding_window", 0) or 0)
+    swa_layers: tuple[bool, ...] = (False,) * n_layer
+    if arch in _SWA_DISABLED:
+        window = 0
+    elif arch in _SWA_DEFAULTS:
+        period, default_window = _SWA_DEFAULTS[arch]
+        if window == 0 and default_window is not None:
+            window = default_window
+        pattern = _arch_key(meta, arch, "attention.sliding_window_pattern")
+        if window > 0:
+            if isinstance(pattern, list):
+                swa_layers = tuple(bool(v) for v in pattern[:n_layer])
+            else:
+                n = int(pattern) if pattern is not None else period
+                swa_layers = tuple(n == 0 or (il % n < n - 1) for il in range(n_layer))
+    elif window > 0:
+        pattern = _arch_key(meta, arch, "attention.sliding_window_pattern")
+        if isinstance(pattern, list):
+            swa_layers = tuple(bool(v) for v in pattern[:n_layer])
+        elif pattern is not None:
+            n = int(pattern)
+            swa_layers = tuple(n == 0 or (il % n < n - 1) for il in range(n_layer))
+        else:
+            # The file names a window but this architecture's loader may not use it; llama.cpp
+            # for llama/qwen2/mistral ignores it, so plan the full cache and say so.
+            unknown.append(f"sliding_window {window} present but no layer pattern: planned as full attention")
+            window = 0
+    if not any(swa_layers):
+        window = 0
+
+    # MLA
+    kv_lora_rank = int(_arch_key(meta, arch, "attention.kv_lora_rank", 0) or 0)
+    q_lora_rank = int(_arch_key(meta, arch, "attention.q_lora_rank", 0) or 0)
+    head_dim_k_mla = int(_arch_key(meta, arch, "attention.key_length_mla", 0) or 0)
+    head_dim_v_mla = int(_arch_key(meta, arch, "attention.value_length_mla", 0) or 0)
+
+    n_rot = int(_arch_key(meta, arch, "rope.dimension_count", head_dim_k) or 0)
+
+    # Experts
+    n_expert = int(_arch_key(meta, arch, "expert_count", 0) or 0)
+    n_expert_used = int(_arch_key(meta, arch, "expert_used_count", 0) or 0)
+    n_expert_shared = int(_arch_key(meta, arch, "expert_shared_count", 0) or 0)
+    n_ff_expert = int(_arch_key(meta, arch, "expert_feed_forward_length", 0) or 0)
+
+    # Recurrent state (Mamba/RWKV-style); layers without attention heads are recurrent in hybrids.
+    ssm_d_conv = int(_arch_key(meta, arch, "ssm.conv_kernel", 0) or 0)
+    ssm_d_inner = int(_arch_key(meta, arch, "ssm.inner_size", 0) or 0)
+    ssm_d_state = int(_arch_key(meta, arch, "ssm.state_size", 0) or 0)
+    ssm_n_group = int(_arch_key(meta, arch, "ssm.group_count", 0) or 0)
+    wkv_head_size = int(_arch_key(meta, arch, "wkv.head_size", 0) or 0)
+    is_recurrent_model = bool(ssm_d_state or wkv_head_size)
+    recurrent_layers = tuple(is_recurrent_model and n_head_kv[il] == 0 for il in range(n_layer))
+    if is_recurrent_model and not any(recurrent_layers):
+        recurrent_layers = (True,) * n_layer
+
+    # Vocabulary
+    n_vocab = _arch_key(meta, arch, "vocab_size")
+    if n_vocab is None:
+        tokens = meta.get("tokenizer.ggml.tokens")
+        if isinstance(tokens, (list, SkippedArray)):
+            n_vocab = len(tokens)
+        else:
+            emb = by_name.get("token_embd.weight")
+            n_vocab = emb.shape[1] if emb and len(emb.shape) > 1 else 0
+            unknown.append("vocabulary size" + (" (taken from token_embd)" if n_vocab else ""))
+    n_vocab = int(n_vocab)
+
+    # Weights
+    layer_bytes = [0] * n_layer
+    active_bytes = [0.0] * n_layer
+    active_params = [0.0] * n_layer
+    expert_share = (
+        int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(_arch_key(meta, arch, "expert_count", 1) or 1)
+    )
+    token_embd_bytes = output_bytes = other_bytes = 0
+    n_params = 0
+    for t in tensors:
+        n_params += t.n_elements
+        m = _LAYER_RE.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            il = int(m.group(1))
+            layer_bytes[il] += t.n_bytes
+            share = expert_share if "_exps" in t.name and expert_share > 0 else 1.0
+            active_bytes[il] += t.n_bytes * share
+            active_params[il] += t.n_elements * share
+        elif t.name.startswith("token_embd."):
+            token_embd_bytes += t.n_bytes
+        elif t.name.startswith("output.") or t.name.startswith("output_norm."):
+            output_bytes += t.n_bytes
+        else:
+            other_bytes += t.n_bytes
+    weight_bytes = sum(t.n_bytes for t in tensors)
+
+    rope_type = _arch_key(meta, arch, "rope.scaling.type")
+    factor = _arch_key(meta, arch, "rope.scaling.factor")
+    orig = _arch_key(meta, arch, "rope.scaling.original_context_length")
+    base = _arch_key(meta, arch, "rope.freq_base")
+    template = meta.get("tokenizer.chat_template")
+
+    return ModelSpec(
+        path=path,
+        file_bytes=sum(p.file_bytes for p in parts),
+        architecture=arch,
+        name=meta.get("general.name") if isinstance(meta.get("general.name"), str) else None,
+        file_type=_file_type_name(meta),
+        n_params=n_params,
+        n_ctx_train=n_ctx_train,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        sliding_window=window,
+        swa_layers=swa_layers,
+        kv_lora_rank=kv_lora_rank,
+        q_lora_rank=q_lora_rank,
+        head_dim_k_mla=head_dim_k_mla,
+        head_dim_v_mla=head_dim_v_mla,
+        n_rot=n_rot,
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
+        n_expert_shared=n_expert_shared,
+        n_ff_expert=n_ff_expert,
+        rope_freq_base=float(base) if base is not None else None,
+        rope_scaling_type=str(rope_type) if rope_type is not None else None,
+        rope_scaling_factor=float(factor) if factor is not None else None,
+        rope_original_ctx=int(orig) if orig is not None else None,
+        recurrent_layers=recurrent_layers,
+        ssm_d_conv=ssm_d_conv,
+        ssm_d_inner=ssm_d_inner,
+        ssm_d_state=ssm_d_state,
+        ssm_n_group=ssm_n_group,
+        wkv_head_size=wkv_head_size,
+        chat_template=template if isinstance(template, str) else None,
+        token_embd_bytes=token_embd_bytes,
+        output_bytes=output_bytes,
+        layer_weight_bytes=tuple(layer_bytes),
+        layer_active_bytes=tuple(active_bytes),
+        layer_active_params=tuple(active_params),
+        other_weight_bytes=other_bytes,
+        weight_bytes=weight_bytes,
+        tied_embeddings="output.weight" not in by_name,
+        tensors=tensors,
+        unknown=tuple(unknown),
+        split_paths=tuple(p.path for p in parts) if len(parts) > 1 else (),
+        n_layer_nextn=min(int(_arch_key(meta, arch, "nextn_predict_layers", 0) or 0), n_layer),
+    )

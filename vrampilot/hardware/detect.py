@@ -1,0 +1,33 @@
+"""One call that gathers the whole Machine. Never raises for a missing GPU, driver or backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vrampilot.hardware.cpu import detect_cpu, detect_ram
+from vrampilot.hardware.llama_backend import detect_llama_backend, load_llama_cpp
+from vrampilot.hardware.nvml import NvmlApi, detect_nvidia_gpus, load_pynvml
+from vrampilot.hardware.types import Machine
+
+
+def detect_machine(
+    nvml: NvmlApi | None = None,
+    *,
+    nvml_loader: Callable[[], NvmlApi] = load_pynvml,
+    llama_loader: Callable[[], Any] = load_llama_cpp,
+) -> Machine:
+    """GPUs (NVML), CPU, RAM and the llama.cpp backend. Takes about 0.1-0.5 s: loading
+    llama-cpp-python's library dominates, so the GUI calls this from a worker."""
+    llama = detect_llama_backend(llama_loader)
+    nvml_result = detect_nvidia_gpus(nvml, loader=nvml_loader)
+    ram_total, ram_available = detect_ram()
+    return Machine(
+        gpus=nvml_result.gpus,
+        cpu=detect_cpu(system_info=llama.system_info),
+        ram_total_bytes=ram_total,
+        ram_available_bytes=ram_available,
+        nvml_status=nvml_result.status,
+        llama=llama,
+        nvml_available=nvml_result.available,
+    )

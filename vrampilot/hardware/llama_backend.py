@@ -1,0 +1,63 @@
+"""What the installed llama-cpp-python can do: its version and whether it was built with a GPU
+backend. A CPU-only wheel on a machine with an NVIDIA card is the most common reason for slow
+generation, so the doctor reports it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from vrampilot.hardware.types import LlamaBackendInfo
+from vrampilot.llamacpp.backends import loaded_backends
+
+
+def load_llama_cpp() -> Any:
+    from vrampilot import llamacpp
+
+    return llamacpp.load()
+
+
+def _call(fn: Callable[[], Any] | None) -> Any:
+    if fn is None:
+        return None
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBackendInfo:
+    """Never raises: a missing or broken llama-cpp-python is reported in `error`."""
+    try:
+        llama_cpp = loader()
+    except ImportError as exc:
+        return LlamaBackendInfo(None, None, None, f"llama-cpp-python is not installed ({exc})")
+    except Exception as exc:  # the shared library can fail to load (missing CUDA runtime, ...)
+        return LlamaBackendInfo(None, None, None, f"llama-cpp-python failed to load: {type(exc).__name__}: {exc}")
+    version = getattr(llama_cpp, "__version__", None)
+    # What vrampilot.llamacpp loaded into this process belongs to the real llama_cpp only.
+    loaded = loaded_backends() if sys.modules.get("llama_cpp") is llama_cpp else None
+    if loaded is not None and loaded.mode != "static":
+        # llama_supports_gpu_offload() also says yes for the RPC backend, which every build of
+        # the recipe carries: what counts is a GPU backend registered here.
+        offload: object = any(name not in ("CPU", "RPC") for name in loaded.registered)
+    else:
+        offload = _call(getattr(llama_cpp, "llama_supports_gpu_offload", None))
+    raw = _call(getattr(llama_cpp, "llama_print_system_info", None))
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    system_info = raw.strip() if isinstance(raw, str) else None
+    return LlamaBackendInfo(
+        version=str(version) if version is not None else None,
+        supports_gpu_offload=None if offload is None else bool(offload),
+        system_info=system_info or None,
+        error=None,
+        cpu_variant=loaded.cpu_variant if loaded else None,
+        cpu_dispatch=loaded.describe_cpu() if loaded else None,
+        backend_mode=loaded.mode if loaded else None,
+        recipe_key=loaded.recipe_key if loaded else None,
+        backends=loaded.registered if loaded else (),
+        backend_failures=tuple(f"{name}: {why}" for name, why in loaded.failed) if loaded else (),
+    )

@@ -1,0 +1,143 @@
+"""The Machine as data (`vrampilot doctor --json`) and as text (`vrampilot doctor`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from vrampilot.hardware.types import GpuInfo, Machine
+from vrampilot.units import format_bytes
+
+CUDA_REBUILD_HINT = (
+    "llama-cpp-python is a CPU-only build but an NVIDIA GPU is present: "
+    'rebuild with CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+)
+
+
+def machine_warnings(m: Machine) -> tuple[str, ...]:
+    """Things a user should fix or know before trusting a plan, worst first."""
+    out: list[str] = []
+    nvidia = [g for g in m.gpus if g.vendor == "NVIDIA"]
+    if m.llama.error:
+        out.append(m.llama.error)
+    elif nvidia and m.llama.supports_gpu_offload is False:
+        out.append(CUDA_REBUILD_HINT)
+    if m.llama.backend_mode in ("static", "ggml-score"):
+        out.append(
+            "llama-cpp-python was not built by VRAM Pilot's engine recipe, so nothing checks that its CPU code"
+            " runs here; reinstall it with `python packaging/engine/build.py --install` (what `make run` does)"
+        )
+    for g in m.gpus:
+        if g.memory_total_bytes <= 0:
+            out.append(f"GPU {g.index} ({g.name}): NVML did not report its memory size; it cannot be planned for")
+        if g.peak_bandwidth_gbps is None:
+            out.append(
+                f"GPU {g.index} ({g.name}): memory bandwidth unknown (not readable and no matching profile);"
+                " speed predictions will be rough"
+            )
+        if g.display_active:
+            out.append(
+                f"GPU {g.index} ({g.name}) also drives a display: the desktop uses part of its memory,"
+                " so plans keep a larger margin"
+            )
+    return tuple(out)
+
+
+def machine_to_dict(m: Machine) -> dict[str, Any]:
+    """JSON-safe: only str, int, float, bool, None, lists and dicts."""
+    return {
+        "gpus": [asdict(g) for g in m.gpus],
+        "cpu": {
+            "model_name": m.cpu.model_name,
+            "architecture": m.cpu.architecture,
+            "physical_cores": m.cpu.physical_cores,
+            "logical_cores": m.cpu.logical_cores,
+            "features": list(m.cpu.features),
+        },
+        "ram": {"total_bytes": m.ram_total_bytes, "available_bytes": m.ram_available_bytes},
+        "nvml": {"available": m.nvml_available, "status": m.nvml_status},
+        "llama_cpp": {
+            "version": m.llama.version,
+            "supports_gpu_offload": m.llama.supports_gpu_offload,
+            "system_info": m.llama.system_info,
+            "error": m.llama.error,
+            "cpu_variant": m.llama.cpu_variant,
+            "cpu_dispatch": m.llama.cpu_dispatch,
+            "backend_mode": m.llama.backend_mode,
+            "recipe_key": m.llama.recipe_key,
+            "backends": list(m.llama.backends),
+            "backend_failures": list(m.llama.backend_failures),
+        },
+        "warnings": list(machine_warnings(m)),
+    }
+
+
+def _gpu_lines(g: GpuInfo) -> list[str]:
+    memory = f"{format_bytes(g.memory_total_bytes)} total"
+    if g.memory_free_bytes is not None:
+        memory += f", {format_bytes(g.memory_free_bytes)} free"
+    lines = [f"GPU {g.index}: {g.name} ({g.vendor}), {memory}"]
+    if g.peak_bandwidth_gbps is not None:
+        bw = f"bandwidth {g.peak_bandwidth_gbps:.0f} GB/s"
+        if g.bandwidth_source == "nvml":
+            bw += f" (NVML: {g.memory_bus_width_bits}-bit bus, {g.memory_clock_max_mhz} MHz memory clock)"
+        else:
+            bw += f" ({g.bandwidth_source})"
+    else:
+        bw = "bandwidth unknown"
+    details = [bw]
+    if g.fp16_tflops is not None:
+        details.append(f"~{g.fp16_tflops:g} FP16 TFLOPS (profile)")
+    if g.pcie_generation is not None or g.pcie_width is not None:
+        gen = g.pcie_generation if g.pcie_generation is not None else "?"
+        width = g.pcie_width if g.pcie_width is not None else "?"
+        details.append(f"PCIe gen {gen} x{width}")
+    if g.display_active is not None:
+        details.append("drives a display" if g.display_active else "no display")
+    lines.append("  " + ", ".join(details))
+    versions = []
+    if g.driver_version:
+        versions.append(f"driver {g.driver_version}")
+    if g.cuda_version:
+        versions.append(f"CUDA {g.cuda_version}")
+    if g.uuid:
+        versions.append(g.uuid)
+    if versions:
+        lines.append("  " + ", ".join(versions))
+    return lines
+
+
+def format_machine(m: Machine) -> str:
+    """Readable report for `vrampilot doctor`."""
+    lines: list[str] = []
+    for g in m.gpus:
+        lines.extend(_gpu_lines(g))
+    if not m.gpus:
+        lines.append("GPU: none")
+    lines.append(m.nvml_status)
+    cpu = m.cpu
+    lines.append(
+        f"CPU: {cpu.model_name} ({cpu.architecture}), {cpu.physical_cores} cores / {cpu.logical_cores} threads"
+    )
+    lines.append(f"  features: {' '.join(cpu.features) if cpu.features else 'unknown'}")
+    lines.append(f"RAM: {format_bytes(m.ram_total_bytes)} total, {format_bytes(m.ram_available_bytes)} available")
+    llama = m.llama
+    if llama.error:
+        lines.append(f"llama.cpp: {llama.error}")
+    else:
+        offload = {True: "yes", False: "no (CPU-only build)", None: "unknown"}[llama.supports_gpu_offload]
+        lines.append(f"llama.cpp: llama-cpp-python {llama.version or '?'}, GPU offload: {offload}")
+        if llama.cpu_dispatch:
+            lines.append(f"  CPU code: {llama.cpu_dispatch}")
+        if llama.backends:
+            recipe = f" (engine recipe {llama.recipe_key})" if llama.recipe_key else " (not built by VRAM Pilot's recipe)"
+            lines.append(f"  backends: {', '.join(llama.backends)}{recipe}")
+        for failure in llama.backend_failures:
+            lines.append(f"  not loaded: {failure}")
+        if llama.system_info:
+            lines.append(f"  {llama.system_info}")
+    warnings = machine_warnings(m)
+    if warnings:
+        lines.append("Warnings:")
+        lines.extend(f"  - {w}" for w in warnings)
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""What the machine has, as plain frozen data that the planner, the CLI and the GUI all read.
+
+Units live in the field names (`memory_total_bytes`, `peak_bandwidth_gbps`) so that a reader never
+has to guess whether a number is MiB, GiB or GB. `None` always means "could not be read here",
+never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BANDWIDTH_SOURCES = ("nvml", "profile", "unknown")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU, detected through NVML or built from a profile (see `profiles.profile_as_gpu`)."""
+
+    index: int
+    name: str
+    uuid: str | None
+    vendor: str
+    memory_total_bytes: int
+    memory_free_bytes: int | None
+    memory_used_bytes: int | None
+    driver_version: str | None
+    cuda_version: str | None
+    memory_bus_width_bits: int | None
+    memory_clock_max_mhz: int | None
+    peak_bandwidth_gbps: float | None
+    bandwidth_source: str  # "nvml" | "profile" | "unknown"
+    pcie_generation: int | None
+    pcie_width: int | None
+    display_active: bool | None
+    fp16_tflops: float | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One live reading of a GPU, for the meters. Fields the driver does not support are None.
+
+    PCIe throughput is what NVML reports: KB/s over its last ~20 ms window. The process memory
+    is the sum for the requested pid; None when NVML does not list that pid (not on the GPU, a
+    container's pid namespace, or Windows WDDM, which does not report per-process memory).
+    """
+
+    index: int
+    memory_total_bytes: int | None
+    memory_used_bytes: int | None
+    memory_free_bytes: int | None
+    utilization_gpu_pct: int | None
+    utilization_memory_pct: int | None
+    pcie_rx_kb_per_s: int | None
+    pcie_tx_kb_per_s: int | None
+    clock_graphics_mhz: int | None
+    clock_memory_mhz: int | None
+    temperature_c: int | None
+    power_w: float | None
+    process_memory_used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """The host CPU. `features` are the instruction sets llama.cpp picks kernels by, lower case."""
+
+    model_name: str
+    architecture: str
+    physical_cores: int
+    logical_cores: int
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LlamaBackendInfo:
+    """What the installed llama-cpp-python was built with; `error` says why it could not load."""
+
+    version: str | None
+    supports_gpu_offload: bool | None
+    system_info: str | None
+    error: str | None
+    # How the engine's backends were loaded (vrampilot.llamacpp.backends): the CPU variant and why,
+    # "dispatched" / "forced" / "ggml-score" / "static", the build recipe, the backends registered.
+    cpu_variant: str | None = None
+    cpu_dispatch: str | None = None
+    backend_mode: str | None = None
+    recipe_key: str | None = None
+    backends: tuple[str, ...] = ()
+    backend_failures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Everything the planner needs to know about where the model will run.
+
+    `nvml_status` is one line for a person ("NVML: driver 550.54, CUDA 12.4, 1 GPU").
+    `nvml_available` says whether NVML answered at all, so callers need not parse that line.
+    """
+
+    gpus: tuple[GpuInfo, ...]
+    cpu: CpuInfo
+    ram_total_bytes: int
+    ram_available_bytes: int
+    nvml_status: str
+    llama: LlamaBackendInfo
+    nvml_available: bool = False
+
+    @property
+    def gpu_memory_total_bytes(self) -> int:
+        return sum(g.memory_total_bytes for g in self.gpus)

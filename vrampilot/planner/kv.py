@@ -1,0 +1,222 @@
+"""KV cache and recurrent state bytes, exact to the byte against llama.cpp (0.3.36 as vendored).
+
+Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
+- n_ctx is padded up to a multiple of 256 (llama-context.cpp, `GGML_PAD(cparams.n_ctx, 256)`);
+  0 means the trained context. Without a unified cache every sequence gets its own stream of
+  `pad256(n_ctx / n_seq)` cells; with it one stream holds all n_ctx cells.
+- The micro-batch the graphs and the SWA cache are sized with is `min(n_ubatch, n_batch, n_ctx)`
+  (causal models: n_batch is capped at the requested n_ctx, before padding).
+- Per layer with a cache: K is `[n_embd_head_k * n_head_kv(l), cells, streams]` of type_k, V the same
+  with n_embd_head_v and type_v (llama-kv-cache.cpp). Without flash attention V is stored transposed
+  and, when layers differ, padded to the widest layer (`n_embd_v_gqa_max`).
+- MLA (DeepSeek-V2/V3, key_length_mla set): only K is allocated, one latent row of
+  `kv_lora_rank + rope_dim` (= attention.key_length, n_head_kv = 1); V is a view of it.
+- Sliding-window layers live in a second cache of
+  `pad256(min(cells, window * (n_seq if unified else 1) + ubatch))` cells per stream, or the full
+  size with swa_full (llama-kv-cache-iswa.cpp).
+- Multi-token-prediction layers (`nextn_predict_layers`) get no cache in the main context.
+- Recurrent layers hold f32 conv and SSM states of `max(1, n_seq)` cells (llama-memory-recurrent.cpp).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from vrampilot.gguf.spec import ModelSpec
+from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
+
+CTX_PAD = 256  # llama-context.cpp and llama-kv-cache-iswa.cpp pad cell counts to 256
+RECURRENT_STATE_BYTES = 4  # recurrent states are always GGML_TYPE_F32
+RWKV_TOKEN_SHIFT_COUNT = 2  # llama-hparams.h default token_shift_count
+
+
+def _pad(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def ggml_type(name: str) -> GGMLQuantizationType:
+    """'q8_0' -> GGMLQuantizationType.Q8_0 (cache types as llama-server spells them)."""
+    try:
+        return GGMLQuantizationType[name.upper()]
+    except KeyError:
+        raise ValueError(f"unknown cache type {name!r}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def row_bytes(type_name: str, n: int) -> int:
+    """ggml_row_size: bytes of a row of `n` elements (integer division, as release builds do)."""
+    block, size = GGML_QUANT_SIZES[ggml_type(type_name)]
+    return size * n // block
+
+
+def block_size(type_name: str) -> int:
+    return GGML_QUANT_SIZES[ggml_type(type_name)][0]
+
+
+def kv_unified(settings: Settings) -> bool:
+    """Whether one KV stream serves all sequences.
+
+    llama-server with the default (auto) slot count runs 4 slots on a unified cache; an explicit
+    `-np N` turns it off unless `-kvu` is given. Settings may carry `kv_unified`; without it the
+    planner assumes llama-server's default. With one sequence both layouts are identical.
+    """
+    return bool(getattr(settings, "kv_unified", True))
+
+
+def effective_ctx(spec: ModelSpec, settings: Settings) -> int:
+    """n_ctx as llama.cpp allocates it: 0 = trained context, padded to 256, a multiple of the streams."""
+    n_ctx = settings.n_ctx if settings.n_ctx > 0 else spec.n_ctx_train
+    n_ctx = _pad(n_ctx, CTX_PAD)
+    n_seq = max(1, settings.n_seq)
+    if not kv_unified(settings):
+        n_ctx = _pad(n_ctx // n_seq, CTX_PAD) * n_seq
+    return n_ctx
+
+
+def effective_ubatch(spec: ModelSpec, settings: Settings) -> int:
+    """The micro-batch llama.cpp reserves graphs for: min(n_ubatch, n_batch, n_ctx).
+
+    The cap uses n_ctx as requested, before padding (llama-context.cpp caps n_batch first), so
+    n_ctx=1000 with n_ubatch=2048 reserves 1000 tokens.
+    """
+    n_ctx = settings.n_ctx if settings.n_ctx > 0 else spec.n_ctx_train
+    n_batch = min(n_ctx, settings.n_batch)
+    return min(n_batch, settings.n_ubatch if settings.n_ubatch > 0 else n_batch)
+
+
+@dataclass(frozen=True)
+class KvBreakdown:
+    n_cells: int  # cells per stream of the full-attention cache (what llama.cpp logs)
+    n_cells_swa: int  # cells per stream of the sliding-window cache (0 without SWA layers)
+    n_streams: int
+    k_bytes: int
+    v_bytes: int
+    base_bytes: int  # the full-attention cache (llama.cpp's first `size = ...` line)
+    swa_bytes: int  # the sliding-window cache (its second line)
+    recurrent_bytes: int
+    total_bytes: int  # k + v + recurrent
+    per_layer_bytes: tuple[int, ...]  # K+V (+ recurrent state) of each layer, for the device split
+
+
+def _kv_layers(spec: ModelSpec) -> list[int]:
+    """Layers that own a KV cache in the main context."""
+    n_main = spec.n_layer - spec.n_layer_nextn
+    out = []
+    for il in range(n_main):
+        if spec.recurrent_layers and spec.recurrent_layers[il]:
+            continue
+        if spec.n_head_kv[il] == 0 and not spec.is_mla:
+            continue
+        out.append(il)
+    return out
+
+
+def _recurrent_row_elems(spec: ModelSpec) -> int:
+    """n_embd_r + n_embd_s (llama-hparams.cpp) for Mamba- and RWKV-style layers."""
+    if spec.wkv_head_size:
+        return RWKV_TOKEN_SHIFT_COUNT * spec.n_embd + spec.n_embd * spec.wkv_head_size
+    d_conv = max(spec.ssm_d_conv - 1, 0)
+    n_r = d_conv * (spec.ssm_d_inner + 2 * spec.ssm_n_group * spec.ssm_d_state)
+    n_s = spec.ssm_d_state * spec.ssm_d_inner
+    return n_r + n_s
+
+
+def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
+    """Bytes llama.cpp allocates for the KV cache (and recurrent state) with these settings."""
+    n_seq = max(1, settings.n_seq)
+    unified = kv_unified(settings)
+    n_streams = 1 if unified else n_seq
+    n_ctx = effective_ctx(spec, settings)
+    cells = n_ctx if unified else n_ctx // n_seq
+    ubatch = effective_ubatch(spec, settings)
+
+    layers = _kv_layers(spec)
+    swa = spec.has_swa
+    cells_swa = 0
+    if swa:
+        if settings.swa_full:
+            cells_swa = cells
+        else:
+            cells_swa = _pad(min(cells, spec.sliding_window * (n_seq if unified else 1) + ubatch), CTX_PAD)
+
+    v_trans = not settings.flash_attn
+    mla = spec.is_mla
+
+    def k_row(il: int) -> int:
+        return spec.head_dim_k * spec.n_head_kv[il]
+
+    def v_row(il: int) -> int:
+        return spec.head_dim_v * spec.n_head_kv[il]
+
+    # [TAG_V_CACHE_VARIABLE]: the transposed V of every layer is as wide as the widest (all layers
+    # of the model, not only the cached ones: llama_hparams::n_embd_v_gqa_max).
+    v_row_max = max((spec.head_dim_v * h for h in spec.n_head_kv), default=0)
+
+    per_layer = [0] * spec.n_layer
+    k_total = v_total = base = swa_total = 0
+    for il in layers:
+        n = cells_swa if swa and spec.swa_layers[il] else cells
+        k = row_bytes(settings.type_k, k_row(il)) * n * n_streams
+        v = 0 if mla else row_bytes(settings.type_v, v_row_max if v_trans else v_row(il)) * n * n_streams
+        per_layer[il] = k + v
+        k_total += k
+        v_total += v
+        if swa and spec.swa_layers[il]:
+            swa_total += k + v
+        else:
+            base += k + v
+
+    recurrent = 0
+    if any(spec.recurrent_layers):
+        per_state = _recurrent_row_elems(spec) * RECURRENT_STATE_BYTES * n_seq
+        for il, rec in enumerate(spec.recurrent_layers):
+            if rec:
+                per_layer[il] += per_state
+                recurrent += per_state
+
+    return KvBreakdown(
+        n_cells=cells,
+        n_cells_swa=cells_swa,
+        n_streams=n_streams,
+        k_bytes=k_total,
+        v_bytes=v_total,
+        base_bytes=base,
+        swa_bytes=swa_total,
+        recurrent_bytes=recurrent,
+        total_bytes=k_total + v_total + recurrent,
+        per_layer_bytes=tuple(per_layer),
+    )
+
+
+def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
+    """llama.cpp's own reason for refusing these cache settings, or None when it accepts them.
+
+    Same checks, order and wording as llama_init_from_model (llama-context.cpp), without the
+    "llama_init_from_model: " prefix of the log line. Flash attention is explicit (on/off), as the
+    planner passes it; with `-fa auto` llama.cpp would turn it on for a quantized V instead.
+    """
+    for name in (settings.type_k, settings.type_v):
+        ggml_type(name)  # ValueError for a type llama.cpp does not know
+    if spec.is_mla and settings.type_k != settings.type_v:
+        return f"model does not support different K ({settings.type_k}) and V ({settings.type_v}) cache types"
+    if settings.type_v in QUANTIZED_KV_TYPES and not settings.flash_attn:
+        return "quantized V cache requires flash_attn to be enabled"
+    n_main = spec.n_layer - spec.n_layer_nextn
+    if settings.flash_attn and settings.type_k in QUANTIZED_KV_TYPES:
+        blck = block_size(settings.type_k)
+        if n_main > 0 and spec.head_dim_k % blck:
+            return (
+                f"K cache type {settings.type_k} with block size {blck} does not divide "
+                f"n_embd_head_k={spec.head_dim_k}"
+            )
+    if settings.flash_attn and settings.type_v in QUANTIZED_KV_TYPES:
+        blck = block_size(settings.type_v)
+        if n_main > 0 and spec.head_dim_v % blck:
+            return (
+                f"V cache type {settings.type_v} with block size {blck} does not divide "
+                f"n_embd_head_v={spec.head_dim_v}"
+            )
+    return None

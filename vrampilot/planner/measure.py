@@ -1,0 +1,439 @@
+"""Ask llama.cpp itself what a configuration allocates: the ground truth the planner is tested against.
+
+llama.cpp logs every buffer it creates. We load the model with llama-cpp-python's low-level API on
+the CPU, capture that log with `llama_log_set` (restoring the previous callback afterwards), and
+parse the buffer lines:
+
+    load_tensors:          CPU model buffer size =    92.10 MiB
+    llama_context:        CPU  output buffer size =     0.19 MiB
+    llama_kv_cache:        CPU KV buffer size =    90.00 MiB
+    llama_kv_cache: size =   90.00 MiB (  4096 cells,  30 layers,  1/1 seqs), K (f16): 45.00 MiB, V (f16): 45.00 MiB
+    sched_reserve:        CPU compute buffer size =    99.38 MiB
+    ~llama_context:        CPU compute buffer size is  99.3828 MiB, matches expectation of ...  (debug, real runs)
+
+Every number is printed in MiB with 2 decimals (4 for the debug line at teardown), so a parsed size
+is exact to +-0.005 MiB (5243 bytes) per line; `matches_print` compares a byte prediction with a
+printed value at that resolution.
+
+The dry run (`dry_run=True`, the default) is llama.cpp's own `--fit` trick: `no_alloc` with
+`LLAMA_LOAD_MODE_NONE` simulates every allocation without reading a weight (~0.1-0.5 s, works on
+header-only files). In that mode the model and KV "buffer size" lines print 0.00; the KV `size =`
+lines and the compute-buffer lines are the real values. `dry_run=False` allocates for real (mmap)
+and also reports model and KV buffers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrampilot.errors import UserError
+from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.planner.kv import ggml_type, kv_unified
+from vrampilot.planner.settings import Settings
+
+MIB = 1024 * 1024
+PRINT_RESOLUTION_BYTES = int(0.005 * MIB) + 1  # one unit in the last printed digit, halved, rounded up
+
+# ggml_log_level (ggml.h)
+_LOG_DEBUG, _LOG_INFO, _LOG_WARN, _LOG_ERROR, _LOG_CONT = 1, 2, 3, 4, 5
+
+_MODEL_RE = re.compile(r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
+_OUTPUT_RE = re.compile(r"^llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
+_KVBUF_RE = re.compile(r"^llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
+_KVSIZE_RE = re.compile(
+    r"^llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
+)
+_RS_RE = re.compile(r"^llama_memory_recurrent: size =\s+([\d.]+) MiB")
+_COMPUTE_RE = re.compile(r"^sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
+_COMPUTE_EXACT_RE = re.compile(r"^~llama_context:\s+(\S+) compute buffer size (?:is|of)\s+([\d.]+) MiB")
+_CPARAM_RE = re.compile(r"^llama_context: (n_ctx|n_ctx_seq|n_ubatch|n_batch|n_seq_max)\s+=\s+(\d+)")
+_ERROR_PREFIXES = ("llama_init_from_model: ", "llama_context: ")
+
+# llama.cpp's log callback is process-global, and buffer sizes are only in its log: whoever parses
+# it (these measurements, the engine's load errors) holds this lock while llama.cpp logs for them.
+_lock = LOG_LOCK
+# A plan does not wait for a model load in progress (seconds): it falls back to the formula.
+PLAN_WAIT_S = 1.0
+_backend_ready = False
+
+
+class MeasureError(UserError):
+    """llama.cpp could not load the model at all (not a refused setting: that is `refused`)."""
+
+
+@dataclass(frozen=True)
+class KvLine:
+    """One `llama_kv_cache: size = ...` line (sliding-window models print two)."""
+
+    size_mib: float
+    cells: int
+    layers: int
+    n_seq: int
+    n_stream: int
+    type_k: str
+    k_mib: float
+    type_v: str
+    v_mib: float
+
+    @property
+    def size_bytes(self) -> int:
+        return round(self.size_mib * MIB)
+
+    @property
+    def k_bytes(self) -> int:
+        return round(self.k_mib * MIB)
+
+    @property
+    def v_bytes(self) -> int:
+        return round(self.v_mib * MIB)
+
+
+@dataclass(frozen=True)
+class MeasuredBuffers:
+    model_bytes: dict[str, int]  # per buffer name (CPU, CPU_Mapped, CPU_REPACK, ...); 0 in a dry run
+    kv_bytes: int  # sum of the KV `size =` lines (+ recurrent state), at print resolution
+    kv_lines: list[KvLine]
+    compute_bytes: dict[str, int]  # per device buffer (CPU on this build)
+    output_bytes: int
+    refused: str | None  # llama.cpp's reason when it refused the context, else None
+    kv_buffer_bytes: dict[str, int] = field(default_factory=dict)  # real runs only
+    recurrent_bytes: int = 0
+    n_ctx: int = 0  # as llama.cpp settled them
+    n_ctx_seq: int = 0
+    n_ubatch: int = 0
+    dry_run: bool = True
+    compute_resolution_bytes: int = PRINT_RESOLUTION_BYTES
+    seconds: float = 0.0
+    log: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def compute_total(self) -> int:
+        return sum(self.compute_bytes.values())
+
+    @property
+    def total_bytes(self) -> int:
+        """Model + KV + compute + output, as llama.cpp reports them."""
+        return sum(self.model_bytes.values()) + self.kv_bytes + self.compute_total + self.output_bytes
+
+
+@dataclass(frozen=True)
+class DryRunTotals:
+    """What `dry_run_plan` reports: llama.cpp's own numbers for a plan, without loading weights."""
+
+    kv_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    refused: str | None
+    n_ctx: int
+    seconds: float
+
+    @property
+    def context_bytes(self) -> int:
+        """Everything besides the weights: the part of memory that depends on the settings."""
+        return self.kv_bytes + self.compute_bytes + self.output_bytes
+
+
+def matches_print(predicted_bytes: int, printed_bytes: int, decimals: int = 2) -> bool:
+    """True when llama.cpp's `%.{decimals}f MiB` print of `predicted_bytes` could read `printed_bytes`."""
+    tolerance = 0.5 * 10.0 ** (-decimals) * MIB
+    # llama.cpp divides in float (KV lines cast to float32): allow its relative rounding as well
+    return abs(predicted_bytes - printed_bytes) <= tolerance + 1e-6 * max(predicted_bytes, 1) + 1
+
+
+def _mib(text: str) -> int:
+    return round(float(text) * MIB)
+
+
+def _ensure_backend(llama_cpp: Any) -> None:
+    global _backend_ready
+    if not _backend_ready:
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def _parse(lines: list[str], dry_run: bool, refused: str | None, seconds: float) -> MeasuredBuffers:
+    model: dict[str, int] = {}
+    kv_buf: dict[str, int] = {}
+    compute: dict[str, int] = {}
+    compute_exact: dict[str, int] = {}
+    kv_lines: list[KvLine] = []
+    cparams: dict[str, int] = {}
+    output = recurrent = 0
+    for line in lines:
+        if m := _MODEL_RE.match(line):
+            model[m[1]] = model.get(m[1], 0) + _mib(m[2])
+        elif m := _OUTPUT_RE.match(line):
+            output += _mib(m[2])
+        elif m := _KVBUF_RE.match(line):
+            kv_buf[m[1]] = kv_buf.get(m[1], 0) + _mib(m[2])
+        elif m := _KVSIZE_RE.match(line):
+            kv_lines.append(
+                KvLine(float(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), m[6], float(m[7]), m[8], float(m[9]))
+            )
+        elif m := _RS_RE.match(line):
+            recurrent += _mib(m[1])
+        elif m := _COMPUTE_RE.match(line):
+            compute[m[1]] = _mib(m[2])
+        elif m := _COMPUTE_EXACT_RE.match(line):
+            compute_exact[m[1]] = round(float(m[2]) * MIB)
+        elif m := _CPARAM_RE.match(line):
+            cparams[m[1]] = int(m[2])
+    resolution = PRINT_RESOLUTION_BYTES
+    if compute_exact and set(compute_exact) >= set(compute):
+        compute = compute_exact
+        resolution = int(0.00005 * MIB) + 1
+    kv_total = round(sum(k.size_mib for k in kv_lines) * MIB) + recurrent
+    return MeasuredBuffers(
+        model_bytes=model,
+        kv_bytes=kv_total,
+        kv_lines=kv_lines,
+        compute_bytes=compute,
+        output_bytes=output,
+        refused=refused,
+        kv_buffer_bytes=kv_buf,
+        recurrent_bytes=recurrent,
+        n_ctx=cparams.get("n_ctx", 0),
+        n_ctx_seq=cparams.get("n_ctx_seq", 0),
+        n_ubatch=cparams.get("n_ubatch", 0),
+        dry_run=dry_run,
+        compute_resolution_bytes=resolution,
+        seconds=seconds,
+        log=tuple(lines),
+    )
+
+
+def _refusal(errors: list[str]) -> str:
+    for text in errors:
+        for prefix in _ERROR_PREFIXES:
+            if text.startswith(prefix):
+                text = text[len(prefix) :]
+                break
+        text = text.removeprefix("failed to initialize the context: ")
+        if text:
+            return text
+    return "llama.cpp refused to create the context (no reason logged)"
+
+
+@contextmanager
+def _held(lock: threading.Lock) -> Iterator[None]:
+    """Release a lock already acquired (with a timeout) when the block ends."""
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
+    """Route llama.cpp's (process-global) log into two lists while held: all text, and errors.
+
+    Callers hold `_lock`; the previous callback is restored afterwards.
+    """
+    chunks: list[str] = []
+    errors: list[str] = []
+    last_level = _LOG_INFO
+
+    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    def _capture(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        nonlocal last_level
+        s = text.decode("utf-8", errors="replace")
+        if level != _LOG_CONT:
+            last_level = level
+        chunks.append(s)
+        if last_level == _LOG_ERROR:
+            errors.append(s.strip())
+
+    prev_cb = llama_cpp.llama_log_callback()
+    prev_ud = ctypes.c_void_p()
+    llama_cpp.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
+    llama_cpp.llama_log_set(_capture, ctypes.c_void_p(0))
+    try:
+        yield chunks, errors
+    finally:
+        llama_cpp.llama_log_set(prev_cb, prev_ud)
+
+
+def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str]) -> Any:
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    if dry_run:
+        mparams.no_alloc = True
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
+    model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+    if not model:
+        reason = "; ".join(e for e in errors if e) or "no reason logged"
+        raise MeasureError(f"{p}: llama.cpp cannot load this model: {reason}")
+    return model
+
+
+def _context_params(llama_cpp: Any, settings: Settings) -> Any:
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = settings.n_ctx
+    cparams.n_batch = settings.n_batch
+    cparams.n_ubatch = settings.n_ubatch
+    cparams.n_seq_max = max(1, settings.n_seq)
+    cparams.n_threads = settings.n_threads
+    cparams.n_threads_batch = settings.n_threads_batch
+    cparams.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    cparams.type_k = int(ggml_type(settings.type_k))
+    cparams.type_v = int(ggml_type(settings.type_v))
+    cparams.swa_full = settings.swa_full
+    cparams.kv_unified = kv_unified(settings)
+    cparams.offload_kqv = True
+    cparams.no_perf = True
+    return cparams
+
+
+def measure_allocations(
+    path: str | os.PathLike[str],
+    settings: Settings,
+    *,
+    dry_run: bool = True,
+) -> MeasuredBuffers:
+    """Load `path` with llama.cpp on the CPU with `settings` and report what it allocates.
+
+    A context llama.cpp refuses (e.g. a quantized V cache without flash attention) is reported in
+    `refused` with llama.cpp's reason; a model it cannot load raises MeasureError.
+    """
+    from vrampilot import llamacpp  # heavy import, and the planner must work without it
+
+    llama_cpp = llamacpp.load()
+    p = Path(path)
+    if not p.is_file():
+        raise MeasureError(f"{p}: file not found")
+
+    with _lock:
+        _ensure_backend(llama_cpp)
+        t0 = time.perf_counter()
+        with _captured_log(llama_cpp) as (chunks, errors):
+            model = ctx = None
+            refused: str | None = None
+            try:
+                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors)
+                n_errors_after_load = len(errors)
+                ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
+                if not ctx:
+                    refused = _refusal(errors[n_errors_after_load:])
+            finally:
+                if ctx:
+                    llama_cpp.llama_free(ctx)  # logs the exact compute size of a real allocation
+                if model:
+                    llama_cpp.llama_model_free(model)
+        seconds = time.perf_counter() - t0
+
+    lines = "".join(chunks).splitlines()
+    return _parse(lines, dry_run, refused, seconds)
+
+
+# Dry runs the planner asks for while it plans. Loading a header costs 1-500 ms (llama.cpp builds
+# the vocabulary); creating a no_alloc context on a loaded header costs 1-25 ms. So headers stay
+# loaded (a few, least recently used first out) and results are remembered per configuration.
+_HEADERS_KEPT = 2
+_RESULTS_KEPT = 512
+_headers: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
+_unloadable: dict[tuple[str, int, int, int], str] = {}
+_results: OrderedDict[tuple[object, ...], GraphCompute] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class GraphCompute:
+    """llama.cpp's compute buffers for one configuration, from a dry run on the build at hand."""
+
+    compute_bytes: dict[str, int]  # per buffer (CPU on a CPU build; CUDA0, CUDA_Host, ... on others)
+    refused: str | None
+    seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.compute_bytes.values())
+
+
+def _file_key(p: Path, n_gpu_layers: int, gpu_build: bool) -> tuple[str, int, int, int]:
+    st = p.stat()
+    # Without GPU offload in the build every layer is on the CPU whatever -ngl says: one header serves all.
+    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if gpu_build else 0)
+
+
+def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphCompute | None:
+    """llama.cpp's own compute-buffer sizes for `settings`, or None when it cannot be asked.
+
+    None means: llama-cpp-python is not installed, the file is gone, or this llama.cpp cannot
+    load the file (an architecture newer than the build). The planner then keeps its formula.
+    """
+    try:
+        from vrampilot import llamacpp
+
+        llama_cpp = llamacpp.load()
+    except ImportError:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        return None
+    if not _lock.acquire(timeout=PLAN_WAIT_S):
+        return None
+    try:
+        with _held(_lock):
+            _ensure_backend(llama_cpp)
+            gpu_build = bool(llama_cpp.llama_supports_gpu_offload())
+            fkey = _file_key(p, settings.n_gpu_layers, gpu_build)
+            rkey = (fkey, settings.n_ctx, settings.n_ubatch, settings.n_seq, settings.flash_attn,
+                    settings.type_k, settings.type_v, settings.swa_full)
+            if rkey in _results:
+                _results.move_to_end(rkey)
+                return _results[rkey]
+            if fkey in _unloadable:
+                return None
+            t0 = time.perf_counter()
+            with _captured_log(llama_cpp) as (chunks, errors):
+                model = _headers.get(fkey)
+                if model is None:
+                    try:
+                        model = _load_model(llama_cpp, p, fkey[3], True, errors)
+                    except MeasureError as exc:
+                        _unloadable[fkey] = str(exc)
+                        return None
+                    _headers[fkey] = model
+                    while len(_headers) > _HEADERS_KEPT:
+                        llama_cpp.llama_model_free(_headers.popitem(last=False)[1])
+                _headers.move_to_end(fkey)
+                n_errors = len(errors)
+                start = len(chunks)
+                ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
+                refused = None if ctx else _refusal(errors[n_errors:])
+                if ctx:
+                    llama_cpp.llama_free(ctx)
+                lines = "".join(chunks[start:]).splitlines()
+            parsed = _parse(lines, True, refused, time.perf_counter() - t0)
+            result = GraphCompute(dict(parsed.compute_bytes), refused, parsed.seconds)
+            _results[rkey] = result
+            while len(_results) > _RESULTS_KEPT:
+                _results.popitem(last=False)
+            return result
+    except OSError:
+        return None
+
+
+def dry_run_plan(path: str | os.PathLike[str], settings: Settings) -> DryRunTotals:
+    """llama.cpp's own numbers for a plan ("verify this plan with llama.cpp"), without the weights."""
+    m = measure_allocations(path, settings, dry_run=True)
+    return DryRunTotals(
+        kv_bytes=m.kv_bytes,
+        compute_bytes=m.compute_total,
+        output_bytes=m.output_bytes,
+        refused=m.refused,
+        n_ctx=m.n_ctx,
+        seconds=m.seconds,
+    )

@@ -1,0 +1,158 @@
+"""A Plan as JSON-safe data (the `plan --json` contract) and as a readable table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vrampilot.export import llama_server_argv, quote
+from vrampilot.planner.memory import Components, MemoryBreakdown
+from vrampilot.planner.search import Plan
+from vrampilot.units import format_bytes
+
+_COMPONENTS = ("weights", "kv", "compute", "output", "margin", "total")
+
+
+def memory_to_dict(mem: MemoryBreakdown) -> dict[str, dict[str, int]]:
+    dev, host = mem.device.as_dict(), mem.host.as_dict()
+    return {c: {"device": dev[c], "host": host[c]} for c in _COMPONENTS}
+
+
+def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
+    return {
+        "model": str(plan.spec.path),
+        "target": plan.target.description,
+        "settings": plan.settings.to_dict(),
+        "memory": memory_to_dict(plan.memory),
+        "compute_source": plan.compute_source,
+        "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
+        "fits": plan.fits,
+        "speed": plan.speed.as_dict(),
+        "reasons": list(plan.reasons),
+        "warnings": list(plan.warnings),
+        "refused": plan.refused,
+        "suggestion": plan.suggestion,
+        "pinned": sorted(plan.pins.pinned()),
+        "alternatives": [
+            {
+                "label": a.label,
+                "settings": a.settings.to_dict(),
+                "memory_total": a.memory_total_bytes,
+                "fits": a.fits,
+                "speed": a.speed.as_dict(),
+                "refused": a.refused,
+            }
+            for a in plan.alternatives
+        ],
+        "llama_server": quote(llama_server_argv(plan.spec.path, plan.settings), shell),
+    }
+
+
+def _bar(parts: Components, budget: int, width: int = 40) -> str:
+    """A text bar: W weights, K KV, C compute, O output, M margin, . free."""
+    if budget <= 0:
+        return ""
+    scale = width / max(budget, parts.total_bytes)
+    cells = ""
+    for ch, n in (
+        ("W", parts.weights_bytes),
+        ("K", parts.kv_bytes),
+        ("C", parts.compute_bytes),
+        ("O", parts.output_bytes),
+        ("M", parts.margin_bytes),
+    ):
+        cells += ch * round(n * scale)
+    cells = cells[:width] if parts.total_bytes <= budget else cells
+    return "[" + cells + "." * max(0, width - len(cells)) + "]"
+
+
+def format_plan(plan: Plan) -> str:
+    s = plan.settings
+    lines = [f"Model   {plan.spec.display_name} ({plan.spec.path.name})", f"Target  {plan.target.description}", ""]
+    rows = [
+        ("context", str(s.n_ctx)),
+        ("K / V cache", f"{s.type_k} / {s.type_v}"),
+        ("GPU layers", f"{s.n_gpu_layers} of {plan.spec.n_layer + 1}" if plan.target.has_gpu else "0 (CPU only)"),
+        ("batch / ubatch", f"{s.n_batch} / {s.n_ubatch}"),
+        ("threads / batch threads", f"{s.n_threads} / {s.n_threads_batch}"),
+        ("flash attention", "on" if s.flash_attn else "off"),
+    ]
+    if plan.spec.has_swa:
+        rows.append(("swa-full", "on" if s.swa_full else "off"))
+    pinned = plan.pins.pinned()
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        mark = " (pinned)" if _row_field(k) & set(pinned) else ""
+        lines.append(f"  {k:<{width}}  {v}{mark}")
+    lines.append("")
+    lines.append("Memory (W weights, K KV cache, C compute, O output, M margin)")
+    header = f"  {'':<7}{'weights':>11}{'KV':>11}{'compute':>11}{'output':>11}{'margin':>11}{'total':>11}  of"
+    lines.append(header)
+    for name, comp, budget in (
+        ("GPU", plan.memory.device, plan.device_budget_bytes),
+        ("host", plan.memory.host, plan.host_budget_bytes),
+    ):
+        if name == "GPU" and not plan.target.has_gpu:
+            continue
+        vals = "".join(
+            f"{format_bytes(v):>11}"
+            for v in (
+                comp.weights_bytes,
+                comp.kv_bytes,
+                comp.compute_bytes,
+                comp.output_bytes,
+                comp.margin_bytes,
+                comp.total_bytes,
+            )
+        )
+        lines.append(f"  {name:<7}{vals}  {format_bytes(budget)}")
+        lines.append(f"  {'':<7}{_bar(comp, budget)}")
+    lines.append(f"  {_compute_source_line(plan)}")
+    lines.append("")
+    verdict = "fits" if plan.fits else "DOES NOT FIT"
+    lines.append(
+        f"Verdict {verdict}; predicted {plan.speed.decode_tps:.1f} tokens/s generating, "
+        f"{plan.speed.prefill_tps:.0f} tokens/s reading prompts"
+    )
+    if plan.refused:
+        lines.append(f"llama.cpp would refuse these settings: {plan.refused}")
+    if plan.suggestion:
+        lines.append(f"Suggestion: {plan.suggestion}")
+    lines.append("")
+    lines.append("Why")
+    lines += [f"  - {r}" for r in plan.reasons]
+    for w in plan.warnings:
+        lines.append(f"  ! {w}")
+    if plan.alternatives:
+        lines.append("")
+        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt")
+        for a in plan.alternatives:
+            state = "fits" if a.fits else ("refused" if a.refused else "too big")
+            lines.append(
+                f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {state:<8} "
+                f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
+                f"{a.speed.prefill_tps:6.0f} tok/s"
+            )
+    lines.append("")
+    lines.append("llama-server")
+    lines.append("  " + quote(llama_server_argv(plan.spec.path, plan.settings), "bash"))
+    return "\n".join(lines)
+
+
+def _compute_source_line(plan: Plan) -> str:
+    if plan.compute_source == "llama.cpp":
+        return "compute buffer: llama.cpp's own allocator (dry run of the installed build)"
+    if plan.exact:
+        return "compute buffer: estimated (llama.cpp could not be asked about this file)"
+    return "compute buffer: estimated by the formula (--estimate)"
+
+
+def _row_field(label: str) -> set[str]:
+    return {
+        "context": {"n_ctx"},
+        "K / V cache": {"type_k", "type_v"},
+        "GPU layers": {"n_gpu_layers"},
+        "batch / ubatch": {"n_batch", "n_ubatch"},
+        "threads / batch threads": {"n_threads", "n_threads_batch"},
+        "flash attention": {"flash_attn"},
+        "swa-full": {"swa_full"},
+    }.get(label, set())

@@ -1,0 +1,278 @@
+"""Chats and their messages in SQLite: list, rename, delete, search, export.
+
+Every write is its own transaction, committed before the call returns: the user's message is on
+disk before the model starts, the reply as soon as it ends, so a kill loses at most the reply in
+progress.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrampilot.storage.db import connect
+
+ROLES = ("system", "user", "assistant")
+# What replies a chat: llama.cpp (the engine), or the experimental hybrid-cache backend on torch
+# (vrampilot.hybrid). Stored per chat so that reopening a chat keeps its backend.
+BACKEND_LLAMA = "llama.cpp"
+BACKEND_HYBRID = "hybrid"
+BACKENDS = (BACKEND_LLAMA, BACKEND_HYBRID)
+DEFAULT_TITLE = "New chat"
+TITLE_CHARS = 60
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    position: int
+    role: str
+    content: str
+    stats: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ChatSummary:
+    id: int
+    title: str
+    model_path: str | None
+    updated_at: float
+    n_messages: int
+    snippet: str = ""  # for search results: where the text matched
+
+
+@dataclass(frozen=True)
+class Chat:
+    id: int
+    title: str
+    model_path: str | None
+    system_prompt: str
+    created_at: float
+    updated_at: float
+    messages: tuple[StoredMessage, ...] = field(default=())
+    backend: str = BACKEND_LLAMA
+
+
+def title_from(text: str) -> str:
+    """A chat title from its first message: the first line, shortened at a word."""
+    line = " ".join(text.strip().split())
+    if len(line) <= TITLE_CHARS:
+        return line or DEFAULT_TITLE
+    cut = line[:TITLE_CHARS].rsplit(" ", 1)[0]
+    return (cut or line[:TITLE_CHARS]) + "…"
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class ChatStore:
+    def __init__(self, path: Path | None = None, conn: sqlite3.Connection | None = None) -> None:
+        self._conn = conn or connect(path)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- chats ---------------------------------------------------------------------------------
+    def create_chat(
+        self,
+        title: str = DEFAULT_TITLE,
+        model_path: str | None = None,
+        system_prompt: str = "",
+        backend: str = BACKEND_LLAMA,
+    ) -> Chat:
+        _check_backend(backend)
+        now = time.time()
+        cur = self._conn.execute(
+            "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at, backend) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (title, model_path, system_prompt, now, now, backend),
+        )
+        return Chat(int(cur.lastrowid or 0), title, model_path, system_prompt, now, now, backend=backend)
+
+    def list_chats(self) -> list[ChatSummary]:
+        rows = self._conn.execute(
+            """SELECT c.id, c.title, c.model_path, c.updated_at, COUNT(m.id) AS n
+               FROM chats c LEFT JOIN messages m ON m.chat_id = c.id
+               GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC"""
+        ).fetchall()
+        return [ChatSummary(r["id"], r["title"], r["model_path"], r["updated_at"], r["n"]) for r in rows]
+
+    def get_chat(self, chat_id: int) -> Chat:
+        row = self._conn.execute("SELECT * FROM chats WHERE id = ?", (chat_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no chat {chat_id}")
+        return Chat(
+            row["id"],
+            row["title"],
+            row["model_path"],
+            row["system_prompt"],
+            row["created_at"],
+            row["updated_at"],
+            tuple(self.messages(chat_id)),
+            # A value this build does not know (written by a newer one) reads as the default.
+            row["backend"] if row["backend"] in BACKENDS else BACKEND_LLAMA,
+        )
+
+    def messages(self, chat_id: int) -> list[StoredMessage]:
+        rows = self._conn.execute(
+            "SELECT id, position, role, content, stats_json FROM messages WHERE chat_id = ? ORDER BY position",
+            (chat_id,),
+        ).fetchall()
+        return [
+            StoredMessage(
+                r["id"],
+                r["position"],
+                r["role"],
+                r["content"],
+                json.loads(r["stats_json"]) if r["stats_json"] else None,
+            )
+            for r in rows
+        ]
+
+    def rename(self, chat_id: int, title: str) -> None:
+        title = title.strip() or DEFAULT_TITLE
+        self._update_chat(chat_id, "title = ?", (title,))
+
+    def set_system_prompt(self, chat_id: int, text: str) -> None:
+        self._update_chat(chat_id, "system_prompt = ?", (text,))
+
+    def set_model(self, chat_id: int, model_path: str | None) -> None:
+        self._update_chat(chat_id, "model_path = ?", (model_path,))
+
+    def set_backend(self, chat_id: int, backend: str) -> None:
+        _check_backend(backend)
+        self._update_chat(chat_id, "backend = ?", (backend,))
+
+    def delete(self, chat_id: int) -> None:
+        self._conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+
+    def _update_chat(self, chat_id: int, assignment: str, params: Sequence[Any]) -> None:
+        cur = self._conn.execute(
+            f"UPDATE chats SET {assignment}, updated_at = ? WHERE id = ?", (*params, time.time(), chat_id)
+        )
+        if cur.rowcount == 0:
+            raise KeyError(f"no chat {chat_id}")
+
+    # -- messages ------------------------------------------------------------------------------
+    def add_message(self, chat_id: int, role: str, content: str, stats: dict[str, Any] | None = None) -> StoredMessage:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        now = time.time()
+        with self._tx():
+            pos = self._conn.execute(
+                "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)
+            ).fetchone()[0]
+            cur = self._conn.execute(
+                "INSERT INTO messages (chat_id, position, role, content, stats_json, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (chat_id, pos, role, content, json.dumps(stats) if stats else None, now),
+            )
+            row = self._conn.execute("SELECT title FROM chats WHERE id = ?", (chat_id,)).fetchone()
+            if row is not None and row["title"] == DEFAULT_TITLE and role == "user":
+                self._conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title_from(content), chat_id))
+            self._conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
+        return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats)
+
+    def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None) -> None:
+        cur = self._conn.execute(
+            "UPDATE messages SET content = ?, stats_json = ? WHERE id = ?",
+            (content, json.dumps(stats) if stats else None, message_id),
+        )
+        if cur.rowcount == 0:
+            raise KeyError(f"no message {message_id}")
+
+    def truncate(self, chat_id: int, keep: int) -> None:
+        """Keep the first `keep` messages (edit and regenerate continue from an earlier point)."""
+        with self._tx():
+            self._conn.execute("DELETE FROM messages WHERE chat_id = ? AND position >= ?", (chat_id, keep))
+            self._conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
+
+    # -- search and export ---------------------------------------------------------------------
+    def search(self, text: str, limit: int = 50) -> list[ChatSummary]:
+        """Chats whose title or any message contains `text` (case-insensitive), newest first."""
+        needle = text.strip()
+        if not needle:
+            return self.list_chats()
+        pattern = f"%{_escape_like(needle)}%"
+        rows = self._conn.execute(
+            r"""SELECT c.id, c.title, c.model_path, c.updated_at,
+                      (SELECT COUNT(*) FROM messages WHERE chat_id = c.id) AS n,
+                      (SELECT content FROM messages WHERE chat_id = c.id AND content LIKE ? ESCAPE '\'
+                       ORDER BY position LIMIT 1) AS hit
+               FROM chats c
+               WHERE c.title LIKE ? ESCAPE '\'
+                  OR EXISTS (SELECT 1 FROM messages WHERE chat_id = c.id AND content LIKE ? ESCAPE '\')
+               ORDER BY c.updated_at DESC LIMIT ?""",
+            (pattern, pattern, pattern, limit),
+        ).fetchall()
+        return [
+            ChatSummary(r["id"], r["title"], r["model_path"], r["updated_at"], r["n"], _snippet(r["hit"] or "", needle))
+            for r in rows
+        ]
+
+    def export_json(self, chat_id: int) -> dict[str, Any]:
+        chat = self.get_chat(chat_id)
+        return {
+            "title": chat.title,
+            "model": chat.model_path,
+            "system_prompt": chat.system_prompt,
+            "backend": chat.backend,
+            "created_at": chat.created_at,
+            "updated_at": chat.updated_at,
+            "messages": [
+                {"role": m.role, "content": m.content, **({"stats": m.stats} if m.stats else {})} for m in chat.messages
+            ],
+        }
+
+    def export_markdown(self, chat_id: int) -> str:
+        chat = self.get_chat(chat_id)
+        lines = [f"# {chat.title}", ""]
+        if chat.model_path:
+            lines += [f"Model: `{Path(chat.model_path).name}`", ""]
+        if chat.backend == BACKEND_HYBRID:
+            lines += ["Backend: experimental hybrid KV cache (torch)", ""]
+        if chat.system_prompt:
+            lines += ["## System", "", chat.system_prompt, ""]
+        names = {"user": "User", "assistant": "Assistant", "system": "System"}
+        for m in chat.messages:
+            lines += [f"## {names[m.role]}", "", m.content, ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _snippet(text: str, needle: str, width: int = 40) -> str:
+    i = text.lower().find(needle.lower())
+    if i < 0:
+        return ""
+    start = max(0, i - width)
+    end = min(len(text), i + len(needle) + width)
+    out = " ".join(text[start:end].split())
+    return ("…" if start > 0 else "") + out + ("…" if end < len(text) else "")

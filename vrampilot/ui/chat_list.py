@@ -1,0 +1,133 @@
+"""The list of saved chats: search, new, rename, delete, export."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vrampilot.storage import ChatSummary
+
+
+def _when(ts: float) -> str:
+    age = time.time() - ts
+    if age < 86400:
+        return time.strftime("%H:%M", time.localtime(ts))
+    return time.strftime("%d %b", time.localtime(ts))
+
+
+class ChatList(QWidget):
+    chat_selected = Signal(int)
+    new_chat_requested = Signal()
+    rename_requested = Signal(int)
+    delete_requested = Signal(int)
+    export_requested = Signal(int, str)  # chat id, "markdown" | "json"
+    search_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 28)
+        self.new_button = QPushButton("New chat")
+        self.new_button.setObjectName("new_chat")
+        self.new_button.setToolTip("Ctrl+N")
+        self.new_button.clicked.connect(self.new_chat_requested)
+        lay.addWidget(self.new_button)
+        self.search = QLineEdit()
+        self.search.setObjectName("chat_search")
+        self.search.setPlaceholderText("Search chats")
+        self.search.setClearButtonEnabled(True)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(200)
+        self._search_timer.timeout.connect(lambda: self.search_changed.emit(self.search.text()))
+        self.search.textChanged.connect(self._search_timer.start)
+        lay.addWidget(self.search)
+        self.list = QListWidget()
+        self.list.setObjectName("chats")
+        self.list.setWordWrap(True)
+        self.list.currentItemChanged.connect(self._current_changed)
+        lay.addWidget(self.list, 1)
+        row = QHBoxLayout()
+        self.rename_button = QToolButton()
+        self.rename_button.setText("Rename")
+        self.rename_button.setObjectName("rename_chat")
+        self.rename_button.clicked.connect(lambda: self._with_current(self.rename_requested.emit))
+        self.delete_button = QToolButton()
+        self.delete_button.setText("Delete")
+        self.delete_button.setObjectName("delete_chat")
+        self.delete_button.clicked.connect(lambda: self._with_current(self.delete_requested.emit))
+        self.export_button = QToolButton()
+        self.export_button.setText("Export")
+        self.export_button.setObjectName("export_chat")
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.export_button)
+        menu.addAction("As Markdown…").triggered.connect(
+            lambda: self._with_current(lambda i: self.export_requested.emit(i, "markdown"))
+        )
+        menu.addAction("As JSON…").triggered.connect(
+            lambda: self._with_current(lambda i: self.export_requested.emit(i, "json"))
+        )
+        self.export_button.setMenu(menu)
+        for b in (self.rename_button, self.delete_button, self.export_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        lay.addLayout(row)
+        self._quiet = False
+
+    def set_chats(self, chats: list[ChatSummary], current: int | None) -> None:
+        self._quiet = True
+        try:
+            self.list.clear()
+            for c in chats:
+                text = c.title + (
+                    f"\n{c.snippet}"
+                    if c.snippet
+                    else f"\n{_when(c.updated_at)} · {c.n_messages} message{'' if c.n_messages == 1 else 's'}"
+                )
+                item = QListWidgetItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, c.id)
+                item.setToolTip(c.title)
+                self.list.addItem(item)
+                if c.id == current:
+                    self.list.setCurrentItem(item)
+        finally:
+            self._quiet = False
+        self._update_buttons()
+
+    def current_id(self) -> int | None:
+        item = self.list.currentItem()
+        return int(item.data(Qt.ItemDataRole.UserRole)) if item is not None else None
+
+    def ids(self) -> list[int]:
+        return [int(self.list.item(i).data(Qt.ItemDataRole.UserRole)) for i in range(self.list.count())]
+
+    def _current_changed(self, *_a: object) -> None:
+        self._update_buttons()
+        if self._quiet:
+            return
+        cid = self.current_id()
+        if cid is not None:
+            self.chat_selected.emit(cid)
+
+    def _with_current(self, fn: object) -> None:
+        cid = self.current_id()
+        if cid is not None:
+            fn(cid)  # type: ignore[operator]
+
+    def _update_buttons(self) -> None:
+        has = self.current_id() is not None
+        for b in (self.rename_button, self.delete_button, self.export_button):
+            b.setEnabled(has)

@@ -1,0 +1,525 @@
+"""The conversation: streamed Markdown replies, per-message actions, the input, the sampling panel.
+
+Views only: the main window decides what happens on send, stop, edit and regenerate.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QStandardItemModel
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vrampilot.engine import SamplingParams
+from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
+from vrampilot.ui.markdown_view import MarkdownView
+
+ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
+RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
+BACKEND_LABELS = {BACKEND_LLAMA: "llama.cpp", BACKEND_HYBRID: "Experimental: hybrid cache (torch)"}
+
+
+class MessageWidget(QFrame):
+    copy_requested = Signal()
+    edit_requested = Signal(int)
+    regenerate_requested = Signal()
+
+    def __init__(self, position: int, role: str, content: str, stats_text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self.position = position
+        self.role = role
+        self.setObjectName(f"message_{position}")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setProperty("role", role)
+        if role == "user":
+            # Theme-aware tint: the user's turns stand apart in light and dark alike.
+            self.setAutoFillBackground(True)
+            self.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        head = QHBoxLayout()
+        who = QLabel(f"<b>{ROLE_NAMES.get(role, role)}</b>")
+        head.addWidget(who)
+        head.addStretch(1)
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
+        self.copy_button.setObjectName("copy")
+        self.copy_button.clicked.connect(self._copy)
+        head.addWidget(self.copy_button)
+        self.edit_button = QToolButton()
+        self.edit_button.setText("Edit")
+        self.edit_button.setObjectName("edit")
+        self.edit_button.setVisible(role == "user")
+        self.edit_button.clicked.connect(lambda: self.edit_requested.emit(self.position))
+        head.addWidget(self.edit_button)
+        self.regenerate_button = QToolButton()
+        self.regenerate_button.setText("Regenerate")
+        self.regenerate_button.setObjectName("regenerate")
+        self.regenerate_button.hide()
+        self.regenerate_button.clicked.connect(self.regenerate_requested)
+        head.addWidget(self.regenerate_button)
+        lay.addLayout(head)
+        self.body = MarkdownView()
+        self.body.setObjectName("body")
+        self.body.set_markdown(content)
+        lay.addWidget(self.body)
+        self.stats = QLabel(stats_text)
+        self.stats.setObjectName("stats")
+        self.stats.setWordWrap(True)
+        self.stats.setEnabled(False)  # greyed: secondary information
+        self.stats.setVisible(bool(stats_text))
+        lay.addWidget(self.stats)
+        self._text = content
+
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str) -> None:
+        self._text = text
+        self.body.set_markdown(text)
+
+    def set_stats(self, text: str) -> None:
+        self.stats.setText(text)
+        self.stats.setVisible(bool(text))
+
+    def _copy(self) -> None:
+        QGuiApplication.clipboard().setText(self._text)
+        self.copy_requested.emit()
+
+
+class InputEdit(QPlainTextEdit):
+    """Ctrl+Enter sends; with "Enter sends" on, Enter sends and Shift+Enter breaks the line."""
+
+    send = Signal()
+    escape = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.enter_sends = False
+
+    def keyPressEvent(self, e: QKeyEvent) -> None:
+        if e.key() == Qt.Key.Key_Escape:
+            # The window's Esc shortcut normally takes it first; this covers an inactive window.
+            self.escape.emit()
+            return
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = e.modifiers()
+            if mods & Qt.KeyboardModifier.ControlModifier or (
+                self.enter_sends and not mods & Qt.KeyboardModifier.ShiftModifier
+            ):
+                self.send.emit()
+                return
+        super().keyPressEvent(e)
+
+
+class SamplingPanel(QFrame):
+    changed = Signal(object)  # SamplingParams
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        form = QFormLayout(self)
+        self.temperature = self._double(0.0, 2.0, 0.05, "temperature")
+        self.top_p = self._double(0.01, 1.0, 0.01, "top_p")
+        self.top_k = self._int(0, 1000, "top_k")
+        self.min_p = self._double(0.0, 1.0, 0.01, "min_p")
+        self.repeat_penalty = self._double(0.5, 2.0, 0.01, "repeat_penalty")
+        self.max_tokens = self._int(1, 131072, "max_tokens")
+        self.seed = self._int(-1, 2**31 - 1, "seed")
+        self.seed.setSpecialValueText("random")
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Top-k", self.top_k)
+        form.addRow("Min-p", self.min_p)
+        form.addRow("Repeat penalty", self.repeat_penalty)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Seed", self.seed)
+        self._loading = False
+
+    def _double(self, lo: float, hi: float, step: float, name: str) -> QDoubleSpinBox:
+        box = QDoubleSpinBox()
+        box.setObjectName(name)
+        box.setRange(lo, hi)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.valueChanged.connect(self._emit)
+        return box
+
+    def _int(self, lo: int, hi: int, name: str) -> QSpinBox:
+        box = QSpinBox()
+        box.setObjectName(name)
+        box.setRange(lo, hi)
+        box.valueChanged.connect(self._emit)
+        return box
+
+    def set_params(self, p: SamplingParams) -> None:
+        self._loading = True
+        try:
+            self.temperature.setValue(p.temperature)
+            self.top_p.setValue(p.top_p)
+            self.top_k.setValue(p.top_k)
+            self.min_p.setValue(p.min_p)
+            self.repeat_penalty.setValue(p.repeat_penalty)
+            self.max_tokens.setValue(p.max_tokens)
+            self.seed.setValue(-1 if p.seed is None else p.seed)
+        finally:
+            self._loading = False
+
+    def params(self) -> SamplingParams:
+        seed = self.seed.value()
+        return SamplingParams(
+            temperature=self.temperature.value(),
+            top_p=max(self.top_p.value(), 0.01),
+            top_k=self.top_k.value(),
+            min_p=self.min_p.value(),
+            repeat_penalty=self.repeat_penalty.value(),
+            max_tokens=self.max_tokens.value(),
+            seed=None if seed < 0 else seed,
+        )
+
+    def _emit(self, *_a: object) -> None:
+        if not self._loading:
+            self.changed.emit(self.params())
+
+
+class ChatView(QWidget):
+    send_requested = Signal(str)
+    stop_requested = Signal()
+    regenerate_requested = Signal()
+    edit_requested = Signal(int)
+    edit_cancelled = Signal()
+    system_prompt_changed = Signal(str)
+    sampling_changed = Signal(object)
+    enter_sends_changed = Signal(bool)
+    backend_changed = Signal(str)  # the user picked another backend for this chat
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+
+        top = QHBoxLayout()
+        self.title = QLabel()
+        self.title.setObjectName("chat_title")
+        f = self.title.font()
+        f.setPointSizeF(f.pointSizeF() * 1.2)
+        f.setBold(True)
+        self.title.setFont(f)
+        top.addWidget(self.title, 1)
+        # Per chat, as LM Studio and Jan put the model choice: beside the chat's title.
+        self.backend = QComboBox()
+        self.backend.setObjectName("backend")
+        for key, label in BACKEND_LABELS.items():
+            self.backend.addItem(label, key)
+        self.backend.setToolTip("What replies in this chat")
+        self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.backend.currentIndexChanged.connect(self._backend_picked)
+        backend_label = QLabel("Backend")
+        backend_label.setBuddy(self.backend)
+        top.addWidget(backend_label)
+        top.addWidget(self.backend)
+        self.system_toggle = QToolButton()
+        self.system_toggle.setText("System prompt")
+        self.system_toggle.setObjectName("system_toggle")
+        self.system_toggle.setCheckable(True)
+        top.addWidget(self.system_toggle)
+        self.sampling_toggle = QToolButton()
+        self.sampling_toggle.setText("Sampling")
+        self.sampling_toggle.setObjectName("sampling_toggle")
+        self.sampling_toggle.setCheckable(True)
+        top.addWidget(self.sampling_toggle)
+        lay.addLayout(top)
+
+        # What the chosen backend is, or why it cannot be used; hidden for plain llama.cpp chats.
+        self.backend_note = QLabel()
+        self.backend_note.setObjectName("backend_note")
+        self.backend_note.setWordWrap(True)
+        self.backend_note.setFrameShape(QFrame.Shape.StyledPanel)
+        self.backend_note.setMargin(4)
+        self.backend_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.backend_note.hide()
+        lay.addWidget(self.backend_note)
+
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setObjectName("system_prompt")
+        self.system_prompt.setPlaceholderText("System prompt (empty: the model's default)")
+        self.system_prompt.setMaximumHeight(self.fontMetrics().height() * 5)
+        self.system_prompt.hide()
+        self.system_toggle.toggled.connect(self.system_prompt.setVisible)
+        self._system_timer = QTimer(self)
+        self._system_timer.setSingleShot(True)
+        self._system_timer.setInterval(400)
+        self._system_timer.timeout.connect(lambda: self.system_prompt_changed.emit(self.system_prompt.toPlainText()))
+        self.system_prompt.textChanged.connect(self._system_timer.start)
+        lay.addWidget(self.system_prompt)
+
+        self.sampling = SamplingPanel()
+        self.sampling.setObjectName("sampling")
+        self.sampling.hide()
+        self.sampling_toggle.toggled.connect(self.sampling.setVisible)
+        self.sampling.changed.connect(self.sampling_changed)
+        lay.addWidget(self.sampling)
+
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("messages")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._container = QWidget()
+        self._list = QVBoxLayout(self._container)
+        self._list.setContentsMargins(4, 4, 4, 4)
+        self._list.addStretch(1)
+        self.scroll.setWidget(self._container)
+        lay.addWidget(self.scroll, 1)
+        self.empty_hint = QLabel()
+        self.empty_hint.setObjectName("empty_hint")
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._list.insertWidget(0, self.empty_hint)
+
+        # Banner: overflow choices, edit mode, errors
+        self.banner = QFrame()
+        self.banner.setObjectName("banner")
+        self.banner.setFrameShape(QFrame.Shape.StyledPanel)
+        bl = QHBoxLayout(self.banner)
+        bl.setContentsMargins(6, 4, 6, 4)
+        self.banner_text = QLabel()
+        self.banner_text.setObjectName("banner_text")
+        self.banner_text.setWordWrap(True)
+        bl.addWidget(self.banner_text, 1)
+        self._banner_buttons: list[QPushButton] = []
+        self._banner_layout = bl
+        self.banner.hide()
+        lay.addWidget(self.banner)
+
+        bottom = QHBoxLayout()
+        self.input = InputEdit()
+        self.input.setObjectName("input")
+        self.input.setMaximumHeight(self.fontMetrics().height() * 6)
+        self.input.send.connect(self._send)
+        self.input.escape.connect(self.stop_requested)
+        bottom.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send")
+        self.send_button.clicked.connect(self._send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stop")
+        self.stop_button.setToolTip("Esc")
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.stop_button.setEnabled(False)
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        self.enter_sends = QCheckBox("Enter sends")
+        self.enter_sends.setObjectName("enter_sends")
+        self.enter_sends.toggled.connect(self._enter_sends_toggled)
+        buttons.addWidget(self.enter_sends)
+        bottom.addLayout(buttons)
+        lay.addLayout(bottom)
+        self._update_send_hint()
+
+        self._messages: list[MessageWidget] = []
+        self._streaming: MessageWidget | None = None
+        self._stream_text = ""
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(RENDER_INTERVAL_MS)
+        self._render_timer.timeout.connect(self._render_stream)
+        self._follow = True
+        self.scroll.verticalScrollBar().rangeChanged.connect(self._range_changed)
+        self.scroll.verticalScrollBar().valueChanged.connect(self._scrolled)
+        self.busy = False
+
+    # -- input ---------------------------------------------------------------------------------
+    def _enter_sends_toggled(self, on: bool) -> None:
+        self.input.enter_sends = on
+        self._update_send_hint()
+        self.enter_sends_changed.emit(on)
+
+    def set_enter_sends(self, on: bool) -> None:
+        self.enter_sends.setChecked(on)
+        self.input.enter_sends = on
+        self._update_send_hint()
+
+    def _update_send_hint(self) -> None:
+        hint = "Enter sends, Shift+Enter new line" if self.input.enter_sends else "Ctrl+Enter sends"
+        self.input.setPlaceholderText(f"Message the model ({hint}; Esc stops)")
+        self.send_button.setToolTip(hint)
+
+    def _send(self) -> None:
+        text = self.input.toPlainText().strip()
+        if text and not self.busy:
+            self.send_requested.emit(text)
+
+    def clear_input(self) -> None:
+        self.input.clear()
+
+    def focus_input(self) -> None:
+        self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    # -- backend -------------------------------------------------------------------------------
+    def _backend_picked(self, index: int) -> None:
+        if index >= 0 and not self.backend.signalsBlocked():
+            self.backend_changed.emit(self.backend.itemData(index))
+
+    def set_backend(self, key: str) -> None:
+        """Show `key` as this chat's backend without reporting it as the user's choice."""
+        self.backend.blockSignals(True)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(key)))
+        self.backend.blockSignals(False)
+
+    def current_backend(self) -> str:
+        return str(self.backend.currentData())
+
+    def set_backend_available(self, key: str, available: bool, why: str = "") -> None:
+        """Grey out a backend (kept in the list, so the user learns it exists) and say why in its tooltip."""
+        index = self.backend.findData(key)
+        model = self.backend.model()
+        if index < 0 or not isinstance(model, QStandardItemModel):
+            return
+        item = model.item(index)
+        item.setEnabled(available)
+        item.setToolTip(why)
+        self.backend.setToolTip("What replies in this chat" + (f"\n{why}" if why else ""))
+
+    def backend_available(self, key: str) -> bool:
+        model = self.backend.model()
+        index = self.backend.findData(key)
+        return isinstance(model, QStandardItemModel) and index >= 0 and model.item(index).isEnabled()
+
+    def set_backend_note(self, text: str) -> None:
+        self.backend_note.setText(text)
+        self.backend_note.setVisible(bool(text))
+
+    # -- messages ------------------------------------------------------------------------------
+    def set_title(self, title: str) -> None:
+        self.title.setText(title)
+
+    def set_system_prompt(self, text: str) -> None:
+        self.system_prompt.blockSignals(True)
+        self.system_prompt.setPlainText(text)
+        self.system_prompt.blockSignals(False)
+        self.system_toggle.setText("System prompt •" if text else "System prompt")
+
+    def set_empty_hint(self, text: str) -> None:
+        self.empty_hint.setText(text)
+        self.empty_hint.setVisible(not self._messages and bool(text))
+
+    def clear_messages(self) -> None:
+        for w in self._messages:
+            w.setParent(None)
+            w.deleteLater()
+        self._messages.clear()
+        self._streaming = None
+        self.empty_hint.setVisible(bool(self.empty_hint.text()))
+
+    def messages(self) -> list[MessageWidget]:
+        return list(self._messages)
+
+    def add_message(self, position: int, role: str, content: str, stats_text: str = "") -> MessageWidget:
+        w = MessageWidget(position, role, content, stats_text)
+        w.edit_requested.connect(self.edit_requested)
+        w.regenerate_requested.connect(self.regenerate_requested)
+        self._list.insertWidget(self._list.count() - 1, w)
+        self._messages.append(w)
+        self.empty_hint.hide()
+        self._update_actions()
+        self._follow = True
+        return w
+
+    def begin_reply(self, position: int) -> MessageWidget:
+        w = self.add_message(position, "assistant", "")
+        w.set_stats("…")
+        self._streaming = w
+        self._stream_text = ""
+        return w
+
+    def append_reply_text(self, text: str) -> None:
+        self._stream_text += text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def _render_stream(self) -> None:
+        if self._streaming is not None:
+            self._streaming.set_text(self._stream_text)
+
+    def finish_reply(self, text: str, stats_text: str) -> None:
+        self._render_timer.stop()
+        if self._streaming is not None:
+            self._streaming.set_text(text)
+            self._streaming.set_stats(stats_text)
+        self._streaming = None
+        self._update_actions()
+
+    def drop_reply(self) -> None:
+        """Remove the reply being streamed (it failed before producing anything)."""
+        self._render_timer.stop()
+        if self._streaming is not None:
+            self._messages.remove(self._streaming)
+            self._streaming.setParent(None)
+            self._streaming.deleteLater()
+        self._streaming = None
+        self._update_actions()
+
+    def streamed_text(self) -> str:
+        return self._stream_text
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.backend.setEnabled(not busy)
+        self.send_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        last_assistant = next((w for w in reversed(self._messages) if w.role == "assistant"), None)
+        for w in self._messages:
+            w.regenerate_button.setVisible(w is last_assistant and w is self._messages[-1] and not self.busy)
+            w.edit_button.setEnabled(not self.busy)
+
+    # -- scrolling: follow the stream unless the user scrolled up ------------------------------
+    def _scrolled(self, value: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 4
+
+    def _range_changed(self, _lo: int, hi: int) -> None:
+        if self._follow:
+            self.scroll.verticalScrollBar().setValue(hi)
+
+    # -- banner --------------------------------------------------------------------------------
+    def show_banner(self, text: str, actions: list[tuple[str, str, object]] | None = None) -> None:
+        """`actions`: (object name, label, callback)."""
+        for b in self._banner_buttons:
+            b.setParent(None)
+            b.deleteLater()
+        self._banner_buttons = []
+        self.banner_text.setText(text)
+        for name, label, callback in actions or []:
+            b = QPushButton(label)
+            b.setObjectName(name)
+            b.clicked.connect(callback)  # type: ignore[arg-type]
+            self._banner_layout.addWidget(b)
+            self._banner_buttons.append(b)
+        self.banner.show()
+
+    def hide_banner(self) -> None:
+        self.banner.hide()
+
+    def banner_visible(self) -> bool:
+        return self.banner.isVisible()
+
+
+__all__ = ["ChatView", "MessageWidget", "SamplingPanel"]

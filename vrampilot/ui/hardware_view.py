@@ -1,0 +1,43 @@
+"""The hardware summary shown at the top of the plan panel (first thing a new user sees)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QWidget
+
+from vrampilot.hardware import Machine, machine_warnings
+from vrampilot.ui.theme import WARN_AMBER
+from vrampilot.units import format_bytes
+
+
+def hardware_summary_html(m: Machine) -> str:
+    lines: list[str] = []
+    if m.gpus:
+        for g in m.gpus:
+            free = f", {format_bytes(g.memory_free_bytes)} free" if g.memory_free_bytes is not None else ""
+            driver = f", driver {g.driver_version}" if g.driver_version else ""
+            lines.append(
+                f"<b>GPU {g.index}</b>: {escape(g.name)}, {format_bytes(g.memory_total_bytes)} VRAM{free}{driver}"
+            )
+    else:
+        lines.append("<b>No NVIDIA GPU found: planning for the CPU</b>")
+    cpu = m.cpu
+    lines.append(f"<b>CPU</b>: {escape(cpu.model_name)}, {cpu.physical_cores} cores / {cpu.logical_cores} threads")
+    lines.append(f"<b>RAM</b>: {format_bytes(m.ram_total_bytes)}, {format_bytes(m.ram_available_bytes)} available")
+    for w in machine_warnings(m):
+        lines.append(f"<span style='color:{WARN_AMBER}'>{escape(w)}</span>")
+    return "<br>".join(lines)
+
+
+class HardwareView(QLabel):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Looking at this machine…", parent)
+        self.setObjectName("hardware")
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+    def set_machine(self, m: Machine) -> None:
+        self.setText(hardware_summary_html(m))

@@ -1,0 +1,177 @@
+"""The model library: the embedded model, files the user opened or dropped, folders' contents.
+
+Each entry shows what a user picks a model by: architecture, size, quantization, trained context,
+and whether it fits this machine (from the planner, computed off the GUI thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
+from vrampilot.planner.search import PlanError, plan
+from vrampilot.planner.target import Target
+from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
+from vrampilot.units import format_bytes, format_tokens
+
+BADGE_COLORS = {"fits fully": OK_GREEN, "CPU only": OK_GREEN, "partial offload": WARN_AMBER, "too large": OVER_BUDGET}
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    path: Path
+    embedded: bool
+    spec: ModelSpec | None
+    badge: str  # fits fully / partial offload / CPU only / too large / unreadable
+    error: str = ""
+
+
+def describe_entry(path: Path, target: Target, *, embedded: bool = False) -> LibraryEntry:
+    """Read the header and ask the planner whether it fits (runs on a worker thread)."""
+    try:
+        spec = load_model_spec(path)
+    except (GGUFError, OSError) as exc:
+        return LibraryEntry(path, embedded, None, "unreadable", str(exc))
+    try:
+        p = plan(spec, target, alternatives=False)
+    except PlanError as exc:
+        return LibraryEntry(path, embedded, spec, "unreadable", str(exc))
+    if not p.fits:
+        badge = "too large"
+    elif not target.has_gpu:
+        badge = "CPU only"
+    elif p.settings.n_gpu_layers > spec.n_layer:
+        badge = "fits fully"
+    else:
+        badge = "partial offload"
+    return LibraryEntry(path, embedded, spec, badge)
+
+
+class LibraryView(QWidget):
+    model_selected = Signal(object)  # Path
+    open_files_requested = Signal()
+    add_folder_requested = Signal()
+    remove_requested = Signal(object)  # Path
+
+    COLUMNS = ("Model", "On this machine")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.tree = QTreeWidget()
+        self.tree.setObjectName("library")
+        self.tree.setRootIsDecorated(False)
+        self.tree.setColumnCount(len(self.COLUMNS))
+        self.tree.setHeaderLabels(list(self.COLUMNS))
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        hdr = self.tree.header()
+        hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        hdr.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setStretchLastSection(False)
+        self.tree.setWordWrap(False)
+        self.tree.setUniformRowHeights(False)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.setMinimumHeight(self.fontMetrics().height() * 6)
+        self.tree.itemSelectionChanged.connect(self._selected)
+        lay.addWidget(self.tree)
+        row = QHBoxLayout()
+        open_b = QPushButton("Open GGUF…")
+        open_b.setObjectName("open_model")
+        open_b.clicked.connect(self.open_files_requested)
+        folder_b = QPushButton("Add folder…")
+        folder_b.setObjectName("add_folder")
+        folder_b.clicked.connect(self.add_folder_requested)
+        self.remove_b = QPushButton("Remove")
+        self.remove_b.setObjectName("remove_model")
+        self.remove_b.clicked.connect(self._remove)
+        row.addWidget(open_b)
+        row.addWidget(folder_b)
+        row.addStretch(1)
+        row.addWidget(self.remove_b)
+        lay.addLayout(row)
+        self._entries: dict[str, LibraryEntry] = {}
+        self._selecting = False
+
+    def set_entries(self, entries: list[LibraryEntry], selected: Path | None) -> None:
+        self._selecting = True
+        try:
+            self.tree.clear()
+            self._entries = {str(e.path): e for e in entries}
+            for e in entries:
+                item = QTreeWidgetItem(self._cells(e))
+                item.setData(0, Qt.ItemDataRole.UserRole, str(e.path))
+                item.setToolTip(0, str(e.path) + (f"\n{e.error}" if e.error else ""))
+                color = BADGE_COLORS.get(e.badge)
+                if color:
+                    item.setForeground(1, QColor(color))
+                self.tree.addTopLevelItem(item)
+                if selected is not None and Path(selected) == e.path:
+                    item.setSelected(True)
+                    self.tree.setCurrentItem(item)
+        finally:
+            self._selecting = False
+        self._update_remove()
+
+    @staticmethod
+    def _cells(e: LibraryEntry) -> list[str]:
+        """Two lines: what the model is called, then what a user picks it by."""
+        name = e.path.name + (" (built-in)" if e.embedded else "")
+        if e.spec is None:
+            return [f"{name}\n{e.error or 'not readable'}", e.badge]
+        s = e.spec
+        details = " · ".join(
+            [
+                s.architecture,
+                format_bytes(s.file_bytes),
+                s.file_type or "?",
+                f"{format_tokens(s.n_ctx_train)} trained" if s.n_ctx_train else "context unknown",
+            ]
+        )
+        return [f"{name}\n{details}", e.badge]
+
+    def entry(self, path: Path) -> LibraryEntry | None:
+        return self._entries.get(str(path))
+
+    def selected_path(self) -> Path | None:
+        items = self.tree.selectedItems()
+        return Path(items[0].data(0, Qt.ItemDataRole.UserRole)) if items else None
+
+    def select(self, path: Path) -> None:
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item is not None and Path(item.data(0, Qt.ItemDataRole.UserRole)) == path:
+                self.tree.setCurrentItem(item)
+                return
+
+    def _selected(self) -> None:
+        self._update_remove()
+        if self._selecting:
+            return
+        path = self.selected_path()
+        if path is not None:
+            self.model_selected.emit(path)
+
+    def _update_remove(self) -> None:
+        path = self.selected_path()
+        e = self._entries.get(str(path)) if path else None
+        self.remove_b.setEnabled(e is not None and not e.embedded)
+
+    def _remove(self) -> None:
+        path = self.selected_path()
+        if path is not None:
+            self.remove_requested.emit(path)

@@ -1,0 +1,97 @@
+"""A read-only Markdown view that grows with its text (one per chat message).
+
+Qt's own CommonMark reader (QTextDocument.setMarkdown, GitHub dialect) renders the text, so no
+extra package is needed; fenced code blocks get a monospace font and a shaded background.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QPalette,
+    QResizeEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextFormat,
+)
+from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+
+_CODE_PROPS = (QTextFormat.Property.BlockCodeFence, QTextFormat.Property.BlockCodeLanguage)
+
+
+def code_shade(palette: QPalette) -> QColor:
+    """Base mixed with 8% of the text colour: darker in light themes, lighter in dark ones."""
+    base = palette.color(QPalette.ColorRole.Base)
+    text = palette.color(QPalette.ColorRole.Text)
+    a = 0.08
+    return QColor.fromRgbF(
+        base.redF() * (1 - a) + text.redF() * a,
+        base.greenF() * (1 - a) + text.greenF() * a,
+        base.blueF() * (1 - a) + text.blueF() * a,
+    )
+
+
+class MarkdownView(QTextBrowser):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._markdown = ""
+        self.setOpenExternalLinks(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(lambda _s: self._fit())
+
+    def markdown(self) -> str:
+        return self._markdown
+
+    def set_markdown(self, text: str) -> None:
+        self._markdown = text
+        self.setMarkdown(text)
+        self._style_code_blocks()
+        self._fit()
+
+    def _style_code_blocks(self) -> None:
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        # Say "fixed pitch, monospace" as well as the family: where the system's fixed font is
+        # missing or misreported (Noto Sans Mono is not flagged fixed-pitch), Qt still picks one.
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        mono.setFixedPitch(True)
+        shade = code_shade(self.palette())
+        block = self.document().begin()
+        cursor = QTextCursor(self.document())
+        while block.isValid():
+            fmt = block.blockFormat()
+            if any(fmt.hasProperty(p) for p in _CODE_PROPS) or block.charFormat().fontFixedPitch():
+                cursor.setPosition(block.position())
+                bf = QTextBlockFormat()
+                bf.setBackground(shade)
+                cursor.mergeBlockFormat(bf)
+                cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+                cf = QTextCharFormat()
+                cf.setFont(mono)
+                cursor.mergeCharFormat(cf)
+            block = block.next()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and self._markdown:
+            self.set_markdown(self._markdown)  # the code shade follows a light/dark switch
+
+    def _fit(self) -> None:
+        doc_h = self.document().size().height()
+        margins = self.contentsMargins()
+        self.setFixedHeight(int(doc_h + margins.top() + margins.bottom() + 2))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def sizeHint(self) -> QSize:
+        return QSize(200, self.height())

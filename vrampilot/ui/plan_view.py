@@ -1,0 +1,272 @@
+"""The plan, explained: memory per device against the budget, predicted speed, every setting with
+the planner's reason, the alternatives with their cost, and the pins that change it."""
+
+from __future__ import annotations
+
+import sys
+from html import escape
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMenu,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from vrampilot.export import SHELLS
+from vrampilot.planner.search import Alternative, Pins, Plan
+from vrampilot.ui.memory_bar import BarData, MemoryBar
+from vrampilot.ui.pin_controls import PinControls
+from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
+from vrampilot.units import format_bytes, format_tokens
+
+SHELL_NAMES = {"bash": "bash", "powershell": "PowerShell", "cmd": "cmd"}
+
+
+def _signed_bytes(n: int) -> str:
+    return ("+" if n > 0 else "") + format_bytes(n) if n else "±0"
+
+
+class PlanView(QWidget):
+    pins_changed = Signal(object)  # Pins
+    target_changed = Signal(str)  # key from set_targets
+    alternative_chosen = Signal(object)  # Alternative
+    load_requested = Signal()
+    cancel_load_requested = Signal()
+    unload_requested = Signal()
+    export_requested = Signal(str)  # shell
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._plan: Plan | None = None
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+
+        # Target
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Plan for"))
+        self.target_box = QComboBox()
+        self.target_box.setObjectName("target")
+        self.target_box.activated.connect(lambda _i: self.target_changed.emit(str(self.target_box.currentData())))
+        row.addWidget(self.target_box, 1)
+        outer.addLayout(row)
+
+        # Verdict, bars, speed
+        self.verdict = QLabel()
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        outer.addWidget(self.verdict)
+        self.gpu_bar = MemoryBar()
+        self.gpu_bar.setObjectName("gpu_bar")
+        self.ram_bar = MemoryBar()
+        self.ram_bar.setObjectName("ram_bar")
+        outer.addWidget(self.gpu_bar)
+        outer.addWidget(self.ram_bar)
+        self.speed = QLabel()
+        self.speed.setObjectName("speed")
+        self.speed.setWordWrap(True)
+        outer.addWidget(self.speed)
+
+        # Actions
+        actions = QHBoxLayout()
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("load")
+        self.load_button.clicked.connect(self.load_requested)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setObjectName("cancel_load")
+        self.cancel_button.clicked.connect(self.cancel_load_requested)
+        self.cancel_button.hide()
+        self.unload_button = QPushButton("Unload")
+        self.unload_button.setObjectName("unload")
+        self.unload_button.clicked.connect(self.unload_requested)
+        self.unload_button.setEnabled(False)
+        self.export_button = QToolButton()
+        self.export_button.setObjectName("export")
+        self.export_button.setText("Export")
+        self.export_button.setToolTip("Copy the llama-server command for this plan")
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        menu = QMenu(self.export_button)
+        for shell in SHELLS:
+            act = menu.addAction(f"Copy for {SHELL_NAMES[shell]}")
+            act.setObjectName(f"export_{shell}")
+            act.triggered.connect(lambda _c=False, s=shell: self.export_requested.emit(s))
+        self.export_button.setMenu(menu)
+        self.export_button.clicked.connect(
+            lambda: self.export_requested.emit("powershell" if _is_windows() else "bash")
+        )
+        actions.addWidget(self.load_button)
+        actions.addWidget(self.cancel_button)
+        actions.addWidget(self.unload_button)
+        actions.addStretch(1)
+        actions.addWidget(self.export_button)
+        outer.addLayout(actions)
+        self.progress = QProgressBar()
+        self.progress.setObjectName("load_progress")
+        self.progress.setRange(0, 100)
+        self.progress.hide()
+        outer.addWidget(self.progress)
+        self.load_status = QLabel()
+        self.load_status.setObjectName("load_status")
+        self.load_status.setWordWrap(True)
+        outer.addWidget(self.load_status)
+
+        # Settings and reasons
+        settings_box = QGroupBox("Settings")
+        sl = QVBoxLayout(settings_box)
+        self.pins = PinControls()
+        self.pins.pins_changed.connect(self.pins_changed)
+        sl.addWidget(self.pins)
+        reset = QPushButton("Let the planner choose everything")
+        reset.setObjectName("reset_pins")
+        reset.clicked.connect(lambda: self.pins_changed.emit(Pins()))
+        sl.addWidget(reset, 0, Qt.AlignmentFlag.AlignLeft)
+        outer.addWidget(settings_box)
+
+        why = QGroupBox("Why these settings")
+        wl = QVBoxLayout(why)
+        self.reasons = QLabel()
+        self.reasons.setObjectName("reasons")
+        self.reasons.setWordWrap(True)
+        self.reasons.setTextFormat(Qt.TextFormat.RichText)
+        self.reasons.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        wl.addWidget(self.reasons)
+        outer.addWidget(why)
+
+        alts = QGroupBox("Alternatives (double-click to use)")
+        al = QVBoxLayout(alts)
+        self.alternatives = QTableWidget(0, 4)
+        self.alternatives.setObjectName("alternatives")
+        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Tokens/s", "Fits"])
+        self.alternatives.verticalHeader().hide()
+        self.alternatives.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.alternatives.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        hdr = self.alternatives.horizontalHeader()
+        hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for c in (1, 2, 3):
+            hdr.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
+        self.alternatives.cellDoubleClicked.connect(self._alt_clicked)
+        al.addWidget(self.alternatives)
+        outer.addWidget(alts)
+
+        # Inside the scrolling side panel: never squeeze a section below its natural height (the
+        # panel scrolls instead).
+        for box in (settings_box, why, alts):
+            box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        outer.addStretch(1)
+
+    # -- targets -------------------------------------------------------------------------------
+    def set_targets(self, targets: list[tuple[str, str]], current: str) -> None:
+        self.target_box.clear()
+        for key, label in targets:
+            self.target_box.addItem(label, key)
+        i = self.target_box.findData(current)
+        self.target_box.setCurrentIndex(max(i, 0))
+
+    # -- plan ----------------------------------------------------------------------------------
+    def plan(self) -> Plan | None:
+        return self._plan
+
+    def set_plan(self, plan: Plan) -> None:
+        self._plan = plan
+        t = plan.target
+        self.pins.set_model(plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores)
+        self.pins.show_settings(plan.settings, plan.pins)
+        mem = plan.memory
+        if t.has_gpu:
+            self.gpu_bar.set_data(BarData("GPU", mem.device, plan.device_budget_bytes))
+            self.gpu_bar.show()
+        else:
+            self.gpu_bar.set_data(None)
+            self.gpu_bar.hide()
+        self.ram_bar.set_data(BarData("RAM", mem.host, plan.host_budget_bytes))
+        s = plan.settings
+        where = (
+            "on the GPU"
+            if t.has_gpu and s.n_gpu_layers > plan.spec.n_layer
+            else (f"{s.n_gpu_layers} of {plan.spec.n_layer + 1} layers on the GPU" if t.has_gpu else "on the CPU")
+        )
+        if plan.fits:
+            color, word = OK_GREEN, "Fits"
+        else:
+            color, word = OVER_BUDGET, "Does not fit"
+        detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
+        self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
+        sp = plan.speed
+        self.speed.setText(
+            f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating "
+            f"({sp.decode_tps_full_ctx:.1f} with the context full), {sp.prefill_tps:.0f} tokens/s reading prompts"
+        )
+        items = [f"<li>{escape(r)}</li>" for r in plan.reasons]
+        items += [f"<li style='color:{WARN_AMBER}'>{escape(w)}</li>" for w in plan.warnings]
+        if plan.suggestion:
+            items.append(f"<li style='color:{OVER_BUDGET}'>{escape(plan.suggestion)}</li>")
+        self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
+        self._show_alternatives(plan)
+        self.load_button.setText("Load" if plan.fits else "Load anyway…")
+
+    def _show_alternatives(self, plan: Plan) -> None:
+        base = plan.memory.device.total_bytes if plan.target.has_gpu else plan.memory.host.total_bytes
+        self.alternatives.setRowCount(len(plan.alternatives))
+        for i, a in enumerate(plan.alternatives):
+            delta = a.memory_total_bytes - base
+            cells = [
+                a.label,
+                f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(delta)})",
+                f"{a.speed.decode_tps:.1f}",
+                "yes" if a.fits else ("refused" if a.refused else "no"),
+            ]
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c == 3:
+                    item.setForeground(QColor(OK_GREEN if a.fits else OVER_BUDGET))
+                if a.refused:
+                    item.setToolTip(a.refused)
+                self.alternatives.setItem(i, c, item)
+        self.alternatives.setFixedHeight(
+            self.alternatives.horizontalHeader().height()
+            + sum(self.alternatives.rowHeight(r) for r in range(self.alternatives.rowCount()))
+            + 4
+        )
+
+    def _alt_clicked(self, row: int, _col: int) -> None:
+        if self._plan is not None and 0 <= row < len(self._plan.alternatives):
+            alt: Alternative = self._plan.alternatives[row]
+            self.alternative_chosen.emit(alt)
+
+    # -- load state ----------------------------------------------------------------------------
+    def set_can_load(self, can: bool, why: str = "") -> None:
+        self.load_button.setEnabled(can)
+        self.load_button.setToolTip(why)
+
+    def set_loading(self, value: float | None) -> None:
+        loading = value is not None
+        if loading:
+            # Before showing: QProgressBar.setValue repaints at once when visible, and during the
+            # show that would repaint the whole re-laid-out panel synchronously.
+            self.progress.setValue(int(100 * (value or 0.0)))
+        if self.progress.isVisible() != loading:
+            self.progress.setVisible(loading)
+            self.cancel_button.setVisible(loading)
+            self.load_button.setVisible(not loading)
+
+    def set_load_status(self, text: str, *, loaded: bool) -> None:
+        self.load_status.setText(text)
+        self.unload_button.setEnabled(loaded)
+
+
+def _is_windows() -> bool:
+    return sys.platform == "win32"

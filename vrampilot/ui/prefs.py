@@ -1,0 +1,106 @@
+"""The app's preferences in QSettings (an INI file in the user config dir): last model, the pins
+per model, sampling, the system prompt, Enter-to-send, window layout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from vrampilot.engine import SamplingParams
+from vrampilot.paths import config_dir
+from vrampilot.planner.search import Pins
+
+
+def _model_key(path: str | Path) -> str:
+    return hashlib.sha1(str(Path(path)).encode("utf-8")).hexdigest()[:16]
+
+
+class Prefs:
+    def __init__(self, settings: QSettings | None = None) -> None:
+        self._s = settings or QSettings(str(config_dir() / "settings.ini"), QSettings.Format.IniFormat)
+
+    def sync(self) -> None:
+        self._s.sync()
+
+    # -- model and pins ------------------------------------------------------------------------
+    def last_model(self) -> Path | None:
+        value = self._s.value("model/last", "", type=str)
+        return Path(value) if value else None
+
+    def set_last_model(self, path: str | Path) -> None:
+        self._s.setValue("model/last", str(path))
+
+    def pins_for(self, model: str | Path) -> Pins:
+        raw = self._s.value(f"pins/{_model_key(model)}", "", type=str)
+        if not raw:
+            return Pins()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return Pins()
+        known = {f.name for f in fields(Pins)}
+        return Pins(**{k: v for k, v in data.items() if k in known})
+
+    def set_pins_for(self, model: str | Path, pins: Pins) -> None:
+        key = f"pins/{_model_key(model)}"
+        pinned = pins.pinned()
+        if pinned:
+            self._s.setValue(key, json.dumps(pinned, sort_keys=True))
+        else:
+            self._s.remove(key)
+
+    # -- chat ----------------------------------------------------------------------------------
+    def sampling(self) -> SamplingParams:
+        raw = self._s.value("chat/sampling", "", type=str)
+        if raw:
+            try:
+                return SamplingParams.from_dict(json.loads(raw))
+            except (ValueError, TypeError):
+                pass
+        return SamplingParams()
+
+    def set_sampling(self, params: SamplingParams) -> None:
+        self._s.setValue("chat/sampling", json.dumps(params.to_dict()))
+
+    def default_system_prompt(self) -> str:
+        return str(self._s.value("chat/system_prompt", "", type=str))
+
+    def set_default_system_prompt(self, text: str) -> None:
+        self._s.setValue("chat/system_prompt", text)
+
+    def enter_sends(self) -> bool:
+        return bool(self._s.value("chat/enter_sends", False, type=bool))
+
+    def set_enter_sends(self, value: bool) -> None:
+        self._s.setValue("chat/enter_sends", value)
+
+    def last_chat(self) -> int | None:
+        value = self._s.value("chat/last", 0, type=int)
+        return int(value) or None
+
+    def set_last_chat(self, chat_id: int | None) -> None:
+        self._s.setValue("chat/last", chat_id or 0)
+
+    def seen_hardware(self) -> bool:
+        return bool(self._s.value("vrampilot/seen_hardware", False, type=bool))
+
+    def set_seen_hardware(self) -> None:
+        self._s.setValue("vrampilot/seen_hardware", True)
+
+    # -- window --------------------------------------------------------------------------------
+    def geometry(self) -> QByteArray | None:
+        value: Any = self._s.value("window/geometry")
+        return value if isinstance(value, QByteArray) else None
+
+    def set_geometry(self, geometry: QByteArray, splitter: QByteArray) -> None:
+        self._s.setValue("window/geometry", geometry)
+        self._s.setValue("window/splitter", splitter)
+
+    def splitter(self) -> QByteArray | None:
+        value: Any = self._s.value("window/splitter")
+        return value if isinstance(value, QByteArray) else None
