@@ -45,8 +45,12 @@ test: $(VENV)/.installed-test engine
 test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow" -x
 
+# ruff; the layers contract (import-linter, pyproject.toml) and no module cycles (a test in
+# tests/test_layers.py); the type checker, which also reports `type: ignore`s no longer needed.
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check vrampilot packaging/engine tests bench
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.installed-test
 	$(PY) bench/planner.py

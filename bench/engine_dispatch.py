@@ -34,6 +34,7 @@ OUT = ROOT / "bench" / "out"
 
 CHILD = r"""
 import json, sys, time
+import numpy as np
 sys.path.insert(0, sys.argv[1])
 from vrampilot import llamacpp
 from vrampilot.llamacpp.backends import loaded_backends
@@ -45,11 +46,16 @@ text = ("The history of the city is long and full of change. " * 80).encode()
 prompt = llm.tokenize(text)[:n_prompt]
 llm.eval(prompt[:16]); llm.reset()          # warm the caches and thread pool once
 t = time.perf_counter(); llm.eval(prompt); prefill = len(prompt) / (time.perf_counter() - t)
-tok = prompt[-1]
+n_vocab = llm.n_vocab()
+
+def greedy():  # the last position's logits, straight from llama.cpp (llm.scores is not filled)
+    return int(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,)).argmax())
+
+tok = greedy()
 t = time.perf_counter()
 for _ in range(n_gen):
     llm.eval([tok])
-    tok = int(llm.scores[llm.n_tokens - 1].argmax())
+    tok = greedy()
 decode = n_gen / (time.perf_counter() - t)
 info = loaded_backends()
 print(json.dumps({"prefill_tps": prefill, "decode_tps": decode,

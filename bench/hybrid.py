@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         return render(Path(args.from_json), Path(args.out))
 
-    from vrampilot.hybrid.cli import default_text_path
+    from vrampilot.hybrid.config import default_text_path
     from vrampilot.hybrid.evaluate import LOSS_BUCKET, evaluate, setup_torch
     from vrampilot.paths import embedded_model_path
 

@@ -20,8 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import vrampilot.hybrid.cache as hc
-from vrampilot.hybrid.cli import default_text_path
-from vrampilot.hybrid.config import HybridConfig, get_config
+from vrampilot.hybrid.config import HybridConfig, default_text_path, get_config
 from vrampilot.hybrid.evaluate import Tokenizer, passkey_prompt, run_tokens
 from vrampilot.hybrid.model import LlamaModel
 from vrampilot.paths import embedded_model_path

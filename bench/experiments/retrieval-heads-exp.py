@@ -19,8 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from vrampilot.hybrid.cache import full_cache, hybrid_cache, window_cache
-from vrampilot.hybrid.cli import default_text_path
-from vrampilot.hybrid.config import HybridConfig
+from vrampilot.hybrid.config import HybridConfig, default_text_path
 from vrampilot.hybrid.evaluate import Tokenizer, greedy, hybrid_bytes_at, passkey_prompt, run_tokens
 from vrampilot.hybrid.model import LlamaModel
 from vrampilot.paths import embedded_model_path

@@ -128,6 +128,9 @@ def test_state_key_and_bad_state_files(engine: Engine, doc_plan: Plan, tmp_path:
     assert key != state_key(doc_plan.spec.path, s, ["b"])
     store = KvStateStore(tmp_path)
     store.path("junk").write_bytes(b"not a state file")
-    assert store.restore(engine, "junk") is None and not store.path("junk").exists()
-    assert engine.tokens_in_cache == 0  # never half-restored
+    before = engine.cached_tokens()
+    junk = store.restore(engine, "junk")
+    assert junk is not None and junk.tokens == 0 and "no integrity record" in junk.dropped
+    assert not store.path("junk").exists()
+    assert engine.cached_tokens() == before  # refused before llama.cpp saw it: the cache is untouched
     assert store.restore(engine, "missing") is None

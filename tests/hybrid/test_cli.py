@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vrampilot.hybrid import cli
+from vrampilot.commands import hybrid_eval as cli
 from vrampilot.hybrid.config import CONFIGS, HybridConfig, get_config
 
 
@@ -37,7 +37,7 @@ def test_cli_module_imports_without_torch() -> None:
     import subprocess
 
     code = (
-        "import sys; sys.modules['torch'] = None; import vrampilot.hybrid.cli, vrampilot.hybrid.config; "
+        "import sys; sys.modules['torch'] = None; import vrampilot.commands.hybrid_eval, vrampilot.hybrid.config; "
         "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

@@ -10,7 +10,7 @@ from pathlib import Path
 from vrampilot.llamacpp import backends
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging" / "engine"))
-import build as recipe  # noqa: E402
+import build as recipe
 
 LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[arg-type,union-attr]
 

@@ -135,3 +135,44 @@ def test_partial_offload_when_ram_alone_is_too_small(qwen7b: ModelSpec) -> None:
     assert p.fits, p.reasons
     assert 0 < p.settings.n_gpu_layers < qwen7b.n_layer + 1
     assert p.memory.host.total_bytes <= target.host_ram_bytes
+
+
+# -- what a user hit in the window (reasons and settings that did not match what runs) ---------------
+
+
+def test_a_refused_plan_says_why_without_memory_claims_or_a_file_suggestion(embedded_model: Path) -> None:
+    spec = load_model_spec(embedded_model)
+    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=2048, type_v="q4_0", flash_attn=False))
+    assert not p.fits and p.refused and "flash" in p.refused
+    text = " ".join(p.reasons)
+    assert "Does not fit in system RAM" not in text and "flash attention" in text.lower()
+    assert p.suggestion is None  # no other file would change a refusal
+
+
+def test_a_suggested_file_is_always_smaller_than_this_one(qwen7b: ModelSpec) -> None:
+    tiny = target_from_vram(int(2 * GIB), cpu_machine(ram_gib=2))
+    p = plan(qwen7b, tiny, Pins(n_ctx=4096))
+    assert not p.fits and p.suggestion
+    if p.suggestion.startswith("A "):
+        size = re.search(r"about (\d+\.\d\d) (GiB|MiB)", p.suggestion)
+        assert size is not None
+        bytes_ = float(size.group(1)) * (GIB if size.group(2) == "GiB" else GIB / 1024)
+        assert bytes_ < qwen7b.weight_bytes
+
+
+def test_ubatch_never_exceeds_a_pinned_batch(qwen7b: ModelSpec, gpu8: Target) -> None:
+    # llama.cpp caps ubatch at batch: planning memory for more would size a setting that never applies.
+    for target in (gpu8, target_cpu_only(cpu_machine())):
+        p = plan(qwen7b, target, Pins(n_ctx=8192, n_batch=256))
+        assert p.settings.n_batch == 256 and p.settings.n_ubatch <= 256
+        text = " ".join(p.reasons)
+        assert "batch 256: pinned by you" in text and "llama-server's defaults" not in text
+        assert all(a.settings.n_ubatch <= a.settings.n_batch for a in p.alternatives)
+
+
+def test_one_thread_is_singular_and_k_alone_pinned_says_so(embedded_model: Path) -> None:
+    spec = load_model_spec(embedded_model)
+    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, n_threads=1, type_k="q8_0"))
+    text = " ".join(p.reasons)
+    assert "1 thread:" in text and "1 threads" not in text
+    assert "K q8_0 pinned by you" in text

@@ -63,14 +63,17 @@ def activate(qtbot: QtBot, w: QWidget) -> None:
 
 @pytest.fixture
 def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
+    """Windows as the app builds them: a context on this test's home, then the window around it."""
+    from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
     apply_theme(QApplication.instance())  # type: ignore[arg-type]
 
-    def make(wait_plan: bool = True) -> MainWindow:
-        w = MainWindow()
+    def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
+        ctx = build_context(machine=machine)  # type: ignore[arg-type]
+        w = MainWindow(ctx, initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)
         with qtbot.waitActive(w):
@@ -78,12 +81,13 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
             w.activateWindow()
         windows.append(w)
         if wait_plan:
-            qtbot.waitUntil(lambda: w.plan is not None, timeout=20000)
+            qtbot.waitUntil(lambda: w.plans.plan is not None, timeout=20000)
         return w
 
     yield make
     for w in windows:
         w.shutdown()
+        w.ctx.close()
 
 
 def _run_delay_s() -> float:

@@ -59,6 +59,7 @@ def main() -> int:
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.search import Pins
     from vrampilot.storage import ChatStore
+    from vrampilot.ui.chat_controller import ChatState
     from vrampilot.ui.launch import launch_gui
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.prefs import Prefs
@@ -80,7 +81,7 @@ def main() -> int:
     def drive() -> None:
         try:
             w = next(x for x in QApplication.topLevelWidgets() if isinstance(x, MainWindow))
-            out["window"] = _wait(lambda: w.plan is not None, 60)
+            out["window"] = _wait(lambda: w.plans.plan is not None, 60)
             view = w.chat_view
             combo = view.backend
             index = combo.findData("hybrid")
@@ -91,13 +92,13 @@ def main() -> int:
             out["hybrid_enabled"] = model_.item(index).isEnabled()
             out["hybrid_tooltip"] = model_.item(index).toolTip()
             out["combo_tooltip"] = combo.toolTip()
-            out["chat_id"] = w.chat_id == chat.id
+            out["chat_id"] = w.chats.chat_id == chat.id
             out["backend_shown"] = view.current_backend()
             out["note"] = view.backend_note.text() if not view.backend_note.isHidden() else ""
             view.input.setPlainText("Hi!")
             view.send_button.click()
-            out["replied"] = _wait(lambda: len(view.messages()) == 2 and not w.generating and not w.engine.busy, 120)
-            stored = w.store.messages(chat.id)
+            out["replied"] = _wait(lambda: len(view.messages()) == 2 and w.chats.state is ChatState.IDLE, 120)
+            stored = w.ctx.store.messages(chat.id)
             out["reply"] = stored[-1].content if stored else ""
             out["reply_stats"] = stored[-1].stats if stored else None
             out["torch_in_sys_modules"] = "torch" in sys.modules

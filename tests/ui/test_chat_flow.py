@@ -8,7 +8,9 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import StallMeter, activate, screenshot, seed_prefs
+from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
+from vrampilot.ui.plan_controller import LoadState
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +18,7 @@ MAX_STALL_S = 0.050
 
 
 def _reply_done(w: MainWindow) -> bool:
-    return not w.generating and not w.engine.busy
+    return w.chats.state is ChatState.IDLE
 
 
 def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
@@ -27,17 +29,17 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
 
     # Load, with progress, in a worker.
     qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
-    assert w.plan_view.progress.isVisible() or w.engine.engine.loaded
-    qtbot.waitUntil(lambda: w.loaded is not None, timeout=60000)
+    assert w.plan_view.progress.isVisible() or w.ctx.engine.engine.loaded
+    qtbot.waitUntil(lambda: w.plans.load_result is not None, timeout=60000)
     assert not w.plan_view.progress.isVisible()
     assert "Loaded: SmolLM2-135M-Instruct.Q4_1.gguf, 1K context" in w.plan_view.load_status.text()
-    assert w.engine.engine.settings == w.plan.settings  # type: ignore[union-attr]
+    assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]
 
     # Send with Ctrl+Enter; the reply streams in.
     view = w.chat_view
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert w.generating and view.input.toPlainText() == ""
+    assert (w.chats.state is ChatState.GENERATING) and view.input.toPlainText() == ""
     qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=30000)
     with meter.paused():
         screenshot(w, "03-streaming")
@@ -47,7 +49,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     assert msgs[1].text() and msgs[1].stats.isVisible()
     assert "tokens/s" in msgs[1].stats.text() and "context" in msgs[1].stats.text()
     assert msgs[1].regenerate_button.isVisible()
-    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].stats is not None
     with meter.paused():
         screenshot(w, "04-reply")
@@ -56,7 +58,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.keyClicks(view.input, "And of Italy?")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 4, timeout=60000)
-    s2 = w.store.messages(w.chat_id)[3].stats  # type: ignore[arg-type,index]
+    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
     assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
 
     # Stop: a long reply, Esc after a few tokens; the partial reply is kept and marked.
@@ -66,17 +68,17 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.waitUntil(lambda: len(view.streamed_text()) > 20, timeout=30000)
     qtbot.keyClick(view.input, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
-    last = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 400
     assert "stopped" in view.messages()[-1].stats.text()
 
     # Regenerate the last reply: replaced, not added.
     view.sampling.max_tokens.setValue(16)
-    n_before = len(w.store.messages(w.chat_id))  # type: ignore[arg-type]
+    n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]
     qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == n_before, timeout=60000)
-    regenerated = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]
 
     # Edit the first question and continue from there: what came after it is replaced.
@@ -85,10 +87,10 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     view.input.setPlainText("What is the capital of Spain?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
-    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
     assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
     assert [m.role for m in stored] == ["user", "assistant"]
-    assert w.store.get_chat(w.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(w.chats.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]
     # The edited turn reuses the cached prefix before it (system prompt, template header).
     assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]
 
@@ -102,15 +104,15 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     assert meter.ticks > 100
     assert meter.max_stall_s < MAX_STALL_S, meter.report()
     print(meter.report())
-    chat_id, title = w.chat_id, w.store.get_chat(w.chat_id).title  # type: ignore[arg-type]
+    chat_id, title = w.chats.chat_id, w.ctx.store.get_chat(w.chats.chat_id).title  # type: ignore[arg-type]
     w.close()
 
     # Restart: the chat is listed and reopened with its messages.
     w2: MainWindow = open_window()
     assert chat_id in w2.chat_list.ids()
-    assert w2.chat_id == chat_id
+    assert w2.chats.chat_id == chat_id
     assert [m.text() for m in w2.chat_view.messages()] == [m.content for m in stored]
-    assert w2.chat_view.title.text() == title
+    assert w2.chat_view.title_text() == title
     screenshot(w2, "05-after-restart")
     # Search finds it.
     w2.chat_list.search.setText("Spain")
@@ -122,16 +124,16 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
 def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
-    assert not w.engine.engine.loaded
+    assert not w.ctx.engine.engine.loaded
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.loaded is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, timeout=60000)
-    assert w.store.messages(w.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, timeout=60000)
+    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
     # Ctrl+N starts a new chat; the old one stays in the list.
-    old = w.chat_id
+    old = w.chats.chat_id
     activate(qtbot, w)  # offscreen has no window manager to keep the window active
     qtbot.keyClick(w.chat_view.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert w.chat_id is None and w.chat_view.messages() == [] and old in w.chat_list.ids()
+    assert w.chats.chat_id is None and w.chat_view.messages() == [] and old in w.chat_list.ids()
     # Ctrl+L focuses the input.
     w.chat_list.search.setFocus()
     qtbot.keyClick(w.chat_list.search, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
@@ -143,23 +145,23 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot:
     w: MainWindow = open_window()
     from dataclasses import replace
 
-    w.set_pins(replace(w.pins, n_ctx=512))
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.settings.n_ctx == 512, timeout=5000)
+    w.plans.set_pins(replace(w.plans.pins, n_ctx=512))
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx == 512, timeout=5000)
     w.chat_view.input.setPlainText("Summarize: " + "the cat sat on the mat. " * 110)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
-    assert [m.role for m in w.store.messages(w.chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]
     screenshot(w, "09-overflow")
     from PySide6.QtWidgets import QPushButton
 
     bigger = w.chat_view.banner.findChild(QPushButton, "replan_bigger")
     assert bigger is not None and "1K context" in bigger.text()
     qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(w.store.messages(w.chat_id)) == 2 and _reply_done(w), timeout=60000)  # type: ignore[arg-type]
-    assert w.loaded is not None and w.loaded.plan.settings.n_ctx == 1024
-    assert w.store.messages(w.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), timeout=60000)  # type: ignore[arg-type]
+    assert w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1024
+    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
 
 
 def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[no-untyped-def]
@@ -168,7 +170,7 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
 
     from vrampilot.engine import Engine
     from vrampilot.engine.loader import open_llama
-    from vrampilot.ui.workers import EngineThread
+    from vrampilot.ui.context import build_context
 
     def slow_open(path, settings, *, progress=None, cancel=None):  # type: ignore[no-untyped-def]
         def crawl(v: float) -> None:
@@ -179,21 +181,23 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
         return open_llama(path, settings, progress=crawl, cancel=cancel)
 
     seed_prefs()
-    w = MainWindow(engine=EngineThread(Engine(opener=slow_open)))
+    ctx = build_context(engine=Engine(opener=slow_open))
+    w = MainWindow(ctx)
     qtbot.addWidget(w)
     w.show()
     try:
-        qtbot.waitUntil(lambda: w.plan is not None, timeout=20000)
+        qtbot.waitUntil(lambda: w.plans.plan is not None, timeout=20000)
         qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: w.plan_view.cancel_button.isVisible(), timeout=5000)
         qtbot.waitUntil(lambda: w.plan_view.progress.value() > 0, timeout=20000)
         qtbot.mouseClick(w.plan_view.cancel_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: not w.engine.busy, timeout=20000)
+        qtbot.waitUntil(lambda: w.plans.load_state is LoadState.UNLOADED, timeout=20000)
         assert w.status.text() == "Loading cancelled"
-        assert not w.engine.engine.loaded and w.loaded is None
+        assert not w.ctx.engine.engine.loaded and w.plans.load_result is None
         assert w.plan_view.load_button.isVisible() and not w.plan_view.progress.isVisible()
     finally:
         w.shutdown()
+        ctx.close()
 
 
 def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
@@ -203,13 +207,13 @@ def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None
 
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()
-    w.set_pins(replace(w.pins, n_ctx=512))
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.settings.n_ctx == 512, timeout=5000)
-    chat = w.store.create_chat()
-    w.store.add_message(chat.id, "user", "Tell me about boats. " * 60)
-    w.store.add_message(chat.id, "assistant", "Boats float.")
-    w._refresh_chats()
-    w.open_chat(chat.id)
+    w.plans.set_pins(replace(w.plans.pins, n_ctx=512))
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx == 512, timeout=5000)
+    chat = w.ctx.store.create_chat()
+    w.ctx.store.add_message(chat.id, "user", "Tell me about boats. " * 60)
+    w.ctx.store.add_message(chat.id, "assistant", "Boats float.")
+    w.chats.refresh_list()
+    w.chats.open_chat(chat.id)
     w.chat_view.input.setPlainText("Now about trains: " + "trains run on rails. " * 35)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
@@ -218,9 +222,9 @@ def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None
     drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
     assert drop is not None
     qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(w.store.messages(chat.id)) == 4, timeout=60000)
-    reply = w.store.messages(chat.id)[3]
+    qtbot.waitUntil(lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, timeout=60000)
+    reply = w.ctx.store.messages(chat.id)[3]
     assert reply.role == "assistant" and reply.stats is not None
     # The prompt held only the newest turn; the saved chat keeps everything.
     assert reply.stats["prompt_tokens"] < 512 - 16
-    assert w.store.messages(chat.id)[0].content.startswith("Tell me about boats.")
+    assert w.ctx.store.messages(chat.id)[0].content.startswith("Tell me about boats.")

@@ -11,6 +11,7 @@ from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import StallMeter, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
+from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytest.importorskip("torch")
@@ -23,7 +24,7 @@ MAX_STALL_S = 0.100
 
 
 def _reply_done(w: MainWindow) -> bool:
-    return not w.generating and not w.engine.busy
+    return w.chats.state is ChatState.IDLE
 
 
 def _pick(w: MainWindow, backend: str) -> None:
@@ -46,14 +47,14 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert not w.meters_panel.kv_box.isHidden()
     assert w.meters_panel.kv_label.text().startswith("KV cache held: nothing yet")
     # The support check (off the GUI thread) accepts SmolLM2, a Llama: the choice stays.
-    qtbot.waitUntil(lambda: w.model_path in w._hybrid_support, timeout=30000)
-    assert w._hybrid_support[w.model_path] is None and w.chat_backend == BACKEND_HYBRID  # type: ignore[index]
+    qtbot.waitUntil(lambda: str(w.plans.model_path) in w.chats.model_checks, timeout=30000)
+    assert w.chats.model_checks[str(w.plans.model_path)] is None and w.chats.backend_key == BACKEND_HYBRID
 
     meter = StallMeter()
     meter.start()
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    assert w.store.get_chat(w.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
     qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
     assert not view.backend.isEnabled()  # no switching mid-reply
     qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
@@ -61,7 +62,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     print(meter.report())
     assert meter.max_stall_s < MAX_STALL_S, meter.report()
 
-    stored = w.store.messages(w.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content
     stats = stored[1].stats
     assert stats is not None and stats["backend"] == BACKEND_HYBRID
@@ -71,13 +72,14 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert "hybrid cache (torch)" in view.messages()[1].stats.text()
     assert view.backend.isEnabled()
     # The meters show the session's own numbers, in the panel and the status bar.
-    hybrid = w.hybrid
-    assert hybrid is not None and hybrid.session is not None
-    held, full = hybrid.session.kv_bytes_held(), hybrid.session.full_cache_bytes()
+    hybrid = w.chats.backend
+    session = hybrid.chat.session  # type: ignore[attr-defined]
+    assert session is not None
+    held, full = session.kv_bytes_held(), session.full_cache_bytes()
     assert (held, full) == (stats["kv_bytes_held"], stats["kv_full_f16_bytes"])
     kv_text = w.meters_panel.kv_label.text()
     assert kv_text.startswith("KV cache held: ") and "for the full f16 cache (" in kv_text
-    assert kv_text == hybrid.usage().text()
+    assert kv_text == hybrid.usage().text()  # type: ignore[attr-defined]
     assert "KV held" in w.meters_status.label.text()
     w.right_tabs.setCurrentWidget(w.meters_panel)
     screenshot(w, "hybrid-01-reply")
@@ -90,19 +92,19 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
-    last = w.store.messages(w.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
     assert last.stats["reused_tokens"] == stats["context_used"]
-    chat_id = w.chat_id
+    chat_id = w.chats.chat_id
     w.close()
 
     # Restart: the chat reopens on its backend; switching it back is stored too.
     w2: MainWindow = open_window()
-    assert w2.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
+    assert w2.chats.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
     assert "hybrid cache (torch)" in w2.chat_view.messages()[1].stats.text()
     _pick(w2, BACKEND_LLAMA)
-    assert w2.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]
+    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]
     assert w2.chat_view.backend_note.isHidden() and w2.meters_panel.kv_box.isHidden()
     assert "KV held" not in w2.meters_status.label.text()
 
@@ -112,12 +114,12 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBo
 
     seed_prefs()
     w: MainWindow = open_window()
-    w.new_chat()
+    w.chats.new_chat()
     qwen = write_model(tmp_path / "tiny-qwen2.gguf", "qwen2")
-    w.add_models([qwen])
-    qtbot.waitUntil(lambda: w.spec is not None and w.spec.path == qwen, timeout=20000)
+    w.plans.add_models([qwen])
+    qtbot.waitUntil(lambda: w.plans.spec is not None and w.plans.spec.path == qwen, timeout=20000)
     _pick(w, BACKEND_HYBRID)
-    qtbot.waitUntil(lambda: w.chat_backend == BACKEND_LLAMA, timeout=30000)
+    qtbot.waitUntil(lambda: w.chats.backend_key == BACKEND_LLAMA, timeout=30000)
     assert w.chat_view.current_backend() == BACKEND_LLAMA
     note = w.chat_view.backend_note.text()
     assert "cannot run this model" in note and "'qwen2' is not supported" in note and "stays on llama.cpp" in note

@@ -18,7 +18,7 @@ def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-
     assert [w.center_tabs.tabText(i) for i in range(w.center_tabs.count())] == ["Chat", "Hub"]
     assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters"]
     # The hub badges are computed for the same target the plan uses.
-    assert w.hub.target is w.target
+    assert w.hub.target is w.plans.target
     # Without NVML the meters say why the GPU part is empty, and still show RAM.
     assert "NVML" in w.sampler.gpu_status
     w.meters_status.clicked.emit()
@@ -34,7 +34,7 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
     w.center_tabs.setCurrentWidget(w.hub)
     w.hub.model_downloaded.emit(str(downloaded))
     # The library refresh and the plan both run in workers; either may finish first.
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.spec.path == downloaded, timeout=20000)
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == downloaded, timeout=20000)
     qtbot.waitUntil(lambda: w.library_view.entry(downloaded) is not None, timeout=20000)
     assert w.center_tabs.currentWidget() is w.chat_view
 
@@ -42,14 +42,14 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
 @pytest.mark.slow
 def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     w = open_window()
-    assert w.load_model()
-    qtbot.waitUntil(lambda: w.loaded is not None, timeout=60000)
-    assert w.meters_feed.state.plan is w.loaded.plan
+    w.plans.load()
+    qtbot.waitUntil(lambda: w.plans.load_result is not None, timeout=60000)
+    assert w.meters_feed.state.plan is w.plans.load_result.plan
     # The meters' re-plan button hands over pins; the window re-plans with them and reloads.
     pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0")
     w.meters_panel.replan_requested.emit(pins)
     qtbot.waitUntil(
-        lambda: w.loaded is not None and w.loaded.plan.settings.n_ctx == 2048 and w.loaded.plan.settings.type_k == "q8_0",
+        lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 2048 and w.plans.load_result.plan.settings.type_k == "q8_0",
         timeout=60000,
     )
-    assert w.meters_feed.state.plan is w.loaded.plan
+    assert w.meters_feed.state.plan is w.plans.load_result.plan

@@ -11,8 +11,8 @@ from vrampilot.engine import SamplingParams
 from vrampilot.planner.memory import Components
 from vrampilot.ui.chat_view import ChatView, InputEdit, SamplingPanel
 from vrampilot.ui.markdown_view import MarkdownView
-from vrampilot.ui.memory_bar import BarData, MemoryBar
 from vrampilot.ui.pin_controls import context_steps
+from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.units import MIB
 
 MD = """Here is **bold** and `inline`.

@@ -33,72 +33,72 @@ def test_first_start_shows_the_machine_and_the_embedded_model(open_window) -> No
         assert "No NVIDIA GPU found: planning for the CPU" in text
     assert "CPU" in text and "RAM" in text
     # The embedded model is selected and planned without the user doing anything.
-    assert w.model_path == embedded_model_path()
+    assert w.plans.model_path == embedded_model_path()
     QApplication.processEvents()
     assert w.library_view.selected_path() == embedded_model_path()
     entry = w.library_view.entry(embedded_model_path())  # type: ignore[arg-type]
-    assert entry is not None and entry.embedded and entry.badge in ("CPU only", "fits fully", "partial offload")
-    assert w.plan is not None and w.plan.fits
+    assert entry is not None and entry.embedded and entry.badge in ("CPU only", "Fits on GPU", "Partial offload")
+    assert w.plans.plan is not None and w.plans.plan.fits
     assert w.plan_view.verdict.text().count("Fits") == 1
     assert w.plan_view.ram_bar.data() is not None
-    assert w.plan_view.ram_bar.data().parts == w.plan.memory.host  # type: ignore[union-attr]
-    assert w.plan_view.reasons.text().count("<li>") >= len(w.plan.reasons)
-    assert w.plan_view.alternatives.rowCount() == len(w.plan.alternatives) > 0
+    assert w.plan_view.ram_bar.data().parts == w.plans.plan.memory.host  # type: ignore[union-attr]
+    assert w.plan_view.reasons.text().count("<li>") >= len(w.plans.plan.reasons)
+    assert w.plan_view.alternatives.rowCount() == len(w.plans.plan.alternatives) > 0
     assert "selected" in w.chat_view.empty_hint.text()
     screenshot(w, "01-first-start")
 
 
 def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     w: MainWindow = open_window()
-    before = w.plan
+    before = w.plans.plan
     assert before is not None
     pins = w.plan_view.pins
     # Context slider: one step down.
     slider = pins.ctx_slider
     slider.setValue(slider.value() - 1)
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.settings.n_ctx < before.settings.n_ctx, timeout=5000)
-    assert w.plan.pins.n_ctx == w.plan.settings.n_ctx
-    assert w.plan.memory.host.kv_bytes < before.memory.host.kv_bytes
-    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plan.memory.host.kv_bytes  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx < before.settings.n_ctx, timeout=5000)
+    assert w.plans.plan.pins.n_ctx == w.plans.plan.settings.n_ctx
+    assert w.plans.plan.memory.host.kv_bytes < before.memory.host.kv_bytes
+    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plans.plan.memory.host.kv_bytes  # type: ignore[union-attr]
     assert not w.plan_view.pins._auto["n_ctx"].isChecked()
     # K cache type from the combo box.
     box = pins.type_k
     box.setCurrentIndex(box.findText("q8_0"))
     box.activated.emit(box.currentIndex())
-    qtbot.waitUntil(lambda: w.plan.settings.type_k == "q8_0", timeout=5000)
-    assert "pinned by you" in " ".join(w.plan.reasons)
+    qtbot.waitUntil(lambda: w.plans.plan.settings.type_k == "q8_0", timeout=5000)
+    assert "pinned by you" in " ".join(w.plans.plan.reasons)
     screenshot(w, "02-plan-pinned")
     # Remembered per model.
     stored = Prefs().pins_for(embedded_model_path())  # type: ignore[arg-type]
-    assert stored.type_k == "q8_0" and stored.n_ctx == w.plan.settings.n_ctx
+    assert stored.type_k == "q8_0" and stored.n_ctx == w.plans.plan.settings.n_ctx
     # "auto" gives the choice back.
     qtbot.mouseClick(pins._auto["type_k"], Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.plan.pins.type_k is None, timeout=5000)
-    assert w.plan.settings.type_k == before.settings.type_k
+    qtbot.waitUntil(lambda: w.plans.plan.pins.type_k is None, timeout=5000)
+    assert w.plans.plan.settings.type_k == before.settings.type_k
 
 
 def test_an_alternative_becomes_the_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     w: MainWindow = open_window()
-    p = w.plan
+    p = w.plans.plan
     assert p is not None
     row = next(i for i, a in enumerate(p.alternatives) if a.fits and a.settings.type_k != p.settings.type_k)
     alt = p.alternatives[row]
     w.plan_view.alternatives.cellDoubleClicked.emit(row, 0)
-    qtbot.waitUntil(lambda: w.plan is not p, timeout=5000)
-    assert w.plan.settings.type_k == alt.settings.type_k
-    assert w.plan.settings.type_v == alt.settings.type_v
+    qtbot.waitUntil(lambda: w.plans.plan is not p, timeout=5000)
+    assert w.plans.plan.settings.type_k == alt.settings.type_k
+    assert w.plans.plan.settings.type_v == alt.settings.type_v
 
 
 def test_export_copies_the_llama_server_line_for_each_shell(open_window) -> None:  # type: ignore[no-untyped-def]
     w: MainWindow = open_window()
-    assert w.plan is not None
+    assert w.plans.plan is not None
     for shell in ("bash", "powershell", "cmd"):
         act = w.findChild(QAction, f"menu_export_{shell}")
         assert act is not None
         act.trigger()
-        expected = quote(llama_server_argv(w.plan.spec.path, w.plan.settings), shell)
+        expected = quote(llama_server_argv(w.plans.plan.spec.path, w.plans.plan.settings), shell)
         assert QGuiApplication.clipboard().text() == expected
-        assert f"-c {w.plan.settings.n_ctx}" in expected
+        assert f"-c {w.plans.plan.settings.n_ctx}" in expected
     assert "Copied the llama-server command for cmd" in w.status.text()
 
 
@@ -108,14 +108,14 @@ def test_a_plan_that_does_not_fit_needs_confirmation(open_window, qtbot: QtBot, 
     monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
     from vrampilot.planner.search import Pins
 
-    w.set_pins(Pins(n_ctx=1 << 24))
-    qtbot.waitUntil(lambda: w.plan is not None and not w.plan.fits, timeout=5000)
+    w.plans.set_pins(Pins(n_ctx=1 << 24))
+    qtbot.waitUntil(lambda: w.plans.plan is not None and not w.plans.plan.fits, timeout=5000)
     assert "Does not fit" in w.plan_view.verdict.text()
     assert w.plan_view.load_button.text() == "Load anyway…"
     screenshot(w, "06-does-not-fit")
     qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
     assert asked and "Does not fit" in asked[0]
-    assert not w.engine.busy and not w.engine.engine.loaded
+    assert not w.chats.busy and not w.ctx.engine.engine.loaded
 
 
 def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
@@ -124,10 +124,10 @@ def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window, qtbo
     i = next(i for i in range(box.count()) if "4060" in box.itemText(i) or str(box.itemData(i)).startswith("profile:"))
     box.setCurrentIndex(i)
     box.activated.emit(i)
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.target.has_gpu, timeout=5000)
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.target.has_gpu, timeout=5000)
     assert w.plan_view.gpu_bar.isVisible()
     assert not w.plan_view.load_button.isEnabled()
-    assert w.plan.settings.n_gpu_layers == w.plan.spec.n_layer + 1
+    assert w.plans.plan.settings.n_gpu_layers == w.plans.plan.spec.n_layer + 1
     screenshot(w, "07-gpu-profile")
 
 
@@ -163,10 +163,10 @@ def test_drop_a_gguf_file_adds_it_to_the_library(open_window, qtbot: QtBot, tmp_
     w: MainWindow = open_window()
     copy = tmp_path / "my-model.gguf"
     shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]
-    w.add_models([copy, tmp_path / "notes.txt"])
+    w.plans.add_models([copy, tmp_path / "notes.txt"])
     qtbot.waitUntil(lambda: w.library_view.entry(copy) is not None, timeout=10000)
-    qtbot.waitUntil(lambda: w.plan is not None and w.plan.spec.path == copy, timeout=10000)
-    assert w.library.files() == [copy]
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == copy, timeout=10000)
+    assert w.ctx.library.files() == [copy]
     # Remembered as the last model for the next start.
     assert Prefs().last_model() == copy
 
@@ -180,7 +180,7 @@ def test_launch_gui_opens_the_window(qtbot: QtBot, home: Path, monkeypatch: pyte
         # Stands in for the blocking app.exec(): pytest-qt owns the event loop in tests.
         def up() -> bool:
             return any(
-                isinstance(t, MainWindow) and t.isVisible() and t.plan is not None
+                isinstance(t, MainWindow) and t.isVisible() and t.plans.plan is not None
                 for t in QApplication.topLevelWidgets()
             )
 
@@ -214,27 +214,27 @@ def test_without_a_display_one_line_points_to_the_cli(tmp_path: Path) -> None:
 def test_seeded_prefs_are_what_the_window_uses(open_window) -> None:  # type: ignore[no-untyped-def]
     seed_prefs(max_tokens=7)
     w: MainWindow = open_window()
-    assert w.plan is not None and w.plan.settings.n_threads == 1 and w.plan.settings.n_ctx == 1024
+    assert w.plans.plan is not None and w.plans.plan.settings.n_threads == 1 and w.plans.plan.settings.n_ctx == 1024
     assert w.chat_view.sampling.params().max_tokens == 7
 
 
 def test_chat_list_rename_delete_search_and_export(open_window, qtbot: QtBot, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     w: MainWindow = open_window()
-    a = w.store.create_chat()
-    w.store.add_message(a.id, "user", "How do lighthouses work?")
-    w.store.add_message(a.id, "assistant", "A lamp and a **lens**.")
-    b = w.store.create_chat()
-    w.store.add_message(b.id, "user", "Pasta recipes")
-    w._refresh_chats()
+    a = w.ctx.store.create_chat()
+    w.ctx.store.add_message(a.id, "user", "How do lighthouses work?")
+    w.ctx.store.add_message(a.id, "assistant", "A lamp and a **lens**.")
+    b = w.ctx.store.create_chat()
+    w.ctx.store.add_message(b.id, "user", "Pasta recipes")
+    w.chats.refresh_list()
     assert w.chat_list.ids() == [b.id, a.id]
     w.chat_list.list.setCurrentRow(1)
-    assert w.chat_id == a.id and [m.text() for m in w.chat_view.messages()][1] == "A lamp and a **lens**."
+    assert w.chats.chat_id == a.id and [m.text() for m in w.chat_view.messages()][1] == "A lamp and a **lens**."
     # Rename through the dialog.
     from PySide6.QtWidgets import QInputDialog
 
     monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Lighthouses", True)))
     qtbot.mouseClick(w.chat_list.rename_button, Qt.MouseButton.LeftButton)
-    assert w.store.get_chat(a.id).title == "Lighthouses" and w.chat_view.title.text() == "Lighthouses"
+    assert w.ctx.store.get_chat(a.id).title == "Lighthouses" and w.chat_view.title_text() == "Lighthouses"
     # Export both formats.
     md, js = tmp_path / "c.md", tmp_path / "c.json"
     w.write_export(a.id, "markdown", md)
@@ -251,4 +251,4 @@ def test_chat_list_rename_delete_search_and_export(open_window, qtbot: QtBot, tm
     monkeypatch.setattr(w, "confirm", lambda title, text: True)
     w.chat_list.list.setCurrentRow(w.chat_list.ids().index(a.id))
     qtbot.mouseClick(w.chat_list.delete_button, Qt.MouseButton.LeftButton)
-    assert w.chat_list.ids() == [b.id] and w.chat_id is None and w.chat_view.messages() == []
+    assert w.chat_list.ids() == [b.id] and w.chats.chat_id is None and w.chat_view.messages() == []

@@ -9,7 +9,7 @@ from vrampilot.hardware import detect_machine
 from vrampilot.hardware.report import format_machine, machine_to_dict
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="show GPUs (NVML), CPU, RAM and the llama.cpp build")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)

@@ -105,7 +105,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UserError(str(exc)) from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="choose llama.cpp settings that fit, with memory, speed and reasons")
     add_plan_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -126,7 +126,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from vrampilot.planner.report import format_plan, plan_to_dict
+    from vrampilot.commands.plan_report import format_plan, plan_to_dict
 
     result = plan_from_args(args)
     verification = None

@@ -20,7 +20,7 @@ from vrampilot.documents.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_T
 from vrampilot.documents.fit import DEFAULT_REPLY_TOKENS, TEMPLATE_TOKENS, FitReport, analyze_fit
 from vrampilot.documents.model import Document
 from vrampilot.documents.tokens import TokenCounter
-from vrampilot.engine.template import Message
+from vrampilot.message import Message
 from vrampilot.planner.search import Plan
 
 Mode = Literal["full", "retrieval"]

@@ -3,8 +3,6 @@ section, so chunks and citations can say where a passage came from."""
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +42,6 @@ class Document:
     def name(self) -> str:
         return self.path.name
 
-    @property
-    def n_chars(self) -> int:
-        return sum(len(b.text) for b in self.blocks)
-
     def text(self) -> str:
         """The whole document as the model reads it. PDF page starts are marked so the model can
         cite pages; source code keeps its layout inside a fence."""
@@ -77,7 +71,7 @@ class Document:
     @staticmethod
     def from_dict(d: dict[str, object]) -> Document:
         blocks = tuple(
-            Block(str(t), None if p is None else int(p), str(s), bool(h))  # type: ignore[call-overload]
+            Block(str(t), None if p is None else int(p), str(s), bool(h))
             for t, p, s, h in d["blocks"]  # type: ignore[attr-defined]
         )
         n_pages = d.get("n_pages")
@@ -91,16 +85,3 @@ class Document:
             warnings=tuple(str(w) for w in d.get("warnings", ())),  # type: ignore[attr-defined]
         )
 
-
-def file_sha256(path: Path, cancel: CancelFlag | None = None) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            if cancel is not None and cancel.is_set():
-                break
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def never_cancelled() -> CancelFlag:
-    return threading.Event()

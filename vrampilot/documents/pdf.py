@@ -29,7 +29,7 @@ def pdf_blocks(path: Path, progress: ProgressFn, cancel: CancelFlag) -> tuple[li
         try:
             ok = reader.decrypt("")
         except (DependencyError, NotImplementedError, FileNotDecryptedError, PdfReadError):
-            ok = 0
+            ok = None
         if not ok:
             raise EncryptedPdf(path)
     try:

@@ -8,33 +8,38 @@ re-extraction. Turn records let retrieval re-send earlier turns exactly (see con
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 
 from vrampilot.documents.context import ContextGiven
 from vrampilot.documents.model import Document
 from vrampilot.paths import data_dir
+from vrampilot.storage.db import migrate, open_database
 
 DB_FILE = "documents.sqlite3"
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS documents (sha256 TEXT PRIMARY KEY, doc_json TEXT NOT NULL, added_at REAL NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS attachments (chat_id INTEGER NOT NULL, sha256 TEXT NOT NULL, "
-    "added_at REAL NOT NULL, PRIMARY KEY (chat_id, sha256))",
-    "CREATE TABLE IF NOT EXISTS turns (chat_id INTEGER NOT NULL, position INTEGER NOT NULL, "
-    "given_json TEXT NOT NULL, PRIMARY KEY (chat_id, position))",
+# Migrations by `PRAGMA user_version`, as the chats database (vrampilot.storage.db). The first one is
+# written with IF NOT EXISTS: files made before versioning already hold these tables.
+_MIGRATIONS = (
+    """
+    CREATE TABLE IF NOT EXISTS documents (sha256 TEXT PRIMARY KEY, doc_json TEXT NOT NULL, added_at REAL NOT NULL);
+    CREATE TABLE IF NOT EXISTS attachments (chat_id INTEGER NOT NULL, sha256 TEXT NOT NULL,
+        added_at REAL NOT NULL, PRIMARY KEY (chat_id, sha256));
+    CREATE TABLE IF NOT EXISTS turns (chat_id INTEGER NOT NULL, position INTEGER NOT NULL,
+        given_json TEXT NOT NULL, PRIMARY KEY (chat_id, position));
+    """,
 )
 
 
 class DocumentStore:
     def __init__(self, path: Path | None = None) -> None:
         path = path or data_dir() / DB_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
         # Written from the GUI thread and from workers; every call is one short statement.
-        self._conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        for stmt in _SCHEMA:
-            self._conn.execute(stmt)
+        self._conn = open_database(path, check_same_thread=False)
+        try:
+            migrate(self._conn, path, _MIGRATIONS)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()

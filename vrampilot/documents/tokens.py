@@ -9,13 +9,17 @@ for a 40 GB file.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vrampilot import llamacpp
 from vrampilot.llamacpp import log as llama_log
 
-llama_cpp = llamacpp.load()
+if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
+    import llama_cpp
+else:
+    llama_cpp = llamacpp.load()
 
 TokenCounter = Callable[[str], int]
 
@@ -41,9 +45,6 @@ class Tokenizer:
         if not text:
             return 0
         return len(self.tokenize(text))
-
-    def count_many(self, texts: Iterable[str]) -> list[int]:
-        return [self.count(t) for t in texts]
 
     def close(self) -> None:
         if self._owned:

@@ -1,5 +1,6 @@
 """The llama-cpp-python session the GUI and the CLI share: load a Plan, stream replies, stats."""
 
+from vrampilot.engine.backend import ChatBackend, LlamaCppBackend
 from vrampilot.engine.errors import (
     AllocationError,
     ContextOverflow,
@@ -17,12 +18,14 @@ from vrampilot.engine.template import ChatTemplate, Message
 
 __all__ = [
     "AllocationError",
+    "ChatBackend",
     "ChatTemplate",
     "ContextCheck",
     "ContextOverflow",
     "Engine",
     "EngineError",
     "GenerationStats",
+    "LlamaCppBackend",
     "LoadCancelled",
     "LoadResult",
     "Message",

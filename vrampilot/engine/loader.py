@@ -12,7 +12,7 @@ import gc
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vrampilot import llamacpp
 from vrampilot.engine.errors import AllocationError, LoadCancelled, ModelLoadError
@@ -21,7 +21,10 @@ from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.planner.settings import Settings
 
-llama_cpp = llamacpp.load()
+if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
+    import llama_cpp
+else:
+    llama_cpp = llamacpp.load()
 
 ProgressFn = Callable[[float], None]
 
@@ -53,7 +56,7 @@ class _Llama(llama_cpp.Llama):
     @model_params.setter
     def model_params(self, params: llama_cpp.llama_model_params) -> None:
         params.progress_callback = self._vp_progress
-        params.progress_callback_user_data = None
+        params.progress_callback_user_data = None  # type: ignore[assignment]  # ctypes takes None for NULL
         self._vp_model_params = params
 
 

@@ -11,13 +11,16 @@ follow-up costs its new tokens, and regenerate or edit costs only what changed.
 
 from __future__ import annotations
 
-import codecs
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
@@ -26,14 +29,17 @@ from vrampilot.engine.loader import ProgressFn, open_llama
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.stats import GenerationStats, StopReason
+from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate, Message
 from vrampilot.planner.search import Plan
 from vrampilot.planner.settings import Settings
 
-llama_cpp = llamacpp.load()
+if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
+    import llama_cpp
+else:
+    llama_cpp = llamacpp.load()
 
 Opener = Callable[..., llama_cpp.Llama]
-TextFn = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -344,26 +350,37 @@ class Engine:
             return llm.input_ids[: llm.n_tokens].tolist()
 
     def save_state_file(self, path: str | Path) -> SavedState:
-        """Write the KV cache and its tokens to `path` (llama.cpp's state file; atomic replace)."""
+        """Write the KV cache and its tokens to `path` (llama.cpp's state file), fsynced.
+
+        llama.cpp does not check its writes: a full disk gives a short file and success. The size
+        is checked against what llama.cpp says it writes, and a short file is removed and refused.
+        """
         with self._lock:
             llm = self._require()
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             n = llm.n_tokens
             tokens = (llama_cpp.llama_token * max(n, 1))(*llm.input_ids[:n].tolist())
-            tmp = path.with_name(path.name + ".part")
+            # The file: magic, version, token count (u32 each), the tokens, then the state data.
+            expected = 12 + 4 * n + int(llama_cpp.llama_state_get_size(llm.ctx))
             t0 = time.perf_counter()
-            ok = llama_cpp.llama_state_save_file(llm.ctx, str(tmp).encode(), tokens, n)
-            if not ok:
-                tmp.unlink(missing_ok=True)
-                raise EngineError(f"llama.cpp could not save the model state to {path}")
-            tmp.replace(path)
-            return SavedState(path, n, path.stat().st_size, time.perf_counter() - t0)
+            ok = llama_cpp.llama_state_save_file(llm.ctx, str(path).encode(), tokens, n)
+            size = path.stat().st_size if path.exists() else 0
+            if not ok or size != expected:
+                path.unlink(missing_ok=True)
+                raise EngineError(
+                    f"the model state was not saved completely ({size} of {expected} bytes written; is the disk full?)"
+                )
+            with open(path, "rb+") as f:
+                os.fsync(f.fileno())
+            return SavedState(path, n, size, time.perf_counter() - t0)
 
     def load_state_file(self, path: str | Path) -> int:
         """Restore a state saved with the same model and settings; returns the tokens now cached.
 
-        On failure the cache is emptied (never half-restored) and EngineError is raised.
+        The restored cache is tried once before it is trusted: the last token is evaluated again
+        over it, and logits that are not finite (a NaN written into K or V) reject it. On any
+        failure the cache is emptied (never half-restored) and EngineError is raised.
         """
         with self._lock:
             llm = self._require()
@@ -372,13 +389,31 @@ class Engine:
             count = ctypes.c_size_t(0)
             ok = llama_cpp.llama_state_load_file(llm.ctx, str(path).encode(), out, n_ctx, ctypes.byref(count))
             if not ok:
-                llm.reset()
-                llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+                self._clear(llm)
                 raise EngineError(f"the saved model state {Path(path).name} does not match this model and plan")
             n = int(count.value)
             llm.input_ids[:n] = out[:n]
             llm.n_tokens = n
+            if n > 0 and not self._last_logits_finite(llm, int(out[n - 1])):
+                self._clear(llm)
+                raise EngineError(f"the saved model state {Path(path).name} holds invalid numbers (NaN or infinity)")
             return n
+
+    @staticmethod
+    def _clear(llm: llama_cpp.Llama) -> None:
+        llm.reset()
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
+
+    @staticmethod
+    def _last_logits_finite(llm: llama_cpp.Llama, last: int) -> bool:
+        n = llm.n_tokens
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        if not llama_cpp.llama_memory_seq_rm(memory, 0, n - 1, -1):
+            return True  # a recurrent model cannot drop its last cell: nothing to try it with
+        llm.n_tokens = n - 1
+        llm.eval([last])
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        return bool(np.isfinite(logits).all())
 
     def _decode(
         self,
@@ -392,12 +427,6 @@ class Engine:
         llm.set_seed(sampling.seed if sampling.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         n_ctx = llm.n_ctx()
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces: list[str] = []
-        completion = 0
-        t_first: float | None = None
-        t_last = times[1]
-        stop: StopReason = "length"
         # The prompt is already evaluated: generate() with no tokens and reset=False samples from
         # the current logits and then runs the same per-token loop as a bare llama-cpp-python call.
         gen = llm.generate(
@@ -409,39 +438,22 @@ class Engine:
             min_p=sampling.min_p,
             repeat_penalty=sampling.repeat_penalty,
         )
-        try:
-            for token in gen:
-                t_last = time.perf_counter()
-                if t_first is None:
-                    t_first = t_last
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    stop = "eos"
-                    break
-                completion += 1
-                piece = decoder.decode(llm.detokenize([token]))
-                if piece:
-                    pieces.append(piece)
-                    if on_text is not None:
-                        on_text(piece)
-                if self._cancel.is_set():
-                    stop = "cancelled"
-                    break
-                if completion >= sampling.max_tokens:
-                    stop = "length"
-                    break
-                if llm.n_tokens + 1 > n_ctx:
-                    stop = "context"
-                    break
-        finally:
-            gen.close()
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            pieces.append(tail)
-            if on_text is not None:
-                on_text(tail)
-        first = t_first if t_first is not None else t_last
-        stats = self._stats(llm, tokens, reused, completion, (times[0], times[1], first, t_last), stop)
-        return Reply("".join(pieces), stats)
+        out = stream_tokens(
+            gen,
+            detokenize=lambda toks: llm.detokenize(list(toks)),
+            is_end=lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token)),
+            max_tokens=sampling.max_tokens,
+            cancel=self._cancel,
+            started_at=times[1],
+            on_text=on_text,
+            context_full=lambda: llm.n_tokens + 1 > n_ctx,
+        )
+        first = out.first_token_at if out.first_token_at is not None else out.last_token_at
+        stats = self._stats(
+            llm, tokens, reused, out.completion_tokens, (times[0], times[1], first, out.last_token_at),
+            out.stop or "length",
+        )  # fmt: skip
+        return Reply(out.text, stats)
 
     @staticmethod
     def _stats(

@@ -9,17 +9,14 @@ downloaded file, so it is untrusted input; anything it raises becomes a Template
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import jinja2
 
 from vrampilot import llamacpp
 from vrampilot.engine.errors import TemplateError
+from vrampilot.message import Message
 
 Jinja2ChatFormatter = llamacpp.load().llama_chat_format.Jinja2ChatFormatter
-
-Role = Literal["system", "user", "assistant"]
 
 # For GGUF files without a template: ChatML, what most instruction-tuned GGUFs use and what
 # llama-server falls back to.
@@ -29,15 +26,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-@dataclass(frozen=True)
-class Message:
-    role: Role
-    content: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
 
 
 class ChatTemplate:

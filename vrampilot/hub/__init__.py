@@ -2,8 +2,9 @@
 the local library (HF cache, LM Studio, Ollama, user folders). Qt-free; the GUI calls it from workers.
 """
 
-from vrampilot.hub.auth import current_token, forget_token, resolve_token, save_token, validate_token
+from vrampilot.hub.auth import current_token, forget_token, resolve_token, save_token
 from vrampilot.hub.badge import DEFAULT_TARGET_CTX, Badge, Fit, badge_for_spec
+from vrampilot.hub.client import validate_token
 from vrampilot.hub.download import (
     DownloadControl,
     Downloader,

@@ -10,7 +10,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from vrampilot.hub.env import hf_token_path, hub_endpoint
+from vrampilot.hub.env import hf_token_path
 from vrampilot.hub.errors import InvalidTokenError
 
 KEYRING_SERVICE = "vrampilot-huggingface"
@@ -23,7 +23,7 @@ class TokenInfo:
     source: str  # "HF_TOKEN", "keyring" or the token file's path
 
 
-def _keyring():  # type: ignore[no-untyped-def]
+def _keyring():
     """The keyring module when a real backend (Secret Service, Keychain, Windows) is present, else None."""
     try:
         import keyring
@@ -39,10 +39,6 @@ def _keyring():  # type: ignore[no-untyped-def]
     return keyring
 
 
-def keyring_available() -> bool:
-    return _keyring() is not None
-
-
 def current_token() -> TokenInfo | None:
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         value = os.environ.get(var, "").strip()
@@ -50,10 +46,12 @@ def current_token() -> TokenInfo | None:
             return TokenInfo(value, var)
     kr = _keyring()
     if kr is not None:
+        stored: str | None
         try:
-            value = kr.get_password(KEYRING_SERVICE, KEYRING_USER)
+            stored = kr.get_password(KEYRING_SERVICE, KEYRING_USER)
         except Exception:
-            value = None
+            stored = None
+        value = stored or ""
         if value:
             return TokenInfo(value.strip(), "keyring")
     path = hf_token_path()
@@ -99,21 +97,3 @@ def forget_token() -> None:
             kr.delete_password(KEYRING_SERVICE, KEYRING_USER)
     with contextlib.suppress(FileNotFoundError):
         hf_token_path().unlink()
-
-
-def validate_token(token: str) -> str:
-    """The account name the Hub reports for `token`; raises InvalidTokenError or a network error."""
-    from vrampilot.hub.client import hub_api, hub_call
-
-    with hub_call(None):
-        try:
-            info = hub_api().whoami(token=token.strip())
-        except Exception as exc:
-            status = getattr(getattr(exc, "response", None), "status_code", None)
-            if status in (401, 403):
-                raise InvalidTokenError(
-                    f"the Hub at {hub_endpoint()} did not accept this token; create one at "
-                    "https://huggingface.co/settings/tokens (read access is enough)"
-                ) from None
-            raise
-    return str(info.get("name") or "unknown user")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.units import format_tokens
 
 if TYPE_CHECKING:
@@ -18,21 +18,6 @@ DEFAULT_TARGET_CTX = 8192
 def format_tps(tps: float) -> str:
     """'49.4 tok/s'; whole numbers past 100 (a tiny model on a GPU predicts thousands)."""
     return f"{tps:,.0f} tok/s" if tps >= 100 else f"{tps:.1f} tok/s"
-
-
-class Fit(StrEnum):
-    GPU = "gpu"  # every layer on the GPU
-    PARTIAL = "partial"  # some layers on the CPU
-    CPU = "cpu"  # no GPU, or not one layer fits there
-    TOO_LARGE = "too_large"
-
-
-FIT_LABELS = {
-    Fit.GPU: "Fits on GPU",
-    Fit.PARTIAL: "Partial offload",
-    Fit.CPU: "CPU only",
-    Fit.TOO_LARGE: "Too large",
-}
 
 
 @dataclass(frozen=True)
@@ -82,14 +67,7 @@ def badge_for_spec(spec: ModelSpec, target: Target, n_ctx: int = DEFAULT_TARGET_
     result = plan(spec, target, Pins(n_ctx=ctx), alternatives=False)
     s = result.settings
     total = spec.n_layer + 1
-    if not result.fits:
-        fit = Fit.TOO_LARGE
-    elif target.has_gpu and s.n_gpu_layers >= total:
-        fit = Fit.GPU
-    elif target.has_gpu and s.n_gpu_layers > 0:
-        fit = Fit.PARTIAL
-    else:
-        fit = Fit.CPU
+    fit = classify_fit(result)
     kv = s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}"
     reason = result.reasons[-1] if result.reasons else ""
     if ctx < n_ctx:

@@ -7,8 +7,12 @@ otherwise use the values it read at import, and could send a token we were not a
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import re
+import socket
 import threading
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx2
 from huggingface_hub import HfApi
@@ -32,6 +36,7 @@ from vrampilot.hub.errors import (
     FileNotInRepoError,
     HubError,
     HubUnreachableError,
+    InvalidTokenError,
     RepoNotFoundError,
 )
 
@@ -126,6 +131,7 @@ def hub_call(repo_id: str | None, *, token: str | None = None, filename: str | N
     what = f"{repo_id}/{filename}" if repo_id and filename else repo_id or endpoint
     if hub_offline():
         raise HubUnreachableError("offline mode is on (HF_HUB_OFFLINE=1): the Hub is not contacted")
+    _check_resolvable(endpoint)
     try:
         yield
     except HubError:
@@ -169,6 +175,55 @@ def hub_call(repo_id: str | None, *, token: str | None = None, filename: str | N
         raise HubError(f"the Hub at {endpoint} refused the request for {what} (HTTP {status})") from None
     except (httpx2.TransportError, ConnectionError, TimeoutError) as exc:
         raise HubUnreachableError(
-            f"cannot reach the Hub at {endpoint} ({type(exc).__name__}: {exc or 'no answer'}); "
-            "check the network connection and try again"
+            f"cannot reach the Hub at {endpoint}: {_why_unreachable(exc)}; check the network connection and try again"
         ) from None
+
+
+def _check_resolvable(endpoint: str) -> None:
+    """Fail at once when the Hub's name cannot be looked up (no network): huggingface_hub would
+    retry the same failure five times with back-off, about 24 s, before saying so."""
+    host = urlsplit(endpoint).hostname
+    if not host or host in ("localhost",) or _is_ip(host):
+        return
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        raise HubUnreachableError(
+            f"cannot reach the Hub at {endpoint}: the name {host} cannot be looked up (no network connection?)"
+        ) from None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _why_unreachable(exc: BaseException) -> str:
+    """A reason a person reads, without exception class names and errno brackets."""
+    if isinstance(exc, (httpx2.TimeoutException, TimeoutError)):
+        return "it did not answer in time"
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "the connection was refused"
+    if "Name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text:
+        return "its name cannot be looked up (no network connection?)"
+    return re.sub(r"\[Errno -?\d+\]\s*", "", text)
+
+
+def validate_token(token: str) -> str:
+    """The account name the Hub reports for `token`; raises InvalidTokenError or a network error."""
+    with hub_call(None):
+        try:
+            info = hub_api().whoami(token=token.strip())
+        except Exception as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            if status in (401, 403):
+                raise InvalidTokenError(
+                    f"the Hub at {hub_endpoint()} did not accept this token; create one at "
+                    "https://huggingface.co/settings/tokens (read access is enough)"
+                ) from None
+            raise
+    return str(info.get("name") or "unknown user")

@@ -357,7 +357,7 @@ class HybridLayer(LayerCache):
             # Quest's bound: sum over channels of max(q*min, q*max) >= q.k for every key in the block.
             bound = torch.maximum(qg.unsqueeze(-2) * lo[:, None, None], qg.unsqueeze(-2) * hi[:, None, None]).sum(-1)
             return bound.amax(dim=1)
-        keys = self.packer.unpack(self.index_a) if p.read_raw else ek
+        keys = self.packer.unpack(self.index_a) if p.read_raw and self.index_a is not None else ek
         assert keys is not None
         return torch.einsum("hgnd,hed->hgne", qg, keys).amax(dim=1)
 

@@ -12,7 +12,6 @@ at start; torch loads only when a hybrid chat first replies (or a model is check
 
 from __future__ import annotations
 
-import codecs
 import importlib.util
 import os
 import threading
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from vrampilot.engine import ContextOverflow, Engine, EngineError, GenerationStats, Message, Reply, SamplingParams
 from vrampilot.engine.stats import StopReason
+from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.meters.kvcache import KvCacheUsage
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ INSTALL_HINT = f"The experimental hybrid backend needs torch, which is not insta
 USAGE_EVERY_TOKENS = 8
 
 UsageFn = Callable[[KvCacheUsage], None]
-TextFn = Callable[[str], None]
 
 
 def torch_available() -> bool:
@@ -195,59 +194,72 @@ class HybridChat:
         if len(tokens) >= session.n_ctx:
             raise ContextOverflow(len(tokens), sampling.max_tokens, session.n_ctx)
         reused = session.reusable_tokens(tokens)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces: list[str] = []
 
-        def emit(text: str) -> None:
-            if text:
-                pieces.append(text)
-                if on_text is not None:
-                    on_text(text)
-
-        def report() -> None:
-            if on_usage is not None:
+        def report(n_shown: int) -> None:
+            # After the prompt (the first token), then every few tokens: the meter follows the cache.
+            if on_usage is not None and n_shown % USAGE_EVERY_TOKENS == 0:
                 on_usage(self.usage())
 
         t_eval = time.perf_counter()
-        t_first: float | None = None
-        t_last = t_eval
-        completion = 0
-        stop: StopReason | None = None
         gen = session.generate(
             tokens, sampling.max_tokens, temperature=sampling.temperature, seed=sampling.seed,
             stop_tokens=[],  # llama.cpp's end-of-generation set is wider than the file's one EOS id
             cancel=cancel.is_set,
+        )  # fmt: skip
+        out = stream_tokens(
+            gen,
+            detokenize=engine.detokenize,
+            is_end=engine.is_end_of_generation,
+            max_tokens=sampling.max_tokens,
+            cancel=cancel,
+            started_at=t_eval,
+            on_text=on_text,
+            on_token=report,
         )
-        try:
-            for token in gen:
-                t_last = time.perf_counter()
-                if t_first is None:
-                    t_first = t_last
-                    report()  # the prompt is in the cache now
-                if engine.is_end_of_generation(token):
-                    stop = "eos"
-                    break
-                completion += 1
-                emit(decoder.decode(engine.detokenize([token])))
-                if completion % USAGE_EVERY_TOKENS == 0:
-                    report()
-                if cancel.is_set():
-                    stop = "cancelled"
-                    break
-                if completion >= sampling.max_tokens:
-                    stop = "length"
-                    break
-        except InterruptedError:  # cancelled while feeding the prompt or the last token
-            stop = "cancelled"
-        finally:
-            gen.close()
-        emit(decoder.decode(b"", final=True))
-        first = t_first if t_first is not None else t_last
+        first = out.first_token_at if out.first_token_at is not None else out.last_token_at
         stats = GenerationStats.from_times(
-            len(tokens), reused, completion, (t0, t_eval, first, t_last), (session.n_tokens, session.n_ctx),
-            _stop_reason(stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
-        )
+            len(tokens), reused, out.completion_tokens, (t0, t_eval, first, out.last_token_at),
+            (session.n_tokens, session.n_ctx),
+            _stop_reason(out.stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
+        )  # fmt: skip
         usage = self.usage()
         if on_usage is not None:
             on_usage(usage)
-        return HybridReply("".join(pieces), stats, usage, load_s)
+        return HybridReply(out.text, stats, usage, load_s)
+
+
+class HybridBackend:
+    """The hybrid cache as a chat backend (vrampilot.engine.backend.ChatBackend): one per chat, since
+    its session holds that chat's compressed cache."""
+
+    key = "hybrid"
+    label = "the experimental hybrid cache (torch)"
+    replan_cures_overflow = False  # its limit is the model's trained context, not the plan's
+
+    def __init__(self, model_path: str | os.PathLike[str], *, threads: int | None = None) -> None:
+        self.chat = HybridChat(model_path, threads=threads)
+
+    @property
+    def model_path(self) -> Path:
+        return self.chat.model_path
+
+    def usage(self) -> KvCacheUsage:
+        return self.chat.usage()
+
+    def reply(
+        self,
+        engine: Engine,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        *,
+        on_text: TextFn,
+        on_report: Callable[[object], None],
+        cancel: threading.Event,
+        trim: bool,
+    ) -> Reply:
+        return self.chat.chat(engine, messages, sampling, on_text=on_text, on_usage=on_report, cancel=cancel, trim=trim)
+
+    def status_text(self) -> str:
+        if self.chat.prepared:
+            return "Generating with the hybrid cache (torch)…"
+        return "Reading the model into torch for the hybrid cache (first reply of this chat only)…"

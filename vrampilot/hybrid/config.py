@@ -17,6 +17,7 @@ with its own cache and its own single softmax.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 from vrampilot.errors import UserError
@@ -62,7 +63,7 @@ class HybridConfig:
             else:
                 cycle = self.layout_cycle or "F"
                 kinds.append(cycle[(il - len(self.layout_head)) % len(cycle)])
-        return tuple(kinds)  # type: ignore[return-value]
+        return tuple(kinds)  # type: ignore[arg-type]  # letters checked against LayerKind in __post_init__
 
     def applies_heads_to(self, model_shape: tuple[int, ...]) -> bool:
         return bool(self.retrieval_heads) and (not self.retrieval_model or tuple(self.retrieval_model) == tuple(model_shape))
@@ -203,3 +204,14 @@ def get_config(name: str) -> HybridConfig:
         return CONFIGS[name]
     except KeyError:
         raise UserError(f"unknown hybrid config {name!r}; choose one of: {', '.join(CONFIGS)}") from None
+
+
+def default_text_path() -> Path | None:
+    """The evaluation text shipped in resources/hybrid (public domain), or None in a bundle without it."""
+    from vrampilot.paths import resources_dir
+
+    try:
+        candidate = resources_dir() / "hybrid" / "britannica-shakespeare.txt"
+    except FileNotFoundError:
+        return None
+    return candidate if candidate.is_file() else None

@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ def perplexity(
             cache = make()
             losses, ms = run_tokens(
                 model, cache, sample, marks=lengths, decode_tail=decode_steps if s == 0 else 0,
-                on_mark=lambda n, c=cache, r=res: r.kv_bytes.__setitem__(n, c.bytes_held()),
+                on_mark=partial(_record_bytes, res.kv_bytes, cache),
             )
             if ms is not None:
                 res.decode_ms_per_token = ms
@@ -182,7 +183,7 @@ def perplexity(
             losses, ms = run_tokens(
                 model, cache, sample[:length], marks=[length],
                 decode_tail=decode_steps if s == 0 and length == longest else 0,
-                on_mark=lambda n, c=cache: win.kv_bytes.__setitem__(n, c.bytes_held()),
+                on_mark=partial(_record_bytes, win.kv_bytes, cache),
             )
             if ms is not None:
                 win.decode_ms_per_token = ms
@@ -334,3 +335,8 @@ def hybrid_bytes_at(model: LlamaModel, cfg: HybridConfig, n_tokens: int) -> int:
         for il in range(mc.n_layer):
             cache.attend(il, q[:, :n], kv[:, :n], kv[:, :n], start)
     return cache.bytes_held()
+
+
+def _record_bytes(into: dict[int, int], cache: AttentionCache, n_tokens: int) -> None:
+    """At each mark of a run: the bytes the cache holds after `n_tokens` tokens."""
+    into[n_tokens] = cache.bytes_held()

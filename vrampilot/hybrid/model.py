@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -31,8 +31,15 @@ from vrampilot.errors import UserError
 from vrampilot.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from vrampilot.gguf.spec import ModelSpec, load_model_spec
 
-if TYPE_CHECKING:
-    from vrampilot.hybrid.cache import AttentionCache
+
+class AttentionCache(Protocol):
+    """What the forward pass needs of a KV cache (vrampilot.hybrid.cache implements it): attention for
+    one layer's new queries, and the longest chunk the cache accepts at once."""
+
+    @property
+    def max_chunk(self) -> int | None: ...
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos0: int) -> torch.Tensor: ...
 
 # Architectures whose graph is exactly "RMSNorm, Q/K/V without bias, NORM RoPE, SwiGLU MLP".
 SUPPORTED_ARCHITECTURES = frozenset({"llama"})

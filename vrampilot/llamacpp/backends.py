@@ -194,7 +194,7 @@ def loaded_backends() -> EngineBackends | None:
 
 def lib_dir_of(llama_cpp: ModuleType) -> Path:
     base = getattr(getattr(llama_cpp, "llama_cpp", None), "_base_path", None)
-    return Path(base) if base is not None else Path(llama_cpp.__file__).parent / "lib"
+    return Path(base) if base is not None else Path(str(llama_cpp.__file__)).parent / "lib"
 
 
 def load_backends(llama_cpp: ModuleType, probe_cache: Path | None) -> EngineBackends:

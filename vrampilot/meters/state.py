@@ -102,14 +102,6 @@ class MeterReadout:
         return self.sample.gpus[0].utilization_memory_pct if self.sample.gpus else None
 
 
-@dataclass(frozen=True)
-class DecodeRecord:
-    time_s: float
-    decode_tps: float
-    context_tokens: int | None
-    duration_s: float | None
-
-
 def _planned_for(plan: Plan, gpu_position: int) -> PlannedVram | None:
     """The device side of the plan, split across GPUs the way llama.cpp's default split does:
     by each card's share of the free memory (the budget)."""

@@ -26,10 +26,6 @@ class HostSample:
     ram_available_bytes: int
     logical_cores: int
 
-    @property
-    def ram_used_bytes(self) -> int:
-        return max(0, self.ram_total_bytes - self.ram_available_bytes)
-
 
 @dataclass(frozen=True)
 class SharedGpuMemory:

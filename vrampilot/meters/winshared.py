@@ -208,7 +208,7 @@ def open_shared_memory_reader(pid: int, platform: str = sys.platform) -> SharedM
     if platform != "win32":
         return UnavailableReader(NOT_WINDOWS)
     try:
-        import win32pdh  # type: ignore[import-not-found]  # pywin32, optional
+        import win32pdh
 
         return PdhReader(win32pdh, pid)
     except Exception:  # ImportError, or PDH itself failing: try the command-line tool

@@ -244,7 +244,7 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
     errors: list[str] = []
     last_level = _LOG_INFO
 
-    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    @llama_cpp.llama_log_callback
     def _capture(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         nonlocal last_level
         s = text.decode("utf-8", errors="replace")

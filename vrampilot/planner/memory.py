@@ -53,14 +53,6 @@ class MemoryBreakdown:
     def total_bytes(self) -> int:
         return self.device.total_bytes + self.host.total_bytes
 
-    @property
-    def weights_device_bytes(self) -> int:
-        return self.device.weights_bytes
-
-    @property
-    def weights_host_bytes(self) -> int:
-        return self.host.weights_bytes
-
 
 def layer_placement(spec: ModelSpec, n_gpu_layers: int) -> tuple[tuple[bool, ...], bool]:
     """Which repeating layers and whether the output layer land on the GPU for -ngl N."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.kv import kv_refusal
@@ -106,8 +107,8 @@ class Plan:
         return self.target.host_ram_bytes
 
 
-class PlanError(ValueError):
-    pass
+class PlanError(UserError, ValueError):
+    """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""
 
 
 def _validate(spec: ModelSpec, pins: Pins) -> None:
@@ -146,11 +147,19 @@ def _evaluate(
     return mem, _fits(mem, target), predict_speed(spec, s, target, mem)
 
 
-def _kv_candidates(pins: Pins, flash_attn: bool | None) -> list[tuple[str, str]]:
+def _kv_candidates(pins: Pins, flash_attn: bool | None, has_gpu: bool) -> list[tuple[str, str]]:
+    if pins.type_k and pins.type_v:
+        return [(pins.type_k, pins.type_v)]
     if pins.type_k or pins.type_v:
-        k = pins.type_k or pins.type_v or "f16"
-        v = pins.type_v or pins.type_k or "f16"
-        return [(k, v)]
+        # One of them pinned: on a GPU the other follows it (CUDA's flash-attention kernels need
+        # one type for both); on the CPU it stays the planner's, full precision first.
+        pinned = pins.type_k or pins.type_v or "f16"
+        others = [pinned] if has_gpu else list(PREFERRED_KV)
+        if pins.type_k:
+            # A quantized V needs flash attention.
+            vs = [v for v in others if flash_attn is not False or v not in QUANTIZED_KV_TYPES] or ["f16"]
+            return [(pinned, v) for v in vs]
+        return [(k, pinned) for k in others]
     pairs = [(t, t) for t in PREFERRED_KV]
     if flash_attn is False:
         # Without flash attention llama.cpp refuses a quantized V cache; only K may be quantized.
@@ -215,14 +224,15 @@ def _choose(
             type_v=kv[1],
             n_gpu_layers=ngl if has_gpu else 0,
             n_batch=pins.n_batch or max(DEFAULT_BATCH, ubatch),
-            n_ubatch=ubatch,
+            # llama.cpp caps ubatch at batch: never plan memory for a ubatch that cannot apply.
+            n_ubatch=min(ubatch, pins.n_batch) if pins.n_batch else ubatch,
             n_threads=pins.n_threads or t,
             n_threads_batch=pins.n_threads_batch or tb,
             flash_attn=flash,
             swa_full=swa_full,
         )
 
-    kv_pairs = _kv_candidates(pins, pins.flash_attn)
+    kv_pairs = _kv_candidates(pins, pins.flash_attn, has_gpu)
     tried: list[tuple[Settings, MemoryBreakdown, bool]] = []
     chosen: Settings | None = None
 
@@ -292,8 +302,9 @@ def _finish(
     refused = kv_refusal(spec, chosen)
     if refused:
         fits = False
-    reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen))
-    suggestion = None if fits else _suggest_quant(spec, target, chosen, g)
+    reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen), refused)
+    # Another file cannot cure a refusal (a setting llama.cpp rejects), only a change of settings.
+    suggestion = None if fits or refused else _suggest_quant(spec, target, chosen, g)
     warnings: list[str] = list(target.notes)
     # Speed predictions rest on the bandwidth; say when it is an assumption, not a reading.
     warnings += [f"{g.name}: {g.bandwidth_note}" for g in target.gpus if g.bandwidth_note]
@@ -326,7 +337,7 @@ def _finish(
     )
 
 
-def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:  # type: ignore[no-untyped-def]
+def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:
     """Largest -ngl that fits, or None.
 
     VRAM use only grows with every layer moved to the GPU and host use only shrinks, so the
@@ -356,6 +367,8 @@ def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gr
     for ub in UBATCH_CHOICES:
         if ub <= s.n_ubatch:
             break
+        if pins.n_batch and ub > pins.n_batch:
+            continue  # llama.cpp caps ubatch at batch
         cand = s.with_(n_ubatch=ub, n_batch=pins.n_batch or max(DEFAULT_BATCH, ub))
         if _fits(memory_breakdown(spec, cand, target, g), target):
             return cand
@@ -420,6 +433,7 @@ def _reasons(
     tried: list[tuple[Settings, MemoryBreakdown, bool]],
     fits: bool,
     compute_measured: bool = False,
+    refused: str | None = None,
 ) -> list[str]:
     r: list[str] = []
     by = ", sized by llama.cpp's own allocator" if compute_measured else ""
@@ -441,8 +455,16 @@ def _reasons(
         )
     # KV cache type
     kv_text = f"{s.type_k}" if s.type_k == s.type_v else f"K {s.type_k} / V {s.type_v}"
-    if pins.type_k or pins.type_v:
+    if pins.type_k and pins.type_v:
         r.append(f"{kv_text} KV cache: pinned by you ({format_bytes(mem.kv.total_bytes)}).")
+    elif pins.type_k or pins.type_v:
+        which, pinned, other, other_t = ("K", s.type_k, "V", s.type_v) if pins.type_k else ("V", s.type_v, "K", s.type_k)
+        why = (
+            "matches it: CUDA's flash-attention kernels need one type for both"
+            if gpu and other_t == pinned
+            else ("full precision fits" if other_t in ("f16", "bf16", "f32") else "the most precise that fits")
+        )
+        r.append(f"{which} {pinned} pinned by you; {other} {other_t}: {why} ({format_bytes(mem.kv.total_bytes)}).")
     else:
         rejected = [
             (t, m)
@@ -507,6 +529,9 @@ def _reasons(
     # Batch
     if pins.n_ubatch is not None:
         r.append(f"ubatch {s.n_ubatch}: pinned by you; batch {s.n_batch}.")
+    elif pins.n_batch is not None:
+        capped = " (llama.cpp caps ubatch at batch)" if s.n_ubatch == s.n_batch < DEFAULT_UBATCH else ""
+        r.append(f"batch {s.n_batch}: pinned by you; ubatch {s.n_ubatch}{capped}.")
     elif gpu and s.n_ubatch > DEFAULT_UBATCH:
         r.append(
             f"ubatch {s.n_ubatch}, batch {s.n_batch}: headroom allows a larger compute buffer "
@@ -521,15 +546,15 @@ def _reasons(
         )
     # Threads
     if pins.n_threads is not None:
-        r.append(f"{s.n_threads} threads: pinned by you.")
+        r.append(f"{_threads_text(s.n_threads)}: pinned by you.")
     elif gpu and s.n_gpu_layers >= spec.n_layer + 1:
         r.append(
-            f"{s.n_threads} threads for generation: everything runs on the GPU, and more CPU threads only "
+            f"{_threads_text(s.n_threads)} for generation: everything runs on the GPU, and more CPU threads only "
             f"spin; {s.n_threads_batch} for prompts."
         )
     else:
         r.append(
-            f"{s.n_threads} threads: one per physical core ({target.cpu_physical_cores}); hyper-threads add "
+            f"{_threads_text(s.n_threads)}: one per physical core ({target.cpu_physical_cores}); hyper-threads add "
             "nothing to memory-bound decoding."
         )
     # Flash attention
@@ -540,7 +565,9 @@ def _reasons(
     else:
         r.append("Flash attention on: smaller compute buffer and faster long prompts.")
     # Outcome
-    if fits:
+    if refused:
+        r.append(f"llama.cpp would refuse these settings: {refused}.")
+    elif fits:
         r.append(
             f"Predicted {speed.decode_tps:.1f} tokens/s generating "
             f"({speed.decode_tps_full_ctx:.1f} with the context full), {speed.prefill_tps:.0f} tokens/s "
@@ -557,6 +584,10 @@ def _reasons(
     return r
 
 
+def _threads_text(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:
     params = spec.n_params
     if params <= 0:
@@ -571,6 +602,8 @@ def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimat
         if bpw >= current_bpw - 0.05:
             continue
         weights = int(params * bpw / 8)
+        if weights >= spec.weight_bytes * 0.95:
+            continue  # nominal bits per weight understate small models (large embeddings): not smaller
         if weights + overhead <= budget:
             where = "on the GPU" if target.has_gpu else "in RAM"
             return (

@@ -7,15 +7,16 @@ progress.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrampilot.storage.db import connect
+from vrampilot.storage.db import StorageError, connect
 
 ROLES = ("system", "user", "assistant")
 # What replies a chat: llama.cpp (the engine), or the experimental hybrid-cache backend on torch
@@ -72,6 +73,18 @@ def _check_backend(backend: str) -> None:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
 
 
+@contextlib.contextmanager
+def _writing(what: str) -> Iterator[None]:
+    """A failed write (full or read-only disk, a locked file) as a StorageError the user can act on."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "full" in text:
+            raise StorageError(f"could not save {what}: the disk is full ({text})") from None
+        raise StorageError(f"could not save {what}: {text}") from None
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -97,11 +110,12 @@ class ChatStore:
     ) -> Chat:
         _check_backend(backend)
         now = time.time()
-        cur = self._conn.execute(
-            "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at, backend) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (title, model_path, system_prompt, now, now, backend),
-        )
+        with _writing("the new chat"):
+            cur = self._conn.execute(
+                "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at, backend) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (title, model_path, system_prompt, now, now, backend),
+            )
         return Chat(int(cur.lastrowid or 0), title, model_path, system_prompt, now, now, backend=backend)
 
     def list_chats(self) -> list[ChatSummary]:
@@ -159,12 +173,14 @@ class ChatStore:
         self._update_chat(chat_id, "backend = ?", (backend,))
 
     def delete(self, chat_id: int) -> None:
-        self._conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        with _writing("the deletion"):
+            self._conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
 
     def _update_chat(self, chat_id: int, assignment: str, params: Sequence[Any]) -> None:
-        cur = self._conn.execute(
-            f"UPDATE chats SET {assignment}, updated_at = ? WHERE id = ?", (*params, time.time(), chat_id)
-        )
+        with _writing("the chat"):
+            cur = self._conn.execute(
+                f"UPDATE chats SET {assignment}, updated_at = ? WHERE id = ?", (*params, time.time(), chat_id)
+            )
         if cur.rowcount == 0:
             raise KeyError(f"no chat {chat_id}")
 
@@ -173,7 +189,7 @@ class ChatStore:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
         now = time.time()
-        with self._tx():
+        with _writing("the message"), self._tx():
             pos = self._conn.execute(
                 "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)
             ).fetchone()[0]
@@ -189,16 +205,17 @@ class ChatStore:
         return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats)
 
     def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None) -> None:
-        cur = self._conn.execute(
-            "UPDATE messages SET content = ?, stats_json = ? WHERE id = ?",
-            (content, json.dumps(stats) if stats else None, message_id),
-        )
+        with _writing("the message"):
+            cur = self._conn.execute(
+                "UPDATE messages SET content = ?, stats_json = ? WHERE id = ?",
+                (content, json.dumps(stats) if stats else None, message_id),
+            )
         if cur.rowcount == 0:
             raise KeyError(f"no message {message_id}")
 
     def truncate(self, chat_id: int, keep: int) -> None:
         """Keep the first `keep` messages (edit and regenerate continue from an earlier point)."""
-        with self._tx():
+        with _writing("the chat"), self._tx():
             self._conn.execute("DELETE FROM messages WHERE chat_id = ? AND position >= ?", (chat_id, keep))
             self._conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
 
@@ -265,7 +282,17 @@ class _Transaction:
         self._conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type:
+            self._conn.execute("ROLLBACK")
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error:
+            # A COMMIT that fails (disk full) can leave the transaction open: close it, or every
+            # later write fails with "cannot start a transaction within a transaction".
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
 
 
 def _snippet(text: str, needle: str, width: int = 40) -> str:

@@ -2,14 +2,27 @@
 
 WAL mode with synchronous=NORMAL: each message is its own committed transaction, and a killed or
 crashed app keeps every committed one (only a power cut may lose the last instants).
+
+Two processes may open a new or older file at the same moment (two windows started together, the
+CLI beside the app). The switch to WAL needs a moment alone with the file and SQLite does not wait
+for it (its busy timeout does not apply): it is retried. A migration runs inside
+`BEGIN IMMEDIATE`, which takes the write lock first, and re-reads the schema version under it, so
+the second process finds the work done instead of creating a table twice.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from vrampilot.errors import UserError
 from vrampilot.paths import data_dir
+
+T = TypeVar("T")
+LOCK_WAIT_S = 15.0
 
 DB_FILE = "vrampilot.sqlite3"
 
@@ -56,8 +69,54 @@ _MIGRATIONS: tuple[str, ...] = (
 )
 
 
-class StorageError(Exception):
-    pass
+class StorageError(UserError):
+    """The chats database cannot be used as asked (a newer schema, a full or read-only disk)."""
+
+
+def retry_locked(fn: Callable[[], T], wait_s: float = LOCK_WAIT_S) -> T:
+    """Run `fn`, retrying while another process holds the file ("database is locked")."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+def open_database(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode; shared by the chats and the documents databases."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0, check_same_thread=check_same_thread)
+        retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+    except sqlite3.OperationalError as exc:
+        raise StorageError(f"cannot open {path}: {exc}") from None
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: Path, migrations: tuple[str, ...]) -> None:
+    """Bring the schema to `len(migrations)`, once, even with other processes migrating too."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] == len(migrations):
+        return
+    retry_locked(lambda: conn.execute("BEGIN IMMEDIATE"))
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]  # under the lock: the truth
+        if version > len(migrations):
+            raise StorageError(
+                f"{path} was written by a newer VRAM Pilot (schema {version}); this one reads up to {len(migrations)}"
+            )
+        for i in range(version, len(migrations)):
+            for statement in _statements(migrations[i]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {i + 1}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def default_db_path() -> Path:
@@ -67,32 +126,19 @@ def default_db_path() -> Path:
 def connect(path: Path | None = None) -> sqlite3.Connection:
     """Open (and migrate) the database. A newer schema than this build knows is refused."""
     path = path or default_db_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    conn = open_database(path)
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
-    _migrate(conn, path)
+    try:
+        migrate(conn, path, _MIGRATIONS)
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise StorageError(f"cannot prepare {path}: {exc}") from None
+    except BaseException:
+        conn.close()
+        raise
     return conn
-
-
-def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > len(_MIGRATIONS):
-        raise StorageError(
-            f"{path} was written by a newer VRAM Pilot (schema {version}); this one reads up to {len(_MIGRATIONS)}"
-        )
-    for i in range(version, len(_MIGRATIONS)):
-        conn.execute("BEGIN")
-        try:
-            for statement in _statements(_MIGRATIONS[i]):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {i + 1}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
 
 def _statements(script: str) -> list[str]:

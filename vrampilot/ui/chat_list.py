@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -39,7 +40,6 @@ class ChatList(QWidget):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 28)
         self.new_button = QPushButton("New chat")
         self.new_button.setObjectName("new_chat")
         self.new_button.setToolTip("Ctrl+N")
@@ -60,6 +60,13 @@ class ChatList(QWidget):
         self.list.setWordWrap(True)
         self.list.currentItemChanged.connect(self._current_changed)
         lay.addWidget(self.list, 1)
+        # Said in the list's place when a search finds nothing (an empty list reads as "broken").
+        self.empty = QLabel()
+        self.empty.setObjectName("chats_empty")
+        self.empty.setWordWrap(True)
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.hide()
+        lay.addWidget(self.empty)
         row = QHBoxLayout()
         self.rename_button = QToolButton()
         self.rename_button.setText("Rename")
@@ -87,7 +94,9 @@ class ChatList(QWidget):
         lay.addLayout(row)
         self._quiet = False
 
-    def set_chats(self, chats: list[ChatSummary], current: int | None) -> None:
+    def set_chats(self, chats: list[ChatSummary], current: int | None, *, query: str = "") -> None:
+        self.empty.setText(f"No chats match “{query.strip()}”." if query.strip() and not chats else "")
+        self.empty.setVisible(bool(self.empty.text()))
         self._quiet = True
         try:
             self.list.clear()
@@ -106,6 +115,28 @@ class ChatList(QWidget):
         finally:
             self._quiet = False
         self._update_buttons()
+
+    def minimumSizeHint(self) -> QSize:
+        # The window hides the list when it is narrow rather than keeping its width from the
+        # window's minimum (vrampilot.ui.main_window.MainWindow.resizeEvent).
+        return QSize(0, super().minimumSizeHint().height())
+
+    def clear_current(self) -> None:
+        self._quiet = True
+        try:
+            self.list.clearSelection()
+            self.list.setCurrentRow(-1)
+        finally:
+            self._quiet = False
+        self._update_buttons()
+
+    def step(self, delta: int) -> None:
+        """Open the next (+1) or previous (-1) chat in the list, wrapping around (Ctrl+Tab)."""
+        n = self.list.count()
+        if n == 0:
+            return
+        row = self.list.currentRow()
+        self.list.setCurrentRow((row + delta) % n if row >= 0 else (0 if delta > 0 else n - 1))
 
     def current_id(self) -> int | None:
         item = self.list.currentItem()

@@ -6,7 +6,7 @@ Views only: the main window decides what happens on send, stop, edit and regener
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QStandardItemModel
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QToolButton,
     QVBoxLayout,
@@ -30,11 +31,11 @@ from vrampilot.ui.markdown_view import MarkdownView
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
+COPIED_MS = 1500  # how long a Copy button says "Copied"
 BACKEND_LABELS = {BACKEND_LLAMA: "llama.cpp", BACKEND_HYBRID: "Experimental: hybrid cache (torch)"}
 
 
 class MessageWidget(QFrame):
-    copy_requested = Signal()
     edit_requested = Signal(int)
     regenerate_requested = Signal()
 
@@ -57,6 +58,7 @@ class MessageWidget(QFrame):
         head.addStretch(1)
         self.copy_button = QToolButton()
         self.copy_button.setText("Copy")
+        self.copy_button.setToolTip("Copy this message")
         self.copy_button.setObjectName("copy")
         self.copy_button.clicked.connect(self._copy)
         head.addWidget(self.copy_button)
@@ -72,6 +74,9 @@ class MessageWidget(QFrame):
         self.regenerate_button.hide()
         self.regenerate_button.clicked.connect(self.regenerate_requested)
         head.addWidget(self.regenerate_button)
+        for b in (self.copy_button, self.edit_button, self.regenerate_button):
+            # Tool buttons take no keyboard focus by default: Tab and Shift+Tab would skip them.
+            b.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         lay.addLayout(head)
         self.body = MarkdownView()
         self.body.setObjectName("body")
@@ -98,7 +103,35 @@ class MessageWidget(QFrame):
 
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
-        self.copy_requested.emit()
+        # Said where the user looks: on the button, for a moment.
+        self.copy_button.setText("Copied")
+        QTimer.singleShot(COPIED_MS, self.copy_button, lambda: self.copy_button.setText("Copy"))
+
+
+class ElidedLabel(QLabel):
+    """One line that is cut with "…" to the width it gets, never widening its column (a long chat
+    title pushed the plan panel off the window); the whole text is in the tooltip."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 8)
+
+    def set_full_text(self, text: str) -> None:
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def _elide(self) -> None:
+        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(self.width(), 1)))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._elide()
 
 
 class InputEdit(QPlainTextEdit):
@@ -110,6 +143,8 @@ class InputEdit(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.enter_sends = False
+        # Tab moves to the next control, as in every chat box; a tab character is rarely wanted.
+        self.setTabChangesFocus(True)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.key() == Qt.Key.Key_Escape:
@@ -201,7 +236,6 @@ class ChatView(QWidget):
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_requested = Signal(int)
-    edit_cancelled = Signal()
     system_prompt_changed = Signal(str)
     sampling_changed = Signal(object)
     enter_sends_changed = Signal(bool)
@@ -213,7 +247,7 @@ class ChatView(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
 
         top = QHBoxLayout()
-        self.title = QLabel()
+        self.title = ElidedLabel()
         self.title.setObjectName("chat_title")
         f = self.title.font()
         f.setPointSizeF(f.pointSizeF() * 1.2)
@@ -226,7 +260,9 @@ class ChatView(QWidget):
         for key, label in BACKEND_LABELS.items():
             self.backend.addItem(label, key)
         self.backend.setToolTip("What replies in this chat")
-        self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        # Shrinks with a narrow window (the full label is in the list and the tooltip).
+        self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.backend.setMinimumContentsLength(9)
         self.backend.currentIndexChanged.connect(self._backend_picked)
         backend_label = QLabel("Backend")
         backend_label.setBuddy(self.backend)
@@ -274,16 +310,16 @@ class ChatView(QWidget):
         self.sampling.changed.connect(self.sampling_changed)
         lay.addWidget(self.sampling)
 
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("messages")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.messages_area = QScrollArea()
+        self.messages_area.setObjectName("messages")
+        self.messages_area.setWidgetResizable(True)
+        self.messages_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._container = QWidget()
         self._list = QVBoxLayout(self._container)
         self._list.setContentsMargins(4, 4, 4, 4)
         self._list.addStretch(1)
-        self.scroll.setWidget(self._container)
-        lay.addWidget(self.scroll, 1)
+        self.messages_area.setWidget(self._container)
+        lay.addWidget(self.messages_area, 1)
         self.empty_hint = QLabel()
         self.empty_hint.setObjectName("empty_hint")
         self.empty_hint.setWordWrap(True)
@@ -339,8 +375,8 @@ class ChatView(QWidget):
         self._render_timer.setInterval(RENDER_INTERVAL_MS)
         self._render_timer.timeout.connect(self._render_stream)
         self._follow = True
-        self.scroll.verticalScrollBar().rangeChanged.connect(self._range_changed)
-        self.scroll.verticalScrollBar().valueChanged.connect(self._scrolled)
+        self.messages_area.verticalScrollBar().rangeChanged.connect(self._range_changed)
+        self.messages_area.verticalScrollBar().valueChanged.connect(self._scrolled)
         self.busy = False
 
     # -- input ---------------------------------------------------------------------------------
@@ -406,7 +442,10 @@ class ChatView(QWidget):
 
     # -- messages ------------------------------------------------------------------------------
     def set_title(self, title: str) -> None:
-        self.title.setText(title)
+        self.title.set_full_text(title)
+
+    def title_text(self) -> str:
+        return self.title.full_text()
 
     def set_system_prompt(self, text: str) -> None:
         self.system_prompt.blockSignals(True)
@@ -492,12 +531,12 @@ class ChatView(QWidget):
 
     # -- scrolling: follow the stream unless the user scrolled up ------------------------------
     def _scrolled(self, value: int) -> None:
-        bar = self.scroll.verticalScrollBar()
+        bar = self.messages_area.verticalScrollBar()
         self._follow = value >= bar.maximum() - 4
 
     def _range_changed(self, _lo: int, hi: int) -> None:
         if self._follow:
-            self.scroll.verticalScrollBar().setValue(hi)
+            self.messages_area.verticalScrollBar().setValue(hi)
 
     # -- banner --------------------------------------------------------------------------------
     def show_banner(self, text: str, actions: list[tuple[str, str, object]] | None = None) -> None:
@@ -510,7 +549,7 @@ class ChatView(QWidget):
         for name, label, callback in actions or []:
             b = QPushButton(label)
             b.setObjectName(name)
-            b.clicked.connect(callback)  # type: ignore[arg-type]
+            b.clicked.connect(callback)
             self._banner_layout.addWidget(b)
             self._banner_buttons.append(b)
         self.banner.show()
@@ -519,7 +558,8 @@ class ChatView(QWidget):
         self.banner.hide()
 
     def banner_visible(self) -> bool:
-        return self.banner.isVisible()
+        # Not isVisible(): on a hidden tab every child reports invisible.
+        return not self.banner.isHidden()
 
 
 __all__ = ["ChatView", "MessageWidget", "SamplingPanel"]

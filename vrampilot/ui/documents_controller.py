@@ -1,9 +1,10 @@
 """Documents in the window: reading files on a worker, the fit against the shown plan, the prompt
 for each question, the prompt-processing progress, and saving/restoring the KV cache.
 
-The work is the Qt-free `vrampilot.documents`; this object only moves it off the GUI thread and keeps
-the panel in step. The main window asks it for the messages of each turn and tells it about
-chats, plans, loads and replies.
+The work is the Qt-free `vrampilot.documents`; this object only moves it off the GUI thread (reading
+and counting on the task pool, saving and restoring the KV cache on the engine thread, which owns
+every llama.cpp call) and keeps the panel in step. The chat controller asks it for the messages of
+each turn and tells it about chats, plans, loads and replies.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from vrampilot.documents import (
     ContextGiven,
     Document,
     DocumentSet,
-    DocumentStore,
     FitReport,
-    KvStateStore,
     extract,
     needed_context,
     sources_line,
@@ -31,9 +30,11 @@ from vrampilot.documents import (
     tokenizer_for,
 )
 from vrampilot.engine import Engine, Message, PromptProgress
+from vrampilot.log import describe_error
 from vrampilot.planner.search import Plan
+from vrampilot.ui.context import AppContext
 from vrampilot.ui.documents_panel import DocumentsPanel
-from vrampilot.ui.workers import EngineThread, run_task
+from vrampilot.ui.workers import TaskHandle
 
 # Prompts shorter than this are read in a blink: no progress bar.
 PROGRESS_MIN_TOKENS = 256
@@ -45,21 +46,15 @@ class DocumentsController(QObject):
     changed = Signal()  # attachments or fit changed
     _prompt_progress = Signal(object)
 
-    def __init__(
-        self,
-        engine: EngineThread,
-        panel: DocumentsPanel | None = None,
-        *,
-        store: DocumentStore | None = None,
-        kv_store: KvStateStore | None = None,
-        parent: QObject | None = None,
-    ) -> None:
+    def __init__(self, ctx: AppContext, panel: DocumentsPanel | None = None, *, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.ctx = ctx
+        engine = ctx.engine
         self.engine_thread = engine
         self.engine: Engine = engine.engine
         self.panel = panel or DocumentsPanel()
-        self.store = store or DocumentStore()
-        self.kv = kv_store or KvStateStore()
+        self.store = ctx.documents
+        self.kv = ctx.kv_states
         self.chat_id: int | None = None
         self.plan: Plan | None = None
         self.docs: DocumentSet | None = None
@@ -71,7 +66,6 @@ class DocumentsController(QObject):
         self._queue: list[Path] = []
         self._cancel: threading.Event | None = None
         self._busy = False
-        self._fit_seq = 0
 
         self.panel.remove_requested.connect(self.remove)
         self.panel.cancel_extraction_requested.connect(self.cancel_extraction)
@@ -98,8 +92,16 @@ class DocumentsController(QObject):
         return self._busy
 
     def _start(self, fn: Callable[[Callable[[float, str], None]], Any], done: Callable[[Any], None],
-               failed: Callable[[BaseException], None], progress: Callable[[float, str], None] | None = None) -> None:  # fmt: skip
-        run_task(fn, done, failed, parent=self, on_progress=progress or (lambda _f, _t: None))
+               failed: Callable[[BaseException], None], progress: Callable[[float, str], None] | None = None,
+               key: str | None = None) -> None:  # fmt: skip
+        def work(task: TaskHandle) -> Any:
+            return fn(lambda fraction, text: task.progress((fraction, text)))
+
+        def report(payload: object) -> None:
+            if progress is not None and isinstance(payload, tuple):
+                progress(float(payload[0]), str(payload[1]))
+
+        self.ctx.tasks.submit(work, done=done, failed=failed, progress=report, key=key, owner=self)
 
     # -- plan ----------------------------------------------------------------------------------
     def set_plan(self, plan: Plan | None) -> None:
@@ -137,7 +139,7 @@ class DocumentsController(QObject):
                 self._refresh()
                 self.restore_state()
 
-        self._start(work, done, self._failed)
+        self._start(work, done, self._failed, key="documents-count")
 
     def refit(self) -> None:
         """Size the documents against the shown plan (on a worker: the planner may run a few times)."""
@@ -146,17 +148,16 @@ class DocumentsController(QObject):
             self.panel.set_fit(None)
             self.changed.emit()
             return
-        self._fit_seq += 1
-        seq, plan, docs = self._fit_seq, self.plan, self.docs
+        plan, docs = self.plan, self.docs
         reply = self.reply_tokens
 
         def done(report: FitReport) -> None:
-            if seq == self._fit_seq:
-                self.fit = report
-                self.panel.set_fit(report)
-                self.changed.emit()
+            self.fit = report
+            self.panel.set_fit(report)
+            self.changed.emit()
 
-        run_task(lambda: docs.fit(plan, reply_tokens=reply), done, self._failed, parent=self)
+        self.ctx.tasks.submit(lambda _t: docs.fit(plan, reply_tokens=reply), done=done, failed=self._failed,
+                              key="documents-fit", owner=self)  # fmt: skip
 
     def _replan_clicked(self) -> None:
         if self.fit is not None and self.fit.suggested_ctx:
@@ -206,8 +207,9 @@ class DocumentsController(QObject):
         def failed(exc: BaseException) -> None:
             self._busy = False
             self.panel.hide_extraction()
-            self.panel.show_error(str(exc))
-            self.status.emit(str(exc))
+            text = describe_error(exc, context=f"reading {path.name}")
+            self.panel.show_error(text)
+            self.status.emit(text)
             self._next()
 
         self._start(work, done, failed, lambda f, t: self.panel.show_extraction(path.name, f, t))
@@ -230,8 +232,9 @@ class DocumentsController(QObject):
         self.refit()
 
     def _failed(self, exc: BaseException) -> None:
-        self.panel.show_error(str(exc))
-        self.status.emit(str(exc))
+        text = describe_error(exc, context="preparing the documents")
+        self.panel.show_error(text)
+        self.status.emit(text)
 
     # -- chats ---------------------------------------------------------------------------------
     def set_chat(self, chat_id: int | None) -> None:
@@ -304,36 +307,40 @@ class DocumentsController(QObject):
         return sources_line(text, given)
 
     # -- saved KV state ------------------------------------------------------------------------
-    def _key(self) -> str | None:
+    def saved_state_key(self) -> str | None:
+        """The key the chat's KV cache is saved under now (model file, plan, documents), or None."""
         if not self.docs or not self.engine.loaded or self.engine.model_path is None or self.engine.settings is None:
             return None
         return state_key(self.engine.model_path, self.engine.settings, self.docs.hashes)
 
     def save_state(self) -> None:
-        key = self._key()
+        """Save the KV cache after a reply, on the engine thread (it owns every llama.cpp call)."""
+        key = self.saved_state_key()
         if key is None:
             return
-
-        def work() -> object:
-            return self.kv.save(self.engine, key)
-
-        run_task(work, lambda _s: None, lambda exc: self.status.emit(f"Could not save the model state: {exc}"),
-                 parent=self)  # fmt: skip
+        self.engine_thread.run(
+            lambda engine: self.kv.save(engine, key),
+            failed=lambda exc: self.status.emit(f"Could not save the model state: {describe_error(exc)}"),
+        )
 
     def restore_state(self) -> None:
         """After a load, with the chat's documents and an unchanged plan: the saved cache replaces
-        re-reading the documents."""
-        key = self._key()
+        re-reading the documents, unless it fails its checks (then it is dropped and the documents
+        are read again with the next question, and the status says why)."""
+        key = self.saved_state_key()
         if key is None or not self.kv.has(key):
             return
 
         def done(restored: object) -> None:
-            if restored is not None:
+            dropped = getattr(restored, "dropped", "")
+            if dropped:
+                self.status.emit(f"The saved model state was not used ({dropped}); the documents are read again")
+            elif restored is not None:
                 n = getattr(restored, "tokens", 0)
                 s = getattr(restored, "seconds", 0.0)
                 self.status.emit(f"Restored the saved model state ({n} tokens) in {s:.1f} s instead of re-reading")
 
-        run_task(lambda: self.kv.restore(self.engine, key), done, self._failed, parent=self)
+        self.engine_thread.run(lambda engine: self.kv.restore(engine, key), done, self._failed)
 
     # -- prompt progress -----------------------------------------------------------------------
     def _show_prompt_progress(self, p: PromptProgress) -> None:
@@ -345,4 +352,3 @@ class DocumentsController(QObject):
     def shutdown(self) -> None:
         self.cancel_extraction()
         self.engine.prompt_progress = None
-        self.store.close()

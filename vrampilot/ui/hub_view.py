@@ -1,16 +1,18 @@
 """The Hub tab: search Hugging Face, see which file fits this machine and how fast, download it.
 
-A thin layer over vrampilot.hub: searches, listings, remote headers and badges run on the thread pool
-(vrampilot.ui.workers.run_task); a download runs on its own QThread so it never holds a pool thread for
-minutes. Pause and cancel are flags the download checks (DownloadControl), never a killed thread.
+A thin layer over vrampilot.hub: searches, listings, remote headers and badges run as tasks
+(vrampilot.ui.workers.Tasks; a newer search or listing supersedes the older one); a download runs as
+a long task, on the pool for long work, so it never holds a short task's thread for minutes.
+Pause and cancel are flags the download checks (DownloadControl), never a killed thread.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -63,7 +65,7 @@ from vrampilot.hub.badge import format_tps
 from vrampilot.hub.search import SORT_KEYS
 from vrampilot.planner.target import Target, target_from_machine
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
-from vrampilot.ui.workers import run_task
+from vrampilot.ui.workers import TaskHandle, Tasks
 from vrampilot.units import format_bytes, format_tokens
 
 CPU_BLUE = "#4e79a7"
@@ -91,35 +93,15 @@ def _count(n: int | None) -> str:
     return str(n)
 
 
-class _DownloadThread(QThread):
-    """Runs one Downloader; reports by signal (queued to the GUI thread)."""
-
-    progressed = Signal(object)  # DownloadProgress
-    finished_ok = Signal(object)  # DownloadResult
-    failed = Signal(object)  # exception
-
-    def __init__(self, downloader: Downloader) -> None:
-        super().__init__()
-        self.downloader = downloader
-        downloader.on_progress = self.progressed.emit
-
-    def run(self) -> None:
-        try:
-            result = self.downloader.run()
-        except Exception as exc:  # shown in the status line
-            self.failed.emit(exc)
-        else:
-            self.finished_ok.emit(result)
-
-
 class SignInDialog(QDialog):
     """Paste a Hugging Face token; it is checked with the Hub, then kept in the keyring or the
     Hub's own token file (never in our settings)."""
 
     signed_in = Signal(str)  # account name
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, tasks: Tasks, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.tasks = tasks
         self.setWindowTitle("Sign in to Hugging Face")
         self.setMinimumWidth(self.fontMetrics().horizontalAdvance("x") * 70)
         lay = QVBoxLayout(self)
@@ -152,11 +134,11 @@ class SignInDialog(QDialog):
         self.buttons.setEnabled(False)
         self.message.setText("Checking the token with the Hub…")
 
-        def work() -> tuple[str, str]:
+        def work(_task: TaskHandle) -> tuple[str, str]:
             user = validate_token(token)
             return user, save_token(token)
 
-        run_task(work, self._ok, self._failed, parent=self)
+        self.tasks.submit(work, done=self._ok, failed=self._failed, owner=self)
 
     def _ok(self, result: tuple[str, str]) -> None:
         user, where = result
@@ -193,16 +175,17 @@ class HubView(QWidget):
         target: Target | None = None,
         n_ctx: int = DEFAULT_TARGET_CTX,
         detect: bool = True,
+        tasks: Tasks | None = None,
     ) -> None:
         super().__init__(parent)
+        # The window passes the app's Tasks; a view on its own (tests, a dialog) makes its own.
+        self.tasks = tasks or Tasks(self)
         self.target = target
         self.n_ctx = n_ctx
         self.results: list[RepoSummary] = []
         self.listing: RepoFiles | None = None
         self.rows: dict[str, _ModelRow] = {}  # first filename -> row
-        self._search_seq = 0
-        self._files_seq = 0
-        self._download: _DownloadThread | None = None
+        self._download: TaskHandle | None = None
         self._control: DownloadControl | None = None
         self._download_key: tuple[str, str] | None = None
         self._build()
@@ -210,7 +193,8 @@ class HubView(QWidget):
         self._refresh_pending()
         # The main window passes detect=False and sets the target it already detected.
         if self.target is None and detect:
-            run_task(self._detect_target, self._target_ready, self._show_error, parent=self)
+            self.tasks.submit(lambda _t: self._detect_target(), done=self._target_ready, failed=self._show_error,
+                              owner=self)  # fmt: skip
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -230,28 +214,38 @@ class HubView(QWidget):
         self.arch.addItem("Any architecture", None)
         for a in ARCHITECTURES:
             self.arch.addItem(a, a)
-        self.size = QComboBox()
-        self.size.setObjectName("hub_size")
+        self.size_box = QComboBox()
+        self.size_box.setObjectName("hub_size")
         for label, lo, hi in SIZES:
-            self.size.addItem(label, (lo, hi))
+            self.size_box.addItem(label, (lo, hi))
         self.search_b = QPushButton("Search")
         self.search_b.setObjectName("hub_search")
         self.search_b.clicked.connect(self.search)
-        self.ctx = QComboBox()
-        self.ctx.setObjectName("hub_ctx")
-        self.ctx.setToolTip("Context the badges are planned for")
+        self.cancel_search_b = QPushButton("Cancel")
+        self.cancel_search_b.setObjectName("hub_cancel_search")
+        self.cancel_search_b.clicked.connect(self.cancel_search)
+        self.cancel_search_b.hide()
+        self.ctx_box = QComboBox()
+        self.ctx_box.setObjectName("hub_ctx")
+        self.ctx_box.setToolTip("Context the badges are planned for")
         for n in sorted({*CONTEXTS, self.n_ctx}):
-            self.ctx.addItem(f"{format_tokens(n)} context", n)
-        self.ctx.setCurrentIndex(self.ctx.findData(self.n_ctx))
-        self.ctx.currentIndexChanged.connect(lambda _i: self.set_context(int(self.ctx.currentData())))
+            self.ctx_box.addItem(f"{format_tokens(n)} context", n)
+        self.ctx_box.setCurrentIndex(self.ctx_box.findData(self.n_ctx))
+        self.ctx_box.currentIndexChanged.connect(lambda _i: self.set_context(int(self.ctx_box.currentData())))
         self.account = QPushButton("Sign in…")
         self.account.setObjectName("hub_sign_in")
         self.account.clicked.connect(self.sign_in)
-        for w in (self.query,):
-            bar.addWidget(w, 1)
-        for w in (self.sort, self.arch, self.size, self.search_b, self.ctx, self.account):
+        # Two rows, so that the Hub tab fits a narrow window: what to find, then how to filter it.
+        bar.addWidget(self.query, 1)
+        for w in (self.search_b, self.cancel_search_b, self.account):
             bar.addWidget(w)
         lay.addLayout(bar)
+        filters = QHBoxLayout()
+        for box in (self.sort, self.arch, self.size_box, self.ctx_box):
+            box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            box.setMinimumContentsLength(5)
+            filters.addWidget(box, 1)
+        lay.addLayout(filters)
 
         split = QSplitter(Qt.Orientation.Vertical)
         self.table = QTableWidget(0, len(self.RESULT_COLUMNS))
@@ -354,13 +348,13 @@ class HubView(QWidget):
         if n_ctx == self.n_ctx:
             return
         self.n_ctx = n_ctx
-        idx = self.ctx.findData(n_ctx)
+        idx = self.ctx_box.findData(n_ctx)
         if idx < 0:
-            self.ctx.addItem(f"{format_tokens(n_ctx)} context", n_ctx)
-            idx = self.ctx.count() - 1
-        self.ctx.blockSignals(True)
-        self.ctx.setCurrentIndex(idx)
-        self.ctx.blockSignals(False)
+            self.ctx_box.addItem(f"{format_tokens(n_ctx)} context", n_ctx)
+            idx = self.ctx_box.count() - 1
+        self.ctx_box.blockSignals(True)
+        self.ctx_box.setCurrentIndex(idx)
+        self.ctx_box.blockSignals(False)
         self._compute_badges()
 
     # -- search ----------------------------------------------------------------------------------
@@ -369,21 +363,27 @@ class HubView(QWidget):
         text = self.query.text().strip()
         sort = str(self.sort.currentData())
         arch = self.arch.currentData()
-        lo, hi = self.size.currentData()
-        self._search_seq += 1
-        seq = self._search_seq
+        lo, hi = self.size_box.currentData()
         self.set_status(f"Searching the Hub for {text or 'GGUF models'}…")
         self.search_b.setEnabled(False)
+        self.cancel_search_b.show()
 
-        def work() -> list[RepoSummary]:
+        def work(_task: TaskHandle) -> list[RepoSummary]:
             return search_models(text, sort=sort, architecture=arch, min_params=lo, max_params=hi)  # type: ignore[arg-type]
 
-        run_task(work, lambda r: self._search_done(seq, r), lambda e: self._search_failed(seq, e), parent=self)
+        # A newer search supersedes this one: its results are dropped.
+        self.tasks.submit(work, done=self._search_done, failed=self._search_failed, key="hub-search", owner=self)
 
-    def _search_done(self, seq: int, results: list[RepoSummary]) -> None:
-        if seq != self._search_seq:
-            return  # a newer search replaced this one
+    def cancel_search(self) -> None:
+        """Stop waiting for the Hub (the request itself ends on its own timeout, unseen)."""
+        self.tasks.cancel("hub-search")
         self.search_b.setEnabled(True)
+        self.cancel_search_b.hide()
+        self.set_status("Search cancelled.")
+
+    def _search_done(self, results: list[RepoSummary]) -> None:
+        self.search_b.setEnabled(True)
+        self.cancel_search_b.hide()
         self.results = results
         self.table.setRowCount(0)
         for r in results:
@@ -405,10 +405,10 @@ class HubView(QWidget):
                 self.table.setItem(row, col, item)
         self.set_status(f"{len(results)} repositories" if results else "No GGUF repositories match.")
 
-    def _search_failed(self, seq: int, exc: BaseException) -> None:
-        if seq == self._search_seq:
-            self.search_b.setEnabled(True)
-            self._show_error(exc)
+    def _search_failed(self, exc: BaseException) -> None:
+        self.search_b.setEnabled(True)
+        self.cancel_search_b.hide()
+        self._show_error(exc)
 
     # -- repository files ------------------------------------------------------------------------
 
@@ -420,27 +420,18 @@ class HubView(QWidget):
                 self.open_repo(str(item.data(_ROLE)))
 
     def open_repo(self, repo_id: str) -> None:
-        self._files_seq += 1
-        seq = self._files_seq
         self.files.clear()
         self.rows.clear()
         self.listing = None
         self.repo_label.setText(f"<b>{repo_id}</b> — listing files…")
-        run_task(
-            lambda: list_repo_files(repo_id),
-            lambda r: self._files_done(seq, r),
-            lambda e: self._files_failed(seq, e),
-            parent=self,
-        )
+        self.tasks.submit(lambda _t: list_repo_files(repo_id), done=self._files_done, failed=self._files_failed,
+                          key="hub-files", owner=self)  # fmt: skip
 
-    def _files_failed(self, seq: int, exc: BaseException) -> None:
-        if seq == self._files_seq:
-            self.repo_label.setText("Could not list this repository.")
-            self._show_error(exc)
+    def _files_failed(self, exc: BaseException) -> None:
+        self.repo_label.setText("Could not list this repository.")
+        self._show_error(exc)
 
-    def _files_done(self, seq: int, listing: RepoFiles) -> None:
-        if seq != self._files_seq:
-            return
+    def _files_done(self, listing: RepoFiles) -> None:
         self.listing = listing
         self._update_repo_label()
         for quant, models in listing.by_quant():
@@ -490,7 +481,7 @@ class HubView(QWidget):
     # -- badges ----------------------------------------------------------------------------------
 
     def _compute_badges(self) -> None:
-        listing, target, n_ctx, seq = self.listing, self.target, self.n_ctx, self._files_seq
+        listing, target, n_ctx = self.listing, self.target, self.n_ctx
         if listing is None:
             return
         for key, row in self.rows.items():
@@ -502,20 +493,18 @@ class HubView(QWidget):
             row.item.setText(2, "reading header…")
             self._set_badge_widget(row.item, None)
 
-            def work(m: RemoteModel = row.model) -> Badge:
+            def work(_task: TaskHandle, m: RemoteModel = row.model) -> Badge:
                 spec = remote_spec(listing.repo_id, m, revision=listing.commit)
                 return badge_for_spec(spec, target, n_ctx)
 
-            run_task(
-                work,
-                lambda b, k=key: self._badge_done(seq, n_ctx, k, b),
-                lambda e, k=key: self._badge_failed(seq, k, e),
-                parent=self,
-            )
+            # One key per file: a newer listing, target or context supersedes each badge.
+            self.tasks.submit(work, done=partial(self._badge_done, listing, n_ctx, key),
+                              failed=partial(self._badge_failed, listing, key), key=f"hub-badge:{key}",
+                              owner=self)  # fmt: skip
 
-    def _badge_done(self, seq: int, n_ctx: int, key: str, badge: Badge) -> None:
+    def _badge_done(self, listing: RepoFiles, n_ctx: int, key: str, badge: Badge) -> None:
         row = self.rows.get(key)
-        if seq != self._files_seq or n_ctx != self.n_ctx or row is None:
+        if listing is not self.listing or n_ctx != self.n_ctx or row is None:
             return
         row.badge = badge
         row.item.setText(2, "")
@@ -528,9 +517,9 @@ class HubView(QWidget):
             f"{badge.kv_type} KV cache, {badge.n_gpu_layers}/{badge.n_layers_total} layers on the GPU.\n{badge.reason}",
         )
 
-    def _badge_failed(self, seq: int, key: str, exc: BaseException) -> None:
+    def _badge_failed(self, listing: RepoFiles, key: str, exc: BaseException) -> None:
         row = self.rows.get(key)
-        if seq != self._files_seq or row is None:
+        if listing is not self.listing or row is None:
             return
         row.error = str(exc)
         if isinstance(exc, AccessDeniedError):
@@ -589,18 +578,26 @@ class HubView(QWidget):
         self._control = DownloadControl()
         self._download_key = (repo_id, filename)
         downloader = Downloader(repo_id, filename, revision=revision, control=self._control, listing=listing)
-        thread = _DownloadThread(downloader)
-        thread.progressed.connect(self._download_progress)
-        thread.finished_ok.connect(self._download_done)
-        thread.failed.connect(self._download_failed)
-        thread.finished.connect(self._download_thread_finished)
-        self._download = thread
+
+        def work(task: TaskHandle) -> DownloadResult:
+            downloader.on_progress = task.progress
+            return downloader.run()
+
+        def done(result: DownloadResult) -> None:
+            self._download_done(result)
+            self._download_finished()
+
+        def failed(exc: BaseException) -> None:
+            self._download_failed(exc)
+            self._download_finished()
+
         self.progress.setValue(0)
         self.progress.setFormat("%p%")
         self.progress_label.setText("starting…")
         self.pause_b.setText("Pause")
         self.set_status(f"Downloading {filename} from {repo_id}…")
-        thread.start()
+        self._download = self.tasks.submit(work, done=done, failed=failed, progress=self._download_progress,  # type: ignore[arg-type]
+                                           owner=self, long=True)  # fmt: skip
         self._update_buttons()
 
     def _download_progress(self, p: DownloadProgress) -> None:
@@ -635,10 +632,8 @@ class HubView(QWidget):
         if isinstance(exc, AccessDeniedError):
             self.account.setFocus()
 
-    def _download_thread_finished(self) -> None:
-        thread, self._download = self._download, None
-        if thread is not None:
-            thread.deleteLater()
+    def _download_finished(self) -> None:
+        self._download = None
         self._refresh_pending()
         self._update_buttons()
 
@@ -721,11 +716,16 @@ class HubView(QWidget):
         self.account.setToolTip(f"Token from {info.source}" if info else "Sign in to download gated models")
 
     def sign_in(self) -> SignInDialog:
-        dlg = SignInDialog(self)
-        dlg.signed_in.connect(lambda user: (self._refresh_account(), self.set_status(f"Signed in as {user}.")))
-        dlg.signed_in.connect(lambda _u: (self._update_repo_label(), self._compute_badges()))
+        dlg = SignInDialog(self.tasks, self)
+        dlg.signed_in.connect(self._signed_in)
         dlg.open()
         return dlg
+
+    def _signed_in(self, user: str) -> None:
+        self._refresh_account()
+        self.set_status(f"Signed in as {user}.")
+        self._update_repo_label()
+        self._compute_badges()
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -739,11 +739,11 @@ class HubView(QWidget):
         self.set_status(message, error=True)
 
     def shutdown(self, timeout_ms: int = 5000) -> None:
-        """Pause a running download (its bytes stay for next time) and wait for the thread."""
-        thread = self._download
-        if thread is not None and self._control is not None:
+        """Pause a running download (its bytes stay for next time) and wait for it to stop."""
+        task = self._download
+        if task is not None and self._control is not None:
             self._control.pause()
-            thread.wait(timeout_ms)
+            task.finished.wait(timeout_ms / 1000)
 
     def closeEvent(self, event: Any) -> None:
         self.shutdown()

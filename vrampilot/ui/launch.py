@@ -29,7 +29,7 @@ def display_problem() -> str | None:
     return None
 
 
-def _window_icon():  # type: ignore[no-untyped-def]
+def _window_icon():
     from PySide6.QtGui import QIcon
 
     from vrampilot.paths import resources_dir
@@ -42,20 +42,40 @@ def _window_icon():  # type: ignore[no-untyped-def]
 
 
 def launch_gui(model: str | None = None) -> int:
+    """The composition root: build the application context, then the window around it."""
     problem = display_problem()
     if problem:
         print(f"vrampilot: cannot open the app window: {problem}; {CLI_HINT}", file=sys.stderr)
         return 1
     try:
-        from PySide6.QtWidgets import QApplication
+        from PySide6.QtCore import QObject, Signal
+        from PySide6.QtWidgets import QApplication, QMessageBox
     except ImportError as exc:
         print(f"vrampilot: cannot open the app window: PySide6 is not usable ({exc}); {CLI_HINT}", file=sys.stderr)
         return 1
 
+    from vrampilot.errors import UserError
+    from vrampilot.paths import data_dir
+    from vrampilot.ui.instance import InstanceLock
+
+    instance = InstanceLock(data_dir())
+    if not instance.acquire():
+        if instance.ask_first_to_raise():
+            print("vrampilot: already open for this data folder: its window was raised", file=sys.stderr)
+            return 0
+        print(f"vrampilot: another VRAM Pilot holds {data_dir()} and does not answer", file=sys.stderr)
+        return 1
+
+    from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.theme import apply_theme
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # Worker threads (engine loop, sampler, pool tasks) run Python too; a shorter GIL switch
+    # interval hands the GUI thread the interpreter sooner, so a busy worker cannot hold the event
+    # loop for several 5 ms default slices in a row.
+    sys.setswitchinterval(0.001)
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("VRAM Pilot")
     app.setOrganizationName("VRAMPilot")
     # Lets Wayland and the desktop match the window to the menu entry (vrampilot.desktop).
@@ -63,9 +83,27 @@ def launch_gui(model: str | None = None) -> int:
     icon = _window_icon()
     if icon is not None:
         app.setWindowIcon(icon)
-    apply_theme(app)  # type: ignore[arg-type]
-    window = MainWindow(initial_model=model)
+    apply_theme(app)
+    try:
+        ctx = build_context()
+    except (UserError, OSError) as exc:
+        # A full or read-only disk, a database from a newer version: say so, in a window and here.
+        text = f"VRAM Pilot cannot start: {exc}"
+        print(f"vrampilot: {text}", file=sys.stderr)
+        QMessageBox.critical(None, "VRAM Pilot", text)
+        instance.release()
+        return 1
+    window = MainWindow(ctx, initial_model=model)
+
+    class _Raiser(QObject):
+        requested = Signal()
+
+    raiser = _Raiser()
+    raiser.requested.connect(window.raise_window)
+    instance.serve(raiser.requested.emit)  # a second start asks, from the listener's thread
     window.show()
     code = app.exec()
     window.shutdown()
+    ctx.close()
+    instance.release()
     return int(code)

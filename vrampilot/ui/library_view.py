@@ -23,12 +23,19 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
+from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.planner.search import PlanError, plan
 from vrampilot.planner.target import Target
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens
 
-BADGE_COLORS = {"fits fully": OK_GREEN, "CPU only": OK_GREEN, "partial offload": WARN_AMBER, "too large": OVER_BUDGET}
+BADGE_COLORS = {
+    FIT_LABELS[Fit.GPU]: OK_GREEN,
+    FIT_LABELS[Fit.CPU]: OK_GREEN,
+    FIT_LABELS[Fit.PARTIAL]: WARN_AMBER,
+    FIT_LABELS[Fit.TOO_LARGE]: OVER_BUDGET,
+}
+UNREADABLE = "Unreadable"
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class LibraryEntry:
     path: Path
     embedded: bool
     spec: ModelSpec | None
-    badge: str  # fits fully / partial offload / CPU only / too large / unreadable
+    badge: str  # a FIT_LABELS value (vrampilot.planner.fit), or UNREADABLE
     error: str = ""
 
 
@@ -45,20 +52,12 @@ def describe_entry(path: Path, target: Target, *, embedded: bool = False) -> Lib
     try:
         spec = load_model_spec(path)
     except (GGUFError, OSError) as exc:
-        return LibraryEntry(path, embedded, None, "unreadable", str(exc))
+        return LibraryEntry(path, embedded, None, UNREADABLE, str(exc))
     try:
         p = plan(spec, target, alternatives=False)
     except PlanError as exc:
-        return LibraryEntry(path, embedded, spec, "unreadable", str(exc))
-    if not p.fits:
-        badge = "too large"
-    elif not target.has_gpu:
-        badge = "CPU only"
-    elif p.settings.n_gpu_layers > spec.n_layer:
-        badge = "fits fully"
-    else:
-        badge = "partial offload"
-    return LibraryEntry(path, embedded, spec, badge)
+        return LibraryEntry(path, embedded, spec, UNREADABLE, str(exc))
+    return LibraryEntry(path, embedded, spec, FIT_LABELS[classify_fit(p)])
 
 
 class LibraryView(QWidget):

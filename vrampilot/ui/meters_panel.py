@@ -33,10 +33,18 @@ from vrampilot.meters.state import MeterReadout, RamView, VramView
 from vrampilot.meters.types import MeterSample
 from vrampilot.planner.memory import Components
 from vrampilot.planner.search import Plan
-from vrampilot.ui.memory_bar import BarData, MemoryBar
-from vrampilot.ui.meters_bars import OTHERS_COLOR, PROCESS_COLOR, SPILLED_COLOR, Segment, UsageBar, UsageData
 from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_plot import RollingPlot
+from vrampilot.ui.stacked_bar import (
+    OTHERS_COLOR,
+    PROCESS_COLOR,
+    SPILLED_COLOR,
+    BarData,
+    MemoryBar,
+    Segment,
+    UsageBar,
+    UsageData,
+)
 from vrampilot.ui.theme import COMPONENT_COLORS, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import GIB, format_bytes
 
@@ -130,6 +138,7 @@ class _GpuBars(QWidget):
                 segments=tuple(segments),
                 scale_bytes=max(total, planned.total_bytes if planned else 0),
                 marker_bytes=planned.used_bytes if planned is not None and view.process_bytes is not None else None,
+                marker_label="plan for this app",
                 warn=bool(shared_bytes),
             )
         )

@@ -140,20 +140,20 @@ class RollingPlot(QWidget):
                 p.setPen(Qt.PenStyle.NoPen)
                 p.setBrush(color)
                 radius = max(2.5, line * 0.2)
-                for x, y in visible:
-                    if y is not None:
-                        p.drawEllipse(to_point(x, y), radius, radius)
+                for px, py in visible:
+                    if py is not None:
+                        p.drawEllipse(to_point(px, py), radius, radius)
                 continue
             path = QPainterPath()
             pen_down = False
-            for x, y in visible:
-                if y is None:
+            for px, py in visible:
+                if py is None:
                     pen_down = False
                     continue
                 if pen_down:
-                    path.lineTo(to_point(x, y))
+                    path.lineTo(to_point(px, py))
                 else:
-                    path.moveTo(to_point(x, y))
+                    path.moveTo(to_point(px, py))
                     pen_down = True
             p.setPen(QPen(color, 2))
             p.setBrush(Qt.BrushStyle.NoBrush)

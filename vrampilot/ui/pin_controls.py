@@ -138,7 +138,7 @@ class PinControls(QWidget):
     def _user_set(self, name: str, value: object) -> None:
         if getattr(self._pins, name) == value and not self._auto[name].isChecked():
             return
-        self._pins = replace(self._pins, **{name: value})
+        self._pins = replace(self._pins, **{name: value})  # type: ignore[arg-type]  # name and value from one control
         self._auto[name].setChecked(False)
         self.pins_changed.emit(self._pins)
 

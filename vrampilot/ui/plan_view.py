@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 
 from vrampilot.export import SHELLS
 from vrampilot.planner.search import Alternative, Pins, Plan
-from vrampilot.ui.memory_bar import BarData, MemoryBar
 from vrampilot.ui.pin_controls import PinControls
+from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens
 
@@ -52,8 +52,17 @@ class PlanView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._plan: Plan | None = None
+        self._loading = False
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
+
+        # Which model this plan is for (it may not be the row last clicked: an unreadable file
+        # never becomes the model).
+        self.model_label = QLabel()
+        self.model_label.setObjectName("plan_model")
+        self.model_label.setWordWrap(True)
+        self.model_label.setTextFormat(Qt.TextFormat.RichText)
+        outer.addWidget(self.model_label)
 
         # Target
         row = QHBoxLayout()
@@ -173,7 +182,10 @@ class PlanView(QWidget):
         self.target_box.clear()
         for key, label in targets:
             self.target_box.addItem(label, key)
-        i = self.target_box.findData(current)
+        self.set_targets_current(current)
+
+    def set_targets_current(self, key: str) -> None:
+        i = self.target_box.findData(key)
         self.target_box.setCurrentIndex(max(i, 0))
 
     # -- plan ----------------------------------------------------------------------------------
@@ -182,6 +194,9 @@ class PlanView(QWidget):
 
     def set_plan(self, plan: Plan) -> None:
         self._plan = plan
+        name = plan.spec.path.name
+        self.model_label.setText(f"<b>{escape(name)}</b> · {escape(plan.target.description)}")
+        self.model_label.setToolTip(str(plan.spec.path))
         t = plan.target
         self.pins.set_model(plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores)
         self.pins.show_settings(plan.settings, plan.pins)
@@ -248,24 +263,42 @@ class PlanView(QWidget):
             self.alternative_chosen.emit(alt)
 
     # -- load state ----------------------------------------------------------------------------
-    def set_can_load(self, can: bool, why: str = "") -> None:
-        self.load_button.setEnabled(can)
-        self.load_button.setToolTip(why)
+    def show_planning(self, model_name: str) -> None:
+        self.model_label.setText(f"<b>{escape(model_name)}</b> · planning…")
+        self.load_button.setEnabled(False)
+        self.load_button.setToolTip("Planning…")
 
-    def set_loading(self, value: float | None) -> None:
+    def show_message(self, text: str) -> None:
+        """A line where the verdict goes: why there is no plan (unreadable model, planning failed)."""
+        self.verdict.setText(f"<span style='color:{OVER_BUDGET}'>{escape(text)}</span>")
+
+    def show_loading(self, value: float | None) -> None:
+        """The progress bar and Cancel while loading (value 0..1); None hides them.
+
+        Kept as a state of its own rather than read back from visibility: on a hidden tab every
+        child reports invisible, and a finished load must still swap Cancel back for Load.
+        """
         loading = value is not None
         if loading:
             # Before showing: QProgressBar.setValue repaints at once when visible, and during the
             # show that would repaint the whole re-laid-out panel synchronously.
             self.progress.setValue(int(100 * (value or 0.0)))
-        if self.progress.isVisible() != loading:
+        if self._loading != loading:
+            self._loading = loading
             self.progress.setVisible(loading)
             self.cancel_button.setVisible(loading)
             self.load_button.setVisible(not loading)
 
-    def set_load_status(self, text: str, *, loaded: bool) -> None:
+    def show_load_state(self, state: str, text: str, *, can_load: bool, why: str = "", reload: bool = False) -> None:
+        """`state`: "unloaded", "loading" or "loaded"; `text` the line under the buttons."""
         self.load_status.setText(text)
-        self.unload_button.setEnabled(loaded)
+        self.load_button.setEnabled(can_load)
+        self.load_button.setToolTip(why)
+        self.unload_button.setEnabled(state == "loaded")
+        if state == "loaded":
+            self.load_button.setText("Reload" if reload else "Load")
+        elif self._plan is not None:
+            self.load_button.setText("Load" if self._plan.fits else "Load anyway…")
 
 
 def _is_windows() -> bool:

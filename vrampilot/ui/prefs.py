@@ -29,14 +29,14 @@ class Prefs:
 
     # -- model and pins ------------------------------------------------------------------------
     def last_model(self) -> Path | None:
-        value = self._s.value("model/last", "", type=str)
+        value = str(self._s.value("model/last", "", type=str) or "")
         return Path(value) if value else None
 
     def set_last_model(self, path: str | Path) -> None:
         self._s.setValue("model/last", str(path))
 
     def pins_for(self, model: str | Path) -> Pins:
-        raw = self._s.value(f"pins/{_model_key(model)}", "", type=str)
+        raw = str(self._s.value(f"pins/{_model_key(model)}", "", type=str) or "")
         if not raw:
             return Pins()
         try:
@@ -56,7 +56,7 @@ class Prefs:
 
     # -- chat ----------------------------------------------------------------------------------
     def sampling(self) -> SamplingParams:
-        raw = self._s.value("chat/sampling", "", type=str)
+        raw = str(self._s.value("chat/sampling", "", type=str) or "")
         if raw:
             try:
                 return SamplingParams.from_dict(json.loads(raw))
@@ -81,16 +81,11 @@ class Prefs:
 
     def last_chat(self) -> int | None:
         value = self._s.value("chat/last", 0, type=int)
-        return int(value) or None
+        return int(value) if isinstance(value, int) and value else None
 
     def set_last_chat(self, chat_id: int | None) -> None:
         self._s.setValue("chat/last", chat_id or 0)
 
-    def seen_hardware(self) -> bool:
-        return bool(self._s.value("vrampilot/seen_hardware", False, type=bool))
-
-    def set_seen_hardware(self) -> None:
-        self._s.setValue("vrampilot/seen_hardware", True)
 
     # -- window --------------------------------------------------------------------------------
     def geometry(self) -> QByteArray | None:

@@ -1,16 +1,22 @@
-"""Work off the GUI thread.
+"""All background work of the window, in one place.
 
-- `run_task`: a function on the global QThreadPool (planning, reading GGUF headers, hardware
-  detection); the result comes back by signal on the GUI thread.
-- `EngineThread`: one QThread that owns every llama.cpp call (load, chat), so calls never overlap.
-  Cancel is a threading.Event the engine checks (progress callback, between batches, per token);
-  a thread is never killed. Other chat backends (the experimental hybrid cache) run their replies
-  on the same thread with `run_chat`: they use the engine's tokenizer, and a reply of either kind
-  streams, stops and finishes through the same signals.
+- `Tasks`: functions on a thread pool (planning, GGUF headers, hardware detection, hub searches),
+  and long ones (downloads) on a pool of their own so they never hold a short task's thread.
+  Each call returns a `TaskHandle` with `cancel()`; a task with a `key` supersedes the one
+  running under that key (latest request wins: a newer plan, search or fit makes the older
+  result irrelevant, and its callbacks are dropped). Results, progress and errors come back on
+  the GUI thread. A non-user error is logged with its traceback at the thread boundary.
+- `EngineThread`: one QThread that owns every llama.cpp call (load, chat, saving and restoring
+  KV state, any `run` job), so calls never overlap. Cancel is a threading.Event the engine checks
+  (progress callback, between batches, per token); a thread is never killed.
+
+Signals are emitted from worker threads on QObjects that have no parent: were they children of a
+widget, closing the widget would delete them while a worker may still emit on them.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,84 +26,149 @@ import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slot
 
 from vrampilot.engine import Engine, EngineError, LoadResult, Message, Reply, SamplingParams
+from vrampilot.errors import UserError
 from vrampilot.planner.search import Plan
 
-# A reply made by another backend on the engine thread: (engine, on_text, on_report, cancel) -> Reply.
-# `on_report` carries whatever side information the backend has while it runs (the hybrid cache's
-# bytes held), queued to the GUI thread by the `report` signal.
+_log = logging.getLogger("vrampilot.ui.workers")
+
+# A reply made by a chat backend on the engine thread: (engine, on_text, on_report, cancel) -> Reply.
+# `on_report` carries side information while it runs (the hybrid cache's bytes), queued to the GUI.
 ChatJob = Callable[[Engine, Callable[[str], None], Callable[[object], None], threading.Event], Reply]
+EngineJob = Callable[[Engine], Any]
+
+
+class TaskHandle:
+    """One submitted task: what the work function receives, and what the caller keeps."""
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+        self.cancelled = threading.Event()
+        self.finished = threading.Event()
+        self._progress: Callable[[object], None] = lambda _p: None
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def progress(self, payload: object) -> None:
+        """Called from the work function (any thread); reaches `on_progress` on the GUI thread."""
+        self._progress(payload)
 
 
 class _TaskSignals(QObject):
     done = Signal(object)
     failed = Signal(object)
-    progress = Signal(float, str)
+    progress = Signal(object)
 
 
 class _Task(QRunnable):
-    def __init__(self, fn: Callable[..., Any], signals: _TaskSignals, with_progress: bool) -> None:
+    def __init__(self, fn: Callable[[TaskHandle], Any], handle: TaskHandle, signals: _TaskSignals) -> None:
         super().__init__()
-        self._fn = fn
-        self._signals = signals
-        self._with_progress = with_progress
+        self._fn, self._handle, self._signals = fn, handle, signals
 
     def run(self) -> None:
         try:
-            result = self._fn(self._signals.progress.emit) if self._with_progress else self._fn()
-        except Exception as exc:  # reported to the GUI, which shows it
+            result = self._fn(self._handle)
+        except Exception as exc:
+            if not isinstance(exc, UserError):
+                _log.error("background task failed", exc_info=True)
             self._signals.failed.emit(exc)
         else:
             self._signals.done.emit(result)
+        finally:
+            self._handle.finished.set()
 
 
-_live: set[_TaskSignals] = set()
+class Tasks(QObject):
+    """Background work that reports back on the GUI thread (see the module docstring)."""
 
+    # A failure no caller handled, for the window's one error line (already a user-facing text).
+    unhandled_error = Signal(object)
 
-def run_task(
-    fn: Callable[..., Any],
-    on_done: Callable[[Any], None],
-    on_error: Callable[[BaseException], None] | None = None,
-    *,
-    parent: QObject | None = None,
-    on_progress: Callable[[float, str], None] | None = None,
-) -> None:
-    """Run `fn` on the thread pool; `on_done(result)` or `on_error(exc)` run on the GUI thread.
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._latest: dict[str, TaskHandle] = {}
+        self._live: set[_TaskSignals] = set()
+        self._long = QThreadPool()
+        self._long.setMaxThreadCount(4)
 
-    With `on_progress`, `fn` is called with a `progress(fraction, text)` function it may call from
-    the pool thread; `on_progress` receives those calls on the GUI thread.
+    def submit(
+        self,
+        fn: Callable[[TaskHandle], Any],
+        *,
+        done: Callable[[Any], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
+        progress: Callable[[object], None] | None = None,
+        key: str | None = None,
+        owner: QObject | None = None,
+        long: bool = False,
+    ) -> TaskHandle:
+        """Run `fn(handle)` in the background; callbacks run on the GUI thread.
 
-    `parent` is the widget the callbacks belong to: once it is gone they are skipped. The signal
-    object itself has no parent on purpose: were it a child of the widget, closing the widget would
-    delete it while the pool thread may still be emitting on it, which crashes Qt.
-    """
-    signals = _TaskSignals()
-    _live.add(signals)
+        `owner`: once that object is deleted the callbacks are skipped. `key`: a newer task with
+        the same key cancels this one and its callbacks are skipped. Without `failed`, an error
+        goes to `unhandled_error`.
+        """
+        handle = TaskHandle(key)
+        if key is not None:
+            previous = self._latest.get(key)
+            if previous is not None:
+                previous.cancel()
+            self._latest[key] = handle
+        signals = _TaskSignals()
+        self._live.add(signals)
 
-    def alive() -> bool:
-        return parent is None or shiboken6.isValid(parent)
+        def current() -> bool:
+            if owner is not None and not shiboken6.isValid(owner):
+                return False
+            return key is None or self._latest.get(key) is handle
 
-    def finish(_arg: object = None) -> None:
-        _live.discard(signals)
-        signals.deleteLater()
+        def finish() -> bool:
+            """Retire the task; True when its callbacks should run. The key is released first, so
+            a callback that asks `is_running(key)` or submits again sees the task as done."""
+            was_current = current()
+            self._live.discard(signals)
+            signals.deleteLater()
+            if key is not None and self._latest.get(key) is handle:
+                del self._latest[key]
+            return was_current
 
-    def done(result: object) -> None:
-        if alive():
-            on_done(result)
+        def on_done(result: object) -> None:
+            if finish() and done is not None:
+                done(result)
 
-    def failed(exc: BaseException) -> None:
-        if alive() and on_error is not None:
-            on_error(exc)
+        def on_failed(exc: BaseException) -> None:
+            if finish():
+                if failed is not None:
+                    failed(exc)
+                else:
+                    self.unhandled_error.emit(exc)
 
-    def progress(fraction: float, text: str) -> None:
-        if alive() and on_progress is not None:
-            on_progress(fraction, text)
+        def on_progress(payload: object) -> None:
+            if progress is not None and current() and not handle.cancelled.is_set():
+                progress(payload)
 
-    signals.done.connect(done)
-    signals.done.connect(finish)
-    signals.failed.connect(failed)
-    signals.failed.connect(finish)
-    signals.progress.connect(progress)
-    QThreadPool.globalInstance().start(_Task(fn, signals, with_progress=on_progress is not None))
+        signals.done.connect(on_done)
+        signals.failed.connect(on_failed)
+        signals.progress.connect(on_progress)
+        handle._progress = signals.progress.emit
+        pool = self._long if long else QThreadPool.globalInstance()
+        pool.start(_Task(fn, handle, signals))
+        return handle
+
+    def is_running(self, key: str) -> bool:
+        return key in self._latest
+
+    def cancel(self, key: str) -> None:
+        handle = self._latest.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        """Cancel what runs and wait for the workers: their signal objects must outlive them."""
+        for handle in list(self._latest.values()):
+            handle.cancel()
+        self._long.waitForDone(timeout_ms)
+        QThreadPool.globalInstance().waitForDone(timeout_ms)
 
 
 class _EngineWorker(QObject):
@@ -111,6 +182,7 @@ class _EngineWorker(QObject):
     chat_failed = Signal(object)  # exception (ContextOverflow, TemplateError, ...)
     unloaded = Signal()
     report = Signal(object)
+    job_done = Signal(int, object, object)  # job id, result, exception
 
     def __init__(self, engine: Engine) -> None:
         super().__init__()
@@ -132,32 +204,32 @@ class _EngineWorker(QObject):
         except EngineError as exc:
             self.load_failed.emit(exc, cancel.is_set())
         except Exception as exc:
+            _log.error("model load failed", exc_info=True)
             self.load_failed.emit(exc, False)
         else:
             self.loaded.emit(result)
-
-    @Slot(object, object, object, bool, bool)
-    def chat(
-        self, messages: Sequence[Message], sampling: SamplingParams, cancel: threading.Event, force: bool, trim: bool
-    ) -> None:
-        try:
-            if trim:
-                # "Drop oldest turns": counting tokens needs the tokenizer, so it happens here.
-                messages = self.engine.fit_messages(messages, sampling.max_tokens)
-            reply = self.engine.chat(messages, sampling, on_text=self.text.emit, cancel=cancel, allow_overflow=force)
-        except Exception as exc:
-            self.chat_failed.emit(exc)
-        else:
-            self.replied.emit(reply)
 
     @Slot(object, object)
     def run_chat(self, job: ChatJob, cancel: threading.Event) -> None:
         try:
             reply = job(self.engine, self.text.emit, self.report.emit, cancel)
         except Exception as exc:
+            if not isinstance(exc, UserError):
+                _log.error("reply failed", exc_info=True)
             self.chat_failed.emit(exc)
         else:
             self.replied.emit(reply)
+
+    @Slot(int, object)
+    def run_job(self, job_id: int, job: EngineJob) -> None:
+        try:
+            result = job(self.engine)
+        except Exception as exc:
+            if not isinstance(exc, UserError):
+                _log.error("engine job failed", exc_info=True)
+            self.job_done.emit(job_id, None, exc)
+        else:
+            self.job_done.emit(job_id, result, None)
 
     @Slot()
     def unload(self) -> None:
@@ -178,8 +250,8 @@ class EngineThread(QObject):
     report = Signal(object)
 
     _do_load = Signal(object, object)
-    _do_chat = Signal(object, object, object, bool, bool)
     _do_run_chat = Signal(object, object)
+    _do_job = Signal(int, object)
     _do_unload = Signal()
 
     def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
@@ -190,62 +262,88 @@ class EngineThread(QObject):
         self._worker = _EngineWorker(self.engine)
         self._worker.moveToThread(self._thread)
         self._do_load.connect(self._worker.load)
-        self._do_chat.connect(self._worker.chat)
         self._do_run_chat.connect(self._worker.run_chat)
+        self._do_job.connect(self._worker.run_job)
         self._do_unload.connect(self._worker.unload)
         for name in ("load_progress", "loaded", "load_failed", "text", "replied", "chat_failed", "unloaded", "report"):
             getattr(self._worker, name).connect(getattr(self, name))
+        self._worker.job_done.connect(self._job_done)
+        self._jobs: dict[int, tuple[Callable[[Any], None] | None, Callable[[BaseException], None] | None]] = {}
+        self._next_job = 0
         self._cancel_load: threading.Event | None = None
         self._cancel_chat: threading.Event | None = None
-        self.busy = False
-        self.loaded.connect(self._idle)
-        self.load_failed.connect(self._idle)
-        self.replied.connect(self._idle)
-        self.chat_failed.connect(self._idle)
-        self.unloaded.connect(self._idle)
-        self._thread.start()
+        self._started = False
 
-    def _idle(self, *_args: object) -> None:
-        self.busy = False
+    def start(self) -> None:
+        """Start the thread; the composition root calls this once every database is open."""
+        if not self._started:
+            self._started = True
+            self._thread.start()
 
     def load(self, plan: Plan) -> None:
+        self.start()
         self._cancel_load = threading.Event()
-        self.busy = True
         self._do_load.emit(plan, self._cancel_load)
 
     def cancel_load(self) -> None:
         if self._cancel_load is not None:
             self._cancel_load.set()
 
-    def chat(
-        self, messages: Sequence[Message], sampling: SamplingParams, *, force: bool = False, trim: bool = False
-    ) -> None:
-        """`force`: generate until the context is full; `trim`: drop the oldest turns to fit first."""
-        self._cancel_chat = threading.Event()
-        self.busy = True
-        self._do_chat.emit(list(messages), sampling, self._cancel_chat, force, trim)
+    def chat(self, messages: Sequence[Message], sampling: SamplingParams, *, trim: bool = False) -> None:
+        """A llama.cpp reply; `trim`: drop the oldest turns to fit first."""
+        messages = list(messages)
+
+        def job(engine: Engine, on_text: Callable[[str], None], _report: Callable[[object], None],
+                cancel: threading.Event) -> Reply:  # fmt: skip
+            if trim:  # counting tokens needs the tokenizer, so it happens here
+                return engine.chat(engine.fit_messages(messages, sampling.max_tokens), sampling, on_text=on_text,
+                                   cancel=cancel)  # fmt: skip
+            return engine.chat(messages, sampling, on_text=on_text, cancel=cancel)
+
+        self.run_chat(job)
 
     def run_chat(self, job: ChatJob) -> None:
-        """Run another backend's reply on the engine thread; `stop()` sets the event it is given."""
+        """Run a backend's reply on the engine thread; `stop()` sets the event it is given."""
+        self.start()
         self._cancel_chat = threading.Event()
-        self.busy = True
         self._do_run_chat.emit(job, self._cancel_chat)
+
+    def run(
+        self,
+        job: EngineJob,
+        done: Callable[[Any], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Run `job(engine)` on the engine thread, after whatever is queued; callbacks on the GUI thread."""
+        self.start()
+        self._next_job += 1
+        self._jobs[self._next_job] = (done, failed)
+        self._do_job.emit(self._next_job, job)
+
+    def _job_done(self, job_id: int, result: object, exc: object) -> None:
+        done, failed = self._jobs.pop(job_id, (None, None))
+        if isinstance(exc, BaseException):
+            if failed is not None:
+                failed(exc)
+        elif done is not None:
+            done(result)
 
     def stop(self) -> None:
         if self._cancel_chat is not None:
             self._cancel_chat.set()
 
     def unload(self) -> None:
-        self.busy = True
+        self.start()
         self._do_unload.emit()
 
     def shutdown(self, timeout_ms: int = 10000) -> None:
         """Cancel what runs, let the thread finish it, free the model."""
         self.cancel_load()
         self.stop()
-        self._thread.quit()
-        self._thread.wait(timeout_ms)
+        if self._started:
+            self._thread.quit()
+            self._thread.wait(timeout_ms)
         self.engine.unload()
 
 
-__all__ = ["EngineThread", "LoadResult", "Reply", "run_task"]
+__all__ = ["EngineThread", "LoadResult", "Reply", "TaskHandle", "Tasks"]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from vrampilot.planner.search import Plan
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from vrampilot.commands.plan import add_plan_options
 
     p = sub.add_parser(

@@ -13,23 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
-from vrampilot.hybrid.config import CONFIGS, get_config
+from vrampilot.hybrid.config import CONFIGS, default_text_path, get_config
 from vrampilot.units import format_bytes, format_tokens
 
 INSTALL_HINT = (
     "the experimental hybrid backend needs torch: pip install 'vrampilot[hybrid]' "
     "(`make test` installs the CPU build)"
 )
-
-
-def default_text_path() -> Path | None:
-    from vrampilot.paths import resources_dir
-
-    try:
-        candidate = resources_dir() / "hybrid" / "britannica-shakespeare.txt"
-    except FileNotFoundError:
-        return None
-    return candidate if candidate.is_file() else None
 
 
 def add_parser(subparsers: Any) -> None:

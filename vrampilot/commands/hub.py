@@ -12,8 +12,9 @@ from typing import Any
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import GGUFError
-from vrampilot.hub.auth import current_token, forget_token, save_token, validate_token
+from vrampilot.hub.auth import current_token, forget_token, save_token
 from vrampilot.hub.badge import DEFAULT_TARGET_CTX, Badge, badge_for_spec
+from vrampilot.hub.client import validate_token
 from vrampilot.hub.download import DownloadProgress, download_model
 from vrampilot.hub.errors import HubError
 from vrampilot.hub.files import RemoteModel, RepoFiles, list_repo_files
@@ -33,7 +34,7 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (examples: 3B, 500M)") from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     hub = sub.add_parser("hub", help="search Hugging Face for GGUF models, judge and download them")
     hsub = hub.add_subparsers(dest="hub_command", metavar="ACTION", required=True)
 
@@ -126,7 +127,7 @@ def _search_table(results: list[RepoSummary]) -> str:
 # -- files -------------------------------------------------------------------------------------
 
 
-def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _target(args: argparse.Namespace):
     from vrampilot.hardware import detect_machine
     from vrampilot.hardware.profiles import find_profile
     from vrampilot.planner.target import target_cpu_only, target_from_machine, target_from_profile, target_from_vram

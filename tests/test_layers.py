@@ -1,0 +1,54 @@
+"""The package's structure: no module imports another that imports it back (directly or around
+a longer loop). The layers themselves are the import-linter contract in pyproject.toml (make lint)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+grimp = pytest.importorskip("grimp")
+
+
+def _cycles(graph: object) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.find_modules_directly_imported_by(v):  # type: ignore[attr-defined]
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):  # type: ignore[attr-defined]
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_cycles() -> None:
+    # Imports made only for the type checker count too: a cycle of types is still a knot.
+    graph = grimp.build_graph("vrampilot", cache_dir=None)
+    assert _cycles(graph) == []

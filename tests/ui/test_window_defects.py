@@ -1,0 +1,263 @@
+"""What a new user hit in the window (stuck states, dead ends, silent setting changes), one test each.
+
+Each test drives the real window offscreen on the embedded model the way the user did; the item
+numbers are those of the report they come from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QAction, QWheelEvent
+from PySide6.QtWidgets import QApplication, QPushButton
+from pytestqt.qtbot import QtBot
+
+from tests.ui.conftest import activate, screenshot, seed_prefs
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins
+from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.main_window import MainWindow
+from vrampilot.ui.plan_controller import TARGET_MACHINE, LoadState
+from vrampilot.ui.prefs import Prefs
+
+
+def broken_model(tmp_path: Path) -> Path:
+    """The first 5,000 bytes of the embedded model: a GGUF header cut short."""
+    model = embedded_model_path()
+    assert model is not None
+    broken = tmp_path / "broken.gguf"
+    with open(model, "rb") as f:
+        broken.write_bytes(f.read(5000))
+    return broken
+
+
+def idle(w: MainWindow) -> bool:
+    return w.chats.state is ChatState.IDLE
+
+
+def test_1_an_unreadable_last_model_is_skipped_at_start(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs()
+    broken = broken_model(tmp_path)
+    prefs = Prefs()
+    prefs.set_last_model(broken)
+    prefs.sync()
+    w: MainWindow = open_window()
+    # The built-in model is planned instead, and the window says why.
+    assert w.plans.plan is not None and w.plans.plan.spec.path == embedded_model_path()
+    assert w.plans.model_path == embedded_model_path()
+    qtbot.waitUntil(lambda: w.chat_view.banner_visible(), timeout=5000)
+    banner = w.chat_view.banner_text.text()
+    assert "Could not read broken.gguf" in banner and "built-in model" in banner
+    assert "b'" not in banner  # no Python bytes repr
+    assert w.plan_view.load_button.isEnabled()
+    assert w.plan_view.plan() is w.plans.plan and "SmolLM2" in w.plan_view.model_label.text()
+    qtbot.waitUntil(lambda: w.library_view.selected_path() == embedded_model_path(), timeout=10000)
+    assert Prefs().last_model() != broken  # not remembered for the next start either
+    assert "Looking at this machine" not in w.chat_view.empty_hint.text()
+    screenshot(w, "15-01-broken-last-model")
+
+
+def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    before = w.plans.plan
+    broken = broken_model(tmp_path)
+    w.plans.add_models([broken])
+    qtbot.waitUntil(lambda: "Could not read broken.gguf" in w.status.text(), timeout=10000)
+    assert w.plans.model_path == embedded_model_path() and w.plans.plan is before
+    qtbot.waitUntil(lambda: w.library_view.entry(broken) is not None, timeout=10000)
+    assert w.library_view.selected_path() == embedded_model_path()
+    assert w.library_view.entry(broken).badge == "Unreadable"  # type: ignore[union-attr]
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in w.plan_view.model_label.text()
+
+
+@pytest.mark.slow
+def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs()
+    w: MainWindow = open_window()
+    w.right_tabs.setCurrentWidget(w.meters_panel)
+    w.plans.load()
+    qtbot.waitUntil(lambda: w.plans.load_state is LoadState.LOADED, timeout=60000)
+    w.right_tabs.setCurrentIndex(0)
+    QApplication.processEvents()
+    assert w.plan_view.load_button.isVisible() and not w.plan_view.cancel_button.isVisible()
+    assert not w.plan_view.progress.isVisible()
+    assert w.plan_view.load_button.text() == "Reload"
+
+
+@pytest.mark.slow
+def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=8)
+    w: MainWindow = open_window()
+    w.plans.load()
+    qtbot.waitUntil(lambda: w.plans.load_state is LoadState.LOADED, timeout=60000)
+    question = "Please read this slowly: " + "a long sentence about rivers and mountains. " * 40
+    w.chat_view.input.setPlainText(question)
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    assert w.chats.state is ChatState.GENERATING
+    w.chats.stop()  # at once: still reading the prompt
+    qtbot.waitUntil(lambda: idle(w), timeout=30000)
+    chat_id = w.chats.chat_id
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert w.status.text() == "Stopped before the first token"
+    answer = w.chat_view.banner.findChild(QPushButton, "answer")
+    assert answer is not None and w.chat_view.banner_visible()
+    # Sending the same question again answers it: one question, one reply.
+    w.chat_view.input.setPlainText(question)
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, timeout=60000)  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=6)
+    w: MainWindow = open_window()
+    box = w.plan_view.target_box
+    i = next(i for i in range(box.count()) if str(box.itemData(i)).startswith("profile:"))
+    box.setCurrentIndex(i)
+    box.activated.emit(i)
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.target.has_gpu, timeout=5000)
+    assert not w.plan_view.load_button.isEnabled()
+    w.chat_view.input.setPlainText("Hi!")
+    qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: idle(w) and len(w.chat_view.messages()) == 2, timeout=60000)
+    assert w.plans.target_key == TARGET_MACHINE and w.plan_view.target_box.currentData() == TARGET_MACHINE
+    assert w.plans.load_result is not None and not w.plans.load_result.plan.target.has_gpu
+    assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]
+
+
+def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    box = w.plan_view.pins.type_k
+    before, pins_before = box.currentText(), w.plans.pins
+    box.clearFocus()
+    for _ in range(3):
+        event = QWheelEvent(QPointF(5, 5), QPointF(box.mapToGlobal(QPoint(5, 5))), QPoint(0, 0), QPoint(0, -120),
+                            Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                            False)  # fmt: skip
+        QApplication.sendEvent(box, event)
+    assert box.currentText() == before and w.plans.pins == pins_before
+
+
+def _fully_inside(w: MainWindow) -> bool:
+    right = w.right_tabs.mapTo(w, QPoint(w.right_tabs.width(), 0)).x()
+    return right <= w.width() and w.right_tabs.width() > 50
+
+
+def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    title = "A very long title about " + "rivers, mountains and the weather in spring " * 8
+    chat = w.ctx.store.create_chat(title=title)
+    w.ctx.store.add_message(chat.id, "user", "Hello")
+    w.chats.refresh_list()
+    w.chats.open_chat(chat.id)
+    QApplication.processEvents()
+    assert w.chat_view.title_text() == title and w.chat_view.title.toolTip() == title
+    assert w.chat_view.title.text().endswith("…")
+    assert _fully_inside(w)
+
+
+@pytest.mark.parametrize("size", [(800, 600), (640, 480)])
+def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_window, qtbot: QtBot, size) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    assert w.minimumSizeHint().width() <= size[0]  # the window can be that small at all
+    w.resize(*size)
+    QApplication.processEvents()
+    qtbot.wait(100)
+    assert w.width() == size[0]
+    assert _fully_inside(w)
+    scroll = w.right_scroll
+    content = scroll.widget()
+    assert content is not None
+    # Whatever does not fit can be scrolled to, both ways.
+    if content.minimumSizeHint().width() > scroll.viewport().width():
+        assert scroll.horizontalScrollBar().maximum() > 0
+    assert scroll.verticalScrollBar().maximum() > 0
+    screenshot(w, f"15-07-plan-panel-{size[0]}x{size[1]}")
+
+
+def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(open_window, qtbot: QtBot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://hub.no-such-host.invalid")
+    w: MainWindow = open_window()
+    hub = w.hub
+    hub.query.setText("llama")
+    started = time.monotonic()
+    hub.search()
+    assert hub.cancel_search_b.isVisibleTo(hub)
+    qtbot.waitUntil(lambda: hub.search_b.isEnabled(), timeout=10000)
+    assert time.monotonic() - started < 5
+    text = hub.status.toolTip()
+    assert "cannot reach the Hub" in text and "cannot be looked up" in text
+    assert "ConnectError" not in text and "[Errno" not in text
+    assert not hub.cancel_search_b.isVisibleTo(hub)
+
+
+def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    view = w.chat_view
+    assert view.input.tabChangesFocus()
+    shortcuts = {a.objectName(): a.shortcut().toString() for a in w.findChildren(QAction) if a.objectName()}
+    assert shortcuts["action_search"] == "Ctrl+F" and shortcuts["action_rename"] == "F2"
+    assert shortcuts["action_delete"] and shortcuts["action_next_chat"] == "Ctrl+Tab"
+    chat_menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Chat")
+    names = [a.objectName() for a in chat_menu.actions()]  # type: ignore[union-attr]
+    assert {"action_search", "action_rename", "action_delete"} <= set(names)
+    # Ctrl+Tab goes to the next chat (not to the Hub tab), Ctrl+F to the chat search.
+    a = w.ctx.store.create_chat(title="first")
+    b = w.ctx.store.create_chat(title="second")
+    w.chats.refresh_list()
+    w.chats.open_chat(b.id)
+    activate(qtbot, w)
+    view.input.setFocus()
+    qtbot.keyClick(view.input, Qt.Key.Key_Tab, Qt.KeyboardModifier.ControlModifier)
+    assert w.chats.chat_id == a.id and w.center_tabs.currentWidget() is view
+    qtbot.keyClick(view.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: w.chat_list.search.hasFocus(), timeout=2000)
+    # The buttons on a message take keyboard focus (Shift+Tab reaches them).
+    w.ctx.store.add_message(a.id, "user", "hello")
+    w.chats.open_chat(b.id)
+    w.chats.open_chat(a.id)
+    message = view.messages()[0]
+    assert message.copy_button.focusPolicy() & Qt.FocusPolicy.TabFocus
+
+
+def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    w: MainWindow = open_window()
+    chat = w.ctx.store.create_chat(title="Rivers")
+    w.ctx.store.add_message(chat.id, "user", "How long is the Nile?")
+    w.chats.refresh_list()
+    w.chats.open_chat(chat.id)
+    message = w.chat_view.messages()[0]
+    qtbot.mouseClick(message.copy_button, Qt.MouseButton.LeftButton)
+    assert message.copy_button.text() == "Copied"
+    # A search that finds nothing says so.
+    w.chat_list.search.setText("no such words anywhere")
+    qtbot.waitUntil(lambda: w.chat_list.empty.isVisibleTo(w.chat_list), timeout=3000)
+    assert "No chats match" in w.chat_list.empty.text()
+    w.chat_list.search.clear()
+    qtbot.waitUntil(lambda: not w.chat_list.empty.isVisibleTo(w.chat_list), timeout=3000)
+    # Add folder answers at once with what it found.
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]
+    assert w.plans.add_folder(folder) == 1
+    assert "1 GGUF model found" in w.status.text()
+    # A new chat clears the previous chat's status line.
+    w.chats.new_chat()
+    assert w.status.text() == ""
+    # The empty chat says the model is selected, not "press Load first" (it loads on send).
+    assert "press Load first" not in w.chat_view.empty_hint.text()
+
+
+def test_a_pinned_batch_caps_ubatch_in_the_window(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    w: MainWindow = open_window()
+    w.plans.set_pins(Pins(n_batch=256))
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.pins.n_batch == 256, timeout=5000)
+    s = w.plans.plan.settings  # type: ignore[union-attr]
+    assert s.n_batch == 256 and s.n_ubatch <= 256

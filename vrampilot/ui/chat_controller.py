@@ -1,0 +1,514 @@
+"""The open chat: its state, its turns, its backend, and getting a reply for it.
+
+One state instead of a set of flags: IDLE (a message can be sent), LOADING (a question waits for
+the model to load) and GENERATING (a reply streams). Every path out of LOADING and GENERATING,
+including failures and Stop, comes back to IDLE with the view usable, and a question that got no
+reply (stopped before its first token, a failed load, a crash last time) is offered "Answer"
+instead of being asked twice. Turns are stored through the Qt-free conversation service; the
+reply comes from the chat's backend on the engine thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from vrampilot.engine import ChatBackend, ContextOverflow, Engine, LlamaCppBackend, Message, Reply, format_summary
+from vrampilot.log import describe_error
+from vrampilot.meters.kvcache import KvCacheUsage
+from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError
+from vrampilot.storage.chats import StoredMessage
+from vrampilot.ui import chat_backends
+from vrampilot.ui.chat_list import ChatList
+from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.documents_controller import DocumentsController
+from vrampilot.ui.plan_controller import PlanController
+from vrampilot.units import format_tokens
+
+ConfirmFn = Callable[[str, str], bool]
+
+
+class ChatState(enum.Enum):
+    IDLE = "idle"
+    LOADING = "loading"  # the model loads for a question that waits
+    GENERATING = "generating"
+
+
+def summary_line(stats: dict[str, Any] | None) -> str:
+    """The line under a reply: the engine's stats, and the hybrid cache's bytes when it made it."""
+    if not stats:
+        return ""
+    text = format_summary(stats)
+    kv = KvCacheUsage.from_stats(stats)
+    if kv is not None:
+        text += f" · hybrid cache (torch), {kv.short_text()}"
+    if stats.get("completion_tokens", 0) == 0 and stats.get("stop_reason") == "cancelled":
+        text = "stopped before the first token"
+    return text
+
+
+class ChatController(QObject):
+    state_changed = Signal(object)  # ChatState
+    status = Signal(str)
+    kv_usage = Signal(object)  # KvCacheUsage | None: the open chat's own cache, for the meters
+    reply_measured = Signal(object)  # GenerationStats of a llama.cpp reply, for the meters
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        view: ChatView,
+        chat_list: ChatList,
+        plans: PlanController,
+        documents: DocumentsController,
+        *,
+        confirm: ConfirmFn,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.chats = ctx.conversations
+        self.view = view
+        self.chat_list = chat_list
+        self.plans = plans
+        self.documents = documents
+        self.confirm = confirm
+        self.state = ChatState.IDLE
+        self.chat_id: int | None = None
+        self.editing: int | None = None
+        self.backend_key = BACKEND_LLAMA
+        self.backend: ChatBackend = LlamaCppBackend()
+        # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
+        self.model_checks: dict[str, str | None] = {}
+        self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
+
+        view.send_requested.connect(self.send)
+        view.stop_requested.connect(self.stop)
+        view.regenerate_requested.connect(self.regenerate)
+        view.edit_requested.connect(self.begin_edit)
+        view.system_prompt_changed.connect(self.set_system_prompt)
+        view.sampling_changed.connect(ctx.prefs.set_sampling)
+        view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
+        view.backend_changed.connect(self.set_backend)
+        for key in (BACKEND_HYBRID,):
+            why = chat_backends.unavailable(key)
+            if why:  # listed but greyed: the user learns the backend exists and how to get it
+                view.set_backend_available(key, False, why)
+        chat_list.chat_selected.connect(self.open_chat)
+        chat_list.new_chat_requested.connect(self.new_chat)
+        chat_list.search_changed.connect(lambda _t: self.refresh_list())
+        engine = ctx.engine
+        engine.text.connect(self._text)
+        engine.replied.connect(self._replied)
+        engine.chat_failed.connect(self._failed)
+        engine.report.connect(self._report)
+
+    # -- state ---------------------------------------------------------------------------------
+    def _set_state(self, state: ChatState) -> None:
+        if state is self.state:
+            return
+        self.state = state
+        self.view.set_busy(state is not ChatState.IDLE)
+        self.plans.set_chat_busy(state is ChatState.GENERATING)
+        self.state_changed.emit(state)
+
+    @property
+    def busy(self) -> bool:
+        return self.state is not ChatState.IDLE
+
+    # -- chats ---------------------------------------------------------------------------------
+    def refresh_list(self) -> None:
+        query = self.chat_list.search.text()
+        chats = self.chats.summaries(query)
+        self.chat_list.set_chats(chats, self.chat_id, query=query)
+
+    def new_chat(self) -> None:
+        if self.busy:
+            return
+        self.chat_id = None
+        self.editing = None
+        self.ctx.prefs.set_last_chat(None)
+        self.view.clear_messages()
+        self.view.hide_banner()
+        self.view.set_title("New chat")
+        self.view.set_system_prompt(self.ctx.prefs.default_system_prompt())
+        self._show_backend(BACKEND_LLAMA)
+        self.documents.set_chat(None)
+        self.chat_list.clear_current()
+        self.status.emit("")
+        self.view.focus_input()
+
+    def open_chat(self, chat_id: int) -> None:
+        if self.busy or chat_id == self.chat_id:
+            return
+        chat = self.chats.chat(chat_id)
+        self.chat_id = chat.id
+        self.editing = None
+        self.ctx.prefs.set_last_chat(chat.id)
+        self.view.clear_messages()
+        self.view.hide_banner()
+        self.view.set_title(chat.title)
+        self.view.set_system_prompt(chat.system_prompt)
+        self._show_backend(chat.backend)
+        self.documents.set_chat(chat.id)
+        for m in chat.messages:
+            self.view.add_message(m.position, m.role, m.content, summary_line(m.stats))
+        self.status.emit("")
+        self._offer_answer()
+        self.refresh_list()
+
+    def rename(self, chat_id: int, title: str) -> None:
+        title = self.chats.rename(chat_id, title)
+        if chat_id == self.chat_id:
+            self.view.set_title(title)
+        self.refresh_list()
+
+    def delete(self, chat_id: int) -> None:
+        title = self.chats.chat(chat_id).title
+        if not self.confirm("Delete chat?", f"Delete “{title}” and all its messages?"):
+            return
+        self.chats.delete(chat_id)
+        self.ctx.documents.forget_chat(chat_id)
+        if chat_id == self.chat_id:
+            self.new_chat()
+        self.refresh_list()
+
+    def set_system_prompt(self, text: str) -> None:
+        self.ctx.prefs.set_default_system_prompt(text)
+        if self.chat_id is not None:
+            self.chats.set_system_prompt(self.chat_id, text)
+        self.view.set_system_prompt(text)
+
+    def update_hint(self) -> None:
+        """What the empty chat says: which model answers, and whether it loads first."""
+        p = self.plans.plan
+        if p is None:
+            return
+        name = p.spec.path.name
+        if self.plans.is_loaded(p.spec.path):
+            self.view.set_empty_hint(f"{name} is loaded. Type a message below.")
+        else:
+            self.view.set_empty_hint(f"{name} is selected. Type a message below: it loads with the plan on the right.")
+
+    def export(self, chat_id: int, fmt: str, path: Path) -> None:
+        try:
+            self.chats.export(chat_id, fmt, path)
+        except OSError as exc:
+            self.status.emit(f"Could not export to {path}: {exc.strerror or exc}")
+            return
+        self.status.emit(f"Exported to {path}")
+
+    # -- turns ---------------------------------------------------------------------------------
+    def send(self, text: str) -> None:
+        if self.busy or not text.strip():
+            return
+        try:
+            if self.chat_id is None:
+                model = self.plans.model_path
+                chat = self.chats.create(model_path=str(model) if model else None,
+                                         system_prompt=self.view.system_prompt.toPlainText(),
+                                         backend=self.backend_key)  # fmt: skip
+                self.chat_id = chat.id
+                self.ctx.prefs.set_last_chat(chat.id)
+                self.documents.bind_chat(chat.id)
+            if self.editing is not None:
+                question = self.chats.replace_from(self.chat_id, self.editing, text)
+                self.editing = None
+            else:
+                question = self.chats.ask(self.chat_id, text)
+        except StorageError as exc:
+            # Nothing was stored: the text stays in the input, and the banner says why.
+            self.view.show_banner(f"Not sent: {exc}", [("banner_ok", "OK", self.view.hide_banner)])
+            self.status.emit(f"Not sent: {exc}")
+            return
+        self.view.hide_banner()
+        self.view.clear_input()
+        self._show_messages()
+        if question.joined:
+            self.status.emit("Added to your earlier question, which had no reply")
+        self.refresh_list()
+        self._reply()
+
+    def answer(self) -> None:
+        """Reply to the chat's last question, which has none yet."""
+        if self.busy or self.chat_id is None or self.chats.unanswered(self.chat_id) is None:
+            return
+        self.view.hide_banner()
+        self._reply()
+
+    def regenerate(self) -> None:
+        if self.busy or self.chat_id is None or not self.chats.drop_last_reply(self.chat_id):
+            return
+        self._show_messages()
+        self._reply()
+
+    def begin_edit(self, position: int) -> None:
+        if self.busy or self.chat_id is None:
+            return
+        msgs = {m.position: m for m in self.chats.messages(self.chat_id)}
+        if position not in msgs or msgs[position].role != "user":
+            return
+        self.editing = position
+        self.view.input.setPlainText(msgs[position].content)
+        self.view.focus_input()
+        self.view.show_banner(
+            "Editing an earlier message: sending replaces it and everything after it.",
+            [("cancel_edit", "Cancel edit", self.cancel_edit)],
+        )
+
+    def cancel_edit(self) -> None:
+        self.editing = None
+        self.view.clear_input()
+        self.view.hide_banner()
+
+    def stop(self) -> None:
+        if self.state is ChatState.GENERATING:
+            self.ctx.engine.stop()
+        elif self.state is ChatState.LOADING:
+            self.plans.cancel_load()
+
+    def _show_messages(self) -> None:
+        assert self.chat_id is not None
+        chat = self.chats.chat(self.chat_id)
+        self.view.clear_messages()
+        self.view.set_title(chat.title)
+        for m in chat.messages:
+            self.view.add_message(m.position, m.role, m.content, summary_line(m.stats))
+
+    def _offer_answer(self) -> None:
+        if self.chat_id is not None and self.chats.unanswered(self.chat_id) is not None:
+            self.view.show_banner(
+                "Your last question has no reply yet.",
+                [("answer", "Answer", self.answer), ("banner_ok", "Dismiss", self.view.hide_banner)],
+            )
+
+    # -- getting a reply -----------------------------------------------------------------------
+    def _reply(self, *, trim: bool = False) -> None:
+        """Reply to the stored conversation; load the model first when it is not loaded."""
+        model = self.plans.model_path
+        if model is not None and self.plans.is_loaded(model):
+            self._generate(trim=trim)
+            return
+        self._set_state(ChatState.LOADING)
+        self.view.show_banner("Loading the model with the plan on the right…")
+        self.plans.load(lambda _r: self._generate(trim=trim), self._not_loaded)
+
+    def _not_loaded(self, why: str) -> None:
+        self._set_state(ChatState.IDLE)
+        self.view.show_banner(
+            f"No reply: the model did not load ({why}).",
+            [("answer", "Try again", self.answer), ("banner_ok", "OK", self.view.hide_banner)],
+        )
+
+    def _generate(self, *, trim: bool = False) -> None:
+        if self.chat_id is None:
+            self._set_state(ChatState.IDLE)
+            return
+        self.view.hide_banner()
+        messages: Sequence[Message] = self.chats.for_model(self.chat_id)
+        sampling = self.view.sampling.params()
+        if self.documents.active and self.ctx.engine.engine.loaded:
+            # The documents go into the prompt: whole, or the passages retrieved for this question.
+            self.documents.reply_tokens = sampling.max_tokens
+            system = messages[0].content if messages and messages[0].role == "system" else ""
+            turns = [m for m in messages if m.role != "system"]
+            messages = self.documents.compose(system, turns[:-1], turns[-1].content).messages
+        self._ensure_backend()
+        backend = self.backend
+        position = len(self.chats.messages(self.chat_id))
+        self._set_state(ChatState.GENERATING)
+        self.view.begin_reply(position)
+        self.status.emit(backend.status_text())
+        messages = list(messages)
+
+        def job(engine: Engine, on_text: Callable[[str], None], on_report: Callable[[object], None],
+                cancel: threading.Event) -> Reply:  # fmt: skip
+            return backend.reply(engine, messages, sampling, on_text=on_text, on_report=on_report, cancel=cancel,
+                                 trim=trim)  # fmt: skip
+
+        self.ctx.engine.run_chat(job)
+
+    def _text(self, text: str) -> None:
+        if self.state is ChatState.GENERATING:
+            self.view.append_reply_text(text)
+
+    def _replied(self, reply: Reply) -> None:
+        if self.state is not ChatState.GENERATING:
+            return
+        self._set_state(ChatState.IDLE)
+        stats: dict[str, Any] = reply.stats.to_dict()
+        kv = getattr(reply, "kv", None)  # a HybridReply's (vrampilot.hybrid may be absent: no isinstance)
+        if isinstance(kv, KvCacheUsage):
+            # Kept with the message, so the bytes are still there when the chat is reopened.
+            stats["backend"] = BACKEND_HYBRID
+            stats.update(kv.to_dict())
+            self.kv_usage.emit(kv)
+        elif reply.stats.decode_tps > 0:
+            self.reply_measured.emit(reply.stats)
+        if self.chat_id is None or (not reply.text and reply.stats.stop_reason == "cancelled"):
+            # Stopped before the first token: nothing to keep, and the question waits for "Answer".
+            self.view.drop_reply()
+            self.status.emit("Stopped before the first token")
+            self._offer_answer()
+            return
+        self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
+
+    def _store_reply(self, chat_id: int, text: str, stats: dict[str, Any], *, save_state: bool) -> None:
+        try:
+            stored: StoredMessage = self.chats.add_reply(chat_id, text, stats)
+        except StorageError as exc:
+            # The reply stays on screen; saving is offered again (or exporting it).
+            self._unsaved = (chat_id, text, stats)
+            self.view.finish_reply(text, summary_line(stats) + " · not saved")
+            self.view.show_banner(
+                f"This reply is not saved: {exc}.",
+                [("save_again", "Save again", self.save_unsaved), ("copy_reply", "Copy", self._copy_unsaved)],
+            )
+            self.status.emit(f"Reply not saved: {exc}")
+            return
+        self._unsaved = None
+        summary = summary_line(stats)
+        if self.documents.active:
+            # llama.cpp's saved cache says nothing about a hybrid reply: nothing to save then.
+            sources = self.documents.reply_done(stored.position - 1, text, save_state=save_state)
+            summary += f" · {sources}" if sources else ""
+        self.view.finish_reply(text, summary)
+        self.status.emit(summary_line(stats))
+        self.refresh_list()
+
+    def save_unsaved(self) -> None:
+        if self._unsaved is None or self.busy:
+            return
+        chat_id, text, stats = self._unsaved
+        try:
+            self.chats.add_reply(chat_id, text, stats)
+        except StorageError as exc:
+            self.status.emit(f"Still not saved: {exc}")
+            return
+        self._unsaved = None
+        self.view.hide_banner()
+        if chat_id == self.chat_id:
+            self._show_messages()
+        self.status.emit("Reply saved")
+        self.refresh_list()
+
+    def _copy_unsaved(self) -> None:
+        from PySide6.QtGui import QGuiApplication
+
+        if self._unsaved is not None:
+            QGuiApplication.clipboard().setText(self._unsaved[1])
+            self.status.emit("Reply copied")
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.state is not ChatState.GENERATING:
+            return
+        self._set_state(ChatState.IDLE)
+        self.view.drop_reply()
+        if isinstance(exc, ContextOverflow):
+            needed = exc.prompt_tokens + exc.max_tokens
+            bigger = 1 << math.ceil(math.log2(max(needed, 512)))
+            actions: list[tuple[str, str, object]] = []
+            if self.chat_id is not None and sum(1 for m in self.chats.for_model(self.chat_id) if m.role == "user") > 1:
+                actions.append(("drop_oldest", "Drop oldest turns", lambda: self._reply(trim=True)))
+            if self.backend.replan_cures_overflow:
+                actions.append(("replan_bigger", f"Re-plan with {format_tokens(bigger)} context",
+                                lambda: self.replan_and_answer(bigger)))  # fmt: skip
+            actions.append(("overflow_cancel", "Cancel", self.view.hide_banner))
+            self.view.show_banner(f"This conversation would overflow the context: {exc}.", actions)
+            self.status.emit("Context would overflow: nothing was sent")
+            return
+        text = describe_error(exc, context="replying")
+        self.view.show_banner(f"No reply: {text}", [("answer", "Try again", self.answer),
+                                                     ("banner_ok", "OK", self.view.hide_banner)])  # fmt: skip
+        self.status.emit(f"No reply: {text}")
+
+    def replan_and_answer(self, n_ctx: int) -> None:
+        """Re-plan with a larger context, load it, and answer the waiting question."""
+        from dataclasses import replace
+
+        self.view.hide_banner()
+        self.plans.set_pins(replace(self.plans.pins, n_ctx=n_ctx))
+        self._set_state(ChatState.LOADING)
+        self.plans.when_planned(lambda _p: self.plans.load(lambda _r: self._generate(), self._not_loaded),
+                                self._not_loaded)  # fmt: skip
+
+    def _report(self, item: object) -> None:
+        if isinstance(item, KvCacheUsage) and self.backend_key == BACKEND_HYBRID:
+            self.kv_usage.emit(item)
+            if self.state is ChatState.GENERATING:
+                self.status.emit(self.backend.status_text())
+
+    # -- backends ------------------------------------------------------------------------------
+    def _ensure_backend(self) -> None:
+        """The chat's backend object, made for the current model (the hybrid one holds the chat's cache)."""
+        model = self.plans.model_path
+        if self.backend.key == self.backend_key and getattr(self.backend, "model_path", model) == model:
+            return
+        loaded = self.plans.load_result
+        threads = loaded.plan.settings.n_threads if loaded is not None else None
+        self.backend = chat_backends.make_backend(self.backend_key, model, threads=threads)
+
+    def set_backend(self, key: str) -> None:
+        """The user picked a backend for the open chat: stored with it (a new chat takes it when saved)."""
+        if self.busy:
+            self.view.set_backend(self.backend_key)
+            return
+        if self.chat_id is not None:
+            self.chats.set_backend(self.chat_id, key)
+            self.refresh_list()
+        self._show_backend(key)
+        self.status.emit(f"This chat replies with {chat_backends.LABELS.get(key, key)}")
+
+    def _show_backend(self, key: str) -> None:
+        """Show `key` as the open chat's backend: the selector, the note and the KV meter."""
+        missing = chat_backends.unavailable(key)
+        if missing:
+            key = BACKEND_LLAMA
+            self.view.set_backend_note(
+                f"This chat was on the hybrid backend; it replies with llama.cpp until that is available. {missing}."
+            )
+        else:
+            self.view.set_backend_note(chat_backends.about(key))
+        self.backend_key = key
+        # Made for this chat on its first reply (a hybrid one holds the chat's own cache).
+        self.backend = LlamaCppBackend()
+        self.view.set_backend(key)
+        self.kv_usage.emit(KvCacheUsage(0, 0, 0) if key == BACKEND_HYBRID else None)
+        if key == BACKEND_HYBRID:
+            self.check_model()
+
+    def check_model(self) -> None:
+        """Can the chat's backend run the selected model? Asked off the GUI thread (imports torch)."""
+        path = self.plans.model_path
+        if path is None or self.backend_key == BACKEND_LLAMA:
+            return
+        key = str(path)
+        if key in self.model_checks:
+            self._model_checked(path, self.model_checks[key])
+            return
+
+        def done(reason: str | None) -> None:
+            self.model_checks[key] = reason
+            self._model_checked(path, reason)
+
+        self.ctx.tasks.submit(lambda _t: chat_backends.model_problem(self.backend_key, path), done=done,
+                              key="backend-check", owner=self)  # fmt: skip
+
+    def _model_checked(self, path: object, reason: str | None) -> None:
+        if reason is None or path != self.plans.model_path or self.backend_key == BACKEND_LLAMA:
+            return
+        # Not for this model: the chat keeps llama.cpp, and the note says why.
+        if self.chat_id is not None:
+            self.chats.set_backend(self.chat_id, BACKEND_LLAMA)
+        self.backend_key = BACKEND_LLAMA
+        self.backend = LlamaCppBackend()
+        self.view.set_backend(BACKEND_LLAMA)
+        self.kv_usage.emit(None)
+        self.view.set_backend_note(f"The hybrid backend cannot run this model: {reason}. This chat stays on llama.cpp.")
+        self.status.emit(f"Hybrid backend: {reason}")

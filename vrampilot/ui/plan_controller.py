@@ -1,0 +1,447 @@
+"""The model, the machine and the plan, and loading it: state and work behind the right-hand panel.
+
+It owns what the plan depends on (machine, target, model, pins) and the plan itself, asks the
+core for each on a worker (latest request wins), and loads the plan on the engine thread. Who
+needs the model loaded (a reply, a one-click re-plan) says so with `load(then=...)` or
+`when_planned(...)`: the callback runs when that happens, or its failure callback with the reason,
+instead of anyone polling. Every failure leaves the panel usable: an unreadable model falls back
+to the one before it, or to the built-in model, with a line saying why.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import fields, replace
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from vrampilot.engine import LoadResult
+from vrampilot.export import llama_server_argv, quote
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.hardware import Machine, detect_machine, load_profiles
+from vrampilot.log import describe_error
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Alternative, Pins, Plan, plan
+from vrampilot.planner.settings import Settings
+from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
+from vrampilot.storage import scan_folder
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.hardware_view import HardwareView
+from vrampilot.ui.library_view import LibraryEntry, LibraryView, describe_entry
+from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
+from vrampilot.units import format_tokens
+
+TARGET_MACHINE = "machine"
+TARGET_CPU = "cpu"
+PROFILE_PREFIX = "profile:"
+
+PlanFn = Callable[[Plan], None]
+LoadedFn = Callable[[LoadResult], None]
+FailFn = Callable[[str], None]
+ConfirmFn = Callable[[str, str], bool]
+
+
+class LoadState(enum.Enum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    LOADED = "loaded"
+
+
+def changed_pins(old: Settings, new: Settings) -> dict[str, object]:
+    """The pins that turn settings `old` into `new` (an alternative chosen, a back-off applied)."""
+    pin_names = {f.name for f in fields(Pins)}
+    return {
+        f.name: getattr(new, f.name)
+        for f in fields(Settings)
+        if f.name in pin_names and getattr(old, f.name) != getattr(new, f.name)
+    }
+
+
+class PlanController(QObject):
+    plan_shown = Signal(object)  # Plan
+    model_failed = Signal(str)  # why the chosen model could not be read
+    loaded = Signal(object)  # LoadResult
+    unloaded = Signal()
+    load_state_changed = Signal(object)  # LoadState
+    status = Signal(str)
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        plan_view: PlanView,
+        library_view: LibraryView,
+        hardware_view: HardwareView,
+        *,
+        confirm: ConfirmFn,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.view = plan_view
+        self.library_view = library_view
+        self.hardware_view = hardware_view
+        self.confirm = confirm
+        self.machine: Machine | None = None
+        self.target_key = TARGET_MACHINE
+        self.target: Target | None = None
+        self.model_path: Path | None = None
+        self.spec: ModelSpec | None = None
+        self.pins = Pins()
+        self.plan: Plan | None = None
+        self.load_state = LoadState.UNLOADED
+        self.load_result: LoadResult | None = None
+        self._chat_busy = False  # a reply streams: loading now would pull the model from under it
+        self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
+        self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
+
+        plan_view.pins_changed.connect(self.set_pins)
+        plan_view.alternative_chosen.connect(self.use_alternative)
+        plan_view.target_changed.connect(self.set_target)
+        plan_view.load_requested.connect(lambda: self.load())
+        plan_view.cancel_load_requested.connect(self.cancel_load)
+        plan_view.unload_requested.connect(self.unload)
+        library_view.model_selected.connect(self.select_model)
+        engine = ctx.engine
+        engine.load_progress.connect(lambda v: self.view.show_loading(v))
+        engine.loaded.connect(self._loaded)
+        engine.load_failed.connect(self._load_failed)
+        engine.unloaded.connect(self._unloaded)
+        self._show_load_state()
+
+    # -- machine and targets -------------------------------------------------------------------
+    def start(self, initial_model: Path | None) -> None:
+        """Detect the machine (or take the context's), then plan `initial_model`, the last one or the built-in."""
+        self.model_path = initial_model
+        if initial_model is not None:
+            self.ctx.library.add_file(initial_model)
+        if self.ctx.machine is not None:
+            self._machine_ready(self.ctx.machine)
+        else:
+            self.ctx.tasks.submit(lambda _t: detect_machine(), done=self._machine_ready,
+                                  failed=self._failed("looking at this machine"), owner=self)  # fmt: skip
+
+    def _machine_ready(self, machine: Machine) -> None:
+        self.machine = machine
+        self.hardware_view.set_machine(machine)
+        if not machine.gpus:
+            self.status.emit("No NVIDIA GPU found: planning for the CPU")
+        targets = [(TARGET_MACHINE, "This machine"), (TARGET_CPU, "CPU only")]
+        try:
+            targets += [(PROFILE_PREFIX + p.name, f"{p.name} (profile)") for p in load_profiles()]
+        except Exception as exc:  # profiles are optional for the window; say why they are missing
+            self.status.emit(f"GPU profiles unavailable: {describe_error(exc)}")
+        self.view.set_targets(targets, self.target_key)
+        self.target = self._make_target(self.target_key)
+        restored = self.model_path is None
+        path = self.model_path
+        if path is None:
+            last = self.ctx.prefs.last_model()
+            path = last if last is not None and last.is_file() else embedded_model_path()
+        self.refresh_library()
+        if path is not None:
+            self.select_model(path, fallback=restored)
+        else:
+            self.view.show_message("No model yet: open a GGUF file or drop one on the window.")
+
+    def _make_target(self, key: str) -> Target:
+        assert self.machine is not None
+        if key == TARGET_CPU:
+            return target_cpu_only(self.machine)
+        if key.startswith(PROFILE_PREFIX):
+            name = key[len(PROFILE_PREFIX) :]
+            profile = next(p for p in load_profiles() if p.name == name)
+            return target_from_profile(profile, self.machine)
+        return target_from_machine(self.machine)
+
+    def set_target(self, key: str) -> None:
+        if self.machine is None:
+            return
+        self.target_key = key
+        self.target = self._make_target(key)
+        self.view.set_targets_current(key)
+        self.replan()
+
+    def set_chat_busy(self, busy: bool) -> None:
+        self._chat_busy = busy
+        self._show_load_state()
+
+    def loadable(self) -> str | None:
+        """Why the shown plan cannot be loaded here, or None."""
+        if self._chat_busy:
+            return "Generating…"
+        if self.target_key not in (TARGET_MACHINE, TARGET_CPU):
+            return "This plan is for a GPU this machine does not have: export it, or plan for this machine to load"
+        if self.plan is None:
+            return "Planning…"
+        return None
+
+    # -- the model library ---------------------------------------------------------------------
+    def refresh_library(self) -> None:
+        target = self.target
+        if target is None:
+            return
+        embedded = embedded_model_path()
+        paths, folders = self.ctx.library.files(), self.ctx.library.folders()
+
+        def work(_task: object) -> list[LibraryEntry]:
+            seen: set[Path] = set()
+            candidates: list[tuple[Path, bool]] = []
+            if embedded is not None and embedded.is_file():
+                candidates.append((embedded, True))
+            candidates += [(p, False) for p in paths if p.is_file()]
+            for folder in folders:
+                candidates += [(p, False) for p in scan_folder(folder)]
+            entries = []
+            for p, is_embedded in candidates:
+                if p not in seen:
+                    seen.add(p)
+                    entries.append(describe_entry(p, target, embedded=is_embedded))
+            return entries
+
+        self.ctx.tasks.submit(work, done=lambda entries: self.library_view.set_entries(entries, self.model_path),
+                              failed=self._failed("listing the models"), key="library", owner=self)  # fmt: skip
+
+    def add_models(self, paths: list[Path]) -> None:
+        paths = [p for p in paths if p.suffix.lower() == ".gguf"]
+        if not paths:
+            return
+        for p in paths:
+            self.ctx.library.add_file(p)
+        self.select_model(paths[0])
+        self.refresh_library()
+
+    def add_folder(self, folder: Path) -> int:
+        """Adds the folder; returns how many GGUF models it holds (the user hears at once)."""
+        self.ctx.library.add_folder(folder)
+        found = len(scan_folder(folder))
+        self.status.emit(f"Added {folder}: {found} GGUF model{'s' if found != 1 else ''} found")
+        self.refresh_library()
+        return found
+
+    def remove_model(self, path: Path) -> None:
+        self.ctx.library.remove_file(path)
+        self.refresh_library()
+
+    # -- model and plan ------------------------------------------------------------------------
+    def select_model(self, path: Path, *, fallback: bool = False) -> None:
+        """Plan `path`. An unreadable file never becomes the model: the previous one stays (or, at
+        start and with `fallback`, the built-in model is used) and `model_failed` says why."""
+        path = Path(path)
+        previous = self.model_path if self.spec is not None else None
+        self.model_path = path
+        self.view.show_planning(path.name)
+
+        def done(spec: ModelSpec) -> None:
+            self.spec = spec
+            self.pins = self.ctx.prefs.pins_for(path)
+            self.ctx.prefs.set_last_model(path)
+            self.library_view.select(path)
+            self.replan()
+
+        def failed(exc: BaseException) -> None:
+            why = f"Could not read {path.name}: {describe_error(exc)}"
+            embedded = embedded_model_path()
+            back = previous if previous is not None and previous != path else None
+            if back is None and embedded is not None and embedded != path:
+                back = embedded
+            if self.ctx.prefs.last_model() == path:
+                self.ctx.prefs.set_last_model(back or "")
+            if back is not None:
+                why += f"; using {back.name} instead" if back != embedded else "; using the built-in model instead"
+            self.model_failed.emit(why)
+            self.status.emit(why)
+            self.model_path = back
+            if back is None:
+                self.spec = None
+                self.plan = None
+                self.view.show_message(why)
+                self._show_load_state()
+                self._fail_plan_waiters(why)
+                return
+            self.library_view.select(back)
+            if back == previous and self.spec is not None and self.plan is not None:
+                self.view.set_plan(self.plan)  # the previous model's plan, shown again
+                self._show_load_state()
+                self._fail_plan_waiters(why)
+            else:
+                self.select_model(back)
+
+        self.ctx.tasks.submit(lambda _t: load_model_spec(path), done=done, failed=failed, key="spec", owner=self)
+
+    def set_pins(self, pins: Pins) -> None:
+        self.pins = pins
+        if self.model_path is not None:
+            self.ctx.prefs.set_pins_for(self.model_path, pins)
+        self.replan()
+
+    def use_alternative(self, alt: Alternative) -> None:
+        if self.plan is not None:
+            self.set_pins(replace(self.pins, **changed_pins(self.plan.settings, alt.settings)))  # type: ignore[arg-type]
+
+    def replan(self) -> None:
+        if self.spec is None or self.target is None:
+            return
+        spec, target, pins = self.spec, self.target, self.pins
+        self.view.show_planning(spec.path.name)
+
+        def failed(exc: BaseException) -> None:
+            why = f"No plan for {spec.path.name}: {describe_error(exc)}"
+            self.status.emit(why)
+            self.view.show_message(why)
+            self._show_load_state()
+            self._fail_plan_waiters(why)
+
+        self.ctx.tasks.submit(lambda _t: plan(spec, target, pins, exact=True), done=self._show_plan,
+                              failed=failed, key="plan", owner=self)  # fmt: skip
+
+    def _show_plan(self, p: Plan) -> None:
+        self.plan = p
+        self.view.set_plan(p)
+        self._show_load_state()
+        self.plan_shown.emit(p)
+        waiters, self._plan_waiters = self._plan_waiters, []
+        for on_plan, _ in waiters:
+            on_plan(p)
+
+    def replan_and_load(self, pins: Pins) -> None:
+        """A one-click fix (a spill, documents that need more context): re-plan with `pins`, load it."""
+        self.set_pins(pins)
+        self.when_planned(lambda _p: self.load(), self.status.emit)
+
+    def copy_command(self, shell: str) -> str:
+        """The shown plan as a llama-server command line for `shell`, on the clipboard."""
+        from PySide6.QtGui import QGuiApplication
+
+        p = self.plan
+        if p is None:
+            self.status.emit("No plan to export yet")
+            return ""
+        text = quote(llama_server_argv(p.spec.path, p.settings), shell)
+        QGuiApplication.clipboard().setText(text)
+        note = "" if p.fits else " (this plan does not fit: it may fail to load)"
+        self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")
+        return text
+
+    def planning(self) -> bool:
+        return self.ctx.tasks.is_running("plan") or self.ctx.tasks.is_running("spec")
+
+    def when_planned(self, on_plan: PlanFn, on_failed: FailFn) -> None:
+        """`on_plan(plan)` once the plan for the current model, target and pins is shown (now, if it is)."""
+        p = self.plan
+        if p is not None and not self.planning() and p.pins == self.pins and p.spec.path == self.model_path:
+            on_plan(p)
+        else:
+            self._plan_waiters.append((on_plan, on_failed))
+
+    def _fail_plan_waiters(self, why: str) -> None:
+        waiters, self._plan_waiters = self._plan_waiters, []
+        for _, on_failed in waiters:
+            on_failed(why)
+
+    # -- load ----------------------------------------------------------------------------------
+    def is_loaded(self, path: Path | None = None) -> bool:
+        r = self.load_result
+        return self.load_state is LoadState.LOADED and r is not None and (path is None or r.plan.spec.path == path)
+
+    def load(self, then: LoadedFn | None = None, failed: FailFn | None = None) -> None:
+        """Load the shown plan (this machine's, when another GPU's is shown); `then` or `failed` follow."""
+        then = then or (lambda _r: None)
+        failed = failed or (lambda _w: None)
+        if self.load_state is LoadState.LOADING:
+            self._load_waiters.append((then, failed))
+            return
+        if self._chat_busy:
+            failed("a reply is being generated")
+            return
+        if self.target_key not in (TARGET_MACHINE, TARGET_CPU):
+            # A GPU profile is shown: the model can only load with this machine's own plan.
+            self.status.emit("Planning for this machine to load the model (the profile's plan is for another GPU)")
+            self.set_target(TARGET_MACHINE)
+            self.when_planned(lambda _p: self.load(then, failed), failed)
+            return
+        if self.plan is None or self.planning():
+            self.when_planned(lambda _p: self.load(then, failed), failed)
+            return
+        p = self.plan
+        if not p.fits:
+            why = p.refused or (p.reasons[-1] if p.reasons else "it does not fit")
+            if not self.confirm("Load a plan that does not fit?", f"{why}\n\nLoading may fail or be slow. Load anyway?"):
+                failed("Not loaded: the plan does not fit")
+                return
+        self._load_waiters.append((then, failed))
+        self.load_state = LoadState.LOADING
+        self.view.show_loading(0.0)
+        self._show_load_state()
+        self.status.emit(f"Loading {p.spec.path.name}…")
+        self.ctx.engine.load(p)
+
+    def cancel_load(self) -> None:
+        if self.load_state is LoadState.LOADING:
+            self.ctx.engine.cancel_load()
+
+    def unload(self) -> None:
+        if self.load_state is LoadState.LOADED:
+            self.ctx.engine.unload()
+
+    def _loaded(self, result: LoadResult) -> None:
+        self.load_state = LoadState.LOADED
+        self.load_result = result
+        msg = f"Loaded {result.plan.spec.path.name} in {result.load_s:.1f} s"
+        if result.changes and self.plan is not None:
+            msg = "llama.cpp could not allocate the plan; backed off: " + "; ".join(result.changes)
+            # Show what runs: pin what the back-off changed.
+            self.pins = replace(self.pins, **changed_pins(self.plan.settings, result.plan.settings))  # type: ignore[arg-type]
+            if self.model_path is not None:
+                self.ctx.prefs.set_pins_for(self.model_path, self.pins)
+            self.replan()
+        self.status.emit(msg)
+        self._show_load_state()
+        self.load_state_changed.emit(self.load_state)
+        self.loaded.emit(result)
+        waiters, self._load_waiters = self._load_waiters, []
+        for then, _ in waiters:
+            then(result)
+
+    def _load_failed(self, exc: BaseException, cancelled: bool) -> None:
+        self.load_state = LoadState.UNLOADED
+        self.load_result = None
+        text = "Loading cancelled" if cancelled else f"Could not load: {describe_error(exc)}"
+        self.status.emit(text)
+        self._show_load_state(text)
+        self.load_state_changed.emit(self.load_state)
+        waiters, self._load_waiters = self._load_waiters, []
+        for _, failed in waiters:
+            failed(text)
+
+    def _unloaded(self) -> None:
+        self.load_state = LoadState.UNLOADED
+        self.load_result = None
+        self.status.emit("Model unloaded")
+        self._show_load_state()
+        self.load_state_changed.emit(self.load_state)
+        self.unloaded.emit()
+
+    def _show_load_state(self, failure: str = "") -> None:
+        """The Load/Cancel/Unload area and its line, from the state alone."""
+        r = self.load_result
+        if self.load_state is LoadState.LOADING:
+            self.view.show_load_state("loading", "Loading…", can_load=False)
+            return
+        self.view.show_loading(None)
+        why = self.loadable()
+        if self.load_state is LoadState.LOADED and r is not None:
+            same = self.plan is not None and r.plan.spec.path == self.plan.spec.path and r.plan.settings == self.plan.settings
+            text = f"Loaded: {r.plan.spec.path.name}, {format_tokens(r.plan.settings.n_ctx)} context"
+            if not same:
+                text += " — the plan above differs: press Load to apply it"
+            self.view.show_load_state("loaded", text, can_load=why is None, why=why or "", reload=same)
+        else:
+            self.view.show_load_state("unloaded", failure or "Not loaded", can_load=why is None, why=why or "")
+
+    def _failed(self, what: str) -> Callable[[BaseException], None]:
+        def report(exc: BaseException) -> None:
+            self.status.emit(f"Error {what}: {describe_error(exc, context=what)}")
+
+        return report
