@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from vrampilot import __version__
 from vrampilot.errors import UserError
@@ -30,8 +32,21 @@ _COMMAND_MODULES = (
 _OPTIONAL_PACKAGES = ("vrampilot.hybrid",)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (not a usage block) and exit status 2, and values that
+    start with a minus and a digit (`--vram -1GiB`) taken as values, so that the option's own check
+    says what is wrong with them instead of "expected one argument"."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._negative_number_matcher = re.compile(r"^-\d")
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="vrampilot",
         description="Plan, run and explain local GGUF models on the machine you have. "
         "With no command, opens the app window.",

@@ -24,6 +24,12 @@ _handler: logging.Handler | None = None
 _log = logging.getLogger("vrampilot")
 
 
+class _RotatingLog(logging.handlers.RotatingFileHandler):
+    def handleError(self, record: logging.LogRecord) -> None:
+        # A log that cannot be written (a full disk) must not print tracebacks of its own.
+        pass
+
+
 def log_path() -> Path:
     return data_dir() / "logs" / LOG_FILE
 
@@ -45,9 +51,8 @@ def setup_logging(path: Path | None = None, level: int = logging.INFO) -> Path:
             _handler = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handler: logging.Handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8", delay=True
-            )
+            handler: logging.Handler = _RotatingLog(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8",
+                                                    delay=True)  # fmt: skip
         except OSError:
             handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"))

@@ -70,11 +70,36 @@ def test_when_nothing_fits_nothing_stays_loaded(spec: ModelSpec, cpu_target: Tar
 
 @pytest.mark.slow
 def test_a_real_allocation_failure_is_a_typed_error(spec: ModelSpec, cpu_target: Target) -> None:
-    # 16M tokens of KV cache is ~360 GiB: llama.cpp's allocation fails at once (no memory is touched).
+    # 16M tokens of KV cache is ~360 GiB: refused before llama.cpp tries (it would abort the
+    # process on some of its allocations), with the numbers.
     p = make_plan(spec, cpu_target, n_ctx=1 << 24)
     e = Engine()
     e.load(make_plan(spec, cpu_target))
     assert e.loaded
-    with pytest.raises(AllocationError, match="failed to allocate"):
+    with pytest.raises(AllocationError, match=r"memory left and loading allocates \d+\.\d\d GiB"):
         e.load(p, backoff=False)
     assert not e.loaded  # the previous model was freed first, the failed one is not half-loaded
+
+
+def test_a_backoff_step_keeps_what_the_failed_plan_chose(spec: ModelSpec, cpu_target: Target) -> None:
+    """Only the reduced setting changes: a free re-plan at the smaller context would pick a larger
+    KV cache type again, and memory would barely drop (q4_0 -> q8_0 -> f16 was seen)."""
+    p = make_plan(spec, cpu_target, n_ctx=4096, type_k="q4_0", type_v="q4_0")
+    assert (p.settings.type_k, p.settings.type_v) == ("q4_0", "q4_0")
+    # Unpin the cache types, as if the planner had chosen q4_0 itself for this size.
+    from dataclasses import replace
+
+    from vrampilot.planner.search import Pins
+
+    unpinned = replace(p, pins=Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
+    step = next_backoff(unpinned)
+    assert step is not None
+    s, t = unpinned.settings, step.plan.settings
+    assert t.n_ctx < s.n_ctx
+    assert (t.type_k, t.type_v, t.flash_attn, t.n_ubatch, t.n_batch) == (s.type_k, s.type_v, s.flash_attn, s.n_ubatch, s.n_batch)
+    assert _memory(step.plan) < _memory(unpinned)
+    assert step.change == "context 4K -> 2K"
+
+
+def _memory(p) -> int:  # type: ignore[no-untyped-def]
+    return p.memory.device.total_bytes if p.target.has_gpu else p.memory.host.total_bytes

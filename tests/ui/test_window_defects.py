@@ -261,3 +261,35 @@ def test_a_pinned_batch_caps_ubatch_in_the_window(open_window, qtbot: QtBot) -> 
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.pins.n_batch == 256, timeout=5000)
     s = w.plans.plan.settings  # type: ignore[union-attr]
     assert s.n_batch == 256 and s.n_ubatch <= 256
+
+
+@pytest.mark.slow
+def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    """What a crash mid-reply leaves: the chat ends in a question. Reopened, it offers Answer, and a
+    new message joins that question instead of making two in a row (strict templates refuse that)."""
+    seed_prefs(max_tokens=6)
+    w: MainWindow = open_window()
+    chat = w.ctx.store.create_chat()
+    w.ctx.store.add_message(chat.id, "user", "Name a fruit.")
+    w.close()
+    prefs = Prefs()
+    prefs.set_last_chat(chat.id)
+    prefs.sync()
+    w2: MainWindow = open_window()
+    assert w2.chats.chat_id == chat.id and w2.chat_view.banner_visible()
+    assert "no reply yet" in w2.chat_view.banner_text.text()
+    answer = w2.chat_view.banner.findChild(QPushButton, "answer")
+    assert answer is not None
+    qtbot.mouseClick(answer, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 2, timeout=60000)
+    assert [m.role for m in w2.ctx.store.messages(chat.id)] == ["user", "assistant"]
+    # Reopened once more and asked twice in a row after a stop: still one question per reply.
+    w2.ctx.store.add_message(chat.id, "user", "And a vegetable?")
+    w2.chats.new_chat()
+    w2.chats.open_chat(chat.id)
+    w2.chat_view.input.setPlainText("Just one word, please.")
+    qtbot.mouseClick(w2.chat_view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 4, timeout=60000)
+    stored = w2.ctx.store.messages(chat.id)
+    assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert stored[2].content == "And a vegetable?\n\nJust one word, please."

@@ -1,4 +1,9 @@
-"""`vrampilot chat`: one turn with a model, headless, on the same engine as the app window."""
+"""`vrampilot chat`: one turn with a model, headless, on the same engine as the app window.
+
+Nothing is kept unless asked: `--save` stores the turn in the app's chats (the window lists it),
+`--chat ID` continues a saved chat (and saves the new turn to it). Turns follow the same rules as
+the window's (vrampilot.storage.conversation).
+"""
 
 from __future__ import annotations
 
@@ -31,6 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed, for repeatable replies")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (0 = greedy; default 0.7)")
     p.add_argument("--force", action="store_true", help="load even when the plan does not fit")
+    p.add_argument("--save", action="store_true",
+                   help="keep this turn in the app's chats (without it the CLI keeps no history)")  # fmt: skip
+    p.add_argument("--chat", type=int, metavar="ID", help="continue the saved chat ID (its turns are sent first; "
+                   "the new turn is saved to it); IDs are in `--json` output and the app")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object: reply, stats, settings")
     p.add_argument(
         "--document",
@@ -45,8 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_chat(args: argparse.Namespace) -> int:
     from vrampilot.commands.plan import plan_from_args
-    from vrampilot.engine import Engine, Message, SamplingParams
+    from vrampilot.engine import Engine, SamplingParams
 
+    prompt = _text_arg(args.prompt, "--prompt")
+    system = _text_arg(args.system, "--system", allow_empty=True) if args.system is not None else None
     plan = plan_from_args(args)
     if not plan.fits and not args.force:
         why = plan.reasons[-1] if plan.reasons else "the plan does not fit this machine"
@@ -58,10 +69,8 @@ def run_chat(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
-    messages: list[Message] = []
-    if args.system:
-        messages.append(Message("system", args.system))
-    messages.append(Message("user", args.prompt))
+    history = _History(args.chat, args.save or args.chat is not None, plan, system)
+    messages = history.messages(prompt)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
 
     engine = Engine()
@@ -72,9 +81,9 @@ def run_chat(args: argparse.Namespace) -> int:
     if docs is not None:
         ds, fit = docs
         composed = ds.compose(
-            args.system or "",
-            [],
-            args.prompt,
+            system or "",
+            [m for m in messages[:-1] if m.role != "system"],
+            prompt,
             mode=fit.mode,
             n_ctx=loaded.plan.settings.n_ctx,
             reply_tokens=sampling.max_tokens,
@@ -96,8 +105,10 @@ def run_chat(args: argparse.Namespace) -> int:
             print(reply.stats.summary(), file=sys.stderr)
     finally:
         engine.unload()
+    chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
+            "chat_id": chat_id,
             "model": str(loaded.plan.spec.path),
             "reply": reply.text,
             "stats": reply.stats.to_dict(),
@@ -109,6 +120,59 @@ def run_chat(args: argparse.Namespace) -> int:
             out["fit"] = docs[1].to_dict()
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
+
+
+def _text_arg(value: str, option: str, *, allow_empty: bool = False) -> str:
+    """Command-line text as the model gets it: UTF-8, and not empty where a message is required."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{option} is not valid UTF-8 text") from None
+    if not allow_empty and not value.strip():
+        raise UserError(f"{option} is empty")
+    return value
+
+
+class _History:
+    """The saved chat this turn belongs to, if any (`--save`, `--chat ID`)."""
+
+    def __init__(self, chat_id: int | None, keep: bool, plan: Plan, system: str | None) -> None:
+        self.chat_id, self.keep, self.plan, self.system = chat_id, keep, plan, system
+        self._service = None
+        if keep:
+            from vrampilot.storage import ChatStore
+            from vrampilot.storage.conversation import ConversationService
+
+            self._service = ConversationService(ChatStore())
+            if chat_id is not None:
+                try:
+                    self._service.chat(chat_id)
+                except KeyError:
+                    raise UserError(f"there is no saved chat {chat_id}") from None
+
+    def messages(self, prompt: str) -> list[Message]:
+        from vrampilot.engine import Message
+
+        if self._service is not None and self.chat_id is not None:
+            earlier = self._service.for_model(self.chat_id)
+            if self.system is not None:  # --system replaces the chat's own for this turn
+                earlier = [m for m in earlier if m.role != "system"]
+                earlier.insert(0, Message("system", self.system))
+            if earlier and earlier[-1].role == "user":  # a question left without a reply joins this one
+                prompt = f"{earlier.pop().content.rstrip()}\n\n{prompt.strip()}"
+            return [*earlier, Message("user", prompt)]
+        out = [Message("system", self.system)] if self.system else []
+        return [*out, Message("user", prompt)]
+
+    def save(self, prompt: str, reply: str, stats: dict[str, Any]) -> int | None:
+        if self._service is None:
+            return None
+        if self.chat_id is None:
+            self.chat_id = self._service.create(model_path=str(self.plan.spec.path), system_prompt=self.system or "").id
+        self._service.ask(self.chat_id, prompt)
+        self._service.add_reply(self.chat_id, reply, stats)
+        self._service.store.close()
+        return self.chat_id
 
 
 def _attach(paths: list[Path], plan: Plan, reply_tokens: int) -> tuple[DocumentSet, FitReport]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 from vrampilot.commands.common import resolve_model
 from vrampilot.errors import UserError
@@ -14,7 +15,7 @@ from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.hardware.profiles import find_profile
-from vrampilot.planner.search import Pins, Plan, PlanError, plan
+from vrampilot.planner.search import MAX_THREADS, Pins, Plan, PlanError, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
 from vrampilot.planner.verify import Verification
@@ -37,15 +38,16 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--gpu", metavar="NAME", help="plan for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
     where.add_argument("--vram", metavar="SIZE", help="plan for a hypothetical single GPU, e.g. 8GiB")
     where.add_argument("--cpu-only", action="store_true", help="plan without a GPU")
-    p.add_argument("--ctx", type=int, metavar="N", help="context length to reach")
+    p.add_argument("--ctx", type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"), metavar="N",
+                   help=f"context length to reach (at least {MIN_CONTEXT})")  # fmt: skip
     p.add_argument("--kv", choices=KV_CACHE_TYPES, help="K and V cache type")
     p.add_argument("--kv-k", choices=KV_CACHE_TYPES, help="K cache type")
     p.add_argument("--kv-v", choices=KV_CACHE_TYPES, help="V cache type")
-    p.add_argument("--ngl", type=int, metavar="N", help="layers on the GPU (n_layer + 1 = all)")
-    p.add_argument("--batch", type=int, metavar="N", help="logical batch size (-b)")
-    p.add_argument("--ubatch", type=int, metavar="N", help="physical batch size (-ub)")
-    p.add_argument("--threads", type=int, metavar="N", help="generation threads (-t)")
-    p.add_argument("--threads-batch", type=int, metavar="N", help="prompt threads (-tb)")
+    p.add_argument("--ngl", type=_at_least(0), metavar="N", help="layers on the GPU (n_layer + 1 = all)")
+    p.add_argument("--batch", type=_at_least(1), metavar="N", help="logical batch size (-b)")
+    p.add_argument("--ubatch", type=_at_least(1), metavar="N", help="physical batch size (-ub)")
+    p.add_argument("--threads", type=_threads, metavar="N", help="generation threads (-t)")
+    p.add_argument("--threads-batch", type=_threads, metavar="N", help="prompt threads (-tb)")
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
@@ -54,6 +56,30 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="size the compute buffer with the formula only, without asking llama.cpp (a dry run, ~5-200 ms)",
     )
+
+
+# llama.cpp pads the context to a multiple of 256 cells: asking for less still gives 256.
+MIN_CONTEXT = 256
+
+
+def _at_least(lo: int, why: str = "") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}" + (f" ({why})" if why else "") + f", not {value}")
+        return value
+
+    return parse
+
+
+def _threads(text: str) -> int:
+    value = _at_least(1)(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), not {value}")
+    return value
 
 
 def pins_from_args(args: argparse.Namespace) -> Pins:

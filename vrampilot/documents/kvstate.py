@@ -80,10 +80,10 @@ class KvStateStore:
     def save(self, engine: Engine, key: str) -> SavedState:
         """Save to a `.part`, check and fsync it, put it in place, then write its record."""
         final, part = self.path(key), self.root / f"{key}.llstate.part"
-        self.record_path(key).unlink(missing_ok=True)  # an old record must never vouch for a new file
-        saved = engine.save_state_file(part)
+        saved = engine.save_state_file(part)  # a short save raises here: the old state stays as it was
         record = {"format": RECORD_FORMAT, "key": key, "bytes": saved.nbytes, "tokens": saved.tokens,
                   "sha256": _sha256(part)}  # fmt: skip
+        self.record_path(key).unlink(missing_ok=True)  # an old record must never vouch for the new file
         os.replace(part, final)
         _write_synced(self.record_path(key), json.dumps(record).encode())
         _sync_dir(self.root)
@@ -103,7 +103,7 @@ class KvStateStore:
             return "its integrity record is for another state"
         size = path.stat().st_size
         if size != record.get("bytes"):
-            return f"it is {size} bytes, {record.get('bytes')} were saved"
+            return f"it is {size:,} bytes where {record.get('bytes'):,} bytes were saved"
         if _sha256(path) != record.get("sha256"):
             return "its contents changed since it was saved (checksum mismatch)"
         return ""

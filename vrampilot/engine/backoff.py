@@ -3,17 +3,20 @@
 Only two kinds of change are allowed, as the user would expect from "it did not fit": fewer GPU
 layers or a smaller context. Their cost is what the user loses, as fractions: predicted decode
 speed for layers, context length for context. The plan's own alternatives carry both numbers.
+Everything else the failed plan chose stays as it was: re-planning freely at the smaller size
+would pick a larger KV cache type, and memory would barely drop from one step to the next.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from vrampilot.planner.search import Alternative, Plan, replan_with
+from vrampilot.planner.search import Alternative, Pins, Plan, replan_with
 from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
 
 _BACKOFF_FIELDS = ("n_gpu_layers", "n_ctx")
+_PINNABLE = tuple(f.name for f in fields(Pins) if f.name in {g.name for g in fields(Settings)})
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,9 @@ def next_backoff(plan: Plan) -> BackoffStep | None:
     if not candidates:
         return None
     best = min(candidates, key=lambda a: (backoff_cost(plan, a), a.memory_total_bytes))
-    pins = {name: getattr(best.settings, name) for name in _changed(plan.settings, best.settings)}
+    changed = _changed(plan.settings, best.settings)
+    kept = {name: getattr(plan.settings, name) for name in _PINNABLE if name not in changed}
+    pins = {**kept, **{name: getattr(best.settings, name) for name in changed}}
     new_plan = replan_with(plan, **pins)
     # The re-plan may re-choose unpinned settings; what was loaded is what the user is told about.
     return BackoffStep(new_plan, describe_change(plan.settings, new_plan.settings))

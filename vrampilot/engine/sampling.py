@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -18,6 +19,9 @@ class SamplingParams:
     seed: int | None = None  # None: a new random seed per reply
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name.replace('_', ' ')} must be a finite number")
         if self.temperature < 0:
             raise ValueError("temperature must be 0 or more (0 = always the most likely token)")
         if not 0 < self.top_p <= 1:

@@ -25,6 +25,7 @@ import numpy as np
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
 from vrampilot.engine.errors import AllocationError, ContextOverflow, EngineError, NoModelLoaded
+from vrampilot.engine.headroom import check_headroom
 from vrampilot.engine.loader import ProgressFn, open_llama
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
@@ -160,6 +161,7 @@ class Engine:
             current = plan
             while True:
                 try:
+                    check_headroom(current)
                     llm = self._opener(current.spec.path, current.settings, progress=progress, cancel=cancel)
                     break
                 except AllocationError as exc:

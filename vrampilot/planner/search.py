@@ -29,6 +29,8 @@ FA_KERNEL_PAIRS = frozenset({("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"),
 UBATCH_CHOICES = (2048, 1024, 512, 256, 128)
 DEFAULT_UBATCH = 512
 DEFAULT_BATCH = 2048
+# ggml's GGML_MAX_N_THREADS: more threads crash llama.cpp.
+MAX_THREADS = 512
 # Bits per weight of common quantizations, for "which file would fit" suggestions.
 QUANT_BPW = (
     ("Q8_0", 8.5),
@@ -122,6 +124,11 @@ def _validate(spec: ModelSpec, pins: Pins) -> None:
         v = getattr(pins, name)
         if v is not None and v < 1:
             raise PlanError(f"{name} must be at least 1")
+    for name in ("n_threads", "n_threads_batch"):
+        v = getattr(pins, name)
+        if v is not None and v > MAX_THREADS:
+            # Past ggml's limit llama.cpp crashes (or OpenMP aborts) instead of refusing.
+            raise PlanError(f"{name} must be at most {MAX_THREADS} (llama.cpp's limit)")
     if pins.n_gpu_layers is not None and pins.n_gpu_layers < 0:
         raise PlanError("GPU layers must be 0 or more")
 

@@ -290,13 +290,16 @@ class ChatController(QObject):
 
     # -- getting a reply -----------------------------------------------------------------------
     def _reply(self, *, trim: bool = False) -> None:
-        """Reply to the stored conversation; load the model first when it is not loaded."""
-        model = self.plans.model_path
-        if model is not None and self.plans.is_loaded(model):
+        """Reply to the stored conversation; load the model first when it is not loaded, or was
+        loaded before the user changed the settings (what they set is what answers)."""
+        if self.plans.loaded_is_current():
             self._generate(trim=trim)
             return
         self._set_state(ChatState.LOADING)
-        self.view.show_banner("Loading the model with the plan on the right…")
+        if self.plans.is_loaded(self.plans.model_path):
+            self.view.show_banner("Applying the changed settings: loading the model with the plan on the right…")
+        else:
+            self.view.show_banner("Loading the model with the plan on the right…")
         self.plans.load(lambda _r: self._generate(trim=trim), self._not_loaded)
 
     def _not_loaded(self, why: str) -> None:
@@ -434,9 +437,7 @@ class ChatController(QObject):
 
         self.view.hide_banner()
         self.plans.set_pins(replace(self.plans.pins, n_ctx=n_ctx))
-        self._set_state(ChatState.LOADING)
-        self.plans.when_planned(lambda _p: self.plans.load(lambda _r: self._generate(), self._not_loaded),
-                                self._not_loaded)  # fmt: skip
+        self._reply()
 
     def _report(self, item: object) -> None:
         if isinstance(item, KvCacheUsage) and self.backend_key == BACKEND_HYBRID:

@@ -59,7 +59,12 @@ def launch_gui(model: str | None = None) -> int:
     from vrampilot.ui.instance import InstanceLock
 
     instance = InstanceLock(data_dir())
-    if not instance.acquire():
+    try:
+        first = instance.acquire()
+    except OSError as exc:  # the data folder cannot be written at all (read-only, no inodes left)
+        print(f"vrampilot: VRAM Pilot cannot start: {data_dir()}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if not first:
         if instance.ask_first_to_raise():
             print("vrampilot: already open for this data folder: its window was raised", file=sys.stderr)
             return 0

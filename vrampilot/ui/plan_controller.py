@@ -93,6 +93,10 @@ class PlanController(QObject):
         self.load_state = LoadState.UNLOADED
         self.load_result: LoadResult | None = None
         self._chat_busy = False  # a reply streams: loading now would pull the model from under it
+        # The pins and target the loaded model was planned with: once the user changes either, the
+        # next reply loads the plan shown (what they set applies, not silently what ran before).
+        self._loaded_for: tuple[Pins, str] | None = None
+        self._loading_for: tuple[Pins, str] | None = None
         self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
         self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
 
@@ -345,6 +349,10 @@ class PlanController(QObject):
         r = self.load_result
         return self.load_state is LoadState.LOADED and r is not None and (path is None or r.plan.spec.path == path)
 
+    def loaded_is_current(self) -> bool:
+        """The loaded model is the shown model with the pins and target it was loaded for."""
+        return self.is_loaded(self.model_path) and self._loaded_for == (self.pins, self.target_key)
+
     def load(self, then: LoadedFn | None = None, failed: FailFn | None = None) -> None:
         """Load the shown plan (this machine's, when another GPU's is shown); `then` or `failed` follow."""
         then = then or (lambda _r: None)
@@ -371,6 +379,7 @@ class PlanController(QObject):
                 failed("Not loaded: the plan does not fit")
                 return
         self._load_waiters.append((then, failed))
+        self._loading_for = (self.pins, self.target_key)
         self.load_state = LoadState.LOADING
         self.view.show_loading(0.0)
         self._show_load_state()
@@ -389,10 +398,15 @@ class PlanController(QObject):
         self.load_state = LoadState.LOADED
         self.load_result = result
         msg = f"Loaded {result.plan.spec.path.name} in {result.load_s:.1f} s"
+        self._loaded_for = self._loading_for
         if result.changes and self.plan is not None:
             msg = "llama.cpp could not allocate the plan; backed off: " + "; ".join(result.changes)
-            # Show what runs: pin what the back-off changed.
-            self.pins = replace(self.pins, **changed_pins(self.plan.settings, result.plan.settings))  # type: ignore[arg-type]
+            # Show what runs: pin what the back-off changed, and the cache types it kept.
+            ran = result.plan.settings
+            kept = {**changed_pins(self.plan.settings, ran), "type_k": ran.type_k, "type_v": ran.type_v}
+            pins = replace(self.pins, **kept)  # type: ignore[arg-type]
+            self.pins = pins
+            self._loaded_for = (pins, self.target_key)
             if self.model_path is not None:
                 self.ctx.prefs.set_pins_for(self.model_path, self.pins)
             self.replan()
@@ -407,6 +421,7 @@ class PlanController(QObject):
     def _load_failed(self, exc: BaseException, cancelled: bool) -> None:
         self.load_state = LoadState.UNLOADED
         self.load_result = None
+        self._loaded_for = None
         text = "Loading cancelled" if cancelled else f"Could not load: {describe_error(exc)}"
         self.status.emit(text)
         self._show_load_state(text)
@@ -418,6 +433,7 @@ class PlanController(QObject):
     def _unloaded(self) -> None:
         self.load_state = LoadState.UNLOADED
         self.load_result = None
+        self._loaded_for = None
         self.status.emit("Model unloaded")
         self._show_load_state()
         self.load_state_changed.emit(self.load_state)

@@ -1,0 +1,79 @@
+"""Several processes opening one data folder at the same moment: a new database, an older schema
+to migrate, the documents database. Every start must succeed (36 of 100 failed before: "database
+is locked" at the WAL switch, "table chats already exists", "duplicate column name: backend")."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vrampilot.storage.db import _MIGRATIONS, connect
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 8
+CHILD = """
+import sys, time
+from pathlib import Path
+start = float(sys.argv[3])
+while time.time() < start:
+    pass
+from vrampilot.storage.db import connect
+from vrampilot.documents.store import DocumentStore
+conn = connect(Path(sys.argv[1]))
+conn.execute("INSERT INTO chats (title, created_at, updated_at) VALUES ('x', 0, 0)")
+conn.close()
+DocumentStore(Path(sys.argv[2])).close()
+print("ok")
+"""
+
+
+def _start_together(db: Path, docs: Path) -> list[subprocess.CompletedProcess[str]]:
+    start = time.time() + 1.5  # every child is imported and spinning by then
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", CHILD, str(db), str(docs), str(start)]
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(N)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+@pytest.mark.parametrize("rounds", [3])
+def test_many_starts_on_a_new_database_all_succeed(tmp_path: Path, rounds: int) -> None:
+    for r in range(rounds):
+        db, docs = tmp_path / f"new-{r}.sqlite3", tmp_path / f"docs-{r}.sqlite3"
+        results = _start_together(db, docs)
+        failed = [p.stderr.strip().splitlines()[-1] for p in results if p.returncode != 0]
+        assert not failed, failed
+        conn = connect(db)
+        assert conn.execute("SELECT COUNT(*) FROM chats").fetchone()[0] == N
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.close()
+
+
+def test_many_starts_migrating_an_older_schema_all_succeed(tmp_path: Path) -> None:
+    for r in range(3):
+        db, docs = tmp_path / f"old-{r}.sqlite3", tmp_path / f"docs-{r}.sqlite3"
+        old = sqlite3.connect(db, isolation_level=None)
+        for script in _MIGRATIONS[:2]:  # what a build before the backend column wrote
+            old.executescript(script)
+        old.execute("PRAGMA user_version = 2")
+        old.close()
+        results = _start_together(db, docs)
+        failed = [p.stderr.strip().splitlines()[-1] for p in results if p.returncode != 0]
+        assert not failed, failed
+        conn = connect(db)
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(chats)")]
+        assert columns.count("backend") == 1
+        conn.close()
