@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "vrampilot.commands.inspect",
     "vrampilot.commands.plan",
     "vrampilot.commands.chat",
+    "vrampilot.commands.serve",
     "vrampilot.commands.monitor",
     "vrampilot.commands.hub",
     "vrampilot.commands.hybrid_eval",

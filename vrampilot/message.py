@@ -4,6 +4,7 @@ them so none has to import another for a two-field type."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,3 +18,19 @@ class Message:
 
     def as_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
+
+
+def drop_oldest_turns(messages: Sequence[Message], fits: Callable[[list[Message]], bool]) -> list[Message]:
+    """Drop the oldest turns (never the system prompt or the last message) until `fits` says the
+    conversation and a full reply fit; returns what is left (possibly still too long). Every
+    backend trims by this rule, with its own tokenizer and limit behind `fits`."""
+    kept = list(messages)
+    while not fits(kept):
+        first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
+        if first is None or first >= len(kept) - 1:
+            break
+        del kept[first]
+        # Keep turns whole: a reply without its question confuses the model.
+        if first < len(kept) - 1 and kept[first].role == "assistant":
+            del kept[first]
+    return kept

@@ -18,9 +18,12 @@ Why a recipe of our own:
   (`llama_cpp/lib/vrampilot-engine.json`) and, with --install, checks the installed engine carries
   it. pip's cache is never used for this package.
 
-The wheel is post-processed: ggml installs the dynamic backends (CPU variants, RPC) into the
-wheel's top-level `bin/` (which pip would put in site-packages/bin); they move to `llama_cpp/lib/`,
-next to libggml, where the app and the PyInstaller bundle find them. The manifest lists each CPU
+The wheel is post-processed: ggml installs the dynamic backends (CPU variants, RPC) and the tools
+into the wheel's top-level `bin/` (which pip would put in site-packages/bin). The CPU variants move
+to `llama_cpp/lib/cpu/`, everything else the app uses to `llama_cpp/lib/`, next to libggml, where
+the app and the PyInstaller bundle find them. The CPU variants sit apart so that a tool started
+from `llama_cpp/lib` (whose own folder ggml searches for backends) finds none of them and loads
+only the one named in GGML_BACKEND_PATH: the variant this machine really runs. The manifest lists each CPU
 variant with the instruction-set features its CMake line enables, read from the vendored
 `ggml/src/CMakeLists.txt`, so the run-time choice uses llama.cpp's own definition of each variant.
 
@@ -49,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_NAME = "vrampilot-engine.json"
 # Part of the cache key with the CMake arguments: bump it when the post-processing or the manifest
 # changes (the file's own hash is not used, so that editing a comment does not cost a rebuild).
-RECIPE_REVISION = 1
+RECIPE_REVISION = 4
 
 # Always passed, ON or OFF, so nothing depends on a default of the vendored CMake files.
 BASE_CMAKE_ARGS = (
@@ -63,10 +66,31 @@ BASE_CMAKE_ARGS = (
     "-DGGML_BLAS=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=OFF",
-    "-DLLAMA_BUILD_SERVER=OFF",
+    # llama-server (vrampilot serve), ggml-rpc-server (vrampilot rpc-host) and llama-bench (the
+    # benchmarks' reference), from the same sources and flags as the engine; the rest of the tools
+    # are built too (llama.cpp has no switch per tool) and dropped from the wheel.
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_TOOLS_INSTALL=ON",
+    "-DLLAMA_BUILD_UI=OFF",  # the web page needs npm, or a download from Hugging Face at build time:
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # the API is what is served
+    "-DLLAMA_OPENSSL=OFF",  # a loopback or LAN server: no HTTPS, no OpenSSL to ship
+    "-DLLAVA_BUILD=OFF",  # the tools build libmtmd themselves; llama-cpp-python's copy would clash
     "-DLLAMA_CURL=OFF",
+    # The tools find their libraries beside them in llama_cpp/lib (and those find each other).
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib",
 )
+# The executables kept, into llama_cpp/lib (names without .exe, as the vendored llama.cpp calls
+# them: its RPC server is ggml-rpc-server), with the libraries they link.
+TOOLS = ("llama-server", "ggml-rpc-server", "llama-bench")
+TOOL_LIBRARIES = tuple(
+    prefix + name
+    for name in ("mtmd", "llama-common", "llama-server-impl", "llama-bench-impl")
+    for prefix in ("lib", "")  # Linux, Windows
+)
+# llama-cpp-python opens libmtmd by its plain name (llama_cpp.mtmd_cpp); the others are only ever
+# found by their soname (libllama-common.so.0), so their plain-named copies are not shipped.
+PLAIN_NAMED = ("libmtmd.so",)
 
 
 def pinned_llama_cpp_python() -> str:
@@ -193,7 +217,7 @@ def _record_line(name: str, data: bytes) -> str:
 
 # ggml's install rules also put its libraries, headers and CMake files at the wheel's top level
 # (site-packages/lib, site-packages/include): nothing loads them from there.
-_DROPPED_TOP_LEVEL = ("lib/", "include/")
+_DROPPED_TOP_LEVEL = ("lib/cmake/", "lib/pkgconfig/", "include/")
 
 
 def _is_backend_module(name: str) -> bool:
@@ -204,6 +228,7 @@ def _is_backend_module(name: str) -> bool:
 def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str, object]:
     """Move the dynamic backends next to libggml and add the manifest; RECORD is rewritten."""
     moved: list[str] = []
+    tools: list[str] = []
     with zipfile.ZipFile(wheel) as src:
         entries = [(info, src.read(info)) for info in src.infolist()]
     record_name = next(info.filename for info, _ in entries if info.filename.endswith(".dist-info/RECORD"))
@@ -214,26 +239,42 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
         if name == record_name or name.startswith(_DROPPED_TOP_LEVEL):
             continue
         if name.startswith("bin/") and _is_backend_module(name):
-            target = "llama_cpp/lib/" + name.rsplit("/", 1)[-1]
-            if target in packaged:  # llama-cpp-python installs some (ggml-rpc) there itself
-                if packaged[target] != data:
-                    raise SystemExit(f"engine: {name} differs from {target}; update the recipe")
-                moved.append(target.rsplit("/", 1)[-1])
+            base = name.rsplit("/", 1)[-1]
+            target = ("llama_cpp/lib/cpu/" if _variant_of(base) else "llama_cpp/lib/") + base
+            if "llama_cpp/lib/" + base in packaged:  # llama-cpp-python installs some (ggml-rpc) itself
+                if packaged["llama_cpp/lib/" + base] != data:
+                    raise SystemExit(f"engine: {name} differs from llama_cpp/lib/{base}; update the recipe")
+                moved.append(target.removeprefix("llama_cpp/lib/"))
                 continue
-            new = zipfile.ZipInfo("llama_cpp/lib/" + name.rsplit("/", 1)[-1], date_time=info.date_time)
-            new.external_attr = info.external_attr
-            new.compress_type = zipfile.ZIP_DEFLATED
-            moved.append(new.filename.rsplit("/", 1)[-1])
-            info = new
+            info = _renamed(info, target)
+            moved.append(target.removeprefix("llama_cpp/lib/"))
         elif name.startswith("bin/"):
-            raise SystemExit(f"engine: unexpected file {name} in the wheel's bin/; update the recipe")
+            base = name.rsplit("/", 1)[-1]
+            if base.endswith(".dll") and base.startswith(TOOL_LIBRARIES):  # Windows puts DLLs in bin/
+                files.append((_renamed(info, "llama_cpp/lib/" + base), data))
+                continue
+            if base.removesuffix(".exe") not in TOOLS:
+                continue  # the other tools (quantize, perplexity, ...): not shipped
+            info = _renamed(info, "llama_cpp/lib/" + base)
+            tools.append(base)
+        elif name.startswith("lib/"):
+            base = name.rsplit("/", 1)[-1]
+            if not base.startswith(TOOL_LIBRARIES) or f"llama_cpp/lib/{base}" in packaged:
+                continue  # ggml's and llama's own copies: llama-cpp-python ships them in llama_cpp/lib
+            if not _loaded_name(base, {n.rsplit("/", 1)[-1] for n in packaged if n.startswith("lib/")}):
+                continue
+            info = _renamed(info, "llama_cpp/lib/" + base)
         files.append((info, data))
     variants = manifest["cpu_variants"]
     assert isinstance(variants, dict)
-    built = {_variant_of(name) for name in moved} - {None}
+    built = {_variant_of(name.rsplit("/", 1)[-1]) for name in moved} - {None}
     manifest = dict(manifest)
     manifest["cpu_variants"] = {name: feats for name, feats in variants.items() if name in built}
     manifest["backend_files"] = sorted(moved)
+    manifest["tools"] = sorted(tools)
+    missing = [t for t in TOOLS if not any(x.removesuffix(".exe") == t for x in tools)]
+    if missing:
+        raise SystemExit(f"engine: the wheel lacks {', '.join(missing)}; the recipe did not apply")
     if not manifest["cpu_variants"] and platform_tag().endswith(("x86_64", "amd64")):
         raise SystemExit("engine: the wheel carries no CPU variant modules; the recipe did not apply")
     blob = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
@@ -249,6 +290,26 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
         dst.writestr(record_name, "\n".join(record) + "\n")
     os.replace(tmp, out)
     return manifest
+
+
+def _loaded_name(base: str, siblings: set[str]) -> bool:
+    """Whether a shared library file is loaded by this name: its soname (x.so.0), an unversioned
+    library (x.so, with no x.so.N beside it), or a plain name llama-cpp-python opens. A wheel
+    holds copies, not links, so each extra name would cost the whole library again."""
+    if not base.endswith(".so") and ".so." not in base:
+        return True  # Windows: one x.dll
+    if re.fullmatch(r".+\.so\.\d+", base):
+        return True
+    if base.endswith(".so"):
+        return base in PLAIN_NAMED or not any(re.fullmatch(re.escape(base) + r"\.\d+", s) for s in siblings)
+    return False  # x.so.0.5.0
+
+
+def _renamed(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
+    new = zipfile.ZipInfo(name, date_time=info.date_time)
+    new.external_attr = info.external_attr  # keeps the executable bit
+    new.compress_type = zipfile.ZIP_DEFLATED
+    return new
 
 
 def _variant_of(filename: str) -> str | None:

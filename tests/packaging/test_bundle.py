@@ -89,6 +89,41 @@ def test_chat_answers_one_turn(bundle_dir: Path, run_exe: Runner) -> None:
     assert 0 < reply["stats"]["completion_tokens"] <= 8
 
 
+TOOLS = ("llama-server", "ggml-rpc-server", "llama-bench")
+
+
+def test_the_bundle_serves_the_embedded_model_with_its_own_llama_server(bundle_dir: Path, clean_env: dict[str, str],
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    import http.client
+    import signal
+    import socket
+
+    lib = bundle_dir / "_internal" / "llama_cpp" / "lib"
+    for tool in TOOLS:
+        assert os.access(lib / tool, os.X_OK), f"{tool} is not in the bundle's llama_cpp/lib"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(exe(bundle_dir)), "serve", "--json", "--port", str(port), "--ctx", "1024",
+                             "--threads", "1"], cwd=tmp_path, env=clean_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        info = json.loads(line)
+        assert Path(info["argv"][0]) == lib / "llama-server"
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 6}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        reply = json.loads(conn.getresponse().read())
+        assert reply["choices"][0]["message"]["content"]
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+
+
 def test_gui_opens_offscreen_and_draws_its_window(bundle_dir: Path, run_exe: Runner) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "bundle-gui.png"
@@ -132,7 +167,8 @@ def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path) -> No
     assert depends
     declared = {d.strip().split(" ")[0] for d in depends.group(1).split(",")}
     missing: dict[str, str] = {}
-    for path in bundle_dir.rglob("*.so*"):
+    tools = [bundle_dir / "_internal" / "llama_cpp" / "lib" / t for t in TOOLS]
+    for path in [*bundle_dir.rglob("*.so*"), *tools]:
         if path.is_symlink() or not path.is_file():
             continue
         out = subprocess.run(

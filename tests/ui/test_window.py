@@ -17,6 +17,7 @@ from tests.ui.conftest import screenshot, seed_prefs
 from vrampilot.export import llama_server_argv, quote
 from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
+from vrampilot.server.binaries import backend_env_for_export, tool_path
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.prefs import Prefs
 
@@ -96,9 +97,11 @@ def test_export_copies_the_llama_server_line_for_each_shell(open_window) -> None
         act = w.findChild(QAction, f"menu_export_{shell}")
         assert act is not None
         act.trigger()
-        expected = quote(llama_server_argv(w.plans.plan.spec.path, w.plans.plan.settings), shell)
+        # The shipped llama-server, with the CPU variant this process runs, and the plan's flags.
+        argv = llama_server_argv(w.plans.plan.spec.path, w.plans.plan.settings, server=str(tool_path("llama-server")))
+        expected = quote(argv, shell, env=backend_env_for_export())
         assert QGuiApplication.clipboard().text() == expected
-        assert f"-c {w.plans.plan.settings.n_ctx}" in expected
+        assert f"-c {w.plans.plan.settings.n_ctx}" in expected and "GGML_BACKEND_PATH" in expected
     assert "Copied the llama-server command for cmd" in w.status.text()
 
 

@@ -19,6 +19,7 @@ from vrampilot.planner.search import MAX_THREADS, Pins, Plan, PlanError, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
 from vrampilot.planner.verify import Verification
+from vrampilot.server.binaries import exported_command
 from vrampilot.units import parse_size
 
 
@@ -147,7 +148,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--shell", choices=SHELLS, default="bash", help="quote for this shell")
     e.add_argument("--host", help="llama-server --host")
     e.add_argument("--port", type=int, help="llama-server --port")
-    e.add_argument("--server", default="llama-server", help="path of the llama-server program")
+    e.add_argument("--server", help="path of another llama-server program (default: the one VRAM Pilot ships)")
     e.set_defaults(handler=run_export)
 
 
@@ -194,11 +195,15 @@ def run_export(args: argparse.Namespace) -> int:
     import sys
 
     result = plan_from_args(args)
-    argv = llama_server_argv(result.spec.path, result.settings, host=args.host, port=args.port, server=args.server)
+    if args.server:  # the user's own llama-server, as given
+        line = quote(llama_server_argv(result.spec.path, result.settings, host=args.host, port=args.port,
+                                       server=args.server), args.shell)  # fmt: skip
+    else:
+        line = exported_command(result.spec.path, result.settings, args.shell, host=args.host, port=args.port)
     if not result.fits:
         print(
             "vrampilot: warning: this plan does not fit the target; the command may fail to load",
             file=sys.stderr,
         )
-    print(quote(argv, args.shell))
+    print(line)
     return 0

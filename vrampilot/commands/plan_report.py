@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrampilot.export import llama_server_argv, quote
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.search import Plan
+from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
 
 _COMPONENTS = ("weights", "kv", "compute", "output", "margin", "total")
@@ -43,7 +43,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
             }
             for a in plan.alternatives
         ],
-        "llama_server": quote(llama_server_argv(plan.spec.path, plan.settings), shell),
+        "llama_server": exported_command(plan.spec.path, plan.settings, shell),
     }
 
 
@@ -134,7 +134,7 @@ def format_plan(plan: Plan) -> str:
             )
     lines.append("")
     lines.append("llama-server")
-    lines.append("  " + quote(llama_server_argv(plan.spec.path, plan.settings), "bash"))
+    lines.append("  " + exported_command(plan.spec.path, plan.settings, "bash"))
     return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate, Message
+from vrampilot.message import drop_oldest_turns
 from vrampilot.planner.search import Plan
 from vrampilot.planner.settings import Settings
 
@@ -223,18 +224,7 @@ class Engine:
         """Drop the oldest turns (never the system prompt or the last message) until the
         conversation and a full reply fit; returns what is left (possibly still too long)."""
         with self._lock:
-            kept = list(messages)
-            while True:
-                check = self.check_context(kept, max_tokens)
-                if check.fits:
-                    return kept
-                first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
-                if first is None or first >= len(kept) - 1:
-                    return kept
-                del kept[first]
-                # Keep turns whole: a reply without its question confuses the model.
-                if first < len(kept) - 1 and kept[first].role == "assistant":
-                    del kept[first]
+            return drop_oldest_turns(messages, lambda kept: self.check_context(kept, max_tokens).fits)
 
     def chat(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 SHELLS = ("bash", "powershell", "cmd")
 
@@ -64,11 +64,15 @@ def quote_cmd(argv: Sequence[str]) -> str:
     return line
 
 
-def quote(argv: Sequence[str], shell: str) -> str:
+def quote(argv: Sequence[str], shell: str, env: Mapping[str, str] | None = None) -> str:
+    """`argv` as one line for `shell`, with `env` set for that command (bash) or the session."""
+    env = env or {}
     if shell == "bash":
-        return quote_bash(argv)
+        return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items()) + quote_bash(argv)
     if shell == "powershell":
-        return quote_powershell(argv)
+        # An assignment needs a string literal: always single-quoted (a quote inside doubled).
+        prefix = "".join(f"$env:{k} = '{v.replace(chr(39), chr(39) * 2)}'; " for k, v in env.items())
+        return prefix + quote_powershell(argv)
     if shell == "cmd":
-        return quote_cmd(argv)
+        return "".join(f'set "{k}={v}" && ' for k, v in env.items()) + quote_cmd(argv)
     raise ValueError(f"unknown shell {shell!r}; choose one of {', '.join(SHELLS)}")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from vrampilot.engine import ContextOverflow, Engine, EngineError, GenerationStats, Message, Reply, SamplingParams
 from vrampilot.engine.stats import StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
+from vrampilot.message import drop_oldest_turns
 from vrampilot.meters.kvcache import KvCacheUsage
 
 if TYPE_CHECKING:
@@ -145,15 +146,8 @@ class HybridChat:
         a full reply fit the model's trained context (the hybrid backend's limit, not llama.cpp's)."""
         self.prepare()
         assert self.session is not None
-        kept = list(messages)
-        while len(engine.tokenize_prompt(kept)) + max_tokens > self.session.n_ctx:
-            first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
-            if first is None or first >= len(kept) - 1:
-                break
-            del kept[first]
-            if first < len(kept) - 1 and kept[first].role == "assistant":
-                del kept[first]  # keep turns whole, as the engine does
-        return kept
+        n_ctx = self.session.n_ctx
+        return drop_oldest_turns(messages, lambda kept: len(engine.tokenize_prompt(kept)) + max_tokens <= n_ctx)
 
     def chat(
         self,

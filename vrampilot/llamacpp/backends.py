@@ -30,6 +30,7 @@ from types import ModuleType
 from vrampilot.llamacpp.cpu_probe import CpuProbe, probe_cpu
 
 MANIFEST_NAME = "vrampilot-engine.json"
+CPU_DIR = "cpu"
 FORCE_ENV = "VRAMPILOT_CPU_VARIANT"
 
 # ggml's own score per feature (ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp), so that on an honest
@@ -136,8 +137,13 @@ def read_manifest(lib_dir: Path) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _module_file(lib_dir: Path, backend: str) -> Path:
-    return lib_dir / (f"ggml-{backend}.dll" if sys.platform == "win32" else f"libggml-{backend}.so")
+def module_file(lib_dir: Path, backend: str) -> Path:
+    """Where the build keeps a backend module: CPU variants in lib/cpu/ (so that a tool started from
+    lib/ finds none of them by itself: see vrampilot.server.binaries), the rest in lib/."""
+    name = f"ggml-{backend}.dll" if sys.platform == "win32" else f"libggml-{backend}.so"
+    if backend.startswith("cpu-") and (lib_dir / CPU_DIR).is_dir():
+        return lib_dir / CPU_DIR / name
+    return lib_dir / name
 
 
 class _Ggml:
@@ -213,15 +219,16 @@ def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None)
     loading = _Loading(lib_dir, ggml, str(manifest["recipe_key"]) if manifest and "recipe_key" in manifest else None)
     if ggml.registered():  # a static build (CPU linked in), or someone loaded backends before us
         return loading.done("static")
-    cpu_modules = sorted(lib_dir.glob("ggml-cpu-*.dll" if sys.platform == "win32" else "libggml-cpu-*.so"))
-    if not cpu_modules and not _module_file(lib_dir, "cpu").exists():
+    pattern = "ggml-cpu-*.dll" if sys.platform == "win32" else "libggml-cpu-*.so"
+    cpu_modules = sorted([*lib_dir.glob(pattern), *(lib_dir / CPU_DIR).glob(pattern)])
+    if not cpu_modules and not module_file(lib_dir, "cpu").exists():
         return loading.done("none", note=f"no CPU backend module in {lib_dir}")
     if manifest is None:
         return loading.ggml_choice("this build has no VRAM Pilot manifest")
 
-    files = {str(f) for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]
+    files = {Path(str(f)).name for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]
     for backend in _BACKEND_ORDER:
-        path = _module_file(lib_dir, backend)
+        path = module_file(lib_dir, backend)
         if path.name in files and path.exists():
             loading.load(path)
 
@@ -229,13 +236,17 @@ def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None)
     variants = {
         str(name): [str(f) for f in feats]
         for name, feats in (table.items() if isinstance(table, dict) else ())
-        if _module_file(lib_dir, f"cpu-{name}").exists()
+        if module_file(lib_dir, f"cpu-{name}").exists()
     }
     forced = os.environ.get(FORCE_ENV, "").strip()
     if forced:
         if forced not in variants:
-            raise RuntimeError(f"{FORCE_ENV}={forced}: no such CPU variant (this build has {', '.join(sorted(variants))})")
-        return loading.cpu("forced", VariantChoice(forced, tuple(variants[forced]), variant_score(variants[forced]), ()))
+            raise RuntimeError(
+                f"{FORCE_ENV}={forced}: no such CPU variant (this build has {', '.join(sorted(variants))})"
+            )
+        return loading.cpu(
+            "forced", VariantChoice(forced, tuple(variants[forced]), variant_score(variants[forced]), ())
+        )
     probe = probe_cpu(probe_cache)
     loading.probe_method = probe.method
     if probe.method != "executed":
@@ -265,7 +276,7 @@ class _Loading:
         return why is None
 
     def cpu(self, mode: str, choice: VariantChoice) -> EngineBackends:
-        if not self.load(_module_file(self.lib_dir, f"cpu-{choice.name}")):
+        if not self.load(module_file(self.lib_dir, f"cpu-{choice.name}")):
             return self.done("none", note=f"the {choice.name} CPU module did not load: {self.failed[-1][1]}")
         return self.done(mode, choice)
 

@@ -28,6 +28,8 @@ class HostReader:
         """Raises psutil.NoSuchProcess when a watched process has exited."""
         # oneshot() caches /proc/<pid>/stat between the calls below: one read instead of three.
         with self._process.oneshot():
+            if self._process.status() == psutil.STATUS_ZOMBIE:  # ended, not yet reaped: it holds nothing
+                raise psutil.NoSuchProcess(self._process.pid)
             rss = self._process.memory_info().rss
             cpu = self._process.cpu_percent(None)
             threads = self._process.num_threads()

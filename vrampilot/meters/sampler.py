@@ -59,6 +59,8 @@ class Sampler:
         self.interval_s = interval_s
         self.history_s = history_s
         self.pid = os.getpid() if pid is None else pid
+        # `vrampilot monitor --pid` watches one process and ends with it; the app's sampler moves.
+        self._own_pid_only = pid is not None
         self._clock = clock
         self._nvml_arg = nvml
         self._nvml_loader = nvml_loader
@@ -167,7 +169,10 @@ class Sampler:
                 self.sample_once()
             except psutil.NoSuchProcess:
                 self.error = f"process {self.pid} has exited"
-                return
+                if self.pid == os.getpid() or self._own_pid_only:
+                    return
+                self.watch(None)  # the served model's process ended: back to this one
+                continue
             except Exception as exc:  # one bad reading must not end the meters for the session
                 self.error = f"sampling failed: {exc}"
             # thread_time() is this thread's CPU alone: the bench and the panel's tooltip report it.
@@ -199,13 +204,30 @@ class Sampler:
     def gpu_status(self) -> str:
         return self._gpu_status
 
+    def watch(self, pid: int | None) -> None:
+        """Measure another process from the next sample on (None: this one): the app's llama-server
+        holds the model while it serves, so its memory is what the meters must show."""
+        self.open()
+        new = os.getpid() if pid is None else pid
+        if new == self.pid:
+            return
+        host = HostReader(new)
+        shared = self._shared_arg or open_shared_memory_reader(new)
+        with self._open_lock:
+            old = self._shared
+            self.pid, self._host, self._shared = new, host, shared
+        if old is not None and old is not self._shared_arg:
+            old.close()
+
     def sample_once(self) -> MeterSample:
         """Read everything now, append to history and notify listeners (on the calling thread)."""
         self.open()
-        assert self._host is not None and self._shared is not None
-        host = self._host.read()
+        with self._open_lock:
+            reader, shared_reader = self._host, self._shared
+        assert reader is not None and shared_reader is not None
+        host = reader.read()
         gpus = self._read_gpus()
-        shared = self._shared.read()
+        shared = shared_reader.read()
         sample = MeterSample(
             time_s=self._clock(),
             wall_time_s=time.time(),
@@ -215,7 +237,7 @@ class Sampler:
             devices=self._devices,
             gpu_status=self._gpu_status,
             shared=shared,
-            shared_status=self._shared.reason,
+            shared_status=shared_reader.reason,
         )
         with self._lock:
             self._history.append(sample)

@@ -84,6 +84,10 @@ class ChatController(QObject):
         self.editing: int | None = None
         self.backend_key = BACKEND_LLAMA
         self.backend: ChatBackend = LlamaCppBackend()
+        # The running llama-server (vrampilot.ui.server_controller), which answers llama.cpp chats
+        # on its model instead of a second in-process copy; None when the app does not serve.
+        self.served: ChatBackend | None = None
+        self.replying: ChatBackend = self.backend  # the one the current (or last) reply came from
         # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
         self.model_checks: dict[str, str | None] = {}
         self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
@@ -191,7 +195,9 @@ class ChatController(QObject):
         if p is None:
             return
         name = p.spec.path.name
-        if self.plans.is_loaded(p.spec.path):
+        if self._served_backend() is not None:
+            self.view.set_empty_hint(f"{name} is served by llama-server (Server tab). Type a message below.")
+        elif self.plans.is_loaded(p.spec.path):
             self.view.set_empty_hint(f"{name} is loaded. Type a message below.")
         else:
             self.view.set_empty_hint(f"{name} is selected. Type a message below: it loads with the plan on the right.")
@@ -292,7 +298,7 @@ class ChatController(QObject):
     def _reply(self, *, trim: bool = False) -> None:
         """Reply to the stored conversation; load the model first when it is not loaded, or was
         loaded before the user changed the settings (what they set is what answers)."""
-        if self.plans.loaded_is_current():
+        if self.plans.loaded_is_current() or self._served_backend() is not None:
             self._generate(trim=trim)
             return
         self._set_state(ChatState.LOADING)
@@ -316,14 +322,28 @@ class ChatController(QObject):
         self.view.hide_banner()
         messages: Sequence[Message] = self.chats.for_model(self.chat_id)
         sampling = self.view.sampling.params()
+        served = self._served_backend()
+        if served is not None and self.documents.active:
+            # The documents' passages and saved caches belong to the in-process engine.
+            self._set_state(ChatState.IDLE)
+            self.view.show_banner(
+                "This chat has documents, which only the in-app model reads: stop the server (Server tab) "
+                "to ask about them. Your question is kept.",
+                [("banner_ok", "OK", self.view.hide_banner)],
+            )
+            return
         if self.documents.active and self.ctx.engine.engine.loaded:
             # The documents go into the prompt: whole, or the passages retrieved for this question.
             self.documents.reply_tokens = sampling.max_tokens
             system = messages[0].content if messages and messages[0].role == "system" else ""
             turns = [m for m in messages if m.role != "system"]
             messages = self.documents.compose(system, turns[:-1], turns[-1].content).messages
-        self._ensure_backend()
-        backend = self.backend
+        if served is not None:
+            backend = served
+        else:
+            self._ensure_backend()
+            backend = self.backend
+        self.replying = backend
         position = len(self.chats.messages(self.chat_id))
         self._set_state(ChatState.GENERATING)
         self.view.begin_reply(position)
@@ -419,7 +439,7 @@ class ChatController(QObject):
             actions: list[tuple[str, str, object]] = []
             if self.chat_id is not None and sum(1 for m in self.chats.for_model(self.chat_id) if m.role == "user") > 1:
                 actions.append(("drop_oldest", "Drop oldest turns", lambda: self._reply(trim=True)))
-            if self.backend.replan_cures_overflow:
+            if self.replying.replan_cures_overflow:
                 actions.append(("replan_bigger", f"Re-plan with {format_tokens(bigger)} context",
                                 lambda: self.replan_and_answer(bigger)))  # fmt: skip
             actions.append(("overflow_cancel", "Cancel", self.view.hide_banner))
@@ -454,6 +474,18 @@ class ChatController(QObject):
         loaded = self.plans.load_result
         threads = loaded.plan.settings.n_threads if loaded is not None else None
         self.backend = chat_backends.make_backend(self.backend_key, model, threads=threads)
+
+    def set_served(self, backend: ChatBackend | None) -> None:
+        """The app started (a backend) or stopped (None) serving the planned model."""
+        self.served = backend
+        self.update_hint()
+
+    def _served_backend(self) -> ChatBackend | None:
+        """The server, when it holds the selected model and the chat is a llama.cpp chat."""
+        served = self.served
+        if served is None or self.backend_key != BACKEND_LLAMA:
+            return None
+        return served if getattr(served, "model_path", None) == self.plans.model_path else None
 
     def set_backend(self, key: str) -> None:
         """The user picked a backend for the open chat: stored with it (a new chat takes it when saved)."""

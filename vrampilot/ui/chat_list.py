@@ -130,6 +130,11 @@ class ChatList(QWidget):
             self._quiet = False
         self._update_buttons()
 
+    def focus_search(self) -> None:
+        """Ctrl+F: into the search field, its text selected to type over."""
+        self.search.setFocus()
+        self.search.selectAll()
+
     def step(self, delta: int) -> None:
         """Open the next (+1) or previous (-1) chat in the list, wrapping around (Ctrl+Tab)."""
         n = self.list.count()

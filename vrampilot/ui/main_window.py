@@ -48,6 +48,8 @@ from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
 from vrampilot.ui.plan_controller import PlanController
 from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
+from vrampilot.ui.server_controller import ServerController
+from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.wheel_guard import guard_wheel
 
 
@@ -65,6 +67,7 @@ class MainWindow(QMainWindow):
         self.documents = DocumentsController(ctx, parent=self)
         self.chats = ChatController(ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask,
                                     parent=self)  # fmt: skip
+        self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
         self._build_menus()
         self._restore()
@@ -108,6 +111,8 @@ class MainWindow(QMainWindow):
         self.right_tabs.setObjectName("right_tabs")
         self.right_tabs.addTab(self.right_scroll, "Plan")
         self.right_tabs.addTab(self.meters_panel, "Meters")
+        self.server_panel = ServerPanel()
+        self.right_tabs.addTab(self.server_panel, "Server")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         for i, w in enumerate((self.chat_list, self.center_tabs, self.right_tabs)):
             self.splitter.addWidget(w)
@@ -127,14 +132,15 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         plans, chats, docs = self.plans, self.chats, self.documents
-        for source in (plans.status, chats.status, docs.status, self.hub.status_changed):
+        for source in (plans.status, chats.status, docs.status, self.hub.status_changed, self.server.status):
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
-        plans.model_failed.connect(lambda why: self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)]))
+        plans.model_failed.connect(lambda why: self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)]))  # fmt: skip
         plans.loaded.connect(self._loaded)
         plans.load_state_changed.connect(lambda _s: self.chats.update_hint())
         plans.unloaded.connect(lambda: self.meters_panel.set_plan(None))
+        self.server.backend_changed.connect(chats.set_served)
         chats.kv_usage.connect(self.meters_panel.set_kv_usage)
         chats.kv_usage.connect(self.meters_status.set_kv_usage)
         chats.reply_measured.connect(self._reply_measured)
@@ -170,7 +176,7 @@ class MainWindow(QMainWindow):
             ]),
             ("&Chat", [
                 ("New chat", self.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
-                ("Search chats", self._search_chats, key("Ctrl+F"), "action_search"),
+                ("Search chats", self.chat_list.focus_search, key("Ctrl+F"), "action_search"),
                 ("Rename chat…", lambda: with_chat(self._rename_chat), key("F2"), "action_rename"),
                 ("Delete chat…", lambda: with_chat(self.chats.delete), key("Ctrl+Shift+Delete"), "action_delete"),
                 ("Next chat", lambda: self.chat_list.step(1), key("Ctrl+Tab"), "action_next_chat"),
@@ -188,6 +194,7 @@ class MainWindow(QMainWindow):
                 ("Load", lambda: self.plans.load(), None, "action_load"),
                 ("Unload", self.plans.unload, None, "action_unload"),
                 ("Copy llama-server command", exports),
+                ("Serve…", lambda: self.right_tabs.setCurrentWidget(self.server_panel), None, "action_serve"),
             ]),
             ("&View", [
                 ("Chat", lambda: self.center_tabs.setCurrentWidget(self.chat_view), key("Alt+1"), ""),
@@ -256,13 +263,11 @@ class MainWindow(QMainWindow):
         self.plans.add_models(dialogs.gguf_files(self))
 
     def _add_folder(self) -> None:
-        folder = dialogs.model_folder(self)
-        if folder is not None:
+        if (folder := dialogs.model_folder(self)) is not None:
             self.plans.add_folder(folder)
 
     def _attach_documents(self) -> None:
-        files = dialogs.documents(self)
-        if files:
+        if files := dialogs.documents(self):
             self.documents.attach_files(files)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
@@ -284,18 +289,12 @@ class MainWindow(QMainWindow):
         if self.chats.chat_id is not None:
             fn(self.chats.chat_id)
 
-    def _search_chats(self) -> None:
-        self.chat_list.search.setFocus()
-        self.chat_list.search.selectAll()
-
     def _rename_chat(self, chat_id: int) -> None:
-        title = dialogs.chat_title(self, self.ctx.conversations.chat(chat_id).title)
-        if title is not None:
+        if (title := dialogs.chat_title(self, self.ctx.conversations.chat(chat_id).title)) is not None:
             self.chats.rename(chat_id, title)
 
     def _export_chat(self, chat_id: int, fmt: str) -> None:
-        path = dialogs.export_path(self, self.ctx.conversations.chat(chat_id).title, fmt)
-        if path is not None:
+        if (path := dialogs.export_path(self, self.ctx.conversations.chat(chat_id).title, fmt)) is not None:
             self.write_export(chat_id, fmt, path)
 
     def write_export(self, chat_id: int, fmt: str, path: Path) -> None:
@@ -341,6 +340,7 @@ class MainWindow(QMainWindow):
             return
         self._shut = True
         self.hub.shutdown()
+        self.server.shutdown()
         self.meters_feed.stop()
         self.sampler.close()
         self.documents.shutdown()

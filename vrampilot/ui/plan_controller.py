@@ -18,7 +18,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import LoadResult
-from vrampilot.export import llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine, load_profiles
 from vrampilot.log import describe_error
@@ -26,6 +25,7 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Alternative, Pins, Plan, plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
+from vrampilot.server.binaries import exported_command
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.hardware_view import HardwareView
@@ -322,7 +322,7 @@ class PlanController(QObject):
         if p is None:
             self.status.emit("No plan to export yet")
             return ""
-        text = quote(llama_server_argv(p.spec.path, p.settings), shell)
+        text = exported_command(p.spec.path, p.settings, shell)
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
         self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")

@@ -1,0 +1,123 @@
+"""`vrampilot serve`: the planned model as an OpenAI-compatible API, by the bundled llama-server.
+
+It plans as `plan` does, starts llama-server with the argument list of the one builder (what
+`export` prints, plus where to listen), waits until the model is loaded, prints the base URL and
+the plan, and stays in the foreground: Ctrl+C stops the server, and when the server dies its exit
+status and last log lines are this command's. Listening beyond this machine needs an API key
+(given, or generated and printed): a server open on the LAN without one lets anyone on the
+network use the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import signal
+import sys
+from typing import Any
+
+from vrampilot.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from vrampilot.commands.plan import add_plan_options
+
+    p = sub.add_parser(
+        "serve",
+        help="serve the planned model as an OpenAI-compatible API (the bundled llama-server)",
+        description="Plan like `vrampilot plan`, start llama-server with exactly that plan and serve its "
+        "OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) until Ctrl+C.",
+    )
+    add_plan_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
+                   "only; 0.0.0.0 = every network, which needs an API key)")  # fmt: skip
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--api-key", metavar="KEY", help="require this key (Authorization: Bearer KEY); generated "
+                   "and printed when --host is not loopback and none is given")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="serve even when the plan does not fit")
+    p.add_argument("--json", action="store_true", help="print one JSON line once ready (base_url, api_key, pid, "
+                   "argv, settings), then the server's log on stderr")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="longest wait for the model to load")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vrampilot.commands.plan import plan_from_args
+    from vrampilot.export import llama_server_argv, quote
+    from vrampilot.server import (
+        PortInUseError,
+        ServerConfig,
+        ServerExited,
+        ServerProcess,
+        free_port,
+        port_is_free,
+        tool_env,
+        tool_path,
+    )
+
+    plan = plan_from_args(args)
+    if not plan.fits and not args.force:
+        why = plan.refused or (plan.reasons[-1] if plan.reasons else "the plan does not fit this machine")
+        raise UserError(f"{why} Pass --force to serve it anyway, or change the plan options.")
+    config = ServerConfig(args.host, args.port, args.api_key)
+    generated = False
+    if not config.loopback_only and not config.api_key:
+        config = ServerConfig(args.host, args.port, secrets.token_urlsafe(24))
+        generated = True
+    if not port_is_free(config.host, config.port):
+        raise PortInUseError(config.host, config.port, free_port(config.host) if config.loopback_only else None)
+    argv = llama_server_argv(
+        plan.spec.path, plan.settings, host=config.host, port=config.port, api_key=config.api_key,
+        server=str(tool_path("llama-server")), alias=plan.spec.path.stem, metrics=True,
+    )  # fmt: skip
+    quiet_log = not args.json
+    env = tool_env()
+    server = ServerProcess(argv, env, on_log=None if quiet_log else lambda line: print(line, file=sys.stderr))
+    stopping = {"asked": False}
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        stopping["asked"] = True
+        server.interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        server.start()
+        try:
+            server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
+        except ServerExited as exc:
+            if stopping["asked"]:
+                return 130
+            raise UserError(str(exc)) from None
+        _announce(args, plan, config, server, generated, quote(argv, "bash", env={k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}))
+        assert server.proc is not None
+        code = server.proc.wait()
+    finally:
+        server.stop()
+        signal.signal(signal.SIGINT, previous)
+    if stopping["asked"]:
+        print("vrampilot: server stopped", file=sys.stderr)
+        return 0
+    lines = server.lines()
+    tail = "\n".join(lines[-12:])
+    print(f"vrampilot: llama-server exited with status {code}:\n{tail}", file=sys.stderr)
+    return code or 1
+
+
+def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str) -> None:
+    s = plan.settings
+    if args.json:
+        out = {"base_url": config.base_url, "openai_base_url": config.base_url + "/v1", "api_key": config.api_key,
+               "api_key_generated": generated, "host": config.host, "port": config.port, "pid": server.pid,
+               "model": str(plan.spec.path), "model_id": plan.spec.path.stem, "argv": server.argv,
+               "settings": s.to_dict(), "fits": plan.fits}  # fmt: skip
+        print(json.dumps(out), flush=True)
+        return
+    where = "this machine only" if config.loopback_only else "the network: anyone who has the key can use it"
+    print(f"Serving {plan.spec.path.name} at {config.base_url}/v1 (OpenAI-compatible; {where})")
+    if config.api_key:
+        print(f"API key{' (generated)' if generated else ''}: {config.api_key}")
+    print(f"Plan: {s.n_ctx} context, K/V {s.type_k}/{s.type_v}, {s.n_gpu_layers} GPU layers, batch {s.n_batch}/"
+          f"{s.n_ubatch}, {s.n_threads} threads; predicted {plan.speed.decode_tps:.1f} tokens/s")  # fmt: skip
+    print(f"Command: {line}")
+    print("Ctrl+C stops the server.", flush=True)

@@ -1,0 +1,27 @@
+"""The bundled llama-server: find it, start it exactly as planned, wait for it, stop it, read its log.
+
+`vrampilot serve` and the app's Server panel both use this; the command line comes from the one
+builder in vrampilot.export, so what the user copies is what the app runs.
+"""
+
+from vrampilot.server.binaries import ToolMissingError, tool_env, tool_path
+from vrampilot.server.process import (
+    PortInUseError,
+    ServerConfig,
+    ServerExited,
+    ServerProcess,
+    free_port,
+    port_is_free,
+)
+
+__all__ = [
+    "PortInUseError",
+    "ServerConfig",
+    "ServerExited",
+    "ServerProcess",
+    "ToolMissingError",
+    "free_port",
+    "port_is_free",
+    "tool_env",
+    "tool_path",
+]

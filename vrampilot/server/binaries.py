@@ -1,0 +1,79 @@
+"""llama.cpp's own executables shipped with the engine (llama-server, ggml-rpc-server, llama-bench).
+
+The engine recipe (packaging/engine/build.py) builds them from the same sources and flags as the
+in-app engine and puts them in llama_cpp/lib beside its libraries; the CPU variants sit apart in
+lib/cpu/. llama.cpp's tools load backends by themselves (ggml_backend_load_all: the executable's
+folder and the current one), and would score the CPU variants by CPUID alone, which is what
+crashes on machines whose OS never enabled AMX or AVX-512. So a tool is started with
+GGML_BACKEND_PATH naming the one variant this process chose after probing the CPU
+(vrampilot.llamacpp.backends); it finds the other backends (RPC, GPUs) in its own folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vrampilot.errors import UserError
+from vrampilot.export import llama_server_argv, quote
+from vrampilot.planner.settings import Settings
+
+REBUILD_HINT = "reinstall the engine with `python packaging/engine/build.py --install` (what `make run` does)"
+
+
+class ToolMissingError(UserError):
+    pass
+
+
+def lib_dir() -> Path:
+    """llama_cpp's library folder (LLAMA_CPP_LIB_PATH moves it, as it moves llama-cpp-python's)."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if override:
+        return Path(override)
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        raise ToolMissingError(f"llama-cpp-python is not installed; {REBUILD_HINT}")
+    return Path(spec.origin).parent / "lib"
+
+
+def tool_path(name: str) -> Path:
+    """The bundled `name` (llama-server, ggml-rpc-server, llama-bench); ToolMissingError when absent."""
+    path = lib_dir() / (name + ".exe" if sys.platform == "win32" else name)
+    if not path.is_file():
+        raise ToolMissingError(f"this engine has no {name} ({path} is missing); {REBUILD_HINT}")
+    return path
+
+
+def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a tool runs with: the CPU variant this machine really runs, named."""
+    from vrampilot import llamacpp
+    from vrampilot.llamacpp.backends import loaded_backends, module_file
+
+    env = dict(os.environ if base is None else base)
+    llamacpp.load()  # chooses the variant if nobody has yet (a probe, cached per machine)
+    loaded = loaded_backends()
+    if loaded is not None and loaded.cpu_variant:
+        env["GGML_BACKEND_PATH"] = str(module_file(Path(loaded.lib_dir), f"cpu-{loaded.cpu_variant}"))
+    if sys.platform == "win32":
+        env["PATH"] = str(lib_dir()) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def backend_env_for_export() -> dict[str, str]:
+    """Just the variant line of `tool_env`, for an exported command line."""
+    env = tool_env({})
+    return {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
+
+
+def exported_command(model_path: Path, settings: Settings, shell: str, **options: Any) -> str:
+    """The plan as a command line for `shell`, naming the bundled llama-server and the CPU variant
+    the app runs here, so that what the user copies is what `vrampilot serve` starts. An engine
+    without tools (an older install) exports plain `llama-server`, for one on PATH."""
+    try:
+        server, env = str(tool_path("llama-server")), backend_env_for_export()
+    except ToolMissingError:
+        server, env = "llama-server", {}
+    return quote(llama_server_argv(model_path, settings, server=server, **options), shell, env=env)

@@ -1,0 +1,246 @@
+"""The running llama-server as a chat backend: the app's chat talks to it over its API.
+
+While the app serves the model, loading it a second time in-process would take its memory twice;
+so the chat sends its conversation to the server's OpenAI-compatible /v1/chat/completions
+(streamed), stops by closing the stream, and builds the same stats as an in-process reply from the
+server's own timings. The server's prompt cache keeps the previous turn, so a follow-up costs its
+new tokens as in-process. Standard library only: http.client, one connection per reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams
+from vrampilot.engine.session import Engine
+from vrampilot.engine.stats import StopReason
+from vrampilot.message import Message, drop_oldest_turns
+
+TextFn = Callable[[str], None]
+
+
+class ServerChatError(EngineError):
+    pass
+
+
+class ServerBackend:
+    """A vrampilot.engine.backend.ChatBackend over HTTP (a llama.cpp chat, served)."""
+
+    key = "llama.cpp"  # the chat stays a llama.cpp chat: the same engine, in another process
+    label = "the running llama-server"
+    replan_cures_overflow = False  # the server's context is fixed until it is started again
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, model_path: Path | None = None,
+                 timeout_s: float = 600.0) -> None:  # fmt: skip
+        self.model_path = model_path  # what the server has loaded
+        host_port = base_url.split("://", 1)[-1].rstrip("/")
+        host, _, port = host_port.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self._n_ctx: int | None = None
+
+    def status_text(self) -> str:
+        return "Generating (served by llama-server)…"
+
+    # -- small requests ------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        try:
+            conn.request("POST", path, json.dumps(body), self._headers())
+            resp = conn.getresponse()
+            data = json.loads(resp.read() or b"{}")
+            if resp.status != 200:
+                raise ServerChatError(f"llama-server answered {resp.status} to {path}: {_error_text(data)}")
+            return data
+        except OSError as exc:
+            raise ServerChatError(f"llama-server does not answer ({exc})") from None
+        finally:
+            conn.close()
+
+    def count_prompt(self, messages: Sequence[Message]) -> int:
+        """Tokens of the conversation as the server renders it (its template, its tokenizer)."""
+        prompt = self._post("/apply-template", {"messages": [m.as_dict() for m in messages]})["prompt"]
+        return len(self._post("/tokenize", {"content": prompt, "add_special": False, "parse_special": True})["tokens"])
+
+    def n_ctx(self) -> int:
+        """The server's context (fixed while it runs: asked once)."""
+        if self._n_ctx is None:
+            props = self._get("/props")
+            settings = props.get("default_generation_settings", {})
+            self._n_ctx = int(settings.get("n_ctx") or props.get("n_ctx") or 0)
+        return self._n_ctx
+
+    def _get(self, path: str) -> dict[str, Any]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            conn.request("GET", path, headers=self._headers())
+            resp = conn.getresponse()
+            return json.loads(resp.read() or b"{}")
+        except OSError as exc:
+            raise ServerChatError(f"llama-server does not answer ({exc})") from None
+        finally:
+            conn.close()
+
+    def fit_messages(self, messages: Sequence[Message], max_tokens: int) -> list[Message]:
+        """Drop the oldest turns (never the system prompt or the last message) until a reply fits."""
+        n_ctx = self.n_ctx()
+        return drop_oldest_turns(messages, lambda kept: self.count_prompt(kept) + max_tokens <= n_ctx)
+
+    # -- a reply -------------------------------------------------------------------------------
+    def reply(
+        self,
+        engine: Engine | None,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        *,
+        on_text: TextFn,
+        on_report: Callable[[object], None],
+        cancel: threading.Event,
+        trim: bool,
+    ) -> Reply:
+        if trim:
+            messages = self.fit_messages(messages, sampling.max_tokens)
+        body: dict[str, Any] = {
+            "messages": [m.as_dict() for m in messages],
+            "stream": True,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "min_p": sampling.min_p,
+            "repeat_penalty": sampling.repeat_penalty,
+            "cache_prompt": True,  # the previous turn stays in the server's cache
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        t0 = time.perf_counter()
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+        done = threading.Event()
+        # The server sends nothing while it reads a long prompt: Stop must not wait for the first
+        # token, so a watcher shuts the socket, which ends the blocked read and the server's task.
+        watcher = threading.Thread(target=_close_on_cancel, args=(conn, cancel, done), daemon=True)
+        try:
+            conn.request("POST", "/v1/chat/completions", json.dumps(body), self._headers())
+            watcher.start()
+            resp = conn.getresponse()
+            if resp.status != 200:
+                data = json.loads(resp.read() or b"{}")
+                _raise_for(data, sampling.max_tokens, resp.status)
+            reply = self._stream(resp, on_text, cancel, t0)
+            return Reply(reply.text, replace(reply.stats, n_ctx=self.n_ctx()))
+        except (OSError, http.client.HTTPException) as exc:
+            if cancel.is_set():
+                return Reply("", _cancelled_stats(t0))
+            raise ServerChatError(f"llama-server does not answer ({exc})") from None
+        finally:
+            done.set()
+            conn.close()  # closing mid-stream is how a reply is stopped: the server ends the task
+
+    def _stream(self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float) -> Reply:
+        pieces: list[str] = []
+        first: float | None = None
+        last = t0
+        timings: dict[str, Any] = {}
+        finish: str | None = None
+        stopped = False
+        try:
+            for event in _events(resp):
+                if cancel.is_set():
+                    stopped = True
+                    break
+                if "timings" in event:
+                    timings = event["timings"]
+                for choice in event.get("choices", []):
+                    text = (choice.get("delta") or {}).get("content") or ""
+                    if text:
+                        now = time.perf_counter()
+                        first = first or now
+                        last = now
+                        pieces.append(text)
+                        on_text(text)
+                    finish = choice.get("finish_reason") or finish
+        except (OSError, http.client.HTTPException, ValueError):
+            if not cancel.is_set():
+                raise
+            stopped = True  # the watcher shut the socket mid-read
+        stopped = stopped or cancel.is_set()
+        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]
+        prompt_n = int(timings.get("prompt_n", 0))
+        cached = int(timings.get("cache_n", 0))
+        predicted = int(timings.get("predicted_n", len(pieces)))
+        first_at = first if first is not None else last
+        stats = GenerationStats(
+            prompt_tokens=prompt_n + cached,
+            evaluated_tokens=prompt_n,
+            reused_tokens=cached,
+            completion_tokens=predicted,
+            ttft_s=first_at - t0,
+            prefill_s=float(timings.get("prompt_ms", 0.0)) / 1000 or max(first_at - t0, 0.0),
+            decode_s=float(timings.get("predicted_ms", 0.0)) / 1000 or max(last - first_at, 0.0),
+            context_used=prompt_n + cached + predicted,
+            n_ctx=0,
+            stop_reason=stop,
+        )
+        return Reply("".join(pieces), stats)
+
+
+def _close_on_cancel(conn: http.client.HTTPConnection, cancel: threading.Event, done: threading.Event) -> None:
+    while not done.wait(0.05):
+        if cancel.is_set():
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):  # already closed by the server
+                    sock.shutdown(socket.SHUT_RDWR)
+            return
+
+
+def _cancelled_stats(t0: float) -> GenerationStats:
+    waited = time.perf_counter() - t0
+    return GenerationStats(prompt_tokens=0, evaluated_tokens=0, reused_tokens=0, completion_tokens=0, ttft_s=waited,
+                           prefill_s=waited, decode_s=0.0, context_used=0, n_ctx=0, stop_reason="cancelled")  # fmt: skip
+
+
+def _events(resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+    """Server-sent events: `data: {...}` lines, ending with `data: [DONE]`."""
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            yield json.loads(payload)
+        except ValueError:
+            continue
+
+
+def _error_text(data: dict[str, Any]) -> str:
+    err = data.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err or data)
+
+
+def _raise_for(data: dict[str, Any], max_tokens: int, status: int) -> None:
+    err = data.get("error") if isinstance(data.get("error"), dict) else {}
+    assert isinstance(err, dict)
+    if err.get("type") == "exceed_context_size_error" or "context" in str(err.get("message", "")):
+        raise ContextOverflow(int(err.get("n_prompt_tokens", 0)), max_tokens, int(err.get("n_ctx", 0)))
+    raise ServerChatError(f"llama-server answered {status}: {_error_text(data)}")

@@ -1,0 +1,297 @@
+"""One llama-server process: started with the planned argv, watched until /health answers, logged,
+and stopped, never left behind.
+
+No orphans: on Linux the child gets SIGTERM when the thread that started it ends (prctl
+PR_SET_PDEATHSIG; start it from a thread that lives as long as the app: the GUI or the main
+thread), on Windows it joins a job object that kills it when the app's last handle closes, and on
+every platform `stop()` runs at exit. A port in use is found before starting, with a free one to
+suggest; llama-server's own refusals reach the user as it wrote them (the last log lines).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from vrampilot.errors import UserError
+
+LOG_LINES_KEPT = 2000
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class PortInUseError(UserError):
+    def __init__(self, host: str, port: int, suggestion: int | None) -> None:
+        hint = f"; port {suggestion} is free (--port {suggestion})" if suggestion else ""
+        super().__init__(f"port {port} on {host} is in use by another program{hint}")
+        self.host, self.port, self.suggestion = host, port, suggestion
+
+
+class ServerExited(UserError):
+    """llama-server ended before (or while) serving; the message carries its last log lines."""
+
+    def __init__(self, code: int | None, lines: Sequence[str]) -> None:
+        tail = "\n".join(lines[-12:]) if lines else "(no output)"
+        super().__init__(f"llama-server exited with status {code}:\n{tail}")
+        self.code, self.lines = code, list(lines)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str | None = None
+
+    @property
+    def loopback_only(self) -> bool:
+        return self.host in LOOPBACK
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def lan_address() -> str:
+    """This machine's address on its network, as other devices would reach it (the interface of
+    the default route; connecting a UDP socket sends nothing). The host name when there is none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.254.254.254", 1))
+            address = str(s.getsockname()[0])
+        except OSError:
+            address = ""
+    return address if address and not address.startswith("127.") else socket.gethostname()
+
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # The same options llama-server's listener uses: a port in TIME_WAIT counts as free.
+        if sys.platform != "win32":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _parent_death_hook() -> Callable[[], None]:
+    """What the child runs between fork and exec on Linux: the kernel sends it SIGTERM when the
+    thread that started it ends (the app's GUI thread, the CLI's main thread), however that ends.
+    prctl is looked up here, in the parent: after a fork in a threaded program the child must not
+    load anything (dlopen's lock may be held by a thread that no longer exists there)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before prctl: nobody would stop this one
+            os._exit(1)
+
+    return hook
+
+
+class _WindowsJob:
+    """A job object that kills its processes when the app's handle to it closes (the app exits)."""
+
+    def __init__(self) -> None:
+        import ctypes
+        from ctypes import wintypes
+
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        kernel32.CreateJobObjectW.restype = wintypes.HANDLE
+        kernel32.CreateJobObjectW.argtypes = [wintypes.LPVOID, wintypes.LPCWSTR]
+        kernel32.SetInformationJobObject.argtypes = [wintypes.HANDLE, ctypes.c_int, wintypes.LPVOID, wintypes.DWORD]
+        kernel32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
+        self._k = kernel32
+        self.handle = kernel32.CreateJobObjectW(None, None)
+        if not self.handle:
+            raise OSError(ctypes.get_last_error(), "CreateJobObjectW failed")  # type: ignore[attr-defined]
+
+        class _Basic(ctypes.Structure):
+            _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
+                        ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
+                        ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", wintypes.DWORD),
+                        ("Affinity", ctypes.c_size_t), ("PriorityClass", wintypes.DWORD),
+                        ("SchedulingClass", wintypes.DWORD)]  # fmt: skip
+
+        class _Io(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_uint64) for n in ("R", "W", "O", "RT", "WT", "OT")]
+
+        class _Extended(ctypes.Structure):
+            _fields_ = [("Basic", _Basic), ("Io", _Io), ("ProcessMemoryLimit", ctypes.c_size_t),
+                        ("JobMemoryLimit", ctypes.c_size_t), ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                        ("PeakJobMemoryUsed", ctypes.c_size_t)]  # fmt: skip
+
+        info = _Extended()
+        info.Basic.LimitFlags = 0x2000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+        kernel32.SetInformationJobObject(self.handle, 9, ctypes.byref(info), ctypes.sizeof(info))
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        self._k.AssignProcessToJobObject(self.handle, int(proc._handle))  # type: ignore[attr-defined]
+
+
+_job: _WindowsJob | None = None
+
+
+class ServerProcess:
+    """llama-server (or ggml-rpc-server) as a child process with its log kept in memory."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, *, cwd: str | None = None,
+                 on_log: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
+        self.on_log = on_log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        global _job
+        kwargs: dict[str, object] = {}
+        if sys.platform.startswith("linux"):
+            kwargs["preexec_fn"] = _parent_death_hook()
+        elif sys.platform == "win32":
+            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]
+        )  # fmt: skip
+        if sys.platform == "win32":
+            with contextlib.suppress(OSError, AttributeError):
+                _job = _job or _WindowsJob()
+                _job.add(self.proc)
+        self._reader = threading.Thread(target=self._read, name="server-log", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip()
+            with self._lock:
+                self._lines.append(line)
+            if self.on_log is not None:
+                with contextlib.suppress(Exception):
+                    self.on_log(line)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def lines(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    def wait_ready(self, base_url: str, *, timeout_s: float = 300.0, cancel: threading.Event | None = None,
+                   api_key: str | None = None) -> None:  # fmt: skip
+        """Until GET /health says the model is loaded. ServerExited when the process ends first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError("cancelled")
+            if not self.running:
+                self._drain()
+                raise ServerExited(self.returncode, self.lines())
+            if health(base_url, api_key=api_key) == 200:
+                return
+            time.sleep(0.1)
+        raise ServerExited(None, [*self.lines(), f"(no answer on {base_url}/health after {timeout_s:.0f} s)"])
+
+    def _drain(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """Ask it to end (SIGTERM / Ctrl+Break), then kill it; returns its exit status."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc is not None else None
+        with contextlib.suppress(OSError):
+            if sys.platform == "win32":
+                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+            else:
+                proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self._drain()
+        return proc.returncode
+
+    def interrupt(self) -> None:
+        """Pass on the user's Ctrl+C (the server shuts down cleanly on it)."""
+        if self.running and self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.send_signal(signal.SIGINT if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+
+
+def health(base_url: str, *, api_key: str | None = None, timeout_s: float = 2.0) -> int | None:
+    """HTTP status of GET /health (200: ready, 503: still loading), None when nothing answers."""
+    host_port = base_url.split("://", 1)[-1].rstrip("/")
+    host, _, port = host_port.rpartition(":")
+    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+    try:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        conn.request("GET", "/health", headers=headers)
+        return conn.getresponse().status
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def is_alive(pid: int) -> bool:
+    """Whether a process with this id still runs (for tests and the app's own bookkeeping)."""
+    if sys.platform == "win32":
+        import ctypes
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]
+        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+        return code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (dead, not yet reaped by its parent) counts as gone.
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+    return True

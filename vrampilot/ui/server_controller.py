@@ -1,0 +1,248 @@
+"""Serving the planned model from the app: start, watch, stop llama-server, and hand the chat to it.
+
+States: stopped, starting (the model loads in llama-server), ready, stopping, crashed (with the
+reason from its log). Starting frees the in-app model first, so the model is in memory once; while
+the server is ready the chat replies through its API (vrampilot.server.chat.ServerBackend) and the
+meters watch the server's process. Stopping hands the chat back to the in-process engine. The
+process is started on the GUI thread, which lives as long as the app: on Linux the kernel ends the
+server with it (vrampilot.server.process), and quitting stops it.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from vrampilot.export import llama_server_argv
+from vrampilot.log import describe_error
+from vrampilot.meters import Sampler
+from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, port_is_free, tool_env, tool_path
+from vrampilot.server.chat import ServerBackend
+from vrampilot.server.process import health, lan_address
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.plan_controller import LoadState, PlanController
+from vrampilot.ui.server_view import ServerPanel
+
+POLL_MS = 1000
+_METRIC = re.compile(r"^llamacpp:(\w+)\s+([0-9.eE+-]+)$")
+
+
+class ServerController(QObject):
+    backend_changed = Signal(object)  # ServerBackend while ready, else None
+    status = Signal(str)
+    _log_line = Signal(str)  # from the log reader's thread, queued to the GUI thread
+
+    def __init__(self, ctx: AppContext, panel: ServerPanel, plans: PlanController, sampler: Sampler,
+                 *, confirm: object, parent: QObject | None = None) -> None:  # fmt: skip
+        super().__init__(parent)
+        self.ctx, self.panel, self.plans, self.sampler = ctx, panel, plans, sampler
+        self.confirm = confirm
+        self.state = "stopped"
+        self.server: ServerProcess | None = None
+        self.config: ServerConfig | None = None
+        self.backend: ServerBackend | None = None
+        self.model_path: Path | None = None  # what the server loads
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._poll)
+        self._log_line.connect(panel.append_log)
+        panel.start_requested.connect(self.start)
+        panel.stop_requested.connect(self.stop)
+        panel.lan_toggled.connect(self._lan_toggled)
+        panel.port.valueChanged.connect(lambda _port: self._show_url())
+        panel.new_key_requested.connect(lambda: panel.key.setText(secrets.token_urlsafe(24)))
+        self._show_url()
+
+    # -- settings ------------------------------------------------------------------------------
+    def _lan_toggled(self, on: bool) -> None:
+        # Other devices may only connect with a key: it is made the moment the switch is on.
+        if on and not self.panel.key.text():
+            self.panel.key.setText(secrets.token_urlsafe(24))
+        if not on:
+            self.panel.key.clear()
+        self._show_url()
+
+    def _config(self) -> ServerConfig:
+        host = "0.0.0.0" if self.panel.lan.isChecked() else "127.0.0.1"
+        return ServerConfig(host, self.panel.port.value(), self.panel.key.text() or None)
+
+    def _show_url(self) -> None:
+        config = self._config()
+        # On the network, the address the other devices type; here, the loopback one.
+        host = "127.0.0.1" if config.loopback_only else lan_address()
+        self.panel.url.setText(f"http://{host}:{config.port}/v1")
+
+    def _set_state(self, state: str, text: str) -> None:
+        self.state = state
+        self.panel.show_state(state, text)
+        self.status.emit(text)
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.state in ("starting", "ready", "stopping"):
+            return
+        plan = self.plans.plan
+        why = self.plans.loadable()
+        if plan is None or why:
+            self._set_state("stopped", f"Cannot serve yet: {why or 'no plan'}")
+            return
+        if not plan.fits:
+            reason = plan.refused or (plan.reasons[-1] if plan.reasons else "it does not fit")
+            if not self.confirm("Serve a plan that does not fit?", f"{reason}\n\nServe anyway?"):  # type: ignore[operator]
+                return
+        config = self._config()
+        if not config.loopback_only and not config.api_key:  # never open to the network without a key
+            self.panel.key.setText(secrets.token_urlsafe(24))
+            config = self._config()
+        if not port_is_free(config.host, config.port):
+            suggestion = free_port(config.host)
+            self._set_state("stopped", f"Port {config.port} is in use by another program; port {suggestion} is free")
+            self.panel.port.setValue(suggestion)
+            return
+        try:
+            argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
+                                     api_key=config.api_key, server=str(tool_path("llama-server")),
+                                     alias=plan.spec.path.stem, metrics=True)  # fmt: skip
+            env = tool_env()
+        except Exception as exc:
+            self._set_state("crashed", describe_error(exc, context="preparing llama-server"))
+            return
+        # One copy of the model in memory: the in-app engine lets it go first.
+        if self.plans.load_state is LoadState.LOADED:
+            self.plans.unload()
+        self.panel.log.clear()
+        self.config = config
+        self.model_path = plan.spec.path
+        self.server = ServerProcess(argv, env, on_log=self._log_line.emit)
+        self.server.start()  # here, on the GUI thread: it lives as long as the app
+        self._set_state("starting", f"Starting: loading {plan.spec.path.name} in llama-server…")
+        server = self.server
+        self.ctx.tasks.submit(lambda task: server.wait_ready(config.base_url, cancel=task.cancelled,
+                                                             api_key=config.api_key),
+                              done=lambda _r: self._ready(server), failed=lambda e: self._failed(server, e),
+                              key="server-ready", owner=self, long=True)  # fmt: skip
+
+    def _ready(self, server: ServerProcess) -> None:
+        if server is not self.server or self.config is None:
+            return
+        self.backend = ServerBackend(self.config.base_url, api_key=self.config.api_key, model_path=self.model_path)
+        self._set_state("ready", f"Serving at {self.config.base_url}/v1 (pid {server.pid})")
+        if server.pid is not None:
+            self.sampler.watch(server.pid)
+        self.backend_changed.emit(self.backend)
+        self._timer.start()
+
+    def _failed(self, server: ServerProcess, exc: BaseException) -> None:
+        if server is not self.server:
+            return
+        if isinstance(exc, InterruptedError):
+            return  # stopped while starting: stop() says so
+        self.server = None
+        text = str(exc) if isinstance(exc, ServerExited) else describe_error(exc, context="starting llama-server")
+        self._set_state("crashed", f"llama-server did not start: {text}")
+
+    # -- while it runs -------------------------------------------------------------------------
+    def _poll(self) -> None:
+        server = self.server
+        if server is None:
+            self._timer.stop()
+            return
+        if not server.running:
+            self._timer.stop()
+            self._gone()
+            self.server = None
+            self._set_state("crashed", exit_text(server.returncode, server.lines()))
+            return
+        config = self.config
+        if config is None:
+            return
+
+        def read(_task: object) -> str:
+            return metrics_text(config.base_url, config.api_key)
+
+        self.ctx.tasks.submit(read, done=self._show_metrics, failed=lambda _e: None, key="server-metrics", owner=self)
+
+    def _show_metrics(self, text: str) -> None:
+        m = parse_metrics(text)
+        if not m:
+            return
+        parts = [f"{int(m.get('tokens_predicted_total', 0))} tokens generated",
+                 f"{int(m.get('prompt_tokens_total', 0))} prompt tokens read"]  # fmt: skip
+        if m.get("predicted_tokens_seconds"):
+            parts.append(f"{m['predicted_tokens_seconds']:.1f} tokens/s generating")
+        if m.get("requests_processing"):
+            parts.append(f"{int(m['requests_processing'])} request(s) in progress")
+        self.panel.stats.setText(" · ".join(parts))
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        server = self.server
+        if server is None or self.state == "stopping":
+            return
+        self._set_state("stopping", "Stopping…")
+        self.ctx.tasks.cancel("server-ready")
+        self.ctx.tasks.submit(lambda _t: server.stop(), done=lambda code: self._stopped(server, code),
+                              failed=lambda e: self._stopped(server, None), owner=self)  # fmt: skip
+
+    def _stopped(self, server: ServerProcess, code: object) -> None:
+        if server is not self.server:
+            return
+        self._timer.stop()
+        self.server = None
+        self._gone()
+        self._set_state("stopped", f"Stopped (llama-server exited with status {code})")
+
+    def _gone(self) -> None:
+        """The chat and the meters go back to the app's own process."""
+        self.backend = None
+        self.backend_changed.emit(None)
+        self.sampler.watch(None)
+
+    def shutdown(self) -> None:
+        """The app quits: the server goes with it."""
+        self._timer.stop()
+        if self.server is not None:
+            self.server.stop(timeout_s=5)
+            self.server = None
+
+
+def exit_text(code: int | None, lines: list[str]) -> str:
+    """Why the server is gone, in a line: the signal that ended it, or its status and last word."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
+        return f"llama-server was killed by {name}{why}"
+    return f"llama-server exited with status {code}: " + (lines[-1] if lines else "no output")
+
+
+def metrics_text(base_url: str, api_key: str | None) -> str:
+    import http.client
+
+    host_port = base_url.split("://", 1)[-1]
+    host, _, port = host_port.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=2)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+        resp = conn.getresponse()
+        return resp.read().decode("utf-8", "replace") if resp.status == 200 else ""
+    except OSError:
+        return ""
+    finally:
+        conn.close()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """llama-server's Prometheus lines (`llamacpp:tokens_predicted_total 42`) as numbers."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _METRIC.match(line.strip())
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+__all__ = ["ServerController", "health", "parse_metrics"]
