@@ -18,7 +18,11 @@ import pytest
 from tests.packaging.conftest import ARTIFACTS, PACKAGING, Runner
 from vrampilot.ui.qt_libs import debian_package
 
-SIZE_BUDGET_BYTES = 300 * 1024 * 1024
+# 319 MiB measured (Debian 12, CPU only): the embedded model 94, Qt 85 (ICU data 31 of it), the
+# engine 33 (14 CPU variants 18, llama-server/ggml-rpc-server/llama-bench with the libraries only
+# they need 10), numpy and OpenBLAS 41, cryptography 14 (AES PDFs). The budget catches what should
+# never ship (torch, the type checker, a second Qt), not a few MiB.
+SIZE_BUDGET_BYTES = 330 * 1024 * 1024
 
 
 def exe(bundle_dir: Path) -> Path:
