@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.documents.writers import write_encrypted_pdf
 from tests.packaging.conftest import ARTIFACTS, PACKAGING, Runner
 from vrampilot.ui.qt_libs import debian_package
 
@@ -91,6 +92,17 @@ def test_chat_answers_one_turn(bundle_dir: Path, run_exe: Runner) -> None:
     reply = json.loads(result.stdout)
     assert reply["reply"].strip()
     assert 0 < reply["stats"]["completion_tokens"] <= 8
+
+
+def test_chat_reads_a_restricted_pdf(bundle_dir: Path, run_exe: Runner, tmp_path: Path) -> None:
+    # An owner password with AES is what "restricted" PDFs use: pypdf needs cryptography to read them,
+    # which a bundle trimmed too far would lose.
+    pdf = write_encrypted_pdf(tmp_path / "restricted.pdf", user_password=False)
+    result = run_exe(
+        exe(bundle_dir), "chat", "--document", str(pdf), "--prompt", "What number is confidential?",
+        "--max-tokens", "4", "--seed", "1", "--ctx", "1024", "--threads", "1", "--json", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
 
 
 TOOLS = ("llama-server", "ggml-rpc-server", "llama-bench")
