@@ -201,6 +201,14 @@ def gpu_backends() -> tuple[list[str], dict[str, str]]:
         built.append("vulkan")
     else:
         skipped["vulkan"] = f"{why}: {VULKAN_HINT}"
+    if built and not required:
+        # Left to itself the recipe never fails a `make run` for a GPU backend: a build with one that
+        # failed on this machine before is not tried again (the CPU engine is built instead), until
+        # the record is removed or the backend is asked for by name.
+        failed = _failed_gpu_builds().get(_compile_key_for(_cmake_args_for(built)))
+        if failed:
+            skipped.update({b: f"{failed}; delete {_failures_path()} to try again" for b in built})
+            built = []
     missing = required - set(built)
     if missing:
         raise SystemExit("engine: " + "; ".join(f"{name}: {skipped[name]}" for name in sorted(missing)))
@@ -220,8 +228,11 @@ def _cuda_architectures() -> str:
 
 
 def cmake_args() -> list[str]:
+    return _cmake_args_for(gpu_backends()[0])
+
+
+def _cmake_args_for(built: list[str]) -> list[str]:
     args = list(BASE_CMAKE_ARGS)
-    built, _ = gpu_backends()
     if "cuda" in built:
         nvcc = find_nvcc()
         args[args.index("-DGGML_CUDA=OFF")] = "-DGGML_CUDA=ON"
@@ -251,8 +262,32 @@ def _hash(value: object) -> str:
 
 def compile_key() -> str:
     """What the compiler sees; the compiled wheel is cached under it, before post-processing."""
-    r = recipe()
-    return _hash({k: r[k] for k in ("llama_cpp_python", "cmake_args", "platform")})
+    return _compile_key_for(cmake_args())
+
+
+def _compile_key_for(args: list[str]) -> str:
+    return _hash({"llama_cpp_python": pinned_llama_cpp_python(), "cmake_args": args, "platform": platform_tag()})
+
+
+def _failures_path() -> Path:
+    return cache_root() / "gpu-build-failures.json"
+
+
+def _failed_gpu_builds() -> dict[str, str]:
+    """Compile keys whose build with GPU backends failed here, with what to tell the user."""
+    try:
+        data = json.loads(_failures_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def record_gpu_build_failure(key: str, reason: str) -> None:
+    failures = _failed_gpu_builds() | {key: reason}
+    path = _failures_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".part").write_text(json.dumps(failures, indent=1), encoding="utf-8")
+    os.replace(path.with_suffix(".part"), path)
 
 
 def recipe_key() -> str:
@@ -459,7 +494,19 @@ def ensure_wheel(python: str) -> Path:
         log(f"using the compiled wheel {raw} (post-processing it anew)")
     else:
         with tempfile.TemporaryDirectory(prefix="vrampilot-engine-") as tmp:
-            built = build_wheel(python, sdist, Path(tmp))
+            try:
+                built = build_wheel(python, sdist, Path(tmp))
+            except subprocess.CalledProcessError as exc:
+                backends, _ = gpu_backends()
+                if not backends or os.environ.get(GPU_ENV, "auto").strip().lower() not in ("", "auto"):
+                    raise
+                # A toolkit that looked complete and still did not compile (a too-old compiler, a
+                # broken SDK): the user gets the CPU engine now and doctor says why.
+                why = (f"the build with {', '.join(backends)} failed here on {time.strftime('%Y-%m-%d')} "
+                       f"(pip exit {exc.returncode}; its output is above)")  # fmt: skip
+                record_gpu_build_failure(compile_key(), why)
+                log(f"{why}: building the CPU engine instead")
+                return ensure_wheel(python)
             raw_dir.mkdir(parents=True, exist_ok=True)
             raw = raw_dir / built.name
             shutil.copyfile(built, raw.with_suffix(".part"))

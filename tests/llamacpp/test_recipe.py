@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import sysconfig
 from pathlib import Path
+
+import pytest
 
 from vrampilot.llamacpp import backends
 
@@ -35,3 +38,36 @@ def test_never_native_and_every_module_where_the_app_looks() -> None:
         site = Path(sysconfig.get_paths()["platlib"])
         assert not list((site / "bin").glob("libggml-*")), "backend modules outside llama_cpp/lib"
         assert not (site / "lib" / "libllama.so").exists()
+
+
+def _vulkan_sdk(root: Path) -> Path:
+    """A Vulkan SDK that passes the recipe's checks (headers with VK_EXT_layer_settings, SPIR-V
+    headers, a glslc on PATH) without being one: what a broken SDK looks like to it."""
+    (root / "include" / "vulkan").mkdir(parents=True)
+    (root / "include" / "vulkan" / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 290\n#define VK_EXT_layer_settings 1\n")
+    (root / "include" / "spirv" / "unified1").mkdir(parents=True)
+    (root / "include" / "spirv" / "unified1" / "spirv.hpp").write_text("")
+    (root / "bin").mkdir()
+    (root / "bin" / "glslc").write_text("#!/bin/sh\nexit 1\n")
+    (root / "bin" / "glslc").chmod(0o755)
+    return root
+
+
+def test_a_gpu_build_that_failed_here_is_not_retried_unless_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sdk = _vulkan_sdk(tmp_path / "sdk")
+    monkeypatch.setenv("VULKAN_SDK", str(sdk))
+    monkeypatch.setenv("PATH", f"{sdk / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("VRAMPILOT_ENGINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(recipe.GPU_ENV, raising=False)
+    built, _ = recipe.gpu_backends()
+    assert "vulkan" in built and "-DGGML_VULKAN=ON" in recipe.cmake_args()
+    with_vulkan = recipe.compile_key()
+
+    recipe.record_gpu_build_failure(with_vulkan, "the build with vulkan failed here on 2026-12-01")
+    built, skipped = recipe.gpu_backends()
+    assert "vulkan" not in built and "-DGGML_VULKAN=OFF" in recipe.cmake_args()
+    assert "failed here" in skipped["vulkan"] and "gpu-build-failures.json" in skipped["vulkan"]
+    assert recipe.compile_key() != with_vulkan  # the CPU engine is cached under its own key
+
+    monkeypatch.setenv(recipe.GPU_ENV, "vulkan")  # asked for by name: tried again, and fails loudly
+    assert recipe.gpu_backends()[0] == ["vulkan"]
