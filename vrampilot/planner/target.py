@@ -10,13 +10,15 @@ from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import Machine
+from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.profiles import GpuProfile
 from vrampilot.units import GIB, format_bytes
 
-# Without a measurement, a desktop with dual-channel DDR4/DDR5 reads ~40-80 GB/s at peak.
-# bench/planner_speed.py calibrates the effective share on a real machine.
+# Without a measurement (no speed probe yet, hardware/probe.py), a desktop with dual-channel
+# DDR4/DDR5 reads ~40-80 GB/s at peak.
 DEFAULT_HOST_BANDWIDTH_GBPS = 50.0
-# Per-core matrix throughput of a recent x86 core on quantized weights (AVX2 FMA), GFLOP/s.
+# Per-core matrix throughput of a recent x86 core on quantized weights (AVX2 FMA), GFLOP/s; used
+# only until the probe has measured llama.cpp's kernels here.
 DEFAULT_CPU_GFLOPS_PER_CORE = 60.0
 # A hypothetical card given only by its size: assume a mid-range GDDR6 part (RTX 4060 Ti class).
 HYPOTHETICAL_GPU_BANDWIDTH_GBPS = 288.0
@@ -52,10 +54,27 @@ class Target:
     cpu_gflops: float
     device_margin_bytes: int = DEFAULT_DEVICE_MARGIN_BYTES
     notes: tuple[str, ...] = ()
+    # What this machine measured (hardware/measured.py): its CPU's speed probe (host rates are
+    # assumed until it ran) and what replies taught per backend. None for a machine not detected.
+    speed: MachineSpeed | None = None
+    cpu_variant: str | None = None  # llama.cpp's CPU code here ("haswell"): names the CPU factors
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def host_probe(self) -> HostProbe | None:
+        return self.speed.probe if self.speed is not None else None
+
+    @property
+    def host_bandwidth_source(self) -> str:
+        """Where host_bandwidth_gbps came from, for reasons and meters."""
+        probe = self.host_probe
+        return f"measured {probe.date}" if probe is not None else "assumed"
+
+    def factors_for(self, backend: str) -> SpeedFactors:
+        return self.speed.factors_for(backend) if self.speed is not None else SpeedFactors(backend)
 
     @property
     def device_budget_bytes(self) -> int:
@@ -80,17 +99,22 @@ class Target:
 
 
 def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], notes: tuple[str, ...] = ()) -> Target:
-    """A target with this machine's host side (RAM less a reserve, cores, CPU throughput)."""
+    """A target with this machine's host side (RAM less a reserve, cores, CPU throughput, and what
+    the speed probe and replies measured here)."""
     phys = max(1, machine.cpu.physical_cores)
+    speed = machine.speed
+    probe = speed.probe if speed is not None else None
     return Target(
         description=description,
         gpus=gpus,
         host_ram_bytes=max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES),
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+        host_bandwidth_gbps=probe.ram_peak_gbps if probe is not None else DEFAULT_HOST_BANDWIDTH_GBPS,
         cpu_physical_cores=phys,
         cpu_logical_cores=max(phys, machine.cpu.logical_cores),
         cpu_gflops=phys * DEFAULT_CPU_GFLOPS_PER_CORE,
         notes=notes,
+        speed=speed,
+        cpu_variant=machine.llama.cpu_variant,
     )
 
 
