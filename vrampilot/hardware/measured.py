@@ -119,8 +119,9 @@ class AttentionRates:
 
     kv_type: str  # "f16", "q8_0", "q4_0"
     head_dim: int
-    decode_gflops: tuple[RateAt, ...]  # one query over a long cache
+    decode_gflops: tuple[RateAt, ...]  # one query over a long cache held in the CPU's caches
     prefill_gflops: tuple[RateAt, ...]  # a batch of queries
+    decode_ram_gflops: tuple[RateAt, ...] = ()  # one query over a cache too large for them (f16 only)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,11 +129,18 @@ class AttentionRates:
             "head_dim": self.head_dim,
             "decode_gflops": _rates_dict(self.decode_gflops),
             "prefill_gflops": _rates_dict(self.prefill_gflops),
+            "decode_ram_gflops": _rates_dict(self.decode_ram_gflops),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AttentionRates:
-        return cls(str(d["kv_type"]), int(d["head_dim"]), _rates(d["decode_gflops"]), _rates(d["prefill_gflops"]))
+        return cls(
+            str(d["kv_type"]),
+            int(d["head_dim"]),
+            _rates(d["decode_gflops"]),
+            _rates(d["prefill_gflops"]),
+            _rates(d.get("decode_ram_gflops", ())),
+        )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ What it times, each with 1 thread and with one per physical core (`probe_threads
   whichever of memory and arithmetic is the limit for that type), and its mat-mat kernel over a
   prompt-sized batch (what reading a prompt does: FLOPs per second). Weights sit where llama.cpp
   puts them, so repacked types (Q4_0, Q4_K on x86) are timed repacked.
-- Flash attention per KV cache type, one query over a long cache and a batch of queries.
+- Flash attention per KV cache type and head size, one query over a long cache and a batch of
+  queries; for f16 also over a cache larger than the CPU's caches (a model's whole cache is).
 - The fixed costs of a decode step: a tiny Llama model (hardware/probe_model.py) decoded through the
   engine's own loop at two depths and two vocabulary sizes gives the cost per step, per layer
   (its graph nodes and their barriers) and per logit sampled.
@@ -169,7 +170,7 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
     )
 
 
-def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int]) -> list[AttentionRates]:
+def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int], stream: int) -> list[AttentionRates]:
     tid = ggml_type_id(kv)
     (n_kv_dec,), (n_q, n_kv_pre) = _ATTN_SHAPES.get(kv, _ATTN_SHAPES["q8_0"])
     h = _ATTN_HEADS
@@ -177,6 +178,12 @@ def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int]) -> list[A
     for d in _ATTN_HEAD_DIMS:
         dec = cpu.flash_attn(tid, d, 1, n_kv_dec, h, threads, repeats=2)
         pre = cpu.flash_attn(tid, d, n_q, n_kv_pre, h, threads, repeats=2)
+        ram: tuple[RateAt, ...] = ()
+        if kv == "f16":
+            # A whole model's cache is read from RAM at every step, not from the CPU's caches:
+            # the same query over a cache larger than them shows what streaming it costs.
+            n_big = max(n_kv_dec, stream // (h * d * 2 * 2) // 256 * 256)
+            ram = _rates(threads, 4.0 * h * d * n_big, cpu.flash_attn(tid, d, 1, n_big, h, threads, repeats=2), 1e9)
         # 2 FLOPs per multiply-add, for Q.K and for the weighted sum of V.
         out.append(
             AttentionRates(
@@ -184,6 +191,7 @@ def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int]) -> list[A
                 head_dim=d,
                 decode_gflops=_rates(threads, 4.0 * h * d * n_kv_dec, dec, 1e9),
                 prefill_gflops=_rates(threads, 4.0 * h * d * n_kv_pre * n_q, pre, 1e9),
+                decode_ram_gflops=ram,
             )
         )
     return out
@@ -269,7 +277,7 @@ def measure_host(
                 kernels.append(rates)
         for kv in kv_types:
             step(f"{kv} attention")
-            attention.extend(_attention_rates(cpu, kv, threads))
+            attention.extend(_attention_rates(cpu, kv, threads, stream))
     probe = HostProbe(
         measured_at=_now(),
         duration_s=round(time.perf_counter() - t_start, 3),

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, FixedCosts, HostProbe, rate_at
+from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, FixedCosts, HostProbe, RateAt, rate_at
 from vrampilot.hardware.probe import bits_per_weight
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
 
@@ -42,8 +42,6 @@ PROBE_LAYER_NODES = 19
 # The tiled flash-attention kernel needs this many queries (GGML_FA_TILE_Q); fewer run the vector
 # kernel at the decoding rate. The split-KV decoding kernel needs a cache view this long.
 FA_TILE_QUERIES = 64
-# llama.cpp pads the cache view attention reads to this many cells (llama-kv-cache.cpp get_n_kv).
-KV_VIEW_PAD = 256
 
 
 @dataclass(frozen=True)
@@ -178,28 +176,50 @@ class CpuRates:
         """Seconds flash attention spends on one cache cell for one head of `head_dim` (K and V).
 
         The probe measured two head sizes; the cost per cell is taken as linear in the head size
-        through them (a fixed part per cell, a part per element), extrapolated outside.
+        through them (a fixed part per cell, a part per element), extrapolated outside. Decoding
+        reads the cache from RAM (a model's whole cache is larger than the CPU's caches): what that
+        adds per byte was measured with an f16 cache, and a quantized cache adds it for its fewer
+        bytes.
         """
-        flops = 4.0 * head_dim
-        if self.probe is not None:
-            rates = self.probe.attention_for(kv_type) or self.probe.attention_for("f16")
-            if rates:
-                points = [
-                    (a.head_dim, 4.0 * a.head_dim / (rate_at(a.prefill_gflops if prefill else a.decode_gflops, threads) * 1e9))
-                    for a in rates
-                ]
-                if len(points) == 1:
-                    return points[0][1] * head_dim / points[0][0]
-                (d0, t0), (d1, t1) = points[0], points[-1]
-                return max(t0 * 0.1, t0 + (t1 - t0) * (head_dim - d0) / (d1 - d0))
-        per_core = ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE if prefill else ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE
-        return flops / (per_core * self._core_share(threads) * 1e9)
+        if self.probe is None or not (self.probe.attention_for(kv_type) or self.probe.attention_for("f16")):
+            per_core = ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE if prefill else ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE
+            return 4.0 * head_dim / (per_core * self._core_share(threads) * 1e9)
+        rates = self.probe.attention_for(kv_type) or self.probe.attention_for("f16")
+        cell = _linear_in_head_dim(
+            [(a.head_dim, a.prefill_gflops if prefill else a.decode_gflops) for a in rates], head_dim, threads
+        )
+        if prefill:
+            return cell  # a tile of queries shares each cell it reads: RAM is not the limit
+        f16 = self.probe.attention_for("f16")
+        if any(a.decode_ram_gflops for a in f16):
+            in_cache = _linear_in_head_dim([(a.head_dim, a.decode_gflops) for a in f16], head_dim, threads)
+            from_ram = _linear_in_head_dim([(a.head_dim, a.decode_ram_gflops) for a in f16], head_dim, threads)
+            cell += max(0.0, from_ram - in_cache) * _kv_bytes_per_element(kv_type) / 2.0
+        return cell
 
     def fixed(self, threads: int) -> FixedCosts:
         """What a step costs besides weights and attention (measured with the probe's tiny model)."""
         if self.probe is not None and self.probe.steps:
             return self.probe.fixed_costs(threads)
         return ASSUMED_FIXED
+
+
+def _linear_in_head_dim(points: list[tuple[int, tuple[RateAt, ...]]], head_dim: float, threads: int) -> float:
+    """Seconds per head-cell at `head_dim`, through the measured (head size, FLOP rate) points."""
+    secs = sorted((d, 4.0 * d / (rate_at(r, threads) * 1e9)) for d, r in points if rate_at(r, threads) > 0)
+    if not secs:
+        return 0.0
+    if len(secs) == 1:
+        return secs[0][1] * head_dim / secs[0][0]
+    (d0, t0), (d1, t1) = secs[0], secs[-1]
+    return max(t0 * 0.1, t0 + (t1 - t0) * (head_dim - d0) / (d1 - d0))
+
+
+def _kv_bytes_per_element(kv_type: str) -> float:
+    try:
+        return bits_per_weight(kv_type) / 8
+    except KeyError:
+        return 2.0
 
 
 @dataclass(frozen=True)
@@ -209,11 +229,6 @@ class AttentionShape:
     n_head: int
     head_dim: float
     cells: int  # the cache cells the layer can see (the window for sliding-window layers)
-
-
-def kv_view_cells(n_tokens: int, cells: int) -> int:
-    """The cache view attention reads with n_tokens in the cache (llama.cpp pads it to 256)."""
-    return min(cells, max(KV_VIEW_PAD, math.ceil(max(n_tokens, 1) / KV_VIEW_PAD) * KV_VIEW_PAD))
 
 
 def causal_cells(m: int, pos: int, window: int) -> float:
@@ -243,7 +258,8 @@ def decode_seconds(
         t += fixed.layer_s * layer.n_nodes / PROBE_LAYER_NODES
         if att is not None:
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
-            t += att.n_head * kv_view_cells(n_tokens, att.cells) * cell
+            # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost.
+            t += att.n_head * min(max(n_tokens, 1), att.cells) * cell
     out = table.output
     if output_on_cpu and out is not None:
         t += out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
