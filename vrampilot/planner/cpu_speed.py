@@ -295,11 +295,12 @@ def prefill_seconds(
     t += full * (_weights_seconds(table, layers_on_cpu, ub, threads, rates) + per_ubatch)
     if rest:
         t += _weights_seconds(table, layers_on_cpu, rest, threads, rates) + per_ubatch
-    pos = n_past
-    for i in range(full + (1 if rest else 0)):
-        m = ub if i < full else rest
-        t += _attention_seconds(layers_on_cpu, attention, m, pos, kv_type, threads, rates)
-        pos += m
+    # Attention: the cells all queries of the full ubatches see, at one rate (their ubatch size
+    # picks the kernel), then the last partial ubatch at its own; no loop over ubatches (a 16M
+    # context has 32K of them).
+    t += _attention_seconds(layers_on_cpu, attention, full * ub, ub, n_past, kv_type, threads, rates)
+    if rest:
+        t += _attention_seconds(layers_on_cpu, attention, rest, rest, n_past + full * ub, kv_type, threads, rates)
     out = table.output
     if output_on_cpu and out is not None:
         # One output row per batch: the logits of its last token.
@@ -328,17 +329,18 @@ def _weights_seconds(table: WeightTable, layers_on_cpu: tuple[bool, ...], m: int
 def _attention_seconds(
     layers_on_cpu: tuple[bool, ...],
     attention: tuple[AttentionShape | None, ...],
-    m: int,
+    n_queries: int,
+    ubatch: int,
     pos: int,
     kv_type: str,
     threads: int,
     rates: CpuRates,
 ) -> float:
-    """Attention of one ubatch of m tokens starting at `pos`."""
+    """Attention of n_queries prompt tokens starting at `pos`, read in ubatches of `ubatch`."""
     t = 0.0
     for on_cpu, att in zip(layers_on_cpu, attention, strict=True):
-        if on_cpu and att is not None:
+        if on_cpu and att is not None and n_queries > 0:
             # The tiled kernel takes a batch of 64 queries or more; fewer run the vector kernel.
-            per_cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=m >= FA_TILE_QUERIES)
-            t += att.n_head * causal_cells(m, pos, att.cells) * per_cell
+            per_cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=ubatch >= FA_TILE_QUERIES)
+            t += att.n_head * causal_cells(n_queries, pos, att.cells) * per_cell
     return t

@@ -20,7 +20,13 @@ from vrampilot.engine import GenerationStats
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, cpu_load
 from vrampilot.hardware.measured import MachineSpeed
-from vrampilot.hardware.probe import CORE_WEIGHT_TYPES, measure_host, measure_kernels, missing_kernels
+from vrampilot.hardware.probe import (
+    CORE_WEIGHT_TYPES,
+    ProbeCancelled,
+    measure_host,
+    measure_kernels,
+    missing_kernels,
+)
 from vrampilot.hardware.speed_store import add_kernels, save_probe
 from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply
@@ -89,6 +95,8 @@ class SpeedController(QObject):
 
         def failed(exc: BaseException) -> None:
             self.probing = False
+            if isinstance(exc, ProbeCancelled):
+                return  # stopped on request: the next start measures
             self.status.emit(f"Could not measure this machine ({describe_error(exc)}): speed predictions stay assumed")
 
         self.ctx.tasks.submit(work, done=done, failed=failed, key="speed-probe", owner=self)
