@@ -82,6 +82,30 @@ def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Pa
     text = "\n".join(p.reasons)
     assert "NVIDIA GeForce RTX 3060 (CUDA0): layers 0-" in text and "+ output" in text
     assert "Split -ts" in text
+    # Each card's bandwidth, and where it came from (no GPU has been measured: NVML's peak).
+    assert "NVIDIA GeForce RTX 3060 (CUDA0) 360 GB/s (peak from NVML or its profile), NVIDIA GeForce RTX 4060 " in (
+        p.reasons[-1]
+    )
+
+
+def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwen7b: Path) -> None:
+    spec = load_model_spec(qwen7b)
+
+    def decode(rate: float, n_gpu_layers: int) -> float:
+        """Seconds per token with every CPU rate the probe measured scaled by `rate`."""
+        probe = uniform_probe(10.0 * rate, 50.0 * rate, attention_gflops={"f16": 20.0 * rate})
+        machine = replace(two_gpu_machine(), speed=MachineSpeed("test-machine", probe))
+        p = plan(spec, target_from_machine(machine), Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
+        assert len(p.memory.per_device) == 2
+        return 1.0 / p.speed.decode_tps
+
+    # Every layer on the cards: the CPU's rates do not matter.
+    assert decode(0.5, spec.n_layer + 1) == pytest.approx(decode(1.0, spec.n_layer + 1))
+    # Half the layers on the CPU: at half the measured rates their time doubles, the cards' stays.
+    half = spec.n_layer // 2
+    slow, fast = decode(0.5, half), decode(1.0, half)
+    cards = 2 * fast - slow  # what the two cards take (and their overheads)
+    assert 0 < cards < fast - cards  # the CPU's half is the slow part: the partial-offload cliff
 
 
 def test_a_split_that_overfills_one_card_does_not_fit_although_the_sum_would(qwen7b: Path) -> None:

@@ -29,11 +29,14 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
     on_gpu = target.has_gpu and settings.n_gpu_layers > 0
     probe = target.host_probe
     if on_gpu:
-        g = target.gpus[0]
-        source = "assumed" if g.bandwidth_note else "peak from NVML or its profile"
+        # Each device at its own bandwidth (planner/speed.py): each says where its figure came from.
+        devices = ", ".join(
+            (f"{g.label} " if len(target.gpus) > 1 else "")
+            + f"{g.bandwidth_gbps:.0f} GB/s ({'assumed' if g.bandwidth_note else 'peak from NVML or its profile'})"
+            for g in target.gpus
+        )
         parts.append(
-            f"GPU: {target.device_bandwidth_gbps:.0f} GB/s ({source}), of which {GPU_BANDWIDTH_EFFICIENCY:.0%} "
-            "is assumed to be reached (no GPU has been measured)"
+            f"GPU: {devices}, of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (no GPU has been measured)"
         )
     if not on_gpu or settings.n_gpu_layers <= spec.n_layer:  # layers on the CPU
         if probe is not None:
