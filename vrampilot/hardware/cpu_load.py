@@ -3,12 +3,13 @@
 A speed measured while another program computes says little about this machine: llama.cpp's
 threads wait for each other at every graph node, so one preempted thread stalls them all and two
 threads can run slower than one. The probe and the per-reply calibration therefore measure what
-everything else took meanwhile (all CPU time minus this process's) and set aside what was taken on
+everything else took meanwhile (all CPU time minus this process's and its children's) and set aside what was taken on
 a busy machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -28,8 +29,16 @@ def _busy_seconds() -> float:
 
 
 def _own_seconds() -> float:
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
+    """This process's CPU time and its children's: a private llama-server computing a reply is
+    ours, not another program's (the ones still running, and those already waited for)."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    own = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it may exit meanwhile: then it is in children_*
+            c = child.cpu_times()
+            own += c.user + c.system
+    return own
 
 
 @dataclass(frozen=True)
