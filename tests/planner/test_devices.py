@@ -19,6 +19,7 @@ from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.memory import layer_devices, memory_breakdown
 from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.speed import backend_key
 from vrampilot.planner.target import target_from_machine
 from vrampilot.units import GIB
 
@@ -82,6 +83,8 @@ def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Pa
     text = "\n".join(p.reasons)
     assert "NVIDIA GeForce RTX 3060 (CUDA0): layers 0-" in text and "+ output" in text
     assert "Split -ts" in text
+    # What replies teach this plan is kept for this pair of cards, not for either alone.
+    assert backend_key(target, p.settings) == "gpu:NVIDIA GeForce RTX 3060 (CUDA0)+NVIDIA GeForce RTX 4060 (CUDA1)"
     # Each card's bandwidth, and where it came from (no GPU has been measured: NVML's peak).
     assert "NVIDIA GeForce RTX 3060 (CUDA0) 360 GB/s (peak from NVML or its profile), NVIDIA GeForce RTX 4060 " in (
         p.reasons[-1]

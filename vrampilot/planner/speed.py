@@ -88,9 +88,10 @@ def _kv_read(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, layer_is_here
 
 
 def backend_key(target: Target, settings: Settings) -> str:
-    """Which learned factors a plan uses: the GPU's when layers run there, else the CPU code's."""
+    """Which learned factors a plan uses: the offload devices' when layers run there (all of them,
+    RPC hosts by endpoint: another card or host is another speed), else the CPU code's."""
     if target.has_gpu and settings.n_gpu_layers > 0:
-        return "gpu:" + target.gpus[0].name
+        return "gpu:" + "+".join(g.label for g in target.gpus)
     return "cpu:" + (target.cpu_variant or "cpu")
 
 
