@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, FixedCosts, HostProbe, RateAt, rate_at
@@ -107,6 +108,15 @@ class CpuRates:
     probe: HostProbe | None
     physical_cores: int
     host_bandwidth_gbps: float = DEFAULT_HOST_BANDWIDTH_GBPS  # assumed peak, without a probe
+    # Rates already looked up: the planner prices every matrix of every alternative, thousands of
+    # look-ups of a handful of (type, threads, row) keys (planning a 16M context took seconds).
+    _memo: dict[tuple[object, ...], float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _cached(self, key: tuple[object, ...], compute: Callable[[], float]) -> float:
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = compute()
+        return value
 
     @property
     def measured(self) -> bool:
@@ -146,6 +156,9 @@ class CpuRates:
 
     def decode_gbps(self, type_name: str, threads: int, row: int = LONG_ROW) -> float:
         """Weight bytes per second through the mat-vec kernel of `type_name` over rows of `row`."""
+        return self._cached(("decode", type_name, threads, row), lambda: self._decode_gbps(type_name, threads, row))
+
+    def _decode_gbps(self, type_name: str, threads: int, row: int) -> float:
         if self.probe is not None:
             near, _ = self._nearest_kernel(type_name)
             k = self.probe.kernel(near)
@@ -164,6 +177,9 @@ class CpuRates:
 
     def prefill_gflops(self, type_name: str, threads: int, *, experts: bool = False) -> float:
         """Matrix throughput over a prompt's ubatch; `experts`: through the mixture-of-experts product."""
+        return self._cached(("prefill", type_name, threads, experts), lambda: self._prefill_gflops(type_name, threads, experts))
+
+    def _prefill_gflops(self, type_name: str, threads: int, experts: bool) -> float:
         if self.probe is not None:
             near, _ = self._nearest_kernel(type_name)
             k = self.probe.kernel(near)
@@ -181,6 +197,10 @@ class CpuRates:
         adds per byte was measured with an f16 cache, and a quantized cache adds it for its fewer
         bytes.
         """
+        key = ("attention", kv_type, head_dim, threads, prefill)
+        return self._cached(key, lambda: self._attention_cell_seconds(kv_type, head_dim, threads, prefill))
+
+    def _attention_cell_seconds(self, kv_type: str, head_dim: float, threads: int, prefill: bool) -> float:
         if self.probe is None or not (self.probe.attention_for(kv_type) or self.probe.attention_for("f16")):
             per_core = ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE if prefill else ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE
             return 4.0 * head_dim / (per_core * self._core_share(threads) * 1e9)
