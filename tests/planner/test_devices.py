@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.factories.gguf_models import write_header_only
-from tests.machines import cpu_machine
+from tests.machines import cpu_machine, uniform_probe
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine
+from vrampilot.hardware.measured import MachineSpeed
 from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.memory import layer_devices, memory_breakdown
 from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.speed import backend_key
 from vrampilot.planner.target import target_from_machine
 from vrampilot.units import GIB
 
@@ -81,6 +83,32 @@ def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Pa
     text = "\n".join(p.reasons)
     assert "NVIDIA GeForce RTX 3060 (CUDA0): layers 0-" in text and "+ output" in text
     assert "Split -ts" in text
+    # What replies teach this plan is kept for this pair of cards, not for either alone.
+    assert backend_key(target, p.settings) == "gpu:NVIDIA GeForce RTX 3060 (CUDA0)+NVIDIA GeForce RTX 4060 (CUDA1)"
+    # Each card's bandwidth, and where it came from (no GPU has been measured: NVML's peak).
+    assert "NVIDIA GeForce RTX 3060 (CUDA0) 360 GB/s (peak from NVML or its profile), NVIDIA GeForce RTX 4060 " in (
+        p.reasons[-1]
+    )
+
+
+def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwen7b: Path) -> None:
+    spec = load_model_spec(qwen7b)
+
+    def decode(rate: float, n_gpu_layers: int) -> float:
+        """Seconds per token with every CPU rate the probe measured scaled by `rate`."""
+        probe = uniform_probe(10.0 * rate, 50.0 * rate, attention_gflops={"f16": 20.0 * rate})
+        machine = replace(two_gpu_machine(), speed=MachineSpeed("test-machine", probe))
+        p = plan(spec, target_from_machine(machine), Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
+        assert len(p.memory.per_device) == 2
+        return 1.0 / p.speed.decode_tps
+
+    # Every layer on the cards: the CPU's rates do not matter.
+    assert decode(0.5, spec.n_layer + 1) == pytest.approx(decode(1.0, spec.n_layer + 1))
+    # Half the layers on the CPU: at half the measured rates their time doubles, the cards' stays.
+    half = spec.n_layer // 2
+    slow, fast = decode(0.5, half), decode(1.0, half)
+    cards = 2 * fast - slow  # what the two cards take (and their overheads)
+    assert 0 < cards < fast - cards  # the CPU's half is the slow part: the partial-offload cliff
 
 
 def test_a_split_that_overfills_one_card_does_not_fit_although_the_sum_would(qwen7b: Path) -> None:
@@ -129,6 +157,11 @@ def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
     shared = p.memory.per_device[0].total_bytes - p.memory.per_device[0].margin_bytes
     # Offloading to it does not make room: what it holds and what the host holds share the RAM.
     assert p.fits == (p.memory.host.total_bytes + shared <= target.host_ram_bytes)
+    assert "system RAM assumed" in target.gpus[0].bandwidth_note
+    # Its memory is the RAM the speed probe measured: that figure, not the assumption, once measured.
+    measured = target_from_machine(replace(machine, speed=MachineSpeed("test-machine", uniform_probe(12.5))))
+    assert measured.gpus[0].bandwidth_gbps == measured.host_bandwidth_gbps == 25.0
+    assert "system RAM measured 2026-12-01, 25.0 GB/s" in measured.gpus[0].bandwidth_note
 
 
 def test_no_gpu_backend_says_so_and_plans_the_cpu() -> None:

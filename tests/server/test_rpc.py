@@ -145,6 +145,8 @@ def test_plan_export_and_chat_on_the_command_line(hosts: list[str], tmp_path: Pa
     assert r.returncode == 0, r.stderr
     chat = json.loads(r.stdout)
     assert chat["served_by"] == "llama-server" and chat["reply"].strip() and chat["stats"]["completion_tokens"] > 0
+    # The reply was compared with the prediction for it (and learned from, unless too short or busy).
+    assert chat["speed"] is not None and chat["speed"]["predicted_decode_tps"] > 0
     r = _cli("plan", "--rpc", f"127.0.0.1:{free_port()}", "--json", env=env)
     assert r.returncode == 2 and "cannot be reached" in r.stderr.strip().splitlines()[-1]
 

@@ -95,7 +95,10 @@ def test_session_numbers_spill_warning_and_replan(qtbot: QtBot, plan8: Plan) -> 
     bw = panel.bandwidth_label.text()
     gbps = plan8.speed.device_bytes_per_token * 41 / 1e9  # bytes per token x tokens/s
     assert "Last reply: 41.0 tokens/s." in bw
-    assert f"GPU: {gbps:.0f} GB/s of 288 GB/s peak ({gbps / PEAK_GBPS:.0%}, peak from nvml)" in bw
+    assert (
+        f"GPU: {gbps:.0f} GB/s of 288 GB/s peak ({gbps / PEAK_GBPS:.0%}; peak from NVML bus width x clock, "
+        "assumed, not measured)"
+    ) in bw
     assert "Memory controller busy 91%" in bw
     assert "as planned" in panel.warning_label.text() and not panel.replan_button.isVisible()
     assert "Everything the model reads per token is in VRAM" in panel.spill_label.text()
@@ -137,9 +140,9 @@ def test_partial_offload_panel(qtbot: QtBot, spec: ModelSpec, plan8: Plan) -> No
     _advance(s, panel, 18)
     panel.record_decode(22.0, duration_s=4)
     panel.feed.poll()
-    host_layers = sum(not on_gpu for on_gpu in p.memory.gpu_layers)
-    assert 0 < host_layers < 28  # the point of the case: a partial offload
-    assert f"On the host: {host_layers} of 28 layers" in panel.spill_label.text()
+    host_layers = sum(not on for on in p.memory.gpu_layers)
+    assert 0 < host_layers < spec.n_layer  # the context pushes some layers off the card
+    assert f"On the host: {host_layers} of {spec.n_layer} layers" in panel.spill_label.text()
     assert "System RAM:" in panel.bandwidth_label.text()
     assert "Shared GPU memory: not read (" in panel.pcie_label.text()
     _shot(panel, "partial-offload")
@@ -172,6 +175,26 @@ def test_without_nvml_ram_and_cpu_still_work(qtbot: QtBot, plan8: Plan) -> None:
     assert panel.bandwidth_box.isVisible()
     assert f"plan: {plan8.speed.decode_tps:.1f} tokens/s" in panel.bandwidth_label.text()
     _shot(panel, "no-nvml")
+    sampler.close()
+
+
+def test_system_ram_bandwidth_is_against_the_measured_peak_and_says_so(qtbot: QtBot, spec: ModelSpec) -> None:
+    from tests.machines import cpu_machine, measured_machine, uniform_probe
+    from vrampilot.planner.target import target_cpu_only
+
+    sampler = Sampler(nvml=FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND))
+    feed = MetersFeed(sampler, start=False)
+    panel = MetersPanel(feed)
+    qtbot.addWidget(panel)
+    for machine, label in ((measured_machine(uniform_probe(12.5)), "of 25.0 GB/s measured peak, 2026-12-01 ("),
+                           (cpu_machine(), "of 50.0 GB/s assumed peak (")):  # fmt: skip
+        p = plan(spec, target_cpu_only(machine), Pins(n_ctx=4096))
+        panel.set_plan(p)
+        sampler.sample_once()
+        panel.record_decode(2.0, duration_s=2)
+        feed.poll()
+        gbps = p.speed.host_bytes_per_token * 2.0 / 1e9
+        assert f"System RAM: {gbps:.1f} GB/s {label}" in panel.bandwidth_label.text()
     sampler.close()
 
 

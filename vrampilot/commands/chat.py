@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
+from vrampilot.hardware import cpu_load
 
 if TYPE_CHECKING:
     from vrampilot.documents import Composed, DocumentSet, FitReport
-    from vrampilot.engine import Message, PromptProgress, SamplingParams
+    from vrampilot.engine import GenerationStats, Message, PromptProgress, SamplingParams
     from vrampilot.planner.search import Plan
 
 
@@ -94,6 +95,8 @@ def run_chat(args: argparse.Namespace) -> int:
         )
         messages = composed.messages
     progress = _print_progress if (not args.json and sys.stderr.isatty()) else None
+
+    started = cpu_load.snapshot()
     try:
         if args.json:
             reply = engine.chat(messages, sampling, on_prompt_progress=progress)
@@ -109,6 +112,9 @@ def run_chat(args: argparse.Namespace) -> int:
             print(reply.stats.summary(), file=sys.stderr)
     finally:
         engine.unload()
+    speed = _learn(loaded.plan, reply.stats, cpu_load.others_share(started))
+    if speed is not None and not args.json:
+        print(f"vrampilot: {speed['line']}", file=sys.stderr)
     chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
@@ -118,12 +124,42 @@ def run_chat(args: argparse.Namespace) -> int:
             "stats": reply.stats.to_dict(),
             "settings": loaded.plan.settings.to_dict(),
             "backoff": list(loaded.changes),
+            "speed": {k: v for k, v in speed.items() if k != "line"} if speed is not None else None,
         }
         if docs is not None and composed is not None:
             out["documents"] = _documents_json(docs[0], composed, reply.text)
             out["fit"] = docs[1].to_dict()
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
+
+
+def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str, Any] | None:
+    """Teach the speed model this reply (planner/calibration.py); what it predicted and measured."""
+    from vrampilot.planner.calibration import record_reply
+
+    if plan.target.speed is None:
+        return None
+    reply = stats.measurement(others_share)
+    try:
+        speed = record_reply(plan.target.speed, plan, reply)
+    except OSError as exc:  # a read-only data folder must not lose the reply
+        print(f"vrampilot: the reply's speed was not kept: {exc}", file=sys.stderr)
+        return None
+    last = speed.last_replies[-1]
+    n = speed.factors_for(last.backend).n_replies
+    line = (
+        f"speed: predicted {last.predicted_decode_tps:.1f} tokens/s generating, measured {last.decode_tps:.1f}; "
+        f"predicted {last.predicted_prefill_tps:.0f} reading the prompt, measured {last.prefill_tps:.0f}"
+        + (f" (other programs used {others_share:.0%} of the CPU: not learned from)" if others_share > cpu_load.BUSY_SHARE else "")
+        + f"; the speed model has learned from {n} repl{'y' if n == 1 else 'ies'} here"
+    )
+    return {
+        "predicted_decode_tps": round(last.predicted_decode_tps, 2),
+        "predicted_prefill_tps": round(last.predicted_prefill_tps, 2),
+        "others_cpu_share": round(others_share, 3),
+        "learned_replies": n,
+        "line": line,
+    }
 
 
 def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt: str, messages: list[Message],
@@ -137,18 +173,24 @@ def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt
     try:
         with private_server(plan) as backend:
             on_text = (lambda _t: None) if args.json else _print_piece
+            started = cpu_load.snapshot()  # the server's CPU counts as ours (cpu_load._own_seconds)
             reply = backend.reply(None, messages, sampling, on_text=on_text, on_report=lambda _x: None,
                                   cancel=threading.Event(), trim=False)  # fmt: skip
+            others = cpu_load.others_share(started)
     except ServerExited as exc:
         raise UserError(f"llama-server (running the plan across the RPC hosts) stopped: {exc}") from None
     if not args.json:
         print()
         print(reply.stats.summary(), file=sys.stderr)
+    speed = _learn(plan, reply.stats, others)
+    if speed is not None and not args.json:
+        print(f"vrampilot: {speed['line']}", file=sys.stderr)
     chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
             "chat_id": chat_id, "model": str(plan.spec.path), "reply": reply.text, "stats": reply.stats.to_dict(),
             "settings": plan.settings.to_dict(), "backoff": [], "served_by": "llama-server",
+            "speed": {k: v for k, v in speed.items() if k != "line"} if speed is not None else None,
         }  # fmt: skip
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.search import Plan
+from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
 
@@ -41,7 +43,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "compute_source": plan.compute_source,
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
         "fits": plan.fits,
-        "speed": plan.speed.as_dict(),
+        "speed": _speed_dict(plan),
         "reasons": list(plan.reasons),
         "warnings": list(plan.warnings),
         "refused": plan.refused,
@@ -59,6 +61,26 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
             for a in plan.alternatives
         ],
         "llama_server": exported_command(plan.spec.path, plan.settings, shell),
+    }
+
+
+def _speed_dict(plan: Plan) -> dict[str, Any]:
+    """The headline figures, what corrected them, where they come from, and the last measured reply."""
+    sp = plan.speed
+    probe = plan.target.host_probe
+    last = last_reply_for(plan)
+    return {
+        **sp.as_dict(),
+        "prompt_tokens": min(HEADLINE_PROMPT_TOKENS, plan.settings.n_ctx),
+        "backend": backend_key(plan.target, plan.settings),
+        "host_rates": f"measured {probe.measured_at}" if probe is not None else "assumed",
+        "gpu_rates": "assumed" if plan.target.has_gpu else None,
+        "calibration": {
+            "replies": sp.calibration_replies,
+            "decode_factor": round(sp.decode_factor, 4),
+            "prefill_factor": round(sp.prefill_factor, 4),
+        },
+        "last_measured": last.to_dict() if last is not None else None,
     }
 
 
@@ -126,8 +148,15 @@ def format_plan(plan: Plan) -> str:
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(
         f"Verdict {verdict}; predicted {plan.speed.decode_tps:.1f} tokens/s generating, "
-        f"{plan.speed.prefill_tps:.0f} tokens/s reading prompts"
+        f"{plan.speed.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, plan.settings.n_ctx)}-token prompt"
     )
+    last = last_reply_for(plan)
+    if last is not None:
+        lines.append(
+            f"Last measured {last.decode_tps:.1f} tokens/s generating (predicted {last.predicted_decode_tps:.1f}), "
+            f"{last.prefill_tps:.0f} reading a {last.prompt_tokens}-token prompt (predicted "
+            f"{last.predicted_prefill_tps:.0f}), {last.at[:16].replace('T', ' ')} UTC"
+        )
     if plan.refused:
         lines.append(f"llama.cpp would refuse these settings: {plan.refused}")
     if plan.suggestion:
@@ -139,13 +168,13 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  ! {w}")
     if plan.alternatives:
         lines.append("")
-        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt")
+        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt (full ctx)")
         for a in plan.alternatives:
             state = "fits" if a.fits else ("refused" if a.refused else "too big")
             lines.append(
                 f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {state:<8} "
                 f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
-                f"{a.speed.prefill_tps:6.0f} tok/s"
+                f"{a.speed.prefill_tps:6.0f} ({a.speed.prefill_tps_full_ctx:5.0f}) tok/s"
             )
     lines.append("")
     lines.append("llama-server")

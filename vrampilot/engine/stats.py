@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from vrampilot.planner.calibration import ReplyMeasurement
 
 StopReason = Literal["eos", "length", "context", "cancelled"]
 
@@ -55,6 +58,19 @@ class GenerationStats:
         # The first token belongs to the prefill; the rate counts the ones after it.
         n = self.completion_tokens - 1
         return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    def measurement(self, others_cpu_share: float | None = None) -> ReplyMeasurement:
+        """This reply as the speed model learns from it (planner/calibration.py)."""
+        from vrampilot.planner.calibration import ReplyMeasurement
+
+        return ReplyMeasurement(
+            prompt_tokens=self.prompt_tokens,
+            evaluated_tokens=self.evaluated_tokens,
+            completion_tokens=self.completion_tokens,
+            decode_tps=self.decode_tps,
+            prefill_tps=self.prefill_tps,
+            others_cpu_share=others_cpu_share,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

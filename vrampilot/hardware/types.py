@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vrampilot.hardware.measured import MachineSpeed
+
 BANDWIDTH_SOURCES = ("nvml", "profile", "unknown")
 
 
@@ -134,6 +136,9 @@ class Machine:
     nvml_status: str
     llama: LlamaBackendInfo
     nvml_available: bool = False
+    # What the speed probe and replies measured on this machine (hardware/speed_store.py); None
+    # until the probe has run here, when the planner's host rates are assumed.
+    speed: MachineSpeed | None = None
 
     @property
     def gpu_memory_total_bytes(self) -> int:

@@ -115,6 +115,8 @@ class BandwidthReading:
     device_peak_gbps: float | None
     device_peak_source: str | None
     host_peak_gbps: float | None
+    # "measured 2026-12-01" (the speed probe's RAM read rate on this machine) or "assumed".
+    host_peak_source: str = "assumed"
 
     @property
     def device_gbps(self) -> float:
@@ -152,4 +154,5 @@ def achieved_bandwidth(
         device_peak_gbps=peak.gbps if peak else None,
         device_peak_source=peak.source if peak else None,
         host_peak_gbps=plan.target.host_bandwidth_gbps or None,
+        host_peak_source=plan.target.host_bandwidth_source,
     )

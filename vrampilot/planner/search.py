@@ -17,7 +17,8 @@ from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
-from vrampilot.planner.speed import SpeedPrediction, predict_speed
+from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction, predict_speed
+from vrampilot.planner.speed_basis import speed_basis
 from vrampilot.planner.target import Target
 from vrampilot.units import format_bytes, format_tokens
 
@@ -660,8 +661,10 @@ def _reasons(
         r.append(
             f"Predicted {speed.decode_tps:.1f} tokens/s generating "
             f"({speed.decode_tps_full_ctx:.1f} with the context full), {speed.prefill_tps:.0f} tokens/s "
-            "reading prompts."
+            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({speed.prefill_tps_full_ctx:.0f} "
+            "reading one that fills the context)."
         )
+        r.append(speed_basis(spec, target, s, speed))
     else:
         over = total(mem) - budget
         r.append(

@@ -1,10 +1,16 @@
-"""Speed model: decode is memory-bound, prefill compute-bound.
+"""Speed model: decode is memory-bound, prefill compute-bound; both corrected by what replies measured.
 
 Decode: each token reads every active weight once plus the KV cache in use. Bytes on the GPU are
-read at the card's effective bandwidth, bytes left on the host at system-memory bandwidth, so a few
-CPU layers cost far more than their share: the partial-offload cliff. Prefill: matrix work at the
-device's throughput; with partial offload llama.cpp streams host layers' weights to the GPU over
-PCIe once per ubatch, which is why larger ubatches speed prompts up.
+read at the card's effective bandwidth, layers left on the host run at the rates llama.cpp's CPU
+kernels reach on this machine (planner/cpu_speed.py, from the speed probe; assumed rates without
+one), so a few CPU layers cost far more than their share: the partial-offload cliff. Prefill:
+matrix work at the device's throughput; with partial offload llama.cpp streams host layers'
+weights to the GPU over PCIe once per ubatch, which is why larger ubatches speed prompts up.
+
+`SpeedModel` answers for any conditions (a prompt of n tokens after n_past, a token generated with
+n tokens in the cache), which is how a reply's measured speed is compared with the prediction for
+that very reply (planner/calibration.py). `predict_speed` gives the plan's headline figures,
+multiplied by the factors replies taught on this machine and backend.
 """
 
 from __future__ import annotations
@@ -14,44 +20,44 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.hardware.measured import SpeedFactors
+from vrampilot.planner.cpu_speed import AttentionShape, CpuRates, decode_seconds, prefill_seconds, weight_table
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
 # Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
+# Assumed: no GPU has been measured (see README "Predicted speed").
 GPU_BANDWIDTH_EFFICIENCY = 0.75
-# Share of the assumed host bandwidth reached by CPU decoding; bench/speed.py calibrates it
-# against llama.cpp's measured speed on the embedded model (see README "Speed model").
-HOST_BANDWIDTH_EFFICIENCY = 0.6
-# Share of the CPU's nominal throughput (target.cpu_gflops, 60 GFLOP/s per core) reached by
-# quantized matrix-vector products (decode) and matrix-matrix products (prefill). Calibrated with
-# bench/speed.py on the embedded model (AMD EPYC, 1 thread, 2026-11-30): decode 74 tok/s measured
-# (20 GFLOP/s per core), prefill 124 tok/s.
-CPU_COMPUTE_EFFICIENCY = 0.33
-CPU_PREFILL_EFFICIENCY = 0.7
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
 # Fixed cost of a decode step on the GPU: the launch and synchronisation of every layer's kernels,
 # which bytes/bandwidth does not see; it caps tiny models at a few thousand tokens/s.
 GPU_TOKEN_OVERHEAD_S = 3e-4
 GPU_LAYER_OVERHEAD_S = 2e-5
-# Decode threads that saturate system memory bandwidth; fewer threads leave it unused.
-THREADS_TO_SATURATE_MEMORY = 4
+# The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
+HEADLINE_PROMPT_TOKENS = 512
 
 
 @dataclass(frozen=True)
 class SpeedPrediction:
     decode_tps: float  # at the start of a conversation
     decode_tps_full_ctx: float  # with the context full
-    prefill_tps: float
+    prefill_tps: float  # reading a HEADLINE_PROMPT_TOKENS prompt at the start of a conversation
+    prefill_tps_full_ctx: float  # reading a prompt that fills the context (a long document)
     device_bytes_per_token: int
     host_bytes_per_token: int
+    # What corrected these figures: measured / predicted over recent replies on this backend.
+    decode_factor: float = 1.0
+    prefill_factor: float = 1.0
+    calibration_replies: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {
             "decode_tps": round(self.decode_tps, 1),
             "decode_tps_full_ctx": round(self.decode_tps_full_ctx, 1),
             "prefill_tps": round(self.prefill_tps, 1),
+            "prefill_tps_full_ctx": round(self.prefill_tps_full_ctx, 1),
         }
 
 
@@ -79,6 +85,116 @@ def _kv_read(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, layer_is_here
         if layer_bytes and cells and layer_is_here(il):
             total += layer_bytes * min(n_tokens, cells) / cells
     return total
+
+
+def backend_key(target: Target, settings: Settings) -> str:
+    """Which learned factors a plan uses: the offload devices' when layers run there (all of them,
+    RPC hosts by endpoint: another card or host is another speed), else the CPU code's."""
+    if target.has_gpu and settings.n_gpu_layers > 0:
+        return "gpu:" + "+".join(g.label for g in target.gpus)
+    return "cpu:" + (target.cpu_variant or "cpu")
+
+
+def _attention_shapes(spec: ModelSpec, mem: MemoryBreakdown) -> tuple[AttentionShape | None, ...]:
+    if spec.is_mla:
+        # MLA attends in the latent space: K is the latent plus the RoPE part, V the latent.
+        dk, dv = spec.kv_lora_rank + spec.n_rot, spec.kv_lora_rank
+    else:
+        dk, dv = spec.head_dim_k, spec.head_dim_v
+    out: list[AttentionShape | None] = []
+    for il in range(spec.n_layer):
+        if spec.recurrent_layers[il] or not spec.n_head_kv[il]:
+            out.append(None)
+        else:
+            out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, _cells(mem, spec, il)))
+    return tuple(out)
+
+
+class SpeedModel:
+    """Seconds per token of one plan's settings on its target, before calibration."""
+
+    def __init__(self, spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> None:
+        self.spec, self.settings, self.target, self.mem = spec, settings, target, mem
+        self.gpu = target.has_gpu and settings.n_gpu_layers > 0
+        self.on_gpu = tuple(on and self.gpu for on in mem.gpu_layers)
+        self.output_on_gpu = self.gpu and mem.output_on_gpu
+        self.table = weight_table(spec)
+        self.rates = CpuRates(target.host_probe, target.cpu_physical_cores, target.host_bandwidth_gbps)
+        self.attention = _attention_shapes(spec, mem)
+        # Without flash attention the products run as f16 matrix products over the cache; the
+        # probe's f16 attention rates are the nearest measurement.
+        self.kv_type = settings.type_k if settings.flash_attn else "f16"
+        layer_bytes, layer_params = spec.layer_active_bytes, spec.layer_active_params
+        out_bytes, out_params = _output_read(spec)
+        self.dev_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if on)
+        self.host_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if not on)
+        if self.output_on_gpu:
+            self.dev_w += out_bytes
+        else:
+            self.host_w += out_bytes
+        self.n_gpu = sum(self.on_gpu) + (1 if self.output_on_gpu else 0)
+        self.flops_per_token = 2.0 * (sum(layer_params) + out_params)
+        self.gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if self.gpu else 0.0
+
+    @property
+    def host_layers(self) -> tuple[bool, ...]:
+        return tuple(not on for on in self.on_gpu)
+
+    def bytes_per_token(self, n_tokens: int) -> tuple[float, float]:
+        """(device, host) bytes one decode step reads with n_tokens in the cache."""
+        dev = self.dev_w + (kv_read_bytes(self.mem, self.spec, n_tokens, on_gpu=True) if self.gpu else 0.0)
+        host = self.host_w + kv_read_bytes(self.mem, self.spec, n_tokens, on_gpu=False)
+        return dev, host
+
+    def decode_seconds(self, n_tokens: int) -> float:
+        """One generated token with n_tokens already in the cache."""
+        dev, _ = self.bytes_per_token(n_tokens)
+        t_dev = 0.0
+        if self.gpu and (len(self.mem.per_device) > 1 or any(g.kind == "rpc" for g in self.target.gpus)):
+            # Each device at its own bandwidth, plus the hops to and from RPC hosts.
+            t_dev = _device_decode_seconds(self.spec, self.target, self.mem, n_tokens)
+        elif dev and self.gpu_bw:
+            t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * self.n_gpu
+        t_host = decode_seconds(
+            self.table, self.host_layers, not self.output_on_gpu, self.attention, n_tokens, self.kv_type,
+            self.settings.n_threads, self.rates,
+        )  # fmt: skip
+        return t_dev + t_host
+
+    def prefill_seconds(self, n_tokens: int, n_past: int = 0) -> float:
+        """Reading n_tokens of prompt with n_past tokens already in the cache."""
+        s = self.settings
+        if n_tokens <= 0:
+            return 0.0
+        if not self.gpu:
+            return prefill_seconds(
+                self.table, self.host_layers, True, self.attention, n_tokens, n_past, s.n_batch, s.n_ubatch,
+                self.kv_type, s.n_threads_batch, self.rates,
+            )  # fmt: skip
+        # GPU: matrix work at the card's throughput, plus attention over the cache and the ubatch,
+        # plus the host layers' weights copied over PCIe once per ubatch (op offload). A ubatch's
+        # time is affine in its work, so the full ubatches are priced at their mean work, times
+        # their count (no loop over ubatches: a 16M context has 32K of them).
+        spec = self.spec
+        attn_per_cell = 4.0 * spec.n_layer * max(spec.n_head or (0,)) * spec.head_dim_k
+        ub = max(1, min(s.n_ubatch, s.n_batch))
+        full, rest = divmod(n_tokens, ub)
+        t = 0.0
+        for count, m, start in ((full, ub, n_past), (1 if rest else 0, rest, n_past + full * ub)):
+            if count:
+                q = count * m  # the queries of these ubatches; on average each sees start + q/2 cells
+                work = q * self.flops_per_token + attn_per_cell * q * (start + q / 2)
+                t += count * self._gpu_ubatch_seconds(m, work / count)
+        return t
+
+    def _gpu_ubatch_seconds(self, m: int, work: float) -> float:
+        """One ubatch of m tokens, `work` FLOPs, on the offload devices."""
+        eff = 0.45 * m / (m + 128)
+        if len(self.mem.per_device) > 1:
+            t = _devices_prefill_seconds(self.spec, self.target, self.mem, m, work, eff)
+        else:
+            t = work / (self.target.device_tflops * 1e12 * eff)
+        return t + self.host_w / (PCIE_GBPS * 1e9)
 
 
 def _device_decode_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, n_tokens: int) -> float:
@@ -142,65 +258,24 @@ def _without_network(target: Target) -> Target:
 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
-    layer_bytes, layer_params = spec.layer_active_bytes, spec.layer_active_params
-    out_bytes, out_params = _output_read(spec)
-    gpu = target.has_gpu and settings.n_gpu_layers > 0
-    on_gpu = [on and gpu for on in mem.gpu_layers]
-    dev_w = sum(b for b, on in zip(layer_bytes, on_gpu, strict=True) if on)
-    host_w = sum(b for b, on in zip(layer_bytes, on_gpu, strict=True) if not on)
-    host_p = sum(p for p, on in zip(layer_params, on_gpu, strict=True) if not on)
-    if gpu and mem.output_on_gpu:
-        dev_w += out_bytes
-    else:
-        host_w += out_bytes
-        host_p += out_params
-
-    n_gpu = sum(on_gpu) + (1 if gpu and mem.output_on_gpu else 0)
-    gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if gpu else 0.0
-    cores = target.cpu_physical_cores
-    thread_share = min(1.0, settings.n_threads / min(THREADS_TO_SATURATE_MEMORY, cores))
-    host_bw = target.host_bandwidth_gbps * 1e9 * HOST_BANDWIDTH_EFFICIENCY * thread_share
-    # Matrix-vector work on the CPU scales with the threads given to it, up to the physical cores.
-    cpu_decode_flops = target.cpu_gflops * 1e9 * CPU_COMPUTE_EFFICIENCY * min(1.0, settings.n_threads / cores)
-
-    def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
-        dev = dev_w + (kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
-        host = host_w + kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
-        if len(mem.per_device) > 1 or any(g.kind == "rpc" for g in target.gpus):
-            t_dev = _device_decode_seconds(spec, target, mem, n_tokens) if gpu else 0.0
-        else:
-            t_dev = dev / gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * n_gpu if dev and gpu_bw else 0.0
-        # CPU decoding is bound by memory bandwidth or, on few cores, by arithmetic (2 FLOPs per
-        # weight): whichever takes longer sets the pace.
-        t_host = max(host / host_bw, 2.0 * host_p / cpu_decode_flops) if host else 0.0
-        return t_dev + t_host, int(dev), int(host)
-
-    t0, dev_bytes, host_bytes = decode_seconds(1)
-    t_full, _, _ = decode_seconds(settings.n_ctx)
-
-    # Prefill: 2 FLOPs per active weight per token, plus attention over half the context on average.
-    n_head = max(spec.n_head or (0,))
-    attn = 4.0 * spec.n_layer * (settings.n_ctx / 2) * n_head * spec.head_dim_k
-    flops_per_token = 2.0 * (sum(layer_params) + out_params) + attn
-    ub = settings.n_ubatch
-    if gpu:
-        eff = 0.45 * ub / (ub + 128)
-        if len(mem.per_device) > 1:
-            t_compute = _devices_prefill_seconds(spec, target, mem, ub, ub * flops_per_token, eff)
-        else:
-            t_compute = ub * flops_per_token / (target.device_tflops * 1e12 * eff)
-        # Host layers' weights travel to the GPU once per ubatch (op offload).
-        t_copy = host_w / (PCIE_GBPS * 1e9)
-        prefill = ub / (t_compute + t_copy)
-    else:
-        threads = min(1.0, settings.n_threads_batch / cores)
-        prefill = target.cpu_gflops * 1e9 * CPU_PREFILL_EFFICIENCY * threads / flops_per_token
+    model = SpeedModel(spec, settings, target, mem)
+    factors: SpeedFactors = target.factors_for(backend_key(target, settings))
+    t0 = model.decode_seconds(1)
+    t_full = model.decode_seconds(settings.n_ctx)
+    n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))
+    t_prompt = model.prefill_seconds(n_prompt, 0)
+    t_fill = model.prefill_seconds(settings.n_ctx, 0)
+    dev_bytes, host_bytes = model.bytes_per_token(1)
     return SpeedPrediction(
-        decode_tps=1.0 / t0 if t0 > 0 else 0.0,
-        decode_tps_full_ctx=1.0 / t_full if t_full > 0 else 0.0,
-        prefill_tps=prefill,
-        device_bytes_per_token=dev_bytes,
-        host_bytes_per_token=host_bytes,
+        decode_tps=factors.decode / t0 if t0 > 0 else 0.0,
+        decode_tps_full_ctx=factors.decode / t_full if t_full > 0 else 0.0,
+        prefill_tps=factors.prefill * n_prompt / t_prompt if t_prompt > 0 else 0.0,
+        prefill_tps_full_ctx=factors.prefill * settings.n_ctx / t_fill if t_fill > 0 else 0.0,
+        device_bytes_per_token=int(dev_bytes),
+        host_bytes_per_token=int(host_bytes),
+        decode_factor=factors.decode,
+        prefill_factor=factors.prefill,
+        calibration_replies=factors.n_replies,
     )
 
 

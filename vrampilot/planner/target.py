@@ -11,14 +11,16 @@ from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
+from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
 from vrampilot.units import GIB, format_bytes
 
-# Without a measurement, a desktop with dual-channel DDR4/DDR5 reads ~40-80 GB/s at peak.
-# bench/planner_speed.py calibrates the effective share on a real machine.
+# Without a measurement (no speed probe yet, hardware/probe.py), a desktop with dual-channel
+# DDR4/DDR5 reads ~40-80 GB/s at peak.
 DEFAULT_HOST_BANDWIDTH_GBPS = 50.0
-# Per-core matrix throughput of a recent x86 core on quantized weights (AVX2 FMA), GFLOP/s.
+# Per-core matrix throughput of a recent x86 core on quantized weights (AVX2 FMA), GFLOP/s; used
+# only until the probe has measured llama.cpp's kernels here.
 DEFAULT_CPU_GFLOPS_PER_CORE = 60.0
 # A hypothetical card given only by its size: assume a mid-range GDDR6 part (RTX 4060 Ti class).
 HYPOTHETICAL_GPU_BANDWIDTH_GBPS = 288.0
@@ -83,6 +85,10 @@ class Target:
     cpu_gflops: float
     device_margin_bytes: int = DEFAULT_DEVICE_MARGIN_BYTES
     notes: tuple[str, ...] = ()
+    # What this machine measured (hardware/measured.py): its CPU's speed probe (host rates are
+    # assumed until it ran) and what replies taught per backend. None for a machine not detected.
+    speed: MachineSpeed | None = None
+    cpu_variant: str | None = None  # llama.cpp's CPU code here ("haswell"): names the CPU factors
     # The devices are this machine's, as llama.cpp sees them (not a profile or a --vram size):
     # an exact plan may ask llama.cpp to allocate on them.
     devices_here: bool = False
@@ -90,6 +96,19 @@ class Target:
     @property
     def has_gpu(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def host_probe(self) -> HostProbe | None:
+        return self.speed.probe if self.speed is not None else None
+
+    @property
+    def host_bandwidth_source(self) -> str:
+        """Where host_bandwidth_gbps came from, for reasons and meters."""
+        probe = self.host_probe
+        return f"measured {probe.date}" if probe is not None else "assumed"
+
+    def factors_for(self, backend: str) -> SpeedFactors:
+        return self.speed.factors_for(backend) if self.speed is not None else SpeedFactors(backend)
 
     @property
     def device_budget_bytes(self) -> int:
@@ -114,18 +133,30 @@ class Target:
 
 
 def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], notes: tuple[str, ...] = ()) -> Target:
-    """A target with this machine's host side (RAM less a reserve, cores, CPU throughput)."""
+    """A target with this machine's host side (RAM less a reserve, cores, CPU throughput, and what
+    the speed probe and replies measured here)."""
     phys = max(1, machine.cpu.physical_cores)
+    speed = machine.speed
     return Target(
         description=description,
         gpus=gpus,
         host_ram_bytes=max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES),
-        host_bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+        host_bandwidth_gbps=_ram_bandwidth(machine)[0],
         cpu_physical_cores=phys,
         cpu_logical_cores=max(phys, machine.cpu.logical_cores),
         cpu_gflops=phys * DEFAULT_CPU_GFLOPS_PER_CORE,
         notes=notes,
+        speed=speed,
+        cpu_variant=machine.llama.cpu_variant,
     )
+
+
+def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
+    """System RAM's read bandwidth (GB/s) and where it came from: the speed probe's, or assumed."""
+    probe = machine.speed.probe if machine.speed is not None else None
+    if probe is not None and probe.ram_peak_gbps > 0:
+        return probe.ram_peak_gbps, f"measured {probe.date}"
+    return DEFAULT_HOST_BANDWIDTH_GBPS, "assumed"
 
 
 def target_from_machine(machine: Machine, rpc_hosts: Sequence[RpcHost] = (),
@@ -173,11 +204,12 @@ def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
             budget = min(d.memory_free_bytes, max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES))
             notes.append(f"{d.description or d.name} ({d.name}) is an integrated GPU: its memory is system RAM, "
                          "shared with the CPU's part of the plan")  # fmt: skip
+            ram_gbps, ram_source = _ram_bandwidth(machine)  # the CPU's measurement holds for its RAM
             out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
-                                 memory_budget_bytes=budget, bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+                                 memory_budget_bytes=budget, bandwidth_gbps=ram_gbps,
                                  fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS / 8, kind="igpu", llama_name=d.name,
                                  buffer_name=d.name, asynchronous=d.asynchronous,
-                                 bandwidth_note=f"bandwidth of system RAM assumed, {DEFAULT_HOST_BANDWIDTH_GBPS:.0f} GB/s"))  # fmt: skip
+                                 bandwidth_note=f"bandwidth of system RAM {ram_source}, {ram_gbps:.1f} GB/s"))  # fmt: skip
             continue
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
         out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,

@@ -88,6 +88,7 @@ class ChatController(QObject):
         # on its model instead of a second in-process copy; None when the app does not serve.
         self.served: ChatBackend | None = None
         self.replying: ChatBackend = self.backend  # the one the current (or last) reply came from
+        self._learn_speed = False  # the current reply is timed for the speed model
         # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
         self.model_checks: dict[str, str | None] = {}
         self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
@@ -344,6 +345,10 @@ class ChatController(QObject):
             self._ensure_backend()
             backend = self.backend
         self.replying = backend
+        # In-process llama.cpp replies teach the speed model (a served or hybrid one runs elsewhere).
+        self._learn_speed = served is None and self.backend_key == BACKEND_LLAMA
+        if self._learn_speed:
+            self.plans.speed.reply_started()
         position = len(self.chats.messages(self.chat_id))
         self._set_state(ChatState.GENERATING)
         self.view.begin_reply(position)
@@ -374,6 +379,9 @@ class ChatController(QObject):
             self.kv_usage.emit(kv)
         elif reply.stats.decode_tps > 0:
             self.reply_measured.emit(reply.stats)
+        if self._learn_speed:
+            loaded = self.plans.load_result
+            self.plans.speed.reply_finished(loaded.plan if loaded is not None else None, reply.stats)
         if self.chat_id is None or (not reply.text and reply.stats.stop_reason == "cancelled"):
             # Stopped before the first token: nothing to keep, and the question waits for "Answer".
             self.view.drop_reply()
@@ -431,6 +439,8 @@ class ChatController(QObject):
     def _failed(self, exc: BaseException) -> None:
         if self.state is not ChatState.GENERATING:
             return
+        if self._learn_speed:
+            self.plans.speed.reply_finished(None, None)
         self._set_state(ChatState.IDLE)
         self.view.drop_reply()
         if isinstance(exc, ContextOverflow):

@@ -81,6 +81,9 @@ def _small(widget: QWidget, factor: float = 0.9) -> None:
     widget.setFont(font)
 
 
+_PEAK_SOURCES = {"nvml": "NVML bus width x clock", "profile": "the GPU profile", "plan": "the plan's GPU"}
+
+
 def _label(text: str = "", *, small: bool = False, selectable: bool = True) -> QLabel:
     label = QLabel(text)
     label.setWordWrap(True)
@@ -413,14 +416,21 @@ class MetersPanel(QWidget):
             return f"Measured after each reply (plan: {readout.planned_decode_tps:.1f} tokens/s)." + tail
         lines = [f"Last reply: {bw.decode_tps:.1f} tokens/s."]
         if bw.device_bytes_per_token:
+            # No GPU has been measured: NVML's bus width x clock (or a profile) is a data-sheet peak.
             peak = (
-                f" of {bw.device_peak_gbps:.0f} GB/s peak ({_pct(bw.device_share_of_peak)}, peak from {bw.device_peak_source})"
+                f" of {bw.device_peak_gbps:.0f} GB/s peak ({_pct(bw.device_share_of_peak)}; peak from "
+                f"{_PEAK_SOURCES.get(bw.device_peak_source or '', bw.device_peak_source)}, assumed, not measured)"
                 if bw.device_peak_gbps
                 else ""
             )
             lines.append(f"GPU: {bw.device_gbps:.0f} GB/s{peak}.")
         if bw.host_bytes_per_token:
-            peak = f" of {bw.host_peak_gbps:.0f} GB/s ({_pct(bw.host_share_of_peak)})" if bw.host_peak_gbps else ""
+            peak = ""
+            if bw.host_peak_gbps:
+                what = "measured peak" if bw.host_peak_source.startswith("measured") else "assumed peak"
+                when = bw.host_peak_source.removeprefix("measured ").strip()
+                label = f"{what}, {when}" if what == "measured peak" else what
+                peak = f" of {bw.host_peak_gbps:.1f} GB/s {label} ({_pct(bw.host_share_of_peak)})"
             lines.append(f"System RAM: {bw.host_gbps:.1f} GB/s{peak}.")
         return " ".join(lines) + tail
 

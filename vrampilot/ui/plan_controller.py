@@ -32,6 +32,7 @@ from vrampilot.ui.context import AppContext
 from vrampilot.ui.hardware_view import HardwareView
 from vrampilot.ui.library_view import LibraryEntry, LibraryView, describe_entry
 from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
+from vrampilot.ui.speed_controller import SpeedController
 from vrampilot.units import format_tokens
 
 TARGET_MACHINE = "machine"
@@ -103,6 +104,10 @@ class PlanController(QObject):
         self._loading_for: tuple[Pins, str] | None = None
         self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
         self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
+        # Measures the machine and learns from replies; what it learns changes this target.
+        self.speed = SpeedController(ctx, self)
+        self.speed.measured.connect(self._speed_measured)
+        self.speed.status.connect(self.status)
         self._serve_waiters: list[tuple[LoadedFn, FailFn]] = []
         self._served = False  # llama-server runs the model (the Server tab, or a plan with RPC hosts)
         # RPC hosts for "This machine" plans: as typed, and as they answered (vrampilot.hardware.rpc).
@@ -158,10 +163,20 @@ class PlanController(QObject):
             last = self.ctx.prefs.last_model()
             path = last if last is not None and last.is_file() else embedded_model_path()
         self.refresh_library()
+        self.speed.machine_ready(machine, path)
         if path is not None:
             self.select_model(path, fallback=restored)
         else:
             self.view.show_message("No model yet: open a GGUF file or drop one on the window.")
+
+    def _speed_measured(self, speed: object) -> None:
+        """The probe ran, a model's weight types were measured, or a reply was learned: later plans
+        use it, and the shown plan is made again with it."""
+        if self.machine is None:
+            return
+        self.machine = replace(self.machine, speed=speed)  # type: ignore[arg-type]
+        self.target = self._make_target(self.target_key)
+        self.replan()
 
     def _make_target(self, key: str) -> Target:
         assert self.machine is not None
@@ -284,6 +299,7 @@ class PlanController(QObject):
             self.ctx.prefs.set_last_model(path)
             self.library_view.select(path)
             self.replan()
+            self.speed.model_selected(spec)
 
         def failed(exc: BaseException) -> None:
             why = f"Could not read {path.name}: {describe_error(exc)}"

@@ -28,7 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.export import SHELLS
+from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.search import Alternative, Pins, Plan
+from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS
 from vrampilot.ui.pin_controls import PinControls
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
@@ -108,6 +110,7 @@ class PlanView(QWidget):
         self.speed = QLabel()
         self.speed.setObjectName("speed")
         self.speed.setWordWrap(True)
+        self.speed.setTextFormat(Qt.TextFormat.RichText)
         outer.addWidget(self.speed)
 
         # Actions
@@ -254,11 +257,7 @@ class PlanView(QWidget):
             color, word = OVER_BUDGET, "Does not fit"
         detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
-        sp = plan.speed
-        self.speed.setText(
-            f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating "
-            f"({sp.decode_tps_full_ctx:.1f} with the context full), {sp.prefill_tps:.0f} tokens/s reading prompts"
-        )
+        self.speed.setText(_speed_text(plan))
         items = [f"<li>{escape(r)}</li>" for r in plan.reasons]
         items += [f"<li style='color:{WARN_AMBER}'>{escape(w)}</li>" for w in plan.warnings]
         if plan.suggestion:
@@ -344,6 +343,32 @@ class PlanView(QWidget):
             self.load_button.setText("Reload" if reload else "Load")
         elif self._plan is not None:
             self.load_button.setText("Load" if self._plan.fits else "Load anyway…")
+
+
+def _speed_text(plan: Plan) -> str:
+    """Predicted speed, where it comes from, and the last reply's measurement beside its prediction."""
+    sp, s = plan.speed, plan.settings
+    probe = plan.target.host_probe
+    on_cpu = not (plan.target.has_gpu and s.n_gpu_layers > 0)
+    if on_cpu:
+        basis = f"CPU measured {probe.date}" if probe is not None else "CPU rates assumed (not measured yet)"
+    else:
+        basis = "GPU bandwidth efficiency assumed"
+    if sp.calibration_replies:
+        basis += f", corrected by {sp.calibration_replies} repl{'y' if sp.calibration_replies == 1 else 'ies'}"
+    lines = [
+        f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating ({sp.decode_tps_full_ctx:.1f} with the "
+        f"context full), {sp.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token "
+        f"prompt ({sp.prefill_tps_full_ctx:.0f} filling the context) <span style='color:gray'>({escape(basis)})</span>"
+    ]
+    last = last_reply_for(plan)
+    if last is not None:
+        lines.append(
+            f"Last measured: <b>{last.decode_tps:.1f}</b> tokens/s generating (predicted "
+            f"{last.predicted_decode_tps:.1f} at its {last.context_tokens}-token context), {last.prefill_tps:.0f} "
+            f"reading its {last.prompt_tokens}-token prompt (predicted {last.predicted_prefill_tps:.0f})"
+        )
+    return "<br>".join(lines)
 
 
 def _is_windows() -> bool:

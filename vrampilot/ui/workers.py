@@ -69,7 +69,8 @@ class _Task(QRunnable):
         try:
             result = self._fn(self._handle)
         except Exception as exc:
-            if not isinstance(exc, UserError):
+            # A task stopped on request (the window closing, a newer task) is not a fault.
+            if not isinstance(exc, UserError) and not self._handle.cancelled.is_set():
                 _log.error("background task failed", exc_info=True)
             self._signals.failed.emit(exc)
         else:

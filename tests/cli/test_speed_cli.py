@@ -1,0 +1,59 @@
+"""Measured speed from the command line: `doctor --measure`, the plan's speed basis, and `chat`
+teaching the speed model, in a data folder of the test's own (a machine nobody measured yet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import vrampilot
+from vrampilot.hardware.probe import ALL_WEIGHT_TYPES
+
+PINS = ("--ctx", "1024", "--threads", "1", "--threads-batch", "1")
+
+
+@pytest.mark.slow
+def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
+    env = {"VRAMPILOT_HOME": str(tmp_path)}
+
+    # Nothing measured yet: the doctor says so, and so does the plan.
+    r = vrampilot("doctor", env=env)
+    assert r.returncode == 0 and "Speed: not measured on this machine yet" in r.stdout
+    d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
+    assert d["speed"]["host_rates"] == "assumed" and d["speed"]["last_measured"] is None
+    assert any(x.startswith("Speed basis (cpu:") and "assumed rates" in x for x in d["reasons"])
+
+    # Measured: every weight type of released files, the cache types, kept for this machine.
+    r = vrampilot("doctor", "--measure", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    speed = json.loads(r.stdout)["speed"]
+    probe = speed["probe"]
+    assert {k["type"] for k in probe["kernels"]} <= set(ALL_WEIGHT_TYPES)
+    assert {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f16"} <= {k["type"] for k in probe["kernels"]}
+    assert {a["kv_type"] for a in probe["attention"]} == {"f16", "q8_0", "q4_0"}
+    assert speed["gpu"] == "assumed"
+    text = vrampilot("doctor", env=env).stdout
+    assert "Speed: measured " in text and "RAM read" in text and "q4_1" in text
+
+    d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
+    assert d["speed"]["host_rates"] == f"measured {probe['measured_at']}"
+    basis = next(x for x in d["reasons"] if x.startswith("Speed basis"))
+    assert f"measured on this machine {probe['measured_at'][:10]}" in basis
+
+    # A reply: predicted and measured side by side, remembered for the next plan of this model.
+    r = vrampilot("chat", *PINS, "--prompt", "Say hello.", "--max-tokens", "16", "--temperature", "0", "--save",
+                  "--json", env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["speed"]["predicted_decode_tps"] > 0 and out["speed"]["predicted_prefill_tps"] > 0
+    assert 0.0 <= out["speed"]["others_cpu_share"] <= 1.0
+    d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
+    last = d["speed"]["last_measured"]
+    assert last["model"] == Path(out["model"]).name
+    assert last["decode_tps"] == pytest.approx(out["stats"]["decode_tps"], abs=0.02)
+    assert "Last measured" in vrampilot("plan", *PINS, env=env).stdout
+    # Without --json the line says what was predicted and measured.
+    r = vrampilot("chat", *PINS, "--prompt", "Again.", "--max-tokens", "12", "--temperature", "0", env=env)
+    assert r.returncode == 0 and "vrampilot: speed: predicted" in r.stderr

@@ -1,0 +1,110 @@
+"""The speed probe: llama.cpp's own kernels timed on this CPU, kept per machine, measured again on
+new hardware. Figures are checked for sense (positive, consistent units), never for a speed: the
+machine running the tests may be busy."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from vrampilot.hardware import detect_machine
+from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
+from vrampilot.hardware.probe import (
+    ProbeCancelled,
+    measure_host,
+    measure_kernels,
+    missing_kernels,
+    probe_threads,
+)
+from vrampilot.hardware.speed_store import (
+    FILE_NAME,
+    add_kernels,
+    load_machine_speed,
+    machine_fingerprint,
+    save_probe,
+    update_machine_speed,
+)
+
+
+def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
+    threads = probe_threads(detect_machine().cpu.physical_cores)
+    assert {r.threads for r in host_probe.ram_read_gbps} == set(threads)
+    assert all(r.value > 0 for r in host_probe.ram_read_gbps)
+    assert [(x.n_layer, x.n_vocab) for x in host_probe.steps] == [(2, 256), (12, 256), (2, 32768)]
+    assert all({r.threads for r in x.step_us} == set(threads) and all(r.value > 0 for r in x.step_us)
+               for x in host_probe.steps)  # fmt: skip
+    fixed = host_probe.fixed_costs(threads[-1])
+    assert fixed.step_s >= 0 and fixed.layer_s >= 0 and fixed.vocab_entry_s >= 0
+    assert {k.type_name for k in host_probe.kernels} == {"q4_0", "q4_1", "q8_0", "f16"}
+    for k in host_probe.kernels:
+        for rates in (k.decode_gbps, k.decode_short_gbps, k.prefill_gflops, k.prefill_moe_gflops):
+            assert {r.threads for r in rates} == set(threads)
+            assert all(r.value > 0 for r in rates)
+        assert k.buffer in ("CPU", "CPU_REPACK")
+    kinds = {(a.kv_type, a.head_dim) for a in host_probe.attention}
+    assert kinds == {("f16", 64), ("f16", 256), ("q8_0", 64), ("q8_0", 256)}
+    assert 0.0 <= host_probe.others_cpu_share <= 1.0
+    assert host_probe.cpu_variant == detect_machine().llama.cpu_variant
+    # A mat-vec reads each byte of the weights once: it cannot beat the fastest RAM read by far
+    # (the matrix is larger than the cache), whatever the machine.
+    assert max(r.value for k in host_probe.kernels for r in k.decode_gbps) < 3 * host_probe.ram_peak_gbps
+
+
+def test_probe_stops_when_cancelled() -> None:
+    cancel = threading.Event()
+    seen: list[str] = []
+
+    def progress(step: str) -> None:
+        seen.append(step)
+        if "kernels" in step:
+            cancel.set()
+
+    with pytest.raises(ProbeCancelled):
+        measure_host(1, weight_types=("q8_0", "f16"), kv_types=("f16",), cancel=cancel, progress=progress)
+    assert "f16 kernels" not in seen
+
+
+def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostProbe, tmp_path: Path) -> None:
+    assert missing_kernels(host_probe, ("Q8_0", "q4_k", "q6_k", "type99")) == ["q4_k", "q6_k"]
+    save_probe("fp", host_probe, tmp_path)
+    added = measure_kernels(("q4_k",), 1)
+    assert [k.type_name for k in added] == ["q4_k"]
+    stored = add_kernels("fp", added, tmp_path)
+    assert stored.probe is not None and stored.probe.kernel("q4_k") is not None
+    assert stored.probe.kernel("q8_0") == host_probe.kernel("q8_0")
+
+
+def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: Path) -> None:
+    machine = detect_machine()
+    fp = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
+    assert fp == machine.speed.fingerprint if machine.speed else False
+    more_ram = machine_fingerprint(machine.cpu, machine.ram_total_bytes + 16 * 2**30, machine.llama, machine.gpus)
+    other_cpu = machine_fingerprint(replace(machine.cpu, physical_cores=64), machine.ram_total_bytes, machine.llama, ())
+    new_engine = machine_fingerprint(machine.cpu, machine.ram_total_bytes, replace(machine.llama, recipe_key="x"), ())
+    assert len({fp, more_ram, other_cpu, new_engine}) == 4
+    update_machine_speed(fp, lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
+    assert load_machine_speed(fp, tmp_path).factors_for("cpu:x").decode == 0.8
+    assert load_machine_speed(more_ram, tmp_path) == MachineSpeed(more_ram)
+
+
+def test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu(host_probe: HostProbe, tmp_path: Path) -> None:
+    def learned(m: MachineSpeed) -> MachineSpeed:
+        return m.with_factors(SpeedFactors("cpu:haswell", (0.7,))).with_factors(SpeedFactors("gpu:RTX", (0.9,)))
+
+    update_machine_speed("fp", learned, tmp_path)
+    after = save_probe("fp", host_probe, tmp_path)
+    assert [f.backend for f in after.factors] == ["gpu:RTX"]
+    assert after.probe == host_probe
+
+
+def test_a_damaged_record_costs_a_measurement_not_a_start(tmp_path: Path) -> None:
+    (tmp_path / FILE_NAME).write_text("{not json", encoding="utf-8")
+    assert load_machine_speed("fp", tmp_path) == MachineSpeed("fp")
+    (tmp_path / FILE_NAME).write_text(json.dumps({"version": 1, "machines": {"fp": {"fingerprint": "fp", "probe": {"x": 1}}}}))
+    assert load_machine_speed("fp", tmp_path) == MachineSpeed("fp")
+    update_machine_speed("fp", lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
+    assert load_machine_speed("fp", tmp_path).factors_for("cpu:x").decode_ratios == (0.8,)

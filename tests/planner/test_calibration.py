@@ -1,0 +1,124 @@
+"""Learning from replies: each reply's measured speed against the prediction for that reply, kept
+per machine and backend, robust to busy machines and short replies, used by later plans."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.machines import measured_machine, uniform_probe
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware.measured import MachineSpeed, SpeedFactors
+from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
+from vrampilot.planner.calibration import (
+    ReplyMeasurement,
+    last_reply_for,
+    learn_reply,
+    record_reply,
+    reply_prediction,
+)
+from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.speed import backend_key
+from vrampilot.planner.target import target_cpu_only
+
+PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
+
+
+def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
+    return plan(load_model_spec(embedded_model), target_cpu_only(measured_machine(None, speed=speed)), PINS)
+
+
+def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> ReplyMeasurement:
+    """A reply measured at these multiples of what the plan predicts for it."""
+    shape = {"prompt_tokens": 300, "evaluated_tokens": 120, "completion_tokens": 64, **kw}
+    probe = ReplyMeasurement(**shape, decode_tps=0.0, prefill_tps=0.0)  # type: ignore[arg-type]
+    pred = reply_prediction(p, probe, calibrated=False)
+    return replace(probe, decode_tps=pred.decode_tps * decode_scale, prefill_tps=pred.prefill_tps * prefill_scale)
+
+
+def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None:
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    p = _plan(embedded_model, speed)
+    for scale in (0.8, 0.82, 0.78):
+        speed = learn_reply(speed, p, _reply(p, scale, 1.25))
+    key = backend_key(p.target, p.settings)
+    assert speed.factors_for(key).n_replies == 3
+    later = _plan(embedded_model, speed)
+    assert later.speed.decode_tps == pytest.approx(0.8 * p.speed.decode_tps)
+    assert later.speed.prefill_tps == pytest.approx(1.25 * p.speed.prefill_tps)
+    assert later.speed.calibration_replies == 3
+    assert "corrected by 3 measured replies (generating x0.80, prompts x1.25)" in later.reasons[-1]
+    # The same reply again is now predicted as it was measured.
+    reply = _reply(p, 0.8, 1.25)
+    pred = reply_prediction(later, reply)
+    assert pred.decode_tps == pytest.approx(reply.decode_tps)
+    assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
+
+
+def test_a_reply_on_a_busy_machine_is_shown_but_not_learned(embedded_model: Path) -> None:
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    p = _plan(embedded_model, speed)
+    after = learn_reply(speed, p, _reply(p, 0.3, 0.3, others_cpu_share=0.6))
+    assert after.factors_for(backend_key(p.target, p.settings)).n_replies == 0
+    last = last_reply_for(_plan(embedded_model, after))
+    assert last is not None and last.decode_tps == pytest.approx(0.3 * last.predicted_decode_tps, rel=1e-2)
+    assert (last.prompt_tokens, last.context_tokens) == (120, 300)
+
+
+def test_too_short_to_time_is_not_learned(embedded_model: Path) -> None:
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    p = _plan(embedded_model, speed)
+    f = learn_reply(speed, p, _reply(p, 0.5, 0.5, completion_tokens=3)).factors_for(backend_key(p.target, p.settings))
+    assert f.decode_ratios == () and len(f.prefill_ratios) == 1
+    f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=2)).factors_for(backend_key(p.target, p.settings))
+    assert len(f.decode_ratios) == 1 and f.prefill_ratios == ()
+
+
+def test_a_reply_is_judged_against_this_machine_s_current_figures(embedded_model: Path) -> None:
+    # The model was loaded before the probe finished: its plan used assumed rates.
+    probe = uniform_probe(types=("q4_1", "q8_0"))
+    stale = _plan(embedded_model, MachineSpeed("m"))
+    measured = MachineSpeed("m", probe)
+    reply = _reply(_plan(embedded_model, measured), 0.9, 0.9)
+    learned = learn_reply(measured, stale, reply).factors_for(backend_key(stale.target, stale.settings))
+    assert learned.decode == pytest.approx(0.9) and learned.prefill == pytest.approx(0.9)
+
+
+def test_replies_are_kept_with_what_other_processes_learned_meanwhile(embedded_model: Path) -> None:
+    speed = MachineSpeed(load_machine_speed("fp-calibration").fingerprint, uniform_probe(types=("q4_1", "q8_0")))
+    update_machine_speed(speed.fingerprint, lambda m: replace(m, probe=speed.probe))
+    p = _plan(embedded_model, speed)
+    # Another process (the CLI beside the app) learned a GPU reply after `speed` was read.
+    update_machine_speed(speed.fingerprint, lambda m: m.with_factors(SpeedFactors("gpu:x", (0.9,))))
+    saved = record_reply(speed, p, _reply(p, 0.7, 1.0))
+    again = load_machine_speed(speed.fingerprint)
+    assert again == saved
+    assert again.factors_for("gpu:x").decode_ratios == (0.9,)
+    assert again.factors_for(backend_key(p.target, p.settings)).decode == pytest.approx(0.7)
+
+
+@pytest.mark.slow
+def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_probe: object) -> None:
+    from vrampilot.engine import Engine, Message, SamplingParams
+
+    speed = MachineSpeed("real", host_probe)  # type: ignore[arg-type]
+    p = _plan(embedded_model, speed)
+    engine = Engine()
+    engine.load(p)
+    try:
+        reply = engine.chat([Message("user", "Name three rivers in Europe.")],
+                            SamplingParams(temperature=0.0, max_tokens=24, seed=1))  # fmt: skip
+    finally:
+        engine.unload()
+    s = reply.stats
+    assert s.completion_tokens > 8 and s.decode_tps > 0 and s.prefill_tps > 0
+    m = ReplyMeasurement(s.prompt_tokens, s.evaluated_tokens, s.completion_tokens, s.decode_tps, s.prefill_tps, 0.0)
+    after = learn_reply(speed, p, m)
+    factors = after.factors_for(backend_key(p.target, p.settings))
+    if not (0.5 <= factors.decode_ratios[0] <= 2.0 and 0.5 <= factors.prefill_ratios[0] <= 2.0):
+        pytest.skip("this reply was far from the prediction (a busy machine): the factors are clamped")
+    pred = reply_prediction(_plan(embedded_model, after), m)
+    assert pred.decode_tps == pytest.approx(s.decode_tps, rel=1e-3)
+    assert pred.prefill_tps == pytest.approx(s.prefill_tps, rel=1e-3)

@@ -1,0 +1,127 @@
+"""The CPU speed model's arithmetic on measured rates: weights at each type's measured rate, attention
+per KV type and context, short prompts bound by streaming the weights, experts, thread counts, and
+what the plan says about where its figures come from. Probes here are data values (what the probe
+would have measured), so each test knows the answer."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.factories.gguf_models import write_model
+from tests.machines import cpu_machine, measured_machine, uniform_probe
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.planner.cpu_speed import weight_table
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.speed import SpeedModel
+from vrampilot.planner.target import target_cpu_only
+
+
+@pytest.fixture(scope="module")
+def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    path = write_model(tmp_path_factory.mktemp("m") / "llama-q8.gguf", "llama", weight_type="q8_0", n_layer=4,
+                       n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=4096)  # fmt: skip
+    return load_model_spec(path)
+
+
+def _model(spec: ModelSpec, probe, pins: Pins | None = None, cores: int = 1) -> SpeedModel:  # type: ignore[no-untyped-def]
+    target = target_cpu_only(measured_machine(probe, cores=cores))
+    p = plan(spec, target, pins or Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
+    return SpeedModel(spec, p.settings, target, p.memory)
+
+
+def test_decoding_reads_every_matrix_at_its_measured_rate(q8_llama: ModelSpec) -> None:
+    slow, fast = _model(q8_llama, uniform_probe(5.0)), _model(q8_llama, uniform_probe(10.0))
+    # Node cost is zero in these probes, attention cost is the same: the weights' time halves.
+    table = weight_table(q8_llama)
+    weights = sum(m.bytes_active for layer in table.layers for m in layer.matrices) + table.output.bytes_active
+    assert slow.decode_seconds(1) - fast.decode_seconds(1) == pytest.approx(weights / 10e9, rel=1e-6)
+
+
+def test_decoding_slows_as_the_context_fills_at_the_cache_type_s_attention_rate(q8_llama: ModelSpec) -> None:
+    probe = uniform_probe(attention_gflops={"f16": 20.0, "q8_0": 5.0})
+    f16 = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=1, n_threads_batch=1, type_k="f16", type_v="f16"))
+    q8 = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=1, n_threads_batch=1, type_k="q8_0", type_v="q8_0"))
+    assert f16.decode_seconds(4000) > f16.decode_seconds(300)
+    grow_f16 = f16.decode_seconds(4000) - f16.decode_seconds(256)
+    grow_q8 = q8.decode_seconds(4000) - q8.decode_seconds(256)
+    assert grow_q8 == pytest.approx(4 * grow_f16, rel=1e-6)  # a quarter of the rate, four times the time
+    # Only the cells in use cost (the kernel skips the masked rest of llama.cpp's padded view).
+    assert f16.decode_seconds(2000) - f16.decode_seconds(1000) == pytest.approx(grow_f16 * 1000 / 3744, rel=1e-6)
+
+
+def test_sliding_window_layers_stop_growing_at_their_window(tmp_path: Path) -> None:
+    swa = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", n_layer=6, sliding_window=512))
+    full = load_model_spec(write_model(tmp_path / "g0.gguf", "gemma3", n_layer=6, sliding_window=0))
+    m_swa, m_full = _model(swa, uniform_probe()), _model(full, uniform_probe())
+    grow_swa = m_swa.decode_seconds(4000) - m_swa.decode_seconds(1)
+    grow_full = m_full.decode_seconds(4000) - m_full.decode_seconds(1)
+    assert 0 < grow_swa < grow_full / 2  # 1 layer in 6 sees the whole context
+
+
+def test_a_short_prompt_costs_at_least_one_pass_over_the_weights(q8_llama: ModelSpec) -> None:
+    m = _model(q8_llama, uniform_probe(decode_gbps=10.0, prefill_gflops=1000.0))
+    table = weight_table(q8_llama)
+    layer_bytes = sum(mat.bytes_total for layer in table.layers for mat in layer.matrices)
+    assert m.prefill_seconds(4) >= layer_bytes / 10e9
+    # A long prompt is compute-bound: tokens/s no longer depend on streaming.
+    assert m.prefill_seconds(512) / 512 < m.prefill_seconds(4) / 4
+
+
+def test_experts_read_their_share_when_decoding_and_run_the_expert_kernel_for_prompts(tmp_path: Path) -> None:
+    spec = load_model_spec(write_model(tmp_path / "moe.gguf", "qwen3moe", weight_type="q8_0", n_expert=8,
+                                       n_expert_used=2, n_ff_expert=128, n_embd=256))  # fmt: skip
+    table = weight_table(spec)
+    experts = [m for layer in table.layers for m in layer.matrices if m.expert_share < 1]
+    assert experts and all(m.bytes_active == pytest.approx(m.bytes_total / 4) for m in experts)
+    same = _model(spec, uniform_probe(prefill_gflops=50.0, moe_gflops=50.0))
+    slower = _model(spec, uniform_probe(prefill_gflops=50.0, moe_gflops=10.0))
+    assert slower.prefill_seconds(512) > 1.5 * same.prefill_seconds(512)
+    assert slower.decode_seconds(1) == same.decode_seconds(1)
+
+
+def test_more_threads_use_the_rates_measured_with_them(q8_llama: ModelSpec) -> None:
+    probe = uniform_probe(threads=(1, 4))  # rates x4 at 4 threads
+    one = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=1, n_threads_batch=1), cores=4)
+    four = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=4, n_threads_batch=4), cores=4)
+    assert four.decode_seconds(1) == pytest.approx(one.decode_seconds(1) / 4)
+    assert four.prefill_seconds(512) == pytest.approx(one.prefill_seconds(512) / 4)
+
+
+def test_the_plan_says_what_is_measured_and_what_is_assumed(tmp_path: Path, embedded_model: Path) -> None:
+    spec = load_model_spec(embedded_model)  # Q4_1 and Q8_0 weights
+    measured = plan(spec, target_cpu_only(measured_machine(uniform_probe(types=("q4_0", "q8_0")))), Pins(n_ctx=2048))
+    basis = measured.reasons[-1]
+    assert "measured on this machine 2026-12-01" in basis and "RAM 20.0 GB/s" in basis
+    assert "q4_1 estimated from q4_0" in basis  # the nearest measured type in bits per weight
+    assert "not yet corrected by a measured reply" in basis
+    assumed = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=2048))
+    assert "assumed rates (RAM 50 GB/s" in assumed.reasons[-1]
+    assert measured.target.host_bandwidth_source == "measured 2026-12-01"
+    assert assumed.target.host_bandwidth_source == "assumed"
+
+
+def test_on_a_gpu_the_bandwidth_efficiency_is_said_to_be_assumed(embedded_model: Path) -> None:
+    from vrampilot.planner.target import target_from_vram
+    from vrampilot.units import GIB
+
+    p = plan(load_model_spec(embedded_model), target_from_vram(8 * GIB, cpu_machine()))
+    basis = p.reasons[-1]
+    assert basis.startswith("Speed basis (gpu:")
+    assert "288 GB/s (assumed)" in basis and "assumed to be reached (no GPU has been measured)" in basis
+
+
+def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelSpec) -> None:
+    base = plan(q8_llama, target_cpu_only(measured_machine(uniform_probe(10.0))), Pins(n_ctx=2048, n_threads=1))
+    fast = uniform_probe(20.0, 100.0, attention_gflops={"f16": 40.0})
+    twice = plan(q8_llama, target_cpu_only(measured_machine(fast)), Pins(n_ctx=2048, n_threads=1))
+    # Every rate doubled, and these probes have no fixed costs: every time halves.
+    assert twice.speed.decode_tps == pytest.approx(2 * base.speed.decode_tps)
+    assert twice.speed.prefill_tps == pytest.approx(2 * base.speed.prefill_tps)
+    # The alternatives use the same rates: a quantized cache is slower here, as the probe said.
+    probe = uniform_probe(attention_gflops={"f16": 20.0, "q8_0": 2.0})
+    p = plan(q8_llama, target_cpu_only(replace(measured_machine(probe))), Pins(n_ctx=4096, n_threads=1))
+    q8 = next(a for a in p.alternatives if a.label == "q8_0 KV cache")
+    assert q8.speed.decode_tps_full_ctx < p.speed.decode_tps_full_ctx

@@ -1,0 +1,66 @@
+"""The first start measures the machine in the background; replies then show beside the prediction.
+
+On the real window and the embedded model: with no speed record in the data folder the probe runs
+on a worker while the window stays usable (the GUI thread never blocked > 50 ms), the plan is made
+again with the measured figures and says so, and after a reply the plan view shows "predicted X,
+last measured Y" and the meters the measured RAM peak.
+"""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from tests.ui.conftest import StallMeter, screenshot, seed_prefs
+from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
+from vrampilot.paths import data_dir
+from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.main_window import MainWindow
+
+pytestmark = pytest.mark.slow
+
+MAX_STALL_S = 0.050
+
+
+def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    (data_dir() / FILE_NAME).unlink()  # nobody measured this machine yet
+    seed_prefs(max_tokens=24)
+    w: MainWindow = open_window(wait_plan=False)
+    meter = StallMeter()
+    meter.start()
+    speed = w.plans.speed
+    qtbot.waitUntil(lambda: speed.probing or (speed.speed is not None and speed.speed.probe is not None), timeout=20000)
+    # While it measures, the window answers: a new chat opens at once.
+    chats_before = len(w.chat_list.ids())
+    w.chats.new_chat()
+    assert w.chats.chat_id is not None or len(w.chat_list.ids()) >= chats_before
+    qtbot.waitUntil(lambda: not speed.probing and speed.speed is not None and speed.speed.probe is not None,
+                    timeout=60000)  # fmt: skip
+    probe = speed.speed.probe  # type: ignore[union-attr]
+    assert probe is not None and {"q4_1", "q8_0"} <= {k.type_name for k in probe.kernels}  # the embedded model's
+    stored = load_machine_speed(speed.speed.fingerprint)  # type: ignore[union-attr]
+    assert stored.probe == probe
+    qtbot.waitUntil(lambda: f"CPU measured {probe.date}" in w.plan_view.speed.text(), timeout=20000)
+    assert any(r.startswith("Speed basis (cpu:") and "measured on this machine" in r for r in w.plans.plan.reasons)  # type: ignore[union-attr]
+    meter.stop()
+    assert meter.max_stall_s < MAX_STALL_S, meter.report()
+
+    # A reply: the plan view shows it beside what was predicted for it.
+    view = w.chat_view
+    qtbot.keyClicks(view.input, "What is the capital of France?")
+    qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, timeout=90000)
+    stats = w.ctx.store.messages(w.chats.chat_id)[-1].stats  # type: ignore[arg-type]
+    assert stats is not None
+    qtbot.waitUntil(lambda: "Last measured:" in w.plan_view.speed.text(), timeout=20000)
+    text = w.plan_view.speed.text()
+    assert f"<b>{stats['decode_tps']:.1f}</b> tokens/s generating (predicted" in text
+    assert f"reading its {stats['evaluated_tokens']}-token prompt" in text
+    # The meters compare the reply's RAM traffic with the measured peak, and say it is measured.
+    w.right_tabs.setCurrentWidget(w.meters_panel)
+    qtbot.waitUntil(lambda: "measured peak" in w.meters_panel.bandwidth_label.text(), timeout=10000)
+    assert f"{probe.ram_peak_gbps:.1f} GB/s measured peak, {probe.date}" in w.meters_panel.bandwidth_label.text()
+    screenshot(w, "speed-meters")
+    w.right_tabs.setCurrentIndex(0)
+    screenshot(w, "speed-plan")

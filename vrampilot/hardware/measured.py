@@ -1,0 +1,396 @@
+"""What this machine measured: the speed probe's figures and what replies taught, as frozen data.
+
+The planner predicts speed from these instead of assumed constants, and says where each figure
+came from ("RAM 29.2 GB/s, measured 2026-12-01"). Two kinds of knowledge, kept together because
+both belong to one machine and go stale together when its hardware changes:
+
+- `HostProbe`: llama.cpp's own kernels timed once on this CPU (`hardware/probe.py`): weight bytes
+  per second through the mat-vec kernel of each weight type (decoding), matrix throughput of the
+  same kernels on a prompt-sized batch (reading prompts), flash attention per KV cache type, the
+  fixed cost of one graph node, and the RAM read bandwidth.
+- `SpeedFactors`: per backend, measured / predicted speed of recent replies. The planner multiplies
+  its predictions by their median, bounded, so one reply on a busy machine moves nothing.
+
+Units live in the names; rates are kept per thread count (`RateAt`) because llama.cpp's kernels do
+not scale alike: decoding saturates memory with few threads, prompts keep scaling.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from vrampilot.hardware.cpu_load import BUSY_SHARE
+from vrampilot.hardware.probe_model import N_EMBD as _PROBE_MODEL_EMBD
+
+PROBE_MODEL_ROW_BYTES = 2 * _PROBE_MODEL_EMBD  # one f16 row of the tiny model's output matrix
+
+# Replies remembered per backend and kind; the factor is their median.
+FACTOR_WINDOW = 9
+# A factor outside these bounds means the model, not the machine, is wrong: clamp and let the
+# prediction say it is calibrated rather than trust a runaway.
+FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
+# One reply's measured / predicted beyond these is an accident (a suspended laptop, a swap storm).
+RATIO_MIN, RATIO_MAX = 0.2, 5.0
+LAST_REPLIES_KEPT = 16
+
+
+@dataclass(frozen=True)
+class RateAt:
+    """A rate measured with `threads` threads."""
+
+    threads: int
+    value: float
+
+
+def rate_at(rates: tuple[RateAt, ...], threads: int) -> float:
+    """The rate at `threads`, interpolated linearly between the thread counts measured.
+
+    Beyond the largest count measured (hyper-threads, usually) the rate stays where it was: more
+    threads than physical cores add nothing to llama.cpp's kernels.
+    """
+    if not rates:
+        return 0.0
+    pts = sorted(rates, key=lambda r: r.threads)
+    if threads <= pts[0].threads:
+        return pts[0].value
+    for lo, hi in itertools.pairwise(pts):
+        if threads <= hi.threads:
+            share = (threads - lo.threads) / (hi.threads - lo.threads)
+            return lo.value + (hi.value - lo.value) * share
+    return pts[-1].value
+
+
+def _rates(values: Iterable[Any]) -> tuple[RateAt, ...]:
+    return tuple(RateAt(int(v["threads"]), float(v["value"])) for v in values)
+
+
+def _rates_dict(rates: tuple[RateAt, ...]) -> list[dict[str, float]]:
+    return [{"threads": r.threads, "value": round(r.value, 4)} for r in rates]
+
+
+# The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
+# more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here).
+SHORT_ROW = 1024
+LONG_ROW = 4096
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """One weight type through llama.cpp's matrix kernels on this CPU."""
+
+    type_name: str  # ggml's name, lower case: "q4_k", "q8_0", "f16"
+    buffer: str  # where llama.cpp keeps such weights: "CPU", or "CPU_REPACK" (repacked for x86 kernels)
+    decode_gbps: tuple[RateAt, ...]  # mat-vec over rows of LONG_ROW, weights in RAM: weight bytes per second
+    decode_short_gbps: tuple[RateAt, ...]  # the same over rows of SHORT_ROW
+    prefill_gflops: tuple[RateAt, ...]  # mat-mat over a prompt-sized batch
+    prefill_moe_gflops: tuple[RateAt, ...] = ()  # the same through the mixture-of-experts product
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type_name,
+            "buffer": self.buffer,
+            "decode_gbps": _rates_dict(self.decode_gbps),
+            "decode_short_gbps": _rates_dict(self.decode_short_gbps),
+            "prefill_gflops": _rates_dict(self.prefill_gflops),
+            "prefill_moe_gflops": _rates_dict(self.prefill_moe_gflops),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KernelRates:
+        return cls(
+            str(d["type"]),
+            str(d["buffer"]),
+            _rates(d["decode_gbps"]),
+            _rates(d.get("decode_short_gbps", d["decode_gbps"])),
+            _rates(d["prefill_gflops"]),
+            _rates(d.get("prefill_moe_gflops", ())),
+        )
+
+
+@dataclass(frozen=True)
+class AttentionRates:
+    """Flash attention over a cache of one KV type with heads of `head_dim`: FLOPs per second
+    (2 per multiply-add, for Q.K and for the V sum). Measured at two head sizes, since the per-cell
+    cost does not grow with the head size alone."""
+
+    kv_type: str  # "f16", "q8_0", "q4_0"
+    head_dim: int
+    decode_gflops: tuple[RateAt, ...]  # one query over a long cache held in the CPU's caches
+    prefill_gflops: tuple[RateAt, ...]  # a batch of queries
+    decode_ram_gflops: tuple[RateAt, ...] = ()  # one query over a cache too large for them (f16 only)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_type": self.kv_type,
+            "head_dim": self.head_dim,
+            "decode_gflops": _rates_dict(self.decode_gflops),
+            "prefill_gflops": _rates_dict(self.prefill_gflops),
+            "decode_ram_gflops": _rates_dict(self.decode_ram_gflops),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AttentionRates:
+        return cls(
+            str(d["kv_type"]),
+            int(d["head_dim"]),
+            _rates(d["decode_gflops"]),
+            _rates(d["prefill_gflops"]),
+            _rates(d.get("decode_ram_gflops", ())),
+        )
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One decode step of the probe's tiny Llama model (hardware/probe_model.py), as the engine
+    runs it (llama.cpp's decode, then the sampler chain): its weights cost next to nothing, so this
+    is the fixed cost of a step with `n_layer` blocks and `n_vocab` logits to sample from."""
+
+    n_layer: int
+    n_vocab: int
+    step_us: tuple[RateAt, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_layer": self.n_layer, "n_vocab": self.n_vocab, "step_us": _rates_dict(self.step_us)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepTiming:
+        return cls(int(d["n_layer"]), int(d["n_vocab"]), _rates(d["step_us"]))
+
+
+@dataclass(frozen=True)
+class FixedCosts:
+    """What a decode step costs besides weights and attention, from the tiny model's steps."""
+
+    step_s: float  # once per step: llama.cpp's decode call, inputs, the engine's loop
+    layer_s: float  # per Llama block (about 19 working graph nodes, each ending in a barrier)
+    vocab_entry_s: float  # per logit: copying it out and the sampler chain over it
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """One run of the speed probe on this machine's CPU (see hardware/probe.py)."""
+
+    measured_at: str  # ISO 8601, UTC
+    duration_s: float
+    cpu_variant: str | None  # the llama.cpp CPU code that ran the kernels ("haswell")
+    ram_read_gbps: tuple[RateAt, ...]
+    steps: tuple[StepTiming, ...]  # the tiny model: few and many layers, small and large vocabulary
+    kernels: tuple[KernelRates, ...]
+    attention: tuple[AttentionRates, ...]
+    # Other programs' share of all cores while the probe ran (hardware/cpu_load.py): above
+    # BUSY_SHARE the figures are low, and the app measures again at its next start.
+    others_cpu_share: float = 0.0
+    # The app itself ran llama.cpp meanwhile (a reply): other programs' share does not see that.
+    app_busy: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return self.app_busy or self.others_cpu_share > BUSY_SHARE
+
+    def with_kernels(self, added: tuple[KernelRates, ...]) -> HostProbe:
+        names = {k.type_name for k in added}
+        return replace(self, kernels=(*(k for k in self.kernels if k.type_name not in names), *added))
+
+    def fixed_costs(self, threads: int) -> FixedCosts:
+        """The fixed costs at `threads`, separated from the tiny model's steps: more layers at the
+        same vocabulary give the cost per layer; a larger vocabulary at the same depth gives the cost
+        per logit, less the larger output matrix it reads (one f16 row per entry, at the measured
+        f16 mat-vec rate); what remains of the smallest model is the step's own."""
+        by = {(s.n_layer, s.n_vocab): rate_at(s.step_us, threads) * 1e-6 for s in self.steps}
+        if len(by) < 3:
+            return FixedCosts(0.0, 0.0, 0.0)
+        (l0, v0), (l1, _), (_, v1) = min(by), max(by, key=lambda k: k[0]), max(by, key=lambda k: k[1])
+        base = by[(l0, v0)]
+        layer = max(0.0, (by[(l1, v0)] - base) / (l1 - l0))
+        f16 = self.kernel("f16")
+        out_rate = rate_at(f16.decode_short_gbps, threads) * 1e9 if f16 is not None else 0.0
+        out_read = PROBE_MODEL_ROW_BYTES / out_rate if out_rate else 0.0
+        vocab = max(0.0, (by[(l0, v1)] - base) / (v1 - v0) - out_read)
+        return FixedCosts(max(0.0, base - l0 * layer - v0 * (vocab + out_read)), layer, vocab)
+
+    @property
+    def date(self) -> str:
+        return self.measured_at[:10]
+
+    @property
+    def ram_peak_gbps(self) -> float:
+        """The best RAM read rate measured, at any thread count: the meters' peak."""
+        return max((r.value for r in self.ram_read_gbps), default=0.0)
+
+    def kernel(self, type_name: str) -> KernelRates | None:
+        t = type_name.lower()
+        return next((k for k in self.kernels if k.type_name == t), None)
+
+    def attention_for(self, kv_type: str) -> tuple[AttentionRates, ...]:
+        """The measurements of one KV type, smallest head size first."""
+        return tuple(sorted((a for a in self.attention if a.kv_type == kv_type.lower()), key=lambda a: a.head_dim))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "measured_at": self.measured_at,
+            "duration_s": round(self.duration_s, 3),
+            "cpu_variant": self.cpu_variant,
+            "ram_read_gbps": _rates_dict(self.ram_read_gbps),
+            "steps": [x.to_dict() for x in self.steps],
+            "kernels": [k.to_dict() for k in self.kernels],
+            "attention": [a.to_dict() for a in self.attention],
+            "others_cpu_share": round(self.others_cpu_share, 3),
+            "app_busy": self.app_busy,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HostProbe:
+        return cls(
+            measured_at=str(d["measured_at"]),
+            duration_s=float(d["duration_s"]),
+            cpu_variant=d.get("cpu_variant"),
+            ram_read_gbps=_rates(d["ram_read_gbps"]),
+            steps=tuple(StepTiming.from_dict(x) for x in d["steps"]),
+            kernels=tuple(KernelRates.from_dict(k) for k in d["kernels"]),
+            attention=tuple(AttentionRates.from_dict(a) for a in d["attention"]),
+            others_cpu_share=float(d.get("others_cpu_share", 0.0)),
+            app_busy=bool(d.get("app_busy", False)),
+        )
+
+
+def _median_factor(ratios: tuple[float, ...]) -> float:
+    if not ratios:
+        return 1.0
+    return min(FACTOR_MAX, max(FACTOR_MIN, statistics.median(ratios)))
+
+
+@dataclass(frozen=True)
+class SpeedFactors:
+    """What replies on one backend taught: measured / predicted, most recent last."""
+
+    backend: str  # "cpu:haswell", "gpu:NVIDIA GeForce RTX 4090", ...
+    decode_ratios: tuple[float, ...] = ()
+    prefill_ratios: tuple[float, ...] = ()
+    updated_at: str = ""
+
+    @property
+    def decode(self) -> float:
+        """The factor decode predictions are multiplied by (1.0 until a reply was measured)."""
+        return _median_factor(self.decode_ratios)
+
+    @property
+    def prefill(self) -> float:
+        return _median_factor(self.prefill_ratios)
+
+    @property
+    def n_replies(self) -> int:
+        return max(len(self.decode_ratios), len(self.prefill_ratios))
+
+    def learn(self, *, decode_ratio: float | None, prefill_ratio: float | None, at: str) -> SpeedFactors:
+        """These factors with one more reply's ratios (None: that part was too short to judge).
+
+        Ratios beyond RATIO_MIN..RATIO_MAX are dropped; the window keeps the last FACTOR_WINDOW, and
+        the factor is their median, so a reply slowed by another program is outvoted.
+        """
+
+        def add(ratios: tuple[float, ...], r: float | None) -> tuple[float, ...]:
+            if r is None or not (RATIO_MIN <= r <= RATIO_MAX):
+                return ratios
+            return (*ratios, round(r, 4))[-FACTOR_WINDOW:]
+
+        return replace(
+            self,
+            decode_ratios=add(self.decode_ratios, decode_ratio),
+            prefill_ratios=add(self.prefill_ratios, prefill_ratio),
+            updated_at=at,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "decode_ratios": list(self.decode_ratios),
+            "prefill_ratios": list(self.prefill_ratios),
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SpeedFactors:
+        return cls(
+            backend=str(d["backend"]),
+            decode_ratios=tuple(float(x) for x in d.get("decode_ratios", ())),
+            prefill_ratios=tuple(float(x) for x in d.get("prefill_ratios", ())),
+            updated_at=str(d.get("updated_at", "")),
+        )
+
+
+@dataclass(frozen=True)
+class LastReply:
+    """The last measured reply of one model on one backend, for "predicted X, last measured Y"."""
+
+    model: str  # the GGUF file's name
+    backend: str
+    at: str
+    decode_tps: float
+    predicted_decode_tps: float  # for that reply's context, before its own correction
+    prefill_tps: float
+    predicted_prefill_tps: float
+    prompt_tokens: int  # evaluated this turn
+    context_tokens: int  # in the cache when generation started
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LastReply:
+        return cls(
+            model=str(d["model"]),
+            backend=str(d["backend"]),
+            at=str(d["at"]),
+            decode_tps=float(d["decode_tps"]),
+            predicted_decode_tps=float(d["predicted_decode_tps"]),
+            prefill_tps=float(d["prefill_tps"]),
+            predicted_prefill_tps=float(d["predicted_prefill_tps"]),
+            prompt_tokens=int(d["prompt_tokens"]),
+            context_tokens=int(d["context_tokens"]),
+        )
+
+
+@dataclass(frozen=True)
+class MachineSpeed:
+    """Everything measured about this machine's speed, for the machine `fingerprint` names."""
+
+    fingerprint: str
+    probe: HostProbe | None = None
+    factors: tuple[SpeedFactors, ...] = ()
+    last_replies: tuple[LastReply, ...] = field(default=())
+
+    def factors_for(self, backend: str) -> SpeedFactors:
+        return next((f for f in self.factors if f.backend == backend), SpeedFactors(backend))
+
+    def last_reply(self, model: str, backend: str) -> LastReply | None:
+        return next((r for r in reversed(self.last_replies) if r.model == model and r.backend == backend), None)
+
+    def with_factors(self, factors: SpeedFactors) -> MachineSpeed:
+        others = tuple(f for f in self.factors if f.backend != factors.backend)
+        return replace(self, factors=(*others, factors))
+
+    def with_last_reply(self, reply: LastReply) -> MachineSpeed:
+        kept = tuple(r for r in self.last_replies if (r.model, r.backend) != (reply.model, reply.backend))
+        return replace(self, last_replies=(*kept, reply)[-LAST_REPLIES_KEPT:])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "probe": self.probe.to_dict() if self.probe else None,
+            "factors": [f.to_dict() for f in self.factors],
+            "last_replies": [r.to_dict() for r in self.last_replies],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MachineSpeed:
+        probe = d.get("probe")
+        return cls(
+            fingerprint=str(d["fingerprint"]),
+            probe=HostProbe.from_dict(probe) if probe else None,
+            factors=tuple(SpeedFactors.from_dict(f) for f in d.get("factors", ())),
+            last_replies=tuple(LastReply.from_dict(r) for r in d.get("last_replies", ())),
+        )

@@ -1,0 +1,316 @@
+"""The speed probe: about a second of llama.cpp's own kernels on this CPU, measured once per machine.
+
+What it times, each with 1 thread and with one per physical core (`probe_threads`):
+- RAM read bandwidth: numpy summing a buffer larger than the last-level cache, split over threads.
+- Per weight type, llama.cpp's mat-vec kernel over a matrix larger than the cache (what every
+  decoded token does with every weight: the figure is weight bytes per second, so it already holds
+  whichever of memory and arithmetic is the limit for that type), and its mat-mat kernel over a
+  prompt-sized batch (what reading a prompt does: FLOPs per second). Weights sit where llama.cpp
+  puts them, so repacked types (Q4_0, Q4_K on x86) are timed repacked.
+- Flash attention per KV cache type and head size, one query over a long cache and a batch of
+  queries; for f16 also over a cache larger than the CPU's caches (a model's whole cache is).
+- The fixed costs of a decode step: a tiny Llama model (hardware/probe_model.py) decoded through the
+  engine's own loop at two depths and two vocabulary sizes gives the cost per step, per layer
+  (its graph nodes and their barriers) and per logit sampled.
+
+The planner's speed model turns these into tokens/s (planner/cpu_speed.py); replies then correct
+what the model still misses (planner/calibration.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from vrampilot.hardware import cpu_load
+from vrampilot.hardware.measured import (
+    LONG_ROW,
+    SHORT_ROW,
+    AttentionRates,
+    HostProbe,
+    KernelRates,
+    RateAt,
+    StepTiming,
+)
+from vrampilot.hardware.probe_model import write_probe_model
+
+if TYPE_CHECKING:
+    from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
+
+_log = logging.getLogger("vrampilot.hardware.probe")
+
+# Weight types measured at first start: those of Q4_0, Q4_K_M, Q6_K, Q8_0 and F16 files. The types
+# of a model being planned are measured when first needed (`measure_kernels`, about 0.1 s each);
+# `vrampilot doctor --measure` measures all of ALL_WEIGHT_TYPES.
+CORE_WEIGHT_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
+# The weight types of released GGUF files (legacy, K-quants, IQ4, MXFP4, floats). A type not
+# measured is predicted from the measured one nearest in bits per weight, and the plan says so.
+ALL_WEIGHT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
+                    "iq4_xs", "mxfp4", "f16", "bf16", "f32")  # fmt: skip
+# The KV cache types the planner chooses between (planner/search.py PREFERRED_KV).
+PROBE_KV_TYPES = ("f16", "q8_0", "q4_0")
+
+# Larger than any last-level cache up to 32 MiB twice over, so mat-vec reads come from RAM as a real
+# model's weights do; `_stream_bytes` grows it on CPUs with more cache.
+_MIN_STREAM_BYTES = 48 << 20
+# Prompt-sized product: 1024 x 1024 weights times 128 tokens (0.27 GFLOP, a few ms per run); the
+# mixture-of-experts one spreads 128 tokens over 8 experts of 1024 x 512, 2 per token (32 each, as
+# Qwen3-30B-A3B's 128 experts share a 512-token ubatch 8 per token).
+_MATMUL_K, _MATMUL_N, _MATMUL_M = 1024, 1024, 128
+_MOE_N, _MOE_EXPERTS = 512, (8, 2)
+# Attention: 8 heads of 64 and of 256 (the range of released models), a 4096-cell cache for one
+# decoding query, a 128-query batch (the tiled kernel needs 64 or more) over 1024 cells. Quantized
+# caches run a slower kernel, so they get smaller shapes that keep the probe near a second.
+_ATTN_HEADS, _ATTN_HEAD_DIMS = 8, (64, 256)
+_ATTN_SHAPES = {"f16": ((4096,), (128, 1024)), "q8_0": ((1024,), (16, 512)), "q4_0": ((1024,), (16, 512))}
+# The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (hardware/probe_model.py).
+_STEP_SHAPES = ((2, 256), (12, 256), (2, 32768))
+_STEP_TOKENS = 24
+# The engine's default sampling (engine/sampling.py): the sampler chain every reply pays per token.
+_SAMPLING = {"temp": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
+
+ProgressFn = Callable[[str], None]
+
+
+class ProbeCancelled(Exception):
+    pass
+
+
+def probe_threads(physical_cores: int) -> tuple[int, ...]:
+    """1 and one per physical core: llama.cpp's defaults and the two ends of its scaling."""
+    return tuple(sorted({1, max(1, physical_cores)}))
+
+
+def ggml_type_id(type_name: str) -> int:
+    """ggml's enum value of `type_name` ("q4_k", "f16", ...)."""
+    return int(GGMLQuantizationType[type_name.upper()].value)
+
+
+def bits_per_weight(type_name: str) -> float:
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
+    return 8.0 * size / block
+
+
+def _llc_bytes() -> int | None:
+    """Size of the last-level cache (Linux sysfs); None elsewhere."""
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    best = None
+    with contextlib.suppress(OSError, ValueError):
+        for index in base.glob("index*"):
+            text = (index / "size").read_text().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            value = int(text.rstrip("KMG")) * mult
+            best = max(best or 0, value)
+    return best
+
+
+def _stream_bytes() -> int:
+    llc = _llc_bytes() or 0
+    return max(_MIN_STREAM_BYTES, int(1.5 * llc))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+def measure_ram_read_gbps(threads: Sequence[int], n_bytes: int, repeats: int = 3) -> list[RateAt]:
+    """numpy summing `n_bytes`, split into one slice per thread (numpy releases the GIL)."""
+    a = np.ones(n_bytes // 8, dtype=np.float64)
+    out = []
+    for t in threads:
+        parts = np.array_split(a, t)
+        best = float("inf")
+        with ThreadPoolExecutor(t) as pool:
+            for _ in range(repeats + 1):  # the first pass warms the pool and the TLB
+                t0 = time.perf_counter()
+                list(pool.map(np.sum, parts))
+                best = min(best, time.perf_counter() - t0)
+        out.append(RateAt(t, round(a.nbytes / best / 1e9, 4)))
+    return out
+
+
+def _rates(threads: Sequence[int], work: float, timings: Sequence[OpTiming], unit: float) -> tuple[RateAt, ...]:
+    # Rounded as stored, so a probe read back from the record equals the one measured.
+    return tuple(RateAt(t, round(work / x.seconds / unit, 4)) for t, x in zip(threads, timings, strict=True))
+
+
+def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: int) -> KernelRates | None:
+    tid = ggml_type_id(name)
+    if not cpu.can_quantize(tid):
+        return None
+    decode: list[tuple[RateAt, ...]] = []
+    buffer = "CPU"
+    for row in (LONG_ROW, SHORT_ROW):
+        k = max(row, cpu.block_size(tid))
+        n = max(64, stream // cpu.row_bytes(tid, k) // 64 * 64)  # repacked kernels take rows by 8 or 16
+        vec = cpu.mul_mat(tid, k, n, 1, threads, repeats=2)
+        buffer = vec[0].buffer
+        decode.append(_rates(threads, cpu.row_bytes(tid, k) * n, vec, 1e9))
+    k, n, m = _MATMUL_K, _MATMUL_N, _MATMUL_M
+    mat = cpu.mul_mat(tid, k, n, m, threads, repeats=3)
+    n_used = _MOE_EXPERTS[1]
+    moe = cpu.mul_mat(tid, k, _MOE_N, m, threads, repeats=3, experts=_MOE_EXPERTS)
+    return KernelRates(
+        type_name=name,
+        buffer=buffer,
+        decode_gbps=decode[0],
+        decode_short_gbps=decode[1],
+        prefill_gflops=_rates(threads, 2.0 * k * n * m, mat, 1e9),
+        prefill_moe_gflops=_rates(threads, 2.0 * k * _MOE_N * m * n_used, moe, 1e9),
+    )
+
+
+def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int], stream: int) -> list[AttentionRates]:
+    tid = ggml_type_id(kv)
+    (n_kv_dec,), (n_q, n_kv_pre) = _ATTN_SHAPES.get(kv, _ATTN_SHAPES["q8_0"])
+    h = _ATTN_HEADS
+    out = []
+    for d in _ATTN_HEAD_DIMS:
+        dec = cpu.flash_attn(tid, d, 1, n_kv_dec, h, threads, repeats=2)
+        pre = cpu.flash_attn(tid, d, n_q, n_kv_pre, h, threads, repeats=2)
+        ram: tuple[RateAt, ...] = ()
+        if kv == "f16":
+            # A whole model's cache is read from RAM at every step, not from the CPU's caches:
+            # the same query over a cache larger than them shows what streaming it costs.
+            n_big = max(n_kv_dec, stream // (h * d * 2 * 2) // 256 * 256)
+            ram = _rates(threads, 4.0 * h * d * n_big, cpu.flash_attn(tid, d, 1, n_big, h, threads, repeats=2), 1e9)
+        # 2 FLOPs per multiply-add, for Q.K and for the weighted sum of V.
+        out.append(
+            AttentionRates(
+                kv_type=kv,
+                head_dim=d,
+                decode_gflops=_rates(threads, 4.0 * h * d * n_kv_dec, dec, 1e9),
+                prefill_gflops=_rates(threads, 4.0 * h * d * n_kv_pre * n_q, pre, 1e9),
+                decode_ram_gflops=ram,
+            )
+        )
+    return out
+
+
+def measure_steps(threads: Sequence[int]) -> tuple[StepTiming, ...]:
+    """Decode steps of the tiny model at each shape and thread count, through the loop the engine
+    runs per token (llama-cpp-python's generate: sample, then decode). Detokenizing, a few
+    microseconds, is left out: llama.cpp has no text for the placeholder vocabulary."""
+    import tempfile
+
+    from vrampilot.llamacpp import load
+    from vrampilot.llamacpp.lock import LOG_LOCK
+
+    llama_cpp = load()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="vrampilot-probe-") as tmp:
+        for n_layer, n_vocab in _STEP_SHAPES:
+            path = write_probe_model(Path(tmp) / f"probe-{n_layer}-{n_vocab}.gguf", n_layer, n_vocab)
+            with LOG_LOCK:  # loading logs; the planner's dry runs read that log
+                llm = llama_cpp.Llama(str(path), n_ctx=512, n_batch=512, n_ubatch=512, n_threads=1,
+                                      n_threads_batch=1, flash_attn=True, verbose=False)  # fmt: skip
+            try:
+                rates = []
+                for t in threads:
+                    llama_cpp.llama_set_n_threads(llm.ctx, t, t)
+                    times: list[float] = []
+                    for _ in range(2):
+                        llm.reset()
+                        last = 0.0
+                        for n, _token in enumerate(llm.generate([1, 2, 3], **_SAMPLING)):
+                            now = time.perf_counter()
+                            if n:
+                                times.append(now - last)
+                            last = now
+                            if n >= _STEP_TOKENS:
+                                break
+                    # The lower quartile of single steps: a step another program preempted (all
+                    # threads wait for the one descheduled) says nothing about this machine.
+                    times.sort()
+                    rates.append(RateAt(t, round(times[len(times) // 4] * 1e6, 3)))
+                out.append(StepTiming(n_layer, n_vocab, tuple(rates)))
+            finally:
+                llm.close()
+    return tuple(out)
+
+
+def measure_host(
+    physical_cores: int,
+    cpu_variant: str | None = None,
+    *,
+    weight_types: Sequence[str] = CORE_WEIGHT_TYPES,
+    kv_types: Sequence[str] = PROBE_KV_TYPES,
+    cancel: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+) -> HostProbe:
+    """Run the probe (about a second on 2 cores). Raises GgmlError when llama.cpp cannot run it,
+    ProbeCancelled when `cancel` is set between two measurements."""
+    from vrampilot.llamacpp.ggml import CpuKernels
+
+    threads = probe_threads(physical_cores)
+    t_start = time.perf_counter()
+    load_start = cpu_load.snapshot()
+
+    def step(what: str) -> None:
+        if cancel is not None and cancel.is_set():
+            raise ProbeCancelled
+        if progress is not None:
+            progress(what)
+
+    stream = _stream_bytes()
+    step("RAM bandwidth")
+    ram = measure_ram_read_gbps(threads, stream)
+    kernels: list[KernelRates] = []
+    attention: list[AttentionRates] = []
+    step("fixed costs of a decode step")
+    steps = measure_steps(threads)
+    with CpuKernels() as cpu:
+        for name in dict.fromkeys(t.lower() for t in weight_types):
+            step(f"{name} kernels")
+            rates = _kernel_rates(cpu, name, threads, stream)
+            if rates is not None:
+                kernels.append(rates)
+        for kv in kv_types:
+            step(f"{kv} attention")
+            attention.extend(_attention_rates(cpu, kv, threads, stream))
+    probe = HostProbe(
+        measured_at=_now(),
+        duration_s=round(time.perf_counter() - t_start, 3),
+        cpu_variant=cpu_variant,
+        ram_read_gbps=tuple(ram),
+        steps=steps,
+        kernels=tuple(kernels),
+        attention=tuple(attention),
+        others_cpu_share=round(cpu_load.others_share(load_start), 3),
+    )
+    _log.info(
+        "speed probe: %.2f s, RAM %.1f GB/s, other programs used %.0f%% of the CPU",
+        probe.duration_s, probe.ram_peak_gbps, 100 * probe.others_cpu_share,
+    )  # fmt: skip
+    return probe
+
+
+def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:
+    """The weight types among `types` that the probe can measure but has not."""
+    return [t for t in dict.fromkeys(x.lower() for x in types) if t in ALL_WEIGHT_TYPES and probe.kernel(t) is None]
+
+
+def measure_kernels(types: Sequence[str], physical_cores: int) -> tuple[KernelRates, ...]:
+    """Rates of these weight types (about 0.15 s each), for a model whose types the first-start
+    probe did not cover."""
+    from vrampilot.llamacpp.ggml import CpuKernels
+
+    threads = probe_threads(physical_cores)
+    stream = _stream_bytes()
+    added: list[KernelRates] = []
+    with CpuKernels() as cpu:
+        for name in dict.fromkeys(t.lower() for t in types):
+            rates = _kernel_rates(cpu, name, threads, stream)
+            if rates is not None:
+                added.append(rates)
+    return tuple(added)

@@ -1,0 +1,79 @@
+"""What this machine measured, as text (`vrampilot doctor`) and data (`vrampilot doctor --json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vrampilot.hardware.measured import HostProbe, KernelRates, MachineSpeed, RateAt
+from vrampilot.hardware.types import Machine
+
+
+def _pair(rates: tuple[RateAt, ...], fmt: str = "{:.1f}") -> str:
+    return " / ".join(fmt.format(r.value) for r in sorted(rates, key=lambda r: r.threads))
+
+
+def _kernel_line(k: KernelRates) -> str:
+    where = " (repacked)" if k.buffer != "CPU" else ""
+    moe = f", experts {_pair(k.prefill_moe_gflops, '{:.0f}')}" if k.prefill_moe_gflops else ""
+    return (
+        f"    {k.type_name + where:<18} generating {_pair(k.decode_gbps)} GB/s (short rows {_pair(k.decode_short_gbps)})"
+        f", prompts {_pair(k.prefill_gflops, '{:.0f}')} GFLOP/s{moe}"
+    )
+
+
+def format_probe(probe: HostProbe) -> list[str]:
+    threads = " / ".join(str(r.threads) for r in sorted(probe.ram_read_gbps, key=lambda r: r.threads))
+    when = probe.measured_at.replace("T", " ").replace("+00:00", " UTC")
+    lines = [
+        f"Speed: measured {when} in {probe.duration_s:.1f} s with llama.cpp's {probe.cpu_variant or 'CPU'} kernels "
+        f"(figures for {threads} threads)"
+    ]
+    if probe.busy:
+        lines.append(
+            f"  ! other programs used {probe.others_cpu_share:.0%} of the CPU meanwhile: figures are low; "
+            "run `vrampilot doctor --measure` again when the machine is idle"
+        )
+    lines.append(f"  RAM read {_pair(probe.ram_read_gbps)} GB/s")
+    fixed = [probe.fixed_costs(r.threads) for r in sorted(probe.ram_read_gbps, key=lambda r: r.threads)]
+    lines.append(
+        "  fixed costs of a decode step: "
+        + " / ".join(f"{f.step_s * 1e6:.0f}" for f in fixed) + " us per step, "
+        + " / ".join(f"{f.layer_s * 1e6:.1f}" for f in fixed) + " us per layer, "
+        + " / ".join(f"{f.vocab_entry_s * 1e9:.1f}" for f in fixed) + " ns per logit sampled"
+    )
+    lines.append("  weights (per type, through llama.cpp's mat-vec and mat-mat kernels):")
+    lines += [_kernel_line(k) for k in probe.kernels]
+    lines.append("  flash attention (GFLOP/s generating, prompts):")
+    for a in probe.attention:
+        lines.append(
+            f"    {a.kv_type} cache, heads of {a.head_dim}: {_pair(a.decode_gflops)}, {_pair(a.prefill_gflops)}"
+        )
+    return lines
+
+
+def format_speed(machine: Machine) -> list[str]:
+    """The doctor's speed section: the probe, what replies taught, and what stays assumed."""
+    speed = machine.speed
+    lines: list[str] = []
+    if speed is None or speed.probe is None:
+        lines.append("Speed: not measured on this machine yet (planner rates are assumed): `vrampilot doctor --measure`")
+    else:
+        lines += format_probe(speed.probe)
+    if speed is not None:
+        for f in speed.factors:
+            lines.append(
+                f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'} on {f.backend}: "
+                f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
+            )
+    if machine.gpus:
+        lines.append("  GPU: not measured (peak bandwidth from NVML or a profile; the share reached is assumed)")
+    return lines
+
+
+def speed_to_dict(speed: MachineSpeed | None) -> dict[str, Any] | None:
+    if speed is None:
+        return None
+    d = speed.to_dict()
+    d["factors"] = [{**f.to_dict(), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)} for f in speed.factors]
+    d["gpu"] = "assumed"  # no GPU has been measured: NVML's peak and an assumed efficiency
+    return d

@@ -1,0 +1,124 @@
+"""Where what this machine measured is kept: `machine-speed.json` in the data folder, per machine.
+
+The record is keyed by a fingerprint of the hardware and of the llama.cpp build that ran the
+kernels (CPU model, cores, features, RAM size, the CPU variant, the engine's recipe, the GPUs): a
+new CPU, more RAM, a GPU swapped or a new engine build gives a new fingerprint, so the app measures
+again instead of trusting figures from other hardware. A portable install carried between machines
+keeps one record for each.
+
+The app and the CLI may write at once (a reply learned in the window while `vrampilot chat` runs):
+every change is a read-modify-write under a file lock, and the file is replaced atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from vrampilot.hardware.measured import HostProbe, KernelRates, MachineSpeed
+from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
+
+_log = logging.getLogger("vrampilot.hardware.speed_store")
+
+FILE_NAME = "machine-speed.json"
+FORMAT_VERSION = 1
+MACHINES_KEPT = 8
+
+
+def machine_fingerprint(cpu: CpuInfo, ram_total_bytes: int, llama: LlamaBackendInfo, gpus: tuple[GpuInfo, ...]) -> str:
+    """A short hash of what the speed figures depend on."""
+    facts = {
+        "cpu": [cpu.model_name, cpu.architecture, cpu.physical_cores, cpu.logical_cores, list(cpu.features)],
+        # Rounded: the total the kernel reports moves by a few MiB between boots.
+        "ram_gib": round(ram_total_bytes / (1 << 30)),
+        "llama": [llama.version, llama.cpu_variant, llama.recipe_key],
+        "gpus": [[g.name, g.uuid, g.memory_total_bytes] for g in gpus],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _path(folder: Path | None) -> Path:
+    if folder is None:
+        from vrampilot.paths import data_dir
+
+        folder = data_dir()
+    return folder / FILE_NAME
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"version": FORMAT_VERSION, "machines": {}}
+    except (OSError, ValueError) as exc:
+        # A damaged file costs a second of measuring, never a failed start.
+        _log.warning("ignoring %s: %s", path, exc)
+        return {"version": FORMAT_VERSION, "machines": {}}
+    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or not isinstance(data.get("machines"), dict):
+        return {"version": FORMAT_VERSION, "machines": {}}
+    return data
+
+
+def load_machine_speed(fingerprint: str, folder: Path | None = None) -> MachineSpeed:
+    """What was measured on this machine; an empty record (nothing measured) when nothing was."""
+    record = _read(_path(folder))["machines"].get(fingerprint)
+    if record is not None:
+        try:
+            return MachineSpeed.from_dict(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            _log.warning("ignoring the speed record of this machine: %s", exc)
+    return MachineSpeed(fingerprint)
+
+
+def update_machine_speed(
+    fingerprint: str, change: Callable[[MachineSpeed], MachineSpeed], folder: Path | None = None
+) -> MachineSpeed:
+    """Apply `change` to this machine's record and save it; returns the new record."""
+    path = _path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=10):
+        data = _read(path)
+        machines: dict[str, Any] = data["machines"]
+        current = MachineSpeed(fingerprint)
+        if fingerprint in machines:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                current = MachineSpeed.from_dict(machines[fingerprint])
+        new = change(current)
+        machines.pop(fingerprint, None)
+        machines[fingerprint] = new.to_dict()  # most recent last: the oldest machines go first
+        for old in list(machines)[:-MACHINES_KEPT]:
+            del machines[old]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    return new
+
+
+def save_probe(fingerprint: str, probe: HostProbe, folder: Path | None = None, *, new: bool = True) -> MachineSpeed:
+    """Store a probe. A new one (`new`) drops the CPU's learned factors: they corrected predictions
+    made from the old figures (a GPU's stay; the probe does not measure GPUs). Kernels added to the
+    same probe for another weight type (`new=False`) keep them."""
+
+    def change(m: MachineSpeed) -> MachineSpeed:
+        kept = tuple(f for f in m.factors if not (new and f.backend.startswith("cpu:")))
+        return replace(m, probe=probe, factors=kept)
+
+    return update_machine_speed(fingerprint, change, folder)
+
+
+def add_kernels(fingerprint: str, added: tuple[KernelRates, ...], folder: Path | None = None) -> MachineSpeed:
+    """Add rates for weight types the stored probe lacked (measured for a model that uses them)."""
+
+    def change(m: MachineSpeed) -> MachineSpeed:
+        return replace(m, probe=m.probe.with_kernels(added)) if m.probe is not None else m
+
+    return update_machine_speed(fingerprint, change, folder)

@@ -1,0 +1,352 @@
+"""llama.cpp's own tensor operations, timed one at a time: the kernels the speed probe measures.
+
+The planner's speed model needs what llama.cpp's kernels reach on this machine, per weight type
+(a Q4_1 mat-vec runs at half the bytes per second of a Q8_0 one here; Q4_0 and Q4_K weights are
+repacked for faster kernels on x86) and per KV cache type (flash attention over a q8_0 cache is
+several times slower than over f16 on a CPU). A benchmark of numpy or of generic BLAS would say
+nothing about either, so this module builds single-op ggml graphs and runs them on the same backend
+llama.cpp uses, with weights placed where llama.cpp places them: in the CPU's "extra" buffer type
+(CPU_REPACK) when that buffer supports the operation, as llama.cpp's model loader decides.
+
+The symbols come through libllama's own handle on Linux (the wheel holds libggml*.so and .so.0 as
+copies; opening one by path would load a second ggml with a registry llama.cpp never uses), and
+from ggml-base.dll / ggml.dll on Windows. Everything here is ctypes on a stable C API: tensors are
+opaque pointers, only `ggml_init_params` is a struct.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vrampilot.llamacpp import load
+
+_vp = ctypes.c_void_p
+_i64 = ctypes.c_int64
+
+# enum ggml_backend_dev_type (ggml-backend.h)
+DEVICE_CPU = 0
+# enum ggml_type values used here (ggml.h)
+F32 = 0
+F16 = 1
+I32 = 26
+
+
+class GgmlError(RuntimeError):
+    pass
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", _vp), ("no_alloc", ctypes.c_bool)]
+
+
+def _declare(lib: Any, name: str, restype: Any, *argtypes: Any) -> Callable[..., Any]:
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+class _Api:
+    """The subset of ggml.h / ggml-backend.h the probe uses, declared once."""
+
+    def __init__(self, base: Any, registry: Any) -> None:
+        d = _declare
+        self.init = d(base, "ggml_init", _vp, _InitParams)
+        self.free = d(base, "ggml_free", None, _vp)
+        self.tensor_overhead = d(base, "ggml_tensor_overhead", ctypes.c_size_t)
+        self.graph_overhead = d(base, "ggml_graph_overhead", ctypes.c_size_t)
+        self.new_tensor_2d = d(base, "ggml_new_tensor_2d", _vp, _vp, ctypes.c_int, _i64, _i64)
+        self.new_tensor_3d = d(base, "ggml_new_tensor_3d", _vp, _vp, ctypes.c_int, _i64, _i64, _i64)
+        self.new_tensor_4d = d(base, "ggml_new_tensor_4d", _vp, _vp, ctypes.c_int, _i64, _i64, _i64, _i64)
+        self.mul_mat = d(base, "ggml_mul_mat", _vp, _vp, _vp, _vp)
+        self.mul_mat_id = d(base, "ggml_mul_mat_id", _vp, _vp, _vp, _vp, _vp)
+        self.add = d(base, "ggml_add", _vp, _vp, _vp, _vp)
+        self.flash_attn_ext = d(
+            base, "ggml_flash_attn_ext", _vp, _vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float
+        )
+        self.new_graph = d(base, "ggml_new_graph", _vp, _vp)
+        self.build_forward_expand = d(base, "ggml_build_forward_expand", None, _vp, _vp)
+        self.nbytes = d(base, "ggml_nbytes", ctypes.c_size_t, _vp)
+        self.row_size = d(base, "ggml_row_size", ctypes.c_size_t, ctypes.c_int, _i64)
+        self.blck_size = d(base, "ggml_blck_size", _i64, ctypes.c_int)
+        self.quantize_chunk = d(base, "ggml_quantize_chunk", ctypes.c_size_t, ctypes.c_int, _vp, _vp, _i64, _i64,
+                                _i64, _vp)  # fmt: skip
+        self.quantize_requires_imatrix = d(base, "ggml_quantize_requires_imatrix", ctypes.c_bool, ctypes.c_int)
+        self.dev_by_type = d(registry, "ggml_backend_dev_by_type", _vp, ctypes.c_int)
+        self.dev_init = d(base, "ggml_backend_dev_init", _vp, _vp, ctypes.c_char_p)
+        self.dev_backend_reg = d(base, "ggml_backend_dev_backend_reg", _vp, _vp)
+        self.dev_buffer_type = d(base, "ggml_backend_dev_buffer_type", _vp, _vp)
+        self.dev_supports_op = d(base, "ggml_backend_dev_supports_op", ctypes.c_bool, _vp, _vp)
+        self.reg_get_proc_address = d(base, "ggml_backend_reg_get_proc_address", _vp, _vp, ctypes.c_char_p)
+        self.buft_name = d(base, "ggml_backend_buft_name", ctypes.c_char_p, _vp)
+        self.alloc_ctx_tensors_from_buft = d(base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, _vp, _vp)
+        self.buffer_free = d(base, "ggml_backend_buffer_free", None, _vp)
+        self.buft_alloc_buffer = d(base, "ggml_backend_buft_alloc_buffer", _vp, _vp, ctypes.c_size_t)
+        self.buffer_get_base = d(base, "ggml_backend_buffer_get_base", _vp, _vp)
+        self.buffer_get_size = d(base, "ggml_backend_buffer_get_size", ctypes.c_size_t, _vp)
+        self.tensor_alloc = d(base, "ggml_backend_tensor_alloc", ctypes.c_int, _vp, _vp, _vp)
+        self.tensor_set = d(base, "ggml_backend_tensor_set", None, _vp, _vp, ctypes.c_size_t, ctypes.c_size_t)
+        self.graph_compute = d(base, "ggml_backend_graph_compute", ctypes.c_int, _vp, _vp)
+        self.backend_free = d(base, "ggml_backend_free", None, _vp)
+
+
+_api: _Api | None = None
+_api_lock = threading.Lock()
+
+
+def _load_api() -> _Api:
+    global _api
+    with _api_lock:
+        if _api is None:
+            llama_cpp = load()  # registers the CPU variant this machine runs
+            if sys.platform == "win32":
+                from vrampilot.llamacpp.backends import lib_dir_of
+
+                lib_dir = lib_dir_of(llama_cpp)
+                base: Any = ctypes.CDLL(str(lib_dir / "ggml-base.dll"))
+                registry: Any = ctypes.CDLL(str(lib_dir / "ggml.dll"))
+            else:
+                base = registry = llama_cpp.llama_cpp._lib
+            _api = _Api(base, registry)
+        return _api
+
+
+@dataclass(frozen=True)
+class OpTiming:
+    """One operation's best time over its repetitions, and the buffer type its weights lived in."""
+
+    seconds: float
+    buffer: str  # "CPU", "CPU_REPACK", ...
+
+
+class CpuKernels:
+    """The CPU backend llama.cpp runs on, for timing single operations.
+
+    Not thread-safe: one probe at a time (the probe holds it for about a second).
+    """
+
+    def __init__(self) -> None:
+        api = self.api = _load_api()
+        self.dev = api.dev_by_type(DEVICE_CPU)
+        if not self.dev:
+            raise GgmlError("llama.cpp has no CPU backend registered")
+        self.backend = api.dev_init(self.dev, None)
+        if not self.backend:
+            raise GgmlError("llama.cpp's CPU backend did not start")
+        reg = api.dev_backend_reg(self.dev)
+        set_threads = api.reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
+        if not set_threads:
+            raise GgmlError("llama.cpp's CPU backend cannot set its thread count")
+        self._set_threads = ctypes.CFUNCTYPE(None, _vp, ctypes.c_int)(set_threads)
+        self.cpu_buft = api.dev_buffer_type(self.dev)
+        # One weight buffer per buffer type, reused by every matrix timed: a fresh 48 MiB
+        # allocation per type would spend more time faulting pages in than computing.
+        self._arenas: dict[int, int] = {}
+        self._stage = np.empty(0, dtype=np.uint8)
+        self.extra_bufts: list[int] = []
+        get_extra = api.reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+        if get_extra:
+            arr = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(get_extra)(self.dev)
+            i = 0
+            while arr and arr[i]:
+                self.extra_bufts.append(int(arr[i]))
+                i += 1
+
+    def close(self) -> None:
+        for buf in self._arenas.values():
+            self.api.buffer_free(buf)
+        self._arenas.clear()
+        if self.backend:
+            self.api.backend_free(self.backend)
+            self.backend = None
+
+    def __enter__(self) -> CpuKernels:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- building blocks -------------------------------------------------------------------------
+    def _context(self, n_tensors: int) -> int:
+        api = self.api
+        size = api.tensor_overhead() * n_tensors + api.graph_overhead() + 4096
+        ctx = api.init(_InitParams(size, None, True))
+        if not ctx:
+            raise GgmlError("ggml_init failed")
+        return int(ctx)
+
+    def row_bytes(self, ggml_type: int, n: int) -> int:
+        return int(self.api.row_size(ggml_type, n))
+
+    def block_size(self, ggml_type: int) -> int:
+        return int(self.api.blck_size(ggml_type))
+
+    def can_quantize(self, ggml_type: int) -> bool:
+        # Types whose quantization needs an importance matrix (IQ1/IQ2) cannot be filled here.
+        return not self.api.quantize_requires_imatrix(ggml_type)
+
+    def _staging(self, n_bytes: int) -> np.ndarray:
+        """A host buffer reused for every fill (a fresh 48 MiB array per matrix would fault its
+        pages in each time)."""
+        if self._stage.size < n_bytes:
+            self._stage = np.empty(n_bytes, dtype=np.uint8)
+        return self._stage[:n_bytes]
+
+    def _fill(self, tensor: int, ggml_type: int, n_per_row: int, n_rows: int) -> None:
+        """Valid data of `ggml_type`: a few quantized rows repeated (timing does not depend on the
+        values, but random bytes could hold non-finite scales)."""
+        api = self.api
+        size = int(api.nbytes(tensor))
+        rows = max(1, min(n_rows, 16))
+        src = (np.random.default_rng(0).standard_normal(rows * n_per_row) * 0.05).astype(np.float32)
+        if ggml_type == F32:
+            chunk = src.view(np.uint8)
+        else:
+            chunk = np.empty(self.row_bytes(ggml_type, n_per_row) * rows, dtype=np.uint8)
+            api.quantize_chunk(ggml_type, src.ctypes.data, chunk.ctypes.data, 0, rows, n_per_row, None)
+        stage = self._staging(size)
+        whole = size // chunk.size
+        stage[: whole * chunk.size].reshape(whole, chunk.size)[:] = chunk  # broadcast: no temporary
+        stage[whole * chunk.size :] = chunk[: size - whole * chunk.size]
+        api.tensor_set(tensor, stage.ctypes.data, 0, size)
+
+    def _compute(self, graph: int, threads: int, repeats: int) -> float:
+        api = self.api
+        self._set_threads(self.backend, threads)
+        if api.graph_compute(self.backend, graph) != 0:  # warm-up: thread pool, caches, first-touch
+            raise GgmlError("ggml_backend_graph_compute failed")
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            api.graph_compute(self.backend, graph)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def _scaling(self, graph: int, threads: Sequence[int], repeats: int, buffer: str) -> list[OpTiming]:
+        """Times at each thread count for a kernel that more threads never slow down on an idle
+        machine: a count that came out slower than one thread was preempted by another program
+        (llama.cpp's threads wait for each other), so it is measured again, twice at most."""
+        times = [self._compute(graph, t, repeats) for t in threads]
+        for i in range(1, len(times)):
+            for _ in range(2):
+                if times[i] <= times[0]:
+                    break
+                times[i] = min(times[i], self._compute(graph, threads[i], repeats))
+        return [OpTiming(t, buffer) for t in times]
+
+    # -- operations ------------------------------------------------------------------------------
+    def _arena(self, buft: int, n_bytes: int) -> int | None:
+        """A buffer of `buft` with room for n_bytes (grown when needed), or None if it cannot be had."""
+        api = self.api
+        buf = self._arenas.get(buft)
+        if buf and api.buffer_get_size(buf) >= n_bytes:
+            return buf
+        if buf:
+            api.buffer_free(buf)
+            del self._arenas[buft]
+        buf = api.buft_alloc_buffer(buft, n_bytes + 4096)
+        if not buf:
+            return None
+        self._arenas[buft] = int(buf)
+        return int(buf)
+
+    def mul_mat(
+        self,
+        ggml_type: int,
+        k: int,
+        n: int,
+        m: int,
+        threads: Sequence[int],
+        repeats: int,
+        *,
+        experts: tuple[int, int] | None = None,
+    ) -> list[OpTiming]:
+        """A (k x n) weight of `ggml_type` times (k x m) f32 activations, once per thread count.
+
+        m = 1 is what decoding does for every weight; m = ubatch what reading a prompt does.
+        `experts` = (n_expert, n_used): a mixture-of-experts product instead (llama.cpp's
+        mul_mat_id, one k x n matrix per expert), each of the m tokens routed to n_used experts,
+        spread evenly. The weight goes to the first extra buffer type that supports the product
+        (as llama.cpp's loader chooses), else the plain CPU buffer.
+        """
+        api = self.api
+        n_expert, n_used = experts or (1, 1)
+        w_bytes = self.row_bytes(ggml_type, k) * n * n_expert
+        for buft in [*self.extra_bufts, self.cpu_buft]:
+            arena = self._arena(buft, w_bytes)
+            if arena is None:
+                continue
+            # A fresh pair of contexts per try: a tensor keeps the buffer it was first given.
+            cw, cx = self._context(2), self._context(8)
+            bx = 0
+            try:
+                if experts is None:
+                    w = api.new_tensor_2d(cw, ggml_type, k, n)
+                    x = api.new_tensor_2d(cx, F32, k, m)
+                    ids = None
+                    out = api.mul_mat(cx, w, x)
+                else:
+                    w = api.new_tensor_3d(cw, ggml_type, k, n, n_expert)
+                    x = api.new_tensor_3d(cx, F32, k, 1, m)
+                    ids = api.new_tensor_2d(cx, I32, n_used, m)
+                    out = api.mul_mat_id(cx, w, x, ids)
+                graph = api.new_graph(cx)
+                api.build_forward_expand(graph, out)
+                bx = api.alloc_ctx_tensors_from_buft(cx, self.cpu_buft)
+                if not bx:
+                    raise GgmlError("could not allocate activations")
+                if api.tensor_alloc(arena, w, api.buffer_get_base(arena)) != 0:
+                    continue
+                if buft != self.cpu_buft and not api.dev_supports_op(self.dev, out):
+                    continue
+                self._fill(w, ggml_type, k, n * n_expert)
+                self._fill(x, F32, k, m)
+                if ids is not None:
+                    # Token j goes to experts j*n_used .. j*n_used + n_used - 1 (mod n_expert).
+                    route = (np.arange(m * n_used, dtype=np.int32) % n_expert).astype(np.int32)
+                    api.tensor_set(ids, route.ctypes.data, 0, route.nbytes)
+                name = (api.buft_name(buft) or b"?").decode()
+                return self._scaling(graph, threads, repeats, name)
+            finally:
+                if bx:
+                    api.buffer_free(bx)
+                api.free(cw)
+                api.free(cx)
+        raise GgmlError(f"no buffer type takes a type {ggml_type} matrix")
+
+    def flash_attn(
+        self, kv_type: int, head_dim: int, n_q: int, n_kv: int, n_head: int, threads: Sequence[int], repeats: int
+    ) -> list[OpTiming]:
+        """Flash attention of n_q queries (n_head heads) over n_kv cached cells of `kv_type`."""
+        api = self.api
+        c = self._context(8)
+        buf = 0
+        try:
+            q = api.new_tensor_4d(c, F32, head_dim, n_q, n_head, 1)
+            k = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head, 1)
+            v = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head, 1)
+            mask = api.new_tensor_4d(c, F16, n_kv, n_q, 1, 1)  # one row per query, as llama.cpp builds it
+            out = api.flash_attn_ext(c, q, k, v, mask, head_dim**-0.5, 0.0, 0.0)
+            graph = api.new_graph(c)
+            api.build_forward_expand(graph, out)
+            buf = api.alloc_ctx_tensors_from_buft(c, self.cpu_buft)
+            if not buf:
+                raise GgmlError("could not allocate the attention tensors")
+            self._fill(q, F32, head_dim, n_q * n_head)
+            self._fill(k, kv_type, head_dim, n_kv * n_head)
+            self._fill(v, kv_type, head_dim, n_kv * n_head)
+            zeros = np.zeros(int(api.nbytes(mask)) // 2, dtype=np.float16)  # nothing masked
+            api.tensor_set(mask, zeros.ctypes.data, 0, zeros.nbytes)
+            return self._scaling(graph, threads, repeats, "CPU")
+        finally:
+            if buf:
+                api.buffer_free(buf)
+            api.free(c)

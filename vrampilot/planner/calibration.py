@@ -1,0 +1,118 @@
+"""Learning from every reply: measured speed against the prediction for that very reply.
+
+A reply's stats say how fast llama.cpp read its prompt (the tokens it evaluated, after the ones
+reused from the cache) and generated (tokens after the first, over the context the reply ran at).
+The speed model predicts the same two numbers for the same conditions (`reply_prediction`), so
+measured / predicted isolates what the model misses on this machine and backend. Each ratio joins
+that backend's recent window (hardware/measured.py `SpeedFactors`), whose median, bounded, then
+multiplies every later prediction. A reply is not learned from when it is too short to time
+(the first tokens of a reply and tiny prompts are mostly fixed costs), or when other programs took
+a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+
+from vrampilot.hardware.cpu_load import BUSY_SHARE
+from vrampilot.hardware.measured import LastReply, MachineSpeed
+from vrampilot.planner.search import Plan
+from vrampilot.planner.speed import SpeedModel, backend_key
+
+# Fewer generated tokens than this time too little to judge decoding; fewer prompt tokens, prefill.
+MIN_DECODE_TOKENS = 8
+MIN_PREFILL_TOKENS = 8
+# Decode time grows with the context; a reply's mean is taken over this many points of its span.
+_DECODE_POINTS = 5
+
+
+@dataclass(frozen=True)
+class ReplyMeasurement:
+    """What one reply measured (engine/stats.py GenerationStats, as plain numbers)."""
+
+    prompt_tokens: int  # the whole conversation as the model saw it
+    evaluated_tokens: int  # read this turn (the rest came from the cache)
+    completion_tokens: int
+    decode_tps: float
+    prefill_tps: float
+    others_cpu_share: float | None = None  # other programs' share of the CPU meanwhile
+
+
+@dataclass(frozen=True)
+class ReplyPrediction:
+    decode_tps: float
+    prefill_tps: float
+
+
+def reply_prediction(plan: Plan, reply: ReplyMeasurement, *, calibrated: bool = True) -> ReplyPrediction:
+    """The plan's speed for this reply's conditions; `calibrated=False` without the learned factors."""
+    model = SpeedModel(plan.spec, plan.settings, plan.target, plan.memory)
+    past = max(0, reply.prompt_tokens - reply.evaluated_tokens)
+    n = max(1, reply.evaluated_tokens)
+    t_pre = model.prefill_seconds(n, past)
+    # Generated tokens see the prompt plus those before them: the mean time over that span.
+    start, span = reply.prompt_tokens, max(1, reply.completion_tokens)
+    points = [start + span * (i + 0.5) / _DECODE_POINTS for i in range(_DECODE_POINTS)]
+    t_dec = sum(model.decode_seconds(int(p)) for p in points) / len(points)
+    factors = plan.target.factors_for(backend_key(plan.target, plan.settings))
+    fd, fp = (factors.decode, factors.prefill) if calibrated else (1.0, 1.0)
+    return ReplyPrediction(
+        decode_tps=fd / t_dec if t_dec > 0 else 0.0,
+        prefill_tps=fp * n / t_pre if t_pre > 0 else 0.0,
+    )
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: str | None = None) -> MachineSpeed:
+    """`speed` with this reply learned (a pure function; `record_reply` also saves it).
+
+    The prediction is remade with `speed` (this machine's current figures), not with those the plan
+    was made with: a reply from a model loaded before the probe finished is still judged against
+    the model that later predictions will use.
+    """
+    at = at or _now()
+    plan = replace(plan, target=replace(plan.target, speed=speed))
+    backend = backend_key(plan.target, plan.settings)
+    before = reply_prediction(plan, reply)  # what the user was shown for it
+    raw = reply_prediction(plan, reply, calibrated=False)
+    busy = reply.others_cpu_share is not None and reply.others_cpu_share > BUSY_SHARE
+    decode_ratio = prefill_ratio = None
+    if not busy and reply.completion_tokens >= MIN_DECODE_TOKENS and reply.decode_tps > 0 and raw.decode_tps > 0:
+        decode_ratio = reply.decode_tps / raw.decode_tps
+    if not busy and reply.evaluated_tokens >= MIN_PREFILL_TOKENS and reply.prefill_tps > 0 and raw.prefill_tps > 0:
+        prefill_ratio = reply.prefill_tps / raw.prefill_tps
+    factors = speed.factors_for(backend).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
+    last = LastReply(
+        model=plan.spec.path.name,
+        backend=backend,
+        at=at,
+        # Rounded as stored, so the record read back equals the one returned.
+        decode_tps=round(reply.decode_tps, 2),
+        predicted_decode_tps=round(before.decode_tps, 2),
+        prefill_tps=round(reply.prefill_tps, 2),
+        predicted_prefill_tps=round(before.prefill_tps, 2),
+        prompt_tokens=reply.evaluated_tokens,
+        context_tokens=reply.prompt_tokens,
+    )
+    return speed.with_factors(factors).with_last_reply(last)
+
+
+def record_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement) -> MachineSpeed:
+    """Learn this reply and save it in this machine's record (re-read under the file's lock, so a
+    reply learned by another process meanwhile is kept)."""
+    from vrampilot.hardware.speed_store import update_machine_speed
+
+    at = _now()
+    return update_machine_speed(speed.fingerprint, lambda current: learn_reply(current, plan, reply, at))
+
+
+def last_reply_for(plan: Plan) -> LastReply | None:
+    """The last measured reply of this plan's model on its backend, for "predicted X, last measured Y"."""
+    speed = plan.target.speed
+    if speed is None:
+        return None
+    return speed.last_reply(plan.spec.path.name, backend_key(plan.target, plan.settings))

@@ -1,0 +1,366 @@
+"""Time per token on the CPU: the weights, the attention and the graph's fixed cost, each at the rate
+llama.cpp's own kernels reach on this machine (hardware/probe.py), or at assumed rates without a probe.
+
+Decoding one token runs every weight matrix once as a mat-vec product; the probe measured, per
+weight type, how many bytes of weights per second that kernel gets through with the weights in RAM,
+which already holds whichever of memory bandwidth and arithmetic limits that type. Attention reads
+the cache cells in use with flash attention at its own rate per KV type and head size. Each step
+also has fixed costs the probe measured on a tiny model: the step itself, each layer's graph nodes
+(each ends in a barrier of all threads), and the sampler's pass over the logits.
+
+Reading a prompt runs the same matrices as mat-mat products over each ubatch, at the measured
+FLOP rate, but never faster than streaming the weights once per ubatch (short prompts are
+memory-bound like decoding); attention over the cache and the ubatch itself (causal: a query sees
+the cells before it); the output matrix for the last token of each batch only, as llama-cpp-python
+asks for no other logits.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vrampilot.gguf import ModelSpec
+from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, FixedCosts, HostProbe, RateAt, rate_at
+from vrampilot.hardware.probe import bits_per_weight
+from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
+
+# Without a probe: of the assumed RAM bandwidth (planner/target.py) CPU decoding reaches this
+# share, saturated by this many threads; of the assumed per-core throughput, these shares.
+ASSUMED_BANDWIDTH_EFFICIENCY = 0.6
+ASSUMED_THREADS_TO_SATURATE_MEMORY = 4
+ASSUMED_MATVEC_EFFICIENCY = 0.33  # share of that throughput a mat-vec product reaches
+ASSUMED_MATMUL_EFFICIENCY = 0.7
+ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE = 10.0
+ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE = 35.0
+ASSUMED_FIXED = FixedCosts(step_s=100e-6, layer_s=20e-6, vocab_entry_s=5e-9)
+# Working graph nodes of the probe's tiny Llama block, whose fixed cost the probe measured; other
+# blocks cost in proportion to their own node count.
+PROBE_LAYER_NODES = 19
+
+# The tiled flash-attention kernel needs this many queries (GGML_FA_TILE_Q); fewer run the vector
+# kernel at the decoding rate. The split-KV decoding kernel needs a cache view this long.
+FA_TILE_QUERIES = 64
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    type_name: str  # lower case ggml name
+    row: int  # elements per row (ne[0]): the kernels' per-row cost depends on it
+    bytes_active: float  # read per decoded token (experts: the routed share)
+    params_active: float
+    bytes_total: int  # read once per ubatch when reading a prompt (every expert gets some tokens)
+    expert_share: float  # 1.0, or n_expert_used / n_expert for expert tensors
+
+
+@dataclass(frozen=True)
+class _LayerCost:
+    matrices: tuple[_Matrix, ...]
+    n_nodes: int  # graph nodes of one layer that do work (views and reshapes cost nothing)
+
+
+@dataclass(frozen=True)
+class WeightTable:
+    layers: tuple[_LayerCost, ...]
+    output: _Matrix | None
+    n_vocab: int  # logits per step, which the sampler goes through
+
+    def types(self) -> tuple[str, ...]:
+        names = {m.type_name for layer in self.layers for m in layer.matrices}
+        if self.output is not None:
+            names.add(self.output.type_name)
+        return tuple(sorted(names))
+
+
+@functools.lru_cache(maxsize=16)
+def weight_table(spec: ModelSpec) -> WeightTable:
+    """The matrices each layer multiplies, by type: what the speed model prices (cached per file)."""
+    share = spec.n_expert_used / spec.n_expert if spec.n_expert else 1.0
+    per_layer: list[list[_Matrix]] = [[] for _ in range(spec.n_layer)]
+    n_tensors = [0] * spec.n_layer
+    output: _Matrix | None = None
+    out_name = "token_embd.weight" if spec.tied_embeddings else "output.weight"
+    for t in spec.tensors:
+        if t.name == out_name:
+            output = _Matrix(t.type_name.lower(), t.shape[0], t.n_bytes, t.n_elements, t.n_bytes, 1.0)
+        if not t.name.startswith("blk."):
+            continue
+        il = int(t.name.split(".", 2)[1])
+        if il >= spec.n_layer:
+            continue
+        n_tensors[il] += 1
+        if len(t.shape) < 2 or t.shape[1] == 1:
+            continue  # norms and biases: elementwise work, priced as graph nodes
+        s = share if "_exps" in t.name and spec.n_expert else 1.0
+        per_layer[il].append(_Matrix(t.type_name.lower(), t.shape[0], t.n_bytes * s, t.n_elements * s, t.n_bytes, s))
+    # About two working nodes per tensor (the product or norm, and what combines it) plus the
+    # attention, the residual adds and the cache writes: 19 for a Llama block of 9 tensors.
+    layers = tuple(_LayerCost(tuple(m), 2 * n + 1) for m, n in zip(per_layer, n_tensors, strict=True))
+    return WeightTable(layers, output, spec.n_vocab)
+
+
+@dataclass(frozen=True)
+class CpuRates:
+    """The CPU's rates as the speed model reads them: measured by the probe, or assumed."""
+
+    probe: HostProbe | None
+    physical_cores: int
+    host_bandwidth_gbps: float = DEFAULT_HOST_BANDWIDTH_GBPS  # assumed peak, without a probe
+    # Rates already looked up: the planner prices every matrix of every alternative, thousands of
+    # look-ups of a handful of (type, threads, row) keys (planning a 16M context took seconds).
+    _memo: dict[tuple[object, ...], float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _cached(self, key: tuple[object, ...], compute: Callable[[], float]) -> float:
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = compute()
+        return value
+
+    @property
+    def measured(self) -> bool:
+        return self.probe is not None
+
+    def _nearest_kernel(self, type_name: str) -> tuple[str, bool]:
+        """(the measured type standing in for `type_name`, whether it is the type itself)."""
+        assert self.probe is not None
+        if self.probe.kernel(type_name) is not None:
+            return type_name, True
+        try:
+            bpw = bits_per_weight(type_name)
+        except KeyError:
+            bpw = 4.5
+        measured = [k.type_name for k in self.probe.kernels]
+        if not measured:
+            return type_name, False
+        return min(measured, key=lambda n: abs(bits_per_weight(n) - bpw)), False
+
+    def stand_ins(self, types: tuple[str, ...]) -> dict[str, str]:
+        """Weight types without a measurement, and the measured type each is predicted from."""
+        if self.probe is None:
+            return {}
+        out = {}
+        for t in types:
+            near, exact = self._nearest_kernel(t)
+            if not exact:
+                out[t] = near
+        return out
+
+    def _assumed_bandwidth(self, threads: int) -> float:
+        share = min(1.0, threads / min(ASSUMED_THREADS_TO_SATURATE_MEMORY, self.physical_cores))
+        return self.host_bandwidth_gbps * ASSUMED_BANDWIDTH_EFFICIENCY * share
+
+    def _core_share(self, threads: int) -> float:
+        return min(threads, self.physical_cores)
+
+    def decode_gbps(self, type_name: str, threads: int, row: int = LONG_ROW) -> float:
+        """Weight bytes per second through the mat-vec kernel of `type_name` over rows of `row`."""
+        return self._cached(("decode", type_name, threads, row), lambda: self._decode_gbps(type_name, threads, row))
+
+    def _decode_gbps(self, type_name: str, threads: int, row: int) -> float:
+        if self.probe is not None:
+            near, _ = self._nearest_kernel(type_name)
+            k = self.probe.kernel(near)
+            if k is not None:
+                long, short = rate_at(k.decode_gbps, threads), rate_at(k.decode_short_gbps, threads)
+                # Between the two row lengths measured, by the log of the row; constant outside.
+                x = min(1.0, max(0.0, math.log2(max(row, 1) / SHORT_ROW) / math.log2(LONG_ROW / SHORT_ROW)))
+                return short + (long - short) * x
+        try:
+            bytes_per_param = bits_per_weight(type_name) / 8
+        except KeyError:
+            bytes_per_param = 0.5625
+        compute = DEFAULT_CPU_GFLOPS_PER_CORE * ASSUMED_MATVEC_EFFICIENCY * self._core_share(threads)
+        # 2 FLOPs per weight: the kernel's byte rate is capped by arithmetic as well as by RAM.
+        return min(self._assumed_bandwidth(threads), compute / 2 * bytes_per_param)
+
+    def prefill_gflops(self, type_name: str, threads: int, *, experts: bool = False) -> float:
+        """Matrix throughput over a prompt's ubatch; `experts`: through the mixture-of-experts product."""
+        return self._cached(("prefill", type_name, threads, experts), lambda: self._prefill_gflops(type_name, threads, experts))
+
+    def _prefill_gflops(self, type_name: str, threads: int, experts: bool) -> float:
+        if self.probe is not None:
+            near, _ = self._nearest_kernel(type_name)
+            k = self.probe.kernel(near)
+            if k is not None:
+                rates = k.prefill_moe_gflops if experts and k.prefill_moe_gflops else k.prefill_gflops
+                return rate_at(rates, threads)
+        return DEFAULT_CPU_GFLOPS_PER_CORE * ASSUMED_MATMUL_EFFICIENCY * self._core_share(threads)
+
+    def attention_cell_seconds(self, kv_type: str, head_dim: float, threads: int, *, prefill: bool) -> float:
+        """Seconds flash attention spends on one cache cell for one head of `head_dim` (K and V).
+
+        The probe measured two head sizes; the cost per cell is taken as linear in the head size
+        through them (a fixed part per cell, a part per element), extrapolated outside. Decoding
+        reads the cache from RAM (a model's whole cache is larger than the CPU's caches): what that
+        adds per byte was measured with an f16 cache, and a quantized cache adds it for its fewer
+        bytes.
+        """
+        key = ("attention", kv_type, head_dim, threads, prefill)
+        return self._cached(key, lambda: self._attention_cell_seconds(kv_type, head_dim, threads, prefill))
+
+    def _attention_cell_seconds(self, kv_type: str, head_dim: float, threads: int, prefill: bool) -> float:
+        if self.probe is None or not (self.probe.attention_for(kv_type) or self.probe.attention_for("f16")):
+            per_core = ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE if prefill else ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE
+            return 4.0 * head_dim / (per_core * self._core_share(threads) * 1e9)
+        rates = self.probe.attention_for(kv_type) or self.probe.attention_for("f16")
+        cell = _linear_in_head_dim(
+            [(a.head_dim, a.prefill_gflops if prefill else a.decode_gflops) for a in rates], head_dim, threads
+        )
+        if prefill:
+            return cell  # a tile of queries shares each cell it reads: RAM is not the limit
+        f16 = self.probe.attention_for("f16")
+        if any(a.decode_ram_gflops for a in f16):
+            in_cache = _linear_in_head_dim([(a.head_dim, a.decode_gflops) for a in f16], head_dim, threads)
+            from_ram = _linear_in_head_dim([(a.head_dim, a.decode_ram_gflops) for a in f16], head_dim, threads)
+            cell += max(0.0, from_ram - in_cache) * _kv_bytes_per_element(kv_type) / 2.0
+        return cell
+
+    def fixed(self, threads: int) -> FixedCosts:
+        """What a step costs besides weights and attention (measured with the probe's tiny model)."""
+        if self.probe is not None and self.probe.steps:
+            return self.probe.fixed_costs(threads)
+        return ASSUMED_FIXED
+
+
+def _linear_in_head_dim(points: list[tuple[int, tuple[RateAt, ...]]], head_dim: float, threads: int) -> float:
+    """Seconds per head-cell at `head_dim`, through the measured (head size, FLOP rate) points."""
+    secs = sorted((d, 4.0 * d / (rate_at(r, threads) * 1e9)) for d, r in points if rate_at(r, threads) > 0)
+    if not secs:
+        return 0.0
+    if len(secs) == 1:
+        return secs[0][1] * head_dim / secs[0][0]
+    (d0, t0), (d1, t1) = secs[0], secs[-1]
+    return max(t0 * 0.1, t0 + (t1 - t0) * (head_dim - d0) / (d1 - d0))
+
+
+def _kv_bytes_per_element(kv_type: str) -> float:
+    try:
+        return bits_per_weight(kv_type) / 8
+    except KeyError:
+        return 2.0
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One layer's attention: how many query heads, their size (mean of K and V), its cache length."""
+
+    n_head: int
+    head_dim: float
+    cells: int  # the cache cells the layer can see (the window for sliding-window layers)
+
+
+def causal_cells(m: int, pos: int, window: int) -> float:
+    """Cells the m queries of a ubatch starting at `pos` attend to in all: query i sees pos + i + 1
+    of them (the causal mask skips the rest, tile by tile), at most `window`."""
+    k = max(0, min(m, window - pos))  # queries whose view is not yet capped by the window
+    return k * pos + k * (k + 1) / 2 + (m - k) * window
+
+
+def decode_seconds(
+    table: WeightTable,
+    layers_on_cpu: tuple[bool, ...],
+    output_on_cpu: bool,
+    attention: tuple[AttentionShape | None, ...],
+    n_tokens: int,
+    kv_type: str,
+    threads: int,
+    rates: CpuRates,
+) -> float:
+    """Seconds the CPU spends on one decoded token with n_tokens in the cache."""
+    t = 0.0
+    fixed = rates.fixed(threads)
+    for on_cpu, layer, att in zip(layers_on_cpu, table.layers, attention, strict=True):
+        if not on_cpu:
+            continue
+        t += sum(m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9) for m in layer.matrices)
+        t += fixed.layer_s * layer.n_nodes / PROBE_LAYER_NODES
+        if att is not None:
+            cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
+            # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost.
+            t += att.n_head * min(max(n_tokens, 1), att.cells) * cell
+    out = table.output
+    if output_on_cpu and out is not None:
+        t += out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
+        t += fixed.step_s
+    # The sampler goes through every logit on the CPU, wherever they were computed.
+    return t + table.n_vocab * fixed.vocab_entry_s
+
+
+def prefill_seconds(
+    table: WeightTable,
+    layers_on_cpu: tuple[bool, ...],
+    output_on_cpu: bool,
+    attention: tuple[AttentionShape | None, ...],
+    n_tokens: int,
+    n_past: int,
+    n_batch: int,
+    n_ubatch: int,
+    kv_type: str,
+    threads: int,
+    rates: CpuRates,
+) -> float:
+    """Seconds the CPU spends reading n_tokens of prompt after n_past tokens already in the cache."""
+    if n_tokens <= 0:
+        return 0.0
+    ub = max(1, min(n_ubatch, n_batch))
+    fixed = rates.fixed(threads)
+    nodes = sum(layer.n_nodes for layer, on in zip(table.layers, layers_on_cpu, strict=True) if on)
+    per_ubatch = fixed.step_s + fixed.layer_s * nodes / PROBE_LAYER_NODES
+    t = table.n_vocab * fixed.vocab_entry_s  # sampling the reply's first token ends the prefill
+    # Every full ubatch multiplies the same matrices: priced once (a prompt filling a 128K context
+    # has 256 of them, and the planner prices every alternative).
+    full, rest = divmod(n_tokens, ub)
+    t += full * (_weights_seconds(table, layers_on_cpu, ub, threads, rates) + per_ubatch)
+    if rest:
+        t += _weights_seconds(table, layers_on_cpu, rest, threads, rates) + per_ubatch
+    # Attention: the cells all queries of the full ubatches see, at one rate (their ubatch size
+    # picks the kernel), then the last partial ubatch at its own; no loop over ubatches (a 16M
+    # context has 32K of them).
+    t += _attention_seconds(layers_on_cpu, attention, full * ub, ub, n_past, kv_type, threads, rates)
+    if rest:
+        t += _attention_seconds(layers_on_cpu, attention, rest, rest, n_past + full * ub, kv_type, threads, rates)
+    out = table.output
+    if output_on_cpu and out is not None:
+        # One output row per batch: the logits of its last token.
+        n_batches = math.ceil(n_tokens / max(1, n_batch))
+        t += n_batches * out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
+    return t
+
+
+def _weights_seconds(table: WeightTable, layers_on_cpu: tuple[bool, ...], m: int, threads: int, rates: CpuRates) -> float:
+    """One ubatch of m tokens through the matrices of the layers on the CPU."""
+    t = 0.0
+    for on_cpu, layer in zip(layers_on_cpu, table.layers, strict=True):
+        if not on_cpu:
+            continue
+        for mat in layer.matrices:
+            gflops = rates.prefill_gflops(mat.type_name, threads, experts=mat.expert_share < 1.0)
+            compute = 2.0 * mat.params_active * m / (gflops * 1e9)
+            # Each ubatch streams the weights at least once: every expert once enough tokens
+            # are routed (1 - (1 - share)^m of them), dense weights always.
+            touched = mat.bytes_total * (1.0 - (1.0 - mat.expert_share) ** m)
+            stream = touched / (rates.decode_gbps(mat.type_name, threads, mat.row) * 1e9)
+            t += max(compute, stream)
+    return t
+
+
+def _attention_seconds(
+    layers_on_cpu: tuple[bool, ...],
+    attention: tuple[AttentionShape | None, ...],
+    n_queries: int,
+    ubatch: int,
+    pos: int,
+    kv_type: str,
+    threads: int,
+    rates: CpuRates,
+) -> float:
+    """Attention of n_queries prompt tokens starting at `pos`, read in ubatches of `ubatch`."""
+    t = 0.0
+    for on_cpu, att in zip(layers_on_cpu, attention, strict=True):
+        if on_cpu and att is not None and n_queries > 0:
+            # The tiled kernel takes a batch of 64 queries or more; fewer run the vector kernel.
+            per_cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=ubatch >= FA_TILE_QUERIES)
+            t += att.n_head * causal_cells(n_queries, pos, att.cells) * per_cell
+    return t

@@ -1,0 +1,56 @@
+"""Where a plan's speed prediction comes from, in one sentence: what was measured, when, and what
+is assumed. Every figure the speed model uses is one of: measured by the speed probe on this CPU,
+corrected by replies measured here, read from NVML or a GPU profile, or assumed (a constant in
+planner/target.py or planner/speed.py); the plan says which.
+"""
+
+from __future__ import annotations
+
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.cpu_speed import CpuRates, weight_table
+from vrampilot.planner.settings import Settings
+from vrampilot.planner.speed import GPU_BANDWIDTH_EFFICIENCY, SpeedPrediction, backend_key
+from vrampilot.planner.target import Target
+
+
+def _calibration(speed: SpeedPrediction) -> str:
+    n = speed.calibration_replies
+    if not n:
+        return "not yet corrected by a measured reply"
+    return (
+        f"corrected by {n} measured repl{'y' if n == 1 else 'ies'} "
+        f"(generating x{speed.decode_factor:.2f}, prompts x{speed.prefill_factor:.2f})"
+    )
+
+
+def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: SpeedPrediction) -> str:
+    """One sentence for the plan's reasons."""
+    parts: list[str] = []
+    on_gpu = target.has_gpu and settings.n_gpu_layers > 0
+    probe = target.host_probe
+    if on_gpu:
+        # Each device at its own bandwidth (planner/speed.py): each says where its figure came from.
+        devices = ", ".join(
+            (f"{g.label} " if len(target.gpus) > 1 else "")
+            + f"{g.bandwidth_gbps:.0f} GB/s ({'assumed' if g.bandwidth_note else 'peak from NVML or its profile'})"
+            for g in target.gpus
+        )
+        parts.append(
+            f"GPU: {devices}, of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (no GPU has been measured)"
+        )
+    if not on_gpu or settings.n_gpu_layers <= spec.n_layer:  # layers on the CPU
+        if probe is not None:
+            note = f"CPU: llama.cpp's kernels measured on this machine {probe.date}, RAM {probe.ram_peak_gbps:.1f} GB/s"
+            if probe.busy:
+                note += " (another program was busy then: measured again at the next start)"
+            stand_ins = CpuRates(probe, target.cpu_physical_cores).stand_ins(weight_table(spec).types())
+            if stand_ins:
+                note += "; " + ", ".join(f"{t} estimated from {s}" for t, s in sorted(stand_ins.items()))
+            parts.append(note)
+        else:
+            parts.append(
+                f"CPU: assumed rates (RAM {target.host_bandwidth_gbps:.0f} GB/s; this machine has not been measured "
+                "yet: `vrampilot doctor --measure`)"
+            )
+    key = backend_key(target, settings)
+    return f"Speed basis ({key}): " + "; ".join(parts) + f"; {_calibration(speed)}."

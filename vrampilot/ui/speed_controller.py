@@ -1,0 +1,137 @@
+"""Measuring the machine once and learning from every reply, in the background.
+
+At the first start on a machine (or when the last probe ran while the machine was busy) the speed
+probe runs on a worker, about a second, while the window is already usable; a model whose weight
+types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
+learned from (planner/calibration.py). Each change is saved in this machine's record and reported
+with `measured`, which the plan controller applies to its target and plan. No Qt-free logic lives
+here: it only schedules the core's functions and says what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from vrampilot.engine import GenerationStats
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.hardware import Machine, cpu_load
+from vrampilot.hardware.measured import MachineSpeed
+from vrampilot.hardware.probe import (
+    CORE_WEIGHT_TYPES,
+    ProbeCancelled,
+    measure_host,
+    measure_kernels,
+    missing_kernels,
+)
+from vrampilot.hardware.speed_store import add_kernels, save_probe
+from vrampilot.log import describe_error
+from vrampilot.planner.calibration import record_reply
+from vrampilot.planner.cpu_speed import weight_table
+from vrampilot.planner.search import Plan
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.workers import TaskHandle
+
+_log = logging.getLogger("vrampilot.ui.speed")
+
+
+class SpeedController(QObject):
+    measured = Signal(object)  # MachineSpeed: after the probe, new kernels or a learned reply
+    status = Signal(str)
+
+    def __init__(self, ctx: AppContext, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.ctx = ctx
+        self.machine: Machine | None = None
+        self.probing = False
+        self._reply_start: cpu_load.CpuSnapshot | None = None
+        self._replied_while_probing = False
+
+    @property
+    def speed(self) -> MachineSpeed | None:
+        return self.machine.speed if self.machine is not None else None
+
+    def _apply(self, speed: MachineSpeed) -> None:
+        if self.machine is not None:
+            self.machine = replace(self.machine, speed=speed)
+        self.measured.emit(speed)
+
+    # -- the probe -------------------------------------------------------------------------------
+    def machine_ready(self, machine: Machine, model: Path | None) -> None:
+        """Start the probe unless this machine has figures (a fixed test machine has no record)."""
+        self.machine = machine
+        speed = machine.speed
+        if speed is None or (speed.probe is not None and not speed.probe.busy) or self.probing:
+            return
+        cores, variant = machine.cpu.physical_cores, machine.llama.cpu_variant
+        self.probing = True
+        self._replied_while_probing = self._reply_start is not None
+
+        def work(task: TaskHandle) -> MachineSpeed:
+            types = list(CORE_WEIGHT_TYPES)
+            if model is not None:
+                try:  # the model about to be planned: its types measured too (header only, ms)
+                    types += weight_table(load_model_spec(model)).types()
+                except Exception:  # an unreadable model is the plan's problem, not the probe's
+                    _log.debug("probe: could not read %s", model, exc_info=True)
+            probe = measure_host(cores, variant, weight_types=types, cancel=task.cancelled)
+            if self._replied_while_probing:
+                probe = replace(probe, app_busy=True)
+            return save_probe(speed.fingerprint, probe)
+
+        def done(new: MachineSpeed) -> None:
+            self.probing = False
+            probe = new.probe
+            assert probe is not None
+            self._apply(new)
+            note = " (the machine was busy: measured again at the next start)" if probe.busy else ""
+            self.status.emit(
+                f"Measured this machine in {probe.duration_s:.1f} s: RAM {probe.ram_peak_gbps:.1f} GB/s; "
+                f"speed predictions now use llama.cpp's measured kernels{note}"
+            )
+
+        def failed(exc: BaseException) -> None:
+            self.probing = False
+            if isinstance(exc, ProbeCancelled):
+                return  # stopped on request: the next start measures
+            self.status.emit(f"Could not measure this machine ({describe_error(exc)}): speed predictions stay assumed")
+
+        self.ctx.tasks.submit(work, done=done, failed=failed, key="speed-probe", owner=self)
+
+    def model_selected(self, spec: ModelSpec) -> None:
+        """Measure the weight types of `spec` the probe lacks (about 0.15 s each), then re-plan."""
+        speed = self.speed
+        if speed is None or speed.probe is None or self.probing or self.machine is None:
+            return
+        missing = missing_kernels(speed.probe, weight_table(spec).types())
+        if not missing:
+            return
+        cores = self.machine.cpu.physical_cores
+
+        def work(_task: TaskHandle) -> MachineSpeed:
+            return add_kernels(speed.fingerprint, measure_kernels(missing, cores))
+
+        self.ctx.tasks.submit(work, done=self._apply, failed=lambda exc: _log.warning("kernels: %s", exc),
+                              key="speed-kernels", owner=self)  # fmt: skip
+
+    # -- replies ---------------------------------------------------------------------------------
+    def reply_started(self) -> None:
+        self._reply_start = cpu_load.snapshot()
+        if self.probing:
+            self._replied_while_probing = True
+
+    def reply_finished(self, plan: Plan | None, stats: GenerationStats | None) -> None:
+        """A llama.cpp reply ended: learn from it (`stats` None: it failed or was not measured)."""
+        start, self._reply_start = self._reply_start, None
+        speed = self.speed
+        if self.probing:
+            self._replied_while_probing = True
+            return  # the probe and the reply shared the CPU: neither measured this machine
+        if plan is None or stats is None or speed is None or start is None:
+            return
+        reply = stats.measurement(cpu_load.others_share(start))
+        self.ctx.tasks.submit(lambda _t: record_reply(speed, plan, reply), done=self._apply,
+                              failed=lambda exc: _log.warning("learning from a reply: %s", exc), owner=self)  # fmt: skip
