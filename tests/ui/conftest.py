@@ -8,6 +8,7 @@ test-artifacts/ui/.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -102,21 +103,31 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
         w.ctx.close()
 
 
-def _run_delay_s() -> float:
-    """Time this thread has spent runnable but waiting for a CPU (Linux schedstat), else 0."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
+def _run_delays_s() -> tuple[float, dict[int, float]]:
+    """Time this thread, and each other Python thread, has spent runnable but waiting for a CPU
+    (Linux schedstat), else zeros. Only Python threads can hold the GIL the GUI thread waits for;
+    llama.cpp's own compute threads are left out."""
+
+    def read(path: str) -> float:
+        try:
+            with open(path) as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    me = threading.get_native_id()
+    others = {t.native_id for t in threading.enumerate() if t.native_id is not None and t.native_id != me}
+    return read("/proc/thread-self/schedstat"), {tid: read(f"/proc/self/task/{tid}/schedstat") for tid in others}
 
 
 class StallMeter(QObject):
     """Measures how long the GUI thread's event loop goes without running a 5 ms timer.
 
     Other sessions may load this machine's few cores; time the GUI thread spent waiting for a CPU
-    (not for the GIL, not working) is the machine's doing, not the app's, and is subtracted.
-    `max_raw_stall_s` keeps the wall-clock figure.
+    is the machine's doing, not the app's, and is subtracted. So is the longest wait for a CPU of
+    any other Python thread in the same interval: one preempted while it holds the GIL (the
+    engine's, the meters') makes the GUI thread wait for the GIL as long, and on an overloaded
+    machine that is the machine's doing too. `max_raw_stall_s` keeps the wall-clock figure.
     """
 
     def __init__(self, interval_ms: int = 5) -> None:
@@ -133,7 +144,7 @@ class StallMeter(QObject):
 
     def start(self) -> None:
         self._last = time.perf_counter()
-        self._last_delay = _run_delay_s()
+        self._last_delay, self._last_others = _run_delays_s()
         self._timer.start()
 
     def stop(self) -> None:
@@ -150,12 +161,13 @@ class StallMeter(QObject):
 
     def _tick(self) -> None:
         now = time.perf_counter()
-        delay = _run_delay_s()
+        delay, others = _run_delays_s()
         raw = now - self._last - self.interval_s
+        waited_elsewhere = max((v - self._last_others.get(tid, v) for tid, v in others.items()), default=0.0)
         self.max_raw_stall_s = max(self.max_raw_stall_s, raw)
-        self.max_stall_s = max(self.max_stall_s, raw - (delay - self._last_delay))
+        self.max_stall_s = max(self.max_stall_s, raw - (delay - self._last_delay) - waited_elsewhere)
         self._last = now
-        self._last_delay = delay
+        self._last_delay, self._last_others = delay, others
         self.ticks += 1
 
     def report(self) -> str:

