@@ -177,6 +177,12 @@ def vulkan_problem() -> str | None:
         return "no glslc (the shader compiler)"
     if not any((r / "spirv" / "unified1" / "spirv.hpp").is_file() for r in roots):
         return "no SPIR-V headers (spirv/unified1/spirv.hpp)"
+    # ggml-vulkan asks CMake for the SPIR-V headers' package (find_package(SPIRV-Headers CONFIG)),
+    # which some installs of the headers lack.
+    prefixes = [r.parent for r in roots] + [Path(p) for p in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    configs = ("share/cmake", "lib/cmake", "lib/x86_64-linux-gnu/cmake", "lib64/cmake", "cmake")
+    if not any(list((prefix / c).glob("SPIRV-Headers*/SPIRV-HeadersConfig.cmake")) for prefix in prefixes for c in configs):
+        return "the SPIR-V headers have no CMake package (SPIRV-HeadersConfig.cmake), which llama.cpp's Vulkan build asks for"
     return None
 
 

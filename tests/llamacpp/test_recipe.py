@@ -47,6 +47,8 @@ def _vulkan_sdk(root: Path) -> Path:
     (root / "include" / "vulkan" / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 290\n#define VK_EXT_layer_settings 1\n")
     (root / "include" / "spirv" / "unified1").mkdir(parents=True)
     (root / "include" / "spirv" / "unified1" / "spirv.hpp").write_text("")
+    (root / "share" / "cmake" / "SPIRV-Headers").mkdir(parents=True)
+    (root / "share" / "cmake" / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").write_text("")
     (root / "bin").mkdir()
     (root / "bin" / "glslc").write_text("#!/bin/sh\nexit 1\n")
     (root / "bin" / "glslc").chmod(0o755)
@@ -71,3 +73,16 @@ def test_a_gpu_build_that_failed_here_is_not_retried_unless_asked_for(tmp_path: 
 
     monkeypatch.setenv(recipe.GPU_ENV, "vulkan")  # asked for by name: tried again, and fails loudly
     assert recipe.gpu_backends()[0] == ["vulkan"]
+
+
+def test_vulkan_headers_without_the_spirv_cmake_package_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sdk = _vulkan_sdk(tmp_path / "sdk")
+    (sdk / "share" / "cmake" / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").unlink()
+    monkeypatch.setenv("VULKAN_SDK", str(sdk))
+    monkeypatch.setenv("PATH", f"{sdk / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CMAKE_PREFIX_PATH", raising=False)
+    why = recipe.vulkan_problem()
+    if Path("/usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake").is_file():
+        assert why is None  # the system's package (Debian 13's spirv-headers) serves
+    else:
+        assert why is not None and "SPIRV-HeadersConfig.cmake" in why
