@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     parser.add_argument("--from-json", help="only redraw the report and plot from a saved hybrid.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run saved in --out/hybrid.json (same config): skip its texts and passkey cases")
     args = parser.parse_args(argv)
     if args.from_json:
         return render(Path(args.from_json), Path(args.out))
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = (out / "hybrid.log").open("w", encoding="utf-8")
+    log = (out / "hybrid.log").open("a" if args.resume else "w", encoding="utf-8")
     t_start = time.perf_counter()
 
     def progress(line: str) -> None:
@@ -273,14 +275,25 @@ def main(argv: list[str] | None = None) -> int:
         "model_name": model_path.name, "config": cfg.name, "config_description": cfg.description,
         "config_fields": {k: v for k, v in cfg.__dict__.items()}, "threads": torch.get_num_threads(),
         "lengths": lengths, "f16_full_kv_bytes": {str(n): n * mc.f16_kv_bytes_per_token for n in lengths},
-        "texts": [], "passkey_cases": [], "passkey_trials": args.trials,
+        "texts": [], "passkey_cases": [], "passkey_trials": args.trials, "seconds": 0.0,
     }
+    if args.resume and (out / "hybrid.json").is_file():
+        saved = json.loads((out / "hybrid.json").read_text(encoding="utf-8"))
+        same = {k: saved.get(k) for k in ("config", "lengths", "passkey_trials")}
+        if same != {"config": cfg.name, "lengths": lengths, "passkey_trials": args.trials}:
+            print(f"bench/hybrid.py: {out / 'hybrid.json'} is another run ({same}); not resuming it", file=sys.stderr)
+            return 2
+        data.update(texts=saved["texts"], passkey_cases=saved.get("passkey_cases", []), seconds=saved.get("seconds", 0.0))
+        progress(f"resuming: {len(data['texts'])} text(s), {len(data['passkey_cases'])} passkey case(s) already measured")
+    seconds_before = float(data["seconds"])  # a resumed run adds to the time already spent
 
     def save() -> None:
-        data["seconds"] = time.perf_counter() - t_start
+        data["seconds"] = seconds_before + time.perf_counter() - t_start
         (out / "hybrid.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
     for path, role, short in texts:
+        if any(t["name"] == path.name for t in data["texts"]):
+            continue
         progress(f"perplexity on {path.name} ({role})")
         results, n_samples = perplexity(model, tok.encode(path.read_text(encoding="utf-8")), lengths, cfg,
                                         max_samples=args.samples, progress=progress)
@@ -296,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             data["passkey_cases"] = cases
             save()
 
-        run_passkey(model, tok, cfg, plens, scratch, depths=_floats(args.depths), trials=args.trials,
-                    progress=progress, on_cases=on_cases)
+        data["passkey_cases"] = run_passkey(model, tok, cfg, plens, scratch, depths=_floats(args.depths), trials=args.trials,
+                                            progress=progress, on_cases=on_cases, done=data["passkey_cases"])
     save()
     render(out / "hybrid.json", out)
     progress(f"wrote {out / 'hybrid.md'}, {out / 'hybrid.json'}, {out / 'hybrid-loss.png'} in {data['seconds'] / 60:.1f} min")

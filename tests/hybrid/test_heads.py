@@ -203,3 +203,9 @@ def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_mod
     for c in two:
         alone = tok.decode(list(greedy(model, full_cache(model.config), passkey_prompt(tok, 64, c["depth"], c["key"]), 8)))
         assert alone == c["full_text"]
+    # A stopped run's cases are kept and the rest run: the same cases as one run, in the same order.
+    seen: list[list[dict[str, object]]] = []
+    resumed = passkey(model, tok, [64], methods, depths=[0.0, 1.0], trials=2, done=two[:1], on_cases=seen.append)
+    assert resumed == two and len(seen) == 3 and seen[0][0] is two[0]
+    # One key at every depth first: the first case run after the kept one is the other depth's.
+    assert [(c["depth"], c["key"]) for c in seen[0][1:]] == [(1.0, two[2]["key"])]

@@ -300,41 +300,53 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 def passkey(
     model: LlamaModel, tok: Tokenizer, lengths: Sequence[int], methods: dict[str, Callable[[int], AttentionCache]],
     *, depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, seed: int = 0, progress: Progress | None = None,
-    on_cases: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """`trials` cases per (length, depth), each with its own random 5-digit key; every method sees the
     same cases. `methods[name](prompt_len)` builds a fresh cache for a prompt of that many tokens.
-    The keys come from one seeded stream in a fixed order, so fewer trials give the first cases of more.
+    The keys come from one seeded stream in a fixed order (length, depth, trial), so fewer trials
+    give the first cases of more.
 
-    The cases of one (length, depth) share everything before the key's first differing token, so each
-    method reads that prefix once and each case continues from a copy of the cache: the same tokens
-    at the same positions, in other prefill chunks (chunking does not change what a cache computes).
+    Cases run one key at every depth, then the next key (so a run stopped early has sampled every
+    depth alike), and each is handed to `on_cases` as it completes; cases in `done` (a stopped
+    run's, same seed) are kept and not run again. The cases of one (length, depth) share everything
+    before the key's first differing token, so each method reads that prefix once and each case
+    continues from a copy of the cache: the same tokens at the same positions, in other prefill
+    chunks (chunking does not change what a cache computes).
     """
     rng = random.Random(seed)
-    cases: list[dict[str, Any]] = []
-    for length, depth in itertools.product(lengths, depths):
-        keys = [f"{rng.randrange(10000, 100000)}" for _ in range(trials)]
-        prompts = [passkey_prompt(tok, length, depth, key) for key in keys]
-        group: list[dict[str, Any]] = [{"length": length, "depth": depth, "key": key, "prompt_tokens": len(p)}
-                                       for key, p in zip(keys, prompts, strict=True)]
-        shared = _common_prefix(prompts) if len(prompts) > 1 else 0
-        for name, make in methods.items():
-            # Sized for the shortest prompt of the group: a same-bytes baseline then holds no more.
-            base = make(min(len(p) for p in prompts))
-            prefill(model, base, prompts[0][:shared])
-            for i, (case, prompt) in enumerate(zip(group, prompts, strict=True)):
-                cache = base if i == len(prompts) - 1 else copy.deepcopy(base)
-                out = tok.decode(list(greedy(model, cache, prompt, 8, held=shared)))
+    keys = {(length, depth): [f"{rng.randrange(10000, 100000)}" for _ in range(trials)]
+            for length, depth in itertools.product(lengths, depths)}
+    finished = {(c["length"], c["depth"], c["key"]): c for c in done}
+    cases: list[dict[str, Any]] = list(done)
+    for length in lengths:
+        prompts = {d: [passkey_prompt(tok, length, d, key) for key in keys[(length, d)]] for d in depths}
+        shared = {d: _common_prefix(p) if len(p) > 1 else 0 for d, p in prompts.items()}
+        bases: dict[tuple[float, str], AttentionCache] = {}
+        for trial, depth in itertools.product(range(trials), depths):
+            key, prompt = keys[(length, depth)][trial], prompts[depth][trial]
+            if (length, depth, key) in finished:
+                continue
+            case: dict[str, Any] = {"length": length, "depth": depth, "key": key, "prompt_tokens": len(prompt)}
+            for name, make in methods.items():
+                base = bases.get((depth, name))
+                if base is None:
+                    # Sized for the shortest prompt of the depth: a same-bytes baseline then holds no more.
+                    base = bases[(depth, name)] = make(min(len(p) for p in prompts[depth]))
+                    prefill(model, base, prompt[: shared[depth]])
+                last = all((length, depth, k) in finished for k in keys[(length, depth)][trial + 1 :])
+                cache = bases.pop((depth, name)) if last else copy.deepcopy(base)
+                out = tok.decode(list(greedy(model, cache, prompt, 8, held=shared[depth])))
                 found = re.search(r"\d{5}", out.replace(" ", ""))
-                case[name] = bool(found and found.group(0) == case["key"])
+                case[name] = bool(found and found.group(0) == key)
                 case[f"{name}_text"] = out
-        cases.extend(group)
-        if on_cases is not None:
-            on_cases(list(cases))  # after each depth: a long run that stops keeps what it measured
-        if progress:
-            progress(f"passkey {length} depth {depth:.2f}: " + ", ".join(
-                f"{n} {sum(c[n] for c in group)}/{len(group)}" for n in methods))
-    return cases
+            cases.append(case)
+            if on_cases is not None:
+                on_cases(list(cases))  # after each case: a long run that stops keeps what it measured
+            if progress:
+                progress(f"passkey {length} depth {depth:.2f} key {trial + 1}/{trials}: "
+                         + ", ".join(f"{n}={'yes' if case[n] else 'no'}" for n in methods))
+    return sorted(cases, key=lambda c: (c["length"], c["depth"], keys[(c["length"], c["depth"])].index(c["key"])))
 
 
 def evaluate(
@@ -377,7 +389,7 @@ def evaluate(
 def run_passkey(
     model: LlamaModel, tok: Tokenizer, cfg: HybridConfig, lengths: Sequence[int], results: dict[str, MethodResult], *,
     depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, progress: Progress | None = None,
-    on_cases: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Passkey cases for every method (METHODS), counted into `results` per prompt length."""
     mc = model.config
@@ -386,7 +398,8 @@ def run_passkey(
         "hybrid": lambda n: hybrid_cache(mc, model.rope, cfg),
         **{name: partial(lambda name, n: baseline_cache(model, cfg, name, n)[0], name) for name in BASELINE_STORAGE},
     }
-    cases = passkey(model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases)
+    cases = passkey(model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases,
+                    done=done)
     for name in methods:
         res = results.setdefault(name, MethodResult())
         for n in lengths:
