@@ -232,36 +232,48 @@ def refit(folder: Path, n_shapes: int = 10, seed: int = 21) -> None:
     from scipy.optimize import minimize
 
     rng = random.Random(seed)
-    samples: list[tuple[compute_model.ComputeTerms, int]] = []
+    samples: list[tuple[compute_model.ComputeTerms, int, float]] = []  # terms, measured, weight
+
+    def measure(path: Path, weight: float) -> None:
+        spec = load_model_spec(path)
+        for c, u, fa, t in itertools.product([512, 2048, 8192, 32768], [128, 512, 2048], [False, True], ["f16", "q8_0"]):
+            s = Settings(n_ctx=c, n_ubatch=u, flash_attn=fa, type_k=t, type_v=t if fa else "f16")
+            if kv_refusal(spec, s):
+                continue
+            m = measure_allocations(path, s)
+            samples.append((compute_model.compute_terms(spec, s), m.compute_total, weight))
+
     for arch in ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3", "qwen3moe", "gpt-oss", "deepseek2"):
         for _ in range(n_shapes):
-            path = write_header_only(folder / "fit.gguf", arch, recipe="F16", **_random_shape(rng, arch))
-            spec = load_model_spec(path)
-            for c, u, fa, t in itertools.product([512, 2048, 8192, 32768], [128, 512, 2048], [False, True], ["f16", "q8_0"]):
-                s = Settings(n_ctx=c, n_ubatch=u, flash_attn=fa, type_k=t, type_v=t if fa else "f16")
-                if kv_refusal(spec, s):
-                    continue
-                m = measure_allocations(path, s)
-                samples.append((compute_model.compute_terms(spec, s), m.compute_total))
+            measure(write_header_only(folder / "fit.gguf", arch, recipe="F16", **_random_shape(rng, arch)), 1.0)
         print(f"measured {arch}", file=sys.stderr)
+    # Released shapes, the ones users run, weigh 3x.
+    for key in BIG:
+        measure(write_header_only(folder / f"{key}.gguf", key), 3.0)
+    emb = embedded_model_path()
+    if emb is not None:
+        measure(emb, 3.0)
+    print("measured released shapes", file=sys.stderr)
     for family in ("dense", "moe", "mla"):
-        mine = [(t, m) for t, m in samples if t.family == family]
-        cols = np.array([[t.n_tokens, t.n_vocab, t.mask_bytes / 4, t.kq_bytes / 4, t.fixed_bytes / 4 / t.n_tokens,
-                          float(t.flash_attn), *t.features()] for t, _ in mine])
-        meas = np.array([m for _, m in mine], float)
-        n_tok, vocab, mask, kq, fixed, fa = cols[:, :6].T
+        mine = [(t, m, w) for t, m, w in samples if t.family == family]
+        cols = np.array([[t.n_tokens, t.n_vocab * t.n_outputs, t.mask_bytes / 4, t.kq_bytes / 4, t.fixed_bytes / 4,
+                          float(t.flash_attn), *t.features()] for t, _, _ in mine])
+        meas = np.array([m for _, m, _ in mine], float)
+        weight = np.array([w for _, _, w in mine], float)
+        n_tok, logits, mask, kq, fixed, fa = cols[:, :6].T
         feats = cols[:, 6:].T
 
-        def pred(x: Any, n_tok: Any = n_tok, vocab: Any = vocab, mask: Any = mask, kq: Any = kq,
+        # compute.graph_peak_bytes, vectorised: the heaviest of output, attention and FFN.
+        def pred(x: Any, n_tok: Any = n_tok, logits: Any = logits, mask: Any = mask, kq: Any = kq,
                  fixed: Any = fixed, fa: Any = fa, feats: Any = feats) -> Any:
-            out = vocab + x[0] * feats[0]
-            attn = np.where(fa > 0, mask + x[8:15] @ feats, mask + kq + fixed + x[1:8] @ feats)
-            return 4 * n_tok * np.maximum(np.maximum(out, attn), x[15:22] @ feats)
+            out = logits + n_tok * x[0] * feats[0]
+            attn = np.where(fa > 0, n_tok * (mask + x[8:15] @ feats), n_tok * (mask + kq + x[1:8] @ feats) + fixed)
+            return 4 * np.maximum(np.maximum(out, attn), n_tok * (x[15:22] @ feats))
 
-        def objective(x: Any, k: float, pred: Any = pred, meas: Any = meas) -> float:
+        def objective(x: Any, k: float, pred: Any = pred, meas: Any = meas, weight: Any = weight) -> float:
             e = (pred(x) - meas) / meas
             e = np.where(e < 0, -1.3 * e, e)  # under-prediction weighs more
-            return float(np.log(np.mean(np.exp(k * e))) / k + 0.5 * np.mean(e))
+            return float(np.log(np.average(np.exp(k * e), weights=weight)) / k + 0.5 * np.average(e, weights=weight))
 
         flat = [*compute_model.FIT[family]["out"], *compute_model.FIT[family]["attn"],
                 *compute_model.FIT[family]["fa"], *compute_model.FIT[family]["ffn"]]

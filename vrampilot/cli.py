@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "vrampilot.commands.plan",
     "vrampilot.commands.chat",
     "vrampilot.commands.serve",
+    "vrampilot.commands.rpc_host",
     "vrampilot.commands.monitor",
     "vrampilot.commands.hub",
     "vrampilot.commands.hybrid_eval",

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_NAME = "vrampilot-engine.json"
 # Part of the cache key with the CMake arguments: bump it when the post-processing or the manifest
 # changes (the file's own hash is not used, so that editing a comment does not cost a rebuild).
-RECIPE_REVISION = 4
+RECIPE_REVISION = 5
 
 # Always passed, ON or OFF, so nothing depends on a default of the vendored CMake files.
 BASE_CMAKE_ARGS = (
@@ -102,8 +102,133 @@ def pinned_llama_cpp_python() -> str:
     return match.group(1)
 
 
+# --- GPU backends: built when this machine can build them ---------------------------------------
+# VRAMPILOT_ENGINE_GPU=auto (default) builds every GPU backend whose toolchain is here; "none"
+# builds none; "cuda", "vulkan" or "cuda,vulkan" require those (and fail saying what is missing).
+GPU_ENV = "VRAMPILOT_ENGINE_GPU"
+CUDA_ARCH_ENV = "VRAMPILOT_CUDA_ARCHITECTURES"
+# Without a GPU to ask (`native`), the architectures of the cards users have: Turing to Hopper.
+PORTABLE_CUDA_ARCHITECTURES = "75-virtual;80-virtual;86-real;89-real;90-virtual"
+CUDA_HINT = ("install the CUDA toolkit (nvcc; https://developer.nvidia.com/cuda-downloads, or the distribution's "
+             "nvidia-cuda-toolkit) and run `python packaging/engine/build.py --install` again")
+VULKAN_HINT = ("install the Vulkan headers, glslc and the SPIR-V headers (Debian 13 / Ubuntu 24.10: "
+               "`apt install libvulkan-dev glslc spirv-headers`; Windows: the LunarG Vulkan SDK) and run "
+               "`python packaging/engine/build.py --install` again")
+
+
+def find_nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            cand = Path(root) / "bin" / ("nvcc.exe" if sys.platform == "win32" else "nvcc")
+            if cand.is_file():
+                return str(cand)
+    cand = Path("/usr/local/cuda/bin/nvcc")
+    return str(cand) if cand.is_file() else None
+
+
+def cuda_problem(*, need_gpu: bool) -> str | None:
+    """Why ggml-cuda is not built here, or None. It needs nvcc and cuBLAS (the toolkit's, or the
+    PyPI nvidia-cublas wheel's). Left to itself (auto) it is built only where an NVIDIA GPU is
+    visible: compiling it for every architecture takes an hour on two cores, for nothing on a
+    machine without one (VRAMPILOT_ENGINE_GPU=cuda builds it anyway: installers, device checks)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return f"nvcc not found: {CUDA_HINT}"
+    roots = [Path(nvcc).resolve().parent.parent, Path("/usr/local/cuda").resolve()]
+    roots += [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    root = next((r for r in roots if (r / "include" / "cuda_runtime.h").is_file()), roots[0])
+    includes = [d for r in roots for d in (r / "include", r / "targets" / "x86_64-linux" / "include")]
+    includes.append(Path("/usr/include"))
+    if not any((d / "cublas_v2.h").is_file() for d in includes):
+        return (f"the CUDA toolkit at {root} has no cuBLAS (cublas_v2.h), which llama.cpp's CUDA backend needs: "
+                "install the toolkit's cuBLAS (libcublas-dev) too")  # fmt: skip
+    if need_gpu and not _nvidia_gpu_visible():
+        return f"no NVIDIA GPU here (set {GPU_ENV}=cuda to build the CUDA backend anyway)"
+    return None
+
+
+def _nvidia_gpu_visible() -> bool:
+    if sys.platform != "win32" and Path("/dev/nvidia0").exists():
+        return True
+    smi = shutil.which("nvidia-smi")
+    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+
+
+def vulkan_problem() -> str | None:
+    """Why the vendored ggml-vulkan cannot be built here, or None when it can. It needs headers
+    with VK_EXT_layer_settings (Vulkan-Headers 1.3.261 and later: Debian 12's 1.3.239 lack it),
+    glslc to compile its shaders, and the SPIR-V headers."""
+    roots = [Path(os.environ["VULKAN_SDK"]) / "Include"] if os.environ.get("VULKAN_SDK") else []
+    roots += [Path(os.environ["VULKAN_SDK"]) / "include"] if os.environ.get("VULKAN_SDK") else []
+    roots += [Path("/usr/include"), Path("/usr/local/include")]
+    header = next((r / "vulkan" / "vulkan_core.h" for r in roots if (r / "vulkan" / "vulkan_core.h").is_file()), None)
+    if header is None:
+        return "no Vulkan headers (vulkan/vulkan_core.h)"
+    text = header.read_text(encoding="utf-8", errors="replace")
+    version = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
+    if "VK_EXT_layer_settings" not in text:
+        v = f"1.3.{version.group(1)}" if version else "these"
+        return f"the Vulkan headers here ({v}) lack VK_EXT_layer_settings, which llama.cpp's Vulkan backend needs (1.3.261 or later)"
+    if shutil.which("glslc") is None:
+        return "no glslc (the shader compiler)"
+    if not any((r / "spirv" / "unified1" / "spirv.hpp").is_file() for r in roots):
+        return "no SPIR-V headers (spirv/unified1/spirv.hpp)"
+    return None
+
+
+def gpu_backends() -> tuple[list[str], dict[str, str]]:
+    """The GPU backends to build, and why each other one is not built."""
+    wanted = os.environ.get(GPU_ENV, "auto").strip().lower() or "auto"
+    if wanted == "none":
+        return [], {"cuda": f"{GPU_ENV}=none", "vulkan": f"{GPU_ENV}=none"}
+    required = set() if wanted == "auto" else {x.strip() for x in wanted.split(",") if x.strip()}
+    unknown = required - {"cuda", "vulkan"}
+    if unknown:
+        raise SystemExit(f"engine: {GPU_ENV}={wanted}: unknown backend {', '.join(sorted(unknown))} (cuda, vulkan)")
+    built: list[str] = []
+    skipped: dict[str, str] = {}
+    why_not_cuda = cuda_problem(need_gpu="cuda" not in required)
+    if why_not_cuda is None:
+        built.append("cuda")
+    else:
+        skipped["cuda"] = why_not_cuda
+    why = vulkan_problem()
+    if why is None:
+        built.append("vulkan")
+    else:
+        skipped["vulkan"] = f"{why}: {VULKAN_HINT}"
+    missing = required - set(built)
+    if missing:
+        raise SystemExit("engine: " + "; ".join(f"{name}: {skipped[name]}" for name in sorted(missing)))
+    if required:
+        built = [b for b in built if b in required]
+        skipped.update({b: f"{GPU_ENV}={wanted}" for b in ("cuda", "vulkan") if b not in required})
+    return built, skipped
+
+
+def _cuda_architectures() -> str:
+    chosen = os.environ.get(CUDA_ARCH_ENV, "").strip()
+    if chosen:
+        return chosen
+    if _nvidia_gpu_visible():
+        return "native"  # the cards in this machine only: the build is for it
+    return PORTABLE_CUDA_ARCHITECTURES
+
+
 def cmake_args() -> list[str]:
-    return list(BASE_CMAKE_ARGS)
+    args = list(BASE_CMAKE_ARGS)
+    built, _ = gpu_backends()
+    if "cuda" in built:
+        nvcc = find_nvcc()
+        args[args.index("-DGGML_CUDA=OFF")] = "-DGGML_CUDA=ON"
+        args += [f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_architectures()}"]
+    if "vulkan" in built:
+        args[args.index("-DGGML_VULKAN=OFF")] = "-DGGML_VULKAN=ON"
+    return args
 
 
 def platform_tag() -> str:
@@ -339,10 +464,13 @@ def ensure_wheel(python: str) -> Path:
             raw = raw_dir / built.name
             shutil.copyfile(built, raw.with_suffix(".part"))
             os.replace(raw.with_suffix(".part"), raw)
+    built, skipped = gpu_backends()
     manifest: dict[str, object] = {
         "recipe_key": key,
         "recipe": recipe(),
         "cpu_variants": read_variant_table(sdist),
+        "gpu_backends": built,
+        "gpu_skipped": skipped,  # why the build machine built without them (vrampilot doctor says it)
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -404,8 +532,14 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--print-key", action="store_true", help="print the recipe key")
     group.add_argument("--print-cmake-args", action="store_true", help="print the CMake arguments")
     group.add_argument("--check", action="store_true", help="exit 1 unless the installed engine matches the recipe")
+    group.add_argument("--explain-gpu", action="store_true", help="say which GPU backends this machine can build")
     args = parser.parse_args(argv)
-    if args.print_key:
+    if args.explain_gpu:
+        built, skipped = gpu_backends()
+        print(f"GPU backends built here: {', '.join(built) or 'none'}")
+        for name, why in skipped.items():
+            print(f"  {name}: {why}")
+    elif args.print_key:
         print(recipe_key())
     elif args.print_cmake_args:
         print(" ".join(cmake_args()))

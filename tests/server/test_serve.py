@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.machines import cpu_machine
+from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.engine import Message, SamplingParams
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
@@ -183,13 +184,7 @@ def test_serve_cli_announces_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             model=str(info["model_id"]), messages=[{"role": "user", "content": "Hi"}], max_tokens=4
         )
         assert r.choices[0].message.content is not None
-        server_pid = int(info["pid"])
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-        deadline = time.monotonic() + 10
-        while is_alive(server_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not is_alive(server_pid)
+        assert_ctrl_c_stops(proc, int(info["pid"]), 60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -216,10 +211,7 @@ def test_a_killed_serve_leaves_no_llama_server_behind(tmp_path: Path) -> None:
     assert is_alive(server_pid)
     proc.kill()  # kill -9: no handler runs; the kernel's parent-death signal ends the server
     proc.wait(30)
-    deadline = time.monotonic() + 15
-    while is_alive(server_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not is_alive(server_pid)
+    assert wait_gone(server_pid, 15)
 
 
 def test_stop_during_a_long_prompt_does_not_wait_for_the_first_token(served: Served) -> None:

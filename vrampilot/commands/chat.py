@@ -17,7 +17,7 @@ from vrampilot.errors import UserError
 
 if TYPE_CHECKING:
     from vrampilot.documents import Composed, DocumentSet, FitReport
-    from vrampilot.engine import Message, PromptProgress
+    from vrampilot.engine import Message, PromptProgress, SamplingParams
     from vrampilot.planner.search import Plan
 
 
@@ -71,6 +71,10 @@ def run_chat(args: argparse.Namespace) -> int:
 
     history = _History(args.chat, args.save or args.chat is not None, plan, system)
     messages = history.messages(prompt)
+    if plan.settings.uses_rpc:
+        if args.document:
+            raise UserError("documents are read by the in-app engine, which never runs RPC hosts; drop --document or --rpc")
+        return _chat_served(args, plan, history, prompt, messages, sampling)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
 
     engine = Engine()
@@ -118,6 +122,34 @@ def run_chat(args: argparse.Namespace) -> int:
         if docs is not None and composed is not None:
             out["documents"] = _documents_json(docs[0], composed, reply.text)
             out["fit"] = docs[1].to_dict()
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt: str, messages: list[Message],
+                 sampling: SamplingParams) -> int:  # fmt: skip
+    """One turn through a private llama-server (a plan across RPC hosts)."""
+    import threading
+
+    from vrampilot.server.process import ServerExited
+    from vrampilot.server.session import private_server
+
+    try:
+        with private_server(plan) as backend:
+            on_text = (lambda _t: None) if args.json else _print_piece
+            reply = backend.reply(None, messages, sampling, on_text=on_text, on_report=lambda _x: None,
+                                  cancel=threading.Event(), trim=False)  # fmt: skip
+    except ServerExited as exc:
+        raise UserError(f"llama-server (running the plan across the RPC hosts) stopped: {exc}") from None
+    if not args.json:
+        print()
+        print(reply.stats.summary(), file=sys.stderr)
+    chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
+    if args.json:
+        out: dict[str, Any] = {
+            "chat_id": chat_id, "model": str(plan.spec.path), "reply": reply.text, "stats": reply.stats.to_dict(),
+            "settings": plan.settings.to_dict(), "backoff": [], "served_by": "llama-server",
+        }  # fmt: skip
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 from vrampilot.commands.common import resolve_model
 from vrampilot.errors import UserError
@@ -15,6 +16,7 @@ from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.hardware.profiles import find_profile
+from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_host
 from vrampilot.planner.search import MAX_THREADS, Pins, Plan, PlanError, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
@@ -52,6 +54,11 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
+    p.add_argument("--rpc", metavar="HOST:PORT[=SIZE],...",
+                   help="llama.cpp RPC hosts (ggml-rpc-server, `vrampilot rpc-host`) to spread layers over, "
+                   "each with the memory it may use, e.g. 192.168.1.20:50052=6GiB")  # fmt: skip
+    p.add_argument("--tensor-split", metavar="A,B,...", type=_split,
+                   help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)")  # fmt: skip
     p.add_argument(
         "--estimate",
         action="store_true",
@@ -83,6 +90,16 @@ def _threads(text: str) -> int:
     return value
 
 
+def _split(text: str) -> tuple[float, ...]:
+    try:
+        shares = tuple(float(x) for x in text.replace("/", ",").split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    if not shares or any(x < 0 or x != x or x == float("inf") for x in shares) or sum(shares) <= 0:
+        raise argparse.ArgumentTypeError(f"shares must be numbers of 0 or more, not all 0: {text!r}")
+    return shares
+
+
 def pins_from_args(args: argparse.Namespace) -> Pins:
     kv_k = args.kv_k or args.kv
     kv_v = args.kv_v or args.kv
@@ -97,6 +114,7 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         n_threads_batch=args.threads_batch,
         flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
         swa_full=args.swa_full,
+        tensor_split=getattr(args, "tensor_split", None),
     )
 
 
@@ -112,16 +130,31 @@ def target_from_args(args: argparse.Namespace) -> Target:
             target = target_from_vram(parse_size(args.vram), machine)
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    elif args.cpu_only:
+    elif args.cpu_only and not getattr(args, "rpc", None):
         target = target_cpu_only(machine)
     else:
-        target = target_from_machine(machine)
+        hosts, budgets = _rpc_hosts(args)
+        if args.cpu_only:
+            machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=machine.llama.devices[:1]))
+        target = target_from_machine(machine, hosts, budgets)
     if args.margin:
         try:
             target = target.with_margin(parse_size(args.margin))
         except ValueError as exc:
             raise UserError(str(exc)) from None
     return target
+
+
+def _rpc_hosts(args: argparse.Namespace) -> tuple[list[RpcHost], dict[str, int]]:
+    """Ask each --rpc host what it has (a clear error when one does not answer)."""
+    text = getattr(args, "rpc", None)
+    if not text:
+        return [], {}
+    if args.gpu or args.vram:
+        raise UserError("--rpc plans with this machine's devices and the hosts: leave out --gpu and --vram")
+    listed = parse_hosts(text)
+    hosts = [query_host(endpoint) for endpoint, _ in listed]
+    return hosts, {endpoint: budget for endpoint, budget in listed if budget is not None}
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:

@@ -17,12 +17,27 @@ def memory_to_dict(mem: MemoryBreakdown) -> dict[str, dict[str, int]]:
     return {c: {"device": dev[c], "host": host[c]} for c in _COMPONENTS}
 
 
+def devices_to_dict(plan: Plan) -> list[dict[str, Any]]:
+    """Each offload device: what it is, its budget, the layers it holds and their bytes."""
+    mem = plan.memory
+    out = []
+    for d, (g, c) in enumerate(zip(plan.target.gpus, mem.per_device, strict=False)):
+        out.append({
+            "name": g.name, "kind": g.kind, "llama_name": g.llama_name, "endpoint": g.endpoint,
+            "budget_bytes": g.memory_budget_bytes, "budget_pinned": g.budget_pinned,
+            "layers": list(mem.device_layers(d)), "output_layer": mem.output_device == d,
+            "memory": c.as_dict(), "fits": c.total_bytes <= g.memory_budget_bytes,
+        })  # fmt: skip
+    return out
+
+
 def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
     return {
         "model": str(plan.spec.path),
         "target": plan.target.description,
         "settings": plan.settings.to_dict(),
         "memory": memory_to_dict(plan.memory),
+        "devices": devices_to_dict(plan),
         "compute_source": plan.compute_source,
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
         "fits": plan.fits,
@@ -87,12 +102,12 @@ def format_plan(plan: Plan) -> str:
     lines.append("Memory (W weights, K KV cache, C compute, O output, M margin)")
     header = f"  {'':<7}{'weights':>11}{'KV':>11}{'compute':>11}{'output':>11}{'margin':>11}{'total':>11}  of"
     lines.append(header)
-    for name, comp, budget in (
-        ("GPU", plan.memory.device, plan.device_budget_bytes),
-        ("host", plan.memory.host, plan.host_budget_bytes),
-    ):
-        if name == "GPU" and not plan.target.has_gpu:
-            continue
+    gpus = plan.target.gpus
+    if len(plan.memory.per_device) > 1 or any(g.kind == "rpc" for g in gpus):
+        sides = [(g.llama_name or f"dev{i}", c, g.memory_budget_bytes) for i, (g, c) in enumerate(zip(gpus, plan.memory.per_device, strict=False))]  # fmt: skip
+    else:
+        sides = [("GPU", plan.memory.device, plan.device_budget_bytes)] if plan.target.has_gpu else []
+    for name, comp, budget in (*sides, ("host", plan.memory.host, plan.host_budget_bytes)):
         vals = "".join(
             f"{format_bytes(v):>11}"
             for v in (

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import signal
 import sys
 from typing import Any
 
@@ -43,12 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vrampilot.commands.foreground import run_in_foreground
     from vrampilot.commands.plan import plan_from_args
     from vrampilot.export import llama_server_argv, quote
     from vrampilot.server import (
         PortInUseError,
         ServerConfig,
-        ServerExited,
         ServerProcess,
         free_port,
         port_is_free,
@@ -74,34 +73,13 @@ def run(args: argparse.Namespace) -> int:
     quiet_log = not args.json
     env = tool_env()
     server = ServerProcess(argv, env, on_log=None if quiet_log else lambda line: print(line, file=sys.stderr))
-    stopping = {"asked": False}
+    shown_env = {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
 
-    def on_sigint(_signum: int, _frame: object) -> None:
-        stopping["asked"] = True
-        server.interrupt()
+    def ready() -> None:
+        server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
+        _announce(args, plan, config, server, generated, quote(argv, "bash", env=shown_env))
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        server.start()
-        try:
-            server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
-        except ServerExited as exc:
-            if stopping["asked"]:
-                return 130
-            raise UserError(str(exc)) from None
-        _announce(args, plan, config, server, generated, quote(argv, "bash", env={k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}))
-        assert server.proc is not None
-        code = server.proc.wait()
-    finally:
-        server.stop()
-        signal.signal(signal.SIGINT, previous)
-    if stopping["asked"]:
-        print("vrampilot: server stopped", file=sys.stderr)
-        return 0
-    lines = server.lines()
-    tail = "\n".join(lines[-12:])
-    print(f"vrampilot: llama-server exited with status {code}:\n{tail}", file=sys.stderr)
-    return code or 1
+    return run_in_foreground(server, ready, label="server", binary="llama-server")
 
 
 def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str) -> None:

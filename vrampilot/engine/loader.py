@@ -8,6 +8,7 @@ llama.cpp abort the load, which is how Cancel works.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import threading
 from collections.abc import Callable
@@ -34,7 +35,17 @@ ProgressFn = Callable[[float], None]
 class _Llama(llama_cpp.Llama):
     """A Llama whose model load reports progress and can be cancelled."""
 
-    def __init__(self, model_path: str, *, on_progress: Callable[[float], bool], **kwargs: Any) -> None:
+    def __init__(self, model_path: str, *, on_progress: Callable[[float], bool], n_outputs: int = 1,
+                 devices: tuple[str, ...] = (), **kwargs: Any) -> None:  # fmt: skip
+        self._vp_outputs = n_outputs
+        # The plan's devices, in its order (llama_model_params.devices, NULL-terminated): kept
+        # alive with the instance, since llama.cpp reads the array while it loads.
+        self._vp_devices: ctypes.Array[ctypes.c_void_p] | None = None
+        if devices:
+            from vrampilot.llamacpp.devices import device_handle
+
+            self._vp_devices = (ctypes.c_void_p * (len(devices) + 1))(*[device_handle(n) for n in devices], None)
+
         def _progress(value: float, _user_data: object) -> bool:
             try:
                 return bool(on_progress(float(value)))
@@ -57,6 +68,16 @@ class _Llama(llama_cpp.Llama):
             self.scores = np.zeros((1, self._n_vocab), dtype=np.single)
 
     @property
+    def context_params(self) -> llama_cpp.llama_context_params:
+        return self._vp_context_params
+
+    @context_params.setter
+    def context_params(self, params: llama_cpp.llama_context_params) -> None:
+        # Llama takes no n_outputs_max: set on the struct as it is assigned (Settings.n_outputs_max).
+        params.n_outputs_max = self._vp_outputs
+        self._vp_context_params = params
+
+    @property
     def model_params(self) -> llama_cpp.llama_model_params:
         return self._vp_model_params
 
@@ -64,6 +85,8 @@ class _Llama(llama_cpp.Llama):
     def model_params(self, params: llama_cpp.llama_model_params) -> None:
         params.progress_callback = self._vp_progress
         params.progress_callback_user_data = None  # type: ignore[assignment]  # ctypes takes None for NULL
+        if self._vp_devices is not None:
+            params.devices = ctypes.cast(self._vp_devices, ctypes.c_void_p).value  # type: ignore[assignment]
         self._vp_model_params = params
 
 
@@ -88,12 +111,19 @@ def open_llama(
             progress(value)
         return not cancel.is_set()
 
+    if settings.uses_rpc:
+        # ggml ends the whole process when an RPC host goes away: such plans run in llama-server.
+        raise ModelLoadError("this plan uses RPC hosts, which VRAM Pilot runs in llama-server (Server tab, or "
+                             "`vrampilot serve`), never in its own process")  # fmt: skip
     kwargs = llama_cpp_kwargs(settings)
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
         # this load's error lines must reach llama_log, and its buffer lines must not reach them.
         with LOG_LOCK:
-            llm = _Llama(str(model_path), on_progress=on_progress, verbose=False, **kwargs)
+            llm = _Llama(str(model_path), on_progress=on_progress, n_outputs=settings.n_outputs_max,
+                         devices=settings.devices, verbose=False, **kwargs)  # fmt: skip
+    except KeyError as exc:  # a device of the plan is not there (a card was removed, a driver failed)
+        raise ModelLoadError(f"{exc.args[0]}; plan again for the devices this machine has now") from None
     except MemoryError as exc:
         # numpy's, for llama-cpp-python's own arrays: the same "did not fit" as llama.cpp's, so
         # the back-off answers it.

@@ -25,12 +25,16 @@ GGML_TYPE_IDS = {name: int(GGMLQuantizationType[name.upper()]) for name in KV_CA
 class _Arg:
     field: str
     flag: str
-    kwarg: str
+    kwarg: str | None  # None: llama-cpp-python takes no keyword for it (the engine sets it otherwise)
     to_flag: Callable[[Any], str]
     to_kwarg: Callable[[Any], Any]
     # Emit the flag only when this returns True (e.g. --swa-full is a switch).
     when: Callable[[Any], bool] = lambda _v: True
     switch: bool = False
+
+
+def _shares(split: tuple[float, ...]) -> str:
+    return ",".join(f"{x:g}" for x in split)
 
 
 _ARGS: tuple[_Arg, ...] = (
@@ -44,6 +48,12 @@ _ARGS: tuple[_Arg, ...] = (
     _Arg("n_threads", "-t", "n_threads", str, int),
     _Arg("n_threads_batch", "-tb", "n_threads_batch", str, int),
     _Arg("swa_full", "--swa-full", "swa_full", str, bool, when=bool, switch=True),
+    # Several devices: layers split by -ts across them in --device's order (the RPC hosts must be
+    # registered by --rpc before --device names them: llama-server parses in order).
+    _Arg("tensor_split", "-sm", "split_mode", lambda _v: "layer", lambda _v: 1, when=bool),  # LLAMA_SPLIT_MODE_LAYER
+    _Arg("tensor_split", "-ts", "tensor_split", _shares, list, when=bool),
+    _Arg("rpc_servers", "--rpc", None, ",".join, list, when=bool),
+    _Arg("devices", "--device", None, ",".join, list, when=bool),
 )
 
 
@@ -91,7 +101,11 @@ def llama_server_argv(
 
 def llama_cpp_kwargs(settings: Settings, *, load_mode: str | None = None) -> dict[str, Any]:
     """Keyword arguments for llama_cpp.Llama giving the same allocations as llama_server_argv."""
-    kwargs: dict[str, Any] = {a.kwarg: a.to_kwarg(getattr(settings, a.field)) for a in _ARGS}
+    kwargs: dict[str, Any] = {
+        a.kwarg: a.to_kwarg(getattr(settings, a.field))
+        for a in _ARGS
+        if a.kwarg is not None and a.when(getattr(settings, a.field))
+    }
     # llama-cpp-python defaults to the full-size SWA cache; the plan decides, so always pass it.
     kwargs["swa_full"] = bool(settings.swa_full)
     if load_mode == "none":

@@ -24,7 +24,7 @@ from vrampilot.hardware.profiles import (
     profile_as_gpu,
 )
 from vrampilot.hardware.report import format_machine, machine_to_dict, machine_warnings
-from vrampilot.hardware.types import CpuInfo, GpuInfo, GpuSample, LlamaBackendInfo, Machine
+from vrampilot.hardware.types import CpuInfo, GpuInfo, GpuSample, LlamaBackendInfo, LlamaDevice, Machine
 
 __all__ = [
     "CpuInfo",
@@ -32,6 +32,7 @@ __all__ = [
     "GpuProfile",
     "GpuSample",
     "LlamaBackendInfo",
+    "LlamaDevice",
     "Machine",
     "NvmlDetection",
     "UnknownGpuProfileError",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from vrampilot.hardware.types import LlamaBackendInfo
+from vrampilot.hardware.types import LlamaBackendInfo, LlamaDevice
 from vrampilot.llamacpp.backends import loaded_backends
 
 
@@ -45,6 +45,7 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
         offload: object = any(name not in ("CPU", "RPC") for name in loaded.registered)
     else:
         offload = _call(getattr(llama_cpp, "llama_supports_gpu_offload", None))
+    devices = _devices() if loaded is not None else ()
     raw = _call(getattr(llama_cpp, "llama_print_system_info", None))
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", errors="replace")
@@ -60,4 +61,36 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
         recipe_key=loaded.recipe_key if loaded else None,
         backends=loaded.registered if loaded else (),
         backend_failures=tuple(f"{name}: {why}" for name, why in loaded.failed) if loaded else (),
+        devices=devices,
+        gpu_build_note=_gpu_build_note(loaded.lib_dir) if loaded else None,
     )
+
+
+def _devices() -> tuple[LlamaDevice, ...]:
+    from vrampilot.llamacpp.devices import list_devices
+
+    try:
+        found = list_devices()
+    except (OSError, RuntimeError, AttributeError):
+        return ()
+    return tuple(
+        LlamaDevice(
+            d.name, d.description, d.kind, d.backend, d.memory_free_bytes, d.memory_total_bytes, d.device_id,
+            d.asynchronous,
+        )
+        for d in found
+        if d.backend != "RPC"  # hosts are the plan's business (vrampilot.hardware.rpc), not this machine's
+    )
+
+
+def _gpu_build_note(lib_dir: str) -> str | None:
+    """What the engine's recipe said about GPU backends it could not build (its manifest)."""
+    from pathlib import Path
+
+    from vrampilot.llamacpp.backends import read_manifest
+
+    manifest = read_manifest(Path(lib_dir)) or {}
+    skipped = manifest.get("gpu_skipped")
+    if isinstance(skipped, dict) and skipped:
+        return "; ".join(f"{name}: {why}" for name, why in skipped.items())
+    return None

@@ -9,8 +9,9 @@ from vrampilot.hardware.types import GpuInfo, Machine
 from vrampilot.units import format_bytes
 
 CUDA_REBUILD_HINT = (
-    "llama-cpp-python is a CPU-only build but an NVIDIA GPU is present: "
-    'rebuild with CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+    "this engine has no CUDA backend but an NVIDIA GPU is present, so plans use the CPU: install the CUDA "
+    "toolkit (nvcc and cuBLAS) and rebuild the engine with `python packaging/engine/build.py --install` "
+    "(what `make run` does; `--explain-gpu` says what it finds)"
 )
 
 
@@ -21,7 +22,8 @@ def machine_warnings(m: Machine) -> tuple[str, ...]:
     if m.llama.error:
         out.append(m.llama.error)
     elif nvidia and m.llama.supports_gpu_offload is False:
-        out.append(CUDA_REBUILD_HINT)
+        why = m.llama.gpu_build_note
+        out.append(CUDA_REBUILD_HINT + (f". When the engine was built: {why}" if why else ""))
     if m.llama.backend_mode in ("static", "ggml-score"):
         out.append(
             "llama-cpp-python was not built by VRAM Pilot's engine recipe, so nothing checks that its CPU code"
@@ -67,6 +69,8 @@ def machine_to_dict(m: Machine) -> dict[str, Any]:
             "recipe_key": m.llama.recipe_key,
             "backends": list(m.llama.backends),
             "backend_failures": list(m.llama.backend_failures),
+            "devices": [asdict(d) for d in m.llama.devices],
+            "gpu_build_note": m.llama.gpu_build_note,
         },
         "warnings": list(machine_warnings(m)),
     }
@@ -134,6 +138,12 @@ def format_machine(m: Machine) -> str:
             lines.append(f"  backends: {', '.join(llama.backends)}{recipe}")
         for failure in llama.backend_failures:
             lines.append(f"  not loaded: {failure}")
+        for d in llama.devices:
+            kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(d.kind, d.kind)
+            lines.append(f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "
+                         f"of {format_bytes(d.memory_total_bytes)}")  # fmt: skip
+        if llama.gpu_build_note:
+            lines.append(f"  GPU backends not in this engine: {llama.gpu_build_note}")
         if llama.system_info:
             lines.append(f"  {llama.system_info}")
     warnings = machine_warnings(m)

@@ -71,6 +71,20 @@ class CpuInfo:
 
 
 @dataclass(frozen=True)
+class LlamaDevice:
+    """A device as llama.cpp sees it (vrampilot.llamacpp.devices): what a plan offloads to."""
+
+    name: str  # "CPU", "CUDA0", "Vulkan0"
+    description: str  # the GPU's name
+    kind: str  # "cpu", "gpu", "igpu" (its memory is system RAM), "accel"
+    backend: str  # "CPU", "CUDA", "Vulkan", ...
+    memory_free_bytes: int
+    memory_total_bytes: int
+    device_id: str | None = None  # PCI bus id, when the backend knows it
+    asynchronous: bool = False
+
+
+@dataclass(frozen=True)
 class LlamaBackendInfo:
     """What the installed llama-cpp-python was built with; `error` says why it could not load."""
 
@@ -86,6 +100,23 @@ class LlamaBackendInfo:
     recipe_key: str | None = None
     backends: tuple[str, ...] = ()
     backend_failures: tuple[str, ...] = ()
+    devices: tuple[LlamaDevice, ...] = ()  # in ggml's order, the CPU included
+    gpu_build_note: str | None = None  # which GPU backends the engine lacks and why (its manifest)
+
+    @property
+    def offload_devices(self) -> tuple[LlamaDevice, ...]:
+        """The devices llama.cpp would offload to by default (src/llama.cpp, default device
+        selection): GPUs, one per PCI id; integrated GPUs only when there is no discrete one."""
+        gpus: list[LlamaDevice] = []
+        for d in self.devices:
+            if d.kind == "gpu" and d.backend != "RPC":
+                if d.device_id and any(g.device_id == d.device_id for g in gpus):
+                    continue  # one card seen by two backends (CUDA and Vulkan): llama.cpp keeps the first
+                gpus.append(d)
+        if gpus:
+            return tuple(gpus)
+        igpus = [d for d in self.devices if d.kind == "igpu"]
+        return tuple(d for d in igpus if d.backend == igpus[0].backend)
 
 
 @dataclass(frozen=True)

@@ -191,11 +191,18 @@ class _Ggml:
 
 _lock = threading.Lock()
 _loaded: EngineBackends | None = None
+_ggml: _Ggml | None = None
 
 
 def loaded_backends() -> EngineBackends | None:
     """What `load_backends` did in this process, or None before it ran."""
     return _loaded
+
+
+def ggml_library() -> ctypes.CDLL | None:
+    """The libggml handle the backends were registered through (vrampilot.llamacpp.devices reads
+    the device registry with it), or None before `load_backends` ran."""
+    return _ggml.lib if _ggml is not None else None
 
 
 def lib_dir_of(llama_cpp: ModuleType) -> Path:
@@ -214,7 +221,8 @@ def load_backends(llama_cpp: ModuleType, probe_cache: Path | None) -> EngineBack
 
 
 def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None) -> EngineBackends:
-    ggml = _Ggml(lib_dir, libllama)
+    global _ggml
+    ggml = _ggml = _Ggml(lib_dir, libllama)
     manifest = read_manifest(lib_dir)
     loading = _Loading(lib_dir, ggml, str(manifest["recipe_key"]) if manifest and "recipe_key" in manifest else None)
     if ggml.registered():  # a static build (CPU linked in), or someone loaded backends before us

@@ -103,18 +103,17 @@ class MeterReadout:
 
 
 def _planned_for(plan: Plan, gpu_position: int) -> PlannedVram | None:
-    """The device side of the plan, split across GPUs the way llama.cpp's default split does:
-    by each card's share of the free memory (the budget)."""
-    if not plan.target.has_gpu or plan.settings.n_gpu_layers <= 0 or gpu_position >= len(plan.target.gpus):
+    """What the plan puts on the local GPU at `gpu_position` (NVML's order; the plan lists RPC
+    hosts, which NVML does not see, first)."""
+    local = [i for i, g in enumerate(plan.target.gpus) if g.kind != "rpc" and i < len(plan.memory.per_device)]
+    if not plan.target.has_gpu or plan.settings.n_gpu_layers <= 0 or gpu_position >= len(local):
         return None
-    gpus = plan.target.gpus
-    share = gpus[gpu_position].memory_budget_bytes / (sum(g.memory_budget_bytes for g in gpus) or 1)
-    dev = plan.memory.device
+    dev = plan.memory.per_device[local[gpu_position]]
     return PlannedVram(
-        weights_bytes=round(dev.weights_bytes * share),
-        kv_bytes=round(dev.kv_bytes * share),
-        compute_bytes=round((dev.compute_bytes + dev.output_bytes) * share),
-        margin_bytes=round(dev.margin_bytes * share),
+        weights_bytes=dev.weights_bytes,
+        kv_bytes=dev.kv_bytes,
+        compute_bytes=dev.compute_bytes + dev.output_bytes,
+        margin_bytes=dev.margin_bytes,
     )
 
 

@@ -1,13 +1,15 @@
 """Compute and output buffer sizes: a fitted model of llama.cpp's graph allocator.
 
-llama.cpp sizes the compute buffer by building the worst-case graph (n_ubatch tokens, every token
-an output row, the whole KV cache visible) and running ggml's graph allocator over it
-(sched_reserve in llama-context.cpp, ggml-alloc.c). The allocator reuses the memory of dead
-tensors (best fit, inputs first), so the buffer is the peak of live tensors plus fragmentation,
-not a sum. Measured here, the buffer is `n_ubatch x (bytes per token of the heaviest phase)`
-(exactly linear in n_ubatch for a fixed context), where the phases are:
+llama.cpp sizes the compute buffer by building the worst-case graph (n_ubatch tokens, as many
+output rows as the context allows, Settings.n_outputs_max; the whole KV cache visible) and running
+ggml's graph allocator over it (sched_reserve in llama-context.cpp, ggml-alloc.c). The allocator
+reuses the memory of dead tensors (best fit, inputs first), so the buffer is the peak of live
+tensors plus fragmentation, not a sum. Measured here, the buffer is the heaviest phase, each
+linear in n_ubatch for a fixed context:
 
-- output:    the logits of every token, `n_vocab` f32 (exact), plus a few hidden-state rows;
+- output:    the logits of the rows that ask for them, `n_vocab` f32 each: one per sequence, as the
+             engine, the dry runs and llama-server reserve (Settings.n_outputs_max; exact), plus a
+             few hidden-state rows per token;
 - attention: the KQ masks (one per cache, `n_kv` f32 per token, f16 with flash attention; exact)
              plus, without flash attention, the score matrix `n_kv * n_head` f32 of the widest
              layer (exact), plus the activations that stay allocated around them (fitted);
@@ -16,10 +18,10 @@ MLA without flash attention also copies V out of the latent cache once per layer
 (`n_kv * kv_lora_rank`, not per token; exact).
 
 What no formula captures is where the allocator happens to place the largest tensor: a few
-n_embd-wide rows per token either way. On released-model shapes that is within 9% (mostly 0-3%);
-on the tiny test fixtures, where those rows are a large share of the buffer, within 30%
-(bench/planner.py prints the current worst case). When exact numbers matter, measure.dry_run_plan
-asks llama.cpp itself in ~0.1 s.
+n_embd-wide rows per token either way; the fit below says how far that goes, and on the tiny test
+fixtures, where those rows are a large share of the buffer, it goes further (bench/planner.py
+prints the current worst case). When exact numbers matter, an exact plan (the default of the CLI
+and the window) asks llama.cpp itself in ~0.1 s.
 """
 
 from __future__ import annotations
@@ -43,31 +45,34 @@ FEATURES = ("E", "Q", "KV", "F", "M", "X", "U")
 # "out" is the extra beyond the logits (n_vocab); "attn" adds to the masks and the score matrix
 # (flash attention off), "fa" to the masks (flash attention on), "ffn" stands alone. Fitted by
 # minimising a smooth maximum of the relative error (under-prediction weighted 1.3x) plus half the
-# mean error, over ~9,000 llama.cpp 0.3.36 dry runs: 10 random released-like shapes per fixture
-# architecture (n_embd 576-5120, n_vocab 32000-262144, n_ff 2.7-5.4 n_embd, GQA 1-16), the
-# fixtures themselves, the embedded SmolLM2 and the header-only Qwen2.5-7B / Llama-3.1-8B /
-# Gemma-3-27B / gpt-oss-20b / DeepSeek-V2-Lite files; contexts 512-32768, ubatch 128-2048, flash
-# attention on/off, f16/q8_0 caches; rounded to quarters, released shapes weighted 3x. Re-fit with
-# `python bench/planner.py --fit` (needs scipy). Coefficients of features a family lacks are 0.
+# mean error, over 4,956 llama.cpp 0.3.36 dry runs with one logit row reserved
+# (Settings.n_outputs_max): 10 random released-like shapes per fixture architecture (n_embd
+# 576-5120, n_vocab 32000-262144, n_ff 2.7-5.4 n_embd, GQA 1-16) and, weighted 3x, the released
+# shapes (header-only Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite and the
+# embedded SmolLM2); contexts 512-32768, ubatch 128-2048, flash attention on/off, f16/q8_0
+# caches; rounded to quarters (2026-12-01: dense -19.1%..+20.3%, mean 3.9%; MoE -17.2%..+28.2%,
+# mean 5.9%; MLA -14.5%..+21.5%, mean 8.2%).
+# Re-fit with `python bench/planner.py --fit` (needs scipy). Coefficients of features a family
+# lacks are 0. An exact plan replaces the formula with llama.cpp's own number.
 FIT: dict[str, dict[str, tuple[float, ...]]] = {
     #            E     Q     KV    F     M     X     U
     "dense": {
-        "out": (2.0,),
-        "attn": (2.0, 3.25, 0.75, 0.0, 0.0, 0.0, 0.0),
-        "fa": (1.75, 1.0, 1.0, 3.5, 0.0, 0.0, 0.0),
-        "ffn": (4.25, 2.25, 3.5, 1.75, 0.0, 0.0, 0.0),
+        "out": (3.75,),
+        "attn": (2.5, 1.5, 1.5, 0.25, 0.0, 0.0, 0.0),
+        "fa": (2.0, 0.5, 0.5, 3.25, 0.0, 0.0, 0.0),
+        "ffn": (2.75, 0.0, 0.75, 3.5, 0.0, 0.0, 0.0),
     },
     "moe": {
-        "out": (3.0,),
-        "attn": (1.0, 2.25, 2.5, 3.0, 0.5, 1.75, 0.0),
-        "fa": (0.0, 3.0, 1.25, 3.0, 2.75, 0.0, 0.0),
-        "ffn": (0.0, 0.0, 3.0, 3.0, 0.25, 10.0, 2.25),
+        "out": (2.25,),
+        "attn": (2.25, 0.25, 5.0, 10.0, 1.0, 10.0, 0.0),
+        "fa": (1.75, 1.0, 1.75, 10.0, 2.0, 10.0, 1.0),
+        "ffn": (0.0, 2.25, 0.0, 10.0, 0.0, 10.0, 2.0),
     },
     "mla": {
-        "out": (6.25,),
-        "attn": (5.75, 1.5, 0.0, 0.0, 0.0, 0.0, 0.0),
-        "fa": (0.75, 1.5, 0.5, 2.25, 0.0, 10.0, 0.0),
-        "ffn": (1.75, 2.0, 1.0, 0.0, 1.5, 10.0, 0.25),
+        "out": (10.0,),
+        "attn": (2.5, 1.0, 0.0, 1.25, 0.0, 0.0, 0.0),
+        "fa": (1.25, 1.5, 1.25, 2.25, 0.0, 0.0, 0.0),
+        "ffn": (3.25, 0.0, 2.25, 1.25, 0.0, 9.5, 0.5),
     },
 }
 
@@ -90,6 +95,7 @@ class ComputeTerms:
     experts_out: int = 0  # n_expert_used * n_embd
     fixed_bytes: int = 0  # not per token: MLA without flash attention copies V out of the latent cache
     family: str = "dense"
+    n_outputs: int = 1  # logit rows reserved (Settings.n_outputs_max), not per token
 
     def features(self) -> tuple[int, ...]:
         return (self.n_embd, self.q_width, self.kv_width, self.ff_dense, self.ff_moe, self.n_expert, self.experts_out)
@@ -137,6 +143,7 @@ def compute_terms(spec: ModelSpec, settings: Settings) -> ComputeTerms:
         experts_out=spec.n_expert_used * spec.n_embd if spec.is_moe else 0,
         fixed_bytes=fixed,
         family=model_family(spec),
+        n_outputs=min(settings.n_outputs_max, effective_ubatch(spec, settings)),
     )
 
 
@@ -157,94 +164,137 @@ def model_family(spec: ModelSpec) -> str:
     return "moe" if spec.is_moe else "dense"
 
 
-def per_token_bytes(t: ComputeTerms, fit: dict[str, tuple[float, ...]] | None = None) -> float:
-    """Bytes per token of the heaviest phase (`fit` overrides the family's coefficients, for fitting)."""
+def graph_peak_bytes(t: ComputeTerms, fit: dict[str, tuple[float, ...]] | None = None) -> float:
+    """Bytes of the heaviest phase (`fit` overrides the family's coefficients, for fitting)."""
     c = fit or FIT[t.family]
     x = t.features()
 
     def dot(coef: tuple[float, ...]) -> float:
         return sum(a * b for a, b in zip(coef, x, strict=True))
 
-    out = F32 * (t.n_vocab + c["out"][0] * t.n_embd)
+    out = F32 * (t.n_outputs * t.n_vocab + t.n_tokens * c["out"][0] * t.n_embd)
     if t.flash_attn:
-        attn = t.mask_bytes + F32 * dot(c["fa"])
+        attn = t.n_tokens * (t.mask_bytes + F32 * dot(c["fa"]))
     else:
-        attn = t.mask_bytes + t.kq_bytes + t.fixed_bytes / max(t.n_tokens, 1) + F32 * dot(c["attn"])
-    ffn = F32 * dot(c["ffn"])
+        attn = t.n_tokens * (t.mask_bytes + t.kq_bytes + F32 * dot(c["attn"])) + t.fixed_bytes
+    ffn = t.n_tokens * F32 * dot(c["ffn"])
     return max(out, attn, ffn)
 
 
 def graph_key(settings: Settings) -> tuple[object, ...]:
-    """The settings the worst-case graph depends on (not -ngl, -b or threads)."""
+    """The settings a measured compute buffer depends on (not -b or threads). Offload moves the
+    graph between the host and the devices, so it counts (a CPU plan has -ngl 0 throughout); the
+    split does not: each device's buffer is its busiest layer's, whichever layers it holds
+    (measured on RPC devices: the same at 2:1 and 1:3), and the search moves the split as the
+    measurement moves the buffers, so a key with it would never settle."""
     s = settings
-    return (s.n_ctx, s.n_ubatch, s.n_seq, kv_unified(s), s.flash_attn, s.type_k, s.type_v, s.swa_full)
+    return (s.n_ctx, s.n_ubatch, s.n_seq, kv_unified(s), s.flash_attn, s.type_k, s.type_v, s.swa_full,
+            s.n_gpu_layers, s.devices, s.rpc_servers)  # fmt: skip
 
 
 def formula_graph_bytes(spec: ModelSpec, settings: Settings) -> int:
     """The fitted model's size of the whole graph's compute buffer (what a CPU build reserves)."""
-    t = compute_terms(spec, settings)
-    return round(t.n_tokens * per_token_bytes(t))
+    return round(graph_peak_bytes(compute_terms(spec, settings)))
+
+
+# Labels in GraphEstimate.measured besides the devices' buffer names: the host-side buffer next
+# to offload devices, and the whole graph measured on the CPU (a CPU build, or a plan for devices
+# this machine does not have: their graph is the same, only where it lives differs).
+HOST = "host"
+GRAPH = "graph"
 
 
 @dataclass(frozen=True)
 class GraphEstimate:
-    """How a plan sizes the graph's compute buffer.
+    """How a plan sizes the compute buffers.
 
     The planner searches with the fitted formula. When llama.cpp can read the file, it then asks
     llama.cpp's own allocator (a no_alloc dry run, measure.graph_compute) for the chosen settings:
-    those become exact, and the ratio measured/formula corrects every other configuration the
-    search and the alternatives look at, since the formula's error on one model changes slowly
-    with the settings.
+    its buffers (per device, and the host's) become exact, and the ratio measured/formula of the
+    whole corrects every other configuration the search and the alternatives look at, since the
+    formula's error on one model changes slowly with the settings.
     """
 
     scale: float = 1.0
-    measured: dict[tuple[object, ...], int] = field(default_factory=dict, hash=False)  # a Plan stays hashable
+    # graph_key -> buffer label -> bytes: "host" for the CPU's buffer, a device's buffer name else.
+    measured: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict, hash=False)  # a Plan stays hashable
 
     def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
-        exact = self.measured.get(graph_key(settings))
+        """The whole graph in one buffer (a CPU plan's compute buffer)."""
+        exact = self.measured.get(graph_key(settings), {}).get(GRAPH)
         if exact is not None:
             return exact
         return round(formula_graph_bytes(spec, settings) * self.scale)
 
+    def buffer_bytes(self, settings: Settings, label: str) -> int | None:
+        return self.measured.get(graph_key(settings), {}).get(label)
+
     def is_measured(self, settings: Settings) -> bool:
         return graph_key(settings) in self.measured
 
-    def learn(self, spec: ModelSpec, settings: Settings, measured_bytes: int) -> GraphEstimate:
-        formula = formula_graph_bytes(spec, settings)
-        scale = measured_bytes / formula if formula > 0 else 1.0
-        return replace(self, scale=scale, measured={**self.measured, graph_key(settings): measured_bytes})
+    def learn(self, settings: Settings, buffers: dict[str, int], formula_bytes: int) -> GraphEstimate:
+        """`buffers`: llama.cpp's compute buffers for `settings` by label (GRAPH, or HOST and the
+        devices'); `formula_bytes`: the unscaled formula's prediction of the same buffers, whose
+        ratio to the measurement corrects the formula for every configuration not measured."""
+        scale = sum(buffers.values()) / formula_bytes if formula_bytes > 0 else 1.0
+        return replace(self, scale=scale, measured={**self.measured, graph_key(settings): dict(buffers)})
 
 
 FORMULA = GraphEstimate()
+# GGML_SCHED_MAX_COPIES: when llama.cpp pipelines ubatches across devices, the scheduler keeps
+# this many copies of every split's inputs so that devices work on different ubatches at once.
+SCHED_COPIES = 4
+
+
+def dry_run_surplus_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """What llama.cpp's no_alloc dry run (and so its own --fit) reserves on each pipelined device
+    after the first beyond what the real reservation takes: the previous device's activations,
+    once per copy. Measured with two RPC devices on loopback (tests/server/test_rpc.py holds the
+    corrected number against llama-server's real buffers)."""
+    return SCHED_COPIES * effective_ubatch(spec, settings) * spec.n_embd * F32
 
 
 def compute_buffer_bytes(
-    spec: ModelSpec, settings: Settings, device: str = "cpu", graph: GraphEstimate = FORMULA
+    spec: ModelSpec,
+    settings: Settings,
+    device: str = "cpu",
+    graph: GraphEstimate = FORMULA,
+    *,
+    pipelined: bool = False,
+    label: str | None = None,
 ) -> int:
     """Predicted `compute buffer size` llama.cpp reports for `device`.
 
     "cpu":  the CPU build: the whole graph in one CPU compute buffer (measured, see module doc).
-    "gpu":  the compute buffer of the GPU holding the layers. Assumed to follow the same model:
-            the graph and the allocator are the same, and the scheduler copies the inputs (masks,
-            positions) into the GPU's buffer. Not measurable on this machine.
-    "host": the host-side (pinned) buffer llama.cpp keeps next to a GPU. The token-embedding lookup
-            always runs on the CPU (llama-model.cpp keeps the input layer there) and the graph
-            inputs are created on the host, so with every layer offloaded it holds the embeddings
-            (`n_embd` f32 per token), token ids, positions, the KV row indices and the KQ masks;
-            e.g. Llama-3-8B at 8K context, ubatch 512, flash attention off: 8 MiB of embeddings
-            plus a 16 MiB f32 mask. When layers stay on the CPU (`n_gpu_layers <= n_layer`: -ngl
-            counts the output layer first) their activations live here too, so the full graph
-            model applies. Not measurable on this machine; keep a margin.
-    `graph` sizes the whole graph: the formula by default, llama.cpp's measurement when a plan has one.
+    "gpu":  the compute buffer of a device holding layers (`label`: its buffer name). The same
+            graph model, measured against llama.cpp on RPC devices on loopback (another backend
+            with its own buffers, as a GPU has): within 0-15% above for one device. Pipelined
+            (`pipelined`: every layer on several async devices), each split's inputs are kept
+            SCHED_COPIES times (the masks and the hidden state).
+    "host": the host-side buffer next to the devices. The token-embedding lookup always runs on
+            the CPU (llama-model.cpp keeps the input layer there) and the graph inputs are
+            created on the host, so with every layer offloaded it holds the embeddings and their
+            copy for the first device (`n_embd` f32 per token, twice), token ids, positions, the
+            KV row indices and the KQ masks (measured on RPC devices: exact to a few KiB). When
+            layers stay on the CPU (`n_gpu_layers <= n_layer`: -ngl counts the output layer first)
+            their activations live here too, so the full graph model applies.
+    Sizes llama.cpp measured for these settings (`graph`, an exact plan's) replace the formula.
     """
-    if device in ("cpu", "gpu"):
+    if device == "cpu":
         return graph.graph_bytes(spec, settings)
+    measured = graph.buffer_bytes(settings, HOST if device == "host" else (label or "gpu"))
+    if measured is not None:
+        return measured
+    t = compute_terms(spec, settings)
+    hidden = t.n_embd * F32
+    copies = (SCHED_COPIES - 1) * t.n_tokens * (t.mask_bytes + 2 * hidden) if pipelined else 0
+    if device == "gpu":
+        return graph.graph_bytes(spec, settings) + round(copies * graph.scale)
     if device == "host":
-        t = compute_terms(spec, settings)
         n_main = spec.n_layer - spec.n_layer_nextn
         v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v
-        inputs = t.n_embd * F32 + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
-        host = t.n_tokens * inputs
+        inputs = 2 * hidden + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
+        host = t.n_tokens * inputs + copies
         if settings.n_gpu_layers <= n_main:
             host = max(host, graph.graph_bytes(spec, settings))
         return host

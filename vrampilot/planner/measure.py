@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
+from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.planner.kv import ggml_type, kv_unified
 from vrampilot.planner.settings import Settings
@@ -47,15 +48,12 @@ PRINT_RESOLUTION_BYTES = int(0.005 * MIB) + 1  # one unit in the last printed di
 # ggml_log_level (ggml.h)
 _LOG_DEBUG, _LOG_INFO, _LOG_WARN, _LOG_ERROR, _LOG_CONT = 1, 2, 3, 4, 5
 
-_MODEL_RE = re.compile(r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
-_OUTPUT_RE = re.compile(r"^llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")
-_KVBUF_RE = re.compile(r"^llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")
+_MODEL_RE, _OUTPUT_RE, _KVBUF_RE, _COMPUTE_RE = MODEL_RE, OUTPUT_RE, KVBUF_RE, COMPUTE_RE
 _KVSIZE_RE = re.compile(
     r"^llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
     r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
 )
 _RS_RE = re.compile(r"^llama_memory_recurrent: size =\s+([\d.]+) MiB")
-_COMPUTE_RE = re.compile(r"^sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 _COMPUTE_EXACT_RE = re.compile(r"^~llama_context:\s+(\S+) compute buffer size (?:is|of)\s+([\d.]+) MiB")
 _CPARAM_RE = re.compile(r"^llama_context: (n_ctx|n_ctx_seq|n_ubatch|n_batch|n_seq_max)\s+=\s+(\d+)")
 _ERROR_PREFIXES = ("llama_init_from_model: ", "llama_context: ")
@@ -264,9 +262,12 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
         llama_cpp.llama_log_set(prev_cb, prev_ud)
 
 
-def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str]) -> Any:
+def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str],
+                offload: _Offload | None = None) -> Any:  # fmt: skip
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    if offload is not None:
+        offload.apply(mparams)
     if dry_run:
         mparams.no_alloc = True
         mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
@@ -277,12 +278,32 @@ def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, error
     return model
 
 
+class _Offload:
+    """The devices and split a dry run offloads to, set on llama_model_params (kept alive here)."""
+
+    def __init__(self, names: tuple[str, ...], split: tuple[float, ...]) -> None:
+        from vrampilot.llamacpp.devices import device_handle
+
+        self.names, self.split = names, split
+        self._devices = (ctypes.c_void_p * (len(names) + 1))(*[device_handle(n) for n in names], None)
+        self._split = (ctypes.c_float * _MAX_DEVICES)(*split[:_MAX_DEVICES]) if split else None
+
+    def apply(self, mparams: Any) -> None:
+        mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if self._split is not None:
+            mparams.tensor_split = self._split
+
+
+_MAX_DEVICES = 16  # LLAMA_MAX_DEVICES: the length llama.cpp reads tensor_split with
+
+
 def _context_params(llama_cpp: Any, settings: Settings) -> Any:
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = settings.n_ctx
     cparams.n_batch = settings.n_batch
     cparams.n_ubatch = settings.n_ubatch
     cparams.n_seq_max = max(1, settings.n_seq)
+    cparams.n_outputs_max = settings.n_outputs_max  # as the engine and llama-server reserve
     cparams.n_threads = settings.n_threads
     cparams.n_threads_batch = settings.n_threads_batch
     cparams.flash_attn_type = (
@@ -343,8 +364,8 @@ def measure_allocations(
 # loaded (a few, least recently used first out) and results are remembered per configuration.
 _HEADERS_KEPT = 2
 _RESULTS_KEPT = 512
-_headers: OrderedDict[tuple[str, int, int, int], Any] = OrderedDict()
-_unloadable: dict[tuple[str, int, int, int], str] = {}
+_headers: OrderedDict[tuple[object, ...], Any] = OrderedDict()
+_unloadable: dict[tuple[object, ...], str] = {}
 _results: OrderedDict[tuple[object, ...], GraphCompute] = OrderedDict()
 
 
@@ -361,18 +382,76 @@ class GraphCompute:
         return sum(self.compute_bytes.values())
 
 
-def _file_key(p: Path, n_gpu_layers: int, gpu_build: bool) -> tuple[str, int, int, int]:
+def _file_key(p: Path, n_gpu_layers: int, offloaded: bool) -> tuple[str, int, int, int]:
     st = p.stat()
-    # Without GPU offload in the build every layer is on the CPU whatever -ngl says: one header serves all.
-    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if gpu_build else 0)
+    # Measured on the CPU every layer stays there whatever -ngl says: one header serves all.
+    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if offloaded else 0)
 
 
-def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphCompute | None:
+def _graph_compute_in_child(path: str | os.PathLike[str], settings: Settings, devices: tuple[str, ...]) -> GraphCompute | None:
+    """graph_compute with the RPC hosts registered, in a spawned process: a host that goes away
+    (or a protocol mismatch) aborts that process only, and the plan keeps its formula."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_main, args=(str(path), settings, devices, send), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(CHILD_TIMEOUT_S):
+            return None
+        result = receive.recv()
+    except (EOFError, OSError):
+        return None  # the child died: llama.cpp aborted (an RPC host went away)
+    finally:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+    return result if isinstance(result, GraphCompute) else None
+
+
+CHILD_TIMEOUT_S = 60.0
+
+
+def _child_main(path: str, settings: Settings, devices: tuple[str, ...], send: Any) -> None:
+    from vrampilot.llamacpp.devices import register_rpc_server
+
+    for endpoint in settings.rpc_servers:
+        register_rpc_server(endpoint)
+    send.send(_graph_compute(path, settings, _offload_key(devices, settings)))
+    send.close()
+
+
+def graph_compute(
+    path: str | os.PathLike[str], settings: Settings, devices: tuple[str, ...] | None = None
+) -> GraphCompute | None:
     """llama.cpp's own compute-buffer sizes for `settings`, or None when it cannot be asked.
 
-    None means: llama-cpp-python is not installed, the file is gone, or this llama.cpp cannot
-    load the file (an architecture newer than the build). The planner then keeps its formula.
+    devices None: the whole graph on the CPU (one buffer, what a CPU build reserves, and the
+    graph a plan for devices this machine lacks will have). Else llama.cpp offloads to these
+    devices (llama-server's names) with the settings' -ngl and split, and reports each one's
+    buffer and the host's. RPC hosts are registered in a child process, since ggml aborts the
+    process that uses a host which goes away.
+
+    None means: llama-cpp-python is not installed, the file is gone, this llama.cpp cannot load
+    the file (an architecture newer than the build), or a device cannot be reached. The planner
+    then keeps its formula.
     """
+    if devices is None:
+        return _graph_compute(path, settings.with_(n_gpu_layers=0, tensor_split=(), devices=(), rpc_servers=()), None)
+    if settings.uses_rpc:
+        return _graph_compute_in_child(path, settings, devices)
+    return _graph_compute(path, settings, _offload_key(devices, settings))
+
+
+def _offload_key(devices: tuple[str, ...], settings: Settings) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    return devices, settings.tensor_split
+
+
+def _graph_compute(
+    path: str | os.PathLike[str], settings: Settings, offload: tuple[tuple[str, ...], tuple[float, ...]] | None
+) -> GraphCompute | None:
     try:
         from vrampilot import llamacpp
 
@@ -387,8 +466,7 @@ def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphComp
     try:
         with _held(_lock):
             _ensure_backend(llama_cpp)
-            gpu_build = bool(llama_cpp.llama_supports_gpu_offload())
-            fkey = _file_key(p, settings.n_gpu_layers, gpu_build)
+            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None), offload)
             rkey = (fkey, settings.n_ctx, settings.n_ubatch, settings.n_seq, settings.flash_attn,
                     settings.type_k, settings.type_v, settings.swa_full)
             if rkey in _results:
@@ -401,8 +479,9 @@ def graph_compute(path: str | os.PathLike[str], settings: Settings) -> GraphComp
                 model = _headers.get(fkey)
                 if model is None:
                     try:
-                        model = _load_model(llama_cpp, p, fkey[3], True, errors)
-                    except MeasureError as exc:
+                        devices = _Offload(*offload) if offload is not None else None
+                        model = _load_model(llama_cpp, p, settings.n_gpu_layers if offload else 0, True, errors, devices)
+                    except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)
                         return None
                     _headers[fkey] = model

@@ -2,14 +2,21 @@
 
 Weights come from the tensor table; KV and compute from kv.py and compute.py, which are checked
 against llama.cpp's own allocations in tests. Layer placement follows llama-model.cpp
-(load_tensors): with -ngl N, layer il sits on the GPU when il >= n_layer + 1 - N, where il == n_layer
+(load_tensors): with -ngl N, layer il is offloaded when il >= n_layer + 1 - N, where il == n_layer
 is the output layer. So the output layer is the first to move and layer 0 the last; the token
-embedding always stays on the host.
+embedding always stays on the host. With several devices (GPUs, RPC hosts) the offloaded layers
+are cut by the split (-ts, by default each device's free memory) in order, and each device holds
+its layers' weights and KV cache and a compute buffer of its own; tests hold this against
+llama.cpp's per-device buffers with two RPC hosts on loopback.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes, output_buffer_bytes
@@ -43,72 +50,150 @@ class Components:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    device: Components  # summed over GPUs
+    device: Components  # summed over the offload devices
     host: Components
     kv: KvBreakdown
-    gpu_layers: tuple[bool, ...]  # per repeating layer: True when on the GPU
+    gpu_layers: tuple[bool, ...]  # per repeating layer: True when on an offload device
     output_on_gpu: bool
+    # Per offload device, in the target's order (its `gpus`): what llama.cpp puts there.
+    per_device: tuple[Components, ...] = ()
+    layer_devices: tuple[int, ...] = ()  # per repeating layer: the device's position, -1 on the CPU
+    output_device: int = -1
+    pipelined: bool = False  # llama.cpp pipelines the ubatch across the devices (see compute.py)
 
     @property
     def total_bytes(self) -> int:
         return self.device.total_bytes + self.host.total_bytes
 
+    def device_layers(self, position: int) -> tuple[int, ...]:
+        """The repeating layers on device `position`."""
+        return tuple(il for il, d in enumerate(self.layer_devices) if d == position)
+
+
+def split_points(shares: Sequence[float]) -> list[float]:
+    """llama-model.cpp's cumulative split points for -ts (or the free memory), in float32 as it
+    computes them, so that a layer on a boundary lands where llama.cpp puts it."""
+    total = np.float32(0.0)
+    points = []
+    for x in shares:
+        total = np.float32(total + np.float32(x))
+        points.append(total)
+    return [float(np.float32(p / total)) if total > 0 else 1.0 for p in points]
+
+
+def layer_devices(spec: ModelSpec, n_gpu_layers: int, shares: Sequence[float]) -> tuple[tuple[int, ...], int]:
+    """Where llama.cpp puts each repeating layer and the output layer for -ngl N across devices
+    with these split shares (llama-model.cpp, load_tensors): the last N of the n_layer + 1 layers
+    (the output layer counts last) are offloaded, and offloaded layer il goes to the first device
+    whose split point exceeds (il - first offloaded) / N. -1: the CPU."""
+    n_dev = len(shares)
+    n_all = spec.n_layer
+    ngl = max(0, min(n_gpu_layers, n_all + 1)) if n_dev else 0
+    start = max(n_all + 1 - ngl, 0)
+    points = split_points(shares) if n_dev else []
+
+    def where(il: int) -> int:
+        if ngl == 0 or il < start or il - start >= ngl:
+            return -1
+        x = np.float32(np.float32(il - start) / np.float32(ngl))
+        return min(bisect.bisect_right(points, float(x)), n_dev - 1)
+
+    return tuple(where(il) for il in range(n_all)), where(n_all)
+
 
 def layer_placement(spec: ModelSpec, n_gpu_layers: int) -> tuple[tuple[bool, ...], bool]:
     """Which repeating layers and whether the output layer land on the GPU for -ngl N."""
-    ngl = max(0, min(n_gpu_layers, spec.n_layer + 1))
-    start = spec.n_layer + 1 - ngl
-    return tuple(il >= start for il in range(spec.n_layer)), ngl >= 1
-
-
-def weights_split(spec: ModelSpec, n_gpu_layers: int, has_gpu: bool) -> tuple[int, int]:
-    """(device bytes, host bytes) of the weights."""
-    if not has_gpu:
-        return 0, spec.weight_bytes
-    layers, output_on_gpu = layer_placement(spec, n_gpu_layers)
-    device = sum(b for b, on in zip(spec.layer_weight_bytes, layers, strict=True) if on)
-    host = spec.token_embd_bytes + spec.other_weight_bytes
-    host += sum(b for b, on in zip(spec.layer_weight_bytes, layers, strict=True) if not on)
-    if output_on_gpu:
-        device += spec.output_bytes
-        if spec.tied_embeddings:
-            # llama.cpp loads a second copy of token_embd as the output matrix (TENSOR_DUPLICATED).
-            device += spec.token_embd_bytes
-    else:
-        host += spec.output_bytes
-    return device, host
+    layers, output = layer_devices(spec, n_gpu_layers, (1.0,))
+    return tuple(d >= 0 for d in layers), output >= 0
 
 
 def memory_breakdown(
     spec: ModelSpec, settings: Settings, target: Target, graph: GraphEstimate = FORMULA
 ) -> MemoryBreakdown:
-    has_gpu = target.has_gpu and settings.n_gpu_layers > 0
+    n_dev = len(target.gpus) if target.has_gpu and settings.n_gpu_layers > 0 else 0
     kv = kv_cache_bytes(spec, settings)
-    layers, output_on_gpu = layer_placement(spec, settings.n_gpu_layers if has_gpu else 0)
-    w_dev, w_host = weights_split(spec, settings.n_gpu_layers, has_gpu)
-    # KV of an offloaded layer lives with the layer (offload_kqv is on by default).
-    kv_dev = sum(b for b, on in zip(kv.per_layer_bytes, layers, strict=True) if on)
-    kv_host = kv.total_bytes - kv_dev
     output = output_buffer_bytes(spec, settings)
-    if has_gpu:
-        device = Components(
-            weights_bytes=w_dev,
-            kv_bytes=kv_dev,
-            compute_bytes=compute_buffer_bytes(spec, settings, device="gpu", graph=graph),
-            margin_bytes=target.device_margin_bytes * len(target.gpus),
-        )
+    if n_dev == 0:
         host = Components(
-            weights_bytes=w_host,
-            kv_bytes=kv_host,
-            compute_bytes=compute_buffer_bytes(spec, settings, device="host", graph=graph),
-            output_bytes=output,
-        )
-    else:
-        device = Components()
-        host = Components(
-            weights_bytes=w_host,
+            weights_bytes=spec.weight_bytes,
             kv_bytes=kv.total_bytes,
             compute_bytes=compute_buffer_bytes(spec, settings, device="cpu", graph=graph),
             output_bytes=output,
         )
-    return MemoryBreakdown(device=device, host=host, kv=kv, gpu_layers=layers, output_on_gpu=output_on_gpu and has_gpu)
+        return MemoryBreakdown(Components(), host, kv, (False,) * spec.n_layer, False,
+                               layer_devices=(-1,) * spec.n_layer)  # fmt: skip
+    shares = device_shares(target, settings)
+    where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
+    # llama.cpp pipelines ubatches across several devices when every layer is offloaded and each
+    # device supports async compute and events (llama-context.cpp); RPC and CUDA devices do.
+    pipelined = n_dev > 1 and settings.n_gpu_layers > spec.n_layer and all(g.asynchronous for g in target.gpus)
+    per_device = []
+    for d in range(n_dev):
+        mine = [il for il, x in enumerate(where) if x == d]
+        weights = sum(spec.layer_weight_bytes[il] for il in mine)
+        if out_dev == d:
+            weights += spec.output_bytes
+            if spec.tied_embeddings:
+                # llama.cpp loads a second copy of token_embd as the output matrix (TENSOR_DUPLICATED).
+                weights += spec.token_embd_bytes
+        holds = bool(mine) or out_dev == d
+        compute = (
+            compute_buffer_bytes(spec, settings, device="gpu", graph=graph, pipelined=pipelined,
+                                 label=device_label(target, d))
+            if holds else 0
+        )  # fmt: skip
+        per_device.append(
+            Components(
+                weights_bytes=weights,
+                # KV of an offloaded layer lives with the layer (offload_kqv is on by default).
+                kv_bytes=sum(kv.per_layer_bytes[il] for il in mine),
+                compute_bytes=compute,
+                margin_bytes=target.gpus[d].margin_bytes(target.device_margin_bytes),
+            )
+        )
+    host_layers = [il for il, x in enumerate(where) if x < 0]
+    host_weights = spec.token_embd_bytes + spec.other_weight_bytes + sum(spec.layer_weight_bytes[il] for il in host_layers)
+    if out_dev < 0:
+        host_weights += spec.output_bytes
+    host = Components(
+        weights_bytes=host_weights,
+        kv_bytes=sum(kv.per_layer_bytes[il] for il in host_layers),
+        compute_bytes=compute_buffer_bytes(spec, settings, device="host", graph=graph, pipelined=pipelined),
+        output_bytes=output,
+    )
+    return MemoryBreakdown(
+        device=_sum(per_device),
+        host=host,
+        kv=kv,
+        gpu_layers=tuple(x >= 0 for x in where),
+        output_on_gpu=out_dev >= 0,
+        per_device=tuple(per_device),
+        layer_devices=where,
+        output_device=out_dev,
+        pipelined=pipelined,
+    )
+
+
+def device_shares(target: Target, settings: Settings) -> tuple[float, ...]:
+    """The split across the target's offload devices: the plan's -ts, else llama.cpp's default
+    (each device's free memory: its budget here)."""
+    n = len(target.gpus)
+    if settings.tensor_split and len(settings.tensor_split) == n and sum(settings.tensor_split) > 0:
+        return tuple(settings.tensor_split)
+    return tuple(float(max(g.memory_budget_bytes, 1)) for g in target.gpus)
+
+
+def device_label(target: Target, position: int) -> str:
+    """The name llama.cpp gives the device's compute buffer (matches a dry run's measurement)."""
+    g = target.gpus[position]
+    return g.buffer_name or g.name
+
+
+def _sum(parts: Sequence[Components]) -> Components:
+    return Components(
+        weights_bytes=sum(p.weights_bytes for p in parts),
+        kv_bytes=sum(p.kv_bytes for p in parts),
+        compute_bytes=sum(p.compute_bytes for p in parts),
+        output_bytes=sum(p.output_bytes for p in parts),
+        margin_bytes=sum(p.margin_bytes for p in parts),
+    )

@@ -8,7 +8,7 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from vrampilot.errors import UserError
@@ -59,6 +59,7 @@ class Pins:
     n_threads_batch: int | None = None
     flash_attn: bool | None = None
     swa_full: bool | None = None
+    tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -134,9 +135,20 @@ def _validate(spec: ModelSpec, pins: Pins) -> None:
 
 
 def _fits(mem: MemoryBreakdown, target: Target) -> bool:
-    if mem.device.total_bytes > 0 and mem.device.total_bytes > target.device_budget_bytes:
-        return False
-    return mem.host.total_bytes <= target.host_ram_bytes
+    return _devices_fit(mem, target) and _host_bytes(mem, target) <= target.host_ram_bytes
+
+
+def _devices_fit(mem: MemoryBreakdown, target: Target) -> bool:
+    """Every offload device within its own budget (a sum could hide one full card)."""
+    return all(c.total_bytes <= g.memory_budget_bytes for c, g in zip(mem.per_device, target.gpus, strict=False))
+
+
+def _host_bytes(mem: MemoryBreakdown, target: Target) -> int:
+    """What the plan takes from system RAM: the host's part, and an integrated GPU's, whose
+    "VRAM" is that same RAM (counted once, here)."""
+    shared = sum(c.total_bytes - c.margin_bytes for c, g in zip(mem.per_device, target.gpus, strict=False)
+                 if g.kind == "igpu")  # fmt: skip
+    return mem.host.total_bytes + shared
 
 
 def _threads(target: Target, full_offload: bool) -> tuple[int, int]:
@@ -196,19 +208,42 @@ def plan(
     g = FORMULA
     chosen, fits, tried = _choose(spec, target, pins, g)
     if exact:
-        from vrampilot.planner.measure import graph_compute
-
         # The measurement can move the choice (a tighter or looser compute buffer); a few rounds
         # settle it, each measuring the settings the previous one chose.
         for _ in range(3):
             if g.is_measured(chosen):
                 break
-            m = graph_compute(spec.path, chosen)
-            if m is None or m.refused:
+            learned = _measure(spec, target, chosen, g)
+            if learned is None:
                 break
-            g = g.learn(spec, chosen, m.total_bytes)
+            g = learned
             chosen, fits, tried = _choose(spec, target, pins, g)
     return _finish(spec, target, pins, chosen, fits, tried, g, alternatives, exact)
+
+
+def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> GraphEstimate | None:
+    """Ask llama.cpp for the compute buffers of `s` (see measure.graph_compute): on the target's
+    own devices when this machine has them, else the whole graph on the CPU."""
+    from vrampilot.planner.compute import GRAPH, HOST, dry_run_surplus_bytes
+    from vrampilot.planner.measure import graph_compute
+
+    on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
+    devices = tuple(gpu.llama_name or "" for gpu in target.gpus)
+    m = graph_compute(spec.path, s, devices if on_devices else None)
+    if m is None or m.refused:
+        return None
+    formula = memory_breakdown(spec, s, target, FORMULA)
+    if not on_devices:
+        whole = FORMULA.graph_bytes(spec, s)
+        return g.learn(s, {GRAPH: m.total_bytes}, whole)
+    names = [gpu.buffer_name or gpu.name for gpu in target.gpus]
+    buffers: dict[str, int] = {}
+    for name, n in m.compute_bytes.items():
+        label = name if name in names else HOST  # CPU, CUDA_Host, ...: the host side
+        if formula.pipelined and label in names[1:]:
+            n -= dry_run_surplus_bytes(spec, s)  # the dry run's over-count on later devices
+        buffers[label] = buffers.get(label, 0) + n
+    return g.learn(s, buffers, formula.device.compute_bytes + formula.host.compute_bytes)
 
 
 def _choose(
@@ -225,7 +260,7 @@ def _choose(
     def make(kv: tuple[str, str], ngl: int, ubatch: int) -> Settings:
         full = has_gpu and ngl >= max_ngl
         t, tb = _threads(target, full)
-        return Settings(
+        s = Settings(
             n_ctx=n_ctx,
             type_k=kv[0],
             type_v=kv[1],
@@ -238,6 +273,8 @@ def _choose(
             flash_attn=flash,
             swa_full=swa_full,
         )
+        devices, rpc = _device_settings(target)
+        return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)
 
     kv_pairs = _kv_candidates(pins, pins.flash_attn, has_gpu)
     tried: list[tuple[Settings, MemoryBreakdown, bool]] = []
@@ -344,6 +381,50 @@ def _finish(
     )
 
 
+def _device_settings(target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """--device and --rpc for a target of several devices or RPC hosts (one local GPU: neither,
+    llama.cpp's default device is it)."""
+    gpus = target.gpus
+    if len(gpus) < 2 and not any(g.kind == "rpc" for g in gpus):
+        return (), ()
+    endpoints = tuple(dict.fromkeys(g.endpoint for g in gpus if g.kind == "rpc" and g.endpoint))
+    names = tuple(g.llama_name for g in gpus if g.llama_name)
+    return (names if len(names) == len(gpus) else ()), endpoints
+
+
+def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: GraphEstimate) -> Settings:
+    """The -ts for several devices: the user's, or shares that fill each device alike. A device's
+    share of the layers is what its budget leaves after what it holds whatever the split (its
+    margin and compute buffer, and the output layer on the last one), so that no card fills up
+    while another has room (llama.cpp's own default, free memory alone, ignores those)."""
+    n = len(target.gpus)
+    if n < 2 or s.n_gpu_layers <= 0:
+        return s
+    if pins.tensor_split is not None:
+        return s.with_(tensor_split=tuple(pins.tensor_split))
+    shares = tuple(float(max(gpu.memory_budget_bytes, 1)) for gpu in target.gpus)
+    s = s.with_(tensor_split=_rounded(shares))
+    per_layer = max(spec.layer_weight_bytes, default=1) + max(memory_breakdown(spec, s, target, g).kv.per_layer_bytes,
+                                                               default=0)  # fmt: skip
+    for _ in range(2):
+        mem = memory_breakdown(spec, s, target, g)
+        room = []
+        for d, (c, gpu) in enumerate(zip(mem.per_device, target.gpus, strict=True)):
+            layers = sum(1 for x in mem.layer_devices if x == d)
+            fixed = c.total_bytes - layers * per_layer
+            room.append(max(gpu.memory_budget_bytes - fixed, 0) / max(per_layer, 1))
+        if sum(room) <= 0:
+            break
+        s = s.with_(tensor_split=_rounded(tuple(room)))
+    return s
+
+
+def _rounded(shares: tuple[float, ...]) -> tuple[float, ...]:
+    """Shares as a user reads and types them: per mille of the total, at least 1 each."""
+    total = sum(shares) or 1.0
+    return tuple(float(max(1, round(1000 * x / total))) for x in shares)
+
+
 def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:
     """Largest -ngl that fits, or None.
 
@@ -353,8 +434,7 @@ def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int
     """
 
     def device_fits(n: int) -> bool:
-        mem = memory_breakdown(spec, build(n), target, g)
-        return mem.device.total_bytes <= target.device_budget_bytes
+        return _devices_fit(memory_breakdown(spec, build(n), target, g), target)
 
     lo, hi = 0, spec.n_layer + 1
     while lo < hi:
@@ -533,6 +613,8 @@ def _reasons(
             "No GPU in this plan: every layer runs on the CPU "
             f"({format_bytes(mem.host.total_bytes)} of {format_bytes(budget)} usable RAM)."
         )
+    if gpu and (len(target.gpus) > 1 or any(g.kind == "rpc" for g in target.gpus)):
+        r.extend(_device_reasons(spec, target, pins, s, mem, speed))
     # Batch
     if pins.n_ubatch is not None:
         r.append(f"ubatch {s.n_ubatch}: pinned by you; batch {s.n_batch}.")
@@ -589,6 +671,46 @@ def _reasons(
             else "Does not fit in system RAM."
         )
     return r
+
+
+def _device_reasons(
+    spec: ModelSpec, target: Target, pins: Pins, s: Settings, mem: MemoryBreakdown, speed: SpeedPrediction
+) -> list[str]:
+    """One line per device: which layers, how full; then the split and what the network costs."""
+    from vrampilot.planner.speed import network_share
+
+    lines = []
+    for d, (gpu, c) in enumerate(zip(target.gpus, mem.per_device, strict=False)):
+        layers = mem.device_layers(d)
+        what = _ranges(layers) + (" + output" if mem.output_device == d else "")
+        state = "" if c.total_bytes <= gpu.memory_budget_bytes else f", {format_bytes(c.total_bytes - gpu.memory_budget_bytes)} too much"
+        budget = f"{format_bytes(gpu.memory_budget_bytes)}{' pinned' if gpu.budget_pinned else ''}"
+        lines.append(f"{gpu.label}: {what or 'nothing'}, {format_bytes(c.total_bytes)} of {budget}{state}.")
+    if s.tensor_split:
+        shares = ", ".join(f"{x:g}" for x in s.tensor_split)
+        why = "pinned by you" if pins.tensor_split is not None else (
+            "each device's room for layers after its margin, compute buffer and (on the last) the output layer"
+        )
+        lines.append(f"Split -ts {shares}: {why}.")
+    share = network_share(spec, target, mem) if s.n_gpu_layers > 0 else 0.0
+    if share > 0.005:
+        lines.append(f"Crossing to and from the RPC hosts takes {share:.0%} of each token's time "
+                     f"(a round trip per hop, {max(g.rtt_ms for g in target.gpus if g.kind == 'rpc'):.1f} ms measured).")  # fmt: skip
+    return lines
+
+
+def _ranges(layers: Sequence[int]) -> str:
+    """(0, 1, 2, 5, 6) -> "layers 0-2, 5-6"."""
+    if not layers:
+        return ""
+    runs: list[tuple[int, int]] = []
+    for il in layers:
+        if runs and il == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], il)
+        else:
+            runs.append((il, il))
+    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+    return ("layer " if len(layers) == 1 else "layers ") + text
 
 
 def _threads_text(n: int) -> str:

@@ -23,6 +23,22 @@ class Settings:
     flash_attn: bool = True
     swa_full: bool = False
     n_seq: int = 1
+    # Several offload devices: each one's share of the offloaded layers (-ts), in the target's
+    # device order; () when there is one device (or llama.cpp's default split applies).
+    tensor_split: tuple[float, ...] = ()
+    # The devices, as llama-server names them (--device), and the RPC hosts they include (--rpc).
+    devices: tuple[str, ...] = ()
+    rpc_servers: tuple[str, ...] = ()
+
+    @property
+    def n_outputs_max(self) -> int:
+        """Logit rows a ubatch may ask for: one per sequence, as llama-server sets it (n_parallel,
+        server_output_limits in tools/server/server-context.cpp, without speculative decoding).
+        llama.cpp sizes the compute buffer for this many rows of n_vocab logits; its own default
+        (0: n_batch) would reserve a row per token, hundreds of MiB on large vocabularies that
+        the engine never reads (it samples the last token only). The engine, the planner's dry
+        runs and the exported llama-server line thus reserve the same buffer."""
+        return max(1, self.n_seq)
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
@@ -30,4 +46,15 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("n_seq")
+        for key in ("tensor_split", "devices", "rpc_servers"):
+            if d[key]:
+                d[key] = list(d[key])
+            else:
+                del d[key]  # one device: the JSON stays as it was
         return d
+
+    @property
+    def uses_rpc(self) -> bool:
+        """Runs across RPC hosts: only in a llama-server process (ggml aborts its process when a
+        host goes away, which the app must survive)."""
+        return bool(self.rpc_servers) and self.n_gpu_layers > 0

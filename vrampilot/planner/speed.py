@@ -9,6 +9,8 @@ PCIe once per ubatch, which is why larger ubatches speed prompts up.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
@@ -62,12 +64,81 @@ def _output_read(spec: ModelSpec) -> tuple[int, int]:
 
 def kv_read_bytes(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, on_gpu: bool) -> float:
     """KV bytes one decode step reads on the GPU (or the host) with n_tokens in the context."""
+    return _kv_read(mem, spec, n_tokens, lambda il: mem.gpu_layers[il] == on_gpu)
+
+
+def _kv_read_on(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, device: int) -> float:
+    return _kv_read(mem, spec, n_tokens, lambda il: mem.layer_devices[il] == device)
+
+
+def _kv_read(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, layer_is_here: Callable[[int], bool]) -> float:
+    """Each layer's cache is read up to the tokens it holds: all of them, or its sliding window."""
     total = 0.0
     for il, layer_bytes in enumerate(mem.kv.per_layer_bytes):
         cells = _cells(mem, spec, il)
-        if mem.gpu_layers[il] == on_gpu and layer_bytes and cells:
+        if layer_bytes and cells and layer_is_here(il):
             total += layer_bytes * min(n_tokens, cells) / cells
     return total
+
+
+def _device_decode_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, n_tokens: int) -> float:
+    """One token on the offload devices: each reads its layers' weights and KV at its own
+    bandwidth, one after the other (a single sequence does not overlap them); where the token
+    crosses to or from an RPC host it pays a round trip and the activations over the network."""
+    out_bytes, _ = _output_read(spec)
+    total = 0.0
+    for d, gpu in enumerate(target.gpus[: len(mem.per_device)]):
+        layers = mem.device_layers(d)
+        read = sum(spec.layer_active_bytes[il] for il in layers) + _kv_read_on(mem, spec, n_tokens, d)
+        if mem.output_device == d:
+            read += out_bytes
+        if not read:
+            continue
+        bw = gpu.bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY
+        total += read / bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * (len(layers) + (mem.output_device == d))
+    # The token's path through the devices, in layer order: CPU (embedding), the devices, then
+    # back for sampling. A hop that touches an RPC host costs a round trip plus the hidden state.
+    path = [-1, *mem.layer_devices, mem.output_device, -1]
+    hops = [(a, b) for a, b in itertools.pairwise(path) if a != b]
+    for a, b in hops:
+        rpc = [target.gpus[x] for x in (a, b) if x >= 0 and target.gpus[x].kind == "rpc"]
+        if rpc:
+            link = max(rpc, key=lambda g: g.rtt_ms)
+            total += link.rtt_ms / 1000 + spec.n_embd * 4 / (max(link.network_gbps, 1e-3) * 1e9)
+    return total
+
+
+def _devices_prefill_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, ub: int, flops: float,
+                             eff: float) -> float:  # fmt: skip
+    """A ubatch through several devices: each does its layers' share of the work; pipelined
+    (every layer offloaded), llama.cpp keeps them all busy on successive ubatches, so the slowest
+    sets the pace, else they take turns. Hops to RPC hosts carry the ubatch's hidden states."""
+    n = max(len(mem.layer_devices), 1)
+    times = []
+    for d, gpu in enumerate(target.gpus[: len(mem.per_device)]):
+        share = len(mem.device_layers(d)) / n
+        if share:
+            times.append(share * flops / (gpu.fp16_tflops * 1e12 * eff))
+    t = (max(times) if mem.pipelined else sum(times)) if times else 0.0
+    for gpu in target.gpus:
+        if gpu.kind == "rpc":
+            t += gpu.rtt_ms / 1000 + 2 * ub * spec.n_embd * 4 / (max(gpu.network_gbps, 1e-3) * 1e9)
+    return t
+
+
+def network_share(spec: ModelSpec, target: Target, mem: MemoryBreakdown) -> float:
+    """The share of a token's time spent crossing to and from RPC hosts (0 without hosts)."""
+    if not any(g.kind == "rpc" for g in target.gpus):
+        return 0.0
+    with_net = _device_decode_seconds(spec, target, mem, 1)
+    no_net = _device_decode_seconds(spec, _without_network(target), mem, 1)
+    return (with_net - no_net) / with_net if with_net > 0 else 0.0
+
+
+def _without_network(target: Target) -> Target:
+    from dataclasses import replace
+
+    return replace(target, gpus=tuple(replace(g, rtt_ms=0.0, network_gbps=1e6) for g in target.gpus))
 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
@@ -95,7 +166,10 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
     def decode_seconds(n_tokens: int) -> tuple[float, int, int]:
         dev = dev_w + (kv_read_bytes(mem, spec, n_tokens, on_gpu=True) if gpu else 0.0)
         host = host_w + kv_read_bytes(mem, spec, n_tokens, on_gpu=False)
-        t_dev = dev / gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * n_gpu if dev and gpu_bw else 0.0
+        if len(mem.per_device) > 1 or any(g.kind == "rpc" for g in target.gpus):
+            t_dev = _device_decode_seconds(spec, target, mem, n_tokens) if gpu else 0.0
+        else:
+            t_dev = dev / gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * n_gpu if dev and gpu_bw else 0.0
         # CPU decoding is bound by memory bandwidth or, on few cores, by arithmetic (2 FLOPs per
         # weight): whichever takes longer sets the pace.
         t_host = max(host / host_bw, 2.0 * host_p / cpu_decode_flops) if host else 0.0
@@ -111,7 +185,10 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
     ub = settings.n_ubatch
     if gpu:
         eff = 0.45 * ub / (ub + 128)
-        t_compute = ub * flops_per_token / (target.device_tflops * 1e12 * eff)
+        if len(mem.per_device) > 1:
+            t_compute = _devices_prefill_seconds(spec, target, mem, ub, ub * flops_per_token, eff)
+        else:
+            t_compute = ub * flops_per_token / (target.device_tflops * 1e12 * eff)
         # Host layers' weights travel to the GPU once per ubatch (op offload).
         t_copy = host_w / (PCIE_GBPS * 1e9)
         prefill = ub / (t_compute + t_copy)

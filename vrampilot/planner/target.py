@@ -6,11 +6,13 @@ The planner sees only this, so "would this run on an 8 GB card?" is the same com
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import Machine
-from vrampilot.hardware.profiles import GpuProfile
+from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
+from vrampilot.hardware.profiles import GpuProfile, match_detected
+from vrampilot.hardware.rpc import RpcHost
 from vrampilot.units import GIB, format_bytes
 
 # Without a measurement, a desktop with dual-channel DDR4/DDR5 reads ~40-80 GB/s at peak.
@@ -25,6 +27,12 @@ HYPOTHETICAL_GPU_FP16_TFLOPS = 44.0
 DEFAULT_DEVICE_MARGIN_BYTES = 1 * GIB
 # Leave the OS and other programs room in system RAM.
 DEFAULT_HOST_RESERVE_BYTES = 2 * GIB
+# The link to an RPC host, for the activations that cross it: assumed, not measured (a round
+# trip is: RpcHost.rtt_ms). Gigabit Ethernet on a LAN; memory copies on loopback.
+LAN_GBPS = 0.118
+LOOPBACK_GBPS = 5.0
+# An RPC host's device, when nothing says what it is: a desktop CPU's matrix throughput.
+RPC_DEVICE_TFLOPS = 0.5
 
 
 class PlanTargetError(UserError):
@@ -33,12 +41,35 @@ class PlanTargetError(UserError):
 
 @dataclass(frozen=True)
 class GpuTarget:
+    """One device llama.cpp offloads layers to: a GPU, or an RPC host's device (another machine's
+    GPU or CPU, over the network). Listed in llama.cpp's own order: RPC hosts first, then GPUs."""
+
     name: str
     memory_total_bytes: int
     memory_budget_bytes: int  # what the plan may use before the margin: free memory when detected
     bandwidth_gbps: float
     fp16_tflops: float
     bandwidth_note: str = ""
+    kind: str = "gpu"  # "gpu", "igpu" (its memory is system RAM), "rpc"
+    llama_name: str | None = None  # the device as llama-server names it: "CUDA0", "Vulkan1", "RPC0"
+    buffer_name: str | None = None  # llama.cpp's name for its buffers: "CUDA0", "RPC0[host:port]"
+    endpoint: str | None = None  # an RPC host's host:port
+    budget_pinned: bool = False  # the budget is the user's (an RPC host reports no cap of its own)
+    # Async compute and events: llama.cpp pipelines a fully offloaded model across such devices.
+    asynchronous: bool = True
+    network_gbps: float = 0.0  # RPC: the link to the host, for the activations between devices
+    rtt_ms: float = 0.0  # RPC: a round trip to the host, paid at every device boundary per token
+    margin_override_bytes: int | None = None  # None: the target's device margin
+
+    def margin_bytes(self, default: int) -> int:
+        return default if self.margin_override_bytes is None else self.margin_override_bytes
+
+    @property
+    def label(self) -> str:
+        """For reasons and views: "RTX 3060 (CUDA0)", "RPC host 192.168.1.20:50052"."""
+        if self.kind == "rpc":
+            return f"RPC host {self.endpoint}" + (f" ({self.name})" if self.name and self.name != self.endpoint else "")
+        return f"{self.name} ({self.llama_name})" if self.llama_name and self.llama_name not in self.name else self.name
 
 
 @dataclass(frozen=True)
@@ -52,6 +83,9 @@ class Target:
     cpu_gflops: float
     device_margin_bytes: int = DEFAULT_DEVICE_MARGIN_BYTES
     notes: tuple[str, ...] = ()
+    # The devices are this machine's, as llama.cpp sees them (not a profile or a --vram size):
+    # an exact plan may ask llama.cpp to allocate on them.
+    devices_here: bool = False
 
     @property
     def has_gpu(self) -> bool:
@@ -94,35 +128,126 @@ def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], not
     )
 
 
-def target_from_machine(machine: Machine) -> Target:
+def target_from_machine(machine: Machine, rpc_hosts: Sequence[RpcHost] = (),
+                        rpc_budgets: Mapping[str, int] | None = None) -> Target:  # fmt: skip
+    """The machine as llama.cpp will use it: its offload devices (what llama.cpp itself lists;
+    NVML adds an NVIDIA card's bandwidth), and `rpc_hosts` (queried with
+    vrampilot.hardware.rpc.query_host) before them, as llama.cpp orders them. `rpc_budgets`:
+    the user's cap per host:port (a host reports all its memory as free and has no cap)."""
     notes: list[str] = []
-    gpus: list[GpuTarget] = []
-    offload_ok = machine.llama.supports_gpu_offload is not False
-    for g in machine.gpus:
-        bw = g.peak_bandwidth_gbps or HYPOTHETICAL_GPU_BANDWIDTH_GBPS
-        note = "" if g.peak_bandwidth_gbps else f"bandwidth unknown, assuming {bw:.0f} GB/s"
-        free = g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes
-        gpus.append(
-            GpuTarget(
-                name=g.name,
-                memory_total_bytes=g.memory_total_bytes,
-                memory_budget_bytes=free,
-                bandwidth_gbps=bw,
-                fp16_tflops=g.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
-                bandwidth_note=note,
-            )
-        )
-    if gpus and not offload_ok:
-        notes.append(
-            "llama-cpp-python here is a CPU-only build: planning for the CPU although a GPU is present "
-            "(rebuild it with CMAKE_ARGS=-DGGML_CUDA=on to use the GPU)"
-        )
-        gpus = []
+    local = _local_devices(machine, notes)
+    remote = _rpc_devices(rpc_hosts, rpc_budgets or {}, notes)
+    gpus = (*remote, *local)
     if gpus:
-        desc = ", ".join(f"{g.name} ({format_bytes(g.memory_budget_bytes)} free)" for g in gpus)
+        desc = ", ".join(f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'})"
+                         for g in gpus)  # fmt: skip
     else:
         desc = "CPU only" + ("" if machine.gpus else " (no NVIDIA GPU found)")
-    return _target(machine, desc, tuple(gpus), tuple(notes))
+    target = _target(machine, desc, gpus, tuple(notes))
+    return replace(target, devices_here=bool(machine.llama.devices) or bool(remote))
+
+
+def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
+    llama = machine.llama
+    devices = llama.offload_devices
+    if not llama.devices:
+        # llama.cpp's device list was not read (no engine here, or a machine described by hand):
+        # NVML's GPUs, when the build can offload at all.
+        if machine.gpus and llama.supports_gpu_offload is False:
+            notes.append(_no_gpu_backend_note(machine))
+            return ()
+        return tuple(_nvml_target(g) for g in machine.gpus)
+    if not devices:
+        if machine.gpus:
+            notes.append(_no_gpu_backend_note(machine))
+        return ()
+    out = []
+    unmatched = list(machine.gpus)
+    for d in devices:
+        nv = _nvml_match(d, unmatched)
+        if nv is not None:
+            unmatched.remove(nv)
+        if d.kind == "igpu":
+            # Its "VRAM" is system RAM: the budget is the RAM llama.cpp may take, and the search
+            # counts those bytes once, against the host (search._host_bytes).
+            budget = min(d.memory_free_bytes, max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES))
+            notes.append(f"{d.description or d.name} ({d.name}) is an integrated GPU: its memory is system RAM, "
+                         "shared with the CPU's part of the plan")  # fmt: skip
+            out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
+                                 memory_budget_bytes=budget, bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+                                 fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS / 8, kind="igpu", llama_name=d.name,
+                                 buffer_name=d.name, asynchronous=d.asynchronous,
+                                 bandwidth_note=f"bandwidth of system RAM assumed, {DEFAULT_HOST_BANDWIDTH_GBPS:.0f} GB/s"))  # fmt: skip
+            continue
+        bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
+        out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
+                             memory_budget_bytes=d.memory_free_bytes, bandwidth_gbps=bw, fp16_tflops=tflops,
+                             bandwidth_note=note, kind="gpu", llama_name=d.name, buffer_name=d.name,
+                             asynchronous=d.asynchronous))  # fmt: skip
+    return tuple(out)
+
+
+def _no_gpu_backend_note(machine: Machine) -> str:
+    why = f" ({machine.llama.gpu_build_note})" if machine.llama.gpu_build_note else ""
+    return (f"this engine has no backend for {machine.gpus[0].name}{why}: planning for the CPU; "
+            "`vrampilot doctor` says what to install and how to rebuild the engine")  # fmt: skip
+
+
+def _nvml_target(g: GpuInfo) -> GpuTarget:
+    bw = g.peak_bandwidth_gbps or HYPOTHETICAL_GPU_BANDWIDTH_GBPS
+    note = "" if g.peak_bandwidth_gbps else f"bandwidth unknown, assuming {bw:.0f} GB/s"
+    free = g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes
+    return GpuTarget(name=g.name, memory_total_bytes=g.memory_total_bytes, memory_budget_bytes=free, bandwidth_gbps=bw,
+                     fp16_tflops=g.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS, bandwidth_note=note,
+                     llama_name=f"CUDA{g.index}", buffer_name=f"CUDA{g.index}")  # fmt: skip
+
+
+def _nvml_match(d: LlamaDevice, gpus: Sequence[GpuInfo]) -> GpuInfo | None:
+    """NVML's record of the card llama.cpp calls `d`: same name and size, else none."""
+    for g in gpus:
+        if g.name and g.name in (d.description or "") and abs(g.memory_total_bytes - d.memory_total_bytes) < GIB:
+            return g
+    return None
+
+
+def _bandwidth_of(name: str, total: int, nv: GpuInfo | None) -> tuple[float, float, str]:
+    if nv is not None and nv.peak_bandwidth_gbps:
+        return nv.peak_bandwidth_gbps, nv.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS, ""
+    profile = match_detected(name, total)
+    if profile is not None:
+        return profile.bandwidth_gbps, profile.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS, ""
+    bw = HYPOTHETICAL_GPU_BANDWIDTH_GBPS
+    return bw, HYPOTHETICAL_GPU_FP16_TFLOPS, f"bandwidth unknown, assuming {bw:.0f} GB/s"
+
+
+def _rpc_devices(hosts: Sequence[RpcHost], budgets: Mapping[str, int], notes: list[str]) -> tuple[GpuTarget, ...]:
+    out = []
+    k = 0  # llama-server numbers RPC devices in --rpc order: RPC0, RPC1, ...
+    for host in hosts:
+        loopback = host.endpoint.startswith(("127.", "localhost:", "[::1]:"))
+        pinned = budgets.get(host.endpoint)
+        for dev in host.devices:
+            if pinned is not None:
+                budget = min(pinned, dev.memory_free_bytes) // len(host.devices)
+            else:
+                budget = max(0, dev.memory_free_bytes - DEFAULT_HOST_RESERVE_BYTES)
+            out.append(GpuTarget(
+                name=host.endpoint if len(host.devices) == 1 else f"{host.endpoint} #{dev.index}",
+                memory_total_bytes=dev.memory_total_bytes, memory_budget_bytes=budget,
+                bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS, fp16_tflops=RPC_DEVICE_TFLOPS,
+                bandwidth_note=(f"the host's device is assumed to be a CPU: {DEFAULT_HOST_BANDWIDTH_GBPS:.0f} GB/s, "
+                                f"{RPC_DEVICE_TFLOPS:g} TFLOP/s (ggml's RPC protocol does not say what it is)"),
+                kind="rpc", llama_name=f"RPC{k}", buffer_name=f"RPC{dev.index}[{host.endpoint}]",
+                endpoint=host.endpoint, budget_pinned=pinned is not None, asynchronous=True,
+                network_gbps=LOOPBACK_GBPS if loopback else LAN_GBPS, rtt_ms=host.rtt_ms,
+                # A pinned budget is what the host may hold; unpinned, keep llama.cpp's margin.
+                margin_override_bytes=0 if pinned is not None else None,
+            ))  # fmt: skip
+            k += 1
+        if pinned is None:
+            notes.append(f"RPC host {host.endpoint} reports all its memory as free and has no cap of its own: "
+                         f"pin what it may use (--rpc {host.endpoint}=6GiB)")  # fmt: skip
+    return tuple(out)
 
 
 def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:

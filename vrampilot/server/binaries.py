@@ -53,6 +53,9 @@ def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
     from vrampilot.llamacpp.backends import loaded_backends, module_file
 
     env = dict(os.environ if base is None else base)
+    # When llama.cpp aborts (an RPC host went away) it would attach gdb to print a backtrace
+    # (seconds, and a page of noise in the log the user reads): its one-line reason is enough.
+    env.setdefault("GGML_NO_BACKTRACE", "1")
     llamacpp.load()  # chooses the variant if nobody has yet (a probe, cached per machine)
     loaded = loaded_backends()
     if loaded is not None and loaded.cpu_variant:
@@ -65,7 +68,7 @@ def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
 def backend_env_for_export() -> dict[str, str]:
     """Just the variant line of `tool_env`, for an exported command line."""
     env = tool_env({})
-    return {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
+    return {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}  # the user's own debugging is theirs
 
 
 def exported_command(model_path: Path, settings: Settings, shell: str, **options: Any) -> str:

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,13 +37,19 @@ class PortInUseError(UserError):
         self.host, self.port, self.suggestion = host, port, suggestion
 
 
+_ABORT = re.compile(r"\S+\.(?:c|cpp|h|cu):\d+: (.+)$")  # ggml_abort's "file.cpp:547: message"
+
+
 class ServerExited(UserError):
-    """llama-server ended before (or while) serving; the message carries its last log lines."""
+    """llama-server ended before (or while) serving; the message carries its last log lines, and
+    llama.cpp's own reason first when it aborted ("Remote RPC server crashed ...")."""
 
     def __init__(self, code: int | None, lines: Sequence[str]) -> None:
         tail = "\n".join(lines[-12:]) if lines else "(no output)"
-        super().__init__(f"llama-server exited with status {code}:\n{tail}")
-        self.code, self.lines = code, list(lines)
+        reason = next((m.group(1) for line in reversed(lines) if (m := _ABORT.search(line))), None)
+        head = f"llama-server exited with status {code}" + (f" ({reason})" if reason else "")
+        super().__init__(f"{head}:\n{tail}")
+        self.code, self.lines, self.reason = code, list(lines), reason
 
 
 @dataclass(frozen=True)

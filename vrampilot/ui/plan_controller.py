@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from vrampilot.engine import LoadResult
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine, load_profiles
+from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_host
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Alternative, Pins, Plan, plan
@@ -38,7 +39,7 @@ TARGET_CPU = "cpu"
 PROFILE_PREFIX = "profile:"
 
 PlanFn = Callable[[Plan], None]
-LoadedFn = Callable[[LoadResult], None]
+LoadedFn = Callable[[LoadResult | None], None]  # None: the plan is served by llama-server
 FailFn = Callable[[str], None]
 ConfirmFn = Callable[[str, str], bool]
 
@@ -66,6 +67,9 @@ class PlanController(QObject):
     unloaded = Signal()
     load_state_changed = Signal(object)  # LoadState
     status = Signal(str)
+    # The shown plan uses RPC hosts: it runs in llama-server (vrampilot.ui.server_controller),
+    # which answers with served() or serve_failed().
+    serve_requested = Signal()
 
     def __init__(
         self,
@@ -99,10 +103,18 @@ class PlanController(QObject):
         self._loading_for: tuple[Pins, str] | None = None
         self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
         self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
+        self._serve_waiters: list[tuple[LoadedFn, FailFn]] = []
+        self._served = False  # llama-server runs the model (the Server tab, or a plan with RPC hosts)
+        # RPC hosts for "This machine" plans: as typed, and as they answered (vrampilot.hardware.rpc).
+        self.rpc_text = ctx.prefs.rpc_hosts()
+        self.rpc_hosts: list[RpcHost] = []
+        self.rpc_budgets: dict[str, int] = {}
 
         plan_view.pins_changed.connect(self.set_pins)
         plan_view.alternative_chosen.connect(self.use_alternative)
         plan_view.target_changed.connect(self.set_target)
+        plan_view.rpc_hosts_changed.connect(self.set_rpc_hosts)
+        plan_view.rpc_hosts.setText(self.rpc_text)
         plan_view.load_requested.connect(lambda: self.load())
         plan_view.cancel_load_requested.connect(self.cancel_load)
         plan_view.unload_requested.connect(self.unload)
@@ -138,6 +150,8 @@ class PlanController(QObject):
             self.status.emit(f"GPU profiles unavailable: {describe_error(exc)}")
         self.view.set_targets(targets, self.target_key)
         self.target = self._make_target(self.target_key)
+        if self.rpc_text:
+            self.set_rpc_hosts(self.rpc_text)
         restored = self.model_path is None
         path = self.model_path
         if path is None:
@@ -157,7 +171,34 @@ class PlanController(QObject):
             name = key[len(PROFILE_PREFIX) :]
             profile = next(p for p in load_profiles() if p.name == name)
             return target_from_profile(profile, self.machine)
-        return target_from_machine(self.machine)
+        return target_from_machine(self.machine, self.rpc_hosts, self.rpc_budgets)
+
+    def set_rpc_hosts(self, text: str) -> None:
+        """Ask the hosts typed (in a worker: a host may take seconds to answer), then plan with them."""
+        self.rpc_text = text
+        self.ctx.prefs.set_rpc_hosts(text)
+        try:
+            listed = parse_hosts(text)
+        except RpcHostError as exc:
+            self.status.emit(str(exc))
+            return
+
+        def ask(_task: object) -> list[RpcHost]:
+            return [query_host(endpoint) for endpoint, _ in listed]
+
+        def done(hosts: list[RpcHost]) -> None:
+            self.rpc_hosts = hosts
+            self.rpc_budgets = {e: b for e, b in listed if b is not None}
+            if hosts:
+                self.status.emit(f"RPC hosts answered: {', '.join(h.endpoint for h in hosts)}")
+            self.set_target(self.target_key)
+
+        def failed(exc: BaseException) -> None:
+            self.rpc_hosts, self.rpc_budgets = [], {}
+            self.status.emit(describe_error(exc, context="asking the RPC hosts") + " (planning without them)")
+            self.set_target(self.target_key)
+
+        self.ctx.tasks.submit(ask, done=done, failed=failed, key="rpc-hosts", owner=self)
 
     def set_target(self, key: str) -> None:
         if self.machine is None:
@@ -378,6 +419,12 @@ class PlanController(QObject):
             if not self.confirm("Load a plan that does not fit?", f"{why}\n\nLoading may fail or be slow. Load anyway?"):
                 failed("Not loaded: the plan does not fit")
                 return
+        if p.settings.uses_rpc:
+            # ggml ends its process when an RPC host goes away: plans with hosts run in llama-server.
+            self._serve_waiters.append((then, failed))
+            self.status.emit(f"{p.spec.path.name} runs across RPC hosts: starting llama-server with the plan…")
+            self.serve_requested.emit()
+            return
         self._load_waiters.append((then, failed))
         self._loading_for = (self.pins, self.target_key)
         self.load_state = LoadState.LOADING
@@ -385,6 +432,21 @@ class PlanController(QObject):
         self._show_load_state()
         self.status.emit(f"Loading {p.spec.path.name}…")
         self.ctx.engine.load(p)
+
+    def served(self, backend: object | None) -> None:
+        """llama-server started with the plan (a backend) or stopped (None)."""
+        self._served = backend is not None
+        self._show_load_state()
+        if backend is None:
+            return
+        waiters, self._serve_waiters = self._serve_waiters, []
+        for then, _ in waiters:
+            then(None)
+
+    def serve_failed(self, why: str) -> None:
+        waiters, self._serve_waiters = self._serve_waiters, []
+        for _, failed in waiters:
+            failed(why)
 
     def cancel_load(self) -> None:
         if self.load_state is LoadState.LOADING:
@@ -453,6 +515,9 @@ class PlanController(QObject):
             if not same:
                 text += " — the plan above differs: press Load to apply it"
             self.view.show_load_state("loaded", text, can_load=why is None, why=why or "", reload=same)
+        elif self._served and not failure:
+            self.view.show_load_state("unloaded", "Running in llama-server (Server tab): the chat replies through it",
+                                      can_load=why is None, why=why or "")  # fmt: skip
         else:
             self.view.show_load_state("unloaded", failure or "Not loaded", can_load=why is None, why=why or "")
 

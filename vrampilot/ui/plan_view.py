@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QMenu,
     QProgressBar,
     QPushButton,
@@ -43,6 +44,7 @@ def _signed_bytes(n: int) -> str:
 class PlanView(QWidget):
     pins_changed = Signal(object)  # Pins
     target_changed = Signal(str)  # key from set_targets
+    rpc_hosts_changed = Signal(str)  # "host:port=SIZE, ..." as typed
     alternative_chosen = Signal(object)  # Alternative
     load_requested = Signal()
     cancel_load_requested = Signal()
@@ -72,6 +74,19 @@ class PlanView(QWidget):
         self.target_box.activated.connect(lambda _i: self.target_changed.emit(str(self.target_box.currentData())))
         row.addWidget(self.target_box, 1)
         outer.addLayout(row)
+        # Other machines' devices (llama.cpp RPC hosts), for "This machine" plans.
+        rpc_row = QHBoxLayout()
+        rpc_row.addWidget(QLabel("RPC hosts"))
+        self.rpc_hosts = QLineEdit()
+        self.rpc_hosts.setObjectName("rpc_hosts")
+        self.rpc_hosts.setPlaceholderText("host:port=6GiB, … (other PCs running `vrampilot rpc-host`)")
+        self.rpc_hosts.setToolTip(
+            "llama.cpp RPC hosts to spread layers over, each with the memory it may use. RPC has no "
+            "authentication: use hosts on a network you trust. Plans with hosts run in llama-server."
+        )
+        self.rpc_hosts.editingFinished.connect(lambda: self.rpc_hosts_changed.emit(self.rpc_hosts.text().strip()))
+        rpc_row.addWidget(self.rpc_hosts, 1)
+        outer.addLayout(rpc_row)
 
         # Verdict, bars, speed
         self.verdict = QLabel()
@@ -84,6 +99,11 @@ class PlanView(QWidget):
         self.ram_bar = MemoryBar()
         self.ram_bar.setObjectName("ram_bar")
         outer.addWidget(self.gpu_bar)
+        # One more bar per further device (a second GPU, RPC hosts): each has its own budget.
+        self.device_bars_box = QVBoxLayout()
+        self.device_bars_box.setContentsMargins(0, 0, 0, 0)
+        self.device_bars: list[MemoryBar] = []
+        outer.addLayout(self.device_bars_box)
         outer.addWidget(self.ram_bar)
         self.speed = QLabel()
         self.speed.setObjectName("speed")
@@ -201,18 +221,32 @@ class PlanView(QWidget):
         self.pins.set_model(plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores)
         self.pins.show_settings(plan.settings, plan.pins)
         mem = plan.memory
-        if t.has_gpu:
-            self.gpu_bar.set_data(BarData("GPU", mem.device, plan.device_budget_bytes))
+        bars = self._device_bar_data(plan)
+        if bars:
+            self.gpu_bar.set_data(bars[0])
             self.gpu_bar.show()
         else:
             self.gpu_bar.set_data(None)
             self.gpu_bar.hide()
+        while len(self.device_bars) < len(bars) - 1:
+            bar = MemoryBar()
+            bar.setObjectName(f"device_bar_{len(self.device_bars) + 1}")
+            self.device_bars.append(bar)
+            self.device_bars_box.addWidget(bar)
+        for i, bar in enumerate(self.device_bars):
+            data = bars[i + 1] if i + 1 < len(bars) else None
+            bar.set_data(data)
+            bar.setVisible(data is not None)
         self.ram_bar.set_data(BarData("RAM", mem.host, plan.host_budget_bytes))
         s = plan.settings
+        n_dev = len(t.gpus)
+        rpc = sum(1 for g in t.gpus if g.kind == "rpc")
+        on = ("on the GPU" if n_dev == 1 else f"on {n_dev} devices") if not rpc else (
+            f"across {rpc} RPC host{'s' if rpc > 1 else ''}" + (f" and {n_dev - rpc} GPU(s)" if n_dev > rpc else ""))
         where = (
-            "on the GPU"
+            on
             if t.has_gpu and s.n_gpu_layers > plan.spec.n_layer
-            else (f"{s.n_gpu_layers} of {plan.spec.n_layer + 1} layers on the GPU" if t.has_gpu else "on the CPU")
+            else (f"{s.n_gpu_layers} of {plan.spec.n_layer + 1} layers {on}" if t.has_gpu else "on the CPU")
         )
         if plan.fits:
             color, word = OK_GREEN, "Fits"
@@ -232,6 +266,17 @@ class PlanView(QWidget):
         self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
         self._show_alternatives(plan)
         self.load_button.setText("Load" if plan.fits else "Load anyway…")
+
+    @staticmethod
+    def _device_bar_data(plan: Plan) -> list[BarData]:
+        """The GPU bar, or with several devices one bar each, against its own budget."""
+        t, mem = plan.target, plan.memory
+        if not t.has_gpu:
+            return []
+        if len(mem.per_device) <= 1 and not any(g.kind == "rpc" for g in t.gpus):
+            return [BarData("GPU", mem.device, plan.device_budget_bytes)]
+        return [BarData(g.llama_name or g.name, c, g.memory_budget_bytes)
+                for g, c in zip(t.gpus, mem.per_device, strict=False)]  # fmt: skip
 
     def _show_alternatives(self, plan: Plan) -> None:
         base = plan.memory.device.total_bytes if plan.target.has_gpu else plan.memory.host.total_bytes

@@ -35,6 +35,13 @@ class Prefs:
     def set_last_model(self, path: str | Path) -> None:
         self._s.setValue("model/last", str(path))
 
+    def rpc_hosts(self) -> str:
+        """The Plan panel's RPC hosts, as typed ("host:port=6GiB, ...")."""
+        return str(self._s.value("plan/rpc_hosts", "", type=str) or "")
+
+    def set_rpc_hosts(self, text: str) -> None:
+        self._s.setValue("plan/rpc_hosts", text)
+
     def pins_for(self, model: str | Path) -> Pins:
         raw = str(self._s.value(f"pins/{_model_key(model)}", "", type=str) or "")
         if not raw:
@@ -44,7 +51,9 @@ class Prefs:
         except ValueError:
             return Pins()
         known = {f.name for f in fields(Pins)}
-        return Pins(**{k: v for k, v in data.items() if k in known})
+        # JSON has no tuples: a list (the tensor split) comes back as one, so Pins stay hashable.
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        return Pins(**values)
 
     def set_pins_for(self, model: str | Path, pins: Pins) -> None:
         key = f"pins/{_model_key(model)}"

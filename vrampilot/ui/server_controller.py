@@ -46,11 +46,14 @@ class ServerController(QObject):
         self.config: ServerConfig | None = None
         self.backend: ServerBackend | None = None
         self.model_path: Path | None = None  # what the server loads
+        self.serving: tuple[Path, object] | None = None  # the model and settings it runs
+        self._restart = False
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
         self._log_line.connect(panel.append_log)
         panel.start_requested.connect(self.start)
+        plans.serve_requested.connect(self.start)  # a plan with RPC hosts runs only in llama-server
         panel.stop_requested.connect(self.stop)
         panel.lan_toggled.connect(self._lan_toggled)
         panel.port.valueChanged.connect(lambda _port: self._show_url())
@@ -80,12 +83,21 @@ class ServerController(QObject):
         self.state = state
         self.panel.show_state(state, text)
         self.status.emit(text)
+        if state == "crashed" or (state == "stopped" and text.startswith(("Cannot serve", "Port "))):
+            self.plans.serve_failed(text)  # a plan with RPC hosts waited for this server
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
+        plan = self.plans.plan
+        if self.state == "ready" and plan is not None and self.backend is not None:
+            if (plan.spec.path, plan.settings) == self.serving:
+                self.plans.served(self.backend)  # already running this plan
+            else:
+                self._restart = True  # another plan: stop this server, then start with the plan shown
+                self.stop()
+            return
         if self.state in ("starting", "ready", "stopping"):
             return
-        plan = self.plans.plan
         why = self.plans.loadable()
         if plan is None or why:
             self._set_state("stopped", f"Cannot serve yet: {why or 'no plan'}")
@@ -93,6 +105,7 @@ class ServerController(QObject):
         if not plan.fits:
             reason = plan.refused or (plan.reasons[-1] if plan.reasons else "it does not fit")
             if not self.confirm("Serve a plan that does not fit?", f"{reason}\n\nServe anyway?"):  # type: ignore[operator]
+                self.plans.serve_failed("Not served: the plan does not fit")
                 return
         config = self._config()
         if not config.loopback_only and not config.api_key:  # never open to the network without a key
@@ -117,6 +130,7 @@ class ServerController(QObject):
         self.panel.log.clear()
         self.config = config
         self.model_path = plan.spec.path
+        self.serving = (plan.spec.path, plan.settings)
         self.server = ServerProcess(argv, env, on_log=self._log_line.emit)
         self.server.start()  # here, on the GUI thread: it lives as long as the app
         self._set_state("starting", f"Starting: loading {plan.spec.path.name} in llama-server…")
@@ -133,7 +147,8 @@ class ServerController(QObject):
         self._set_state("ready", f"Serving at {self.config.base_url}/v1 (pid {server.pid})")
         if server.pid is not None:
             self.sampler.watch(server.pid)
-        self.backend_changed.emit(self.backend)
+        self.backend_changed.emit(self.backend)  # the chat takes the server first...
+        self.plans.served(self.backend)  # ...then what waited for it (a plan with RPC hosts) replies through it
         self._timer.start()
 
     def _failed(self, server: ServerProcess, exc: BaseException) -> None:
@@ -142,7 +157,10 @@ class ServerController(QObject):
         if isinstance(exc, InterruptedError):
             return  # stopped while starting: stop() says so
         self.server = None
-        text = str(exc) if isinstance(exc, ServerExited) else describe_error(exc, context="starting llama-server")
+        if isinstance(exc, ServerExited):
+            text = exit_text(exc.code, exc.lines)
+        else:
+            text = describe_error(exc, context="starting llama-server")
         self._set_state("crashed", f"llama-server did not start: {text}")
 
     # -- while it runs -------------------------------------------------------------------------
@@ -195,6 +213,9 @@ class ServerController(QObject):
         self.server = None
         self._gone()
         self._set_state("stopped", f"Stopped (llama-server exited with status {code})")
+        if self._restart:
+            self._restart = False
+            self.start()
 
     def _gone(self) -> None:
         """The chat and the meters go back to the app's own process."""
@@ -212,11 +233,12 @@ class ServerController(QObject):
 
 def exit_text(code: int | None, lines: list[str]) -> str:
     """Why the server is gone, in a line: the signal that ended it, or its status and last word."""
-    if code is not None and code < 0:
+    if code is not None and code < 0 and code != -signal.SIGABRT:  # an abort has llama.cpp's reason
         name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
         why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
         return f"llama-server was killed by {name}{why}"
-    return f"llama-server exited with status {code}: " + (lines[-1] if lines else "no output")
+    reason = ServerExited(code, lines).reason  # llama.cpp's own words when it aborted
+    return f"llama-server exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
 
 
 def metrics_text(base_url: str, api_key: str | None) -> str:

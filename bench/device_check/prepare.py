@@ -1,0 +1,124 @@
+"""Prepare the GPU device check (bench/device_check.sh) on this machine, which reaches the registry.
+
+A GPU machine lent for the check reaches no registry and receives at most 64 MiB, so everything it
+needs is made here, into bench/out/device/ (carried with `run --carry bench/out/device`):
+
+- llama.cpp.tgz: the vendored llama.cpp of the pinned llama-cpp-python, trimmed to what the CUDA
+  build needs (about 9 MB; the sdist is 76 MB);
+- models/: small real GGUF files of several architectures (tests/factories), and the embedded
+  SmolLM2 when the budget allows;
+- expected.json: the planner's per-device prediction (weights, KV, compute on CUDA0 and the host)
+  for each configuration the check runs: -ngl, context, ubatch, cache types. Computed for one CUDA
+  device whose budget is not the question: the check holds the bytes, not the fit.
+
+    python bench/device_check/prepare.py [--with-embedded]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import itertools
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.factories.gguf_models import write_model  # noqa: E402
+from vrampilot.export import llama_server_argv  # noqa: E402
+from vrampilot.gguf import load_model_spec  # noqa: E402
+from vrampilot.paths import embedded_model_path  # noqa: E402
+from vrampilot.planner.memory import memory_breakdown  # noqa: E402
+from vrampilot.planner.settings import Settings  # noqa: E402
+from vrampilot.planner.target import GpuTarget, target_cpu_only  # noqa: E402
+from vrampilot.units import GIB  # noqa: E402
+
+OUT = ROOT / "bench" / "out" / "device"
+# Not needed to build ggml-cuda, llama-server and llama-bench (nor by CMake with tests, examples
+# and the other backends off).
+DROP = ("docs/", "media/", "models/", "examples/", "tests/", "gguf-py/", "scripts/", "ci/", "benches/",
+        "pocs/", "ggml/src/ggml-sycl/", "ggml/src/ggml-opencl/", "ggml/src/ggml-hexagon/", "ggml/src/ggml-metal/",
+        "ggml/src/ggml-et/", "ggml/src/ggml-vulkan/", "ggml/src/ggml-cann/", "ggml/src/ggml-musa/",
+        "tools/ui/node_modules/", "tools/ui/tests/", "tools/mtmd/test-")  # fmt: skip
+GRID = [
+    dict(n_gpu_layers=ngl, n_ctx=ctx, n_ubatch=ub, type_k=kv, type_v=kv, flash_attn=True)
+    for ngl, ctx, ub, kv in itertools.product(("all", "half"), (4096, 16384), (512, 2048), ("f16", "q8_0"))
+]
+
+
+def trimmed_source(sdist: Path, into: Path) -> int:
+    with tarfile.open(sdist) as src, tarfile.open(into, "w:gz") as dst:
+        for m in src.getmembers():
+            _, _, rest = m.name.partition("/")
+            if not rest.startswith("vendor/llama.cpp/"):
+                continue  # the sdist's own files, and its .git (a 38 MB pack)
+            rel = rest.removeprefix("vendor/llama.cpp/")
+            if not rel or any(rel.startswith(d) for d in DROP):
+                continue
+            data = src.extractfile(m) if m.isfile() else None
+            m.name = "llama.cpp/" + rel
+            dst.addfile(m, io.BytesIO(data.read()) if data else None)
+    return into.stat().st_size
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--with-embedded", action="store_true", help="also carry the 94 MB embedded model (over 64 MiB)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "packaging" / "engine"))
+    import build as recipe
+
+    (OUT / "models").mkdir(parents=True, exist_ok=True)
+    sdist = recipe.fetch_sdist(sys.executable, recipe.pinned_llama_cpp_python(), recipe.cache_root() / "sdist")
+    size = trimmed_source(sdist, OUT / "llama.cpp.tgz")
+    models = {
+        "llama-q8": write_model(OUT / "models" / "llama-q8.gguf", "llama", weight_type="q8_0", n_layer=4, n_embd=512,
+                                n_head=8, n_head_kv=4, n_ff=1024, tokenizer="smollm2"),  # serves: the speed check
+        "qwen2": write_model(OUT / "models" / "qwen2.gguf", "qwen2", n_layer=6),
+        "gemma3": write_model(OUT / "models" / "gemma3.gguf", "gemma3", n_layer=6),
+        "qwen3moe": write_model(OUT / "models" / "qwen3moe.gguf", "qwen3moe"),
+    }  # fmt: skip
+    emb = embedded_model_path()
+    if args.with_embedded and emb is not None:
+        models["smollm2"] = emb
+    gpu = GpuTarget(name="CUDA0", memory_total_bytes=80 * GIB, memory_budget_bytes=80 * GIB, bandwidth_gbps=4800.0,
+                    fp16_tflops=900.0, llama_name="CUDA0", buffer_name="CUDA0")  # fmt: skip
+    cases = []
+    for name, path in models.items():
+        spec = load_model_spec(path)
+        target = target_cpu_only(_machine())
+        target = type(target)(**{**target.__dict__, "gpus": (gpu,)})
+        for g in GRID:
+            ngl = spec.n_layer + 1 if g["n_gpu_layers"] == "all" else (spec.n_layer + 1) // 2
+            s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]
+            mem = memory_breakdown(spec, s, target)
+            dev = mem.per_device[0]
+            cases.append({
+                "model": f"models/{path.name}" if path.parent == OUT / "models" else str(path), "name": name,
+                "settings": s.to_dict(), "layers_on_device": len(mem.device_layers(0)),
+                # The flags from the one builder (vrampilot.export), after `llama-server -m MODEL`.
+                "args": llama_server_argv("MODEL", s)[3:],
+                "serves": name in ("llama-q8", "smollm2"),  # has a tokenizer: llama-server can generate with it
+                "expected": {"weights": dev.weights_bytes, "kv": dev.kv_bytes, "compute": dev.compute_bytes,
+                             "host_compute": mem.host.compute_bytes, "host_kv": mem.host.kv_bytes},
+            })  # fmt: skip
+    full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
+    speed_args = llama_server_argv("MODEL", full)[3:]
+    (OUT / "expected.json").write_text(json.dumps({"cases": cases, "speed_args": speed_args}, indent=1))
+    total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    print(f"prepared {OUT}: source {size / 2**20:.1f} MiB, {len(models)} models, {len(cases)} cases, "
+          f"{total / 2**20:.1f} MiB in all (limit 64 MiB)")  # fmt: skip
+    return 0 if total < 64 * 2**20 else 1
+
+
+def _machine():  # type: ignore[no-untyped-def]
+    from tests.machines import cpu_machine
+
+    return cpu_machine(ram_gib=256, cores=16)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Plans across llama.cpp RPC hosts, on loopback: two real ggml-rpc-server processes (the bundled
+build) with different pinned budgets plus this machine's CPU. What llama.cpp really allocates on
+each device (its own log, from a real llama-server run) is held against the plan; the exported
+line serves; a host that goes away is a clear error, never the app's end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.factories.gguf_models import write_model
+from tests.server.processes import assert_ctrl_c_stops
+from vrampilot.export import llama_server_argv
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import detect_machine
+from vrampilot.hardware.rpc import RpcHostError, parse_hosts, query_host
+from vrampilot.llamacpp.buffer_log import device_buffers
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_from_machine
+from vrampilot.server import ServerExited, ServerProcess, free_port, tool_env, tool_path
+from vrampilot.server.process import health, is_alive
+from vrampilot.units import MIB
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+PRINT_MIB = 0.005 * MIB + 1  # llama.cpp prints MiB with two decimals
+
+
+def start_rpc_host(port: int) -> ServerProcess:
+    host = ServerProcess([str(tool_path("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(port), "-t", "1"], tool_env())
+    host.start()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            query_host(f"127.0.0.1:{port}", timeout_s=2)
+            return host
+        except RpcHostError:
+            if time.monotonic() > deadline or not host.running:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[list[str]]:
+    procs = [start_rpc_host(free_port()) for _ in range(2)]
+    try:
+        yield [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in procs]
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def serve_and_read_buffers(argv: list[str]) -> tuple[ServerProcess, dict[str, dict[str, int]]]:
+    """Start llama-server (with its load log at info level) and parse its buffer lines per device."""
+    port = int(argv[argv.index("--port") + 1])
+    server = ServerProcess([*argv, "-lv", "4"], tool_env())
+    server.start()
+    server.wait_ready(f"http://127.0.0.1:{port}", timeout_s=120)
+    return server, device_buffers(server.lines())
+
+
+def test_a_host_answers_with_its_memory_and_a_wrong_one_is_named(hosts: list[str]) -> None:
+    h = query_host(hosts[0])
+    assert h.version.startswith("7.") and h.devices and h.devices[0].memory_total_bytes > 0 and h.rtt_ms > 0
+    with pytest.raises(RpcHostError, match=r"cannot be reached .* is ggml-rpc-server running there"):
+        query_host(f"127.0.0.1:{free_port()}")
+    # Something else on the port (here: a plain TCP server that closes at once) is not a host.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        t = threading.Thread(target=lambda: s.accept()[0].close(), daemon=True)
+        t.start()
+        with pytest.raises(RpcHostError, match=r"(closed|dropped) the connection.*ggml-rpc-server"):
+            query_host(f"127.0.0.1:{port}")
+    with pytest.raises(RpcHostError, match="not an RPC host"):
+        parse_hosts("192.168.1.20")
+    assert parse_hosts("10.0.0.2:50052=6GiB, [::1]:50053") == [("10.0.0.2:50052", 6 * 1024**3), ("[::1]:50053", None)]
+
+
+@pytest.mark.parametrize("model", ["smollm2", "qwen2", "gemma3"])
+def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model: str, tmp_path: Path) -> None:
+    path = embedded_model_path() if model == "smollm2" else write_model(tmp_path / f"{model}.gguf", model, n_layer=6)
+    assert path is not None
+    spec = load_model_spec(path)
+    rpc = [query_host(e) for e in hosts]
+    mb = (spec.weight_bytes + 64 * MIB) // 2
+    target = target_from_machine(detect_machine(), rpc, {hosts[0]: mb // 2, hosts[1]: mb * 2})
+    p = plan(spec, target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1), exact=True)
+    assert p.fits and p.settings.rpc_servers == tuple(hosts), p.reasons
+    assert p.compute_source == "llama.cpp"  # per device, from llama.cpp's own allocator (a dry run)
+    argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=free_port(), server=str(tool_path("llama-server")))
+    server, real = serve_and_read_buffers(argv)
+    try:
+        for d, g in enumerate(target.gpus):
+            c = p.memory.per_device[d]
+            name = g.buffer_name
+            assert name is not None and name in real["compute"], (name, real)
+            assert abs(real["model"][name] - c.weights_bytes) <= PRINT_MIB, (name, real["model"], c)
+            assert abs(real["kv"].get(name, 0) - c.kv_bytes) <= PRINT_MIB, (name, real["kv"], c)  # KV exact
+            assert abs(real["compute"][name] - c.compute_bytes) <= 0.05 * real["compute"][name], (name, real, c)
+            assert c.total_bytes <= g.memory_budget_bytes
+        host_weights = sum(v for k, v in real["model"].items() if k.startswith("CPU"))
+        assert abs(host_weights - p.memory.host.weights_bytes) <= PRINT_MIB
+        assert abs(real["compute"]["CPU"] - p.memory.host.compute_bytes) <= 0.05 * real["compute"]["CPU"]
+        if model != "smollm2":
+            return  # the fixtures have no tokenizer to chat with
+        # And it answers, across the two hosts.
+        conn_argv = ["curl", "-s", f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/v1/chat/completions",
+                     "-H", "Content-Type: application/json",
+                     "-d", json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})]  # fmt: skip
+        reply = json.loads(subprocess.run(conn_argv, capture_output=True, text=True, timeout=60).stdout)
+        assert reply["choices"][0]["message"]["content"]
+    finally:
+        server.stop()
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vrampilot", *args], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT, env=env)  # fmt: skip
+
+
+def test_plan_export_and_chat_on_the_command_line(hosts: list[str], tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    rpc = f"{hosts[0]}=60MiB,{hosts[1]}=200MiB"
+    r = _cli("plan", "--rpc", rpc, "--ctx", "2048", "--threads", "1", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [d["llama_name"] for d in out["devices"]] == ["RPC0", "RPC1"] and all(d["fits"] for d in out["devices"])
+    assert out["devices"][0]["budget_bytes"] == 60 * MIB and out["devices"][0]["budget_pinned"]
+    assert "--rpc" in out["llama_server"] and "-ts" in out["llama_server"]
+    r = _cli("chat", "--rpc", rpc, "--ctx", "2048", "--threads", "1", "--prompt", "Say hi.", "--max-tokens", "6",
+             "--json", env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    chat = json.loads(r.stdout)
+    assert chat["served_by"] == "llama-server" and chat["reply"].strip() and chat["stats"]["completion_tokens"] > 0
+    r = _cli("plan", "--rpc", f"127.0.0.1:{free_port()}", "--json", env=env)
+    assert r.returncode == 2 and "cannot be reached" in r.stderr.strip().splitlines()[-1]
+
+
+def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: Path) -> None:
+    path = embedded_model_path()
+    assert path is not None
+    mine = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
+    try:
+        target = target_from_machine(detect_machine(), [query_host(e) for e in endpoints], {})
+        p = plan(load_model_spec(path), target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1))
+        port = free_port()
+        argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))
+        server = ServerProcess([*argv, "-lv", "4"], tool_env())
+        server.start()
+        deadline = time.monotonic() + 60
+        while not any("load_tensors" in line or "RPC1" in line for line in server.lines()):
+            assert time.monotonic() < deadline and server.running, server.lines()[-5:]
+            time.sleep(0.01)
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # the second PC loses power
+        try:
+            server.wait_ready(f"http://127.0.0.1:{port}", timeout_s=60)
+            # Loaded before the host went: the first request needs it, and the server ends then.
+            subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/v1/completions", "-d",
+                            '{"prompt": "Hi", "max_tokens": 4}'], capture_output=True, timeout=60)  # fmt: skip
+            deadline = time.monotonic() + 30
+            while server.running and time.monotonic() < deadline:
+                time.sleep(0.1)
+            why = str(ServerExited(server.returncode, server.lines()))
+        except ServerExited as exc:
+            why = str(exc)
+        # llama.cpp's own words reach the user ("Remote RPC server crashed", "Failed to connect").
+        assert "RPC" in why or "connect" in why.lower(), why
+        assert not server.running and health(f"http://127.0.0.1:{port}") is None
+        assert is_alive(os.getpid())  # this process (the app's) is untouched
+    finally:
+        for h in mine:
+            h.stop()
+
+
+def test_rpc_host_command_shares_and_stops(tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        assert info["loopback_only"] and info["devices"][0]["memory_total_bytes"] > 0
+        assert query_host(f"127.0.0.1:{port}").devices
+        assert_ctrl_c_stops(proc, int(info["pid"]), 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,60 @@
+"""RPC hosts from the Plan panel on the real window: two ggml-rpc-server processes on loopback,
+typed in with budgets; the plan shows a bar per device; a message loads the plan in llama-server
+(never in the app's process) and the reply comes back across the hosts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from tests.server.test_rpc import start_rpc_host
+from tests.ui.conftest import screenshot, seed_prefs
+from vrampilot.server import free_port
+from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.main_window import MainWindow
+
+pytestmark = pytest.mark.slow
+
+
+def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    hosts = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{h.argv[h.argv.index('-p') + 1]}" for h in hosts]
+    try:
+        seed_prefs(max_tokens=12)
+        w: MainWindow = open_window()
+        view = w.plan_view
+        view.rpc_hosts.setText(f"{endpoints[0]}=60MiB, {endpoints[1]}=200MiB")
+        view.rpc_hosts.editingFinished.emit()
+        qtbot.waitUntil(lambda: w.plans.plan is not None and bool(w.plans.plan.settings.rpc_servers), timeout=30000)
+        p = w.plans.plan
+        assert p is not None and p.fits
+        assert [g.llama_name for g in p.target.gpus] == ["RPC0", "RPC1"]
+        assert view.gpu_bar.isVisible() and view.device_bars[0].isVisible()
+        assert view.gpu_bar.data() is not None and view.gpu_bar.data().title == "RPC0"  # type: ignore[union-attr]
+        assert "RPC host " + endpoints[0] in view.reasons.text()
+        assert w.ctx.prefs.rpc_hosts().startswith(endpoints[0])
+
+        qtbot.keyClicks(w.chat_view.input, "What is the capital of France?")
+        qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda: w.server.state in ("ready", "crashed"), timeout=60000)
+        assert w.server.state == "ready", w.server_panel.status.text()
+        assert "--rpc" in (w.server.server.argv if w.server.server else [])
+        qtbot.waitUntil(lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, timeout=60000)
+        assert w.chat_view.messages()[1].text()
+        assert not w.ctx.engine.engine.loaded  # the model is in llama-server and on the hosts, not here
+        w.right_tabs.setCurrentIndex(0)
+        screenshot(w, "18-rpc-hosts")
+
+        # A host goes away: the server stops with llama.cpp's reason, the window goes on.
+        hosts[1].proc.kill()  # type: ignore[union-attr]
+        qtbot.keyClicks(w.chat_view.input, "And of Italy?")
+        qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda: w.server.state == "crashed" and w.chats.state is ChatState.IDLE, timeout=60000)
+        assert "llama-server" in w.server_panel.status.text()
+        assert os.getpid() and w.isVisible()
+    finally:
+        for h in hosts:
+            h.stop()

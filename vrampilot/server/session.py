@@ -1,0 +1,36 @@
+"""A plan run in a llama-server of its own, for one command: `vrampilot chat` with RPC hosts.
+
+ggml aborts the process that uses an RPC host which goes away, so plans across hosts never load
+in VRAM Pilot's own process: a private llama-server on a free loopback port runs them, and the
+command talks to it like the app's chat does (vrampilot.server.chat.ServerBackend). If the
+server dies (a host went away), the command says why with the server's own last lines.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vrampilot.export import llama_server_argv
+from vrampilot.server.binaries import tool_env, tool_path
+from vrampilot.server.chat import ServerBackend
+from vrampilot.server.process import ServerConfig, ServerProcess, free_port
+
+LOAD_TIMEOUT_S = 600.0
+
+
+@contextmanager
+def private_server(plan: Any) -> Iterator[ServerBackend]:
+    """llama-server running `plan` (a planner Plan) on 127.0.0.1, with a key nobody else has."""
+    config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
+    argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port, api_key=config.api_key,
+                             server=str(tool_path("llama-server")))  # fmt: skip
+    server = ServerProcess(argv, tool_env())
+    server.start()
+    try:
+        server.wait_ready(config.base_url, timeout_s=LOAD_TIMEOUT_S, api_key=config.api_key)
+        yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
+    finally:
+        server.stop()
