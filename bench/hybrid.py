@@ -13,9 +13,16 @@ match, with 95% Wilson intervals; the cases of one depth share the prompt before
 each cache reads once.
 
 Writes into --out: hybrid.json (every number, passkey cases, loss curves; rewritten after each
-passkey depth, so a stopped run keeps what it measured), hybrid.md (the report), hybrid.log and
-hybrid-loss.png (loss against position at 8K on the evaluation text, drawn with Qt's QPainter).
-About 80-100 minutes on 2 shared CPU cores, most of it the full cache's 8K prefills;
+passkey case, so a stopped run keeps what it measured and `--resume` runs only the rest), hybrid.md
+(the report), hybrid.log and hybrid-loss.png (loss against position at 8K on the evaluation text,
+drawn with Qt's QPainter). Perplexity and passkey can run side by side, one thread each:
+
+    nice -n 10 .venv/bin/python bench/hybrid.py --lengths 8192 --passkey-lengths '' --threads 1 --out bench/out/ppl &
+    nice -n 10 .venv/bin/python bench/hybrid.py --texts '' --threads 1 --out bench/out/passkey &
+    .venv/bin/python bench/hybrid.py --from-json bench/out/ppl/hybrid.json,bench/out/passkey/hybrid.json --out bench/out
+
+On one free core the perplexity of both texts at 8K takes about half an hour; the 40 passkey cases
+take several hours, most of it the full cache's and the q4_0 baseline's prefills past each key.
 `--trials`, `--depths`, `--passkey-lengths` and `--texts` trade time for resolution.
 """
 
@@ -136,7 +143,8 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
         "",
         "Texts: " + "; ".join(f"`{t['name']}` ({t['role']}, {t['samples']} sample of {format_tokens(lengths[-1])} tokens)"
                               for t in texts)
-        + f". Run took {data['seconds'] / 60:.1f} min on {data['threads']} CPU thread(s).",
+        + f". Measuring took {data['seconds'] / 60:.1f} min (summed over the processes that shared it), "
+        f"{data['threads']} CPU thread(s) each.",
         "",
         "| cache | " + " | ".join(f"ppl@{format_tokens(n)} {t['short']}" for t in texts for n in lengths)
         + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | "
@@ -233,12 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8, help="passkey keys per length and depth (default 8: 40 cases)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
-    parser.add_argument("--from-json", help="only redraw the report and plot from a saved hybrid.json")
+    parser.add_argument("--from-json", help="only redraw the report and plot from saved hybrid.json files (comma-separated: "
+                        "runs of one config side by side, e.g. --passkey-lengths '' in one and --texts '' in the other)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out/hybrid.json (same config): skip its texts and passkey cases")
     args = parser.parse_args(argv)
     if args.from_json:
-        return render(Path(args.from_json), Path(args.out))
+        return render([Path(p) for p in args.from_json.split(",") if p.strip()], Path(args.out))
 
     from vrampilot.hybrid.config import default_text_path, dev_text_path
     from vrampilot.hybrid.evaluate import LOSS_BUCKET, MethodResult, Tokenizer, perplexity, run_passkey, setup_torch
@@ -312,14 +321,48 @@ def main(argv: list[str] | None = None) -> int:
         data["passkey_cases"] = run_passkey(model, tok, cfg, plens, scratch, depths=_floats(args.depths), trials=args.trials,
                                             progress=progress, on_cases=on_cases, done=data["passkey_cases"])
     save()
-    render(out / "hybrid.json", out)
+    if not data["texts"]:
+        progress(f"passkey only: render it with a perplexity run, --from-json {out / 'hybrid.json'},OTHER.json")
+        return 0
+    render([out / "hybrid.json"], out)
     progress(f"wrote {out / 'hybrid.md'}, {out / 'hybrid.json'}, {out / 'hybrid-loss.png'} in {data['seconds'] / 60:.1f} min")
     return 0
 
 
-def render(json_path: Path, out: Path) -> int:
+def merge_runs(runs: list[dict]) -> dict:
+    """One report's numbers from runs of one config that split the work (texts in one, passkey in
+    another: two processes on two cores finish in about half the time). Refuses runs of other
+    configs or models, and a text or passkey length measured twice."""
+    first = runs[0]
+    for run in runs[1:]:
+        for key in ("model_name", "config", "config_fields"):
+            if run[key] != first[key]:
+                raise ValueError(f"runs differ in {key}: {first[key]!r} vs {run[key]!r}")
+    data = dict(first, texts=[], passkey_cases=[], seconds=0.0)
+    lengths: set[int] = set()
+    for run in runs:
+        names = {t["name"] for t in data["texts"]}
+        plens = {c["length"] for c in data["passkey_cases"]}
+        if names & {t["name"] for t in run["texts"]} or plens & {c["length"] for c in run["passkey_cases"]}:
+            raise ValueError("two runs measured the same text or passkey length")
+        data["texts"] += run["texts"]
+        data["passkey_cases"] += run["passkey_cases"]
+        data["seconds"] += run["seconds"]  # CPU-process time, summed over the runs
+        data["f16_full_kv_bytes"] = {**data["f16_full_kv_bytes"], **run["f16_full_kv_bytes"]}
+        if run["texts"]:
+            lengths.update(run["lengths"])
+        if run["passkey_cases"]:
+            data["passkey_trials"] = run["passkey_trials"]
+    data["lengths"] = sorted(lengths)
+    return data
+
+
+def render(json_paths: list[Path], out: Path) -> int:
     """Report and plot from the saved numbers, so wording or drawing can change without a rerun."""
-    data = json.loads(json_path.read_text(encoding="utf-8"))
+    data = merge_runs([json.loads(p.read_text(encoding="utf-8")) for p in json_paths])
+    if not data["texts"]:
+        print("bench/hybrid.py: no perplexity in these runs; add a run that measured a text", file=sys.stderr)
+        return 2
     data["targets"] = targets(data)
     out.mkdir(parents=True, exist_ok=True)
     plot_name = "hybrid-loss.png"

@@ -4,6 +4,7 @@ against the full cache, byte accounting, on short synthetic inputs."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -186,7 +187,25 @@ def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: obje
         assert tok.decode(evaluation[:30]) != tok.decode(c.tokens[:30])
 
 
+
+def test_the_development_text_shares_no_passage_with_the_evaluation_text() -> None:
+    # Budgets are calibrated on the development text, so not one 12-word run of it may be in the
+    # evaluation text.
+    from vrampilot.hybrid.config import default_text_path, dev_text_path
+
+    evaluation = default_text_path()
+    assert evaluation is not None
+
+    def runs(path: Path) -> set[str]:
+        words = path.read_text(encoding="utf-8").split()
+        return {" ".join(words[i : i + 12]) for i in range(len(words) - 11)}
+
+    dev = runs(dev_text_path())
+    assert len(dev) > 10_000 and not dev & runs(evaluation)
+
+
 # --- evaluation protocol ---------------------------------------------------------------------------
+@pytest.mark.slow  # the embedded model, 12 short passkey runs: about 30 s on a free core
 def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_model: object) -> None:
     from vrampilot.hybrid.evaluate import Tokenizer, passkey
 

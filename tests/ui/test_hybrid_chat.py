@@ -43,7 +43,8 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     _pick(w, BACKEND_HYBRID)
     note = view.backend_note.text()
     assert not view.backend_note.isHidden()
-    assert "DeepSeek-V4-style" in note and "FP8" in note and "torch" in note and "+2.5%" in note and "passkey" in note
+    assert "DeepSeek-V4-style" in note and "4-bit" in note and "torch" in note
+    assert "of the f16 cache" in note and "perplexity" in note and "passkey" in note  # what it measured
     assert not w.meters_panel.kv_box.isHidden()
     assert w.meters_panel.kv_label.text().startswith("KV cache held: nothing yet")
     # The support check (off the GUI thread) accepts SmolLM2, a Llama: the choice stays.
