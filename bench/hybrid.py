@@ -167,8 +167,8 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
     if plens:
         cases = data["passkey_cases"]
         depths = sorted({c["depth"] for c in cases})
-        lines += ["", f"Passkey: {len(cases)} cases ({data.get('passkey_trials')} key(s) per length and depth, depths "
-                  f"{', '.join(f'{d:.0%}' for d in depths)}), greedy, exact match of the 5 digits; 95% Wilson intervals."]
+        lines += ["", f"Passkey: {len(cases)} cases (of {data.get('passkey_trials')} key(s) per length and depth planned; "
+                  f"depths {', '.join(f'{d:.0%}' for d in depths)}), greedy, exact match of the 5 digits; 95% Wilson intervals."]
         lines += ["", "| depth | " + " | ".join(LABELS[m] for m in METHODS) + " |", "|---:|" + "---:|" * len(METHODS)]
         for n in plens:
             for d in depths:
@@ -332,19 +332,24 @@ def main(argv: list[str] | None = None) -> int:
 def merge_runs(runs: list[dict]) -> dict:
     """One report's numbers from runs of one config that split the work (texts in one, passkey in
     another: two processes on two cores finish in about half the time). Refuses runs of other
-    configs or models, and a text or passkey length measured twice."""
+    configs or models, and a text or a passkey (length, depth) measured twice."""
+    def settings(run: dict) -> dict:  # the config's wording may change between runs, not its settings
+        return {k: v for k, v in run["config_fields"].items() if k != "description"}
+
     first = runs[0]
     for run in runs[1:]:
-        for key in ("model_name", "config", "config_fields"):
+        for key in ("model_name", "config"):
             if run[key] != first[key]:
                 raise ValueError(f"runs differ in {key}: {first[key]!r} vs {run[key]!r}")
+        if settings(run) != settings(first):
+            raise ValueError(f"runs of config {first['config']!r} differ in its settings")
     data = dict(first, texts=[], passkey_cases=[], seconds=0.0)
     lengths: set[int] = set()
     for run in runs:
         names = {t["name"] for t in data["texts"]}
-        plens = {c["length"] for c in data["passkey_cases"]}
-        if names & {t["name"] for t in run["texts"]} or plens & {c["length"] for c in run["passkey_cases"]}:
-            raise ValueError("two runs measured the same text or passkey length")
+        where = {(c["length"], c["depth"]) for c in data["passkey_cases"]}
+        if names & {t["name"] for t in run["texts"]} or where & {(c["length"], c["depth"]) for c in run["passkey_cases"]}:
+            raise ValueError("two runs measured the same text or passkey length and depth")
         data["texts"] += run["texts"]
         data["passkey_cases"] += run["passkey_cases"]
         data["seconds"] += run["seconds"]  # CPU-process time, summed over the runs

@@ -4,7 +4,10 @@ reach), with 32 sinks, a 64-token f16 window and older tokens in q4_0 (rotated o
 "q4-uniform": the same with every head's reach cut to fit 9.9% (the q4-uniform config). Bytes at 8K
 against the f16 full cache. Results: q4-format-results.txt beside this file.
 
-    nice -n 19 .venv/bin/python bench/experiments/q4-format-exp.py [VARIANT ...]
+    nice -n 19 .venv/bin/python bench/experiments/q4-format-exp.py [--eval] [VARIANT ...]
+
+--eval reads the evaluation text (Britannica) instead: only to report a config already chosen
+(q4-uniform against the default's calibrated budgets on held-out text), never to choose one.
 """
 
 import sys
@@ -21,13 +24,17 @@ from vrampilot.hybrid.model import LlamaModel
 from vrampilot.paths import embedded_model_path, resources_dir
 
 N = 8192
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 path = embedded_model_path()
 model = LlamaModel(path)
 tok = Tokenizer(path)
-text = (resources_dir() / "hybrid" / "milton-areopagitica.txt").read_text(encoding="utf-8")
+args = sys.argv[1:]
+held_out = "--eval" in args
+args = [a for a in args if a != "--eval"]
+name_of_text = "britannica-shakespeare.txt" if held_out else "milton-areopagitica.txt"
+text = (resources_dir() / "hybrid" / name_of_text).read_text(encoding="utf-8")
 ids = tok.encode(text)
-print(f"dev text: {len(ids)} tokens; first {N}", flush=True)
+print(f"{'eval' if held_out else 'dev'} text: {len(ids)} tokens; first {N}", flush=True)
 sample = torch.tensor(ids[:N])
 mc = model.config
 variants = {
@@ -37,7 +44,7 @@ variants = {
     "q4-plain": HybridConfig(n_sink=32, window=64, layout_cycle="R", storage="q4", rotate=False),
     "fp8": HybridConfig(n_sink=32, window=64, layout_cycle="R", storage="fp8"),
 }
-for name in sys.argv[1:] or variants:
+for name in args or variants:
     cfg = variants[name]
     t0 = time.perf_counter()
     cache = full_cache(mc) if cfg is None else hybrid_cache(mc, model.rope, cfg.validate())

@@ -69,3 +69,15 @@ def test_runs_of_other_configs_or_the_same_measurement_are_refused(bench: Module
         bench.merge_runs([ppl, _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)), config="q4-uniform")])
     with pytest.raises(ValueError, match="same text"):
         bench.merge_runs([ppl, ppl])
+    pk = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    with pytest.raises(ValueError, match="same text or passkey length and depth"):
+        bench.merge_runs([ppl, pk, pk])
+    other_depth = _run(texts=[], cases=[dict(c, depth=0.1) for c in _cases(5, dict.fromkeys(METHODS, 1))])
+    assert len(bench.merge_runs([ppl, pk, other_depth])["passkey_cases"]) == 10
+    changed = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    changed["config_fields"] = {**changed["config_fields"], "window": 65}
+    with pytest.raises(ValueError, match="settings"):
+        bench.merge_runs([ppl, changed])
+    reworded = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    reworded["config_fields"] = {**reworded["config_fields"], "description": "new words"}
+    assert len(bench.merge_runs([ppl, reworded])["passkey_cases"]) == 5

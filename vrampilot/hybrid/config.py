@@ -249,7 +249,7 @@ UNIFORM_REACH = 2512
 _HEAD_BUDGETS = budget_base().with_(
     name="head-budgets",
     description="every KV head keeps 32 sinks + a 64-token f16 window, and older tokens in 4-bit (q4_0 after a "
-    "Hadamard rotation) as far back as its calibrated budget: all of them for a few heads, none for many",
+    "Hadamard rotation) as far back as its calibrated budget: 64 to 6,080 tokens, or all of them",
     reach=UNIFORM_REACH,
     head_reach=SMOLLM2_HEAD_REACH,
     retrieval_model=SMOLLM2_135M,
