@@ -59,6 +59,7 @@ def test_lengths_parse() -> None:
         cli._ints("two", "--lengths")
 
 
+@pytest.mark.slow  # loads the embedded model and runs every cache on it
 def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     text = tmp_path / "t.txt"
