@@ -38,7 +38,7 @@ def _qkv(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 def _layer(kind: str, **cfg: object) -> HybridLayer:
     c = HybridConfig(**cfg).validate()  # type: ignore[arg-type]
-    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE, c.storage, c.fp8_group)  # type: ignore[arg-type]
+    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE)  # type: ignore[arg-type]
 
 
 def _run(layer: FullLayer | HybridLayer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -224,3 +224,83 @@ def test_hybrid_bytes_at_matches_a_real_run(tiny_llama: TinyLlama) -> None:
     cache = hybrid_cache(model.config, model.rope, cfg)
     model.forward(torch.randint(0, tiny_llama.n_vocab, (75,)), 0, cache)
     assert hybrid_bytes_at(model, cfg, 75) == cache.bytes_held()
+
+
+# --- 4-bit storage, reach, and the counted bytes ---------------------------------------------------
+def test_q4_window_baseline_is_llama_cpp_q4_0_cut_to_a_window() -> None:
+    """Every kept token (sinks too) is stored q4_0 as it arrives, and read back as stored."""
+    from vrampilot.hybrid.q4 import quantize_q4
+
+    q, k, v = _qkv(60, seed=9)
+    layer = _layer("W", n_sink=2, window=8, window_storage="q4")
+    out = _run(layer, q, k, v, chunk=7)
+    kq, vq = quantize_q4(k).dequantize(), quantize_q4(v).dequantize()
+    t = 59
+    keep = [0, 1, *range(t - 8, t + 1)]
+    for h in range(H):
+        for g in range(G):
+            p = torch.softmax(kq[h, keep] @ q[h * G + g, t] / math.sqrt(D), 0)
+            assert torch.allclose(out[h * G + g, t], p @ vq[h, keep], atol=1e-5)
+    assert layer.bytes_held() == (2 + 8) * 2 * H * (D // 2 + 2 * (D // 32))
+
+
+def test_reach_keeps_only_the_newest_old_tokens() -> None:
+    """Kind R with a reach reads the sinks, its window and `reach` older tokens, and holds no more."""
+    from vrampilot.hybrid.plan import RAW_BLOCK
+
+    cfg = HybridConfig(n_sink=2, window=8, storage="f16", layout_cycle="R", reach=RAW_BLOCK)
+    plan = LayerPlan.for_kind("R", cfg, cfg.reach)
+    layer = HybridLayer(MC, plan, ROPE)
+    q, k, v = _qkv(90, seed=10)
+    out = _run(layer, q, k, v, chunk=5)
+    t = 89
+    nb = (t - 8 - 2) // RAW_BLOCK  # blocks closed for this query
+    first = max(0, nb - 1)
+    keep = [0, 1, *range(2 + first * RAW_BLOCK, t + 1)]
+    k16, v16 = k.half().float(), v.half().float()
+    for h in range(H):
+        p = torch.softmax(k16[h, keep] @ q[h * G, t] / math.sqrt(D), 0)
+        assert torch.allclose(out[h * G, t], p @ v16[h, keep], atol=1e-4)
+    assert layer.n_entries - layer.first_entry == 1
+    assert layer.bytes_held() == plan.kv_bytes(90, D) * H
+    # The same run token by token gives the same outputs (eviction follows each query's reach).
+    one = _run(HybridLayer(MC, plan, ROPE), q, k, v, chunk=1)
+    assert torch.allclose(one, out, atol=1e-5)
+
+
+def test_rotated_q4_entries_read_like_their_dequantized_values() -> None:
+    """Reading rotated entries with rotated queries equals reading the rotated-back values."""
+    cfg = HybridConfig(n_sink=2, window=8, layout_cycle="R", storage="q4", rotate=True)
+    q, k, v = _qkv(70, seed=11)
+    rotated = _run(HybridLayer(MC, LayerPlan.for_kind("R", cfg), ROPE), q, k, v, chunk=9)
+    ref = _run(FullLayer(MC), q, k, v, chunk=9)
+    assert torch.allclose(rotated, ref, atol=0.25) and not torch.allclose(rotated, ref, atol=1e-3)
+    plain = _run(HybridLayer(MC, LayerPlan.for_kind("R", cfg.with_(rotate=False)), ROPE), q, k, v, chunk=9)
+    assert not torch.equal(rotated, plain)
+
+
+@pytest.mark.parametrize("n", [1, 30, 75, 200])
+def test_counted_bytes_equal_what_every_named_config_holds(tiny_llama: TinyLlama, n: int) -> None:
+    """plan.py's count (what the app shows and the baselines are sized by) is what real caches hold."""
+    from vrampilot.hybrid.config import CONFIGS, budget_base
+
+    model = LlamaModel(tiny_llama.path)
+    mc = model.config
+    tokens = torch.randint(0, tiny_llama.n_vocab, (n,), generator=torch.Generator().manual_seed(n))
+    small = {"window": 8, "hca_ratio": 16, "csa_ratio": 4, "n_sink": 2}
+    configs = [c.with_(**small) for c in CONFIGS.values()]
+    configs += [budget_base().with_(**small, reach=16, head_reach=((0, 1, None), (1, 0, 48)))]
+    configs += [HybridConfig(n_sink=2, window=8, layout_cycle="W", window_storage="q4")]
+    for cfg in configs:
+        cache = hybrid_cache(mc, model.rope, cfg)
+        model.forward(tokens, 0, cache)
+        assert cfg.kv_bytes(mc.cache_shape, n) == cache.bytes_held(), cfg.name
+
+
+def test_window_for_bytes_fits_both_storages() -> None:
+    mc = ModelConfig(**{**MC.__dict__, "n_layer": 2})
+    budget = 5000
+    for storage in ("f16", "q4"):
+        w = window_for_bytes(mc, budget, n_sink=2, storage=storage)
+        cfg = HybridConfig(n_sink=2, window=w, layout_cycle="W", window_storage=storage)  # type: ignore[arg-type]
+        assert cfg.kv_bytes(mc.cache_shape, 10_000) <= budget < cfg.with_(window=w + 1).kv_bytes(mc.cache_shape, 10_000)

@@ -59,6 +59,7 @@ def test_lengths_parse() -> None:
         cli._ints("two", "--lengths")
 
 
+@pytest.mark.slow  # loads the embedded model and runs every cache on it
 def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     text = tmp_path / "t.txt"
@@ -78,3 +79,12 @@ def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.
     assert all(out[name]["passkey_acc"] in (0.0, 0.5, 1.0) for name in ("full", "hybrid", "window"))
     assert out["full"]["kv_bytes"]["128"] == out["f16_full_kv_bytes"]["128"]
     assert out["window"]["kv_bytes"]["128"] <= out["hybrid"]["kv_bytes"]["128"]
+
+
+def test_wilson_interval() -> None:
+    from vrampilot.hybrid.evaluate import wilson_interval
+
+    lo, hi = wilson_interval(24, 40)
+    assert abs(lo - 0.446) < 0.002 and abs(hi - 0.735) < 0.002  # the textbook values for 60% of 40
+    assert wilson_interval(0, 40)[0] == 0.0 and 0.0 < wilson_interval(0, 40)[1] < 0.1
+    assert wilson_interval(40, 40)[1] == 1.0 and wilson_interval(40, 40)[0] > 0.9

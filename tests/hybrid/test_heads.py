@@ -4,6 +4,7 @@ against the full cache, byte accounting, on short synthetic inputs."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_mixed_layer_equals_its_parts_run_alone() -> None:
     q, k, v = _qkv3(45, seed=11)
     out = _run(layer, q, k, v, chunk=7)  # type: ignore[arg-type]
     full = _run(FullLayer(MC3), q, k, v, chunk=7)
-    only_h = _run(HybridLayer(MC3, LayerPlan.for_kind("H", cfg), ROPE, cfg.storage, cfg.fp8_group), q, k, v, chunk=7)
+    only_h = _run(HybridLayer(MC3, LayerPlan.for_kind("H", cfg), ROPE), q, k, v, chunk=7)
     assert torch.allclose(_heads(out, [1], G), _heads(full, [1], G), atol=1e-6)
     assert torch.allclose(_heads(out, [0, 2], G), _heads(only_h, [0, 2], G), atol=1e-6)
     assert not torch.allclose(_heads(out, [0, 2], G), _heads(full, [0, 2], G), atol=1e-3)  # those do compress
@@ -126,9 +127,9 @@ def test_kind_r_reads_every_token_and_equals_full_cache_in_f16() -> None:
     ref = _run(FullLayer(MC), q, k, v, chunk=70)
     plan = LayerPlan.for_kind("R", HybridConfig(n_sink=2, window=8))
     assert plan.top_k is None and plan.read_raw and plan.block == RAW_BLOCK
-    exact = HybridLayer(MC, plan, ROPE, "f16", 32)
+    exact = HybridLayer(MC, replace(plan, storage="f16"), ROPE)
     assert torch.allclose(_run(exact, q, k, v, chunk=9), ref, atol=1e-5)
-    fp8 = HybridLayer(MC, plan, ROPE, "fp8", 32)
+    fp8 = HybridLayer(MC, plan, ROPE)
     out = _run(fp8, q, k, v, chunk=9)
     assert torch.allclose(out, ref, atol=0.1) and not torch.equal(out, ref)
     # Bytes: sinks and the raw tail in f16, every older token in FP8, no indexer summaries.
@@ -186,7 +187,25 @@ def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: obje
         assert tok.decode(evaluation[:30]) != tok.decode(c.tokens[:30])
 
 
+
+def test_the_development_text_shares_no_passage_with_the_evaluation_text() -> None:
+    # Budgets are calibrated on the development text, so not one 12-word run of it may be in the
+    # evaluation text.
+    from vrampilot.hybrid.config import default_text_path, dev_text_path
+
+    evaluation = default_text_path()
+    assert evaluation is not None
+
+    def runs(path: Path) -> set[str]:
+        words = path.read_text(encoding="utf-8").split()
+        return {" ".join(words[i : i + 12]) for i in range(len(words) - 11)}
+
+    dev = runs(dev_text_path())
+    assert len(dev) > 10_000 and not dev & runs(evaluation)
+
+
 # --- evaluation protocol ---------------------------------------------------------------------------
+@pytest.mark.slow  # the embedded model, 12 short passkey runs: about 30 s on a free core
 def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_model: object) -> None:
     from vrampilot.hybrid.evaluate import Tokenizer, passkey
 
@@ -197,3 +216,15 @@ def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_mod
     two = passkey(model, tok, [64], methods, depths=[0.0, 1.0], trials=2)
     assert [(c["length"], c["depth"]) for c in two] == [(64, 0.0), (64, 0.0), (64, 1.0), (64, 1.0)]
     assert one[0]["key"] == two[0]["key"] and len({c["key"] for c in two}) == 4
+    # The cases of one depth read their shared prefix once; each answers as it would alone.
+    from vrampilot.hybrid.evaluate import greedy, passkey_prompt
+
+    for c in two:
+        alone = tok.decode(list(greedy(model, full_cache(model.config), passkey_prompt(tok, 64, c["depth"], c["key"]), 8)))
+        assert alone == c["full_text"]
+    # A stopped run's cases are kept and the rest run: the same cases as one run, in the same order.
+    seen: list[list[dict[str, object]]] = []
+    resumed = passkey(model, tok, [64], methods, depths=[0.0, 1.0], trials=2, done=two[:1], on_cases=seen.append)
+    assert resumed == two and len(seen) == 3 and seen[0][0] is two[0]
+    # One key at every depth first: the first case run after the kept one is the other depth's.
+    assert [(c["depth"], c["key"]) for c in seen[0][1:]] == [(1.0, two[2]["key"])]

@@ -182,6 +182,24 @@ def test_the_backend_is_kept_per_chat(tmp_path: Path) -> None:
         again.close()
 
 
+def test_a_hybrid_chat_keeps_its_config(tmp_path: Path) -> None:
+    """"hybrid:NAME" keys name a hybrid config; storage checks their form, not the name."""
+    from vrampilot.storage import hybrid_config, is_hybrid
+
+    store = ChatStore(tmp_path / DB_FILE)
+    try:
+        chat = store.create_chat(backend="hybrid:retrieval-broad")
+        assert store.get_chat(chat.id).backend == "hybrid:retrieval-broad"
+        assert "config retrieval-broad" in store.export_markdown(chat.id)
+        for bad in ("hybrid:", "hybrid:Bad Name", "hybrid:x;drop", "llama.cpp:x"):
+            with pytest.raises(ValueError, match="backend"):
+                store.set_backend(chat.id, bad)
+    finally:
+        store.close()
+    assert is_hybrid("hybrid") and is_hybrid("hybrid:v4") and not is_hybrid("llama.cpp")
+    assert (hybrid_config("hybrid"), hybrid_config("hybrid:v4")) == ("default", "v4")
+
+
 def test_default_location_is_the_user_data_dir() -> None:
     from vrampilot.paths import data_dir
 

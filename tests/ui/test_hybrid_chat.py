@@ -43,7 +43,8 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     _pick(w, BACKEND_HYBRID)
     note = view.backend_note.text()
     assert not view.backend_note.isHidden()
-    assert "DeepSeek-V4-style" in note and "FP8" in note and "torch" in note and "+2.5%" in note and "passkey" in note
+    assert "DeepSeek-V4-style" in note and "4-bit" in note and "torch" in note
+    assert "of the f16 cache" in note and "perplexity" in note and "passkey" in note  # what it measured
     assert not w.meters_panel.kv_box.isHidden()
     assert w.meters_panel.kv_label.text().startswith("KV cache held: nothing yet")
     # The support check (off the GUI thread) accepts SmolLM2, a Llama: the choice stays.
@@ -124,3 +125,52 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBo
     note = w.chat_view.backend_note.text()
     assert "cannot run this model" in note and "'qwen2' is not supported" in note and "stays on llama.cpp" in note
     assert w.meters_panel.kv_box.isHidden()
+
+
+def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    """Each hybrid config is a choice in the chat's backend menu with the bytes it would hold: at the
+    model's full context for a new chat, at the chat's length once it has replies; picking one
+    stores it with the chat, and the reply comes from that config (its bytes in the reply's line)."""
+    from vrampilot.hybrid.chat import held_at
+    from vrampilot.hybrid.config import CONFIGS
+    from vrampilot.units import format_bytes
+
+    seed_prefs(max_tokens=4)
+    w: MainWindow = open_window()
+    view = w.chat_view
+    keys = [view.backend.itemData(i) for i in range(view.backend.count())]
+    assert keys[:2] == [BACKEND_LLAMA, BACKEND_HYBRID]
+    assert keys[2:] == [f"hybrid:{name}" for name in CONFIGS if name != "default"]
+    spec = w.plans.spec
+    assert spec is not None
+    full_ctx = held_at("default", spec, spec.n_ctx_train)
+    assert full_ctx is not None and full_ctx.share is not None
+    default_label = view.backend.itemText(1)
+    assert default_label.startswith("Experimental hybrid: default · ")
+    assert f"{format_bytes(full_ctx.held_bytes)}, {full_ctx.share:.0%} of f16" in default_label
+    assert "at the full 8K context" in default_label
+
+    broad = "hybrid:retrieval-broad"
+    _pick(w, broad)
+    assert w.chats.backend_key == broad and "retrieval-broad" in view.backend_note.text()
+    view.input.setPlainText("Name a colour.")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=90000)
+    chat_id = w.chats.chat_id
+    assert chat_id is not None and w.ctx.store.get_chat(chat_id).backend == broad
+    stats = w.ctx.store.messages(chat_id)[-1].stats
+    assert stats is not None and stats["hybrid_config"] == "retrieval-broad"
+    hybrid = w.chats.backend
+    assert hybrid.chat.config == "retrieval-broad"  # type: ignore[attr-defined]
+    # Now every label is at the chat's length, and the chosen config's is what its cache holds.
+    n = stats["context_used"]
+    held = hybrid.usage().held_bytes  # type: ignore[attr-defined]
+    label = view.backend.itemText(view.backend.findData(broad))
+    assert f" · {format_bytes(held)}, " in label and f"at {n} tokens" in label
+    assert view.current_backend() == broad
+    screenshot(w, "hybrid-03-config-chat")
+    view.backend.showPopup()
+    popup = view.backend.view().window()
+    qtbot.waitUntil(popup.isVisible, timeout=5000)
+    screenshot(popup, "hybrid-04-config-menu")
+    view.backend.hidePopup()

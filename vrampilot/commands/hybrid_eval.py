@@ -10,11 +10,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
 from vrampilot.hybrid.config import CONFIGS, default_text_path, get_config
 from vrampilot.units import format_bytes, format_tokens
+
+if TYPE_CHECKING:
+    from vrampilot.hybrid.evaluate import MethodResult
 
 INSTALL_HINT = (
     "the experimental hybrid backend needs torch: pip install 'vrampilot[hybrid]' "
@@ -26,8 +29,9 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "hybrid-eval",
         help="experimental: perplexity, passkey, bytes and speed of the hybrid KV cache (torch) vs the full cache",
-        description="Run a GGUF model in torch with the full cache, the hybrid cache and a plain window "
-        "holding the same bytes, and report perplexity, passkey retrieval, KV bytes and decode speed.",
+        description="Run a GGUF model in torch with the full cache, the hybrid cache and two baselines holding "
+        "no more bytes (sinks + a window in f16, and a q4_0 cache cut to a window), and report perplexity, "
+        "passkey retrieval with 95%% confidence intervals, KV bytes and decode speed.",
     )
     p.add_argument("model", nargs="?", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--text", help="UTF-8 text for perplexity (default: the shipped Britannica 1911 article)")
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"vrampilot hybrid-eval: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    from vrampilot.hybrid.evaluate import evaluate, setup_torch
+    from vrampilot.hybrid.evaluate import BASELINE_STORAGE, evaluate, setup_torch
     from vrampilot.paths import embedded_model_path
 
     cfg = get_config(args.config)
@@ -94,18 +98,31 @@ def run(args: argparse.Namespace) -> int:
     print(f"hybrid-eval: {Path(str(model)).name}, config {cfg.name} ({cfg.description})")
     print(f"text: {text} ({result.n_samples} sample(s) of {format_tokens(lengths[-1])} tokens)")
     header = f"{'':>8}" + "".join(f"{'ppl@' + format_tokens(n):>11}" for n in lengths)
-    header += f"{'KV@' + format_tokens(lengths[-1]):>12}{'vs f16':>8}{'passkey':>9}{'ms/tok':>8}"
+    header += f"{'KV@' + format_tokens(lengths[-1]):>12}{'vs f16':>8}{'passkey (95% CI)':>22}{'ms/tok':>8}"
     print(header)
     full_bytes = result.f16_full_bytes[lengths[-1]]
-    for name, res in (("full", result.full), ("hybrid", result.hybrid), ("window", result.window)):
+    for name, res in result.methods.items():
         row = f"{name:>8}" + "".join(f"{res.ppl[n]:>11.3f}" for n in lengths)
         kv = res.kv_bytes[lengths[-1]]
         row += f"{format_bytes(kv):>12}{kv / full_bytes:>7.1%} "
-        row += f"{'-' if res.passkey_acc is None else f'{res.passkey_acc:.0%}':>8}"
+        row += f"{passkey_text(res):>22}"
         row += f"{res.decode_ms_per_token or 0:>8.1f}"
         print(row)
     if result.passkey_cases:
-        print(f"passkey: {len(result.passkey_cases)} cases, exact match of the 5-digit key")
-    print("window baseline sizes (same bytes as hybrid): "
-          + ", ".join(f"{format_tokens(n)}: {w} tokens" for n, w in result.window.window_tokens.items()))
+        print(f"passkey: {len(result.passkey_cases)} cases, exact match of the 5-digit key; 95% Wilson intervals")
+    for name in BASELINE_STORAGE:
+        print(f"{name} baseline sizes (no more bytes than the hybrid): "
+              + ", ".join(f"{format_tokens(n)}: {w} tokens" for n, w in result.methods[name].window_tokens.items()))
     return 0
+
+
+def passkey_text(res: MethodResult) -> str:
+    """'k/n [lo-hi%]' over every passkey length, or '-' when passkey did not run."""
+    from vrampilot.hybrid.evaluate import wilson_interval
+
+    n = sum(res.passkey_cases.values())
+    if not n:
+        return "-"
+    k = sum(res.passkey_correct.values())
+    lo, hi = wilson_interval(k, n)
+    return f"{k}/{n} [{lo:.0%}-{hi:.0%}]"

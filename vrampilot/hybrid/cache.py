@@ -31,51 +31,78 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
-from vrampilot.hybrid.config import HybridConfig, LayerKind
+from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.fp8 import Fp8Tensor, cat_fp8, quantize_fp8
 from vrampilot.hybrid.model import ModelConfig, Rope
+from vrampilot.hybrid.plan import RAW_BLOCK, LayerPlan
+from vrampilot.hybrid.q4 import Q4_GROUP, Q4Tensor, cat_q4, hadamard, quantize_q4
+
+__all__ = ["RAW_BLOCK", "LayerPlan"]  # re-exported: the plan and its block size are part of this API
 
 KV_DTYPE = torch.float16  # raw tokens: the dtype of llama.cpp's default cache
-RAW_BLOCK = 16  # kind R: tokens move from the f16 window to FP8 storage this many at a time
+Stored = torch.Tensor | Fp8Tensor | Q4Tensor
 
 
-def _nbytes(t: torch.Tensor | Fp8Tensor | None) -> int:
+def _nbytes(t: Stored | None) -> int:
     if t is None:
         return 0
-    if isinstance(t, Fp8Tensor):
+    if isinstance(t, Fp8Tensor | Q4Tensor):
         return t.nbytes
     return t.numel() * t.element_size()
 
 
 class _Packed:
-    """Entry storage: FP8 with group scales, or f16 (for ablations and exactness tests)."""
+    """Entry storage: FP8 with group scales, llama.cpp's q4_0 (optionally rotated), or f16 (for
+    ablations and exactness tests)."""
 
-    def __init__(self, storage: str, group: int) -> None:
+    def __init__(self, storage: str, group: int, head_dim: int, rotate: bool = False) -> None:
         self.storage = storage
-        self.group = group
+        # Heads smaller than a group (tiny test models) use one group per head.
+        self.group = math.gcd(group, head_dim)
+        self.q4_group = math.gcd(Q4_GROUP, head_dim)
+        self.rotate = rotate
 
-    def pack(self, x: torch.Tensor) -> torch.Tensor | Fp8Tensor:
+    def pack(self, x: torch.Tensor) -> Stored:
         if self.storage == "fp8":
             return quantize_fp8(x, self.group)
+        if self.storage == "q4":
+            return quantize_q4(x, rotate=self.rotate, group=self.q4_group)
         return x.to(KV_DTYPE)
 
+    @property
+    def rotated(self) -> bool:
+        return self.storage == "q4" and self.rotate
+
     @staticmethod
-    def unpack(p: torch.Tensor | Fp8Tensor) -> torch.Tensor:
+    def unpack(p: Stored, *, rotate_back: bool = True) -> torch.Tensor:
+        if isinstance(p, Q4Tensor):
+            return p.dequantize(rotate_back=rotate_back)
         return p.dequantize() if isinstance(p, Fp8Tensor) else p.float()
 
     @staticmethod
-    def cat(a: torch.Tensor | Fp8Tensor | None, b: torch.Tensor | Fp8Tensor, dim: int) -> torch.Tensor | Fp8Tensor:
+    def cat(a: Stored | None, b: Stored, dim: int) -> Stored:
         if a is None:
             return b
         if isinstance(a, Fp8Tensor) and isinstance(b, Fp8Tensor):
             return cat_fp8([a, b], dim)
+        if isinstance(a, Q4Tensor) and isinstance(b, Q4Tensor):
+            return cat_q4([a, b], dim)
         assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
         return torch.cat((a, b), dim=dim)
+
+    @staticmethod
+    def drop_front(p: Stored, n: int) -> Stored:
+        """Drop the first n vectors along dim 1 (the token or entry axis)."""
+        if isinstance(p, Q4Tensor):
+            return p.narrow(1, n, p.data.shape[1] - n)
+        if isinstance(p, Fp8Tensor):
+            return Fp8Tensor(p.data[:, n:].clone(), p.exponent[:, n:].clone(), p.group)
+        return p[:, n:].clone()
 
 
 class LayerCache(ABC):
@@ -128,69 +155,19 @@ class FullLayer(LayerCache):
         return _nbytes(self.k) + _nbytes(self.v)
 
 
-@dataclass(frozen=True)
-class LayerPlan:
-    """What one hybrid layer does, resolved from HybridConfig and the layer's kind."""
-
-    kind: LayerKind
-    n_sink: int
-    window: int
-    block: int  # m: tokens per entry (1 for kind W)
-    top_k: int | None  # None: read every entry (H)
-    keep_entries: bool  # False for W: blocks leaving the window are dropped
-    read_raw: bool  # C with csa_read="raw": read raw tokens of the selected blocks
-    indexer: str
-    pooling: str
-    key_pool: str
-    merge_bias: float
-
-    @staticmethod
-    def for_kind(kind: LayerKind, cfg: HybridConfig) -> LayerPlan:
-        if kind == "W":
-            return LayerPlan("W", cfg.n_sink, cfg.window, 1, None, False, False, "mean", "mean", "rotated", 0.0)
-        if kind == "H":
-            m = cfg.hca_ratio
-            return LayerPlan(
-                "H", cfg.n_sink, cfg.window, m, None, True, False, "mean", cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias else 0.0,
-            )
-        if kind == "C":
-            m = cfg.csa_ratio
-            raw = cfg.csa_read == "raw"
-            return LayerPlan(
-                "C", cfg.n_sink, cfg.window, m, cfg.top_k, True, raw, cfg.indexer, cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias and not raw else 0.0,
-            )
-        if kind == "R":
-            return LayerPlan("R", cfg.n_sink, cfg.window, RAW_BLOCK, None, True, True, "none", "mean", "rotated", 0.0)
-        raise ValueError(f"layer kind {kind!r} has no hybrid plan")
-
-    def n_blocks(self, qpos: torch.Tensor) -> torch.Tensor:
-        """Entries visible to a query at each position: whole blocks before its W-token window."""
-        return torch.clamp((qpos - self.window - self.n_sink) // self.block, min=0)
-
-    def raw_start(self, qpos: torch.Tensor) -> torch.Tensor:
-        """First non-sink raw position visible at each query position: c(t)."""
-        return self.n_sink + self.n_blocks(qpos) * self.block
-
-    def raw_mask(self, qpos: torch.Tensor, kpos: torch.Tensor) -> torch.Tensor:
-        """(n, R) True where query qpos reads raw key kpos: sinks, and c(t) <= kpos <= t."""
-        q = qpos[:, None]
-        k = kpos[None, :]
-        return (k <= q) & ((k < self.n_sink) | (k >= self.raw_start(qpos)[:, None]))
-
-
 class HybridLayer(LayerCache):
-    def __init__(self, mc: ModelConfig, plan: LayerPlan, rope: Rope, storage: str, fp8_group: int) -> None:
+    def __init__(self, mc: ModelConfig, plan: LayerPlan, rope: Rope) -> None:
         super().__init__(mc)
         self.plan = plan
         self.rope = rope
-        # Heads smaller than the group (tiny test models) use one group per head.
-        self.packer = _Packed(storage, math.gcd(fp8_group, mc.head_dim))
+        self.packer = _Packed(plan.storage, plan.group, mc.head_dim, plan.rotate)
+        # Sinks and the raw window: f16 like llama.cpp's default cache, or its plain q4_0 (the
+        # same-bytes q4_0 baseline); either way every query reads them as they are stored.
+        self.raw = _Packed(plan.raw_storage, plan.group, mc.head_dim)
         h, d = mc.n_head_kv, mc.head_dim
-        empty = torch.empty(h, 0, d, dtype=KV_DTYPE)
-        self.sink_k, self.sink_v = empty, empty.clone()
-        self.tail_k, self.tail_v = empty.clone(), empty.clone()
+        empty = torch.empty(h, 0, d)
+        self.sink_k, self.sink_v = self.raw.pack(empty), self.raw.pack(empty)
+        self.tail_k, self.tail_v = self.raw.pack(empty), self.raw.pack(empty)
         self.tail_start = plan.n_sink  # position of tail_k[:, 0]
         # Attention each raw tail token has received (summed over queries and grouped heads);
         # only kept when entries are pooled by attention.
@@ -201,11 +178,12 @@ class HybridLayer(LayerCache):
             # Blocks are pooled with the attention received before the current chunk; chunks no
             # longer than the window keep that close to what one-token decoding sees.
             self.max_chunk = plan.window
-        self.n_entries = 0
-        self.entry_k: torch.Tensor | Fp8Tensor | None = None  # (h, N, d) pooled, or (h, N*m, d) raw
-        self.entry_v: torch.Tensor | Fp8Tensor | None = None
-        self.index_a: torch.Tensor | Fp8Tensor | None = None  # mean keys, or Quest per-channel min
-        self.index_b: torch.Tensor | Fp8Tensor | None = None  # Quest per-channel max
+        self.n_entries = 0  # blocks that have left the window so far
+        self.first_entry = 0  # the oldest block still held (R with a reach drops older ones)
+        self.entry_k: Stored | None = None  # (h, N, d) pooled, or (h, N*m, d) raw: blocks first_entry..
+        self.entry_v: Stored | None = None
+        self.index_a: Stored | None = None  # mean keys, or Quest per-channel min
+        self.index_b: Stored | None = None  # Quest per-channel max
 
     # --- state -------------------------------------------------------------------------------
     def bytes_held(self) -> int:
@@ -215,14 +193,14 @@ class HybridLayer(LayerCache):
 
     def _append(self, k: torch.Tensor, v: torch.Tensor, pos0: int) -> None:
         n_sink_new = max(0, min(self.plan.n_sink - pos0, k.shape[1]))
+        raw = self.raw
         if n_sink_new:
-            self.sink_k = torch.cat((self.sink_k, k[:, :n_sink_new].to(KV_DTYPE)), dim=1)
-            self.sink_v = torch.cat((self.sink_v, v[:, :n_sink_new].to(KV_DTYPE)), dim=1)
-        rest_k, rest_v = k[:, n_sink_new:].to(KV_DTYPE), v[:, n_sink_new:].to(KV_DTYPE)
-        self.tail_k = torch.cat((self.tail_k, rest_k), dim=1)
-        self.tail_v = torch.cat((self.tail_v, rest_v), dim=1)
+            self.sink_k = raw.cat(self.sink_k, raw.pack(k[:, :n_sink_new]), dim=1)
+            self.sink_v = raw.cat(self.sink_v, raw.pack(v[:, :n_sink_new]), dim=1)
+        self.tail_k = raw.cat(self.tail_k, raw.pack(k[:, n_sink_new:]), dim=1)
+        self.tail_v = raw.cat(self.tail_v, raw.pack(v[:, n_sink_new:]), dim=1)
         if self.tail_attn is not None:
-            self.tail_attn = torch.cat((self.tail_attn, torch.zeros(self.n_head_kv, rest_k.shape[1])), dim=1)
+            self.tail_attn = torch.cat((self.tail_attn, torch.zeros(self.n_head_kv, k.shape[1] - n_sink_new)), dim=1)
 
     def _compress_until(self, n_blocks: int) -> None:
         """Turn blocks n_entries..n_blocks-1 (still in the raw tail) into entries; the raw tokens stay
@@ -237,8 +215,8 @@ class HybridLayer(LayerCache):
         m = p.block
         first = self.n_entries * m + p.n_sink  # position of the first token to merge
         off = first - self.tail_start
-        k = self.tail_k[:, off : off + todo * m].float().unflatten(1, (todo, m))  # (h, todo, m, d)
-        v = self.tail_v[:, off : off + todo * m].float().unflatten(1, (todo, m))
+        k = self.raw.unpack(self.tail_k)[:, off : off + todo * m].unflatten(1, (todo, m))  # (h, todo, m, d)
+        v = self.raw.unpack(self.tail_v)[:, off : off + todo * m].unflatten(1, (todo, m))
         if p.read_raw:
             self.entry_k = self.packer.cat(self.entry_k, self.packer.pack(k.flatten(1, 2)), dim=1)
             self.entry_v = self.packer.cat(self.entry_v, self.packer.pack(v.flatten(1, 2)), dim=1)
@@ -272,12 +250,22 @@ class HybridLayer(LayerCache):
             # The mean indexer of pooled entries reads the entry keys themselves: nothing extra held.
         self.n_entries = n_blocks
 
+    def _evict_until(self, first: int) -> None:
+        """Forget blocks older than `first` (kind R with a reach: they left the head's budget)."""
+        cut = first - self.first_entry
+        if cut <= 0 or self.entry_k is None or self.entry_v is None:
+            return
+        per = self.plan.block if self.plan.read_raw else 1
+        self.entry_k = self.packer.drop_front(self.entry_k, cut * per)
+        self.entry_v = self.packer.drop_front(self.entry_v, cut * per)
+        self.first_entry = first
+
     def _drop_until(self, start: int) -> None:
         cut = start - self.tail_start
         if cut <= 0:
             return
-        self.tail_k = self.tail_k[:, cut:].clone()
-        self.tail_v = self.tail_v[:, cut:].clone()
+        self.tail_k = self.raw.drop_front(self.tail_k, cut)
+        self.tail_v = self.raw.drop_front(self.tail_v, cut)
         if self.tail_attn is not None:
             self.tail_attn = self.tail_attn[:, cut:].clone()
         self.tail_start = start
@@ -294,8 +282,8 @@ class HybridLayer(LayerCache):
 
         h, g, d = self.n_head_kv, self.n_group, self.head_dim
         qg = q.view(h, g, n, d)
-        raw_k = torch.cat((self.sink_k, self.tail_k), dim=1).float()
-        raw_v = torch.cat((self.sink_v, self.tail_v), dim=1).float()
+        raw_k = torch.cat((self.raw.unpack(self.sink_k), self.raw.unpack(self.tail_k)), dim=1)
+        raw_v = torch.cat((self.raw.unpack(self.sink_v), self.raw.unpack(self.tail_v)), dim=1)
         n_sink = self.sink_k.shape[1]
         kpos = torch.cat((torch.arange(n_sink), torch.arange(self.tail_start, self.tail_start + self.tail_k.shape[1])))
         raw_logits = torch.einsum("hgnd,hrd->hgnr", qg, raw_k) * self.scale
@@ -303,8 +291,9 @@ class HybridLayer(LayerCache):
 
         parts_logits = [raw_logits]
         parts_values = [raw_v]
-        if p.keep_entries and self.n_entries > 0:
-            e_logits, e_values = self._entry_logits(qg, qpos, nb)
+        back: torch.Tensor | None = None
+        if p.keep_entries and self.n_entries > self.first_entry:
+            e_logits, e_values, back = self._entry_logits(qg, qpos, nb)
             parts_logits.append(e_logits)
             parts_values.append(e_values)
 
@@ -312,24 +301,33 @@ class HybridLayer(LayerCache):
         probs = torch.softmax(logits, dim=-1)
         out = torch.einsum("hgnr,hrd->hgnd", probs[..., : raw_k.shape[1]], raw_v)
         if len(parts_values) > 1:
-            out = out + torch.einsum("hgne,hed->hgnd", probs[..., raw_k.shape[1] :], parts_values[1])
+            e_out = torch.einsum("hgne,hed->hgnd", probs[..., raw_k.shape[1] :], parts_values[1])
+            out = out + (e_out if back is None else e_out @ back)
 
         if self.tail_attn is not None:
             self.tail_attn += probs[..., n_sink : raw_k.shape[1]].sum(dim=(1, 2))
         next_pos = torch.tensor([pos0 + n])
         self._compress_until(int(p.n_blocks(next_pos)[0]))
         self._drop_until(int(p.raw_start(next_pos)[0]))
+        self._evict_until(int(p.first_block(next_pos)[0]))
         return out.reshape(h * g, n, d)
 
-    def _entry_logits(self, qg: torch.Tensor, qpos: torch.Tensor, nb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _entry_logits(self, qg: torch.Tensor, qpos: torch.Tensor, nb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Logits (h, g, n, E) and values (h, E, d) of the compressed branch, masked to what each
-        query may read: visible entries (index < nb(t)), and for C layers the top-k per KV head."""
+        query may read: visible entries (index < nb(t)), and for C layers the top-k per KV head.
+        The third item, when not None, is the rotation that takes the branch's output back (its
+        entries were left in the rotated space, and the queries rotated instead: q.k = qH.kH)."""
         p = self.plan
         assert self.entry_k is not None and self.entry_v is not None
-        n_e = self.n_entries
-        ek = self.packer.unpack(self.entry_k)
-        ev = self.packer.unpack(self.entry_v)
-        visible = torch.arange(n_e)[None, :] < nb[:, None]  # (n, N)
+        n_e = self.n_entries - self.first_entry
+        # Quest's per-channel bounds need channels as they are; every other reader is a dot product.
+        back = hadamard(self.head_dim) if self.packer.rotated and p.indexer != "quest" else None
+        ek = self.packer.unpack(self.entry_k, rotate_back=back is None)
+        ev = self.packer.unpack(self.entry_v, rotate_back=back is None)
+        if back is not None:
+            qg = qg @ back
+        index = torch.arange(self.first_entry, self.n_entries)[None, :]
+        visible = (index < nb[:, None]) & (index >= p.first_block(qpos)[:, None])  # (n, N)
         selected = visible[None].expand(self.n_head_kv, -1, -1)  # (h, n, N)
         if p.top_k is not None and p.top_k < n_e:
             scores = self._index_scores(qg, ek)  # (h, n, N)
@@ -344,7 +342,7 @@ class HybridLayer(LayerCache):
         else:
             logits = torch.einsum("hgnd,hed->hgne", qg, ek) * self.scale + p.merge_bias
             mask = selected[:, None]
-        return logits.masked_fill(~mask, float("-inf")), ev
+        return logits.masked_fill(~mask, float("-inf")), ev, back
 
     def _index_scores(self, qg: torch.Tensor, ek: torch.Tensor) -> torch.Tensor:
         """Indexer score per (KV head, query, entry): the best over the KV head's query heads, so a
@@ -363,8 +361,9 @@ class HybridLayer(LayerCache):
 
 
 class MixedLayer(LayerCache):
-    """One layer whose KV heads have different kinds: each group of same-kind KV heads, with the query
-    heads that read it, goes to its own cache. Outputs land back in the layer's head order."""
+    """One layer whose KV heads have different plans (kinds, or budgets): each group of same-plan KV
+    heads, with the query heads that read it, goes to its own cache. Outputs land back in the
+    layer's head order."""
 
     def __init__(self, mc: ModelConfig, parts: Sequence[tuple[Sequence[int], LayerCache]]) -> None:
         super().__init__(mc)
@@ -416,33 +415,39 @@ def full_cache(mc: ModelConfig) -> AttentionCache:
     return AttentionCache([FullLayer(mc) for _ in range(mc.n_layer)], "full")
 
 
-def window_cache(mc: ModelConfig, rope: Rope, window: int, n_sink: int = 4) -> AttentionCache:
-    """The plain StreamingLLM baseline: sinks + the last `window` tokens in every layer."""
-    cfg = HybridConfig(name="window", window=window, n_sink=n_sink, layout_cycle="W").validate()
+def window_cache(mc: ModelConfig, rope: Rope, window: int, n_sink: int = 4, *, storage: str = "f16") -> AttentionCache:
+    """The plain StreamingLLM baseline: sinks + the last `window` tokens in every layer, in f16 or in
+    llama.cpp's q4_0 (storage="q4": the uniform q4_0 cache, cut to the window)."""
+    cfg = window_config(window, n_sink, storage)
     return hybrid_cache(mc, rope, cfg)
 
 
-def _layer_cache(mc: ModelConfig, rope: Rope, cfg: HybridConfig, kind: LayerKind) -> LayerCache:
-    if kind == "F":
-        return FullLayer(mc)
-    return HybridLayer(mc, LayerPlan.for_kind(kind, cfg), rope, cfg.storage, cfg.fp8_group)
+def window_config(window: int, n_sink: int = 4, storage: str = "f16") -> HybridConfig:
+    name = "window" if storage == "f16" else f"window-{storage}"
+    return HybridConfig(name=name, window=window, n_sink=n_sink, layout_cycle="W", window_storage=storage).validate()  # type: ignore[arg-type]
+
+
+def _layer_cache(mc: ModelConfig, rope: Rope, plan: LayerPlan | None) -> LayerCache:
+    return FullLayer(mc) if plan is None else HybridLayer(mc, plan, rope)
 
 
 def hybrid_cache(mc: ModelConfig, rope: Rope, cfg: HybridConfig) -> AttentionCache:
     layers: list[LayerCache] = []
-    for kinds in cfg.head_kinds(mc.n_layer, mc.n_head_kv, mc.shape):
-        if len(set(kinds)) == 1:
-            layers.append(_layer_cache(mc, rope, cfg, kinds[0]))
+    for plans in cfg.head_plans(mc.n_layer, mc.n_head_kv, mc.shape):
+        if len(set(plans)) == 1:
+            layers.append(_layer_cache(mc, rope, plans[0]))
             continue
         parts: list[tuple[list[int], LayerCache]] = []
-        for kind in dict.fromkeys(kinds):  # each kind once, in order of first appearance
-            idx = [h for h, k in enumerate(kinds) if k == kind]
+        for plan in dict.fromkeys(plans):  # each plan once, in order of first appearance
+            idx = [h for h, p in enumerate(plans) if p == plan]
             sub = replace(mc, n_head_kv=len(idx), n_head=len(idx) * mc.n_group)
-            parts.append((idx, _layer_cache(sub, rope, cfg, kind)))
+            parts.append((idx, _layer_cache(sub, rope, plan)))
         layers.append(MixedLayer(mc, parts))
     return AttentionCache(layers, cfg.name)
 
 
-def window_for_bytes(mc: ModelConfig, budget_bytes: int, n_sink: int = 4) -> int:
-    """The window (tokens besides the sinks) whose f16 cache holds at most `budget_bytes`."""
-    return max(1, budget_bytes // mc.f16_kv_bytes_per_token - n_sink)
+def window_for_bytes(mc: ModelConfig, budget_bytes: int, n_sink: int = 4, storage: str = "f16") -> int:
+    """The longest window (tokens besides the sinks) whose cache holds at most `budget_bytes` once
+    full, in f16 or q4_0; the bytes come from the same count as every config's (plan.py)."""
+    per_token = window_config(1, n_sink, storage).kv_bytes(mc.cache_shape, 1)
+    return max(1, budget_bytes // per_token - n_sink)

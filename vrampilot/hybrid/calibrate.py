@@ -100,15 +100,13 @@ def calibration_cases(encode: Callable[[str], list[int]], *, lengths: Sequence[i
     return cases
 
 
-class RecordingLayer(FullLayer):
-    """The full cache, which also records each query head's attention mass on `targets` from the
-    query positions in `watch` (summed over those queries). Its output is FullLayer's exactly."""
+class _WatchingLayer(FullLayer):
+    """The full cache, which also gives subclasses the attention probabilities of the query positions
+    in `watch` as each chunk passes. Its output is FullLayer's exactly."""
 
-    def __init__(self, mc: ModelConfig, watch: Sequence[int], targets: Sequence[int]) -> None:
+    def __init__(self, mc: ModelConfig, watch: Sequence[int]) -> None:
         super().__init__(mc)
         self.watch = torch.tensor(sorted(watch), dtype=torch.long)
-        self.targets = torch.tensor(sorted(targets), dtype=torch.long)
-        self.mass = torch.zeros(mc.n_head)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos0: int) -> torch.Tensor:
         out = super().attend(q, k, v, pos0)
@@ -119,10 +117,26 @@ class RecordingLayer(FullLayer):
             keys = self.k.float().repeat_interleave(self.n_group, dim=0)  # (n_head, T, d)
             logits = torch.einsum("hnd,htd->hnt", q[:, rows - pos0], keys) * self.scale
             causal = torch.arange(keys.shape[1])[None, :] <= rows[:, None]
-            probs = torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1)
-            seen = self.targets[self.targets < keys.shape[1]]  # later targets are masked anyway
-            self.mass += probs[..., seen].sum(dim=(1, 2))
+            self.record(rows, torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1))
         return out
+
+    def record(self, rows: torch.Tensor, probs: torch.Tensor) -> None:
+        """probs (n_head, len(rows), T): what the watched query positions `rows` attend to."""
+        raise NotImplementedError
+
+
+class RecordingLayer(_WatchingLayer):
+    """The full cache, which also records each query head's attention mass on `targets` from the
+    query positions in `watch` (summed over those queries). Its output is FullLayer's exactly."""
+
+    def __init__(self, mc: ModelConfig, watch: Sequence[int], targets: Sequence[int]) -> None:
+        super().__init__(mc, watch)
+        self.targets = torch.tensor(sorted(targets), dtype=torch.long)
+        self.mass = torch.zeros(mc.n_head)
+
+    def record(self, rows: torch.Tensor, probs: torch.Tensor) -> None:
+        seen = self.targets[self.targets < probs.shape[-1]]  # later targets are masked anyway
+        self.mass += probs[..., seen].sum(dim=(1, 2))
 
 
 @dataclass
@@ -175,3 +189,51 @@ def calibrate(model: LlamaModel, cases: Sequence[CalibrationCase], *, chunk: int
             progress(f"calibration case {i + 1}/{len(cases)}: {case.length} tokens, depth {case.depth:.2f}, "
                      f"full cache {'answers' if ok else 'misses'}")
     return Calibration(mc.n_layer, mc.n_head_kv, mc.n_group, total / len(cases), correct)
+
+
+# --- per-head budgets ------------------------------------------------------------------------------
+# Distances (tokens before the query, sinks aside) at which a head's window might end: the far mass
+# is measured beyond each, and budgets.allocate_reach picks one per head.
+FAR_DISTANCES = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144)
+
+
+class FarMassLayer(_WatchingLayer):
+    """The full cache, which also records, for every query head, the attention mass that the query
+    positions in `watch` put on keys further back than each of `distances` (the sinks, which every
+    head keeps, excluded): what a head would lose with a window of that length. Its output is
+    FullLayer's exactly."""
+
+    def __init__(self, mc: ModelConfig, watch: Sequence[int], n_sink: int, distances: Sequence[int] = FAR_DISTANCES) -> None:
+        super().__init__(mc, watch)
+        self.n_sink = n_sink
+        self.distances = torch.tensor(list(distances), dtype=torch.long)
+        self.mass = torch.zeros(mc.n_head, len(distances))
+        self.n_watched = 0
+
+    def record(self, rows: torch.Tensor, probs: torch.Tensor) -> None:
+        kpos = torch.arange(probs.shape[-1])
+        # far[n, j, t]: key t is not a sink and lies more than distances[j] tokens before query n.
+        far = (kpos[None, None, :] >= self.n_sink) & (kpos[None, None, :] < rows[:, None, None] - self.distances[None, :, None])
+        self.mass += torch.einsum("hnt,njt->hj", probs, far.float())
+        self.n_watched += int(rows.numel())
+
+
+def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[int]]], n_sink: int, *,
+             distances: Sequence[int] = FAR_DISTANCES, chunk: int = 256,
+             progress: Callable[[str], None] | None = None) -> torch.Tensor:
+    """(n_layer, n_head_kv, len(distances)): per KV head, the mean attention mass its query heads (the
+    largest of them: one head that reads far is enough to need the tokens) put beyond each distance,
+    over the watched positions of every (tokens, watched positions) sequence, full cache."""
+    mc = model.config
+    total = torch.zeros(mc.n_layer, mc.n_head, len(distances))
+    for i, (tokens, watch) in enumerate(sequences):
+        layers = [FarMassLayer(mc, watch, n_sink, distances) for _ in range(mc.n_layer)]
+        cache = AttentionCache(layers, "far-mass")
+        ids = torch.tensor(tokens)
+        for s in range(0, len(ids), chunk):
+            model.forward_hidden(ids[s : s + chunk], s, cache)
+        total += torch.stack([layer.mass / max(1, layer.n_watched) for layer in layers])
+        if progress:
+            progress(f"far mass {i + 1}/{len(sequences)}: {len(tokens)} tokens, {len(watch)} watched positions")
+    per_q = total / len(sequences)
+    return per_q.view(mc.n_layer, mc.n_head_kv, mc.n_group, len(distances)).amax(dim=2)

@@ -5,25 +5,45 @@ Layer kinds, one letter each:
   W  sinks + raw window only (forgets the rest; StreamingLLM)
   C  CSA-like: sinks + window + entries of `csa_ratio` tokens, an indexer, top-k per KV head
   H  HCA-like: sinks + window + entries of `hca_ratio` tokens, all attended
-  R  every token raw: sinks + window in f16, older tokens in FP8, all attended (no selection)
+  R  raw tokens: sinks + window in f16, older tokens in `storage` (FP8 or 4-bit), all attended (no
+     selection); `reach` caps how many older tokens a head keeps (None: every one)
 
 Kinds apply per layer (`layout_head`, `layout_cycle`) and can be overridden per KV head:
 `retrieval_heads` lists (layer, KV head) pairs that get `retrieval_kind` instead of their layer's
 kind (DuoAttention / RazorAttention: a few heads retrieve, the rest only need recent tokens).
-Attention is per head, so a layer whose heads differ splits exactly along its KV heads, each part
-with its own cache and its own single softmax.
+`head_reach` gives single (layer, KV head) pairs their own reach (budgets that differ per head and
+layer, as in Ada-KV / PyramidKV; None keeps every token). Attention is per head, so a layer whose
+heads differ splits exactly along its KV heads, each part with its own cache and its own softmax.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from vrampilot.errors import UserError
 
+if TYPE_CHECKING:
+    from vrampilot.hybrid.plan import LayerPlan
+
 LayerKind = Literal["F", "W", "C", "H", "R"]
 _KINDS = frozenset("FWCHR")
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    """What the byte count of a config needs of a model: its KV layout, and the shape that decides
+    whether calibrated heads apply (ModelConfig.shape: n_layer, n_head, n_head_kv, head_dim, n_vocab)."""
+
+    n_layer: int
+    n_head_kv: int
+    head_dim: int
+    model_shape: tuple[int, ...] = ()
+
+    @property
+    def f16_kv_bytes_per_token(self) -> int:
+        return self.n_layer * self.n_head_kv * self.head_dim * 2 * 2
 
 
 @dataclass(frozen=True)
@@ -44,8 +64,15 @@ class HybridConfig:
     # "rotated": average keys after RoPE (the mean logit of the merged tokens, exactly);
     # "rerope": average pre-RoPE keys and rotate them at the entry's first position (V4's way).
     key_pool: Literal["rotated", "rerope"] = "rotated"
-    storage: Literal["fp8", "f16"] = "fp8"
+    # Entries and R's older tokens: FP8 (e4m3, power-of-two scale per group of fp8_group), llama.cpp's
+    # q4_0 (4-bit, f16 scale per 32 values; `rotate`: a Hadamard rotation first), or f16.
+    storage: Literal["fp8", "f16", "q4"] = "fp8"
     fp8_group: int = 32
+    rotate: bool = False
+    reach: int | None = None  # kind R: older tokens kept beyond the window (None: all)
+    # Sinks and the raw window: f16 (llama.cpp's default cache) or its plain q4_0, unrotated (the
+    # same-bytes q4_0 baseline: a uniform llama.cpp-style q4_0 cache cut to a window).
+    window_storage: Literal["f16", "q4"] = "f16"
     merge_bias: bool = True  # add log(m) to a merged entry's logit
     # Per-KV-head overrides: these (layer, KV head) pairs get `retrieval_kind` (see the module doc).
     retrieval_heads: tuple[tuple[int, int], ...] = ()
@@ -54,6 +81,9 @@ class HybridConfig:
     # n_vocab). Calibrated heads mean nothing on another model, so there only the layer kinds apply;
     # empty: apply the heads to any model that has them.
     retrieval_model: tuple[int, ...] = ()
+    # Per-(layer, KV head) reach for kind R, calibrated like retrieval_heads (and applied under the
+    # same retrieval_model condition); heads not named keep `reach`.
+    head_reach: tuple[tuple[int, int, int | None], ...] = ()
 
     def layer_kinds(self, n_layer: int) -> tuple[LayerKind, ...]:
         kinds: list[str] = []
@@ -66,7 +96,8 @@ class HybridConfig:
         return tuple(kinds)  # type: ignore[arg-type]  # letters checked against LayerKind in __post_init__
 
     def applies_heads_to(self, model_shape: tuple[int, ...]) -> bool:
-        return bool(self.retrieval_heads) and (not self.retrieval_model or tuple(self.retrieval_model) == tuple(model_shape))
+        return bool(self.retrieval_heads or self.head_reach) and (
+            not self.retrieval_model or tuple(self.retrieval_model) == tuple(model_shape))
 
     def head_kinds(self, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()) -> tuple[tuple[LayerKind, ...], ...]:
         """The kind of every KV head, layer by layer: the layer's kind unless `retrieval_heads` names it
@@ -81,6 +112,28 @@ class HybridConfig:
             for il, kind in enumerate(self.layer_kinds(n_layer))
         )
 
+    def head_plans(self, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()) -> tuple[tuple[LayerPlan | None, ...], ...]:
+        """What every KV head runs, layer by layer (None: the full cache); the bytes of a config and
+        the caches it builds both come from here."""
+        from vrampilot.hybrid.plan import LayerPlan
+
+        reach = {(il, h): r for il, h, r in self.head_reach} if self.applies_heads_to(model_shape) else {}
+        for il, h in reach:
+            if il >= n_layer or h >= n_head_kv:
+                raise UserError(f"hybrid config {self.name!r}: head ({il}, {h}) is outside the model's "
+                                f"{n_layer} layers x {n_head_kv} KV heads")
+        return tuple(
+            tuple(None if kind == "F" else LayerPlan.for_kind(kind, self, reach.get((il, h), self.reach))
+                  for h, kind in enumerate(kinds))
+            for il, kinds in enumerate(self.head_kinds(n_layer, n_head_kv, model_shape))
+        )
+
+    def kv_bytes(self, shape: CacheShape, n_tokens: int) -> int:
+        """Bytes this config's cache holds after n_tokens on a model of this shape (torch-free)."""
+        from vrampilot.hybrid.plan import cache_bytes
+
+        return cache_bytes(self.head_plans(shape.n_layer, shape.n_head_kv, shape.model_shape), n_tokens, shape.head_dim)
+
     def validate(self) -> HybridConfig:
         bad = set(self.layout_head + self.layout_cycle + self.retrieval_kind) - _KINDS
         if bad or len(self.retrieval_kind) != 1:
@@ -92,6 +145,8 @@ class HybridConfig:
                 raise UserError(f"hybrid config {self.name!r}: {what} must be at least 1")
         if self.n_sink < 0 or self.top_k < 1:
             raise UserError(f"hybrid config {self.name!r}: n_sink must be >= 0 and top_k >= 1")
+        if any(r is not None and r < 0 for r in (self.reach, *(r for _, _, r in self.head_reach))):
+            raise UserError(f"hybrid config {self.name!r}: reach must be >= 0 (or None: every token)")
         return self
 
     def with_(self, **changes: object) -> HybridConfig:
@@ -127,7 +182,8 @@ SMOLLM2_BROAD_HEADS = ((5, 1), (6, 0), (7, 0), (8, 1))
 # - The window (680) is what fits 14.9% of the f16 cache at every length from 7.9K to 8K (the
 #   raw tail of an HCA head swings between W and W + 127 tokens).
 # Against the previous default (now `long-window`: sinks + 896 window + HCA) it measured lower
-# perplexity at 8K (26.62 vs 27.05) and kept retrieval at 8K, so it is the default.
+# perplexity at 8K (26.62 vs 27.05) and kept retrieval at 8K, so it was the default until
+# `head-budgets` (at 10% of the bytes where this holds 13.8%).
 _RETRIEVAL = HybridConfig(
     name="retrieval",
     description="8 calibrated retrieval KV heads keep every token (window f16, older tokens FP8); the other 82 "
@@ -153,10 +209,64 @@ _BROAD = _RETRIEVAL.with_(
     retrieval_heads=tuple(sorted(SMOLLM2_RETRIEVAL_HEADS + SMOLLM2_BROAD_HEADS)),
 )
 
+# Per-head budgets (bench/hybrid_calibrate.py --budgets, vrampilot/hybrid/budgets.py): every KV head
+# keeps 32 sinks and a 64-token f16 window, then older tokens in 4-bit (q4_0 after a Hadamard
+# rotation) as far back as its reach; the reaches spend 9.9% of the f16 cache's bytes at 8K.
+BUDGET_LENGTH = 8192
+BUDGET_SHARE = 0.099
+
+
+def budget_base() -> HybridConfig:
+    """The default config before its per-head reaches: what the budget calibration sizes."""
+    return HybridConfig(
+        name="budgets", n_sink=32, window=64, layout_cycle="R", storage="q4", rotate=True, reach=0,
+    ).validate()
+
+
+# Found by bench/hybrid_calibrate.py --budgets on SmolLM2-135M (calibration data only): each KV
+# head's reach, (layer, KV head, reach), None keeping every token.
+SMOLLM2_HEAD_REACH: tuple[tuple[int, int, int | None], ...] = (
+    (0, 0, 6080), (0, 1, 3008), (0, 2, 6080), (1, 0, 3008), (1, 1, 1984), (1, 2, 3008),
+    (2, 0, 1984), (2, 1, 3008), (2, 2, 4032), (3, 0, 4032), (3, 1, 3008), (3, 2, 4032),
+    (4, 0, 4032), (4, 1, 4032), (4, 2, 4032), (5, 0, 4032), (5, 1, 4032), (5, 2, 4032),
+    (6, 0, 4032), (6, 1, 3008), (6, 2, 4032), (7, 0, 4032), (7, 1, 4032), (7, 2, 6080),
+    (8, 0, 4032), (8, 1, 4032), (8, 2, 3008), (9, 0, 3008), (9, 1, 3008), (9, 2, 3008),
+    (10, 0, 3008), (10, 1, 3008), (10, 2, 3008), (11, 0, 960), (11, 1, 1984), (11, 2, 704),
+    (12, 0, 960), (12, 1, 704), (12, 2, 64), (13, 0, 960), (13, 1, 64), (13, 2, 448),
+    (14, 0, 1472), (14, 1, 1472), (14, 2, 448), (15, 0, 1984), (15, 1, 960), (15, 2, 1984),
+    (16, 0, 960), (16, 1, 704), (16, 2, 960), (17, 0, 1984), (17, 1, 6080), (17, 2, 448),
+    (18, 0, 960), (18, 1, 448), (18, 2, 6080), (19, 0, 1472), (19, 1, 1984), (19, 2, 64),
+    (20, 0, 1984), (20, 1, 6080), (20, 2, 6080), (21, 0, 6080), (21, 1, 3008), (21, 2, 6080),
+    (22, 0, 704), (22, 1, 960), (22, 2, 960), (23, 0, None), (23, 1, 1472), (23, 2, 1472),
+    (24, 0, 1984), (24, 1, 3008), (24, 2, 4032), (25, 0, 960), (25, 1, 704), (25, 2, 320),
+    (26, 0, 1984), (26, 1, 1472), (26, 2, 448), (27, 0, 320), (27, 1, 960), (27, 2, 320),
+    (28, 0, 1472), (28, 1, 704), (28, 2, 1984), (29, 0, 1984), (29, 1, 1984), (29, 2, 1984),
+)
+# Heads of other models (or not named above) keep this many older tokens: the uniform reach that
+# fits BUDGET_SHARE at BUDGET_LENGTH for a head of 64 dims (9.85%).
+UNIFORM_REACH = 2512
+
+_HEAD_BUDGETS = budget_base().with_(
+    name="head-budgets",
+    description="every KV head keeps 32 sinks + a 64-token f16 window, and older tokens in 4-bit (q4_0 after a "
+    "Hadamard rotation) as far back as its calibrated budget: 64 to 6,080 tokens, or all of them",
+    reach=UNIFORM_REACH,
+    head_reach=SMOLLM2_HEAD_REACH,
+    retrieval_model=SMOLLM2_135M,
+)
+
 CONFIGS: dict[str, HybridConfig] = {
     c.name: c.validate()
     for c in (
-        replace(_RETRIEVAL, name="default"),
+        replace(_HEAD_BUDGETS, name="default"),
+        _HEAD_BUDGETS,
+        # The same bytes spread evenly: every head the same reach (what calibration is measured against).
+        budget_base().with_(
+            name="q4-uniform",
+            description="every KV head keeps 32 sinks + a 64-token f16 window + the 2512 older tokens before it in "
+            "4-bit (q4_0 after a Hadamard rotation): the default's bytes without calibrated budgets",
+            reach=UNIFORM_REACH,
+        ),
         _RETRIEVAL,
         _BROAD,
         # The previous default: on this model averaged CSA entries (m=4) cost 99 B/token/layer and bought
@@ -204,6 +314,14 @@ def get_config(name: str) -> HybridConfig:
         return CONFIGS[name]
     except KeyError:
         raise UserError(f"unknown hybrid config {name!r}; choose one of: {', '.join(CONFIGS)}") from None
+
+
+def dev_text_path() -> Path:
+    """The second text (Milton's Areopagitica, public domain) shipped in resources/hybrid: for choosing
+    settings and calibrating budgets, never the evaluation's."""
+    from vrampilot.paths import resources_dir
+
+    return resources_dir() / "hybrid" / "milton-areopagitica.txt"
 
 
 def default_text_path() -> Path | None:

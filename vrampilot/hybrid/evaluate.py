@@ -11,6 +11,7 @@ length.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import os
@@ -87,22 +88,53 @@ def run_tokens(
     return torch.cat(losses), ms
 
 
+# The caches every evaluation compares, in report order: the f16 full cache, the hybrid, and two
+# baselines holding no more bytes than the hybrid at each length: sinks + a window in f16
+# (StreamingLLM), and a uniform llama.cpp-style q4_0 cache cut to a window the same way.
+METHODS = ("full", "hybrid", "window", "q4")
+BASELINE_STORAGE = {"window": "f16", "q4": "q4"}
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate: sound at 0/n and n/n, where the normal
+    approximation gives an interval of width zero."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 @dataclass
 class MethodResult:
     ppl: dict[int, float] = field(default_factory=dict)
     kv_bytes: dict[int, int] = field(default_factory=dict)
-    passkey_acc: float | None = None
-    passkey_by_length: dict[int, float] = field(default_factory=dict)
+    passkey_correct: dict[int, int] = field(default_factory=dict)  # per prompt length
+    passkey_cases: dict[int, int] = field(default_factory=dict)
     decode_ms_per_token: float | None = None
     loss_curve: list[float] = field(default_factory=list)  # mean loss per LOSS_BUCKET positions
-    window_tokens: dict[int, int] = field(default_factory=dict)  # window baseline only
+    window_tokens: dict[int, int] = field(default_factory=dict)  # baselines only
+
+    @property
+    def passkey_acc(self) -> float | None:
+        n = sum(self.passkey_cases.values())
+        return sum(self.passkey_correct.values()) / n if n else None
+
+    @property
+    def passkey_by_length(self) -> dict[int, float]:
+        return {n: self.passkey_correct[n] / c for n, c in self.passkey_cases.items() if c}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ppl": {str(k): round(v, 4) for k, v in self.ppl.items()},
             "kv_bytes": {str(k): v for k, v in self.kv_bytes.items()},
             "passkey_acc": None if self.passkey_acc is None else round(self.passkey_acc, 4),
+            "passkey": {str(n): {"correct": self.passkey_correct[n], "cases": c,
+                                 "ci95": [round(x, 4) for x in wilson_interval(self.passkey_correct[n], c)]}
+                        for n, c in self.passkey_cases.items()},
             "decode_ms_per_token": None if self.decode_ms_per_token is None else round(self.decode_ms_per_token, 2),
+            **({"window_tokens": {str(k): v for k, v in self.window_tokens.items()}} if self.window_tokens else {}),
         }
 
 
@@ -114,9 +146,7 @@ class EvalResult:
     lengths: list[int]
     n_samples: int
     f16_full_bytes: dict[int, int]
-    full: MethodResult
-    hybrid: MethodResult
-    window: MethodResult
+    methods: dict[str, MethodResult]
     passkey_cases: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -128,9 +158,7 @@ class EvalResult:
             "samples": self.n_samples,
             "passkey_n_cases": len(self.passkey_cases),
             "f16_full_kv_bytes": {str(k): v for k, v in self.f16_full_bytes.items()},
-            "full": self.full.to_json(),
-            "hybrid": self.hybrid.to_json(),
-            "window": {**self.window.to_json(), "window_tokens": {str(k): v for k, v in self.window.window_tokens.items()}},
+            **{name: res.to_json() for name, res in self.methods.items()},
         }
 
 
@@ -138,12 +166,21 @@ def _bucket(losses: torch.Tensor) -> list[float]:
     return [float(losses[i : i + LOSS_BUCKET].mean()) for i in range(0, losses.shape[0], LOSS_BUCKET)]
 
 
+def baseline_cache(model: LlamaModel, cfg: HybridConfig, method: str, n_tokens: int) -> tuple[AttentionCache, int]:
+    """A same-bytes baseline for a run of n_tokens, and its window: the longest that holds no more
+    than the hybrid does after n_tokens (sinks as the hybrid's)."""
+    mc = model.config
+    storage = BASELINE_STORAGE[method]
+    w = window_for_bytes(mc, cfg.kv_bytes(mc.cache_shape, n_tokens), cfg.n_sink, storage)
+    return window_cache(mc, model.rope, w, cfg.n_sink, storage=storage), w
+
+
 def perplexity(
     model: LlamaModel, tokens: list[int], lengths: Sequence[int], cfg: HybridConfig, *, max_samples: int | None = None,
     decode_steps: int = 16, progress: Progress | None = None,
-) -> tuple[MethodResult, MethodResult, MethodResult, int]:
-    """Perplexity at each length for full, hybrid and the same-bytes window; fills kv_bytes, the loss
-    curves, and decode ms/token at the longest length (the last decode_steps tokens of sample 1)."""
+) -> tuple[dict[str, MethodResult], int]:
+    """Perplexity at each length for every method (METHODS); fills kv_bytes, the loss curves, and
+    decode ms/token at the longest length (the last decode_steps tokens of sample 1)."""
     mc = model.config
     lengths = sorted(lengths)
     longest = lengths[-1]
@@ -152,17 +189,21 @@ def perplexity(
         raise ValueError(f"the text has {len(tokens)} tokens; the longest length {longest} needs at least that many")
     if max_samples is not None:
         n_samples = min(n_samples, max_samples)
-    full, hyb, win = MethodResult(), MethodResult(), MethodResult()
-    sums: dict[str, dict[int, float]] = {"full": {}, "hybrid": {}, "window": {}}
-    curves: dict[str, list[torch.Tensor]] = {"full": [], "hybrid": [], "window": []}
+    results = {name: MethodResult() for name in METHODS}
+    sums: dict[str, dict[int, float]] = {name: {} for name in METHODS}
+    curves: dict[str, list[torch.Tensor]] = {name: [] for name in METHODS}
+
+    def record(name: str, losses: torch.Tensor, length: int, n_pred: int) -> None:
+        sums[name][length] = sums[name].get(length, 0.0) + float(losses[:n_pred].sum())
 
     for s in range(n_samples):
         sample = torch.tensor(tokens[s * longest : (s + 1) * longest])
-        for name, res, make in (
-            ("full", full, lambda: full_cache(mc)),
-            ("hybrid", hyb, lambda: hybrid_cache(mc, model.rope, cfg)),
+        for name, make in (
+            ("full", lambda: full_cache(mc)),
+            ("hybrid", lambda: hybrid_cache(mc, model.rope, cfg)),
         ):
             t0 = time.perf_counter()
+            res = results[name]
             cache = make()
             losses, ms = run_tokens(
                 model, cache, sample, marks=lengths, decode_tail=decode_steps if s == 0 else 0,
@@ -171,33 +212,35 @@ def perplexity(
             if ms is not None:
                 res.decode_ms_per_token = ms
             for length in lengths:
-                sums[name][length] = sums[name].get(length, 0.0) + float(losses[: length - 1].sum())
+                record(name, losses, length, length - 1)
             curves[name].append(losses)
             if progress:
                 progress(f"sample {s + 1}/{n_samples} {name}: {longest} tokens in {time.perf_counter() - t0:.0f} s")
-        for length in lengths:
-            w = window_for_bytes(mc, hyb.kv_bytes[length], cfg.n_sink)
-            win.window_tokens[length] = w
-            t0 = time.perf_counter()
-            cache = window_cache(mc, model.rope, w, cfg.n_sink)
-            losses, ms = run_tokens(
-                model, cache, sample[:length], marks=[length],
-                decode_tail=decode_steps if s == 0 and length == longest else 0,
-                on_mark=partial(_record_bytes, win.kv_bytes, cache),
-            )
-            if ms is not None:
-                win.decode_ms_per_token = ms
-            sums["window"][length] = sums["window"].get(length, 0.0) + float(losses.sum())
-            if length == longest:
-                curves["window"].append(losses)
-            if progress:
-                progress(f"sample {s + 1}/{n_samples} window {w}: {length} tokens in {time.perf_counter() - t0:.0f} s")
+        # Each baseline is sized to the hybrid's bytes at each length, so it runs once per length.
+        for name in BASELINE_STORAGE:
+            res = results[name]
+            for length in lengths:
+                t0 = time.perf_counter()
+                cache, w = baseline_cache(model, cfg, name, length)
+                res.window_tokens[length] = w
+                losses, ms = run_tokens(
+                    model, cache, sample[:length], marks=[length],
+                    decode_tail=decode_steps if s == 0 and length == longest else 0,
+                    on_mark=partial(_record_bytes, res.kv_bytes, cache),
+                )
+                if ms is not None:
+                    res.decode_ms_per_token = ms
+                record(name, losses, length, length - 1)
+                if length == longest:
+                    curves[name].append(losses)
+                if progress:
+                    progress(f"sample {s + 1}/{n_samples} {name} W={w}: {length} tokens in {time.perf_counter() - t0:.0f} s")
 
-    for name, res in (("full", full), ("hybrid", hyb), ("window", win)):
+    for name, res in results.items():
         for length in lengths:
             res.ppl[length] = math.exp(sums[name][length] / (n_samples * (length - 1)))
         res.loss_curve = _bucket(torch.stack(curves[name]).mean(dim=0))
-    return full, hyb, win, n_samples
+    return results, n_samples
 
 
 # --- passkey -------------------------------------------------------------------------------------
@@ -222,13 +265,21 @@ def passkey_prompt(tok: Tokenizer, length: int, depth: float, key: str) -> list[
     return intro + filler * before + needle + filler * (n_fill - before) + question
 
 
-def greedy(model: LlamaModel, cache: AttentionCache, prompt: list[int], max_tokens: int, *, chunk: int = PREFILL_CHUNK) -> Iterator[int]:
-    """Prefill `prompt` and yield greedy tokens; the cache must be empty."""
-    tokens = torch.tensor(prompt)
+def prefill(model: LlamaModel, cache: AttentionCache, tokens: Sequence[int], pos0: int = 0, *,
+            chunk: int = PREFILL_CHUNK) -> torch.Tensor | None:
+    """Feed tokens at positions pos0.. in chunks; the last chunk's hidden states (None if no tokens)."""
+    ids = torch.tensor(list(tokens), dtype=torch.long)
     chunk = min(chunk, cache.max_chunk or chunk)
     hidden: torch.Tensor | None = None
-    for start in range(0, len(prompt), chunk):
-        hidden = model.forward_hidden(tokens[start : start + chunk], start, cache)
+    for start in range(0, len(ids), chunk):
+        hidden = model.forward_hidden(ids[start : start + chunk], pos0 + start, cache)
+    return hidden
+
+
+def greedy(model: LlamaModel, cache: AttentionCache, prompt: list[int], max_tokens: int, *, chunk: int = PREFILL_CHUNK,
+           held: int = 0) -> Iterator[int]:
+    """Prefill `prompt` and yield greedy tokens; the cache must hold exactly its first `held` tokens."""
+    hidden = prefill(model, cache, prompt[held:], held, chunk=chunk)
     assert hidden is not None
     pos = len(prompt)
     for _ in range(max_tokens):
@@ -238,28 +289,64 @@ def greedy(model: LlamaModel, cache: AttentionCache, prompt: list[int], max_toke
         pos += 1
 
 
+def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    n = min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != prompts[0][i] for p in prompts[1:]):
+            return i
+    return n
+
+
 def passkey(
     model: LlamaModel, tok: Tokenizer, lengths: Sequence[int], methods: dict[str, Callable[[int], AttentionCache]],
     *, depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, seed: int = 0, progress: Progress | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """`trials` cases per (length, depth), each with its own random 5-digit key; every method sees the
     same cases. `methods[name](prompt_len)` builds a fresh cache for a prompt of that many tokens.
-    The keys come from one seeded stream in a fixed order, so trials=1 gives the same cases as before."""
+    The keys come from one seeded stream in a fixed order (length, depth, trial), so fewer trials
+    give the first cases of more.
+
+    Cases run one key at every depth, then the next key (so a run stopped early has sampled every
+    depth alike), and each is handed to `on_cases` as it completes; cases in `done` (a stopped
+    run's, same seed) are kept and not run again. The cases of one (length, depth) share everything
+    before the key's first differing token, so each method reads that prefix once and each case
+    continues from a copy of the cache: the same tokens at the same positions, in other prefill
+    chunks (chunking does not change what a cache computes).
+    """
     rng = random.Random(seed)
-    cases: list[dict[str, Any]] = []
-    for length, depth, _ in itertools.product(lengths, depths, range(trials)):
-        key = f"{rng.randrange(10000, 100000)}"
-        prompt = passkey_prompt(tok, length, depth, key)
-        case: dict[str, Any] = {"length": length, "depth": depth, "key": key, "prompt_tokens": len(prompt)}
-        for name, make in methods.items():
-            out = tok.decode(list(greedy(model, make(len(prompt)), prompt, 8)))
-            found = re.search(r"\d{5}", out.replace(" ", ""))
-            case[name] = bool(found and found.group(0) == key)
-            case[f"{name}_text"] = out
-        cases.append(case)
-        if progress:
-            progress(f"passkey {length} depth {depth:.2f}: " + ", ".join(f"{n}={case[n]}" for n in methods))
-    return cases
+    keys = {(length, depth): [f"{rng.randrange(10000, 100000)}" for _ in range(trials)]
+            for length, depth in itertools.product(lengths, depths)}
+    finished = {(c["length"], c["depth"], c["key"]): c for c in done}
+    cases: list[dict[str, Any]] = list(done)
+    for length in lengths:
+        prompts = {d: [passkey_prompt(tok, length, d, key) for key in keys[(length, d)]] for d in depths}
+        shared = {d: _common_prefix(p) if len(p) > 1 else 0 for d, p in prompts.items()}
+        bases: dict[tuple[float, str], AttentionCache] = {}
+        for trial, depth in itertools.product(range(trials), depths):
+            key, prompt = keys[(length, depth)][trial], prompts[depth][trial]
+            if (length, depth, key) in finished:
+                continue
+            case: dict[str, Any] = {"length": length, "depth": depth, "key": key, "prompt_tokens": len(prompt)}
+            for name, make in methods.items():
+                base = bases.get((depth, name))
+                if base is None:
+                    # Sized for the shortest prompt of the depth: a same-bytes baseline then holds no more.
+                    base = bases[(depth, name)] = make(min(len(p) for p in prompts[depth]))
+                    prefill(model, base, prompt[: shared[depth]])
+                last = all((length, depth, k) in finished for k in keys[(length, depth)][trial + 1 :])
+                cache = bases.pop((depth, name)) if last else copy.deepcopy(base)
+                out = tok.decode(list(greedy(model, cache, prompt, 8, held=shared[depth])))
+                found = re.search(r"\d{5}", out.replace(" ", ""))
+                case[name] = bool(found and found.group(0) == key)
+                case[f"{name}_text"] = out
+            cases.append(case)
+            if on_cases is not None:
+                on_cases(list(cases))  # after each case: a long run that stops keeps what it measured
+            if progress:
+                progress(f"passkey {length} depth {depth:.2f} key {trial + 1}/{trials}: "
+                         + ", ".join(f"{n}={'yes' if case[n] else 'no'}" for n in methods))
+    return sorted(cases, key=lambda c: (c["length"], c["depth"], keys[(c["length"], c["depth"])].index(c["key"])))
 
 
 def evaluate(
@@ -276,37 +363,16 @@ def evaluate(
     lengths = sorted(lengths)
     if lengths[-1] > mc.n_ctx_train:
         raise ValueError(f"length {lengths[-1]} is beyond the model's trained context {mc.n_ctx_train}")
-    full, hyb, win, n_samples = perplexity(
+    results, n_samples = perplexity(
         model, tokens, lengths, cfg, max_samples=max_samples, decode_steps=decode_steps, progress=progress
     )
-    longest = lengths[-1]
     if progress:
-        progress(f"decode ms/token at {longest}: full {full.decode_ms_per_token:.1f}, hybrid {hyb.decode_ms_per_token:.1f}, "
-                 f"window {win.decode_ms_per_token:.1f}")
-
+        progress(f"decode ms/token at {lengths[-1]}: " + ", ".join(
+            f"{name} {res.decode_ms_per_token:.1f}" for name, res in results.items() if res.decode_ms_per_token is not None))
     cases: list[dict[str, Any]] = []
     if with_passkey:
         plens = sorted(passkey_lengths or [n for n in lengths if n <= 8192])
-
-        probes: dict[int, int] = {}  # the hybrid's bytes depend on the prompt length only
-
-        def same_bytes_window(n: int) -> AttentionCache:
-            if n not in probes:
-                probes[n] = hybrid_bytes_at(model, cfg, n)
-            return window_cache(mc, model.rope, window_for_bytes(mc, probes[n], cfg.n_sink), cfg.n_sink)
-
-        methods: dict[str, Callable[[int], AttentionCache]] = {
-            "full": lambda n: full_cache(mc),
-            "hybrid": lambda n: hybrid_cache(mc, model.rope, cfg),
-            "window": same_bytes_window,
-        }
-        cases = passkey(model, tok, plens, methods, depths=passkey_depths, trials=passkey_trials, progress=progress)
-        for name, res in (("full", full), ("hybrid", hyb), ("window", win)):
-            res.passkey_acc = sum(c[name] for c in cases) / len(cases)
-            for n in plens:
-                sub = [c[name] for c in cases if c["length"] == n]
-                res.passkey_by_length[n] = sum(sub) / len(sub)
-
+        cases = run_passkey(model, tok, cfg, plens, results, depths=passkey_depths, trials=passkey_trials, progress=progress)
     return EvalResult(
         model=str(model_path),
         text=str(text_path),
@@ -314,27 +380,39 @@ def evaluate(
         lengths=list(lengths),
         n_samples=n_samples,
         f16_full_bytes={n: n * mc.f16_kv_bytes_per_token for n in lengths},
-        full=full,
-        hybrid=hyb,
-        window=win,
+        methods=results,
         passkey_cases=cases,
         seconds=time.perf_counter() - t_start,
     )
 
 
-def hybrid_bytes_at(model: LlamaModel, cfg: HybridConfig, n_tokens: int) -> int:
-    """Bytes the hybrid cache holds after n tokens. They depend on the count only, not on the
-    tokens, so a run over zeros in the cache's own code gives the exact figure without the model."""
+def run_passkey(
+    model: LlamaModel, tok: Tokenizer, cfg: HybridConfig, lengths: Sequence[int], results: dict[str, MethodResult], *,
+    depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, progress: Progress | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Passkey cases for every method (METHODS), counted into `results` per prompt length."""
     mc = model.config
-    cache = hybrid_cache(mc, model.rope, cfg)
-    chunk = 512
-    q = torch.zeros(mc.n_head, chunk, mc.head_dim)
-    kv = torch.zeros(mc.n_head_kv, chunk, mc.head_dim)
-    for start in range(0, n_tokens, chunk):
-        n = min(chunk, n_tokens - start)
-        for il in range(mc.n_layer):
-            cache.attend(il, q[:, :n], kv[:, :n], kv[:, :n], start)
-    return cache.bytes_held()
+    methods: dict[str, Callable[[int], AttentionCache]] = {
+        "full": lambda n: full_cache(mc),
+        "hybrid": lambda n: hybrid_cache(mc, model.rope, cfg),
+        **{name: partial(lambda name, n: baseline_cache(model, cfg, name, n)[0], name) for name in BASELINE_STORAGE},
+    }
+    cases = passkey(model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases,
+                    done=done)
+    for name in methods:
+        res = results.setdefault(name, MethodResult())
+        for n in lengths:
+            sub = [c[name] for c in cases if c["length"] == n]
+            res.passkey_correct[n] = sum(sub)
+            res.passkey_cases[n] = len(sub)
+    return cases
+
+
+def hybrid_bytes_at(model: LlamaModel, cfg: HybridConfig, n_tokens: int) -> int:
+    """Bytes the hybrid cache holds after n tokens: they depend on the count only, not on the
+    tokens (plan.py counts them; tests hold the count to real runs)."""
+    return cfg.kv_bytes(model.config.cache_shape, n_tokens)
 
 
 def _record_bytes(into: dict[int, int], cache: AttentionCache, n_tokens: int) -> None:

@@ -30,6 +30,7 @@ from gguf.quants import dequantize
 from vrampilot.errors import UserError
 from vrampilot.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from vrampilot.gguf.spec import ModelSpec, load_model_spec
+from vrampilot.hybrid.config import CacheShape
 
 
 class AttentionCache(Protocol):
@@ -77,9 +78,14 @@ class ModelConfig:
         return (self.n_layer, self.n_head, self.n_head_kv, self.head_dim, self.n_vocab)
 
     @property
+    def cache_shape(self) -> CacheShape:
+        """What byte counts need of this model (HybridConfig.kv_bytes)."""
+        return CacheShape(self.n_layer, self.n_head_kv, self.head_dim, self.shape)
+
+    @property
     def f16_kv_bytes_per_token(self) -> int:
         """What llama.cpp's default f16 cache stores per token: K and V, every layer."""
-        return self.n_layer * self.n_head_kv * self.head_dim * 2 * 2
+        return self.cache_shape.f16_kv_bytes_per_token
 
 
 def config_from_spec(spec: ModelSpec, gg: GGUFFile) -> ModelConfig:

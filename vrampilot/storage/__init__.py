@@ -9,6 +9,8 @@ from vrampilot.storage.chats import (
     ChatStore,
     ChatSummary,
     StoredMessage,
+    hybrid_config,
+    is_hybrid,
     title_from,
 )
 from vrampilot.storage.db import StorageError, connect, default_db_path
@@ -26,6 +28,8 @@ __all__ = [
     "StoredMessage",
     "connect",
     "default_db_path",
+    "hybrid_config",
+    "is_hybrid",
     "scan_folder",
     "title_from",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,9 @@ ROLES = ("system", "user", "assistant")
 BACKEND_LLAMA = "llama.cpp"
 BACKEND_HYBRID = "hybrid"
 BACKENDS = (BACKEND_LLAMA, BACKEND_HYBRID)
+# "hybrid:NAME": the hybrid backend with its named config NAME (vrampilot.hybrid.config), where
+# plain "hybrid" is its default config. Storage checks the form only; what NAME means lives above.
+_HYBRID_CONFIG = re.compile(r"hybrid:[a-z0-9][a-z0-9-]{0,39}")
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 60
 
@@ -68,9 +72,23 @@ def title_from(text: str) -> str:
     return (cut or line[:TITLE_CHARS]) + "…"
 
 
+def is_backend(backend: str) -> bool:
+    return backend in BACKENDS or _HYBRID_CONFIG.fullmatch(backend) is not None
+
+
+def is_hybrid(backend: str) -> bool:
+    """The hybrid backend, with any config."""
+    return backend == BACKEND_HYBRID or _HYBRID_CONFIG.fullmatch(backend) is not None
+
+
+def hybrid_config(backend: str) -> str:
+    """The config a hybrid backend key names ("default" for plain "hybrid")."""
+    return backend.split(":", 1)[1] if ":" in backend else "default"
+
+
 def _check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
+    if not is_backend(backend):
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or hybrid:CONFIG")
 
 
 @contextlib.contextmanager
@@ -139,7 +157,7 @@ class ChatStore:
             row["updated_at"],
             tuple(self.messages(chat_id)),
             # A value this build does not know (written by a newer one) reads as the default.
-            row["backend"] if row["backend"] in BACKENDS else BACKEND_LLAMA,
+            row["backend"] if is_backend(row["backend"]) else BACKEND_LLAMA,
         )
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
@@ -261,8 +279,8 @@ class ChatStore:
         lines = [f"# {chat.title}", ""]
         if chat.model_path:
             lines += [f"Model: `{Path(chat.model_path).name}`", ""]
-        if chat.backend == BACKEND_HYBRID:
-            lines += ["Backend: experimental hybrid KV cache (torch)", ""]
+        if is_hybrid(chat.backend):
+            lines += [f"Backend: experimental hybrid KV cache (torch), config {hybrid_config(chat.backend)}", ""]
         if chat.system_prompt:
             lines += ["## System", "", chat.system_prompt, ""]
         names = {"user": "User", "assistant": "Assistant", "system": "System"}

@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Signal
 from vrampilot.engine import ChatBackend, ContextOverflow, Engine, LlamaCppBackend, Message, Reply, format_summary
 from vrampilot.log import describe_error
 from vrampilot.meters.kvcache import KvCacheUsage
-from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError
+from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
 from vrampilot.storage.chats import StoredMessage
 from vrampilot.ui import chat_backends
 from vrampilot.ui.chat_list import ChatList
@@ -101,10 +101,8 @@ class ChatController(QObject):
         view.sampling_changed.connect(ctx.prefs.set_sampling)
         view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
         view.backend_changed.connect(self.set_backend)
-        for key in (BACKEND_HYBRID,):
-            why = chat_backends.unavailable(key)
-            if why:  # listed but greyed: the user learns the backend exists and how to get it
-                view.set_backend_available(key, False, why)
+        # Unavailable backends are listed greyed (chat_backends.choices): the user learns they exist.
+        self.refresh_backend_choices()
         chat_list.chat_selected.connect(self.open_chat)
         chat_list.new_chat_requested.connect(self.new_chat)
         chat_list.search_changed.connect(lambda _t: self.refresh_list())
@@ -191,7 +189,9 @@ class ChatController(QObject):
         self.view.set_system_prompt(text)
 
     def update_hint(self) -> None:
-        """What the empty chat says: which model answers, and whether it loads first."""
+        """What the empty chat says: which model answers, and whether it loads first; and the bytes
+        the backend selector lists, which follow the model too."""
+        self.refresh_backend_choices()
         p = self.plans.plan
         if p is None:
             return
@@ -375,6 +375,7 @@ class ChatController(QObject):
         if isinstance(kv, KvCacheUsage):
             # Kept with the message, so the bytes are still there when the chat is reopened.
             stats["backend"] = BACKEND_HYBRID
+            stats["hybrid_config"] = self.backend_key.split(":", 1)[-1] if ":" in self.backend_key else "default"
             stats.update(kv.to_dict())
             self.kv_usage.emit(kv)
         elif reply.stats.decode_tps > 0:
@@ -389,6 +390,7 @@ class ChatController(QObject):
             self._offer_answer()
             return
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
+        self.refresh_backend_choices()
 
     def _store_reply(self, chat_id: int, text: str, stats: dict[str, Any], *, save_state: bool) -> None:
         try:
@@ -470,7 +472,7 @@ class ChatController(QObject):
         self._reply()
 
     def _report(self, item: object) -> None:
-        if isinstance(item, KvCacheUsage) and self.backend_key == BACKEND_HYBRID:
+        if isinstance(item, KvCacheUsage) and is_hybrid(self.backend_key):
             self.kv_usage.emit(item)
             if self.state is ChatState.GENERATING:
                 self.status.emit(self.backend.status_text())
@@ -506,7 +508,7 @@ class ChatController(QObject):
             self.chats.set_backend(self.chat_id, key)
             self.refresh_list()
         self._show_backend(key)
-        self.status.emit(f"This chat replies with {chat_backends.LABELS.get(key, key)}")
+        self.status.emit(f"This chat replies with {chat_backends.label(key)}")
 
     def _show_backend(self, key: str) -> None:
         """Show `key` as the open chat's backend: the selector, the note and the KV meter."""
@@ -514,17 +516,29 @@ class ChatController(QObject):
         if missing:
             key = BACKEND_LLAMA
             self.view.set_backend_note(
-                f"This chat was on the hybrid backend; it replies with llama.cpp until that is available. {missing}."
+                f"This chat was on {chat_backends.label(key)}; it replies with llama.cpp until that is available. {missing}."
             )
         else:
             self.view.set_backend_note(chat_backends.about(key))
         self.backend_key = key
         # Made for this chat on its first reply (a hybrid one holds the chat's own cache).
         self.backend = LlamaCppBackend()
+        self.refresh_backend_choices()
         self.view.set_backend(key)
-        self.kv_usage.emit(KvCacheUsage(0, 0, 0) if key == BACKEND_HYBRID else None)
-        if key == BACKEND_HYBRID:
+        self.kv_usage.emit(KvCacheUsage(0, 0, 0) if is_hybrid(key) else None)
+        if is_hybrid(key):
             self.check_model()
+
+    def refresh_backend_choices(self) -> None:
+        """The selector's list, each hybrid config with the bytes it would hold at the open chat's
+        length (the tokens of its last reply), or at the model's full context for a new chat."""
+        n_tokens = 0
+        if self.chat_id is not None:
+            for m in reversed(self.chats.messages(self.chat_id)):
+                if m.role == "assistant" and m.stats:
+                    n_tokens = int(m.stats.get("context_used", 0))
+                    break
+        self.view.set_backend_choices(chat_backends.choices(self.plans.spec, n_tokens))
 
     def check_model(self) -> None:
         """Can the chat's backend run the selected model? Asked off the GUI thread (imports torch)."""

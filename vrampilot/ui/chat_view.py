@@ -5,6 +5,8 @@ Views only: the main window decides what happens on send, stop, edit and regener
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QResizeEvent, QStandardItemModel
 from PySide6.QtWidgets import (
@@ -26,13 +28,13 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.engine import SamplingParams
-from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
+from vrampilot.ui import chat_backends
+from vrampilot.ui.chat_backends import BackendChoice
 from vrampilot.ui.markdown_view import MarkdownView
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
 COPIED_MS = 1500  # how long a Copy button says "Copied"
-BACKEND_LABELS = {BACKEND_LLAMA: "llama.cpp", BACKEND_HYBRID: "Experimental: hybrid cache (torch)"}
 
 
 class MessageWidget(QFrame):
@@ -257,12 +259,11 @@ class ChatView(QWidget):
         # Per chat, as LM Studio and Jan put the model choice: beside the chat's title.
         self.backend = QComboBox()
         self.backend.setObjectName("backend")
-        for key, label in BACKEND_LABELS.items():
-            self.backend.addItem(label, key)
+        self.set_backend_choices(chat_backends.choices(None, 0))
         self.backend.setToolTip("What replies in this chat")
         # Shrinks with a narrow window (the full label is in the list and the tooltip).
         self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.backend.setMinimumContentsLength(9)
+        self.backend.setMinimumContentsLength(22)
         self.backend.currentIndexChanged.connect(self._backend_picked)
         backend_label = QLabel("Backend")
         backend_label.setBuddy(self.backend)
@@ -410,6 +411,23 @@ class ChatView(QWidget):
     def _backend_picked(self, index: int) -> None:
         if index >= 0 and not self.backend.signalsBlocked():
             self.backend_changed.emit(self.backend.itemData(index))
+
+    def set_backend_choices(self, items: Sequence[BackendChoice]) -> None:
+        """List these backends (their labels carry the bytes each would hold), keeping the choice shown;
+        one that cannot be used is listed greyed with why in its tooltip."""
+        current = self.backend.currentData()
+        self.backend.blockSignals(True)
+        self.backend.clear()
+        for item in items:
+            self.backend.addItem(item.label, item.key)
+            self.backend.setItemData(self.backend.count() - 1, item.unavailable or item.tooltip, Qt.ItemDataRole.ToolTipRole)
+        for item in items:
+            if item.unavailable:
+                self.set_backend_available(item.key, False, item.unavailable)
+        self.backend.setCurrentIndex(max(0, self.backend.findData(current)))
+        self.backend.blockSignals(False)
+        # The closed selector shrinks with the window; its list shows every label whole.
+        self.backend.view().setMinimumWidth(self.backend.view().sizeHintForColumn(0) + 24)
 
     def set_backend(self, key: str) -> None:
         """Show `key` as this chat's backend without reporting it as the user's choice."""

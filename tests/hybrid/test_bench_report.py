@@ -1,0 +1,83 @@
+"""bench/hybrid.py's report: runs that split the work merge into one report, and the targets are
+judged from the numbers (synthetic runs here: no model, no torch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+METHODS = ("full", "hybrid", "window", "q4")
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_hybrid", ROOT / "bench" / "hybrid.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_hybrid"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*, texts: list[dict[str, Any]], cases: list[dict[str, Any]], config: str = "default") -> dict[str, Any]:
+    return {"model_name": "m.gguf", "config": config, "config_description": "d", "config_fields": {"name": config},
+            "threads": 1, "lengths": [8192], "f16_full_kv_bytes": {"8192": 1000}, "texts": texts,
+            "passkey_cases": cases, "passkey_trials": 8, "seconds": 60.0}
+
+
+def _text(name: str, ppl: dict[str, float]) -> dict[str, Any]:
+    bytes_ = {"full": 1000, "hybrid": 99, "window": 99, "q4": 98}
+    results = {m: {"ppl": {"8192": ppl[m]}, "kv_bytes": {"8192": bytes_[m]}, "decode_ms_per_token": 10.0,
+                   **({"window_tokens": {"8192": 800}} if m in ("window", "q4") else {})} for m in METHODS}
+    return {"name": name, "role": "r", "short": name.split(".")[0], "samples": 1, "results": results,
+            "loss_curves": {"bucket": 256, **{m: [1.0, 2.0] for m in METHODS}}}
+
+
+def _cases(n: int, right: dict[str, int]) -> list[dict[str, Any]]:
+    return [{"length": 8192, "depth": (i % 5) / 4, "key": f"{10000 + i}", "prompt_tokens": 8190,
+             **{m: i < right[m] for m in METHODS}, **{f"{m}_text": " 1" for m in METHODS}} for i in range(n)]
+
+
+def test_split_runs_merge_into_one_report_with_intervals(bench: ModuleType, tmp_path: Path) -> None:
+    ppl = _run(texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9}),
+                      _text("dev.txt", {"full": 70.0, "hybrid": 72.0, "window": 73.0, "q4": 71.0})], cases=[])
+    pk = _run(texts=[], cases=_cases(40, {"full": 30, "hybrid": 28, "window": 5, "q4": 29}))
+    data = bench.merge_runs([ppl, pk])
+    assert len(data["texts"]) == 2 and len(data["passkey_cases"]) == 40 and data["seconds"] == 120.0
+    t = bench.targets(data)
+    assert t["ok"]["bytes"] and t["ok"]["ppl eval"] and not t["ok"]["ppl dev"]  # +1.5% and +2.9%
+    assert not t["ok"]["ppl dev vs q4"] and t["ok"]["ppl eval vs window"]
+    # 28/40 against the full cache's 30/40, whose lower 95% bound is 59.8%: met; and more than 5/40,
+    # not more than 29/40.
+    assert t["ok"]["passkey"] and t["ok"]["passkey vs window"] and not t["ok"]["passkey vs q4"]
+    data["targets"] = t
+    bench.write_report(tmp_path / "r.md", data, "plot.png")
+    report = (tmp_path / "r.md").read_text(encoding="utf-8")
+    lo, hi = bench._wilson(28, 40)
+    assert f"28/40 ({lo:.0%}-{hi:.0%})" in report and "(lower bound 60%) -> met" in report
+
+
+def test_runs_of_other_configs_or_the_same_measurement_are_refused(bench: ModuleType) -> None:
+    ppl = _run(texts=[_text("eval.txt", dict.fromkeys(METHODS, 1.0))], cases=[])
+    with pytest.raises(ValueError, match="config"):
+        bench.merge_runs([ppl, _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)), config="q4-uniform")])
+    with pytest.raises(ValueError, match="same text"):
+        bench.merge_runs([ppl, ppl])
+    pk = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    with pytest.raises(ValueError, match="same text or passkey length and depth"):
+        bench.merge_runs([ppl, pk, pk])
+    other_depth = _run(texts=[], cases=[dict(c, depth=0.1) for c in _cases(5, dict.fromkeys(METHODS, 1))])
+    assert len(bench.merge_runs([ppl, pk, other_depth])["passkey_cases"]) == 10
+    changed = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    changed["config_fields"] = {**changed["config_fields"], "window": 65}
+    with pytest.raises(ValueError, match="settings"):
+        bench.merge_runs([ppl, changed])
+    reworded = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
+    reworded["config_fields"] = {**reworded["config_fields"], "description": "new words"}
+    assert len(bench.merge_runs([ppl, reworded])["passkey_cases"]) == 5
