@@ -20,6 +20,7 @@ from vrampilot.hybrid.cache import (  # noqa: E402
 )
 from vrampilot.hybrid.config import HybridConfig  # noqa: E402
 from vrampilot.hybrid.model import LlamaModel, ModelConfig, Rope  # noqa: E402
+from vrampilot.hybrid.plan import config_kv_bytes  # noqa: E402
 
 from .conftest import TinyLlama  # noqa: E402
 
@@ -294,7 +295,7 @@ def test_counted_bytes_equal_what_every_named_config_holds(tiny_llama: TinyLlama
     for cfg in configs:
         cache = hybrid_cache(mc, model.rope, cfg)
         model.forward(tokens, 0, cache)
-        assert cfg.kv_bytes(mc.cache_shape, n) == cache.bytes_held(), cfg.name
+        assert config_kv_bytes(cfg, mc.cache_shape, n) == cache.bytes_held(), cfg.name
 
 
 def test_window_for_bytes_fits_both_storages() -> None:
@@ -303,4 +304,4 @@ def test_window_for_bytes_fits_both_storages() -> None:
     for storage in ("f16", "q4"):
         w = window_for_bytes(mc, budget, n_sink=2, storage=storage)
         cfg = HybridConfig(n_sink=2, window=w, layout_cycle="W", window_storage=storage)  # type: ignore[arg-type]
-        assert cfg.kv_bytes(mc.cache_shape, 10_000) <= budget < cfg.with_(window=w + 1).kv_bytes(mc.cache_shape, 10_000)
+        assert config_kv_bytes(cfg, mc.cache_shape, 10_000) <= budget < config_kv_bytes(cfg.with_(window=w + 1), mc.cache_shape, 10_000)

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from tests.ui.conftest import StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_STALL_S, StallMeter, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.slow
 
 # Looser than the llama.cpp flow's 50 ms: torch takes the GIL back between its kernels (30 layers,
 # several ops each, per token), where llama.cpp runs a whole token without it.
-MAX_STALL_S = 0.100
 
 
 def _reply_done(w: MainWindow) -> bool:

@@ -75,12 +75,13 @@ def held_at(config: str, spec: ModelSpec, n_tokens: int) -> KvCacheUsage | None:
     """What this config's cache would hold after n_tokens of this model, beside llama.cpp's f16 cache;
     None for a model whose layers differ (the backend cannot run it). Torch-free: counted, not run."""
     from vrampilot.hybrid.config import CacheShape, get_config
+    from vrampilot.hybrid.plan import config_kv_bytes
 
     if len(set(spec.n_head)) != 1 or len(set(spec.n_head_kv)) != 1 or spec.head_dim_k != spec.head_dim_v:
         return None
     shape = CacheShape(spec.n_layer, spec.n_head_kv[0], spec.head_dim_k,
                        (spec.n_layer, spec.n_head[0], spec.n_head_kv[0], spec.head_dim_k, spec.n_vocab))
-    return KvCacheUsage(get_config(config).kv_bytes(shape, n_tokens), n_tokens * shape.f16_kv_bytes_per_token, n_tokens)
+    return KvCacheUsage(config_kv_bytes(get_config(config), shape, n_tokens), n_tokens * shape.f16_kv_bytes_per_token, n_tokens)
 
 
 def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:

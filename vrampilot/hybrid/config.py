@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from vrampilot.errors import UserError
-
-if TYPE_CHECKING:
-    from vrampilot.hybrid.plan import LayerPlan
 
 LayerKind = Literal["F", "W", "C", "H", "R"]
 _KINDS = frozenset("FWCHR")
@@ -111,28 +108,6 @@ class HybridConfig:
             tuple(self.retrieval_kind if (il, h) in chosen else kind for h in range(n_head_kv))
             for il, kind in enumerate(self.layer_kinds(n_layer))
         )
-
-    def head_plans(self, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()) -> tuple[tuple[LayerPlan | None, ...], ...]:
-        """What every KV head runs, layer by layer (None: the full cache); the bytes of a config and
-        the caches it builds both come from here."""
-        from vrampilot.hybrid.plan import LayerPlan
-
-        reach = {(il, h): r for il, h, r in self.head_reach} if self.applies_heads_to(model_shape) else {}
-        for il, h in reach:
-            if il >= n_layer or h >= n_head_kv:
-                raise UserError(f"hybrid config {self.name!r}: head ({il}, {h}) is outside the model's "
-                                f"{n_layer} layers x {n_head_kv} KV heads")
-        return tuple(
-            tuple(None if kind == "F" else LayerPlan.for_kind(kind, self, reach.get((il, h), self.reach))
-                  for h, kind in enumerate(kinds))
-            for il, kinds in enumerate(self.head_kinds(n_layer, n_head_kv, model_shape))
-        )
-
-    def kv_bytes(self, shape: CacheShape, n_tokens: int) -> int:
-        """Bytes this config's cache holds after n_tokens on a model of this shape (torch-free)."""
-        from vrampilot.hybrid.plan import cache_bytes
-
-        return cache_bytes(self.head_plans(shape.n_layer, shape.n_head_kv, shape.model_shape), n_tokens, shape.head_dim)
 
     def validate(self) -> HybridConfig:
         bad = set(self.layout_head + self.layout_cycle + self.retrieval_kind) - _KINDS

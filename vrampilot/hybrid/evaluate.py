@@ -29,6 +29,7 @@ import torch
 from vrampilot.hybrid.cache import AttentionCache, full_cache, hybrid_cache, window_cache, window_for_bytes
 from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.model import LlamaModel, default_threads
+from vrampilot.hybrid.plan import config_kv_bytes
 
 PREFILL_CHUNK = 256
 PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -171,7 +172,7 @@ def baseline_cache(model: LlamaModel, cfg: HybridConfig, method: str, n_tokens: 
     than the hybrid does after n_tokens (sinks as the hybrid's)."""
     mc = model.config
     storage = BASELINE_STORAGE[method]
-    w = window_for_bytes(mc, cfg.kv_bytes(mc.cache_shape, n_tokens), cfg.n_sink, storage)
+    w = window_for_bytes(mc, config_kv_bytes(cfg, mc.cache_shape, n_tokens), cfg.n_sink, storage)
     return window_cache(mc, model.rope, w, cfg.n_sink, storage=storage), w
 
 
@@ -412,7 +413,7 @@ def run_passkey(
 def hybrid_bytes_at(model: LlamaModel, cfg: HybridConfig, n_tokens: int) -> int:
     """Bytes the hybrid cache holds after n tokens: they depend on the count only, not on the
     tokens (plan.py counts them; tests hold the count to real runs)."""
-    return cfg.kv_bytes(model.config.cache_shape, n_tokens)
+    return config_kv_bytes(cfg, model.config.cache_shape, n_tokens)
 
 
 def _record_bytes(into: dict[int, int], cache: AttentionCache, n_tokens: int) -> None:

@@ -79,7 +79,7 @@ class ModelConfig:
 
     @property
     def cache_shape(self) -> CacheShape:
-        """What byte counts need of this model (HybridConfig.kv_bytes)."""
+        """What byte counts need of this model (hybrid.plan.config_kv_bytes)."""
         return CacheShape(self.n_layer, self.n_head_kv, self.head_dim, self.shape)
 
     @property

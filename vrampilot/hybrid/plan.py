@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from vrampilot.errors import UserError
+
 if TYPE_CHECKING:
     import torch
 
-    from vrampilot.hybrid.config import HybridConfig, LayerKind
+    from vrampilot.hybrid.config import CacheShape, HybridConfig, LayerKind
 
 Storage = Literal["fp8", "f16", "q4"]
 RAW_BLOCK = 16  # kind R: tokens move from the f16 window to compressed storage this many at a time
@@ -148,3 +150,25 @@ def cache_bytes(plans: Sequence[Sequence[LayerPlan | None]], n_tokens: int, head
     """Bytes a whole cache holds after n_tokens: `plans[layer][kv_head]`, None for a full-cache head."""
     return sum(full_head_bytes(n_tokens, head_dim) if p is None else p.kv_bytes(n_tokens, head_dim)
                for layer in plans for p in layer)
+
+
+def head_plans(
+    cfg: HybridConfig, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()
+) -> tuple[tuple[LayerPlan | None, ...], ...]:
+    """What every KV head runs under `cfg`, layer by layer (None: the full cache); the bytes of a
+    config and the caches it builds both come from here."""
+    reach = {(il, h): r for il, h, r in cfg.head_reach} if cfg.applies_heads_to(model_shape) else {}
+    for il, h in reach:
+        if il >= n_layer or h >= n_head_kv:
+            raise UserError(f"hybrid config {cfg.name!r}: head ({il}, {h}) is outside the model's "
+                            f"{n_layer} layers x {n_head_kv} KV heads")  # fmt: skip
+    return tuple(
+        tuple(None if kind == "F" else LayerPlan.for_kind(kind, cfg, reach.get((il, h), cfg.reach))
+              for h, kind in enumerate(kinds))
+        for il, kinds in enumerate(cfg.head_kinds(n_layer, n_head_kv, model_shape))
+    )
+
+
+def config_kv_bytes(cfg: HybridConfig, shape: CacheShape, n_tokens: int) -> int:
+    """Bytes `cfg`'s cache holds after n_tokens on a model of this shape (torch-free)."""
+    return cache_bytes(head_plans(cfg, shape.n_layer, shape.n_head_kv, shape.model_shape), n_tokens, shape.head_dim)

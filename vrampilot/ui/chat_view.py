@@ -263,7 +263,7 @@ class ChatView(QWidget):
         self.backend.setToolTip("What replies in this chat")
         # Shrinks with a narrow window (the full label is in the list and the tooltip).
         self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.backend.setMinimumContentsLength(22)
+        self.backend.setMinimumContentsLength(10)  # the window fits 640 px; the list shows labels whole
         self.backend.currentIndexChanged.connect(self._backend_picked)
         backend_label = QLabel("Backend")
         backend_label.setBuddy(self.backend)
