@@ -32,7 +32,7 @@ def main() -> int:
         "device": target.gpus[0].buffer_name, "kind": target.gpus[0].kind,
         "plan": {"weights": dev.weights_bytes, "kv": dev.kv_bytes, "compute": dev.compute_bytes,
                  "host_compute": p.memory.host.compute_bytes, "host_kv": p.memory.host.kv_bytes},
-        "layers": list(p.memory.device_layers(0)), "output_on_device": p.memory.output_device == 0,
+        "n_layer": spec.n_layer, "layers": list(p.memory.device_layers(0)), "output_on_device": p.memory.output_device == 0,
         "measured": {"model": m.model_bytes, "kv": m.kv_buffer_bytes, "compute": m.compute_bytes},
     })  # fmt: skip
     print(json.dumps(out))
