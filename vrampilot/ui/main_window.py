@@ -339,6 +339,9 @@ class MainWindow(QMainWindow):
         if self._shut:
             return
         self._shut = True
+        # A plan, fit or reply still on its way must not reach a window whose databases are closing.
+        self.plans.blockSignals(True)
+        self.chats.blockSignals(True)
         self.hub.shutdown()
         self.server.shutdown()
         self.meters_feed.stop()
