@@ -106,15 +106,15 @@ def _load_api() -> _Api:
     global _api
     with _api_lock:
         if _api is None:
-            llama_cpp = load()  # registers the CPU variant this machine runs
-            if sys.platform == "win32":
-                from vrampilot.llamacpp.backends import lib_dir_of
+            from vrampilot.llamacpp.backends import ggml_library, lib_dir_of
 
-                lib_dir = lib_dir_of(llama_cpp)
-                base: Any = ctypes.CDLL(str(lib_dir / "ggml-base.dll"))
-                registry: Any = ctypes.CDLL(str(lib_dir / "ggml.dll"))
-            else:
-                base = registry = llama_cpp.llama_cpp._lib
+            llama_cpp = load()  # registers the CPU variant this machine runs
+            # The libggml whose registry holds that variant (backends chose the handle); its
+            # ggml-base functions come through it on Linux, from their own DLL on Windows.
+            registry: Any = ggml_library()
+            if registry is None:
+                raise GgmlError("llama.cpp's backends are not loaded")
+            base: Any = ctypes.CDLL(str(lib_dir_of(llama_cpp) / "ggml-base.dll")) if sys.platform == "win32" else registry
             _api = _Api(base, registry)
         return _api
 
