@@ -81,6 +81,9 @@ class ChatController(QObject):
         self.confirm = confirm
         self.state = ChatState.IDLE
         self.chat_id: int | None = None
+        # Tokens the open chat's last reply had in context: what the backend list sizes each hybrid
+        # config at. Kept here so that listing it (on every plan) never reads the database.
+        self._context_used = 0
         self.editing: int | None = None
         self.backend_key = BACKEND_LLAMA
         self.backend: ChatBackend = LlamaCppBackend()
@@ -135,6 +138,7 @@ class ChatController(QObject):
         if self.busy:
             return
         self.chat_id = None
+        self._context_used = 0
         self.editing = None
         self.ctx.prefs.set_last_chat(None)
         self.view.clear_messages()
@@ -152,6 +156,8 @@ class ChatController(QObject):
             return
         chat = self.chats.chat(chat_id)
         self.chat_id = chat.id
+        self._context_used = next((int(m.stats.get("context_used", 0)) for m in reversed(chat.messages)
+                                   if m.role == "assistant" and m.stats), 0)  # fmt: skip
         self.editing = None
         self.ctx.prefs.set_last_chat(chat.id)
         self.view.clear_messages()
@@ -390,6 +396,7 @@ class ChatController(QObject):
             self._offer_answer()
             return
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
+        self._context_used = int(stats.get("context_used", 0))
         self.refresh_backend_choices()
 
     def _store_reply(self, chat_id: int, text: str, stats: dict[str, Any], *, save_state: bool) -> None:
@@ -532,12 +539,7 @@ class ChatController(QObject):
     def refresh_backend_choices(self) -> None:
         """The selector's list, each hybrid config with the bytes it would hold at the open chat's
         length (the tokens of its last reply), or at the model's full context for a new chat."""
-        n_tokens = 0
-        if self.chat_id is not None:
-            for m in reversed(self.chats.messages(self.chat_id)):
-                if m.role == "assistant" and m.stats:
-                    n_tokens = int(m.stats.get("context_used", 0))
-                    break
+        n_tokens = self._context_used if self.chat_id is not None else 0
         self.view.set_backend_choices(chat_backends.choices(self.plans.spec, n_tokens))
 
     def check_model(self) -> None:
