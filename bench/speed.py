@@ -12,9 +12,9 @@ and leaves the user's record alone):
    (prefill tokens/s), then `--tokens` generated after it (decode tokens/s). Cases run in
    alternating order over `--rounds` rounds; medians are reported, with the share of the CPU other
    programs used meanwhile.
-3. Predicts each case for the same conditions with the probe alone ("before"), then chats three
-   replies with the embedded model on this machine's default plan, as a user would, learns from
-   them (planner/calibration.py) and predicts again ("after").
+3. Predicts each case for the same conditions with the probe alone ("before"), and again after
+   three replies with the embedded model on this machine's default plan, one after each round (the
+   rest after the last), learned from as the app does (planner/calibration.py) ("after").
 4. Prints predicted / measured per case and kind, and the worst ratio of each phase last.
 
 Run: .venv/bin/python bench/speed.py [--rounds 3] [--tokens 64] [--json bench/out/speed.json]
@@ -57,6 +57,7 @@ CALIBRATION_TURNS = (
     "What about Lyon?",
     "Which one would you visit first?",
 )
+CALIBRATION_REPLIES = 3
 LIMITS = {"before": 0.25, "after": 0.15}
 FILLER = (
     "The river runs past the old mill, where the town keeps its records of every harvest, flood and "
@@ -110,7 +111,63 @@ def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
     return [Message("user", text)]
 
 
-def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int) -> None:
+class Calibration:
+    """Replies a user would get on this machine's default plan of the embedded model, one turn of
+    one conversation at a time, each learned from as the app does (planner/calibration.py). The
+    bench spreads them over its rounds, as a user's replies are spread over time: a machine whose
+    speed drifts (a VM's neighbours) teaches its typical state, not one moment's."""
+
+    def __init__(self, machine: Any) -> None:
+        from vrampilot.engine import Engine
+        from vrampilot.gguf import load_model_spec
+        from vrampilot.paths import embedded_model_path
+        from vrampilot.planner.search import plan
+        from vrampilot.planner.target import target_from_machine
+
+        path = embedded_model_path()
+        assert path is not None
+        self.plan = plan(load_model_spec(path), target_from_machine(machine), exact=True)
+        self.engine = Engine()
+        self.engine.load(self.plan)
+        self.speed = machine.speed
+        self.messages: list[Any] = []
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def learned(self) -> int:
+        from vrampilot.planner.speed import backend_key
+
+        # Replies learned from at all (a chat's short prompts teach generating only).
+        return self.speed.factors_for(backend_key(self.plan.target, self.plan.settings)).n_replies
+
+    def reply(self) -> None:
+        from vrampilot.engine import Message, SamplingParams
+        from vrampilot.hardware import cpu_load
+        from vrampilot.planner.calibration import record_reply
+        from vrampilot.planner.speed import backend_key
+
+        text = CALIBRATION_TURNS[len(self.log) % len(CALIBRATION_TURNS)]
+        self.messages.append(Message("user", text))
+        start = cpu_load.snapshot()
+        reply = self.engine.chat(self.messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(self.messages)))
+        share = cpu_load.others_share(start)
+        self.messages.append(Message("assistant", reply.text))
+        s = reply.stats
+        self.speed = record_reply(self.speed, self.plan, s.measurement(share))
+        factors = self.speed.factors_for(backend_key(self.plan.target, self.plan.settings))
+        self.log.append({"prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
+                         "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
+                         "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
+                         "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
+        print(f"  reply {len(self.log)}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} tokens/s, "
+              f"{s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); learned "
+              f"{len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        self.engine.unload()
+
+
+def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibration: Calibration) -> None:
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware import cpu_load
@@ -143,50 +200,12 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int) -> None
                 f"others {c.others[-1]:.0%})",
                 flush=True,
             )
-
-
-def calibrate(machine: Any, max_replies: int = len(CALIBRATION_TURNS)) -> tuple[Any, list[dict[str, Any]]]:
-    """Three replies a user would get on this machine's default plan of the embedded model, learned
-    from; more (up to max_replies) when one was set aside because the machine was busy."""
-    from vrampilot.engine import Engine, Message, SamplingParams
-    from vrampilot.gguf import load_model_spec
-    from vrampilot.hardware import cpu_load
-    from vrampilot.paths import embedded_model_path
-    from vrampilot.planner.calibration import record_reply
-    from vrampilot.planner.search import plan
-    from vrampilot.planner.speed import backend_key
-    from vrampilot.planner.target import target_from_machine
-
-    path = embedded_model_path()
-    assert path is not None
-    p = plan(load_model_spec(path), target_from_machine(machine), exact=True)
-    engine = Engine()
-    engine.load(p)
-    messages: list[Message] = []
-    log = []
-    speed = machine.speed
-    try:
-        for text in CALIBRATION_TURNS[:max_replies]:
-            messages.append(Message("user", text))
-            start = cpu_load.snapshot()
-            reply = engine.chat(messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(messages)))
-            share = cpu_load.others_share(start)
-            messages.append(Message("assistant", reply.text))
-            s = reply.stats
-            speed = record_reply(speed, p, s.measurement(share))
-            factors = speed.factors_for(backend_key(p.target, p.settings))
-            log.append({"prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
-                        "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
-                        "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
-                        "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
-            print(f"  reply {len(log)}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} tokens/s, "
-                  f"{s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); learned "
-                  f"{len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
-            if min(len(factors.decode_ratios), len(factors.prefill_ratios)) >= 3:
-                break
-    finally:
-        engine.unload()
-    return replace(machine, speed=speed), log
+        # A reply of the user's chat after each round (three in all: the rest after the last).
+        for _ in range(1 if r < rounds - 1 else max(1, CALIBRATION_REPLIES - r)):
+            calibration.reply()
+        # More, up to every turn there is, when one was set aside because the machine was busy.
+        while r == rounds - 1 and calibration.learned < CALIBRATION_REPLIES and len(calibration.log) < len(CALIBRATION_TURNS):
+            calibration.reply()
 
 
 def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
@@ -245,12 +264,16 @@ def main() -> int:
     threads = [int(x) for x in args.threads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
-    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds", flush=True)
-    measure(cases, machine, args.rounds, args.tokens)
+    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; after each, a reply on this machine's "
+          "default plan of the embedded model, learned from (three in all)", flush=True)
+    calibration = Calibration(machine)
+    try:
+        measure(cases, machine, args.rounds, args.tokens, calibration)
+    finally:
+        calibration.close()
     before = predict(cases, machine)
-    print("\n3. Three replies on this machine's default plan of the embedded model, learned from", flush=True)
-    calibrated, replies = calibrate(machine)
-    after = predict(cases, calibrated)
+    after = predict(cases, replace(machine, speed=calibration.speed))
+    replies = calibration.log
 
     rows = []
     print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others")

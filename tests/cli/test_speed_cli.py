@@ -34,13 +34,21 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f16"} <= {k["type"] for k in probe["kernels"]}
     assert {a["kv_type"] for a in probe["attention"]} == {"f16", "q8_0", "q4_0"}
     assert speed["gpu"] == "assumed"
+    # The built-in model ran for real, and what it taught is shown beside the kernels' figures.
+    ref = probe["reference"]
+    assert ref["model_name"].startswith("SmolLM2") and len(ref["decode"]) == 4 and len(ref["prefill"]) == 2
+    graph = speed["graph_factors"]
+    assert {r["threads"] for r in graph["decode_base"]} == {r["threads"] for r in probe["ram_read_gbps"]}
+    assert all(0.5 <= r["value"] <= 3.0 for rates in graph.values() for r in rates)
     text = vrampilot("doctor", env=env).stdout
     assert "Speed: measured " in text and "RAM read" in text and "q4_1" in text
+    assert "the built-in model (SmolLM2" in text and "graph costs beyond the kernels" in text
 
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
     assert d["speed"]["host_rates"] == f"measured {probe['measured_at']}"
     basis = next(x for x in d["reasons"] if x.startswith("Speed basis"))
     assert f"measured on this machine {probe['measured_at'][:10]}" in basis
+    assert "a run of the built-in model here corrects the kernels' sum by x" in basis
 
     # A reply: predicted and measured side by side, remembered for the next plan of this model.
     r = vrampilot("chat", *PINS, "--prompt", "Say hello.", "--max-tokens", "16", "--temperature", "0", "--save",

@@ -108,7 +108,9 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     engine = Engine()
     engine.load(p)
     try:
-        reply = engine.chat([Message("user", "Name three rivers in Europe.")],
+        # A prompt long enough to teach prefill (MIN_PREFILL_TOKENS) as well as decoding.
+        places = "Paris, Lyon, Vienna, Budapest, Prague, Krakow, Berlin, Hamburg, Amsterdam, Rotterdam, Brussels, Ghent, " * 2
+        reply = engine.chat([Message("user", f"I visited {places}and more. Name three rivers in Europe.")],
                             SamplingParams(temperature=0.0, max_tokens=24, seed=1))  # fmt: skip
     finally:
         engine.unload()

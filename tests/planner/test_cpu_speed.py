@@ -52,6 +52,24 @@ def test_decoding_slows_as_the_context_fills_at_the_cache_type_s_attention_rate(
     assert f16.decode_seconds(2000) - f16.decode_seconds(1000) == pytest.approx(grow_f16 * 1000 / 3744, rel=1e-6)
 
 
+def test_query_heads_that_share_a_kv_head_stream_it_from_ram_once(tmp_path: Path) -> None:
+    from vrampilot.hardware.measured import AttentionRates, RateAt
+
+    # f16 attention at 20 GFLOP/s in the CPU's caches, 10 from RAM: streaming doubles a cell's cost.
+    probe = replace(uniform_probe(), attention=tuple(
+        AttentionRates("f16", d, (RateAt(1, 20.0),), (RateAt(1, 20.0),), (RateAt(1, 10.0),)) for d in (64, 256)))
+    pins = Pins(n_ctx=4096, n_threads=1, n_threads_batch=1, type_k="f16", type_v="f16", flash_attn=True)
+    growth = {}
+    for n_kv in (4, 1):
+        spec = load_model_spec(write_model(tmp_path / f"kv{n_kv}.gguf", "llama", n_layer=2, n_embd=256, n_head=4,
+                                           n_head_kv=n_kv, n_ff=512))  # fmt: skip
+        m = _model(spec, probe, pins)
+        growth[n_kv] = m.decode_seconds(4000) - m.decode_seconds(256)
+    # Per cell: 4 query heads' arithmetic, plus one RAM read per KV head (as costly as a head's
+    # arithmetic here): 4 + 4 with a KV head each, 4 + 1 with one KV head for all four.
+    assert growth[1] / growth[4] == pytest.approx(5 / 8, rel=1e-6)
+
+
 def test_sliding_window_layers_stop_growing_at_their_window(tmp_path: Path) -> None:
     swa = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", n_layer=6, sliding_window=512))
     full = load_model_spec(write_model(tmp_path / "g0.gguf", "gemma3", n_layer=6, sliding_window=0))
@@ -59,6 +77,11 @@ def test_sliding_window_layers_stop_growing_at_their_window(tmp_path: Path) -> N
     grow_swa = m_swa.decode_seconds(4000) - m_swa.decode_seconds(1)
     grow_full = m_full.decode_seconds(4000) - m_full.decode_seconds(1)
     assert 0 < grow_swa < grow_full / 2  # 1 layer in 6 sees the whole context
+    # Past the window only that layer grows: a query sees the 512-token window, not the window
+    # and the ubatch the sliding cache holds (the kernel skips the masked cells).
+    late_swa = m_swa.decode_seconds(1000) - m_swa.decode_seconds(600)
+    late_full = m_full.decode_seconds(1000) - m_full.decode_seconds(600)
+    assert late_swa == pytest.approx(late_full / 6, rel=1e-6)
 
 
 def test_a_short_prompt_costs_at_least_one_pass_over_the_weights(q8_llama: ModelSpec) -> None:

@@ -1,7 +1,9 @@
 """`vrampilot doctor [--measure] [--json]`: what this machine has, as the planner will use it.
 
-`--measure` runs the speed probe now, for every weight type of released GGUF files (about 2-3 s on
-2 cores), and keeps its figures for this machine; the app's first start runs a shorter one.
+`--measure` runs the speed probe now, for every weight type of released GGUF files (about 10 s on
+2 cores, the built-in model's run included), and keeps its figures for this machine; the app's first
+start runs a shorter one. What the built-in model's run teaches the speed model (planner/
+graph_factors.py) is shown beside the probe's figures.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import sys
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import detect_machine
+from vrampilot.hardware.measured import RateAt
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.speed_report import format_speed, speed_to_dict
 from vrampilot.hardware.types import Machine
+from vrampilot.planner.cpu_speed import GraphFactors
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,11 +54,39 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print("Measuring this machine (llama.cpp's kernels, a few seconds)…", file=sys.stderr, flush=True)
         machine = measure(machine)
+    graph = _graph_factors(machine)
     if args.json:
         d = machine_to_dict(machine)
         d["speed"] = speed_to_dict(machine.speed)
+        if d["speed"] is not None:
+            d["speed"]["graph_factors"] = graph and {
+                k: [{"threads": r.threads, "value": r.value} for r in getattr(graph, k)]
+                for k in ("decode_base", "decode_attention", "prefill_base", "prefill_attention")
+            }
         print(json.dumps(d, indent=2))
     else:
         print(format_machine(machine))
-        print("\n".join(format_speed(machine)))
+        lines = format_speed(machine)
+        if graph is not None:
+            # After the probe's lines, before what replies taught.
+            at = next((i for i, line in enumerate(lines) if line.startswith("  learned from")), len(lines))
+            lines.insert(at, _graph_line(graph))
+        print("\n".join(lines))
     return 0
+
+
+def _graph_factors(machine: Machine) -> GraphFactors | None:
+    from vrampilot.planner.graph_factors import graph_factors
+
+    probe = machine.speed.probe if machine.speed is not None else None
+    return graph_factors(probe, machine.cpu.physical_cores)
+
+
+def _graph_line(g: GraphFactors) -> str:
+    def pair(rates: tuple[RateAt, ...]) -> str:
+        return " / ".join(f"x{r.value:.2f}" for r in sorted(rates, key=lambda r: r.threads))
+
+    return (
+        f"  graph costs beyond the kernels (learned from that run): generating {pair(g.decode_base)} on weights, "
+        f"{pair(g.decode_attention)} on attention; prompts {pair(g.prefill_base)}, {pair(g.prefill_attention)}"
+    )

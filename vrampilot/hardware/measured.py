@@ -7,7 +7,8 @@ both belong to one machine and go stale together when its hardware changes:
 - `HostProbe`: llama.cpp's own kernels timed once on this CPU (`hardware/probe.py`): weight bytes
   per second through the mat-vec kernel of each weight type (decoding), matrix throughput of the
   same kernels on a prompt-sized batch (reading prompts), flash attention per KV cache type, the
-  fixed cost of one graph node, and the RAM read bandwidth.
+  fixed cost of one graph node, the RAM read bandwidth, and the built-in model's real steps
+  (`ReferenceRun`: what a whole graph costs beyond its kernels).
 - `SpeedFactors`: per backend, measured / predicted speed of recent replies. The planner multiplies
   its predictions by their median, bounded, so one reply on a busy machine moves nothing.
 
@@ -171,6 +172,80 @@ class FixedCosts:
 
 
 @dataclass(frozen=True)
+class ReferenceDecode:
+    """Decode steps of the reference model with `threads`: the median step with `depth` tokens in
+    the cache (the mean over the steps timed)."""
+
+    threads: int
+    depth: int
+    step_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threads": self.threads, "depth": self.depth, "step_s": round(self.step_s, 7)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReferenceDecode:
+        return cls(int(d["threads"]), int(d["depth"]), float(d["step_s"]))
+
+
+@dataclass(frozen=True)
+class ReferencePrefill:
+    """One ubatch of the reference model's prompt: n_tokens read after n_past, in `seconds`."""
+
+    threads: int
+    n_past: int
+    n_tokens: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threads": self.threads, "n_past": self.n_past, "n_tokens": self.n_tokens,
+                "seconds": round(self.seconds, 6)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReferencePrefill:
+        return cls(int(d["threads"]), int(d["n_past"]), int(d["n_tokens"]), float(d["seconds"]))
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The built-in model run for real by the probe (hardware/reference_run.py): decode steps near
+    the start of the cache and deep into it at each thread count, and a prompt read ubatch by
+    ubatch. The planner predicts the same steps from the kernels' rates; what the graph costs
+    beyond them, it learns from the difference (planner/graph_factors.py)."""
+
+    model_name: str  # the GGUF file's name
+    model_bytes: int  # and its size: another file of that name is another model
+    n_ctx: int
+    n_ubatch: int
+    kv_type: str  # the cache type both K and V used ("f16"), with flash attention
+    decode: tuple[ReferenceDecode, ...]
+    prefill: tuple[ReferencePrefill, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_name": self.model_name,
+            "model_bytes": self.model_bytes,
+            "n_ctx": self.n_ctx,
+            "n_ubatch": self.n_ubatch,
+            "kv_type": self.kv_type,
+            "decode": [x.to_dict() for x in self.decode],
+            "prefill": [x.to_dict() for x in self.prefill],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReferenceRun:
+        return cls(
+            model_name=str(d["model_name"]),
+            model_bytes=int(d["model_bytes"]),
+            n_ctx=int(d["n_ctx"]),
+            n_ubatch=int(d["n_ubatch"]),
+            kv_type=str(d["kv_type"]),
+            decode=tuple(ReferenceDecode.from_dict(x) for x in d["decode"]),
+            prefill=tuple(ReferencePrefill.from_dict(x) for x in d["prefill"]),
+        )
+
+
+@dataclass(frozen=True)
 class HostProbe:
     """One run of the speed probe on this machine's CPU (see hardware/probe.py)."""
 
@@ -186,6 +261,8 @@ class HostProbe:
     others_cpu_share: float = 0.0
     # The app itself ran llama.cpp meanwhile (a reply): other programs' share does not see that.
     app_busy: bool = False
+    # The built-in model run for real (None: a record from before the probe did, or no model).
+    reference: ReferenceRun | None = None
 
     @property
     def busy(self) -> bool:
@@ -240,6 +317,7 @@ class HostProbe:
             "attention": [a.to_dict() for a in self.attention],
             "others_cpu_share": round(self.others_cpu_share, 3),
             "app_busy": self.app_busy,
+            "reference": self.reference.to_dict() if self.reference else None,
         }
 
     @classmethod
@@ -254,6 +332,7 @@ class HostProbe:
             attention=tuple(AttentionRates.from_dict(a) for a in d["attention"]),
             others_cpu_share=float(d.get("others_cpu_share", 0.0)),
             app_busy=bool(d.get("app_busy", False)),
+            reference=ReferenceRun.from_dict(d["reference"]) if d.get("reference") else None,
         )
 
 

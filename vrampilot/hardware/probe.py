@@ -12,6 +12,8 @@ What it times, each with 1 thread and with one per physical core (`probe_threads
 - The fixed costs of a decode step: a tiny Llama model (hardware/probe_model.py) decoded through the
   engine's own loop at two depths and two vocabulary sizes gives the cost per step, per layer
   (its graph nodes and their barriers) and per logit sampled.
+- The built-in model run for real (hardware/reference_run.py): what a whole graph costs beyond the
+  sum of its kernels, which the planner learns from (planner/graph_factors.py).
 
 The planner's speed model turns these into tokens/s (planner/cpu_speed.py); replies then correct
 what the model still misses (planner/calibration.py).
@@ -43,6 +45,7 @@ from vrampilot.hardware.measured import (
     StepTiming,
 )
 from vrampilot.hardware.probe_model import write_probe_model
+from vrampilot.hardware.reference_run import decode_step_times, measure_reference
 
 if TYPE_CHECKING:
     from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
@@ -68,16 +71,17 @@ _MIN_STREAM_BYTES = 48 << 20
 # Qwen3-30B-A3B's 128 experts share a 512-token ubatch 8 per token).
 _MATMUL_K, _MATMUL_N, _MATMUL_M = 1024, 1024, 128
 _MOE_N, _MOE_EXPERTS = 512, (8, 2)
-# Attention: 8 heads of 64 and of 256 (the range of released models), a 4096-cell cache for one
-# decoding query, a 128-query batch (the tiled kernel needs 64 or more) over 1024 cells. Quantized
+# Attention: 8 heads of 64 and of 256 (the range of released models), a 4096-cell cache of heads of
+# 64 for one decoding query (fewer cells for larger heads: the same bytes), a 128-query batch (the
+# tiled kernel needs 64 or more) over 1024 cells. Quantized
 # caches run a slower kernel, so they get smaller shapes that keep the probe near a second.
 _ATTN_HEADS, _ATTN_HEAD_DIMS = 8, (64, 256)
 _ATTN_SHAPES = {"f16": ((4096,), (128, 1024)), "q8_0": ((1024,), (16, 512)), "q4_0": ((1024,), (16, 512))}
+# llama.cpp's decoding kernel splits the cache over the threads from this many cells on.
+_SPLIT_KV_CELLS = 512
 # The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (hardware/probe_model.py).
 _STEP_SHAPES = ((2, 256), (12, 256), (2, 32768))
 _STEP_TOKENS = 24
-# The engine's default sampling (engine/sampling.py): the sampler chain every reply pays per token.
-_SAMPLING = {"temp": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
 
 ProgressFn = Callable[[str], None]
 
@@ -176,20 +180,23 @@ def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int], stream: i
     h = _ATTN_HEADS
     out = []
     for d in _ATTN_HEAD_DIMS:
-        dec = cpu.flash_attn(tid, d, 1, n_kv_dec, h, threads, repeats=2)
+        # The same bytes at every head size, so that the cache stays in the CPU's caches (8 MiB of
+        # f16 at 4096 cells of 64): a larger head over as many cells would time RAM instead.
+        n_cached = max(_SPLIT_KV_CELLS, n_kv_dec * _ATTN_HEAD_DIMS[0] // d)
+        dec = cpu.flash_attn(tid, d, 1, n_cached, h, threads, repeats=2)
         pre = cpu.flash_attn(tid, d, n_q, n_kv_pre, h, threads, repeats=2)
         ram: tuple[RateAt, ...] = ()
         if kv == "f16":
             # A whole model's cache is read from RAM at every step, not from the CPU's caches:
             # the same query over a cache larger than them shows what streaming it costs.
-            n_big = max(n_kv_dec, stream // (h * d * 2 * 2) // 256 * 256)
+            n_big = max(n_cached, stream // (h * d * 2 * 2) // 256 * 256)
             ram = _rates(threads, 4.0 * h * d * n_big, cpu.flash_attn(tid, d, 1, n_big, h, threads, repeats=2), 1e9)
         # 2 FLOPs per multiply-add, for Q.K and for the weighted sum of V.
         out.append(
             AttentionRates(
                 kv_type=kv,
                 head_dim=d,
-                decode_gflops=_rates(threads, 4.0 * h * d * n_kv_dec, dec, 1e9),
+                decode_gflops=_rates(threads, 4.0 * h * d * n_cached, dec, 1e9),
                 prefill_gflops=_rates(threads, 4.0 * h * d * n_kv_pre * n_q, pre, 1e9),
                 decode_ram_gflops=ram,
             )
@@ -221,14 +228,7 @@ def measure_steps(threads: Sequence[int]) -> tuple[StepTiming, ...]:
                     times: list[float] = []
                     for _ in range(2):
                         llm.reset()
-                        last = 0.0
-                        for n, _token in enumerate(llm.generate([1, 2, 3], **_SAMPLING)):
-                            now = time.perf_counter()
-                            if n:
-                                times.append(now - last)
-                            last = now
-                            if n >= _STEP_TOKENS:
-                                break
+                        times += decode_step_times(llm, [1, 2, 3], _STEP_TOKENS)
                     # The lower quartile of single steps: a step another program preempted (all
                     # threads wait for the one descheduled) says nothing about this machine.
                     times.sort()
@@ -247,10 +247,13 @@ def measure_host(
     kv_types: Sequence[str] = PROBE_KV_TYPES,
     cancel: threading.Event | None = None,
     progress: ProgressFn | None = None,
+    reference: bool = True,
 ) -> HostProbe:
-    """Run the probe (about a second on 2 cores). Raises GgmlError when llama.cpp cannot run it,
-    ProbeCancelled when `cancel` is set between two measurements."""
+    """Run the probe (about 4 seconds on 2 cores, 3 of them the reference run, which `reference`
+    = False leaves out). Raises GgmlError when llama.cpp cannot run it, ProbeCancelled when `cancel`
+    is set between two measurements."""
     from vrampilot.llamacpp.ggml import CpuKernels
+    from vrampilot.paths import embedded_model_path
 
     threads = probe_threads(physical_cores)
     t_start = time.perf_counter()
@@ -278,6 +281,14 @@ def measure_host(
         for kv in kv_types:
             step(f"{kv} attention")
             attention.extend(_attention_rates(cpu, kv, threads, stream))
+    ref = None
+    model = embedded_model_path() if reference else None
+    if model is not None:
+        step("the built-in model")
+        try:
+            ref = measure_reference(model, threads)
+        except Exception:  # the kernels' figures stand on their own; the plan says what is missing
+            _log.warning("speed probe: the built-in model did not run", exc_info=True)
     probe = HostProbe(
         measured_at=_now(),
         duration_s=round(time.perf_counter() - t_start, 3),
@@ -287,12 +298,21 @@ def measure_host(
         kernels=tuple(kernels),
         attention=tuple(attention),
         others_cpu_share=round(cpu_load.others_share(load_start), 3),
+        reference=ref,
     )
     _log.info(
         "speed probe: %.2f s, RAM %.1f GB/s, other programs used %.0f%% of the CPU",
         probe.duration_s, probe.ram_peak_gbps, 100 * probe.others_cpu_share,
     )  # fmt: skip
     return probe
+
+
+def probe_outdated(probe: HostProbe) -> bool:
+    """Whether the app should measure again at this start: the last probe ran on a busy machine, or
+    came from a version that did not run the built-in model (whose run corrects every prediction)."""
+    from vrampilot.paths import embedded_model_path
+
+    return probe.busy or (probe.reference is None and embedded_model_path() is not None)
 
 
 def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:

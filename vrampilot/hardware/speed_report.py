@@ -48,6 +48,19 @@ def format_probe(probe: HostProbe) -> list[str]:
         lines.append(
             f"    {a.kv_type} cache, heads of {a.head_dim}: {_pair(a.decode_gflops)}, {_pair(a.prefill_gflops)}"
         )
+    run = probe.reference
+    if run is not None:
+        shallow, deep = min(d.depth for d in run.decode), max(d.depth for d in run.decode)
+
+        def tps(depth: int) -> str:
+            return " / ".join(f"{1 / d.step_s:.1f}" for d in sorted(run.decode, key=lambda d: d.threads) if d.depth == depth)
+
+        prompt = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in run.prefill)
+        lines.append(
+            f"  the built-in model ({run.model_name}, {run.kv_type} cache): generating {tps(shallow)} tokens/s near the "
+            f"start, {tps(deep)} after {deep} tokens; prompts {prompt} tokens/s (ubatches of {run.n_ubatch} after "
+            + ", ".join(str(p.n_past) for p in run.prefill) + " cells)"
+        )
     return lines
 
 

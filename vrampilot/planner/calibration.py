@@ -17,12 +17,18 @@ from dataclasses import dataclass, replace
 
 from vrampilot.hardware.cpu_load import BUSY_SHARE
 from vrampilot.hardware.measured import LastReply, MachineSpeed
+from vrampilot.planner.cpu_speed import FA_TILE_QUERIES
 from vrampilot.planner.search import Plan
 from vrampilot.planner.speed import SpeedModel, backend_key
 
-# Fewer generated tokens than this time too little to judge decoding; fewer prompt tokens, prefill.
+# Fewer generated tokens than this time too little to judge decoding.
 MIN_DECODE_TOKENS = 8
-MIN_PREFILL_TOKENS = 8
+# A prompt shorter than this is another regime than the long prompts a prefill factor matters for:
+# a pass over the weights, the vector attention kernel (below llama.cpp's 64-query tile) and fixed
+# costs, in a tenth of a second. Learned from, the chat's 20-40-token turns moved the predictions
+# for 1K-4K-token prompts away from what was measured (bench/speed.py: 0.57-1.0 after, 0.76-1.33
+# before), so such prompts are not learned from.
+MIN_PREFILL_TOKENS = FA_TILE_QUERIES
 # Decode time grows with the context; a reply's mean is taken over this many points of its span.
 _DECODE_POINTS = 5
 

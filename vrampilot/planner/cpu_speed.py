@@ -13,6 +13,10 @@ FLOP rate, but never faster than streaming the weights once per ubatch (short pr
 memory-bound like decoding); attention over the cache and the ubatch itself (causal: a query sees
 the cells before it); the output matrix for the last token of each batch only, as llama-cpp-python
 asks for no other logits.
+
+Both then take what the whole graph costs beyond its kernels from the probe's run of the built-in
+model (`GraphFactors`, planner/graph_factors.py): one factor for weights and fixed costs, one for
+attention over the cache, each for decoding and for prompts.
 """
 
 from __future__ import annotations
@@ -102,12 +106,30 @@ def weight_table(spec: ModelSpec) -> WeightTable:
 
 
 @dataclass(frozen=True)
+class GraphFactors:
+    """The built-in model's real steps over what the kernels' rates predict for them, per thread
+    count (planner/graph_factors.py): what a whole graph costs beyond the sum of its kernels."""
+
+    decode_base: tuple[RateAt, ...]  # a decode step's weights and fixed costs
+    decode_attention: tuple[RateAt, ...]  # its attention over the cache
+    prefill_base: tuple[RateAt, ...]  # a prompt's matrices and per-ubatch costs
+    prefill_attention: tuple[RateAt, ...]  # its attention over the cache and the ubatch
+
+    def decode(self, threads: int) -> tuple[float, float]:
+        return rate_at(self.decode_base, threads), rate_at(self.decode_attention, threads)
+
+    def prefill(self, threads: int) -> tuple[float, float]:
+        return rate_at(self.prefill_base, threads), rate_at(self.prefill_attention, threads)
+
+
+@dataclass(frozen=True)
 class CpuRates:
     """The CPU's rates as the speed model reads them: measured by the probe, or assumed."""
 
     probe: HostProbe | None
     physical_cores: int
     host_bandwidth_gbps: float = DEFAULT_HOST_BANDWIDTH_GBPS  # assumed peak, without a probe
+    graph: GraphFactors | None = None  # what the built-in model's real steps add (None: not measured)
     # Rates already looked up: the planner prices every matrix of every alternative, thousands of
     # look-ups of a handful of (type, threads, row) keys (planning a 16M context took seconds).
     _memo: dict[tuple[object, ...], float] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -189,13 +211,11 @@ class CpuRates:
         return DEFAULT_CPU_GFLOPS_PER_CORE * ASSUMED_MATMUL_EFFICIENCY * self._core_share(threads)
 
     def attention_cell_seconds(self, kv_type: str, head_dim: float, threads: int, *, prefill: bool) -> float:
-        """Seconds flash attention spends on one cache cell for one head of `head_dim` (K and V).
+        """Seconds flash attention spends on one cache cell for one query head of `head_dim` (K and
+        V) with the cache in the CPU's caches.
 
         The probe measured two head sizes; the cost per cell is taken as linear in the head size
-        through them (a fixed part per cell, a part per element), extrapolated outside. Decoding
-        reads the cache from RAM (a model's whole cache is larger than the CPU's caches): what that
-        adds per byte was measured with an f16 cache, and a quantized cache adds it for its fewer
-        bytes.
+        through them (a fixed part per cell, a part per element), extrapolated outside.
         """
         key = ("attention", kv_type, head_dim, threads, prefill)
         return self._cached(key, lambda: self._attention_cell_seconds(kv_type, head_dim, threads, prefill))
@@ -205,17 +225,27 @@ class CpuRates:
             per_core = ASSUMED_ATTN_PREFILL_GFLOPS_PER_CORE if prefill else ASSUMED_ATTN_DECODE_GFLOPS_PER_CORE
             return 4.0 * head_dim / (per_core * self._core_share(threads) * 1e9)
         rates = self.probe.attention_for(kv_type) or self.probe.attention_for("f16")
-        cell = _linear_in_head_dim(
+        return _linear_in_head_dim(
             [(a.head_dim, a.prefill_gflops if prefill else a.decode_gflops) for a in rates], head_dim, threads
         )
-        if prefill:
-            return cell  # a tile of queries shares each cell it reads: RAM is not the limit
+
+    def attention_ram_cell_seconds(self, kv_type: str, head_dim: float, threads: int) -> float:
+        """What reading one cell of one KV head (K and V) from RAM adds while decoding: a model's
+        whole cache is larger than the CPU's caches, so every step streams it. Query heads that
+        share a KV head (grouped-query attention) read it once and find it cached after that.
+        Measured with an f16 cache; a quantized cache adds it for its fewer bytes."""
+        key = ("attention-ram", kv_type, head_dim, threads)
+        return self._cached(key, lambda: self._attention_ram_cell_seconds(kv_type, head_dim, threads))
+
+    def _attention_ram_cell_seconds(self, kv_type: str, head_dim: float, threads: int) -> float:
+        if self.probe is None:
+            return 0.0
         f16 = self.probe.attention_for("f16")
-        if any(a.decode_ram_gflops for a in f16):
-            in_cache = _linear_in_head_dim([(a.head_dim, a.decode_gflops) for a in f16], head_dim, threads)
-            from_ram = _linear_in_head_dim([(a.head_dim, a.decode_ram_gflops) for a in f16], head_dim, threads)
-            cell += max(0.0, from_ram - in_cache) * _kv_bytes_per_element(kv_type) / 2.0
-        return cell
+        if not any(a.decode_ram_gflops for a in f16):
+            return 0.0
+        in_cache = _linear_in_head_dim([(a.head_dim, a.decode_gflops) for a in f16], head_dim, threads)
+        from_ram = _linear_in_head_dim([(a.head_dim, a.decode_ram_gflops) for a in f16], head_dim, threads)
+        return max(0.0, from_ram - in_cache) * _kv_bytes_per_element(kv_type) / 2.0
 
     def fixed(self, threads: int) -> FixedCosts:
         """What a step costs besides weights and attention (measured with the probe's tiny model)."""
@@ -249,6 +279,7 @@ class AttentionShape:
     n_head: int
     head_dim: float
     cells: int  # the cache cells the layer can see (the window for sliding-window layers)
+    n_head_kv: int = 0  # KV heads the query heads share (0: one per query head)
 
 
 def causal_cells(m: int, pos: int, window: int) -> float:
@@ -269,7 +300,7 @@ def decode_seconds(
     rates: CpuRates,
 ) -> float:
     """Seconds the CPU spends on one decoded token with n_tokens in the cache."""
-    t = 0.0
+    t = t_att = 0.0
     fixed = rates.fixed(threads)
     for on_cpu, layer, att in zip(layers_on_cpu, table.layers, attention, strict=True):
         if not on_cpu:
@@ -278,14 +309,17 @@ def decode_seconds(
         t += fixed.layer_s * layer.n_nodes / PROBE_LAYER_NODES
         if att is not None:
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
+            ram = rates.attention_ram_cell_seconds(kv_type, att.head_dim, threads)
             # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost.
-            t += att.n_head * min(max(n_tokens, 1), att.cells) * cell
+            t_att += min(max(n_tokens, 1), att.cells) * (att.n_head * cell + (att.n_head_kv or att.n_head) * ram)
     out = table.output
     if output_on_cpu and out is not None:
         t += out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
         t += fixed.step_s
     # The sampler goes through every logit on the CPU, wherever they were computed.
-    return t + table.n_vocab * fixed.vocab_entry_s
+    t += table.n_vocab * fixed.vocab_entry_s
+    f_base, f_att = rates.graph.decode(threads) if rates.graph is not None else (1.0, 1.0)
+    return f_base * t + f_att * t_att
 
 
 def prefill_seconds(
@@ -318,15 +352,16 @@ def prefill_seconds(
     # Attention: the cells all queries of the full ubatches see, at one rate (their ubatch size
     # picks the kernel), then the last partial ubatch at its own; no loop over ubatches (a 16M
     # context has 32K of them).
-    t += _attention_seconds(layers_on_cpu, attention, full * ub, ub, n_past, kv_type, threads, rates)
+    t_att = _attention_seconds(layers_on_cpu, attention, full * ub, ub, n_past, kv_type, threads, rates)
     if rest:
-        t += _attention_seconds(layers_on_cpu, attention, rest, rest, n_past + full * ub, kv_type, threads, rates)
+        t_att += _attention_seconds(layers_on_cpu, attention, rest, rest, n_past + full * ub, kv_type, threads, rates)
     out = table.output
     if output_on_cpu and out is not None:
         # One output row per batch: the logits of its last token.
         n_batches = math.ceil(n_tokens / max(1, n_batch))
         t += n_batches * out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
-    return t
+    f_base, f_att = rates.graph.prefill(threads) if rates.graph is not None else (1.0, 1.0)
+    return f_base * t + f_att * t_att
 
 
 def _weights_seconds(table: WeightTable, layers_on_cpu: tuple[bool, ...], m: int, threads: int, rates: CpuRates) -> float:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from vrampilot.gguf import ModelSpec
 from vrampilot.hardware.measured import SpeedFactors
 from vrampilot.planner.cpu_speed import AttentionShape, CpuRates, decode_seconds, prefill_seconds, weight_table
+from vrampilot.planner.graph_factors import graph_factors
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
@@ -106,7 +107,14 @@ def _attention_shapes(spec: ModelSpec, mem: MemoryBreakdown) -> tuple[AttentionS
         if spec.recurrent_layers[il] or not spec.n_head_kv[il]:
             out.append(None)
         else:
-            out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, _cells(mem, spec, il)))
+            # MLA's latent is one cache row that every head reads.
+            n_kv = 1 if spec.is_mla else spec.n_head_kv[il]
+            cells = _cells(mem, spec, il)
+            if spec.swa_layers[il] and spec.sliding_window:
+                # A sliding-window layer's cache holds the window plus a ubatch, but a query sees
+                # the window only, and the CPU kernel skips the masked rest.
+                cells = min(cells, spec.sliding_window)
+            out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv))
     return tuple(out)
 
 
@@ -119,7 +127,8 @@ class SpeedModel:
         self.on_gpu = tuple(on and self.gpu for on in mem.gpu_layers)
         self.output_on_gpu = self.gpu and mem.output_on_gpu
         self.table = weight_table(spec)
-        self.rates = CpuRates(target.host_probe, target.cpu_physical_cores, target.host_bandwidth_gbps)
+        probe, cores = target.host_probe, target.cpu_physical_cores
+        self.rates = CpuRates(probe, cores, target.host_bandwidth_gbps, graph=graph_factors(probe, cores))
         self.attention = _attention_shapes(spec, mem)
         # Without flash attention the products run as f16 matrix products over the cache; the
         # probe's f16 attention rates are the nearest measurement.

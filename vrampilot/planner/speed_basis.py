@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
+from vrampilot.planner.graph_factors import graph_factors
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import GPU_BANDWIDTH_EFFICIENCY, SpeedPrediction, backend_key
 from vrampilot.planner.target import Target
@@ -46,6 +47,15 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
             stand_ins = CpuRates(probe, target.cpu_physical_cores).stand_ins(weight_table(spec).types())
             if stand_ins:
                 note += "; " + ", ".join(f"{t} estimated from {s}" for t, s in sorted(stand_ins.items()))
+            graph = graph_factors(probe, target.cpu_physical_cores)
+            if graph is not None:
+                (dw, da), (pw, pa) = graph.decode(settings.n_threads), graph.prefill(settings.n_threads_batch)
+                note += (
+                    f"; a run of the built-in model here corrects the kernels' sum by x{dw:.2f} (weights) and "
+                    f"x{da:.2f} (attention) when generating, x{pw:.2f} and x{pa:.2f} for prompts"
+                )
+            else:
+                note += "; the built-in model has not been run here, so graph costs beyond the kernels are not counted"
             parts.append(note)
         else:
             parts.append(

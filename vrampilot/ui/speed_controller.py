@@ -1,7 +1,8 @@
 """Measuring the machine once and learning from every reply, in the background.
 
-At the first start on a machine (or when the last probe ran while the machine was busy) the speed
-probe runs on a worker, about a second, while the window is already usable; a model whose weight
+At the first start on a machine (or when the last probe ran while the machine was busy, or before
+the probe ran the built-in model) the speed probe runs on a worker, a few seconds, while the window
+is already usable; a model whose weight
 types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
 learned from (planner/calibration.py). Each change is saved in this machine's record and reported
 with `measured`, which the plan controller applies to its target and plan. No Qt-free logic lives
@@ -26,6 +27,7 @@ from vrampilot.hardware.probe import (
     measure_host,
     measure_kernels,
     missing_kernels,
+    probe_outdated,
 )
 from vrampilot.hardware.speed_store import add_kernels, save_probe
 from vrampilot.log import describe_error
@@ -64,7 +66,7 @@ class SpeedController(QObject):
         """Start the probe unless this machine has figures (a fixed test machine has no record)."""
         self.machine = machine
         speed = machine.speed
-        if speed is None or (speed.probe is not None and not speed.probe.busy) or self.probing:
+        if speed is None or (speed.probe is not None and not probe_outdated(speed.probe)) or self.probing:
             return
         cores, variant = machine.cpu.physical_cores, machine.llama.cpu_variant
         self.probing = True

@@ -1,0 +1,119 @@
+"""What the whole graph costs beyond its kernels, learned from the probe's run of the built-in model:
+the fit recovers the factors a run was made with, bounds a disturbed run, leaves a prompt's
+attention alone when the run cannot tell it, and every prediction then applies them, to the
+weights and to the attention separately. Runs here are data values built from the speed model's
+own prediction times known factors, so each test knows the answer; one test takes the real run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.machines import measured_machine, uniform_probe
+from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
+from vrampilot.planner.cpu_speed import CpuRates, GraphFactors, decode_seconds, prefill_seconds, weight_table
+from vrampilot.planner.graph_factors import FACTOR_MAX, _attention, factors_for_run, graph_factors
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.speed import SpeedModel
+from vrampilot.planner.target import target_cpu_only
+
+N_CTX, UBATCH = 1024, 256
+
+
+@pytest.fixture(scope="module")
+def spec(embedded_model: Path) -> ModelSpec:
+    return load_model_spec(embedded_model)
+
+
+def _constant(decode: tuple[float, float], prefill: tuple[float, float], threads: tuple[int, ...] = (1, 2)) -> GraphFactors:
+    def at(v: float) -> tuple[RateAt, ...]:
+        return tuple(RateAt(t, v) for t in threads)
+
+    return GraphFactors(at(decode[0]), at(decode[1]), at(prefill[0]), at(prefill[1]))
+
+
+def _run(spec: ModelSpec, embedded: Path, probe: HostProbe, made_with: GraphFactors) -> ReferenceRun:
+    """A reference run whose steps took exactly what the speed model predicts with `made_with`."""
+    rates = CpuRates(probe, 2, graph=made_with)
+    table, on = weight_table(spec), tuple(True for _ in range(spec.n_layer))
+    att = _attention(spec, N_CTX)
+    decode = tuple(
+        ReferenceDecode(t, depth, decode_seconds(table, on, True, att, depth, "f16", t, rates))
+        for depth in (13, 778) for t in (1, 2)
+    )  # fmt: skip
+    prefill = tuple(
+        ReferencePrefill(2, past, UBATCH, prefill_seconds(table, on, True, att, UBATCH, past, UBATCH, UBATCH, "f16", 2, rates))
+        for past in (0, 256, 512)
+    )  # fmt: skip
+    return ReferenceRun(embedded.name, embedded.stat().st_size, N_CTX, UBATCH, "f16", decode, prefill)
+
+
+def test_the_fit_recovers_the_factors_a_run_was_made_with(spec: ModelSpec, embedded_model: Path) -> None:
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
+    run = _run(spec, embedded_model, probe, _constant((1.6, 1.3), (1.1, 1.0)))
+    got = factors_for_run(spec, run, CpuRates(probe, 2))
+    for t in (1, 2):
+        assert got.decode(t) == pytest.approx((1.6, 1.3), rel=1e-3)
+    # Prompts are read with all threads in the run: those factors stand for every count.
+    assert got.prefill(1) == got.prefill(2) == pytest.approx((1.1, 1.0), rel=1e-3)
+
+
+def test_a_disturbed_run_is_bounded_not_believed(spec: ModelSpec, embedded_model: Path) -> None:
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2))
+    run = _run(spec, embedded_model, probe, _constant((1.0, 1.0), (1.0, 1.0)))
+    slow = replace(run, decode=tuple(replace(d, step_s=d.step_s * 20) for d in run.decode))
+    got = factors_for_run(spec, slow, CpuRates(probe, 2))
+    assert got.decode(1)[0] == FACTOR_MAX
+
+
+def test_a_prompt_s_attention_keeps_the_kernels_rate_and_its_excess_goes_to_the_weights(spec: ModelSpec, embedded_model: Path) -> None:
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2))
+    # Made with attention twice as slow as the kernels say: too small a share of a ubatch to tell
+    # from noise, so it is not learned; the ubatches' whole excess lands on the weights' factor.
+    run = _run(spec, embedded_model, probe, _constant((1.0, 1.0), (1.5, 2.0)))
+    base, att = factors_for_run(spec, run, CpuRates(probe, 2)).prefill(2)
+    assert att == 1.0
+    assert 1.5 < base < 1.8
+
+
+def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: ModelSpec, embedded_model: Path) -> None:
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
+    with_run = replace(probe, reference=_run(spec, embedded_model, probe, _constant((1.5, 2.0), (1.2, 1.4))))
+
+    def model(p: HostProbe) -> SpeedModel:
+        target = target_cpu_only(measured_machine(p, cores=2))
+        pl = plan(spec, target, Pins(n_ctx=8192, n_threads=2, n_threads_batch=2, type_k="f16", type_v="f16",
+                                     flash_attn=True))  # fmt: skip
+        return SpeedModel(spec, pl.settings, target, pl.memory)
+
+    raw, corrected = model(probe), model(with_run)
+    assert raw.rates.graph is None and corrected.rates.graph is not None
+    # A step near the start is nearly all weights; what a fuller cache adds is all attention.
+    assert corrected.decode_seconds(1) == pytest.approx(1.5 * raw.decode_seconds(1), rel=1e-2)
+    grow = raw.decode_seconds(4001) - raw.decode_seconds(1)
+    assert corrected.decode_seconds(4001) - corrected.decode_seconds(1) == pytest.approx(2.0 * grow, rel=1e-3)
+    assert corrected.prefill_seconds(512) > 1.2 * raw.prefill_seconds(512)
+
+
+def test_a_run_of_another_file_or_none_leaves_the_kernels_alone(host_probe: HostProbe) -> None:
+    assert graph_factors(replace(host_probe, reference=None), 2) is None
+    assert host_probe.reference is not None
+    other = replace(host_probe, reference=replace(host_probe.reference, model_bytes=1))
+    assert graph_factors(other, 2) is None
+
+
+def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: HostProbe) -> None:
+    run = host_probe.reference
+    assert run is not None
+    threads = sorted({d.threads for d in run.decode})
+    assert [(d.threads, d.depth > 500) for d in run.decode] == [(t, False) for t in threads] + [(t, True) for t in threads]
+    assert [p.n_past for p in run.prefill] == [0, 512] and all(p.seconds > 0 for p in run.prefill)
+    got = graph_factors(host_probe, max(threads))
+    assert got is not None
+    for t in threads:
+        for f in (*got.decode(t), *got.prefill(t)):
+            assert 0.5 <= f <= FACTOR_MAX
+    assert HostProbe.from_dict(host_probe.to_dict()) == host_probe

@@ -1,0 +1,124 @@
+"""What a whole graph costs beyond its kernels, from the probe's run of the built-in model.
+
+The speed probe times each kernel alone and then runs the built-in model for real (hardware/
+reference_run.py). Here the speed model predicts those very steps from the kernels' rates alone;
+measured over predicted gives `GraphFactors`, which every later prediction on this machine applies
+(planner/cpu_speed.py). Two decode steps per thread count, near the start of the cache and deep
+into it, separate the two parts of a step: with b the predicted weights and fixed costs, a(n) the
+predicted attention over n cells,
+
+    measured(n) = f_base * b + f_attention * a(n)
+
+gives f_attention from the difference of the two depths and f_base from the shallow one. The
+prompt's ubatches give f_base for reading prompts (measured with all threads, it stands for every
+count); their attention keeps the kernels' rate (f_attention 1): after 512 cells it is a tenth of a
+ubatch's time, less than the run's noise (fitted, it came out anywhere from 0.5 to 1.5 here).
+
+The factors are bounded: a run that disagrees with the kernels by more than that says the run was
+disturbed, not that the graph costs so much.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
+from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceRun
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.cpu_speed import (
+    AttentionShape,
+    CpuRates,
+    GraphFactors,
+    WeightTable,
+    decode_seconds,
+    prefill_seconds,
+    weight_table,
+)
+
+FACTOR_MIN, FACTOR_MAX = 0.5, 3.0
+
+
+def _clamp(x: float) -> float:
+    return round(min(FACTOR_MAX, max(FACTOR_MIN, x)), 4)
+
+
+def _attention(spec: ModelSpec, n_ctx: int) -> tuple[AttentionShape | None, ...]:
+    dk, dv = spec.head_dim_k, spec.head_dim_v
+    return tuple(
+        None
+        if spec.recurrent_layers[il] or not spec.n_head_kv[il]
+        else AttentionShape(spec.n_head[il], (dk + dv) / 2, n_ctx, spec.n_head_kv[il])
+        for il in range(spec.n_layer)
+    )
+
+
+def _fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """(f_base, f_attention) with measured = f_base * base + f_attention * attention, least squares
+    over rows of (measured, base, attention); f_attention 1 when the rows cannot tell it."""
+    sbb = sum(b * b for _, b, _ in rows)
+    saa = sum(a * a for _, _, a in rows)
+    sab = sum(a * b for _, b, a in rows)
+    smb = sum(m * b for m, b, _ in rows)
+    sma = sum(m * a for m, _, a in rows)
+    det = sbb * saa - sab * sab
+    if sbb <= 0:
+        return 1.0, 1.0
+    # Nearly collinear rows (attention a fixed share of every row) cannot separate the parts.
+    if det <= 1e-6 * sbb * saa or saa <= 0:
+        return _clamp(sum(m for m, _, _ in rows) / sum(b + a for _, b, a in rows)), 1.0
+    f_att = _clamp((sbb * sma - sab * smb) / det)
+    f_base = _clamp(sum(b * (m - f_att * a) for m, b, a in rows) / sbb)
+    return f_base, f_att
+
+
+def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphFactors:
+    """The factors one reference run gives, with `raw` the kernels' rates (no graph factors)."""
+    table: WeightTable = weight_table(spec)
+    everywhere = tuple(True for _ in range(spec.n_layer))
+    attention = _attention(spec, run.n_ctx)
+    nothing = tuple(None for _ in attention)
+    kv = run.kv_type
+    decode_base: list[RateAt] = []
+    decode_att: list[RateAt] = []
+    for t in sorted({d.threads for d in run.decode}):
+        rows = []
+        for d in run.decode:
+            if d.threads == t:
+                base = decode_seconds(table, everywhere, True, nothing, d.depth, kv, t, raw)
+                att = decode_seconds(table, everywhere, True, attention, d.depth, kv, t, raw) - base
+                rows.append((d.step_s, base, att))
+        fb, fa = _fit(rows)
+        decode_base.append(RateAt(t, fb))
+        decode_att.append(RateAt(t, fa))
+    prefill_base: list[RateAt] = []
+    prefill_att: list[RateAt] = []
+    for t in sorted({p.threads for p in run.prefill}):
+        measured = predicted_base = 0.0
+        for p in run.prefill:
+            if p.threads == t:
+                args = (p.n_tokens, p.n_past, run.n_ubatch, run.n_ubatch, kv, t, raw)
+                base = prefill_seconds(table, everywhere, True, nothing, *args)
+                att = prefill_seconds(table, everywhere, True, attention, *args) - base
+                measured += p.seconds - att
+                predicted_base += base
+        prefill_base.append(RateAt(t, _clamp(measured / predicted_base) if predicted_base > 0 else 1.0))
+        prefill_att.append(RateAt(t, 1.0))
+    return GraphFactors(tuple(decode_base), tuple(decode_att), tuple(prefill_base), tuple(prefill_att))
+
+
+@functools.lru_cache(maxsize=8)
+def graph_factors(probe: HostProbe | None, physical_cores: int) -> GraphFactors | None:
+    """This machine's factors, or None without a reference run (an older record, no built-in model,
+    or another file than the one measured)."""
+    if probe is None or probe.reference is None:
+        return None
+    run = probe.reference
+    path = embedded_model_path()
+    try:
+        if path is None or path.name != run.model_name or path.stat().st_size != run.model_bytes:
+            return None
+        spec = load_model_spec(path)
+    except (OSError, GGUFError):
+        return None
+    return factors_for_run(spec, run, CpuRates(probe, physical_cores))
