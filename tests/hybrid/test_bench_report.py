@@ -81,3 +81,14 @@ def test_runs_of_other_configs_or_the_same_measurement_are_refused(bench: Module
     reworded = _run(texts=[], cases=_cases(5, dict.fromkeys(METHODS, 1)))
     reworded["config_fields"] = {**reworded["config_fields"], "description": "new words"}
     assert len(bench.merge_runs([ppl, reworded])["passkey_cases"]) == 5
+
+
+def test_fewer_passkey_cases_than_the_issue_asks_for_do_not_count_as_met(bench: ModuleType, tmp_path: Path) -> None:
+    ppl = _run(texts=[_text("eval.txt", dict.fromkeys(METHODS, 1.0))], cases=[])
+    pk = _run(texts=[], cases=_cases(13, {"full": 9, "hybrid": 9, "window": 0, "q4": 0}))
+    data = bench.merge_runs([ppl, pk])
+    t = bench.targets(data)
+    assert not t["ok"]["passkey"]  # 9/13 equals the full cache, but 13 cases cannot tell
+    data["targets"] = t
+    bench.write_report(tmp_path / "r.md", data, "plot.png")
+    assert "-> NOT SHOWN (13 cases, 40 needed)" in (tmp_path / "r.md").read_text(encoding="utf-8")

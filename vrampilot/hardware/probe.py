@@ -1,4 +1,4 @@
-"""The speed probe: about a second of llama.cpp's own kernels on this CPU, measured once per machine.
+"""The speed probe: a few seconds of llama.cpp on this CPU (its kernels, then the built-in model), once per machine.
 
 What it times, each with 1 thread and with one per physical core (`probe_threads`):
 - RAM read bandwidth: numpy summing a buffer larger than the last-level cache, split over threads.
@@ -73,8 +73,8 @@ _MATMUL_K, _MATMUL_N, _MATMUL_M = 1024, 1024, 128
 _MOE_N, _MOE_EXPERTS = 512, (8, 2)
 # Attention: 8 heads of 64 and of 256 (the range of released models), a 4096-cell cache of heads of
 # 64 for one decoding query (fewer cells for larger heads: the same bytes), a 128-query batch (the
-# tiled kernel needs 64 or more) over 1024 cells. Quantized
-# caches run a slower kernel, so they get smaller shapes that keep the probe near a second.
+# tiled kernel needs 64 or more) over 1024 cells. Quantized caches run a slower kernel, so they get
+# smaller shapes that keep the kernels' part of the probe near a second.
 _ATTN_HEADS, _ATTN_HEAD_DIMS = 8, (64, 256)
 _ATTN_SHAPES = {"f16": ((4096,), (128, 1024)), "q8_0": ((1024,), (16, 512)), "q4_0": ((1024,), (16, 512))}
 # llama.cpp's decoding kernel splits the cache over the threads from this many cells on.
@@ -249,8 +249,8 @@ def measure_host(
     progress: ProgressFn | None = None,
     reference: bool = True,
 ) -> HostProbe:
-    """Run the probe (about 4 seconds on 2 cores, 3 of them the reference run, which `reference`
-    = False leaves out). Raises GgmlError when llama.cpp cannot run it, ProbeCancelled when `cancel`
+    """Run the probe (about 8 seconds on 2 cores, 6 of them the built-in model's run, which
+    `reference` = False leaves out). Raises GgmlError when llama.cpp cannot run it, ProbeCancelled when `cancel`
     is set between two measurements."""
     from vrampilot.llamacpp.ggml import CpuKernels
     from vrampilot.paths import embedded_model_path
