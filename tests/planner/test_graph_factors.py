@@ -14,8 +14,15 @@ import pytest
 from tests.machines import measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
-from vrampilot.planner.cpu_speed import CpuRates, GraphFactors, decode_seconds, prefill_seconds, weight_table
-from vrampilot.planner.graph_factors import FACTOR_MAX, _attention, factors_for_run, graph_factors
+from vrampilot.planner.cpu_speed import (
+    CpuRates,
+    GraphFactors,
+    attention_shapes,
+    decode_seconds,
+    prefill_seconds,
+    weight_table,
+)
+from vrampilot.planner.graph_factors import FACTOR_MAX, factors_for_run, graph_factors
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
@@ -39,7 +46,7 @@ def _run(spec: ModelSpec, embedded: Path, probe: HostProbe, made_with: GraphFact
     """A reference run whose steps took exactly what the speed model predicts with `made_with`."""
     rates = CpuRates(probe, 2, graph=made_with)
     table, on = weight_table(spec), tuple(True for _ in range(spec.n_layer))
-    att = _attention(spec, N_CTX)
+    att = attention_shapes(spec, lambda il: N_CTX)
     decode = tuple(
         ReferenceDecode(t, depth, decode_seconds(table, on, True, att, depth, "f16", t, rates))
         for depth in (13, 778) for t in (1, 2)

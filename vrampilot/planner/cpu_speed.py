@@ -282,6 +282,30 @@ class AttentionShape:
     n_head_kv: int = 0  # KV heads the query heads share (0: one per query head)
 
 
+def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[AttentionShape | None, ...]:
+    """Each layer's attention as the speed model prices it, `cells_of(il)` the cache cells of layer il
+    (None for layers without attention: recurrent ones)."""
+    if spec.is_mla:
+        # MLA attends in the latent space: K is the latent plus the RoPE part, V the latent.
+        dk, dv = spec.kv_lora_rank + spec.n_rot, spec.kv_lora_rank
+    else:
+        dk, dv = spec.head_dim_k, spec.head_dim_v
+    out: list[AttentionShape | None] = []
+    for il in range(spec.n_layer):
+        if spec.recurrent_layers[il] or not spec.n_head_kv[il]:
+            out.append(None)
+            continue
+        # MLA's latent is one cache row that every head reads.
+        n_kv = 1 if spec.is_mla else spec.n_head_kv[il]
+        cells = cells_of(il)
+        if spec.swa_layers[il] and spec.sliding_window:
+            # A sliding-window layer's cache holds the window plus a ubatch, but a query sees the
+            # window only, and the CPU kernel skips the masked rest.
+            cells = min(cells, spec.sliding_window)
+        out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv))
+    return tuple(out)
+
+
 def causal_cells(m: int, pos: int, window: int) -> float:
     """Cells the m queries of a ubatch starting at `pos` attend to in all: query i sees pos + i + 1
     of them (the causal mask skips the rest, tile by tile), at most `window`."""

@@ -27,10 +27,10 @@ from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceRun
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.cpu_speed import (
-    AttentionShape,
     CpuRates,
     GraphFactors,
     WeightTable,
+    attention_shapes,
     decode_seconds,
     prefill_seconds,
     weight_table,
@@ -41,16 +41,6 @@ FACTOR_MIN, FACTOR_MAX = 0.5, 3.0
 
 def _clamp(x: float) -> float:
     return round(min(FACTOR_MAX, max(FACTOR_MIN, x)), 4)
-
-
-def _attention(spec: ModelSpec, n_ctx: int) -> tuple[AttentionShape | None, ...]:
-    dk, dv = spec.head_dim_k, spec.head_dim_v
-    return tuple(
-        None
-        if spec.recurrent_layers[il] or not spec.n_head_kv[il]
-        else AttentionShape(spec.n_head[il], (dk + dv) / 2, n_ctx, spec.n_head_kv[il])
-        for il in range(spec.n_layer)
-    )
 
 
 def _fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
@@ -76,7 +66,7 @@ def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphF
     """The factors one reference run gives, with `raw` the kernels' rates (no graph factors)."""
     table: WeightTable = weight_table(spec)
     everywhere = tuple(True for _ in range(spec.n_layer))
-    attention = _attention(spec, run.n_ctx)
+    attention = attention_shapes(spec, lambda il: run.n_ctx)
     nothing = tuple(None for _ in attention)
     kv = run.kv_type
     decode_base: list[RateAt] = []

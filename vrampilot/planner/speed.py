@@ -21,7 +21,14 @@ from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.hardware.measured import SpeedFactors
-from vrampilot.planner.cpu_speed import AttentionShape, CpuRates, decode_seconds, prefill_seconds, weight_table
+from vrampilot.planner.cpu_speed import (
+    AttentionShape,
+    CpuRates,
+    attention_shapes,
+    decode_seconds,
+    prefill_seconds,
+    weight_table,
+)
 from vrampilot.planner.graph_factors import graph_factors
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
@@ -97,25 +104,7 @@ def backend_key(target: Target, settings: Settings) -> str:
 
 
 def _attention_shapes(spec: ModelSpec, mem: MemoryBreakdown) -> tuple[AttentionShape | None, ...]:
-    if spec.is_mla:
-        # MLA attends in the latent space: K is the latent plus the RoPE part, V the latent.
-        dk, dv = spec.kv_lora_rank + spec.n_rot, spec.kv_lora_rank
-    else:
-        dk, dv = spec.head_dim_k, spec.head_dim_v
-    out: list[AttentionShape | None] = []
-    for il in range(spec.n_layer):
-        if spec.recurrent_layers[il] or not spec.n_head_kv[il]:
-            out.append(None)
-        else:
-            # MLA's latent is one cache row that every head reads.
-            n_kv = 1 if spec.is_mla else spec.n_head_kv[il]
-            cells = _cells(mem, spec, il)
-            if spec.swa_layers[il] and spec.sliding_window:
-                # A sliding-window layer's cache holds the window plus a ubatch, but a query sees
-                # the window only, and the CPU kernel skips the masked rest.
-                cells = min(cells, spec.sliding_window)
-            out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv))
-    return tuple(out)
+    return attention_shapes(spec, lambda il: _cells(mem, spec, il))
 
 
 class SpeedModel:
