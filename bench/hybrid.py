@@ -23,7 +23,10 @@ drawn with Qt's QPainter). Perplexity and passkey can run side by side, one thre
 
 On one free core the perplexity of both texts at 8K takes about half an hour; the 40 passkey cases
 take several hours, most of it the full cache's and the q4_0 baseline's prefills past each key.
-`--trials`, `--depths`, `--passkey-lengths` and `--texts` trade time for resolution.
+`--trials`, `--depths`, `--passkey-lengths` and `--texts` trade time for resolution. For new
+budgets or a new config, `--reuse` takes the full cache's numbers (and the baselines', when the new
+config holds no more bytes than the saved run's at every length) from saved runs and measures only
+the rest: the 40 cases then cost one prefill each instead of four.
 """
 
 from __future__ import annotations
@@ -147,7 +150,9 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
         "Texts: " + "; ".join(f"`{t['name']}` ({t['role']}, {t['samples']} sample of {format_tokens(lengths[-1])} tokens)"
                               for t in texts)
         + f". Measuring took {data['seconds'] / 60:.1f} min (summed over the processes that shared it), "
-        f"{data['threads']} CPU thread(s) each.",
+        f"{data['threads']} CPU thread(s) each."
+        + (f" The {', '.join(LABELS[m] for m in data['reused']['methods'])} numbers are reused from `{data['reused']['from']}` "
+           f"({data['reused']['note']}); that time is not counted here." if data.get("reused") else ""),
         "",
         "| cache | " + " | ".join(f"ppl@{format_tokens(n)} {t['short']}" for t in texts for n in lengths)
         + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | "
@@ -249,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     parser.add_argument("--from-json", help="only redraw the report and plot from saved hybrid.json files (comma-separated: "
                         "runs of one config side by side, e.g. --passkey-lengths '' in one and --texts '' in the other)")
+    parser.add_argument("--reuse", help="saved hybrid.json files (comma-separated) of the same model, texts, lengths and "
+                        "passkey cases: take the full cache's numbers from them, and the baselines' too when this "
+                        "config holds no more bytes than theirs at every length (so a baseline never gets fewer bytes "
+                        "than the hybrid it is held to); run only the rest. For a new hybrid config or new budgets")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out/hybrid.json (same config): skip its texts and passkey cases")
     args = parser.parse_args(argv)
@@ -301,9 +310,23 @@ def main(argv: list[str] | None = None) -> int:
         data.update(texts=saved["texts"], passkey_cases=saved.get("passkey_cases", []), seconds=saved.get("seconds", 0.0))
         progress(f"resuming: {len(data['texts'])} text(s), {len(data['passkey_cases'])} passkey case(s) already measured")
     seconds_before = float(data["seconds"])  # a resumed run adds to the time already spent
+    run_methods: tuple[str, ...] = METHODS
+    reused: dict | None = None
+    if args.reuse:
+        reused = merge_runs([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reuse.split(",") if p.strip()])
+        taken, why = reusable(reused, cfg, mc.cache_shape, model_path.name, lengths, [t[0].name for t in texts],
+                              _ints(args.passkey_lengths) if args.passkey_lengths else [], _floats(args.depths), args.trials)
+        if not taken:
+            print(f"bench/hybrid.py: cannot reuse {args.reuse}: {why}", file=sys.stderr)
+            return 2
+        run_methods = tuple(m for m in METHODS if m not in taken)
+        data["reused"] = {"from": args.reuse, "methods": list(taken), "note": why}
+        progress(f"reusing {', '.join(taken)} from {args.reuse} ({why}); running {', '.join(run_methods)}")
 
     def save() -> None:
         data["seconds"] = seconds_before + time.perf_counter() - t_start
+        if reused is not None:
+            fill_reused(data, reused)
         (out / "hybrid.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
     for path, role, short in texts:
@@ -311,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         progress(f"perplexity on {path.name} ({role})")
         results, n_samples = perplexity(model, tok.encode(path.read_text(encoding="utf-8")), lengths, cfg,
-                                        max_samples=args.samples, progress=progress)
+                                        max_samples=args.samples, progress=progress, methods=run_methods)
         data["texts"].append({"name": path.name, "role": role, "short": short, "samples": n_samples,
                               "results": {name: res.to_json() for name, res in results.items()},
                               "loss_curves": {"bucket": LOSS_BUCKET, **{name: res.loss_curve for name, res in results.items()}}})
@@ -325,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             save()
 
         data["passkey_cases"] = run_passkey(model, tok, cfg, plens, scratch, depths=_floats(args.depths), trials=args.trials,
-                                            progress=progress, on_cases=on_cases, done=data["passkey_cases"])
+                                            progress=progress, on_cases=on_cases, done=data["passkey_cases"],
+                                            only=run_methods)
     save()
     if not data["texts"]:
         progress(f"passkey only: render it with a perplexity run, --from-json {out / 'hybrid.json'},OTHER.json")
@@ -333,6 +357,53 @@ def main(argv: list[str] | None = None) -> int:
     render([out / "hybrid.json"], out)
     progress(f"wrote {out / 'hybrid.md'}, {out / 'hybrid.json'}, {out / 'hybrid-loss.png'} in {data['seconds'] / 60:.1f} min")
     return 0
+
+
+def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: list[int], texts: list[str],
+             passkey_lengths: list[int], depths: list[float], trials: int) -> tuple[tuple[str, ...], str]:
+    """Which methods a new run may take from `saved` (merged saved runs), and why: the full cache
+    whenever the run repeats exactly the saved inputs; the same-bytes baselines only when the new
+    config holds no more bytes than the saved one at every length measured (text lengths and passkey
+    prompts), so that each reused baseline holds at least as many bytes as the hybrid it is held to."""
+    from vrampilot.hybrid.config import HybridConfig
+    from vrampilot.hybrid.plan import config_kv_bytes
+
+    if saved["model_name"] != model_name:
+        return (), f"another model ({saved['model_name']})"
+    if texts and (sorted(saved["lengths"]) != sorted(lengths) or not set(texts) <= {t["name"] for t in saved["texts"]}):
+        return (), "other texts or lengths"
+    planned = {(n, d) for n in passkey_lengths for d in depths}
+    have: dict[tuple[int, float], int] = {}
+    for c in saved["passkey_cases"]:
+        have[(c["length"], c["depth"])] = have.get((c["length"], c["depth"]), 0) + 1
+    if planned and (saved.get("passkey_trials") != trials or any(have.get(k, 0) != trials for k in planned)):
+        return (), "other passkey cases"
+
+    def tuples(v: object) -> object:
+        return tuple(tuples(x) for x in v) if isinstance(v, list) else v
+
+    old = HybridConfig(**{k: tuples(v) for k, v in saved["config_fields"].items()})
+    points = set(lengths) | {int(c["prompt_tokens"]) for c in saved["passkey_cases"]}
+    more = [n for n in sorted(points) if config_kv_bytes(cfg, shape, n) > config_kv_bytes(old, shape, n)]  # type: ignore[arg-type]
+    if more:
+        return ("full",), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"
+    return ("full", "window", "q4"), "this config holds no more bytes than the saved run's at every length"
+
+
+def fill_reused(data: dict, saved: dict) -> None:
+    """Put the reused methods' numbers into this run's texts and passkey cases (idempotent)."""
+    taken = data["reused"]["methods"]
+    by_name = {t["name"]: t for t in saved["texts"]}
+    for text in data["texts"]:
+        old = by_name[text["name"]]
+        for m in taken:
+            text["results"][m] = old["results"][m]
+            text["loss_curves"][m] = old["loss_curves"][m]
+    by_case = {(c["length"], c["depth"], c["key"]): c for c in saved["passkey_cases"]}
+    for case in data["passkey_cases"]:
+        old = by_case[(case["length"], case["depth"], case["key"])]
+        for m in taken:
+            case[m], case[f"{m}_text"] = old[m], old[f"{m}_text"]
 
 
 def merge_runs(runs: list[dict]) -> dict:

@@ -12,7 +12,9 @@ threads for the embedded SmolLM2-135M). --budgets measures, per KV head, the att
 each candidate window length (at the answer of the 7.5K-token calibration prompts, and at every
 16th position of the development text past 1K), gives each head the reach that spends the byte
 budget best (vrampilot/hybrid/budgets.py), prints the `head_reach` tuple config.py stores and writes
-hybrid-budgets.json (about 10 minutes).
+hybrid-budgets.json (about 10 minutes; --spread 8 --jobs 2 about 12). The shipped budgets come from
+the defaults; --spread, --aggregate and --first-weight are the variants that
+bench/experiments/issue20-budgets.md tried (--reallocate: again from a saved run, without measuring).
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=8, help="how many KV heads to print as a config tuple (config.py keeps 8)")
     parser.add_argument("--budgets", action="store_true", help="per-head reach for the default config instead")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--jobs", type=int, default=1, help="--budgets: sequences measured side by side, one thread each")
+    parser.add_argument("--spread", type=int, default=0,
+                        help="--budgets: N calibration prompts of 7.5K tokens with depths in N equal bins of 5-95%% (8: "
+                        "needles 0.7K-7.1K back) instead of the shipped budgets' four at random depths (3.1K-7.1K back)")
+    parser.add_argument("--aggregate", choices=("mean", "max"), default="mean",
+                        help="--budgets: combine the prompts' far mass by their mean (shipped) or their maximum")
+    parser.add_argument("--first-weight", type=float,
+                        help="--budgets: weight of the first answer position (the token before the key) among the answer's "
+                        "positions (default: all alike, as shipped)")
+    parser.add_argument("--reallocate", help="a hybrid-budgets.json of this script: allocate again from its far mass "
+                        "(with --aggregate, --first-weight), without measuring")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
 
@@ -49,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     tok = Tokenizer(model_path)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.reallocate:
+        return allocate(model.config, json.loads(Path(args.reallocate).read_text(encoding="utf-8")), out, args)
     if args.budgets:
-        return budgets(model, tok, out)
+        return budgets(model, tok, out, model_path, args)
 
     from vrampilot.hybrid.calibrate import CAL_LENGTHS, CAL_SEED, calibrate, calibration_cases
 
@@ -74,43 +89,105 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def budgets(model: object, tok: object, out: Path) -> int:
-    from vrampilot.hybrid.budgets import allocate_reach
-    from vrampilot.hybrid.calibrate import FAR_DISTANCES, calibration_cases, far_mass
-    from vrampilot.hybrid.config import BUDGET_LENGTH, BUDGET_SHARE, budget_base, dev_text_path
+def _far_mass_job(model_path: str, threads: int, tokens: list[int], watch: list[int], n_sink: int) -> list:
+    """One sequence's far mass per watched position, in a worker process of its own."""
+    from vrampilot.hybrid.calibrate import far_mass_rows
+    from vrampilot.hybrid.evaluate import setup_torch
+    from vrampilot.hybrid.model import LlamaModel
+
+    setup_torch(threads)
+    return far_mass_rows(LlamaModel(model_path), tokens, watch, n_sink).tolist()
+
+
+def budgets(model: object, tok: object, out: Path, model_path: Path, args: argparse.Namespace) -> int:
+    import torch
+
+    from vrampilot.hybrid.calibrate import BUDGET_SEED, CAL_LENGTHS, calibration_cases, far_mass_rows
+    from vrampilot.hybrid.config import BUDGET_LENGTH, budget_base, dev_text_path
     from vrampilot.hybrid.evaluate import Tokenizer
     from vrampilot.hybrid.model import LlamaModel
 
     assert isinstance(model, LlamaModel) and isinstance(tok, Tokenizer)
-    base = budget_base()
     t0 = time.perf_counter()
-    cases = [c for c in calibration_cases(tok.encode) if c.length == max(c.length for c in calibration_cases(tok.encode))]
+    longest = (max(CAL_LENGTHS),)
+    cases = (calibration_cases(tok.encode, lengths=longest, per_length=args.spread, seed=BUDGET_SEED, spread=True)
+             if args.spread else [c for c in calibration_cases(tok.encode) if c.length == longest[0]])
     dev = tok.encode(dev_text_path().read_text(encoding="utf-8"))[:BUDGET_LENGTH]
     sequences = [(c.tokens, c.answer_queries) for c in cases] + [(dev, list(range(1024, len(dev), 16)))]
-    masses = [far_mass(model, [seq], base.n_sink, progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-              for seq in sequences]
-    passkey = sum(masses[:-1]) / len(cases)  # type: ignore[operator]
-    text = masses[-1]
+    n_sink = budget_base().n_sink
+    for c in cases:
+        print(f"  calibration prompt: {c.length} tokens, needle {c.answer_queries[0] - c.needle[0]} tokens back",
+              file=sys.stderr, flush=True)
+    if args.jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # Each worker runs one sequence on one thread: sequences are independent, and on a small
+        # model one thread per sequence beats several threads on one.
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_far_mass_job, str(model_path), 1, t, w, n_sink) for t, w in sequences]
+            rows = []
+            for i, f in enumerate(futures):
+                rows.append(torch.tensor(f.result()))
+                print(f"  far mass {i + 1}/{len(sequences)} done", file=sys.stderr, flush=True)
+    else:
+        rows = []
+        for i, (t, w) in enumerate(sequences):
+            rows.append(far_mass_rows(model, t, w, n_sink))
+            print(f"  far mass {i + 1}/{len(sequences)}: {len(t)} tokens, {len(w)} watched positions", file=sys.stderr, flush=True)
+    saved = {
+        "distances": None,  # filled by allocate()
+        "passkey_cases": [{"key": c.key, "depth": round(c.depth, 4), "needle_back": c.answer_queries[0] - c.needle[0],
+                           "row_far_mass": r.tolist()} for c, r in zip(cases, rows, strict=False)],
+        "text_far_mass_rows_mean": rows[-1].mean(dim=2).tolist(),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    return allocate(model.config, saved, out, args)
+
+
+def allocate(mc: object, saved: dict, out: Path, args: argparse.Namespace) -> int:
+    """Per-head reaches from saved far mass (this run's, or --reallocate's file): the passkey prompts'
+    answer positions weighted (--first-weight) and combined (--aggregate), plus the text's mass."""
+    import torch
+
+    from vrampilot.hybrid.budgets import allocate_reach
+    from vrampilot.hybrid.calibrate import FAR_DISTANCES, kv_far_mass
+    from vrampilot.hybrid.config import BUDGET_LENGTH, BUDGET_SHARE, budget_base
+    from vrampilot.hybrid.model import ModelConfig
+    from vrampilot.hybrid.plan import LayerPlan
+
+    assert isinstance(mc, ModelConfig)
+    base = budget_base()
+    n_kv = mc.n_head_kv
+    cases = saved["passkey_cases"]
+    n_rows = len(cases[0]["row_far_mass"][0][0])
+    weights = None
+    if args.first_weight is not None:
+        # The first answer position decides whether the reply starts with the key at all (a space
+        # before the digits, against " the" on this model); the others copy its digits.
+        weights = [args.first_weight] + [(1 - args.first_weight) / (n_rows - 1)] * (n_rows - 1)
+    per_case = torch.stack([kv_far_mass(torch.tensor(c["row_far_mass"]), n_kv, weights) for c in cases])
+    passkey = per_case.mean(dim=0) if args.aggregate == "mean" else per_case.amax(dim=0)
+    text = kv_far_mass(torch.tensor(saved["text_far_mass_rows_mean"]).unsqueeze(2), n_kv)
     lost = (passkey + text).tolist()  # equal weight: the answer's needs and the text's
-    mc = model.config
     budget = int(BUDGET_SHARE * BUDGET_LENGTH * mc.f16_kv_bytes_per_token)
 
     def head_bytes(reach: int | None) -> int:
-        from vrampilot.hybrid.plan import LayerPlan
-
         return LayerPlan.for_kind("R", base, reach).kv_bytes(BUDGET_LENGTH, mc.head_dim)
 
     chosen = allocate_reach(lost, FAR_DISTANCES, base.window, budget, head_bytes)
     used = sum(b.kv_bytes for b in chosen)
-    print(f"{len(sequences)} calibration sequences, {time.perf_counter() - t0:.0f} s; budget {budget} B "
-          f"({BUDGET_SHARE:.1%} of the f16 cache at {BUDGET_LENGTH}), used {used} B")
+    print(f"{len(cases)} calibration prompts + the development text ({saved['seconds']:.0f} s); "
+          f"{args.aggregate} over prompts, first answer position weighted {args.first_weight or 1 / n_rows:.2f}; "
+          f"budget {budget} B ({BUDGET_SHARE:.1%} of the f16 cache at {BUDGET_LENGTH}), used {used} B")
     by_reach: dict[str, int] = {}
     for b in chosen:
         by_reach[str(b.reach)] = by_reach.get(str(b.reach), 0) + 1
     print("heads per reach:", by_reach)
     print("head_reach=" + repr(tuple((b.layer, b.head, b.reach) for b in chosen)))
-    data = {"distances": list(FAR_DISTANCES), "passkey_far_mass": passkey.tolist(), "text_far_mass": text.tolist(),
-            "budget_bytes": budget, "used_bytes": used, "window": base.window, "n_sink": base.n_sink,
+    data = {**saved, "distances": list(FAR_DISTANCES), "aggregate": args.aggregate, "first_weight": args.first_weight,
+            "passkey_far_mass": passkey.tolist(), "text_far_mass": text.tolist(), "budget_bytes": budget,
+            "used_bytes": used, "window": base.window, "n_sink": base.n_sink,
             "head_reach": [[b.layer, b.head, b.reach, round(b.lost_mass, 5)] for b in chosen]}
     (out / "hybrid-budgets.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     return 0

@@ -92,3 +92,46 @@ def test_fewer_passkey_cases_than_the_issue_asks_for_do_not_count_as_met(bench: 
     data["targets"] = t
     bench.write_report(tmp_path / "r.md", data, "plot.png")
     assert "-> NOT SHOWN (13 cases, 40 needed)" in (tmp_path / "r.md").read_text(encoding="utf-8")
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(dict(cfg.__dict__), default=str))  # as bench/hybrid.py saves them
+
+
+def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at_least_its_bytes(
+        bench: ModuleType, tmp_path: Path) -> None:
+    from vrampilot.hybrid.config import SMOLLM2_135M, CacheShape, get_config
+
+    shape = CacheShape(n_layer=30, n_head_kv=3, head_dim=64, model_shape=SMOLLM2_135M)
+    old_cfg = get_config("default")
+    saved = _run(texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9})],
+                 cases=_cases(10, {"full": 6, "hybrid": 2, "window": 0, "q4": 1}))
+    saved["config_fields"], saved["passkey_trials"] = _fields(old_cfg), 2
+    args = ("m.gguf", [8192], ["eval.txt"], [8192], [0.0, 0.25, 0.5, 0.75, 1.0], 2)
+    # Fewer bytes (shorter reaches everywhere): the baselines saved still hold at least the hybrid's bytes.
+    fewer = old_cfg.with_(head_reach=tuple((il, h, 64) for il, h, _ in old_cfg.head_reach))
+    taken, why = bench.reusable(saved, fewer, shape, *args)
+    assert taken == ("full", "window", "q4"), why
+    # More bytes: a reused baseline would hold fewer than the hybrid, so only the full cache is taken.
+    more = old_cfg.with_(head_reach=tuple((il, h, None) for il, h, _ in old_cfg.head_reach))
+    taken, why = bench.reusable(saved, more, shape, *args)
+    assert taken == ("full",) and "more bytes" in why
+    # Another model, other lengths or other passkey cases: nothing.
+    assert bench.reusable(saved, fewer, shape, "other.gguf", *args[1:])[0] == ()
+    assert bench.reusable(saved, fewer, shape, "m.gguf", [4096], *args[2:])[0] == ()
+    assert bench.reusable(saved, fewer, shape, *args[:-1], 8)[0] == ()
+
+    new = _run(texts=[_text("eval.txt", {"full": 0.0, "hybrid": 26.1, "window": 0.0, "q4": 0.0})],
+               cases=_cases(10, {"full": 0, "hybrid": 5, "window": 0, "q4": 0}))
+    new["passkey_trials"] = 2
+    new["reused"] = {"from": "old.json", "methods": ["full", "window", "q4"], "note": why}
+    bench.fill_reused(new, saved)
+    bench.fill_reused(new, saved)  # idempotent: a run saves after every case
+    assert new["texts"][0]["results"]["full"]["ppl"]["8192"] == 26.0
+    assert new["texts"][0]["results"]["hybrid"]["ppl"]["8192"] == 26.1
+    assert sum(c["full"] for c in new["passkey_cases"]) == 6 and sum(c["hybrid"] for c in new["passkey_cases"]) == 5
+    new["targets"] = bench.targets(new)
+    bench.write_report(tmp_path / "r.md", new, "plot.png")
+    assert "reused from `old.json`" in (tmp_path / "r.md").read_text(encoding="utf-8")

@@ -74,3 +74,25 @@ def test_far_mass_is_the_attention_beyond_each_distance(tiny_llama: object) -> N
     fm = far_mass(model, [(toks.tolist(), watch)], 2, distances=DIST)
     assert fm.shape == (mc.n_layer, mc.n_head_kv, len(DIST))
     assert torch.allclose(fm[0], mass.view(mc.n_head_kv, mc.n_group, -1).amax(1), atol=1e-6)
+
+
+def test_far_mass_per_watched_position_weights_each_position(tiny_llama: object) -> None:
+    torch = pytest.importorskip("torch")
+    from vrampilot.hybrid.calibrate import far_mass, far_mass_rows, kv_far_mass
+    from vrampilot.hybrid.model import LlamaModel
+
+    model = LlamaModel(tiny_llama.path)  # type: ignore[attr-defined]
+    mc = model.config
+    toks = torch.randint(3, mc.n_vocab, (80,), generator=torch.Generator().manual_seed(4)).tolist()
+    watch = [40, 79]
+    rows = far_mass_rows(model, toks, watch, 2, distances=DIST)
+    assert rows.shape == (mc.n_layer, mc.n_head, 2, len(DIST))
+    # Uniform weights are far_mass's mean; weights (1, 0) keep the first position alone, which is
+    # what the sequence cut after it measures.
+    assert torch.allclose(kv_far_mass(rows, mc.n_head_kv), far_mass(model, [(toks, watch)], 2, distances=DIST), atol=1e-6)
+    first = kv_far_mass(rows, mc.n_head_kv, [1.0, 0.0])
+    alone = far_mass(model, [(toks[:41], [40])], 2, distances=DIST)
+    assert torch.allclose(first, alone, atol=1e-5)
+    assert not torch.allclose(first, kv_far_mass(rows, mc.n_head_kv, [0.0, 1.0]))
+    with pytest.raises(ValueError, match="3 weights for 2"):
+        kv_far_mass(rows, mc.n_head_kv, [0.2, 0.3, 0.5])

@@ -188,6 +188,21 @@ def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: obje
 
 
 
+def test_spread_calibration_prompts_put_one_needle_in_each_bin_of_depth() -> None:
+    # bench/hybrid_calibrate.py --budgets --spread: needles at every distance a window might end at.
+    from vrampilot.hybrid.calibrate import BUDGET_SEED, calibration_cases
+
+    def encode(text: str) -> list[int]:  # one token per character: the key is found twice in the needle
+        return [ord(ch) for ch in text]
+
+    n = 6
+    cases = calibration_cases(encode, lengths=(3000,), per_length=n, seed=BUDGET_SEED, spread=True)
+    bins = [int((c.depth - 0.05) / 0.9 * n) for c in cases]
+    assert bins == list(range(n))
+    backs = [c.answer_queries[0] - c.needle[0] for c in cases]
+    assert backs == sorted(backs, reverse=True) and backs[0] > 2000 and backs[-1] < 800
+
+
 def test_the_development_text_shares_no_passage_with_the_evaluation_text() -> None:
     # Budgets are calibrated on the development text, so not one 12-word run of it may be in the
     # evaluation text.

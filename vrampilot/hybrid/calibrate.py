@@ -53,6 +53,10 @@ CAL_LINE = 5  # the repeated line: the first CAL_LINE sentences in order
 CAL_LENGTHS = (3072, 7680)
 CAL_CASES_PER_LENGTH = 4
 CAL_SEED = 20250611  # not evaluate.passkey's seed (0): different keys and depths
+# bench/hybrid_calibrate.py --budgets --spread N: prompts whose needles lie at every distance a
+# head's window might end at (depths in equal bins; own seed, so other keys), where the shipped
+# budgets' four random depths put the needles 3.1K-7.1K back (bench/experiments/issue20-budgets.md).
+BUDGET_SEED = CAL_SEED + 1
 
 
 @dataclass
@@ -66,7 +70,10 @@ class CalibrationCase:
 
 
 def calibration_cases(encode: Callable[[str], list[int]], *, lengths: Sequence[int] = CAL_LENGTHS,
-                      per_length: int = CAL_CASES_PER_LENGTH, seed: int = CAL_SEED) -> list[CalibrationCase]:
+                      per_length: int = CAL_CASES_PER_LENGTH, seed: int = CAL_SEED,
+                      spread: bool = False) -> list[CalibrationCase]:
+    """Calibration prompts; `spread`: case i of a length takes its depth from the i-th of
+    `per_length` equal bins of 5-95% (random within it) rather than anywhere in that range."""
     rng = random.Random(seed)
     intro, question = encode(CAL_INTRO), encode(CAL_QUESTION)
     sentences = [encode(s) for s in CAL_SENTENCES]
@@ -75,7 +82,7 @@ def calibration_cases(encode: Callable[[str], list[int]], *, lengths: Sequence[i
         for i in range(per_length):
             repeat = i % 2 == 1  # every other case repeats one fixed line, like the evaluation's filler does
             key = f"{rng.randrange(10000, 100000)}"
-            depth = rng.uniform(0.05, 0.95)
+            depth = 0.05 + 0.9 * (i + rng.random()) / per_length if spread else rng.uniform(0.05, 0.95)
             needle = encode(CAL_NEEDLE.format(key=key))
             answer = encode(f" {key}")
             found = [i for i in range(len(needle) - len(answer) + 1) if needle[i : i + len(answer)] == answer]
@@ -198,41 +205,67 @@ FAR_DISTANCES = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144
 
 
 class FarMassLayer(_WatchingLayer):
-    """The full cache, which also records, for every query head, the attention mass that the query
-    positions in `watch` put on keys further back than each of `distances` (the sinks, which every
-    head keeps, excluded): what a head would lose with a window of that length. Its output is
-    FullLayer's exactly."""
+    """The full cache, which also records, for every query head and watched query position, the
+    attention mass that position puts on keys further back than each of `distances` (the sinks,
+    which every head keeps, excluded): what a head would lose with a window of that length. Its
+    output is FullLayer's exactly."""
 
     def __init__(self, mc: ModelConfig, watch: Sequence[int], n_sink: int, distances: Sequence[int] = FAR_DISTANCES) -> None:
         super().__init__(mc, watch)
         self.n_sink = n_sink
         self.distances = torch.tensor(list(distances), dtype=torch.long)
-        self.mass = torch.zeros(mc.n_head, len(distances))
+        self.row_mass = torch.zeros(mc.n_head, len(self.watch), len(distances))  # per watched position
         self.n_watched = 0
+
+    @property
+    def mass(self) -> torch.Tensor:
+        """(n_head, distances): summed over the watched positions."""
+        return self.row_mass.sum(dim=1)
 
     def record(self, rows: torch.Tensor, probs: torch.Tensor) -> None:
         kpos = torch.arange(probs.shape[-1])
         # far[n, j, t]: key t is not a sink and lies more than distances[j] tokens before query n.
         far = (kpos[None, None, :] >= self.n_sink) & (kpos[None, None, :] < rows[:, None, None] - self.distances[None, :, None])
-        self.mass += torch.einsum("hnt,njt->hj", probs, far.float())
+        self.row_mass[:, torch.searchsorted(self.watch, rows)] += torch.einsum("hnt,njt->hnj", probs, far.float())
         self.n_watched += int(rows.numel())
+
+
+def far_mass_rows(model: LlamaModel, tokens: list[int], watch: Sequence[int], n_sink: int, *,
+                  distances: Sequence[int] = FAR_DISTANCES, chunk: int = 256) -> torch.Tensor:
+    """(n_layer, n_head, len(watch), len(distances)): every query head's mass beyond each distance at
+    each watched position (sorted), full cache, one sequence."""
+    mc = model.config
+    layers = [FarMassLayer(mc, watch, n_sink, distances) for _ in range(mc.n_layer)]
+    cache = AttentionCache(layers, "far-mass")
+    ids = torch.tensor(tokens)
+    for s in range(0, len(ids), chunk):
+        model.forward_hidden(ids[s : s + chunk], s, cache)
+    return torch.stack([layer.row_mass for layer in layers])
+
+
+def kv_far_mass(rows: torch.Tensor, n_head_kv: int, weights: Sequence[float] | None = None) -> torch.Tensor:
+    """(n_layer, n_head_kv, distances) from far_mass_rows' output: the watched positions' mean (or
+    their `weights`, summing to 1), then the largest over each KV head's query heads (one head that
+    reads far is enough to need the tokens)."""
+    n_layer, n_head, n_rows, n_dist = rows.shape
+    w = torch.full((n_rows,), 1.0 / n_rows) if weights is None else torch.tensor(list(weights), dtype=rows.dtype)
+    if w.shape != (n_rows,):
+        raise ValueError(f"{len(w)} weights for {n_rows} watched positions")
+    per_q = torch.einsum("lhrd,r->lhd", rows, w)
+    return per_q.view(n_layer, n_head_kv, n_head // n_head_kv, n_dist).amax(dim=2)
 
 
 def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[int]]], n_sink: int, *,
              distances: Sequence[int] = FAR_DISTANCES, chunk: int = 256,
              progress: Callable[[str], None] | None = None) -> torch.Tensor:
     """(n_layer, n_head_kv, len(distances)): per KV head, the mean attention mass its query heads (the
-    largest of them: one head that reads far is enough to need the tokens) put beyond each distance,
-    over the watched positions of every (tokens, watched positions) sequence, full cache."""
+    largest of them) put beyond each distance, over the watched positions of every (tokens, watched
+    positions) sequence, full cache."""
     mc = model.config
     total = torch.zeros(mc.n_layer, mc.n_head, len(distances))
     for i, (tokens, watch) in enumerate(sequences):
-        layers = [FarMassLayer(mc, watch, n_sink, distances) for _ in range(mc.n_layer)]
-        cache = AttentionCache(layers, "far-mass")
-        ids = torch.tensor(tokens)
-        for s in range(0, len(ids), chunk):
-            model.forward_hidden(ids[s : s + chunk], s, cache)
-        total += torch.stack([layer.mass / max(1, layer.n_watched) for layer in layers])
+        rows = far_mass_rows(model, tokens, watch, n_sink, distances=distances, chunk=chunk)
+        total += rows.mean(dim=2)
         if progress:
             progress(f"far mass {i + 1}/{len(sequences)}: {len(tokens)} tokens, {len(watch)} watched positions")
     per_q = total / len(sequences)

@@ -18,7 +18,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -178,10 +178,10 @@ def baseline_cache(model: LlamaModel, cfg: HybridConfig, method: str, n_tokens: 
 
 def perplexity(
     model: LlamaModel, tokens: list[int], lengths: Sequence[int], cfg: HybridConfig, *, max_samples: int | None = None,
-    decode_steps: int = 16, progress: Progress | None = None,
+    decode_steps: int = 16, progress: Progress | None = None, methods: Collection[str] = METHODS,
 ) -> tuple[dict[str, MethodResult], int]:
-    """Perplexity at each length for every method (METHODS); fills kv_bytes, the loss curves, and
-    decode ms/token at the longest length (the last decode_steps tokens of sample 1)."""
+    """Perplexity at each length for every method in `methods` (of METHODS); fills kv_bytes, the loss
+    curves, and decode ms/token at the longest length (the last decode_steps tokens of sample 1)."""
     mc = model.config
     lengths = sorted(lengths)
     longest = lengths[-1]
@@ -190,9 +190,12 @@ def perplexity(
         raise ValueError(f"the text has {len(tokens)} tokens; the longest length {longest} needs at least that many")
     if max_samples is not None:
         n_samples = min(n_samples, max_samples)
-    results = {name: MethodResult() for name in METHODS}
-    sums: dict[str, dict[int, float]] = {name: {} for name in METHODS}
-    curves: dict[str, list[torch.Tensor]] = {name: [] for name in METHODS}
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose of {METHODS}")
+    results = {name: MethodResult() for name in METHODS if name in methods}
+    sums: dict[str, dict[int, float]] = {name: {} for name in results}
+    curves: dict[str, list[torch.Tensor]] = {name: [] for name in results}
 
     def record(name: str, losses: torch.Tensor, length: int, n_pred: int) -> None:
         sums[name][length] = sums[name].get(length, 0.0) + float(losses[:n_pred].sum())
@@ -203,6 +206,8 @@ def perplexity(
             ("full", lambda: full_cache(mc)),
             ("hybrid", lambda: hybrid_cache(mc, model.rope, cfg)),
         ):
+            if name not in results:
+                continue
             t0 = time.perf_counter()
             res = results[name]
             cache = make()
@@ -219,6 +224,8 @@ def perplexity(
                 progress(f"sample {s + 1}/{n_samples} {name}: {longest} tokens in {time.perf_counter() - t0:.0f} s")
         # Each baseline is sized to the hybrid's bytes at each length, so it runs once per length.
         for name in BASELINE_STORAGE:
+            if name not in results:
+                continue
             res = results[name]
             for length in lengths:
                 t0 = time.perf_counter()
@@ -391,14 +398,16 @@ def run_passkey(
     model: LlamaModel, tok: Tokenizer, cfg: HybridConfig, lengths: Sequence[int], results: dict[str, MethodResult], *,
     depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, progress: Progress | None = None,
     on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
+    only: Collection[str] = METHODS,
 ) -> list[dict[str, Any]]:
-    """Passkey cases for every method (METHODS), counted into `results` per prompt length."""
+    """Passkey cases for every method in `only` (of METHODS), counted into `results` per prompt length."""
     mc = model.config
-    methods: dict[str, Callable[[int], AttentionCache]] = {
+    every: dict[str, Callable[[int], AttentionCache]] = {
         "full": lambda n: full_cache(mc),
         "hybrid": lambda n: hybrid_cache(mc, model.rope, cfg),
         **{name: partial(lambda name, n: baseline_cache(model, cfg, name, n)[0], name) for name in BASELINE_STORAGE},
     }
+    methods = {name: make for name, make in every.items() if name in only}
     cases = passkey(model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases,
                     done=done)
     for name in methods:
