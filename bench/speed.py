@@ -13,8 +13,10 @@ and leaves the user's record alone):
    alternating order over `--rounds` rounds; medians are reported, with the share of the CPU other
    programs used meanwhile.
 3. Predicts each case for the same conditions with the probe alone ("before"), and again after
-   three replies with the embedded model on this machine's default plan, one after each round (the
-   rest after the last), learned from as the app does (planner/calibration.py) ("after").
+   three replies of a chat with each model on this machine's default plan for it, one after each
+   round (the rest after the last), learned from as the app does (planner/calibration.py: the
+   backend's factors over every model, and the model's own once it has two) ("after"). The second
+   turn pastes a passage, as a user asking about a document does, so prompts are learned from too.
 4. Prints predicted / measured per case and kind, and the worst ratio of each phase last.
 
 Run: .venv/bin/python bench/speed.py [--rounds 3] [--tokens 64] [--json bench/out/speed.json]
@@ -51,6 +53,10 @@ THREADS = (1, 2)
 CONTEXTS = (2048, 8192)
 CALIBRATION_TURNS = (
     "Hello! What can you help me with?",
+    "Here is a page from my town's records. "
+    + " ".join(["The river runs past the old mill, where the town keeps its records of every harvest, flood and fair "
+                "since the bridge was first built."] * 16)
+    + " What does it say about floods?",
     "Tell me about the history of Paris in a few sentences.",
     "And what is it famous for today?",
     "Thanks. Can you summarise that in one line?",
@@ -112,62 +118,66 @@ def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
 
 
 class Calibration:
-    """Replies a user would get on this machine's default plan of the embedded model, one turn of
-    one conversation at a time, each learned from as the app does (planner/calibration.py). The
-    bench spreads them over its rounds, as a user's replies are spread over time: a machine whose
-    speed drifts (a VM's neighbours) teaches its typical state, not one moment's."""
+    """Replies a user would get on this machine's default plan of one model, one turn of one
+    conversation at a time, each learned from as the app does (planner/calibration.py): into the
+    backend's factors over every model and into the model's own. The bench spreads them over its
+    rounds, as a user's replies are spread over time: a machine whose speed drifts (a VM's
+    neighbours) teaches its typical state, not one moment's."""
 
-    def __init__(self, machine: Any) -> None:
-        from vrampilot.engine import Engine
+    def __init__(self, machine: Any, path: Path) -> None:
         from vrampilot.gguf import load_model_spec
-        from vrampilot.paths import embedded_model_path
         from vrampilot.planner.search import plan
         from vrampilot.planner.target import target_from_machine
 
-        path = embedded_model_path()
-        assert path is not None
+        self.path = path
         self.plan = plan(load_model_spec(path), target_from_machine(machine), exact=True)
-        self.engine = Engine()
-        self.engine.load(self.plan)
-        self.speed = machine.speed
+        self.fingerprint = machine.speed.fingerprint
         self.messages: list[Any] = []
         self.log: list[dict[str, Any]] = []
 
+    def _own(self, speed: Any) -> Any:
+        from vrampilot.planner.speed import backend_key
+
+        return speed.factors_for(backend_key(self.plan.target, self.plan.settings), self.path.name)
+
     @property
     def learned(self) -> int:
-        from vrampilot.planner.speed import backend_key
+        from vrampilot.hardware.speed_store import load_machine_speed
 
-        # Replies learned from at all (a chat's short prompts teach generating only).
-        return self.speed.factors_for(backend_key(self.plan.target, self.plan.settings)).n_replies
+        # This model's replies learned from at all (a chat's short prompts teach generating only).
+        return int(self._own(load_machine_speed(self.fingerprint)).n_replies)
 
     def reply(self) -> None:
-        from vrampilot.engine import Message, SamplingParams
+        from vrampilot.engine import Engine, Message, SamplingParams
         from vrampilot.hardware import cpu_load
+        from vrampilot.hardware.speed_store import load_machine_speed
         from vrampilot.planner.calibration import record_reply
-        from vrampilot.planner.speed import backend_key
 
         text = CALIBRATION_TURNS[len(self.log) % len(CALIBRATION_TURNS)]
         self.messages.append(Message("user", text))
-        start = cpu_load.snapshot()
-        reply = self.engine.chat(self.messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(self.messages)))
-        share = cpu_load.others_share(start)
+        engine = Engine()
+        engine.load(self.plan)
+        try:
+            start = cpu_load.snapshot()
+            reply = engine.chat(self.messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(self.messages)))
+            share = cpu_load.others_share(start)
+        finally:
+            engine.unload()
         self.messages.append(Message("assistant", reply.text))
         s = reply.stats
-        self.speed = record_reply(self.speed, self.plan, s.measurement(share))
-        factors = self.speed.factors_for(backend_key(self.plan.target, self.plan.settings))
-        self.log.append({"prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
+        # The whole conversation is read again (the engine was reloaded), as after an app restart.
+        speed = record_reply(load_machine_speed(self.fingerprint), self.plan, s.measurement(share))
+        factors = self._own(speed)
+        self.log.append({"model": self.path.name, "prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
                          "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
                          "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
                          "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
-        print(f"  reply {len(self.log)}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} tokens/s, "
-              f"{s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); learned "
-              f"{len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
-
-    def close(self) -> None:
-        self.engine.unload()
+        print(f"  reply {len(self.log)} of {self.path.name}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
+              f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); "
+              f"its own: {len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
 
 
-def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibration: Calibration) -> None:
+def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibrations: list[Calibration]) -> None:
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware import cpu_load
@@ -200,12 +210,14 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
                 f"others {c.others[-1]:.0%})",
                 flush=True,
             )
-        # A reply of the user's chat after each round (three in all: the rest after the last).
-        for _ in range(1 if r < rounds - 1 else max(1, CALIBRATION_REPLIES - r)):
-            calibration.reply()
-        # More, up to every turn there is, when one was set aside because the machine was busy.
-        while r == rounds - 1 and calibration.learned < CALIBRATION_REPLIES and len(calibration.log) < len(CALIBRATION_TURNS):
-            calibration.reply()
+        # A reply of the user's chat with each model after each round (three each: the rest after the last).
+        for calibration in calibrations:
+            for _ in range(1 if r < rounds - 1 else max(1, CALIBRATION_REPLIES - r)):
+                calibration.reply()
+            # More, up to every turn there is, when one was set aside (a busy machine, a short reply).
+            while (r == rounds - 1 and calibration.learned < CALIBRATION_REPLIES
+                   and len(calibration.log) < len(CALIBRATION_TURNS)):
+                calibration.reply()
 
 
 def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
@@ -264,16 +276,15 @@ def main() -> int:
     threads = [int(x) for x in args.threads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
-    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; after each, a reply on this machine's "
-          "default plan of the embedded model, learned from (three in all)", flush=True)
-    calibration = Calibration(machine)
-    try:
-        measure(cases, machine, args.rounds, args.tokens, calibration)
-    finally:
-        calibration.close()
+    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; after each, a reply of a chat with "
+          "each model on this machine's default plan for it, learned from (three per model)", flush=True)
+    calibrations = [Calibration(machine, path) for path in models.values()]
+    measure(cases, machine, args.rounds, args.tokens, calibrations)
+    from vrampilot.hardware.speed_store import load_machine_speed
+
     before = predict(cases, machine)
-    after = predict(cases, replace(machine, speed=calibration.speed))
-    replies = calibration.log
+    after = predict(cases, replace(machine, speed=load_machine_speed(machine.speed.fingerprint)))
+    replies = [entry for c in calibrations for entry in c.log]
 
     rows = []
     print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others")

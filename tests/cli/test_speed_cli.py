@@ -57,6 +57,8 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     assert out["speed"]["predicted_decode_tps"] > 0 and out["speed"]["predicted_prefill_tps"] > 0
     assert 0.0 <= out["speed"]["others_cpu_share"] <= 1.0
+    # Learned into the backend's factors and into this model's own alike (the only model here).
+    assert out["speed"]["learned_replies_of_model"] == out["speed"]["learned_replies"]
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
     last = d["speed"]["last_measured"]
     assert last["model"] == Path(out["model"]).name

@@ -13,6 +13,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware.measured import MachineSpeed, SpeedFactors
 from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
 from vrampilot.planner.calibration import (
+    MIN_PREFILL_TOKENS,
     ReplyMeasurement,
     last_reply_for,
     learn_reply,
@@ -32,7 +33,7 @@ def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
 
 def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> ReplyMeasurement:
     """A reply measured at these multiples of what the plan predicts for it."""
-    shape = {"prompt_tokens": 300, "evaluated_tokens": 120, "completion_tokens": 64, **kw}
+    shape = {"prompt_tokens": 900, "evaluated_tokens": 600, "completion_tokens": 64, **kw}
     probe = ReplyMeasurement(**shape, decode_tps=0.0, prefill_tps=0.0)  # type: ignore[arg-type]
     pred = reply_prediction(p, probe, calibrated=False)
     return replace(probe, decode_tps=pred.decode_tps * decode_scale, prefill_tps=pred.prefill_tps * prefill_scale)
@@ -49,12 +50,55 @@ def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None
     assert later.speed.decode_tps == pytest.approx(0.8 * p.speed.decode_tps)
     assert later.speed.prefill_tps == pytest.approx(1.25 * p.speed.prefill_tps)
     assert later.speed.calibration_replies == 3
-    assert "corrected by 3 measured replies (generating x0.80, prompts x1.25)" in later.reasons[-1]
+    assert (f"corrected by 3 measured replies of {embedded_model.name} (generating x0.80, prompts x1.25)"
+            in later.reasons[-1])
     # The same reply again is now predicted as it was measured.
     reply = _reply(p, 0.8, 1.25)
     pred = reply_prediction(later, reply)
     assert pred.decode_tps == pytest.approx(reply.decode_tps)
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
+
+
+def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(embedded_model: Path, tmp_path: Path) -> None:
+    from vrampilot.hardware.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
+
+    assert MODEL_MIN_REPLIES == 2
+    other = tmp_path / "Other-135M.gguf"  # another file name is another model to the factors
+    other.symlink_to(embedded_model)
+    third = tmp_path / "Third-135M.gguf"
+    third.symlink_to(embedded_model)
+
+    def plan_of(path: Path, speed: MachineSpeed) -> Plan:
+        return plan(load_model_spec(path), target_cpu_only(measured_machine(None, speed=speed)), PINS)
+
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    a = plan_of(embedded_model, speed)
+    assert a.speed.calibration_model == "" and a.speed.calibration_replies == 0  # nothing learned anywhere yet
+    for _ in range(3):
+        speed = learn_reply(speed, a, _reply(a, 0.8, 1.0))
+    # A model without replies of its own is corrected by every model's on this backend.
+    b = plan_of(other, speed)
+    assert b.speed.decode_factor == pytest.approx(0.8) and b.speed.calibration_model == ""
+    assert "corrected by 3 measured replies on this machine" in b.reasons[-1]
+    speed = learn_reply(speed, b, _reply(b, 1.2, 1.0))
+    assert plan_of(other, speed).speed.decode_factor == pytest.approx(0.8)  # one reply of its own: not yet
+    speed = learn_reply(speed, b, _reply(b, 1.2, 1.0))
+    b2 = plan_of(other, speed)
+    assert b2.speed.decode_factor == pytest.approx(1.2) and b2.speed.calibration_model == other.name
+    assert plan_of(embedded_model, speed).speed.decode_factor == pytest.approx(0.8)  # its own three
+    key = backend_key(a.target, a.settings)
+    assert speed.factors_for(key).decode_ratios == pytest.approx((0.8, 0.8, 0.8, 1.2, 1.2))
+    assert plan_of(third, speed).speed.decode_factor == pytest.approx(0.8)  # the machine's median
+    # Stored and read back with the model each window belongs to.
+    again = MachineSpeed.from_dict(speed.to_dict())
+    assert again.learned(key, other.name) == speed.learned(key, other.name)
+    assert again.factors_for(key, other.name).n_replies == 2
+    # Only the most recently updated models keep factors of their own; the backend's stay.
+    for i in range(MODEL_FACTORS_KEPT + 2):
+        speed = speed.with_factors(SpeedFactors(key, (1.1,), (), f"t{i}", model=f"m{i}.gguf"))
+    models = [f.model for f in speed.factors if f.model]
+    assert len(models) == MODEL_FACTORS_KEPT and models[-1] == f"m{MODEL_FACTORS_KEPT + 1}.gguf"
+    assert speed.factors_for(key).n_replies == 5
 
 
 def test_a_reply_on_a_busy_machine_is_shown_but_not_learned(embedded_model: Path) -> None:
@@ -64,7 +108,7 @@ def test_a_reply_on_a_busy_machine_is_shown_but_not_learned(embedded_model: Path
     assert after.factors_for(backend_key(p.target, p.settings)).n_replies == 0
     last = last_reply_for(_plan(embedded_model, after))
     assert last is not None and last.decode_tps == pytest.approx(0.3 * last.predicted_decode_tps, rel=1e-2)
-    assert (last.prompt_tokens, last.context_tokens) == (120, 300)
+    assert (last.prompt_tokens, last.context_tokens) == (600, 900)
 
 
 def test_too_short_to_time_is_not_learned(embedded_model: Path) -> None:
@@ -74,6 +118,13 @@ def test_too_short_to_time_is_not_learned(embedded_model: Path) -> None:
     assert f.decode_ratios == () and len(f.prefill_ratios) == 1
     f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=2)).factors_for(backend_key(p.target, p.settings))
     assert len(f.decode_ratios) == 1 and f.prefill_ratios == ()
+    # A prompt under one ubatch (MIN_PREFILL_TOKENS) teaches generating only.
+    f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=MIN_PREFILL_TOKENS - 1)).factors_for(
+        backend_key(p.target, p.settings))
+    assert len(f.decode_ratios) == 1 and f.prefill_ratios == ()
+    f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=MIN_PREFILL_TOKENS)).factors_for(
+        backend_key(p.target, p.settings))
+    assert len(f.prefill_ratios) == 1
 
 
 def test_a_reply_is_judged_against_this_machine_s_current_figures(embedded_model: Path) -> None:
@@ -109,7 +160,7 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     engine.load(p)
     try:
         # A prompt long enough to teach prefill (MIN_PREFILL_TOKENS) as well as decoding.
-        places = "Paris, Lyon, Vienna, Budapest, Prague, Krakow, Berlin, Hamburg, Amsterdam, Rotterdam, Brussels, Ghent, " * 2
+        places = "Paris, Lyon, Vienna, Budapest, Prague, Krakow, Berlin, Hamburg, Amsterdam, Rotterdam, Brussels, Ghent, " * 20
         reply = engine.chat([Message("user", f"I visited {places}and more. Name three rivers in Europe.")],
                             SamplingParams(temperature=0.0, max_tokens=24, seed=1))  # fmt: skip
     finally:

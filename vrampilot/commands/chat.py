@@ -147,17 +147,19 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
         return None
     last = speed.last_replies[-1]
     n = speed.factors_for(last.backend).n_replies
+    own = speed.factors_for(last.backend, last.model).n_replies
     line = (
         f"speed: predicted {last.predicted_decode_tps:.1f} tokens/s generating, measured {last.decode_tps:.1f}; "
         f"predicted {last.predicted_prefill_tps:.0f} reading the prompt, measured {last.prefill_tps:.0f}"
         + (f" (other programs used {others_share:.0%} of the CPU: not learned from)" if others_share > cpu_load.BUSY_SHARE else "")
-        + f"; the speed model has learned from {n} repl{'y' if n == 1 else 'ies'} here"
+        + f"; the speed model has learned from {n} repl{'y' if n == 1 else 'ies'} here, {own} of this model"
     )
     return {
         "predicted_decode_tps": round(last.predicted_decode_tps, 2),
         "predicted_prefill_tps": round(last.predicted_prefill_tps, 2),
         "others_cpu_share": round(others_share, 3),
         "learned_replies": n,
+        "learned_replies_of_model": own,
         "line": line,
     }
 

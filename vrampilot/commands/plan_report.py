@@ -77,6 +77,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
         "gpu_rates": "assumed" if plan.target.has_gpu else None,
         "calibration": {
             "replies": sp.calibration_replies,
+            "model": sp.calibration_model or None,  # whose replies: this model's own, or None for every model's
             "decode_factor": round(sp.decode_factor, 4),
             "prefill_factor": round(sp.prefill_factor, 4),
         },

@@ -37,6 +37,12 @@ FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
 # One reply's measured / predicted beyond these is an accident (a suspended laptop, a swap storm).
 RATIO_MIN, RATIO_MAX = 0.2, 5.0
 LAST_REPLIES_KEPT = 16
+# A model's own replies correct its predictions once they are this many (for decoding and for
+# prompts apart); until then the backend's replies over every model do. One model's error is not
+# another's: on this machine the planner was within 1.0-1.28x for one model and 0.78-0.97x for
+# another (bench/speed.py), and one factor over both moved each away from what it measured.
+MODEL_MIN_REPLIES = 2
+MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,7 @@ class SpeedFactors:
     decode_ratios: tuple[float, ...] = ()
     prefill_ratios: tuple[float, ...] = ()
     updated_at: str = ""
+    model: str = ""  # the GGUF file's name: replies of that model alone ("": of every model)
 
     @property
     def decode(self) -> float:
@@ -386,6 +393,7 @@ class SpeedFactors:
     def to_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
+            "model": self.model,
             "decode_ratios": list(self.decode_ratios),
             "prefill_ratios": list(self.prefill_ratios),
             "updated_at": self.updated_at,
@@ -398,6 +406,7 @@ class SpeedFactors:
             decode_ratios=tuple(float(x) for x in d.get("decode_ratios", ())),
             prefill_ratios=tuple(float(x) for x in d.get("prefill_ratios", ())),
             updated_at=str(d.get("updated_at", "")),
+            model=str(d.get("model", "")),
         )
 
 
@@ -442,15 +451,37 @@ class MachineSpeed:
     factors: tuple[SpeedFactors, ...] = ()
     last_replies: tuple[LastReply, ...] = field(default=())
 
-    def factors_for(self, backend: str) -> SpeedFactors:
-        return next((f for f in self.factors if f.backend == backend), SpeedFactors(backend))
+    def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
+        """The stored factors of this backend over every model (`model` ""), or of one model."""
+        return next((f for f in self.factors if (f.backend, f.model) == (backend, model)), SpeedFactors(backend, model=model))
+
+    def learned(self, backend: str, model: str = "") -> SpeedFactors:
+        """The factors a prediction for `model` on `backend` uses: for decoding and for prompts apart,
+        the model's own replies once there are MODEL_MIN_REPLIES of them, else the backend's. The
+        result's `model` names the model when any part is its own."""
+        shared = self.factors_for(backend)
+        own = self.factors_for(backend, model) if model else SpeedFactors(backend)
+        own_decode = len(own.decode_ratios) >= MODEL_MIN_REPLIES
+        own_prefill = len(own.prefill_ratios) >= MODEL_MIN_REPLIES
+        mine = own_decode or own_prefill
+        return SpeedFactors(
+            backend,
+            own.decode_ratios if own_decode else shared.decode_ratios,
+            own.prefill_ratios if own_prefill else shared.prefill_ratios,
+            (own if mine else shared).updated_at,
+            model if mine else "",
+        )
 
     def last_reply(self, model: str, backend: str) -> LastReply | None:
         return next((r for r in reversed(self.last_replies) if r.model == model and r.backend == backend), None)
 
     def with_factors(self, factors: SpeedFactors) -> MachineSpeed:
-        others = tuple(f for f in self.factors if f.backend != factors.backend)
-        return replace(self, factors=(*others, factors))
+        """These factors stored (most recent last); of the per-model ones, the last MODEL_FACTORS_KEPT."""
+        others = [f for f in self.factors if (f.backend, f.model) != (factors.backend, factors.model)]
+        kept = (*others, factors)
+        per_model = [f for f in kept if f.model]
+        drop = {id(f) for f in per_model[: max(0, len(per_model) - MODEL_FACTORS_KEPT)]}
+        return replace(self, factors=tuple(f for f in kept if id(f) not in drop))
 
     def with_last_reply(self, reply: LastReply) -> MachineSpeed:
         kept = tuple(r for r in self.last_replies if (r.model, r.backend) != (reply.model, reply.backend))

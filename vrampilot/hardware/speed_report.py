@@ -75,7 +75,8 @@ def format_speed(machine: Machine) -> list[str]:
     if speed is not None:
         for f in speed.factors:
             lines.append(
-                f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'} on {f.backend}: "
+                f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"
+                f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
                 f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
             )
     if machine.gpus:

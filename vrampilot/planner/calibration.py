@@ -5,7 +5,8 @@ reused from the cache) and generated (tokens after the first, over the context t
 The speed model predicts the same two numbers for the same conditions (`reply_prediction`), so
 measured / predicted isolates what the model misses on this machine and backend. Each ratio joins
 that backend's recent window (hardware/measured.py `SpeedFactors`), whose median, bounded, then
-multiplies every later prediction. A reply is not learned from when it is too short to time
+multiplies every later prediction, and the model's own window, which takes over for that model
+once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
 (the first tokens of a reply and tiny prompts are mostly fixed costs), or when other programs took
 a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this one.
 """
@@ -17,18 +18,18 @@ from dataclasses import dataclass, replace
 
 from vrampilot.hardware.cpu_load import BUSY_SHARE
 from vrampilot.hardware.measured import LastReply, MachineSpeed
-from vrampilot.planner.cpu_speed import FA_TILE_QUERIES
 from vrampilot.planner.search import Plan
-from vrampilot.planner.speed import SpeedModel, backend_key
+from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedModel, backend_key
 
 # Fewer generated tokens than this time too little to judge decoding.
 MIN_DECODE_TOKENS = 8
-# A prompt shorter than this is another regime than the long prompts a prefill factor matters for:
-# a pass over the weights, the vector attention kernel (below llama.cpp's 64-query tile) and fixed
-# costs, in a tenth of a second. Learned from, the chat's 20-40-token turns moved the predictions
-# for 1K-4K-token prompts away from what was measured (bench/speed.py: 0.57-1.0 after, 0.76-1.33
-# before), so such prompts are not learned from.
-MIN_PREFILL_TOKENS = FA_TILE_QUERIES
+# A prompt shorter than this is read in one partial ubatch, another regime than the long prompts a
+# prefill factor matters for (the headline figure is for a prompt of this length, documents are
+# longer): the weights' pass and fixed costs weigh more, and the speed model's share for them is
+# less sure. Learned from, a chat's 20-40-token turns moved the predictions for 1K-4K-token prompts
+# to 0.57-1.0 of what was measured (0.76-1.33 before), and 330-520-token turns to 1.04-1.42
+# (bench/speed.py, bench/experiments/issue19-speed-per-model-first.*), so such prompts are not learned from.
+MIN_PREFILL_TOKENS = HEADLINE_PROMPT_TOKENS
 # Decode time grows with the context; a reply's mean is taken over this many points of its span.
 _DECODE_POINTS = 5
 
@@ -61,7 +62,7 @@ def reply_prediction(plan: Plan, reply: ReplyMeasurement, *, calibrated: bool = 
     start, span = reply.prompt_tokens, max(1, reply.completion_tokens)
     points = [start + span * (i + 0.5) / _DECODE_POINTS for i in range(_DECODE_POINTS)]
     t_dec = sum(model.decode_seconds(int(p)) for p in points) / len(points)
-    factors = plan.target.factors_for(backend_key(plan.target, plan.settings))
+    factors = plan.target.factors_for(backend_key(plan.target, plan.settings), plan.spec.path.name)
     fd, fp = (factors.decode, factors.prefill) if calibrated else (1.0, 1.0)
     return ReplyPrediction(
         decode_tps=fd / t_dec if t_dec > 0 else 0.0,
@@ -91,7 +92,9 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
         decode_ratio = reply.decode_tps / raw.decode_tps
     if not busy and reply.evaluated_tokens >= MIN_PREFILL_TOKENS and reply.prefill_tps > 0 and raw.prefill_tps > 0:
         prefill_ratio = reply.prefill_tps / raw.prefill_tps
-    factors = speed.factors_for(backend).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
+    # Learned twice: into the backend's factors over every model, and into this model's own.
+    learned = [speed.factors_for(backend, m).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
+               for m in ("", plan.spec.path.name)]
     last = LastReply(
         model=plan.spec.path.name,
         backend=backend,
@@ -104,7 +107,9 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
         prompt_tokens=reply.evaluated_tokens,
         context_tokens=reply.prompt_tokens,
     )
-    return speed.with_factors(factors).with_last_reply(last)
+    for factors in learned:
+        speed = speed.with_factors(factors)
+    return speed.with_last_reply(last)
 
 
 def record_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement) -> MachineSpeed:

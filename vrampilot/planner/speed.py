@@ -59,6 +59,7 @@ class SpeedPrediction:
     decode_factor: float = 1.0
     prefill_factor: float = 1.0
     calibration_replies: int = 0
+    calibration_model: str = ""  # the model whose own replies made the factors ("": every model's)
 
     def as_dict(self) -> dict[str, float]:
         return {
@@ -257,7 +258,7 @@ def _without_network(target: Target) -> Target:
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
     model = SpeedModel(spec, settings, target, mem)
-    factors: SpeedFactors = target.factors_for(backend_key(target, settings))
+    factors: SpeedFactors = target.factors_for(backend_key(target, settings), spec.path.name)
     t0 = model.decode_seconds(1)
     t_full = model.decode_seconds(settings.n_ctx)
     n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))
@@ -274,6 +275,7 @@ def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: Memo
         decode_factor=factors.decode,
         prefill_factor=factors.prefill,
         calibration_replies=factors.n_replies,
+        calibration_model=factors.model,
     )
 
 

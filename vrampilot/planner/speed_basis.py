@@ -18,8 +18,9 @@ def _calibration(speed: SpeedPrediction) -> str:
     n = speed.calibration_replies
     if not n:
         return "not yet corrected by a measured reply"
+    whose = f" of {speed.calibration_model}" if speed.calibration_model else " on this machine"
     return (
-        f"corrected by {n} measured repl{'y' if n == 1 else 'ies'} "
+        f"corrected by {n} measured repl{'y' if n == 1 else 'ies'}{whose} "
         f"(generating x{speed.decode_factor:.2f}, prompts x{speed.prefill_factor:.2f})"
     )
 

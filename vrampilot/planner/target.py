@@ -107,8 +107,9 @@ class Target:
         probe = self.host_probe
         return f"measured {probe.date}" if probe is not None else "assumed"
 
-    def factors_for(self, backend: str) -> SpeedFactors:
-        return self.speed.factors_for(backend) if self.speed is not None else SpeedFactors(backend)
+    def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
+        """The learned factors a prediction for `model` (a GGUF file's name) on `backend` uses."""
+        return self.speed.learned(backend, model) if self.speed is not None else SpeedFactors(backend)
 
     @property
     def device_budget_bytes(self) -> int:

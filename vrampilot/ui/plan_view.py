@@ -356,6 +356,7 @@ def _speed_text(plan: Plan) -> str:
         basis = "GPU bandwidth efficiency assumed"
     if sp.calibration_replies:
         basis += f", corrected by {sp.calibration_replies} repl{'y' if sp.calibration_replies == 1 else 'ies'}"
+        basis += " of this model" if sp.calibration_model else " on this machine"
     lines = [
         f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating ({sp.decode_tps_full_ctx:.1f} with the "
         f"context full), {sp.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token "
