@@ -151,8 +151,9 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
                               for t in texts)
         + f". Measuring took {data['seconds'] / 60:.1f} min (summed over the processes that shared it), "
         f"{data['threads']} CPU thread(s) each."
-        + (f" The {', '.join(LABELS[m] for m in data['reused']['methods'])} numbers are reused from `{data['reused']['from']}` "
-           f"({data['reused']['note']}); that time is not counted here." if data.get("reused") else ""),
+        + (f" A run with --reuse took the {', '.join(LABELS[m] for m in data['reused']['methods'])} numbers from "
+           f"`{data['reused']['from']}` ({data['reused']['note']}); their time is not counted here."
+           if data.get("reused") else ""),
         "",
         "| cache | " + " | ".join(f"ppl@{format_tokens(n)} {t['short']}" for t in texts for n in lengths)
         + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | "
@@ -366,18 +367,20 @@ def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: 
     config holds no more bytes than the saved one at every length measured (text lengths and passkey
     prompts), so that each reused baseline holds at least as many bytes as the hybrid it is held to."""
     from vrampilot.hybrid.config import HybridConfig
+    from vrampilot.hybrid.passkey_keys import passkey_keys
     from vrampilot.hybrid.plan import config_kv_bytes
 
     if saved["model_name"] != model_name:
         return (), f"another model ({saved['model_name']})"
     if texts and (sorted(saved["lengths"]) != sorted(lengths) or not set(texts) <= {t["name"] for t in saved["texts"]}):
         return (), "other texts or lengths"
-    planned = {(n, d) for n in passkey_lengths for d in depths}
-    have: dict[tuple[int, float], int] = {}
-    for c in saved["passkey_cases"]:
-        have[(c["length"], c["depth"])] = have.get((c["length"], c["depth"]), 0) + 1
-    if planned and (saved.get("passkey_trials") != trials or any(have.get(k, 0) != trials for k in planned)):
-        return (), "other passkey cases"
+    have = {(c["length"], c["depth"], c["key"]) for c in saved["passkey_cases"]}
+    planned = {(n, d, k) for (n, d), keys in passkey_keys(passkey_lengths, depths, trials).items() for k in keys}
+    missing = sorted(planned - have)
+    if missing:
+        saved_depths = sorted({c["depth"] for c in saved["passkey_cases"]})
+        return (), (f"the saved runs lack the passkey case {missing[0]}: keys follow --depths in its order, so pass "
+                    f"the depths one saved run measured, as it did (saved: {saved_depths}; their logs give the order)")
 
     def tuples(v: object) -> object:
         return tuple(tuples(x) for x in v) if isinstance(v, list) else v
@@ -436,6 +439,9 @@ def merge_runs(runs: list[dict]) -> dict:
         if run["passkey_cases"]:
             data["passkey_trials"] = run["passkey_trials"]
     data["lengths"] = sorted(lengths)
+    reused = [run["reused"] for run in runs if run.get("reused")]
+    if reused:  # the report says which numbers a run took from earlier ones
+        data["reused"] = reused[0]
     return data
 
 

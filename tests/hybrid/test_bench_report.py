@@ -106,10 +106,18 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
 
     shape = CacheShape(n_layer=30, n_head_kv=3, head_dim=64, model_shape=SMOLLM2_135M)
     old_cfg = get_config("default")
+    from vrampilot.hybrid.passkey_keys import passkey_keys
+
+    depths = [0.0, 0.25, 0.5, 0.75, 1.0]
+    keys = [(d, k) for (_, d), ks in passkey_keys([8192], depths, 2).items() for k in ks]
+
+    def cases(right: dict[str, int]) -> list[dict[str, Any]]:  # the cases a run with these depths draws
+        return [{**c, "depth": d, "key": k} for c, (d, k) in zip(_cases(10, right), keys, strict=True)]
+
     saved = _run(texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9})],
-                 cases=_cases(10, {"full": 6, "hybrid": 2, "window": 0, "q4": 1}))
+                 cases=cases({"full": 6, "hybrid": 2, "window": 0, "q4": 1}))
     saved["config_fields"], saved["passkey_trials"] = _fields(old_cfg), 2
-    args = ("m.gguf", [8192], ["eval.txt"], [8192], [0.0, 0.25, 0.5, 0.75, 1.0], 2)
+    args = ("m.gguf", [8192], ["eval.txt"], [8192], depths, 2)
     # Fewer bytes (shorter reaches everywhere): the baselines saved still hold at least the hybrid's bytes.
     fewer = old_cfg.with_(head_reach=tuple((il, h, 64) for il, h, _ in old_cfg.head_reach))
     taken, why = bench.reusable(saved, fewer, shape, *args)
@@ -122,9 +130,13 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     assert bench.reusable(saved, fewer, shape, "other.gguf", *args[1:])[0] == ()
     assert bench.reusable(saved, fewer, shape, "m.gguf", [4096], *args[2:])[0] == ()
     assert bench.reusable(saved, fewer, shape, *args[:-1], 8)[0] == ()
+    # The same depths in another order draw other keys: refused, saying why.
+    taken, why = bench.reusable(saved, fewer, shape, *args[:4], depths[::-1], 2)
+    assert taken == () and "keys follow --depths in its order" in why
+    assert bench.reusable(saved, fewer, shape, *args[:4], depths[:1], 2)[0] == ("full", "window", "q4")
 
     new = _run(texts=[_text("eval.txt", {"full": 0.0, "hybrid": 26.1, "window": 0.0, "q4": 0.0})],
-               cases=_cases(10, {"full": 0, "hybrid": 5, "window": 0, "q4": 0}))
+               cases=cases({"full": 0, "hybrid": 5, "window": 0, "q4": 0}))
     new["passkey_trials"] = 2
     new["reused"] = {"from": "old.json", "methods": ["full", "window", "q4"], "note": why}
     bench.fill_reused(new, saved)
@@ -132,6 +144,10 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     assert new["texts"][0]["results"]["full"]["ppl"]["8192"] == 26.0
     assert new["texts"][0]["results"]["hybrid"]["ppl"]["8192"] == 26.1
     assert sum(c["full"] for c in new["passkey_cases"]) == 6 and sum(c["hybrid"] for c in new["passkey_cases"]) == 5
-    new["targets"] = bench.targets(new)
-    bench.write_report(tmp_path / "r.md", new, "plot.png")
-    assert "reused from `old.json`" in (tmp_path / "r.md").read_text(encoding="utf-8")
+    # Rendered beside a perplexity run of its own, the report still says what was reused.
+    ppl = _run(texts=[_text("dev.txt", {"full": 70.0, "hybrid": 71.0, "window": 73.0, "q4": 72.0})], cases=[])
+    ppl["config_fields"] = new["config_fields"] = saved["config_fields"]
+    merged = bench.merge_runs([ppl, {**new, "texts": []}])
+    merged["targets"] = bench.targets(merged)
+    bench.write_report(tmp_path / "r.md", merged, "plot.png")
+    assert "numbers from `old.json`" in (tmp_path / "r.md").read_text(encoding="utf-8")

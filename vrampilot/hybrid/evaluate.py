@@ -15,7 +15,6 @@ import copy
 import itertools
 import math
 import os
-import random
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -29,6 +28,7 @@ import torch
 from vrampilot.hybrid.cache import AttentionCache, full_cache, hybrid_cache, window_cache, window_for_bytes
 from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.model import LlamaModel, default_threads
+from vrampilot.hybrid.passkey_keys import passkey_keys
 from vrampilot.hybrid.plan import config_kv_bytes
 
 PREFILL_CHUNK = 256
@@ -322,9 +322,7 @@ def passkey(
     continues from a copy of the cache: the same tokens at the same positions, in other prefill
     chunks (chunking does not change what a cache computes).
     """
-    rng = random.Random(seed)
-    keys = {(length, depth): [f"{rng.randrange(10000, 100000)}" for _ in range(trials)]
-            for length, depth in itertools.product(lengths, depths)}
+    keys = passkey_keys(lengths, depths, trials, seed)
     finished = {(c["length"], c["depth"], c["key"]): c for c in done}
     cases: list[dict[str, Any]] = list(done)
     for length in lengths:
