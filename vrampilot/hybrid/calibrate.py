@@ -268,5 +268,4 @@ def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[in
         total += rows.mean(dim=2)
         if progress:
             progress(f"far mass {i + 1}/{len(sequences)}: {len(tokens)} tokens, {len(watch)} watched positions")
-    per_q = total / len(sequences)
-    return per_q.view(mc.n_layer, mc.n_head_kv, mc.n_group, len(distances)).amax(dim=2)
+    return kv_far_mass((total / len(sequences)).unsqueeze(2), mc.n_head_kv)  # one "position": the mean
