@@ -65,7 +65,26 @@ def test_probe_stops_when_cancelled() -> None:
 
     with pytest.raises(ProbeCancelled):
         measure_host(1, weight_types=("q8_0", "f16"), kv_types=("f16",), cancel=cancel, progress=progress)
-    assert "f16 kernels" not in seen
+    assert seen[-1].startswith("q8_0 kernels") and not any(x.startswith("f16 kernels") for x in seen)
+
+
+def test_each_figure_keeps_the_faster_of_two_passes() -> None:
+    # The probe times kernels twice, seconds apart: a slow moment in one pass counts once.
+    from vrampilot.hardware.measured import AttentionRates, KernelRates, RateAt
+    from vrampilot.hardware.probe import faster_attention, faster_kernels
+
+    def rates(*values: float) -> tuple[RateAt, ...]:
+        return tuple(RateAt(t, v) for t, v in zip((1, 2), values, strict=True))
+
+    first = [KernelRates("q4_1", "CPU", rates(5, 8), rates(6, 8), rates(25, 36), rates(20, 30)),
+             KernelRates("f16", "CPU", rates(20, 40), rates(20, 40), rates(60, 100))]
+    second = [KernelRates("q4_1", "CPU", rates(4, 9), rates(6, 7), rates(24, 59), rates(21, 29))]
+    q41, f16 = faster_kernels(first, second)
+    assert q41 == KernelRates("q4_1", "CPU", rates(5, 9), rates(6, 8), rates(25, 59), rates(21, 30))
+    assert f16 == first[1]  # measured once: as it was
+    a = [AttentionRates("f16", 64, rates(8, 16), rates(30, 60), rates(4, 8))]
+    b = [AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)), AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2))]
+    assert faster_attention(a, b) == [AttentionRates("f16", 64, rates(10, 16), rates(31, 60), rates(4, 9))]
 
 
 def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostProbe, tmp_path: Path) -> None:

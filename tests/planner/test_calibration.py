@@ -59,6 +59,29 @@ def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
 
 
+def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> None:
+    # What 2-thread replies taught did not hold at 1 thread (bench/speed.py): each CPU thread
+    # setting learns on its own, and another one starts from the probe alone.
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    machine = measured_machine(None, speed=speed)
+    two = plan(load_model_spec(embedded_model), target_cpu_only(machine), replace(PINS, n_threads=2, n_threads_batch=2))
+    for _ in range(2):
+        speed = learn_reply(speed, two, _reply(two, 0.7, 1.3))
+
+    def again(pins: Pins) -> Plan:
+        return plan(load_model_spec(embedded_model), target_cpu_only(measured_machine(None, speed=speed)), pins)
+
+    assert backend_key(two.target, two.settings).endswith(", 2 threads")
+    learned = again(replace(PINS, n_threads=2, n_threads_batch=2)).speed
+    assert (learned.decode_factor, learned.prefill_factor) == pytest.approx((0.7, 1.3))
+    one = again(PINS)
+    assert backend_key(one.target, one.settings).endswith(", 1 thread")
+    assert (one.speed.decode_factor, one.speed.prefill_factor, one.speed.calibration_replies) == (1.0, 1.0, 0)
+    mixed = again(replace(PINS, n_threads=2, n_threads_batch=1))
+    assert backend_key(mixed.target, mixed.settings).endswith(", 2 threads (1 for prompts)")
+    assert mixed.speed.calibration_replies == 0
+
+
 def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(embedded_model: Path, tmp_path: Path) -> None:
     from vrampilot.hardware.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
 

@@ -30,8 +30,9 @@ N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run fast
 PREFILL_UBATCHES = 2  # the prompt: 1024 tokens, read as ubatches after 0 and 512 cells
 N_CTX = 1280
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
-# Passes per depth and thread count, each from the same cache; the median step over them is kept,
-# so that a moment when the machine is slower (a VM's neighbours, a frequency step) counts once.
+# Timed passes per depth and thread count (after one untimed), each from the same cache; the median
+# step over them is kept, so that a moment when the machine is slower (a VM's neighbours, a
+# frequency step) counts once.
 PASSES = 3
 KV_TYPE = "f16"
 # The engine's default sampling (engine/sampling.py): the sampler chain every reply pays per token.
@@ -69,10 +70,16 @@ def _decode(llama_cpp: object, llm: object, tokens: list[int], threads: Sequence
         # after a switch up to half as slow again here, which no reply sees.
         llama_cpp.llama_set_n_threads(llm.ctx, t, most)  # type: ignore[attr-defined]
         steps: list[float] = []
-        for _ in range(PASSES):
+        # One pass untimed first: the steps right after another thread count's work (the prompt,
+        # read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
+        # against 24-30 ms once warm (bench/experiments/issue19-reference-warmup.txt), which no
+        # chat sees past its first tokens and which made 1-thread plans look a third slower.
+        for n in range(PASSES + 1):
             if reset:
                 llm.reset()  # type: ignore[attr-defined]
-            steps += decode_step_times(llm, tokens, DECODE_STEPS)
+            times = decode_step_times(llm, tokens, DECODE_STEPS)
+            if n:
+                steps += times
         # Rounded as stored, so a probe read back from the record equals the one measured.
         out.append(ReferenceDecode(t, len(tokens) + 1 + DECODE_STEPS // 2, round(statistics.median(steps), 7)))
     return out

@@ -98,10 +98,16 @@ def _kv_read(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, layer_is_here
 
 def backend_key(target: Target, settings: Settings) -> str:
     """Which learned factors a plan uses: the offload devices' when layers run there (all of them,
-    RPC hosts by endpoint: another card or host is another speed), else the CPU code's."""
+    RPC hosts by endpoint: another card or host is another speed), else the CPU code's at the plan's
+    thread counts. What replies at one thread count taught did not carry to another: learned from
+    2-thread replies, the factors moved the 1-thread cases of bench/speed.py from 0.91-1.16 of what
+    was measured (the probe alone) to 0.89-1.28 (bench/experiments/issue19-speed-twopass.*); the
+    probe's own figures, the graph factors included, are per thread count already."""
     if target.has_gpu and settings.n_gpu_layers > 0:
         return "gpu:" + "+".join(g.label for g in target.gpus)
-    return "cpu:" + (target.cpu_variant or "cpu")
+    t, tb = settings.n_threads, settings.n_threads_batch
+    threads = f"{t} thread{'s' if t != 1 else ''}" + (f" ({tb} for prompts)" if tb != t else "")
+    return f"cpu:{target.cpu_variant or 'cpu'}, {threads}"
 
 
 def _attention_shapes(spec: ModelSpec, mem: MemoryBreakdown) -> tuple[AttentionShape | None, ...]:
