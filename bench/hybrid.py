@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vrampilot.hybrid.config import CONFIGS, get_config  # noqa: E402
+from vrampilot.hybrid.config import CONFIGS, HybridConfig, get_config  # noqa: E402
 from vrampilot.units import format_bytes, format_tokens  # noqa: E402
 
 # Passkey cases at a length for its target to count (5 depths x 8 keys).
@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--texts", default="eval,dev", help="eval (the shipped Britannica text), dev (Milton), or files")
     parser.add_argument("--config", default="default", choices=sorted(CONFIGS))
+    parser.add_argument("--head-reach", help="a JSON file with a \"head_reach\" list of [layer, KV head, reach, ...] (as "
+                        "bench/hybrid_calibrate.py writes): the config with these per-head reaches instead of its own")
     parser.add_argument("--lengths", default="2048,4096,8192")
     parser.add_argument("--samples", type=int, default=1, help="text samples of the longest length (default 1)")
     parser.add_argument("--passkey-lengths", default="8192", help="'' to skip passkey")
@@ -278,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     named = {"eval": (eval_text, "evaluation", "eval"), "dev": (dev_text_path(), "development: settings were chosen on it", "dev")}
     texts = [named.get(t, (Path(t), "given", Path(t).stem[:8])) for t in args.texts.split(",") if t.strip()]
     cfg = get_config(args.config)
+    if args.head_reach:
+        cfg = with_head_reach(cfg, Path(args.head_reach))
     setup_torch(args.threads)
     import torch
 
@@ -360,6 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def with_head_reach(cfg: HybridConfig, path: Path) -> HybridConfig:
+    """`cfg` with the per-head reaches of a saved allocation (hybrid-budgets.json, hybrid-select.json:
+    rows of layer, KV head, reach and anything after), named after both."""
+    rows = json.loads(path.read_text(encoding="utf-8"))["head_reach"]
+    return cfg.with_(name=f"{cfg.name}+{path.stem}", head_reach=tuple((int(il), int(h), r) for il, h, r, *_ in rows))
+
+
 def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: list[int], texts: list[str],
              passkey_lengths: list[int], depths: list[float], trials: int) -> tuple[tuple[str, ...], str]:
     """Which methods a new run may take from `saved` (merged saved runs), and why: the full cache
@@ -387,9 +398,18 @@ def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: 
 
     old = HybridConfig(**{k: tuples(v) for k, v in saved["config_fields"].items()})
     points = set(lengths) | {int(c["prompt_tokens"]) for c in saved["passkey_cases"]}
-    more = [n for n in sorted(points) if config_kv_bytes(cfg, shape, n) > config_kv_bytes(old, shape, n)]  # type: ignore[arg-type]
+    extra = {n: config_kv_bytes(cfg, shape, n) - config_kv_bytes(old, shape, n) for n in sorted(points)}  # type: ignore[arg-type]
+    # Under one f16 token of the whole cache more, the baselines this config would get are the saved
+    # ones or longer by one token (f16 window) or a few (q4_0): a difference a key 2K back or a
+    # perplexity over 8K tokens cannot see, and rerunning them triples every case's cost.
+    one_token = shape.f16_kv_bytes_per_token  # type: ignore[attr-defined]
+    more = [n for n, b in extra.items() if b >= one_token]
     if more:
         return ("full",), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"
+    most = max(extra.values(), default=0)
+    if most > 0:
+        return ("full", "window", "q4"), (f"this config holds at most {most} B more than the saved run's (under one f16 "
+                                          f"token, {one_token} B), so the saved baselines stand")
     return ("full", "window", "q4"), "this config holds no more bytes than the saved run's at every length"
 
 

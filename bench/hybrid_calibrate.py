@@ -13,7 +13,7 @@ each candidate window length (at the answer of the 7.5K-token calibration prompt
 16th position of the development text past 1K), gives each head the reach that spends the byte
 budget best (vrampilot/hybrid/budgets.py), prints the `head_reach` tuple config.py stores and writes
 hybrid-budgets.json (about 10 minutes; --spread 8 --jobs 2 about 12). The shipped budgets come from
-the defaults; --spread, --aggregate and --first-weight are the variants that
+--spread 8 --aggregate max, chosen by --select among the variants that
 bench/experiments/issue20-budgets.md tried (--reallocate: again from a saved run, without measuring).
 """
 
@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                         "positions (default: all alike, as shipped)")
     parser.add_argument("--reallocate", help="a hybrid-budgets.json of this script: allocate again from its far mass "
                         "(with --aggregate, --first-weight), without measuring")
+    parser.add_argument("--select", help="a JSON file of candidate allocations ({\"variants\": {name: head_reach}}, as "
+                        "bench/experiments/issue20-budgets-spread8.json): compare them and the shipped one by the answer "
+                        "margins the hybrid cache gives on prompts of their own seed, and name the best")
+    parser.add_argument("--prompts", type=int, default=8, help="--select: selection prompts (7.5K tokens, depths spread)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
 
@@ -66,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return allocate(model.config, json.loads(Path(args.reallocate).read_text(encoding="utf-8")), out, args)
     if args.budgets:
         return budgets(model, tok, out, model_path, args)
+    if args.select:
+        return select(tok, out, model_path, args)
 
     from vrampilot.hybrid.calibrate import CAL_LENGTHS, CAL_SEED, calibrate, calibration_cases
 
@@ -143,6 +149,74 @@ def budgets(model: object, tok: object, out: Path, model_path: Path, args: argpa
         "seconds": round(time.perf_counter() - t0, 1),
     }
     return allocate(model.config, saved, out, args)
+
+
+def _margins_job(model_path: str, threads: int, head_reach: list | None, tokens: list[int], needle: list[int],
+                 answer_queries: list[int]) -> list[float]:
+    """One selection prompt under one allocation (None: the full cache), in a worker process."""
+    from vrampilot.hybrid.cache import full_cache, hybrid_cache
+    from vrampilot.hybrid.calibrate import CalibrationCase, answer_margins
+    from vrampilot.hybrid.config import get_config
+    from vrampilot.hybrid.evaluate import setup_torch
+    from vrampilot.hybrid.model import LlamaModel
+
+    setup_torch(threads)
+    model = LlamaModel(model_path)
+    mc = model.config
+    if head_reach is None:
+        cache = full_cache(mc)
+    else:
+        cfg = get_config("default").with_(name="candidate", head_reach=tuple((il, h, r) for il, h, r, *_ in head_reach))
+        cache = hybrid_cache(mc, model.rope, cfg)
+    case = CalibrationCase(tokens, needle, answer_queries, key="", length=len(tokens), depth=0.0)
+    return list(answer_margins(model, cache, case).margins)
+
+
+def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -> int:
+    """Each candidate allocation (and the shipped one, and the full cache for reference) on the
+    selection prompts; the best by calibration.selection_score."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vrampilot.hybrid.calibrate import SELECT_SEED, AnswerMargins, calibration_cases, selection_score
+    from vrampilot.hybrid.config import SMOLLM2_HEAD_REACH
+    from vrampilot.hybrid.evaluate import Tokenizer
+
+    assert isinstance(tok, Tokenizer)
+    saved = json.loads(Path(args.select).read_text(encoding="utf-8"))
+    candidates: dict[str, list | None] = {"full cache (reference)": None, "shipped": [list(x) for x in SMOLLM2_HEAD_REACH]}
+    candidates.update({name: v if isinstance(v, list) else v["head_reach"] for name, v in saved["variants"].items()})
+    cases = calibration_cases(tok.encode, lengths=(7680,), per_length=args.prompts, seed=SELECT_SEED, spread=True)
+    backs = [c.answer_queries[0] - c.needle[0] for c in cases]
+    print(f"{len(cases)} selection prompts of 7.5K tokens, needles {', '.join(map(str, backs))} tokens back "
+          f"(seed {SELECT_SEED}); {len(candidates)} caches", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    jobs = [(name, i) for name in candidates for i in range(len(cases))]
+    with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {job: pool.submit(_margins_job, str(model_path), 1, candidates[job[0]], cases[job[1]].tokens,
+                                    cases[job[1]].needle, cases[job[1]].answer_queries) for job in jobs}
+        results: dict[str, list[AnswerMargins]] = {name: [] for name in candidates}
+        for (name, i), f in futures.items():
+            results[name].append(AnswerMargins(tuple(f.result())))
+            r = results[name][-1]
+            print(f"  {name}, prompt {i + 1} ({backs[i]} back): first-token margin {r.first:+.3f}, "
+                  f"{'answers' if r.correct else 'misses'} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    w = max(map(len, results)) + 1
+    print(f"{'cache':<{w}} {'answers':>7} {'mean thinnest':>13}  first-token margin per prompt (needle back)")
+    print(f"{'':<{w}} {'':>7} {'':>13}  " + " ".join(f"{b:>6}" for b in backs))
+    ranked = []
+    for name, rs in results.items():
+        n_ok, thin = selection_score(rs)
+        print(f"{name:<{w}} {n_ok:>4}/{len(rs):<2} {thin:>+13.3f}  " + " ".join(f"{r.first:>+6.2f}" for r in rs))
+        if candidates[name] is not None:
+            ranked.append(((n_ok, thin), name))
+    best = max(ranked)[1]
+    print(f"best allocation on the selection prompts: {best}")
+    data = {"seed": SELECT_SEED, "needles_back": backs, "seconds": round(time.perf_counter() - t0, 1), "best": best,
+            "results": {name: [list(r.margins) for r in rs] for name, rs in results.items()},
+            "head_reach": candidates[best]}
+    (out / "hybrid-select.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return 0
 
 
 def allocate(mc: object, saved: dict, out: Path, args: argparse.Namespace) -> int:

@@ -126,6 +126,13 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     more = old_cfg.with_(head_reach=tuple((il, h, None) for il, h, _ in old_cfg.head_reach))
     taken, why = bench.reusable(saved, more, shape, *args)
     assert taken == ("full",) and "more bytes" in why
+    # Under one f16 token more: the saved baselines stand (those of this config differ by a token).
+    heads = list(old_cfg.head_reach)
+    il, h, r = next(x for x in heads if x[2] is not None and x[2] >= 64)
+    heads[heads.index((il, h, r))] = (il, h, r + 32)  # 32 more 4-bit tokens in one KV head
+    slightly = old_cfg.with_(head_reach=tuple(heads))
+    taken, why = bench.reusable(saved, slightly, shape, *args)
+    assert taken == ("full", "window", "q4") and "under one f16 token" in why, why
     # Another model, other lengths or other passkey cases: nothing.
     assert bench.reusable(saved, fewer, shape, "other.gguf", *args[1:])[0] == ()
     assert bench.reusable(saved, fewer, shape, "m.gguf", [4096], *args[2:])[0] == ()
@@ -151,3 +158,16 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     merged["targets"] = bench.targets(merged)
     bench.write_report(tmp_path / "r.md", merged, "plot.png")
     assert "numbers from `old.json`" in (tmp_path / "r.md").read_text(encoding="utf-8")
+
+
+def test_a_saved_allocation_replaces_the_config_s_reaches(bench: ModuleType, tmp_path: Path) -> None:
+    # bench/hybrid.py --head-reach: what bench/hybrid_calibrate.py --select or --budgets chose.
+    import json
+
+    from vrampilot.hybrid.config import get_config
+
+    path = tmp_path / "hybrid-select.json"
+    path.write_text(json.dumps({"head_reach": [[0, 0, 6080], [0, 1, None, 0.01], [1, 2, 64]]}), encoding="utf-8")
+    cfg = bench.with_head_reach(get_config("default"), path)
+    assert cfg.head_reach == ((0, 0, 6080), (0, 1, None), (1, 2, 64))
+    assert cfg.name == "default+hybrid-select" and cfg.window == get_config("default").window

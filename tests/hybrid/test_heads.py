@@ -169,6 +169,28 @@ def test_calibrate_scores_and_ranking(tiny_llama: TinyLlama) -> None:
     assert fixed.top(2) == ((0, 0), (1, 1))
 
 
+def test_answer_margins_are_the_teacher_forced_logit_gaps(tiny_llama: TinyLlama) -> None:
+    # bench/hybrid_calibrate.py --select ranks allocations by these margins: the logit of each
+    # answer token minus the best other one, after the prompt and the answer so far.
+    from vrampilot.hybrid.calibrate import AnswerMargins, answer_margins, selection_score
+
+    model = LlamaModel(tiny_llama.path)
+    toks = torch.randint(3, tiny_llama.n_vocab, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+    case = CalibrationCase(tokens=toks, needle=[5, 6, 7], answer_queries=[36, 37, 38], key="12", length=40, depth=0.1)
+    got = answer_margins(model, full_cache(model.config), case, chunk=16)
+    hidden = model.forward_hidden(torch.tensor(toks), 0, full_cache(model.config))
+    logits = model.logits(hidden[36:39]).float()
+    for m, row, target in zip(got.margins, logits, toks[37:40], strict=True):
+        others = torch.cat([row[:target], row[target + 1 :]])
+        assert m == pytest.approx(float(row[target] - others.max()), abs=1e-3)
+    assert got.first == got.margins[0] and got.correct == all(m > 0 for m in got.margins)
+    right, wrong = AnswerMargins((0.5, 2.0)), AnswerMargins((-0.1, 3.0))
+    assert right.correct and not wrong.correct
+    # Keys answered first; among equals, the thinner margins lose.
+    assert selection_score([right, wrong]) == (1, pytest.approx(0.2))
+    assert selection_score([right, right]) > selection_score([right, wrong]) > selection_score([wrong, wrong])
+
+
 def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: object) -> None:
     from vrampilot.hybrid.calibrate import CAL_LENGTHS, calibration_cases
     from vrampilot.hybrid.evaluate import Tokenizer, passkey_prompt

@@ -269,3 +269,52 @@ def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[in
         if progress:
             progress(f"far mass {i + 1}/{len(sequences)}: {len(tokens)} tokens, {len(watch)} watched positions")
     return kv_far_mass((total / len(sequences)).unsqueeze(2), mc.n_head_kv)  # one "position": the mean
+
+
+# --- choosing among allocations by the answer itself ------------------------------------------------
+# bench/hybrid_calibrate.py --select: allocations (budgets.py's, from different aggregation rules)
+# are compared on prompts of their own seed, neither the budgets' prompts nor the evaluation's, by
+# what the hybrid cache makes of the answer: the far mass ranks heads, but whether the reply starts
+# with the key at all is one logit margin (bench/experiments/issue20-budgets.md), which no
+# allocation rule sees.
+SELECT_SEED = CAL_SEED + 2
+
+
+@dataclass(frozen=True)
+class AnswerMargins:
+    """What a cache makes of one calibration prompt's teacher-forced answer (space, then digits)."""
+
+    margins: tuple[float, ...]  # per answer position: logit of the right token - the best other
+
+    @property
+    def correct(self) -> bool:
+        """Greedy decoding gives the whole key (every teacher-forced argmax right)."""
+        return all(m > 0 for m in self.margins)
+
+    @property
+    def first(self) -> float:
+        """The first position's: whether the reply starts with the key at all."""
+        return self.margins[0]
+
+
+def answer_margins(model: LlamaModel, cache: AttentionCache, case: CalibrationCase, *, chunk: int = 256) -> AnswerMargins:
+    """Prefill `case`'s prompt into `cache`, then its answer teacher-forced, and the margins there."""
+    first = case.answer_queries[0]
+    ids = torch.tensor(case.tokens)
+    for s in range(0, first, chunk):
+        model.forward_hidden(ids[s : min(s + chunk, first)], s, cache)
+    hidden = model.forward_hidden(ids[first:], first, cache)
+    with torch.inference_mode():
+        logits = model.logits(hidden[: len(case.answer_queries)]).float()
+    out = []
+    for row, target in zip(logits, case.tokens[first + 1 :], strict=False):
+        other = row.clone()
+        other[target] = float("-inf")
+        out.append(round(float(row[target] - other.max()), 4))
+    return AnswerMargins(tuple(out))
+
+
+def selection_score(results: Sequence[AnswerMargins]) -> tuple[int, float]:
+    """How an allocation ranks on the selection prompts: keys answered, then the mean of each
+    prompt's thinnest margin (how far from flipping the answers are, right or wrong)."""
+    return sum(r.correct for r in results), sum(min(r.margins) for r in results) / max(len(results), 1)
