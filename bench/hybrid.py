@@ -368,7 +368,7 @@ def with_head_reach(cfg: HybridConfig, path: Path) -> HybridConfig:
     """`cfg` with the per-head reaches of a saved allocation (hybrid-budgets.json, hybrid-select.json:
     rows of layer, KV head, reach and anything after), named after both."""
     rows = json.loads(path.read_text(encoding="utf-8"))["head_reach"]
-    return cfg.with_(name=f"{cfg.name}+{path.stem}", head_reach=tuple((int(il), int(h), r) for il, h, r, *_ in rows))
+    return cfg.with_reach_rows(rows, name=f"{cfg.name}+{path.stem}")
 
 
 def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: list[int], texts: list[str],

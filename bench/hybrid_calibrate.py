@@ -166,7 +166,7 @@ def _margins_job(model_path: str, threads: int, head_reach: list | None, tokens:
     if head_reach is None:
         cache = full_cache(mc)
     else:
-        cfg = get_config("default").with_(name="candidate", head_reach=tuple((il, h, r) for il, h, r, *_ in head_reach))
+        cfg = get_config("default").with_reach_rows(head_reach, name="candidate")
         cache = hybrid_cache(mc, model.rope, cfg)
     case = CalibrationCase(tokens, needle, answer_queries, key="", length=len(tokens), depth=0.0)
     return list(answer_margins(model, cache, case).margins)
@@ -186,6 +186,10 @@ def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -
     saved = json.loads(Path(args.select).read_text(encoding="utf-8"))
     candidates: dict[str, list | None] = {"full cache (reference)": None, "shipped": [list(x) for x in SMOLLM2_HEAD_REACH]}
     candidates.update({name: v if isinstance(v, list) else v["head_reach"] for name, v in saved["variants"].items()})
+    # The shipped allocation once: a rerun after it was chosen finds it among the variants too.
+    shipped = candidates["shipped"]
+    if any(name != "shipped" and v is not None and [list(r[:3]) for r in v] == shipped for name, v in candidates.items()):
+        del candidates["shipped"]
     cases = calibration_cases(tok.encode, lengths=(7680,), per_length=args.prompts, seed=SELECT_SEED, spread=True)
     backs = [c.answer_queries[0] - c.needle[0] for c in cases]
     print(f"{len(cases)} selection prompts of 7.5K tokens, needles {', '.join(map(str, backs))} tokens back "

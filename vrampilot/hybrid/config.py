@@ -18,9 +18,10 @@ heads differ splits exactly along its KV heads, each part with its own cache and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from vrampilot.errors import UserError
 
@@ -126,6 +127,12 @@ class HybridConfig:
 
     def with_(self, **changes: object) -> HybridConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+    def with_reach_rows(self, rows: Sequence[Sequence[Any]], name: str) -> HybridConfig:
+        """This config with the per-head reaches of saved rows (layer, KV head, reach, then anything
+        the file adds, such as a score), as bench/hybrid_calibrate.py writes them."""
+        reach = tuple((int(r[0]), int(r[1]), None if r[2] is None else int(r[2])) for r in rows)
+        return self.with_(name=name, head_reach=reach)
 
 
 # The named configurations. Budget arithmetic for SmolLM2-135M (3 KV heads x 64 dims, 30 layers):
