@@ -113,6 +113,29 @@ def test_more_threads_use_the_rates_measured_with_them(q8_llama: ModelSpec) -> N
     assert four.prefill_seconds(512) == pytest.approx(one.prefill_seconds(512) / 4)
 
 
+def test_decode_attention_goes_at_the_pace_of_the_busiest_thread(q8_llama: ModelSpec) -> None:
+    from vrampilot.planner.cpu_speed import decode_attention_imbalance as uneven
+
+    # An f16 cache split over 2 threads by cells: each takes half of the view padded to 256 cells,
+    # the masked tail costs nothing, so the first thread does 640 of 1031 cells.
+    assert uneven(1031, 8192, 9, 2, "f16") == pytest.approx(2 * 640 / 1031)
+    assert uneven(4129, 8192, 9, 2, "f16") == pytest.approx(2 * 2176 / 4129)
+    assert uneven(1280, 8192, 9, 2, "f16") == 1.0 and uneven(1031, 8192, 9, 1, "f16") == 1.0
+    # A quantized cache (or a view under 512 cells) is split by query heads: 9 heads on 2 threads
+    # are 5 + 4 of them, 8 heads 4 + 4.
+    assert uneven(1031, 8192, 9, 2, "q8_0") == pytest.approx(10 / 9)
+    assert uneven(100, 8192, 9, 2, "f16") == pytest.approx(10 / 9)
+    assert uneven(1031, 8192, 8, 2, "q8_0") == 1.0
+    # So at 2 threads a step costs the same all through a view of 1280 cells (1025 to 1279 in the
+    # cache: the first thread's 640), then grows with the next view; at 1 thread it grows all along.
+    probe = uniform_probe(threads=(1, 2))
+    two = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=2, n_threads_batch=2, type_k="f16", type_v="f16"), cores=2)
+    one = _model(q8_llama, probe, Pins(n_ctx=4096, n_threads=1, n_threads_batch=1, type_k="f16", type_v="f16"), cores=2)
+    assert two.decode_seconds(1030) == pytest.approx(two.decode_seconds(1270), rel=1e-3)
+    assert two.decode_seconds(1300) > two.decode_seconds(1270)
+    assert one.decode_seconds(1270) > one.decode_seconds(1030)
+
+
 def test_the_plan_says_what_is_measured_and_what_is_assumed(tmp_path: Path, embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)  # Q4_1 and Q8_0 weights
     measured = plan(spec, target_cpu_only(measured_machine(uniform_probe(types=("q4_0", "q8_0")))), Pins(n_ctx=2048))

@@ -22,7 +22,7 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.planner.graph_factors import FACTOR_MAX, factors_for_run, graph_factors
+from vrampilot.planner.graph_factors import FACTOR_MAX, factors_for_run, graph_factors, with_reference_types
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
@@ -86,8 +86,11 @@ def test_a_prompt_s_attention_keeps_the_kernels_rate_and_its_excess_goes_to_the_
     assert 1.5 < base < 1.8
 
 
+WITH_Q4_1 = ("q4_0", "q4_1", "q8_0", "f16", "f32")  # the built-in model's types among them
+
+
 def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: ModelSpec, embedded_model: Path) -> None:
-    probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
+    probe = uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2), attention_gflops={"f16": 10.0})
     with_run = replace(probe, reference=_run(spec, embedded_model, probe, _constant((1.5, 2.0), (1.2, 1.4))))
 
     def model(p: HostProbe) -> SpeedModel:
@@ -124,3 +127,17 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
         for f in (*got.decode(t), *got.prefill(t)):
             assert 0.5 <= f <= FACTOR_MAX
     assert HostProbe.from_dict(host_probe.to_dict()) == host_probe
+
+
+def test_a_run_whose_weight_types_were_not_measured_gives_no_factors(spec: ModelSpec, embedded_model: Path) -> None:
+    # The built-in model's Q4_1 priced as the probe's Q4_0 would charge the kernel's difference to
+    # the graph and apply it to every model: no factors until Q4_1 is measured.
+    run = _run(spec, embedded_model, uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2)), _constant((1.2, 1.0), (1.1, 1.0)))
+    without = replace(uniform_probe(8.0, 40.0, threads=(1, 2)), reference=run)
+    assert graph_factors(without, 2) is None
+    measured = replace(uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2)), reference=run)
+    assert graph_factors(measured, 2) is not None
+    # What a probe and the kernels added for a model measure: their own types and the built-in model's.
+    wanted = with_reference_types(("Q6_K", "q4_0"))
+    assert wanted[:2] == ["q6_k", "q4_0"]
+    assert set(weight_table(spec).types()) <= set(wanted) and len(wanted) == len(set(wanted))

@@ -128,8 +128,9 @@ def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
     from vrampilot.hardware.probe import measure_kernels, missing_kernels
     from vrampilot.hardware.speed_store import add_kernels
     from vrampilot.planner.cpu_speed import weight_table
+    from vrampilot.planner.graph_factors import with_reference_types
 
-    missing = missing_kernels(speed.probe, weight_table(spec).types())
+    missing = missing_kernels(speed.probe, with_reference_types(weight_table(spec).types()))
     if not missing:
         return machine
     try:

@@ -45,8 +45,13 @@ ASSUMED_FIXED = FixedCosts(step_s=100e-6, layer_s=20e-6, vocab_entry_s=5e-9)
 PROBE_LAYER_NODES = 19
 
 # The tiled flash-attention kernel needs this many queries (GGML_FA_TILE_Q); fewer run the vector
-# kernel at the decoding rate. The split-KV decoding kernel needs a cache view this long.
+# kernel at the decoding rate.
 FA_TILE_QUERIES = 64
+# llama.cpp attends over a view of the cache padded to this many cells (llama_kv_cache::get_n_kv),
+# and from a view this long on, with an f16 or f32 cache, decoding splits the view's cells evenly
+# over the threads (ggml-cpu's flash_attn_ext split-KV path) instead of handing out query heads.
+KV_VIEW_PAD = 256
+SPLIT_KV_MIN_VIEW = 512
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,7 @@ class AttentionShape:
     head_dim: float
     cells: int  # the cache cells the layer can see (the window for sliding-window layers)
     n_head_kv: int = 0  # KV heads the query heads share (0: one per query head)
+    sliding: bool = False  # a sliding-window layer (its cells sit anywhere in a ring buffer)
 
 
 def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[AttentionShape | None, ...]:
@@ -302,7 +308,8 @@ def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[A
             # A sliding-window layer's cache holds the window plus a ubatch, but a query sees the
             # window only, and the CPU kernel skips the masked rest.
             cells = min(cells, spec.sliding_window)
-        out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv))
+        out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv,
+                                  sliding=bool(spec.swa_layers[il] and spec.sliding_window)))
     return tuple(out)
 
 
@@ -311,6 +318,35 @@ def causal_cells(m: int, pos: int, window: int) -> float:
     of them (the causal mask skips the rest, tile by tile), at most `window`."""
     k = max(0, min(m, window - pos))  # queries whose view is not yet capped by the window
     return k * pos + k * (k + 1) / 2 + (m - k) * window
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_attention_imbalance(n_used: int, n_cells: int, n_head: int, threads: int, kv_type: str) -> float:
+    """How much longer a decode step's flash attention takes than its work spread evenly over the
+    threads (what the probe's kernels measured): `n_used` cells in use (the new token's included)
+    of a cache of `n_cells`.
+
+    Split over the cells, each thread takes an equal slice of the padded view and the masked tail
+    costs nothing, so the first threads do all the work of theirs: 1030 cells in a view of 1280 on
+    2 threads are 640 + 390, 1.24x the even split, and 4128 in 4352 only 1.05x. Unmodelled, the built-in
+    model's run at 1030 cells taught that excess to the attention factor, which then priced 4K-deep
+    steps at 2 threads 0.71-0.79 of what llama.cpp ran (bench/speed.py, 2026-12-02). Split over the
+    query heads (quantized caches, short views), the busiest thread takes the most heads."""
+    if threads <= 1 or n_used <= 0 or n_head <= 0:
+        return 1.0
+    view = min(n_cells, max(KV_VIEW_PAD, -(-n_used // KV_VIEW_PAD) * KV_VIEW_PAD))
+    if kv_type in ("f16", "f32") and view >= SPLIT_KV_MIN_VIEW:
+        chunk = -(-view // threads)
+        return threads * min(chunk, n_used) / n_used
+    # Rows (query heads) in chunks of a quarter thread's share, handed out in turn.
+    rows = max(1, -(-n_head // (4 * threads)))
+    n_chunks = -(-n_head // rows)
+    if n_chunks < threads:
+        n_chunks = threads
+    rows = -(-n_head // n_chunks)
+    sizes = [max(0, min(rows, n_head - c * rows)) for c in range(n_chunks)]
+    busiest = max(sum(sizes[i::threads]) for i in range(threads))
+    return threads * busiest / n_head
 
 
 def decode_seconds(
@@ -334,8 +370,12 @@ def decode_seconds(
         if att is not None:
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
             ram = rates.attention_ram_cell_seconds(kv_type, att.head_dim, threads)
-            # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost.
-            t_att += min(max(n_tokens, 1), att.cells) * (att.n_head * cell + (att.n_head_kv or att.n_head) * ram)
+            # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost,
+            # at the pace of the busiest thread. A sliding window's cells sit anywhere in its ring:
+            # spread evenly on average.
+            used = min(max(n_tokens, 1), att.cells)
+            uneven = 1.0 if att.sliding else decode_attention_imbalance(used + 1, att.cells, att.n_head, threads, kv_type)
+            t_att += used * (att.n_head * cell + (att.n_head_kv or att.n_head) * ram) * uneven
     out = table.output
     if output_on_cpu and out is not None:
         t += out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)

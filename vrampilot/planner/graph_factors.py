@@ -15,7 +15,11 @@ count); their attention keeps the kernels' rate (f_attention 1): after 512 cells
 ubatch's time, less than the run's noise (fitted, it came out anywhere from 0.5 to 1.5 here).
 
 The factors are bounded: a run that disagrees with the kernels by more than that says the run was
-disturbed, not that the graph costs so much.
+disturbed, not that the graph costs so much. They need the kernels of the built-in model's own
+weight types: priced from a stand-in (Q4_1 from the repacked Q4_0, twice as fast at prompts on a
+Haswell-class VM) the run's "graph cost" came out x2.48 for prompts and made every prompt
+prediction half of what llama.cpp measured (bench/experiments/decode-depth-exp.py). So the probe
+always measures those types (`with_reference_types`), and without them there are no factors.
 """
 
 from __future__ import annotations
@@ -97,6 +101,23 @@ def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphF
     return GraphFactors(tuple(decode_base), tuple(decode_att), tuple(prefill_base), tuple(prefill_att))
 
 
+@functools.lru_cache(maxsize=1)
+def _reference_spec() -> ModelSpec | None:
+    path = embedded_model_path()
+    try:
+        return load_model_spec(path) if path is not None else None
+    except (OSError, GGUFError):
+        return None
+
+
+def with_reference_types(types: Sequence[str]) -> list[str]:
+    """`types` and the built-in model's weight types, which the graph factors are priced with: what
+    a probe (or the kernels added for a model) measures."""
+    spec = _reference_spec()
+    extra = weight_table(spec).types() if spec is not None else ()
+    return list(dict.fromkeys([*(t.lower() for t in types), *extra]))
+
+
 @functools.lru_cache(maxsize=8)
 def graph_factors(probe: HostProbe | None, physical_cores: int) -> GraphFactors | None:
     """This machine's factors, or None without a reference run (an older record, no built-in model,
@@ -111,4 +132,7 @@ def graph_factors(probe: HostProbe | None, physical_cores: int) -> GraphFactors 
         spec = load_model_spec(path)
     except (OSError, GGUFError):
         return None
-    return factors_for_run(spec, run, CpuRates(probe, physical_cores))
+    raw = CpuRates(probe, physical_cores)
+    if raw.stand_ins(weight_table(spec).types()):
+        return None  # a stand-in's error would be taken for the graph's cost (see the module's text)
+    return factors_for_run(spec, run, raw)

@@ -55,6 +55,9 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
                     f"; a run of the built-in model here corrects the kernels' sum by x{dw:.2f} (weights) and "
                     f"x{da:.2f} (attention) when generating, x{pw:.2f} and x{pa:.2f} for prompts"
                 )
+            elif probe.reference is not None:
+                note += ("; graph costs beyond the kernels are not counted until the built-in model's weight types "
+                         "are measured (with the next model planned)")
             else:
                 note += "; the built-in model has not been run here, so graph costs beyond the kernels are not counted"
             parts.append(note)

@@ -33,6 +33,7 @@ from vrampilot.hardware.speed_store import add_kernels, save_probe
 from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply
 from vrampilot.planner.cpu_speed import weight_table
+from vrampilot.planner.graph_factors import with_reference_types
 from vrampilot.planner.search import Plan
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
@@ -73,7 +74,7 @@ class SpeedController(QObject):
         self._replied_while_probing = self._reply_start is not None
 
         def work(task: TaskHandle) -> MachineSpeed:
-            types = list(CORE_WEIGHT_TYPES)
+            types = with_reference_types(CORE_WEIGHT_TYPES)
             if model is not None:
                 try:  # the model about to be planned: its types measured too (header only, ms)
                     types += weight_table(load_model_spec(model)).types()
@@ -108,7 +109,7 @@ class SpeedController(QObject):
         speed = self.speed
         if speed is None or speed.probe is None or self.probing or self.machine is None:
             return
-        missing = missing_kernels(speed.probe, weight_table(spec).types())
+        missing = missing_kernels(speed.probe, with_reference_types(weight_table(spec).types()))
         if not missing:
             return
         cores = self.machine.cpu.physical_cores
