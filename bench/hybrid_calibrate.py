@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="--budgets: sequences measured side by side, one thread each")
     parser.add_argument("--spread", type=int, default=0,
                         help="--budgets: N calibration prompts of 7.5K tokens with depths in N equal bins of 5-95%% (8: "
-                        "needles 0.7K-7.1K back) instead of the shipped budgets' four at random depths (3.1K-7.1K back)")
+                        "needles 0.7K-7.1K back, as shipped) instead of four at random depths (3.1K-7.1K back)")
     parser.add_argument("--aggregate", choices=("mean", "max"), default="mean",
-                        help="--budgets: combine the prompts' far mass by their mean (shipped) or their maximum")
+                        help="--budgets: combine the prompts' far mass by their mean or their maximum (shipped)")
     parser.add_argument("--first-weight", type=float,
                         help="--budgets: weight of the first answer position (the token before the key) among the answer's "
                         "positions (default: all alike, as shipped)")

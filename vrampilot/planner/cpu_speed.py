@@ -330,7 +330,7 @@ def decode_attention_imbalance(n_used: int, n_cells: int, n_head: int, threads: 
     costs nothing, so the first threads do all the work of theirs: 1030 cells in a view of 1280 on
     2 threads are 640 + 390, 1.24x the even split, and 4128 in 4352 only 1.05x. Unmodelled, the built-in
     model's run at 1030 cells taught that excess to the attention factor, which then priced 4K-deep
-    steps at 2 threads 0.71-0.79 of what llama.cpp ran (bench/speed.py, 2026-12-02). Split over the
+    steps at 2 threads 0.71-0.87 of what llama.cpp ran (bench/speed.py, 2026-12-02). Split over the
     query heads (quantized caches, short views), the busiest thread takes the most heads."""
     if threads <= 1 or n_used <= 0 or n_head <= 0:
         return 1.0
