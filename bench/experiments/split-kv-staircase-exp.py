@@ -7,7 +7,7 @@ decode_attention_imbalance): at 2 threads, steps after 1030 and after 1270 token
 time (view 1280, the first thread does 640 cells either way) and after 1290 (view 1536, 768
 cells) longer; at 1 thread each depth costs more than the last. The built-in model, flash
 attention, f16 cache, medians of 3 x 16 steps per depth and thread count, depths interleaved.
-Run: .venv/bin/python bench/experiments/split-kv-staircase-exp.py
+Run: .venv/bin/python bench/experiments/split-kv-staircase-exp.py [depth ...]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-DEPTHS = (1030, 1270, 1290, 1530)
+DEPTHS = tuple(int(x) for x in sys.argv[1:]) or (1030, 1270, 1290, 1530)
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     model = embedded_model_path()
     llm = llama_cpp.Llama(
         str(model),
-        n_ctx=2048,
+        n_ctx=max(2048, -(-(max(DEPTHS) + 64) // 256) * 256),
         n_batch=512,
         n_ubatch=512,
         n_threads=2,
@@ -39,7 +39,7 @@ def main() -> None:
         flash_attn=True,
         verbose=False,
     )
-    words = "The river runs past the old mill, where the town keeps its records of every harvest. " * 200
+    words = "The river runs past the old mill, where the town keeps its records of every harvest. " * (max(DEPTHS) // 10 + 20)
     prompt = llm.tokenize(words.encode())[: max(DEPTHS)]
     times: dict[tuple[int, int], list[float]] = {}
     for _round in range(3):
