@@ -113,6 +113,8 @@ def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
     while len(engine.tokenize_prompt([Message("user", text)])) < n_tokens:
         text += FILLER
     while len(engine.tokenize_prompt([Message("user", text)])) > n_tokens:
+        if len(text) <= len(head):  # the template and the head alone are longer: as short as it gets
+            break
         text = text[: max(len(head), len(text) - 40)]
     return [Message("user", text)]
 
