@@ -68,21 +68,20 @@ def main() -> None:
                 engine.load(p)
                 try:
                     msgs = bench.prompt_for(engine, n, rnd * 10 + n)
-                    for temp_label, sp in (("t0.7", SamplingParams(max_tokens=96, seed=1)),):
-                        r = engine.chat(msgs, sp)
-                        st = r.stats
-                        pred = reply_prediction(
-                            p,
-                            ReplyMeasurement(st.prompt_tokens, st.evaluated_tokens, st.completion_tokens, 0, 0),
-                            calibrated=False,
-                        )
-                        print(
-                            f"round {rnd} {label:<10} prompt {st.evaluated_tokens:5d} gen {st.completion_tokens:3d} "
-                            f"decode {st.decode_tps:6.1f} pred {pred.decode_tps:6.1f} ratio "
-                            f"{st.decode_tps / pred.decode_tps:5.2f}  prefill {st.prefill_tps:6.0f} pred "
-                            f"{pred.prefill_tps:6.0f} ratio {st.prefill_tps / pred.prefill_tps:5.2f} {temp_label}",
-                            flush=True,
-                        )
+                    r = engine.chat(msgs, SamplingParams(max_tokens=96, seed=1))
+                    st = r.stats
+                    pred = reply_prediction(
+                        p,
+                        ReplyMeasurement(st.prompt_tokens, st.evaluated_tokens, st.completion_tokens, 0, 0),
+                        calibrated=False,
+                    )
+                    print(
+                        f"round {rnd} {label:<10} prompt {st.evaluated_tokens:5d} gen {st.completion_tokens:3d} "
+                        f"decode {st.decode_tps:6.1f} pred {pred.decode_tps:6.1f} ratio "
+                        f"{st.decode_tps / pred.decode_tps:5.2f}  prefill {st.prefill_tps:6.0f} pred "
+                        f"{pred.prefill_tps:6.0f} ratio {st.prefill_tps / pred.prefill_tps:5.2f}",
+                        flush=True,
+                    )
                 finally:
                     engine.unload()
 

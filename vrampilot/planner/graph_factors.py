@@ -129,8 +129,10 @@ def graph_factors(probe: HostProbe | None, physical_cores: int) -> GraphFactors 
     try:
         if path is None or path.name != run.model_name or path.stat().st_size != run.model_bytes:
             return None
-        spec = load_model_spec(path)
-    except (OSError, GGUFError):
+    except OSError:
+        return None
+    spec = _reference_spec()
+    if spec is None:
         return None
     raw = CpuRates(probe, physical_cores)
     if raw.stand_ins(weight_table(spec).types()):
