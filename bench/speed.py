@@ -13,8 +13,8 @@ and leaves the user's record alone):
    alternating order over `--rounds` rounds; medians are reported, with the share of the CPU other
    programs used meanwhile.
 3. Predicts each case for the same conditions with the probe alone ("before"), and again after
-   three replies of a chat with each model on this machine's default plan for it, one after each
-   round (the rest after the last), learned from as the app does (planner/calibration.py: the
+   three replies of a chat with each model on this machine's default plan for it at the case's
+   thread count, one after each round (the rest after the last), learned from as the app does (planner/calibration.py: the
    backend's factors over every model, and the model's own once it has two) ("after"). The second
    turn pastes a passage, as a user asking about a document does, so prompts are learned from too.
 4. Prints predicted / measured per case and kind, and the worst ratio of each phase last.
@@ -96,6 +96,7 @@ class Case:
     prefill_tps: list[float] = field(default_factory=list)
     decode_tps: list[float] = field(default_factory=list)
     others: list[float] = field(default_factory=list)
+    ram_gbps: list[float] = field(default_factory=list)  # the drift gauge right before each reply
     stats: Any = None  # the last reply's GenerationStats (the conditions predicted for)
 
     @property
@@ -120,19 +121,26 @@ def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
 
 
 class Calibration:
-    """Replies a user would get on this machine's default plan of one model, one turn of one
-    conversation at a time, each learned from as the app does (planner/calibration.py): into the
-    backend's factors over every model and into the model's own. The bench spreads them over its
-    rounds, as a user's replies are spread over time: a machine whose speed drifts (a VM's
-    neighbours) teaches its typical state, not one moment's."""
+    """Replies a user would get on this machine's default plan of one model at one thread count, one
+    turn of one conversation at a time, each learned from as the app does (planner/calibration.py):
+    into the backend's factors over every model and into the model's own. The app keeps those
+    factors per CPU thread setting (factors learned at 2 threads moved 1-thread cases away from what
+    they measured), so each thread count the cases run at has its own chat: the user who runs a
+    model at 1 thread gets 1-thread replies. The bench spreads the replies over its rounds, as a
+    user's replies are spread over time: a machine whose speed drifts (a VM's neighbours) teaches
+    its typical state, not one moment's."""
 
-    def __init__(self, machine: Any, path: Path) -> None:
+    def __init__(self, machine: Any, path: Path, threads: int) -> None:
         from vrampilot.gguf import load_model_spec
-        from vrampilot.planner.search import plan
+        from vrampilot.planner.search import Pins, plan
         from vrampilot.planner.target import target_from_machine
 
         self.path = path
-        self.plan = plan(load_model_spec(path), target_from_machine(machine), exact=True)
+        spec, target = load_model_spec(path), target_from_machine(machine)
+        self.plan = plan(spec, target, exact=True)
+        if (self.plan.settings.n_threads, self.plan.settings.n_threads_batch) != (threads, threads):
+            self.plan = plan(spec, target, Pins(n_threads=threads, n_threads_batch=threads), exact=True)
+        self.threads = threads
         self.fingerprint = machine.speed.fingerprint
         self.messages: list[Any] = []
         self.log: list[dict[str, Any]] = []
@@ -170,13 +178,32 @@ class Calibration:
         # The whole conversation is read again (the engine was reloaded), as after an app restart.
         speed = record_reply(load_machine_speed(self.fingerprint), self.plan, s.measurement(share))
         factors = self._own(speed)
-        self.log.append({"model": self.path.name, "prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
+        self.log.append({"model": self.path.name, "threads": self.threads, "prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
                          "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
                          "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
                          "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
-        print(f"  reply {len(self.log)} of {self.path.name}: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
+        print(f"  reply {len(self.log)} of {self.path.name} at {self.threads}T: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
               f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); "
               f"its own: {len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
+
+
+def ram_gauge() -> float:
+    """1-thread RAM read, GB/s, the mean of three passes (not the best: a slow moment should show).
+    A gauge of how fast this machine is right now: on a VM whose neighbours share the memory
+    bus and cores, llama.cpp ran 1.5-2x slower for minutes with no other program in sight (others
+    0-1% of the CPU, steal included), and this gauge fell with it (37 to 26 GB/s at 2 threads)."""
+    import time
+
+    import numpy as np
+
+    from vrampilot.hardware.probe import _stream_bytes
+
+    a = np.ones(_stream_bytes() // 8, dtype=np.float64)
+    np.sum(a)  # touch it once
+    t0 = time.perf_counter()
+    for _ in range(3):
+        np.sum(a)
+    return 3 * a.nbytes / (time.perf_counter() - t0) / 1e9
 
 
 def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibrations: list[Calibration]) -> None:
@@ -198,6 +225,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
             engine.load(p)
             try:
                 messages = prompt_for(engine, c.n_ctx // 2, r)
+                c.ram_gbps.append(ram_gauge())
                 start = cpu_load.snapshot()
                 reply = engine.chat(messages, sampling)
                 c.others.append(cpu_load.others_share(start))
@@ -209,10 +237,11 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
             print(
                 f"  round {r + 1}: {c.label}  prefill {reply.stats.prefill_tps:7.1f}  decode {reply.stats.decode_tps:6.1f}"
                 f"  ({reply.stats.evaluated_tokens} prompt tokens, {reply.stats.completion_tokens} generated, "
-                f"others {c.others[-1]:.0%})",
+                f"others {c.others[-1]:.0%}, RAM gauge {c.ram_gbps[-1]:.1f} GB/s)",
                 flush=True,
             )
-        # A reply of the user's chat with each model after each round (three each: the rest after the last).
+        # A reply of the user's chat with each model at each thread count after each round (three
+        # each: the rest after the last).
         for calibration in calibrations:
             for _ in range(1 if r < rounds - 1 else max(1, CALIBRATION_REPLIES - r)):
                 calibration.reply()
@@ -274,13 +303,16 @@ def main() -> int:
     probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=types)
     machine = replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
     print("\n".join(format_probe(probe)), flush=True)
+    gauge_at_probe = ram_gauge()
+    print(f"  RAM gauge right after the probe: {gauge_at_probe:.1f} GB/s (1 thread, mean of three passes)", flush=True)
 
     threads = [int(x) for x in args.threads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
     print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; after each, a reply of a chat with "
-          "each model on this machine's default plan for it, learned from (three per model)", flush=True)
-    calibrations = [Calibration(machine, path) for path in models.values()]
+          "each model on this machine's default plan for it at each thread count, learned from (three per model and "
+          "thread count)", flush=True)
+    calibrations = [Calibration(machine, path, t) for path in models.values() for t in threads]
     measure(cases, machine, args.rounds, args.tokens, calibrations)
     from vrampilot.hardware.speed_store import load_machine_speed
 
@@ -289,24 +321,31 @@ def main() -> int:
     replies = [entry for c in calibrations for entry in c.log]
 
     rows = []
-    print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others")
+    print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others"
+          "  RAM gauge vs probe")
     for c, b, a in zip(cases, before, after, strict=True):
         for kind, measured in (("prefill", statistics.median(c.prefill_tps)), ("decode", statistics.median(c.decode_tps))):
             rb, ra = b[f"{kind}_tps"] / measured, a[f"{kind}_tps"] / measured
             rows.append({"case": c.label, "kind": kind, "measured_tps": measured, "before_tps": b[f"{kind}_tps"],
                          "before_ratio": rb, "after_tps": a[f"{kind}_tps"], "after_ratio": ra,
                          "others_cpu_share": max(c.others), "prompt_tokens": c.stats.evaluated_tokens,
-                         "generated": c.stats.completion_tokens})  # fmt: skip
+                         "generated": c.stats.completion_tokens, "ram_gauge_gbps": c.ram_gbps})  # fmt: skip
+            gauge = f"{min(c.ram_gbps) / gauge_at_probe:.2f}-{max(c.ram_gbps) / gauge_at_probe:.2f}"
             print(f"{c.label:<30} {kind:<8} {measured:9.1f} {b[f'{kind}_tps']:8.1f} {rb:6.2f} {a[f'{kind}_tps']:8.1f} "
-                  f"{ra:6.2f}  {max(c.others):.0%}")  # fmt: skip
+                  f"{ra:6.2f}  {max(c.others):>5.0%}  {gauge}")  # fmt: skip
 
     def worst(phase: str) -> tuple[float, dict[str, Any]]:
         key = f"{phase}_ratio"
         row = max(rows, key=lambda r: abs(r[key] - 1.0))
         return row[key], row
 
-    summary = {}
+    summary: dict[str, Any] = {}
     print()
+    gauges = [g for c in cases for g in c.ram_gbps]
+    summary["ram_gauge"] = {"at_probe_gbps": gauge_at_probe, "min_gbps": min(gauges), "max_gbps": max(gauges)}
+    print(f"RAM gauge before each reply: {min(gauges):.1f}-{max(gauges):.1f} GB/s, {gauge_at_probe:.1f} right after the "
+          f"probe ({min(gauges) / gauge_at_probe:.2f}-{max(gauges) / gauge_at_probe:.2f} of it): how far the machine "
+          "itself moved during the run")  # fmt: skip
     for phase in ("before", "after"):
         held = sum(1 for r in rows if abs(r[f"{phase}_ratio"] - 1.0) <= LIMITS[phase])
         print(f"{phase:>6}: {held} of {len(rows)} within ±{LIMITS[phase]:.0%}")

@@ -36,7 +36,7 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert speed["gpu"] == "assumed"
     # The built-in model ran for real, and what it taught is shown beside the kernels' figures.
     ref = probe["reference"]
-    assert ref["model_name"].startswith("SmolLM2") and len(ref["decode"]) == 4 and len(ref["prefill"]) == 2
+    assert ref["model_name"].startswith("SmolLM2") and len(ref["decode"]) == 4 and len(ref["prefill"]) == 4
     graph = speed["graph_factors"]
     assert {r["threads"] for r in graph["decode_base"]} == {r["threads"] for r in probe["ram_read_gbps"]}
     assert all(0.5 <= r["value"] <= 3.0 for rates in graph.values() for r in rates)

@@ -46,7 +46,7 @@ from vrampilot.hardware.measured import (
     StepTiming,
 )
 from vrampilot.hardware.probe_model import write_probe_model
-from vrampilot.hardware.reference_run import decode_step_times, measure_reference
+from vrampilot.hardware.reference_run import PREFILL_UBATCHES, decode_step_times, measure_reference
 
 if TYPE_CHECKING:
     from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
@@ -359,10 +359,15 @@ def measure_host(
 
 def probe_outdated(probe: HostProbe) -> bool:
     """Whether the app should measure again at this start: the last probe ran on a busy machine, or
-    came from a version that did not run the built-in model (whose run corrects every prediction)."""
+    came from a version that did not run the built-in model (whose run corrects every prediction)
+    or read it a shorter prompt than now (too shallow to price a prompt's attention)."""
     from vrampilot.paths import embedded_model_path
 
-    return probe.busy or (probe.reference is None and embedded_model_path() is not None)
+    if probe.busy:
+        return True
+    if embedded_model_path() is None:
+        return False
+    return probe.reference is None or len(probe.reference.prefill) < PREFILL_UBATCHES
 
 
 def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:

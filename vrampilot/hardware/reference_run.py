@@ -12,9 +12,13 @@ flash attention), and the planner compares that with its own prediction for the 
   each thread count: the first give the cost of the weights and fixed costs, the
   difference the cost of attention over the cache;
 - that prompt read ubatch by ubatch with all threads: reading prompts, and how it slows with the
-  cells before each ubatch.
+  cells before each ubatch. Four ubatches, so that the last reads after 1536 cells: a ubatch's
+  attention over the cache grows by a tenth of its time per 512 cells, so two ubatches (after 0
+  and 512 cells) could not tell it from the run's noise, and the kernels' rate then priced 4K-token
+  prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
+  prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
-About 6 seconds on 2 cores (most of it the 1024-token prompt), in the background at first start.
+6-12 seconds on 2 cores (most of it the 2048-token prompt), in the background at first start.
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ from pathlib import Path
 from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, ReferenceRun
 
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
-PREFILL_UBATCHES = 2  # the prompt: 1024 tokens, read as ubatches after 0 and 512 cells
-N_CTX = 1280
+PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
+N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, padded as llama.cpp pads
+# The prompt is read this many times, each ubatch keeping its fastest: this machine's speed moved
+# 20-30% between seconds (three probes a minute apart read the 1536-cell ubatch's attention as
+# x0.89, x1.24 and x1.73 what the kernels say from one pass each).
+PREFILL_PASSES = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per depth and thread count (after one untimed), each from the same cache; the median
 # step over them is kept, so that a moment when the machine is slower (a VM's neighbours, a
@@ -97,15 +105,24 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
                               n_threads_batch=most, flash_attn=True, verbose=False)  # fmt: skip
     try:
         prompt = _prompt(llm.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
+        best = [float("inf")] * PREFILL_UBATCHES
+
+        def read_prompt() -> None:
+            llama_cpp.llama_set_n_threads(llm.ctx, most, most)
+            llm.reset()  # eval drops the cache from the reset position on: each pass reads from 0
+            for i in range(PREFILL_UBATCHES):
+                t0 = time.perf_counter()
+                llm.eval(prompt[i * N_UBATCH : (i + 1) * N_UBATCH])
+                best[i] = min(best[i], time.perf_counter() - t0)
+
+        # The attention factor comes from the difference of the shallow and the deep steps, so they
+        # are timed as close together as the prompt between them allows: the shallow ones between
+        # the prompt's two passes (PREFILL_PASSES), the deep ones right after the second.
+        read_prompt()
         decode = _decode(llama_cpp, llm, prompt[:4], threads, most, reset=True)
-        llm.reset()
-        llama_cpp.llama_set_n_threads(llm.ctx, most, most)
-        prefill: list[ReferencePrefill] = []
-        for i in range(PREFILL_UBATCHES):
-            chunk = prompt[i * N_UBATCH : (i + 1) * N_UBATCH]
-            t0 = time.perf_counter()
-            llm.eval(chunk)
-            prefill.append(ReferencePrefill(most, i * N_UBATCH, len(chunk), round(time.perf_counter() - t0, 6)))
+        for _ in range(PREFILL_PASSES - 1):
+            read_prompt()
+        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(t, 6)) for i, t in enumerate(best)]
         # The whole prompt is cached but its last token: one token read, then the steps.
         decode += _decode(llama_cpp, llm, prompt, threads, most, reset=False)
     finally:

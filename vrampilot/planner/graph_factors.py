@@ -10,9 +10,13 @@ predicted attention over n cells,
     measured(n) = f_base * b + f_attention * a(n)
 
 gives f_attention from the difference of the two depths and f_base from the shallow one. The
-prompt's ubatches give f_base for reading prompts (measured with all threads, it stands for every
-count); their attention keeps the kernels' rate (f_attention 1): after 512 cells it is a tenth of a
-ubatch's time, less than the run's noise (fitted, it came out anywhere from 0.5 to 1.5 here).
+prompt's ubatches, after 0 to 1536 cells, give both for reading prompts the same way (measured with
+all threads, they stand for every count). A ubatch's attention over the cache is priced by the
+kernels at well under what the graph spends on it: each ubatch of a 4096-token prompt slowed by
+1.3-2x what the kernels' rate says, for every model measured at 1 and 2 threads
+(bench/experiments/prefill-depth-exp.py), which priced 4K-token prompts 1.1-1.3x too fast while
+the factor was fixed at 1. Fitted from two ubatches (after 0 and 512 cells) it came out anywhere
+from 0.5 to 1.5: four reach deep enough for the attention to stand out of the run's noise.
 
 The factors are bounded: a run that disagrees with the kernels by more than that says the run was
 disturbed, not that the graph costs so much. They need the kernels of the built-in model's own
@@ -88,16 +92,16 @@ def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphF
     prefill_base: list[RateAt] = []
     prefill_att: list[RateAt] = []
     for t in sorted({p.threads for p in run.prefill}):
-        measured = predicted_base = 0.0
+        rows = []
         for p in run.prefill:
             if p.threads == t:
                 args = (p.n_tokens, p.n_past, run.n_ubatch, run.n_ubatch, kv, t, raw)
                 base = prefill_seconds(table, everywhere, True, nothing, *args)
                 att = prefill_seconds(table, everywhere, True, attention, *args) - base
-                measured += p.seconds - att
-                predicted_base += base
-        prefill_base.append(RateAt(t, _clamp(measured / predicted_base) if predicted_base > 0 else 1.0))
-        prefill_att.append(RateAt(t, 1.0))
+                rows.append((p.seconds, base, att))
+        fb, fa = _fit(rows)
+        prefill_base.append(RateAt(t, fb))
+        prefill_att.append(RateAt(t, fa))
     return GraphFactors(tuple(decode_base), tuple(decode_att), tuple(prefill_base), tuple(prefill_att))
 
 
