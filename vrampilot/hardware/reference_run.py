@@ -18,7 +18,7 @@ flash attention), and the planner compares that with its own prediction for the 
   prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
-6-12 seconds on 2 cores (most of it the 2048-token prompt), in the background at first start.
+10-18 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first start.
 """
 
 from __future__ import annotations
