@@ -268,7 +268,9 @@ class ChatView(QWidget):
         backend_label = QLabel("Backend")
         backend_label.setBuddy(self.backend)
         top.addWidget(backend_label)
-        top.addWidget(self.backend)
+        # It takes what the title leaves, up to its own label's width (set_backend_choices), so a
+        # wide window shows the chosen config's bytes without opening the list.
+        top.addWidget(self.backend, 1)
         self.system_toggle = QToolButton()
         self.system_toggle.setText("System prompt")
         self.system_toggle.setObjectName("system_toggle")
@@ -409,6 +411,7 @@ class ChatView(QWidget):
 
     # -- backend -------------------------------------------------------------------------------
     def _backend_picked(self, index: int) -> None:
+        self._fit_backend_width()
         if index >= 0 and not self.backend.signalsBlocked():
             self.backend_changed.emit(self.backend.itemData(index))
 
@@ -428,12 +431,19 @@ class ChatView(QWidget):
         self.backend.blockSignals(False)
         # The closed selector shrinks with the window; its list shows every label whole.
         self.backend.view().setMinimumWidth(self.backend.view().sizeHintForColumn(0) + 24)
+        self._fit_backend_width()
+
+    def _fit_backend_width(self) -> None:
+        """The closed selector grows no wider than the chosen label needs (arrow and frame included)."""
+        text = self.backend.currentText()
+        self.backend.setMaximumWidth(self.backend.fontMetrics().horizontalAdvance(text) + 48)
 
     def set_backend(self, key: str) -> None:
         """Show `key` as this chat's backend without reporting it as the user's choice."""
         self.backend.blockSignals(True)
         self.backend.setCurrentIndex(max(0, self.backend.findData(key)))
         self.backend.blockSignals(False)
+        self._fit_backend_width()
 
     def current_backend(self) -> str:
         return str(self.backend.currentData())
