@@ -35,6 +35,12 @@ def decode(model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = N
     cmd = [sys.executable, str(CHILD), str(model), str(N_TOKENS)]
     if qemu_cpu is not None:
         cmd = [require_qemu(), "-cpu", qemu_cpu, *cmd]
+        # numpy's bundled OpenBLAS picks its kernels at import by its own CPU detection, which
+        # under qemu-user on an AMD family 26 host chose AVX code for the emulated Nehalem (import
+        # numpy died with SIGILL, numpy 1.26 to 2.4 alike; pinned to Nehalem it ran). OpenBLAS is
+        # not what this test checks: it gets the emulated CPU's kernels by name, llama.cpp's
+        # dispatch still finds the CPU by itself.
+        env["OPENBLAS_CORETYPE"] = qemu_cpu
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode} under {qemu_cpu or 'this CPU'}:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
