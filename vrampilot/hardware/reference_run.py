@@ -10,7 +10,8 @@ flash attention), and the planner compares that with its own prediction for the 
 
 - decode steps near the start of the cache and after a prompt of PREFILL_UBATCHES ubatches, at
   each thread count: the first give the cost of the weights and fixed costs, the
-  difference the cost of attention over the cache;
+  difference the cost of attention over the cache (each depth in a context of its own, their
+  passes timed in turn: see `_decode`);
 - that prompt read ubatch by ubatch with all threads: reading prompts, and how it slows with the
   cells before each ubatch. Four ubatches, so that the last reads after 1536 cells: a ubatch's
   attention over the cache grows by a tenth of its time per 512 cells, so two ubatches (after 0
@@ -18,7 +19,8 @@ flash attention), and the planner compares that with its own prediction for the 
   prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
-10-18 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first start.
+About 13 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first
+start.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, Refer
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
 N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, padded as llama.cpp pads
-# The prompt is read this many times, each ubatch keeping its fastest: this machine's speed moved
-# 20-30% between seconds (three probes a minute apart read the 1536-cell ubatch's attention as
-# x0.89, x1.24 and x1.73 what the kernels say from one pass each).
+# The prompt is read this many times, back to back, each ubatch keeping its fastest: this machine's
+# speed moved 20-30% between seconds (three probes a minute apart read the prompt's attention as
+# x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes back to back,
+# x1.28-1.42).
 PREFILL_PASSES = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per depth and thread count (after one untimed), each from the same cache; the median
@@ -70,27 +73,34 @@ def decode_step_times(llm: object, tokens: list[int], n_steps: int) -> list[floa
     return times
 
 
-def _decode(llama_cpp: object, llm: object, tokens: list[int], threads: Sequence[int], most: int,
-            reset: bool) -> list[ReferenceDecode]:  # fmt: skip
-    out = []
+def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]], threads: Sequence[int],
+            most: int) -> list[ReferenceDecode]:  # fmt: skip
+    """Decode steps at each depth: `depths` holds (a context, the tokens its steps follow, whether
+    each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
+    shallow, ...), each depth in a context of its own that keeps its cache: the attention factor
+    comes from the difference of the two depths, and timed minutes or seconds apart that difference
+    carried the machine's drift (fitted from one probe to the next anywhere from x0.58 to x2.68 on a
+    VM whose speed moved 20-30% between seconds); taken in turn, a slow moment weighs on both."""
+    steps: dict[tuple[int, int], list[float]] = {}
     for t in threads:
         # One thread count at a time, as a chat runs: switching every few steps made the steps
         # after a switch up to half as slow again here, which no reply sees.
-        llama_cpp.llama_set_n_threads(llm.ctx, t, most)  # type: ignore[attr-defined]
-        steps: list[float] = []
-        # One pass untimed first: the steps right after another thread count's work (the prompt,
-        # read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
+        for llm, _, _ in depths:
+            llama_cpp.llama_set_n_threads(llm.ctx, t, most)  # type: ignore[attr-defined]
+        # One pass of each untimed first: the steps right after another thread count's work (the
+        # prompt, read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
         # against 24-30 ms once warm (bench/experiments/issue19-reference-warmup.txt), which no
         # chat sees past its first tokens and which made 1-thread plans look a third slower.
         for n in range(PASSES + 1):
-            if reset:
-                llm.reset()  # type: ignore[attr-defined]
-            times = decode_step_times(llm, tokens, DECODE_STEPS)
-            if n:
-                steps += times
-        # Rounded as stored, so a probe read back from the record equals the one measured.
-        out.append(ReferenceDecode(t, len(tokens) + 1 + DECODE_STEPS // 2, round(statistics.median(steps), 7)))
-    return out
+            for i, (llm, tokens, reset) in enumerate(depths):
+                if reset:
+                    llm.reset()  # type: ignore[attr-defined]
+                times = decode_step_times(llm, tokens, DECODE_STEPS)
+                if n:
+                    steps.setdefault((i, t), []).extend(times)
+    # Rounded as stored, so a probe read back from the record equals the one measured.
+    return [ReferenceDecode(t, len(tokens) + 1 + DECODE_STEPS // 2, round(statistics.median(steps[i, t]), 7))
+            for i, (_, tokens, _) in enumerate(depths) for t in threads]  # fmt: skip
 
 
 def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
@@ -100,32 +110,31 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
 
     llama_cpp = load()
     most = max(threads)
+    params = {"n_ctx": N_CTX, "n_batch": N_UBATCH, "n_ubatch": N_UBATCH, "n_threads": most, "n_threads_batch": most,
+              "flash_attn": True, "verbose": False}  # fmt: skip
     with LOG_LOCK:  # loading logs; the planner's dry runs read that log
-        llm = llama_cpp.Llama(str(model), n_ctx=N_CTX, n_batch=N_UBATCH, n_ubatch=N_UBATCH, n_threads=most,
-                              n_threads_batch=most, flash_attn=True, verbose=False)  # fmt: skip
+        llm = llama_cpp.Llama(str(model), **params)
+    shallow = None
     try:
+        with LOG_LOCK:
+            # The shallow steps' own context (the weights are mapped once, its cache is 50 MB), so
+            # that they can be timed in turn with the deep ones without reading the prompt again.
+            shallow = llama_cpp.Llama(str(model), **params)
         prompt = _prompt(llm.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
+        llama_cpp.llama_set_n_threads(llm.ctx, most, most)
         best = [float("inf")] * PREFILL_UBATCHES
-
-        def read_prompt() -> None:
-            llama_cpp.llama_set_n_threads(llm.ctx, most, most)
+        for _ in range(PREFILL_PASSES):
             llm.reset()  # eval drops the cache from the reset position on: each pass reads from 0
             for i in range(PREFILL_UBATCHES):
                 t0 = time.perf_counter()
                 llm.eval(prompt[i * N_UBATCH : (i + 1) * N_UBATCH])
                 best[i] = min(best[i], time.perf_counter() - t0)
-
-        # The attention factor comes from the difference of the shallow and the deep steps, so they
-        # are timed as close together as the prompt between them allows: the shallow ones between
-        # the prompt's two passes (PREFILL_PASSES), the deep ones right after the second.
-        read_prompt()
-        decode = _decode(llama_cpp, llm, prompt[:4], threads, most, reset=True)
-        for _ in range(PREFILL_PASSES - 1):
-            read_prompt()
         prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(t, 6)) for i, t in enumerate(best)]
-        # The whole prompt is cached but its last token: one token read, then the steps.
-        decode += _decode(llama_cpp, llm, prompt, threads, most, reset=False)
+        # Deep: the whole prompt is cached but its last token: one token read, then the steps.
+        decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
     finally:
+        if shallow is not None:
+            shallow.close()
         llm.close()
     return ReferenceRun(
         model_name=model.name,
