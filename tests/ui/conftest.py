@@ -121,6 +121,9 @@ def _run_delays_s() -> tuple[float, dict[int, float]]:
     return read("/proc/thread-self/schedstat"), {tid: read(f"/proc/self/task/{tid}/schedstat") for tid in others}
 
 
+_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+
 def _steal_s() -> tuple[float, ...]:
     """The time the hypervisor has taken from each of this VM's CPUs ("steal", Linux /proc/stat),
     else nothing. While a vCPU is stolen nothing on it runs and the guest's own run-queue
@@ -132,9 +135,6 @@ def _steal_s() -> tuple[float, ...]:
     except (OSError, ValueError, IndexError):
         return ()
     return tuple(x / _CLOCK_TICKS for x in steal)
-
-
-_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 
 
 # The longest the GUI thread may go without running its event loop in the flow tests. A tenth of
