@@ -161,7 +161,7 @@ class Calibration:
         from vrampilot.engine import Engine, Message, SamplingParams
         from vrampilot.hardware import cpu_load
         from vrampilot.hardware.speed_store import load_machine_speed
-        from vrampilot.planner.calibration import record_reply
+        from vrampilot.planner.calibration import record_reply, reply_pace_ms
 
         text = CALIBRATION_TURNS[len(self.log) % len(CALIBRATION_TURNS)]
         self.messages.append(Message("user", text))
@@ -176,14 +176,19 @@ class Calibration:
         self.messages.append(Message("assistant", reply.text))
         s = reply.stats
         # The whole conversation is read again (the engine was reloaded), as after an app restart.
-        speed = record_reply(load_machine_speed(self.fingerprint), self.plan, s.measurement(share))
-        factors = self._own(speed)
+        # The pace gauge right after the reply, as the app reads it (hardware/pace.py).
+        measured = s.measurement(share, reply_pace_ms(self.plan))
+        speed = record_reply(load_machine_speed(self.fingerprint), self.plan, measured)
+        factors, last = self._own(speed), speed.last_replies[-1]
         self.log.append({"model": self.path.name, "threads": self.threads, "prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
                          "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
-                         "others": round(share, 3), "learned_decode": len(factors.decode_ratios),
+                         "others": round(share, 3), "pace_ms": measured.pace_ms, "pace_share": last.pace_share,
+                         "set_aside": last.set_aside, "learned_decode": len(factors.decode_ratios),
                          "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
+        pace = f", pace {last.pace_share:.2f} of usual" if last.pace_share is not None else ""
+        aside = f"; not learned from: {last.set_aside}" if last.set_aside else ""
         print(f"  reply {len(self.log)} of {self.path.name} at {self.threads}T: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
-              f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}); "
+              f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}{pace}){aside}; "
               f"its own: {len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
 
 

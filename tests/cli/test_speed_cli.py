@@ -43,6 +43,7 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     text = vrampilot("doctor", env=env).stdout
     assert "Speed: measured " in text and "RAM read" in text and "q4_1" in text
     assert "the built-in model (SmolLM2" in text and "graph costs beyond the kernels" in text
+    assert "pace gauge" in text and {r["threads"] for r in probe["pace_ms"]} == {r["threads"] for r in probe["ram_read_gbps"]}
 
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
     assert d["speed"]["host_rates"] == f"measured {probe['measured_at']}"
@@ -57,6 +58,10 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     assert out["speed"]["predicted_decode_tps"] > 0 and out["speed"]["predicted_prefill_tps"] > 0
     assert 0.0 <= out["speed"]["others_cpu_share"] <= 1.0
+    # The pace gauge was read right after it and compared with the probe's reading.
+    assert out["speed"]["pace_share"] > 0
+    assert out["speed"]["set_aside"] in (None, "too short to time",
+                                         f"this machine ran at {out['speed']['pace_share']:.0%} of its usual pace")
     # Learned into the backend's factors and into this model's own alike (the only model here).
     assert out["speed"]["learned_replies_of_model"] == out["speed"]["learned_replies"]
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)

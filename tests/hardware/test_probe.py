@@ -52,6 +52,34 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     # A mat-vec reads each byte of the weights once: it cannot beat the fastest RAM read by far
     # (the matrix is larger than the cache), whatever the machine.
     assert max(r.value for k in host_probe.kernels for r in k.decode_gbps) < 3 * host_probe.ram_peak_gbps
+    # The elementwise steps a prompt's tokens take, at each thread count.
+    assert host_probe.elementwise is not None
+    assert [e.op for e in host_probe.elementwise] == ["norm", "swiglu", "geglu", "rope"]
+    assert all({r.threads for r in e.ns_per_element} == set(threads) and all(r.value > 0 for r in e.ns_per_element)
+               for e in host_probe.elementwise)  # fmt: skip
+    # The pace gauge's first reading, at each thread count (hardware/pace.py), kept in the record.
+    assert {r.threads for r in host_probe.pace_ms} == set(threads) and all(r.value > 0 for r in host_probe.pace_ms)
+    assert HostProbe.from_dict(json.loads(json.dumps(host_probe.to_dict()))) == host_probe
+
+
+def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: Path, host_probe: HostProbe) -> None:
+    from tests.machines import measured_machine
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.hardware.pace import measure_pace_ms
+    from vrampilot.planner.calibration import reply_pace_ms
+    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.target import target_cpu_only, target_from_vram
+
+    pace = measure_pace_ms(1)
+    assert pace is not None and pace > 0
+    # A CPU plan reads it at its own thread count.
+    machine = measured_machine(host_probe)
+    p = plan(load_model_spec(embedded_model), target_cpu_only(machine), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1))
+    again = reply_pace_ms(p)
+    assert again is not None and again > 0
+    # A plan generating on a GPU: the CPU's pace is not what its replies measure.
+    gpu = plan(load_model_spec(embedded_model), target_from_vram(8 << 30, machine), Pins(n_ctx=1024))
+    assert gpu.settings.n_gpu_layers > 0 and reply_pace_ms(gpu) is None
 
 
 def test_probe_stops_when_cancelled() -> None:
@@ -85,6 +113,13 @@ def test_each_figure_keeps_the_faster_of_two_passes() -> None:
     a = [AttentionRates("f16", 64, rates(8, 16), rates(30, 60), rates(4, 8))]
     b = [AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)), AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2))]
     assert faster_attention(a, b) == [AttentionRates("f16", 64, rates(10, 16), rates(31, 60), rates(4, 9))]
+    # Elementwise steps: nanoseconds, so the faster pass is the smaller figure.
+    from vrampilot.hardware.measured import ElementwiseRates
+    from vrampilot.hardware.probe import faster_elementwise
+
+    e1 = [ElementwiseRates("geglu", rates(2.0, 1.1)), ElementwiseRates("norm", rates(0.6, 0.3))]
+    assert faster_elementwise(e1, [ElementwiseRates("geglu", rates(1.9, 1.3))]) == [
+        ElementwiseRates("geglu", rates(1.9, 1.1)), e1[1]]
 
 
 def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostProbe, tmp_path: Path) -> None:

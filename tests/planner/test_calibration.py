@@ -10,7 +10,7 @@ import pytest
 
 from tests.machines import measured_machine, uniform_probe
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware.measured import MachineSpeed, SpeedFactors
+from vrampilot.hardware.measured import PACES_KEPT, MachineSpeed, PaceReading, RateAt, SpeedFactors
 from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
 from vrampilot.planner.calibration import (
     MIN_PREFILL_TOKENS,
@@ -132,6 +132,51 @@ def test_a_reply_on_a_busy_machine_is_shown_but_not_learned(embedded_model: Path
     last = last_reply_for(_plan(embedded_model, after))
     assert last is not None and last.decode_tps == pytest.approx(0.3 * last.predicted_decode_tps, rel=1e-2)
     assert (last.prompt_tokens, last.context_tokens) == (600, 900)
+
+
+def test_a_reply_read_while_the_machine_ran_slow_is_shown_but_not_learned(embedded_model: Path) -> None:
+    # The probe read the pace gauge at 2.0 ms (PINS run at 1 thread).
+    speed = MachineSpeed("m", replace(uniform_probe(types=("q4_1", "q8_0")), pace_ms=(RateAt(1, 2.0),)))
+    p = _plan(embedded_model, speed)
+    key = backend_key(p.target, p.settings)
+    # 2.5 ms: the machine ran at 80% of its usual pace (under SLOW_PACE): set aside, its reading kept.
+    slow = learn_reply(speed, p, _reply(p, 0.6, 0.6, pace_ms=2.5))
+    assert slow.factors_for(key).n_replies == 0
+    last = slow.last_replies[-1]
+    assert last.pace_share == pytest.approx(0.8)
+    assert last.set_aside == "this machine ran at 80% of its usual pace"
+    assert slow.paces == (PaceReading(1, 2.5),)
+    # At its usual pace (the median of the probe's reading and the replies'), a reply teaches.
+    usual = learn_reply(slow, p, _reply(p, 0.9, 0.9, pace_ms=2.1))
+    assert usual.factors_for(key).decode == pytest.approx(0.9)
+    assert usual.last_replies[-1].set_aside == ""
+    assert usual.usual_pace_ms(1) == pytest.approx(2.1)  # median of 2.0, 2.5, 2.1
+    assert usual.usual_pace_ms(2) is None  # never read at 2 threads: nothing to compare with
+    # The record keeps it all.
+    assert MachineSpeed.from_dict(usual.to_dict()) == usual
+    # A gauge never read (a GPU plan, a record from before the gauge) changes nothing.
+    assert learn_reply(speed, p, _reply(p, 0.9, 0.9)).factors_for(key).n_replies == 1
+    # A machine never gauged before learns from its first reading on.
+    bare = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    first = learn_reply(bare, p, _reply(p, 0.9, 0.9, pace_ms=9.0))
+    assert first.factors_for(key).n_replies == 1 and first.last_replies[-1].pace_share is None
+
+
+def test_the_pace_window_follows_the_machine(embedded_model: Path) -> None:
+    """A machine that got slower for good (its usual moved) is learned from again once the recent
+    readings outvote the probe's."""
+    speed = MachineSpeed("m", replace(uniform_probe(types=("q4_1", "q8_0")), pace_ms=(RateAt(1, 2.0),)))
+    p = _plan(embedded_model, speed)
+    asides = []
+    for _ in range(4):
+        speed = learn_reply(speed, p, _reply(p, 0.7, 0.7, pace_ms=3.0))
+        asides.append(speed.last_replies[-1].set_aside != "")
+    # The 2nd compares with the median of 2.0 and 3.0 (2.5: 83%), the 3rd with that of 2.0, 3.0, 3.0.
+    assert asides == [True, True, False, False]
+    assert len(speed.paces) == 4
+    for _ in range(PACES_KEPT + 5):
+        speed = speed.with_pace(1, 3.0)
+    assert len(speed.paces) == PACES_KEPT
 
 
 def test_too_short_to_time_is_not_learned(embedded_model: Path) -> None:

@@ -171,3 +171,24 @@ def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelS
     p = plan(q8_llama, target_cpu_only(replace(measured_machine(probe))), Pins(n_ctx=4096, n_threads=1))
     q8 = next(a for a in p.alternatives if a.label == "q8_0 KV cache")
     assert q8.speed.decode_tps_full_ctx < p.speed.decode_tps_full_ctx
+
+
+def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path: Path) -> None:
+    from vrampilot.hardware.measured import ElementwiseRates, RateAt
+
+    shape = {"weight_type": "q8_0", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_ff": 512}
+    gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]
+    llama = load_model_spec(write_model(tmp_path / "l.gguf", "llama", **shape))  # type: ignore[arg-type]
+    g, ll = weight_table(gemma).layers[0].elementwise, weight_table(llama).layers[0].elementwise
+    # Gemma 3: a gated GELU, per-head Q and K norms over all their heads, norms after attention and
+    # the feed-forward; a Llama block: two norms and a gated SiLU. RoPE over the Q and K heads.
+    assert ("geglu", 512) in g and ("norm", 4 * 64) in g and ("norm", 64) in g and ("rope", 5 * 64) in g
+    assert sorted(ll) == [("norm", 256), ("norm", 256), ("rope", 5 * 64), ("swiglu", 512)]
+    ns = {"norm": 0.5, "swiglu": 0.2, "geglu": 2.0, "rope": 1.0}
+    timed = replace(uniform_probe(), elementwise=tuple(ElementwiseRates(op, (RateAt(1, v),)) for op, v in ns.items()))
+    for spec in (gemma, llama):
+        before, after = _model(spec, replace(timed, elementwise=None)), _model(spec, timed)
+        per_token = sum(ns[op] * 1e-9 * n for layer in weight_table(spec).layers for op, n in layer.elementwise)
+        assert after.prefill_seconds(1024) - before.prefill_seconds(1024) == pytest.approx(1024 * per_token)
+        # A decode step's per-token work is in the tiny model's measured steps already.
+        assert after.decode_seconds(100) == before.decode_seconds(100)

@@ -128,6 +128,8 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     assert not probe_outdated(host_probe)
     # A record from before the prompt was read this deep is measured again at the next start.
     assert probe_outdated(replace(host_probe, reference=replace(run, prefill=run.prefill[:2])))
+    # A record from before the probe timed the elementwise steps is measured again too.
+    assert probe_outdated(replace(host_probe, elementwise=None))
     got = graph_factors(host_probe, max(threads))
     assert got is not None
     for t in threads:

@@ -56,6 +56,12 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     text = w.plan_view.speed.text()
     assert f"<b>{stats['decode_tps']:.1f}</b> tokens/s generating (predicted" in text
     assert f"reading its {stats['evaluated_tokens']}-token prompt" in text
+    # The pace gauge was read after it (off the GUI thread), compared with the probe's reading;
+    # a reply set aside says why.
+    again = load_machine_speed(stored.fingerprint)
+    last = again.last_replies[-1]
+    assert last.pace_share is not None and again.paces
+    assert (f"not learned from: {last.set_aside}" in text) == bool(last.set_aside)
     # The meters compare the reply's RAM traffic with the measured peak, and say it is measured.
     w.right_tabs.setCurrentWidget(w.meters_panel)
     qtbot.waitUntil(lambda: "measured peak" in w.meters_panel.bandwidth_label.text(), timeout=10000)

@@ -135,11 +135,11 @@ def run_chat(args: argparse.Namespace) -> int:
 
 def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str, Any] | None:
     """Teach the speed model this reply (planner/calibration.py); what it predicted and measured."""
-    from vrampilot.planner.calibration import record_reply
+    from vrampilot.planner.calibration import record_reply, reply_pace_ms
 
     if plan.target.speed is None:
         return None
-    reply = stats.measurement(others_share)
+    reply = stats.measurement(others_share, reply_pace_ms(plan))
     try:
         speed = record_reply(plan.target.speed, plan, reply)
     except OSError as exc:  # a read-only data folder must not lose the reply
@@ -151,13 +151,15 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
     line = (
         f"speed: predicted {last.predicted_decode_tps:.1f} tokens/s generating, measured {last.decode_tps:.1f}; "
         f"predicted {last.predicted_prefill_tps:.0f} reading the prompt, measured {last.prefill_tps:.0f}"
-        + (f" (other programs used {others_share:.0%} of the CPU: not learned from)" if others_share > cpu_load.BUSY_SHARE else "")
+        + (f" (not learned from: {last.set_aside})" if last.set_aside else "")
         + f"; the speed model has learned from {n} repl{'y' if n == 1 else 'ies'} here, {own} of this model"
     )
     return {
         "predicted_decode_tps": round(last.predicted_decode_tps, 2),
         "predicted_prefill_tps": round(last.predicted_prefill_tps, 2),
         "others_cpu_share": round(others_share, 3),
+        "pace_share": last.pace_share,  # the machine's pace against its usual (hardware/pace.py)
+        "set_aside": last.set_aside or None,  # why it was not learned from
         "learned_replies": n,
         "learned_replies_of_model": own,
         "line": line,

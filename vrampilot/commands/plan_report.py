@@ -157,6 +157,7 @@ def format_plan(plan: Plan) -> str:
             f"Last measured {last.decode_tps:.1f} tokens/s generating (predicted {last.predicted_decode_tps:.1f}), "
             f"{last.prefill_tps:.0f} reading a {last.prompt_tokens}-token prompt (predicted "
             f"{last.predicted_prefill_tps:.0f}), {last.at[:16].replace('T', ' ')} UTC"
+            + (f"; not learned from: {last.set_aside}" if last.set_aside else "")
         )
     if plan.refused:
         lines.append(f"llama.cpp would refuse these settings: {plan.refused}")

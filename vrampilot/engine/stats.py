@@ -59,7 +59,7 @@ class GenerationStats:
         n = self.completion_tokens - 1
         return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
 
-    def measurement(self, others_cpu_share: float | None = None) -> ReplyMeasurement:
+    def measurement(self, others_cpu_share: float | None = None, pace_ms: float | None = None) -> ReplyMeasurement:
         """This reply as the speed model learns from it (planner/calibration.py)."""
         from vrampilot.planner.calibration import ReplyMeasurement
 
@@ -70,6 +70,7 @@ class GenerationStats:
             decode_tps=self.decode_tps,
             prefill_tps=self.prefill_tps,
             others_cpu_share=others_cpu_share,
+            pace_ms=pace_ms,
         )
 
     def to_dict(self) -> dict[str, Any]:

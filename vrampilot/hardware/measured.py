@@ -43,6 +43,14 @@ LAST_REPLIES_KEPT = 16
 # another (bench/speed.py), and one factor over both moved each away from what it measured.
 MODEL_MIN_REPLIES = 2
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
+# The pace gauge (hardware/pace.py): a reply read when the gauge took more than its usual time
+# divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
+# last PACE_WINDOW replies' at the same thread count. On a VM whose replies moved 0.6-1.3x within
+# minutes, 0.85 set aside 59 of 296 replies, among them 22 of the 52 prompts read 15% or more
+# below the median, and the spread of the rest fell by 8-12% (bench/experiments/pace-gauge-exp.py).
+SLOW_PACE = 0.85
+PACE_WINDOW = 15
+PACES_KEPT = 32
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,24 @@ class AttentionRates:
             _rates(d["prefill_gflops"]),
             _rates(d.get("decode_ram_gflops", ())),
         )
+
+
+@dataclass(frozen=True)
+class ElementwiseRates:
+    """One elementwise step a layer takes per token (llamacpp/ggml.py `CpuKernels.elementwise`):
+    nanoseconds per f32 element. A prompt's ubatch runs each over all its tokens; with fast
+    matrix kernels they weigh: in a Gemma 3 ubatch (Q4_0, 1 thread) the gated GELU alone took 7% of
+    the time, norms and RoPE another 7% (bench/experiments/op-profile-exp.py)."""
+
+    op: str  # "norm", "swiglu", "geglu", "rope"
+    ns_per_element: tuple[RateAt, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "ns_per_element": _rates_dict(self.ns_per_element)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ElementwiseRates:
+        return cls(str(d["op"]), _rates(d["ns_per_element"]))
 
 
 @dataclass(frozen=True)
@@ -269,6 +295,11 @@ class HostProbe:
     app_busy: bool = False
     # The built-in model run for real (None: a record from before the probe did, or no model).
     reference: ReferenceRun | None = None
+    # The pace gauge (hardware/pace.py) read at the probe's end, milliseconds per thread count: the
+    # first readings a reply's pace is compared with.
+    pace_ms: tuple[RateAt, ...] = ()
+    # Elementwise steps per token (None: a record from before the probe timed them).
+    elementwise: tuple[ElementwiseRates, ...] | None = None
 
     @property
     def busy(self) -> bool:
@@ -308,6 +339,9 @@ class HostProbe:
         t = type_name.lower()
         return next((k for k in self.kernels if k.type_name == t), None)
 
+    def elementwise_for(self, op: str) -> ElementwiseRates | None:
+        return next((e for e in self.elementwise or () if e.op == op), None)
+
     def attention_for(self, kv_type: str) -> tuple[AttentionRates, ...]:
         """The measurements of one KV type, smallest head size first."""
         return tuple(sorted((a for a in self.attention if a.kv_type == kv_type.lower()), key=lambda a: a.head_dim))
@@ -324,6 +358,8 @@ class HostProbe:
             "others_cpu_share": round(self.others_cpu_share, 3),
             "app_busy": self.app_busy,
             "reference": self.reference.to_dict() if self.reference else None,
+            "pace_ms": _rates_dict(self.pace_ms),
+            "elementwise": [e.to_dict() for e in self.elementwise] if self.elementwise is not None else None,
         }
 
     @classmethod
@@ -339,7 +375,13 @@ class HostProbe:
             others_cpu_share=float(d.get("others_cpu_share", 0.0)),
             app_busy=bool(d.get("app_busy", False)),
             reference=ReferenceRun.from_dict(d["reference"]) if d.get("reference") else None,
+            pace_ms=_rates(d.get("pace_ms", ())),
+            elementwise=_elementwise(d.get("elementwise")),
         )
+
+
+def _elementwise(values: Iterable[Any] | None) -> tuple[ElementwiseRates, ...] | None:
+    return tuple(ElementwiseRates.from_dict(e) for e in values) if values is not None else None
 
 
 def _median_factor(ratios: tuple[float, ...]) -> float:
@@ -423,6 +465,9 @@ class LastReply:
     predicted_prefill_tps: float
     prompt_tokens: int  # evaluated this turn
     context_tokens: int  # in the cache when generation started
+    # The machine's pace during it against its usual (MachineSpeed.pace_share; None: not read).
+    pace_share: float | None = None
+    set_aside: str = ""  # why it was not learned from ("": it was), planner/calibration.py
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -439,7 +484,24 @@ class LastReply:
             predicted_prefill_tps=float(d["predicted_prefill_tps"]),
             prompt_tokens=int(d["prompt_tokens"]),
             context_tokens=int(d["context_tokens"]),
+            pace_share=float(d["pace_share"]) if d.get("pace_share") is not None else None,
+            set_aside=str(d.get("set_aside", "")),
         )
+
+
+@dataclass(frozen=True)
+class PaceReading:
+    """The pace gauge read right after a reply at `threads` threads."""
+
+    threads: int
+    pace_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threads": self.threads, "pace_ms": self.pace_ms}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PaceReading:
+        return cls(int(d["threads"]), float(d["pace_ms"]))
 
 
 @dataclass(frozen=True)
@@ -450,6 +512,23 @@ class MachineSpeed:
     probe: HostProbe | None = None
     factors: tuple[SpeedFactors, ...] = ()
     last_replies: tuple[LastReply, ...] = field(default=())
+    paces: tuple[PaceReading, ...] = ()  # the pace gauge after recent replies, oldest first
+
+    def usual_pace_ms(self, threads: int) -> float | None:
+        """The gauge's usual time at `threads` (None: never read at that count)."""
+        readings = [r.pace_ms for r in self.paces if r.threads == threads][-PACE_WINDOW:]
+        if self.probe is not None:
+            readings += [r.value for r in self.probe.pace_ms if r.threads == threads]
+        return statistics.median(readings) if readings else None
+
+    def pace_share(self, threads: int, pace_ms: float) -> float | None:
+        """How fast the machine ran at a reading of `pace_ms`, against its usual (1.0: as usual,
+        0.7: it took 1/0.7 of the usual time); None with nothing to compare with."""
+        usual = self.usual_pace_ms(threads)
+        return usual / pace_ms if usual is not None and pace_ms > 0 else None
+
+    def with_pace(self, threads: int, pace_ms: float) -> MachineSpeed:
+        return replace(self, paces=(*self.paces, PaceReading(threads, round(pace_ms, 4)))[-PACES_KEPT:])
 
     def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
         """The stored factors of this backend over every model (`model` ""), or of one model."""
@@ -493,6 +572,7 @@ class MachineSpeed:
             "probe": self.probe.to_dict() if self.probe else None,
             "factors": [f.to_dict() for f in self.factors],
             "last_replies": [r.to_dict() for r in self.last_replies],
+            "paces": [r.to_dict() for r in self.paces],
         }
 
     @classmethod
@@ -503,4 +583,5 @@ class MachineSpeed:
             probe=HostProbe.from_dict(probe) if probe else None,
             factors=tuple(SpeedFactors.from_dict(f) for f in d.get("factors", ())),
             last_replies=tuple(LastReply.from_dict(r) for r in d.get("last_replies", ())),
+            paces=tuple(PaceReading.from_dict(r) for r in d.get("paces", ())),
         )

@@ -40,6 +40,7 @@ from vrampilot.hardware.measured import (
     LONG_ROW,
     SHORT_ROW,
     AttentionRates,
+    ElementwiseRates,
     HostProbe,
     KernelRates,
     RateAt,
@@ -78,6 +79,10 @@ _MOE_N, _MOE_EXPERTS = 512, (8, 2)
 # smaller shapes that keep the kernels' part of the probe near a second.
 _ATTN_HEADS, _ATTN_HEAD_DIMS = 8, (64, 256)
 _ATTN_SHAPES = {"f16": ((4096,), (128, 1024)), "q8_0": ((1024,), (16, 512)), "q4_0": ((1024,), (16, 512))}
+_PACE_TYPE, _PACE_ROW, _PACE_REPEATS = "q8_0", 4096, 3
+# Elementwise steps: (op, f32 elements per token) over 128 tokens, a fraction of a millisecond each.
+_ELEMENTWISE_SHAPES = (("norm", 1024), ("swiglu", 2048), ("geglu", 2048), ("rope", 1024))
+_ELEMENTWISE_ROWS = 128
 # llama.cpp's decoding kernel splits the cache over the threads from this many cells on.
 _SPLIT_KV_CELLS = 512
 # The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (hardware/probe_model.py).
@@ -215,6 +220,42 @@ def faster_attention(a: Sequence[AttentionRates], b: Sequence[AttentionRates]) -
     return out
 
 
+def pace_ms_with(cpu: CpuKernels, threads: int) -> float:
+    """The pace gauge (hardware/pace.py): milliseconds for a q8_0 product shaped like a prompt's
+    ubatch and a q8_0 mat-vec over more bytes than the last-level cache, each the best of three runs
+    at `threads` (q8_0 runs the same generic code on every CPU variant, no repacking)."""
+    tid = ggml_type_id(_PACE_TYPE)
+    product = cpu.mul_mat(tid, _MATMUL_K, _MATMUL_N, _MATMUL_M, [threads], repeats=_PACE_REPEATS)[0].seconds
+    rows = max(64, _stream_bytes() // cpu.row_bytes(tid, _PACE_ROW) // 64 * 64)
+    stream = cpu.mul_mat(tid, _PACE_ROW, rows, 1, [threads], repeats=_PACE_REPEATS)[0].seconds
+    return round((product + stream) * 1e3, 4)
+
+
+def _elementwise_rates(cpu: CpuKernels, threads: Sequence[int]) -> list[ElementwiseRates]:
+    out = []
+    for op, width in _ELEMENTWISE_SHAPES:
+        timings = cpu.elementwise(op, width, _ELEMENTWISE_ROWS, threads, repeats=3)
+        n = width * _ELEMENTWISE_ROWS
+        out.append(ElementwiseRates(op, tuple(RateAt(t, round(x.seconds / n * 1e9, 4)) for t, x in
+                                              zip(threads, timings, strict=True))))  # fmt: skip
+    return out
+
+
+def faster_elementwise(a: Sequence[ElementwiseRates], b: Sequence[ElementwiseRates]) -> list[ElementwiseRates]:
+    """Per step, the faster (fewer nanoseconds) of two passes."""
+    second = {x.op: x for x in b}
+    out = []
+    for x in a:
+        o = second.get(x.op)
+        if o is None:
+            out.append(x)
+            continue
+        other = {r.threads: r.value for r in o.ns_per_element}
+        out.append(replace(x, ns_per_element=tuple(RateAt(r.threads, min(r.value, other.get(r.threads, r.value)))
+                                                   for r in x.ns_per_element)))  # fmt: skip
+    return out
+
+
 def _attention_rates(cpu: CpuKernels, kv: str, threads: Sequence[int], stream: int) -> list[AttentionRates]:
     tid = ggml_type_id(kv)
     (n_kv_dec,), (n_q, n_kv_pre) = _ATTN_SHAPES.get(kv, _ATTN_SHAPES["q8_0"])
@@ -312,9 +353,10 @@ def measure_host(
     step("fixed costs of a decode step")
     steps = measure_steps(threads)
 
-    def kernels_pass(n: int) -> tuple[list[KernelRates], list[AttentionRates]]:
+    def kernels_pass(n: int) -> tuple[list[KernelRates], list[AttentionRates], list[ElementwiseRates]]:
         kernels: list[KernelRates] = []
         attention: list[AttentionRates] = []
+        elementwise: list[ElementwiseRates] = []
         label = f" (pass {n} of {KERNEL_PASSES})" if KERNEL_PASSES > 1 else ""
         with CpuKernels() as cpu:
             for name in dict.fromkeys(t.lower() for t in weight_types):
@@ -325,9 +367,11 @@ def measure_host(
             for kv in kv_types:
                 step(f"{kv} attention{label}")
                 attention.extend(_attention_rates(cpu, kv, threads, stream))
-        return kernels, attention
+            step(f"elementwise steps{label}")
+            elementwise.extend(_elementwise_rates(cpu, threads))
+        return kernels, attention, elementwise
 
-    kernels, attention = kernels_pass(1)
+    kernels, attention, elementwise = kernels_pass(1)
     ref = None
     model = embedded_model_path() if reference else None
     if model is not None:
@@ -337,8 +381,12 @@ def measure_host(
         except Exception:  # the kernels' figures stand on their own; the plan says what is missing
             _log.warning("speed probe: the built-in model did not run", exc_info=True)
     for n in range(2, KERNEL_PASSES + 1):
-        more_kernels, more_attention = kernels_pass(n)
+        more_kernels, more_attention, more_elementwise = kernels_pass(n)
         kernels, attention = faster_kernels(kernels, more_kernels), faster_attention(attention, more_attention)
+        elementwise = faster_elementwise(elementwise, more_elementwise)
+    step("pace gauge")
+    with CpuKernels() as cpu:  # the first readings replies are compared with (hardware/pace.py)
+        pace = tuple(RateAt(t, pace_ms_with(cpu, t)) for t in threads)
     probe = HostProbe(
         measured_at=_now(),
         duration_s=round(time.perf_counter() - t_start, 3),
@@ -349,6 +397,8 @@ def measure_host(
         attention=tuple(attention),
         others_cpu_share=round(cpu_load.others_share(load_start), 3),
         reference=ref,
+        pace_ms=pace,
+        elementwise=tuple(elementwise),
     )
     _log.info(
         "speed probe: %.2f s, RAM %.1f GB/s, other programs used %.0f%% of the CPU",
@@ -359,11 +409,12 @@ def measure_host(
 
 def probe_outdated(probe: HostProbe) -> bool:
     """Whether the app should measure again at this start: the last probe ran on a busy machine, or
-    came from a version that did not run the built-in model (whose run corrects every prediction)
-    or read it a shorter prompt than now (too shallow to price a prompt's attention)."""
+    came from a version that did not run the built-in model (whose run corrects every prediction),
+    read it a shorter prompt than now (too shallow to price a prompt's attention), or did not time
+    the elementwise steps (which price a prompt's norms and activations)."""
     from vrampilot.paths import embedded_model_path
 
-    if probe.busy:
+    if probe.busy or probe.elementwise is None:
         return True
     if embedded_model_path() is None:
         return False

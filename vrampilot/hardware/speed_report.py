@@ -61,6 +61,11 @@ def format_probe(probe: HostProbe) -> list[str]:
             f"start, {tps(deep)} after {deep} tokens; prompts {prompt} tokens/s (ubatches of {run.n_ubatch} after "
             + ", ".join(str(p.n_past) for p in run.prefill) + " cells)"
         )
+    if probe.pace_ms:
+        lines.append(
+            f"  pace gauge {_pair(probe.pace_ms, '{:.2f}')} ms (read again after each reply: one read well above "
+            "its usual is not learned from)"
+        )
     return lines
 
 
@@ -73,6 +78,12 @@ def format_speed(machine: Machine) -> list[str]:
     else:
         lines += format_probe(speed.probe)
     if speed is not None:
+        for threads in sorted({r.threads for r in speed.paces}):
+            usual = speed.usual_pace_ms(threads)
+            n = sum(1 for r in speed.paces if r.threads == threads)
+            if usual is not None:
+                lines.append(f"  pace gauge at {threads} thread{'s' if threads != 1 else ''}: usually {usual:.2f} ms "
+                             f"({n} reading{'s' if n != 1 else ''} after replies)")  # fmt: skip
         for f in speed.factors:
             lines.append(
                 f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"

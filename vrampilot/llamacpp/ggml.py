@@ -69,6 +69,13 @@ class _Api:
         self.mul_mat = d(base, "ggml_mul_mat", _vp, _vp, _vp, _vp)
         self.mul_mat_id = d(base, "ggml_mul_mat_id", _vp, _vp, _vp, _vp, _vp)
         self.add = d(base, "ggml_add", _vp, _vp, _vp, _vp)
+        self.mul = d(base, "ggml_mul", _vp, _vp, _vp, _vp)
+        self.rms_norm = d(base, "ggml_rms_norm", _vp, _vp, _vp, ctypes.c_float)
+        self.swiglu_split = d(base, "ggml_swiglu_split", _vp, _vp, _vp, _vp)
+        self.geglu_split = d(base, "ggml_geglu_split", _vp, _vp, _vp, _vp)
+        f = ctypes.c_float
+        self.rope_ext = d(base, "ggml_rope_ext", _vp, _vp, _vp, _vp, _vp, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          f, f, f, f, f, f)  # fmt: skip
         self.flash_attn_ext = d(
             base, "ggml_flash_attn_ext", _vp, _vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float
         )
@@ -322,6 +329,56 @@ class CpuKernels:
                 api.free(cx)
         raise GgmlError(f"no buffer type takes a type {ggml_type} matrix")
 
+    def _allocated_graph(self, c: int, out: int, what: str) -> tuple[int, int]:
+        """The graph computing `out`, and the CPU buffer the context's tensors were given."""
+        api = self.api
+        graph = api.new_graph(c)
+        api.build_forward_expand(graph, out)
+        buf = api.alloc_ctx_tensors_from_buft(c, self.cpu_buft)
+        if not buf:
+            raise GgmlError(f"could not allocate the {what} tensors")
+        return graph, int(buf)
+
+    def elementwise(self, op: str, width: int, rows: int, threads: Sequence[int], repeats: int) -> list[OpTiming]:
+        """One of the elementwise steps every layer takes per token, over `rows` tokens of `width`
+        f32 elements: "norm" (RMS norm times its weight), "swiglu" / "geglu" (the gated
+        activation of a feed-forward, silu(a) * b or gelu(a) * b), "rope" (rotating heads of
+        `width` / 8 elements, eight heads per token, all dimensions, NeoX order)."""
+        api = self.api
+        c = self._context(8)
+        buf = 0
+        try:
+            inputs: list[tuple[int, int, int]] = []  # tensor, type, elements per row
+            if op == "norm":
+                x = api.new_tensor_2d(c, F32, width, rows)
+                w = api.new_tensor_2d(c, F32, width, 1)
+                out = api.mul(c, api.rms_norm(c, x, 1e-6), w)
+                inputs += [(x, F32, width), (w, F32, width)]
+            elif op in ("swiglu", "geglu"):
+                a = api.new_tensor_2d(c, F32, width, rows)
+                b = api.new_tensor_2d(c, F32, width, rows)
+                out = (api.swiglu_split if op == "swiglu" else api.geglu_split)(c, a, b)
+                inputs += [(a, F32, width), (b, F32, width)]
+            elif op == "rope":
+                head = width // 8
+                x = api.new_tensor_3d(c, F32, head, 8, rows)
+                pos = api.new_tensor_2d(c, I32, rows, 1)
+                out = api.rope_ext(c, x, pos, None, head, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+                inputs.append((x, F32, head))
+            else:
+                raise ValueError(f"unknown elementwise op {op!r}")
+            graph, buf = self._allocated_graph(c, out, "elementwise")
+            for tensor, ggml_type, n in inputs:
+                self._fill(tensor, ggml_type, n, int(api.nbytes(tensor)) // (4 * n))
+            if op == "rope":
+                positions = np.arange(rows, dtype=np.int32)
+                api.tensor_set(pos, positions.ctypes.data, 0, positions.nbytes)
+            return self._scaling(graph, threads, repeats, "CPU")
+        finally:
+            if buf:
+                api.buffer_free(buf)
+            api.free(c)
+
     def flash_attn(
         self, kv_type: int, head_dim: int, n_q: int, n_kv: int, n_head: int, threads: Sequence[int], repeats: int
     ) -> list[OpTiming]:
@@ -335,11 +392,7 @@ class CpuKernels:
             v = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head, 1)
             mask = api.new_tensor_4d(c, F16, n_kv, n_q, 1, 1)  # one row per query, as llama.cpp builds it
             out = api.flash_attn_ext(c, q, k, v, mask, head_dim**-0.5, 0.0, 0.0)
-            graph = api.new_graph(c)
-            api.build_forward_expand(graph, out)
-            buf = api.alloc_ctx_tensors_from_buft(c, self.cpu_buft)
-            if not buf:
-                raise GgmlError("could not allocate the attention tensors")
+            graph, buf = self._allocated_graph(c, out, "attention")
             self._fill(q, F32, head_dim, n_q * n_head)
             self._fill(k, kv_type, head_dim, n_kv * n_head)
             self._fill(v, kv_type, head_dim, n_kv * n_head)

@@ -7,8 +7,11 @@ measured / predicted isolates what the model misses on this machine and backend.
 that backend's recent window (hardware/measured.py `SpeedFactors`), whose median, bounded, then
 multiplies every later prediction, and the model's own window, which takes over for that model
 once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
-(the first tokens of a reply and tiny prompts are mostly fixed costs), or when other programs took
-a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this one.
+(the first tokens of a reply and tiny prompts are mostly fixed costs), when other programs took
+a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this
+one, or when the pace gauge read right after it (hardware/pace.py) ran well below its usual: a VM's
+neighbours slow it with no program in sight, and three replies read at such a moment taught a
+slow machine (bench/speed.py: 10 of 16 2-thread cases then came out 0.69-0.84 of measured).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 
 from vrampilot.hardware.cpu_load import BUSY_SHARE
-from vrampilot.hardware.measured import LastReply, MachineSpeed
+from vrampilot.hardware.measured import SLOW_PACE, LastReply, MachineSpeed
 from vrampilot.planner.search import Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedModel, backend_key
 
@@ -44,6 +47,7 @@ class ReplyMeasurement:
     decode_tps: float
     prefill_tps: float
     others_cpu_share: float | None = None  # other programs' share of the CPU meanwhile
+    pace_ms: float | None = None  # the pace gauge right after it (hardware/pace.py; None: not read)
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,21 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
     backend = backend_key(plan.target, plan.settings)
     before = reply_prediction(plan, reply)  # what the user was shown for it
     raw = reply_prediction(plan, reply, calibrated=False)
-    busy = reply.others_cpu_share is not None and reply.others_cpu_share > BUSY_SHARE
+    threads = plan.settings.n_threads
+    share = speed.pace_share(threads, reply.pace_ms) if reply.pace_ms is not None else None
+    pace = round(share, 2) if share is not None else None  # as shown and stored
+    set_aside = ""
+    if reply.others_cpu_share is not None and reply.others_cpu_share > BUSY_SHARE:
+        set_aside = f"other programs used {reply.others_cpu_share:.0%} of the CPU"
+    elif pace is not None and pace < SLOW_PACE:
+        set_aside = f"this machine ran at {pace:.0%} of its usual pace"
     decode_ratio = prefill_ratio = None
-    if not busy and reply.completion_tokens >= MIN_DECODE_TOKENS and reply.decode_tps > 0 and raw.decode_tps > 0:
+    if not set_aside and reply.completion_tokens >= MIN_DECODE_TOKENS and reply.decode_tps > 0 and raw.decode_tps > 0:
         decode_ratio = reply.decode_tps / raw.decode_tps
-    if not busy and reply.evaluated_tokens >= MIN_PREFILL_TOKENS and reply.prefill_tps > 0 and raw.prefill_tps > 0:
+    if not set_aside and reply.evaluated_tokens >= MIN_PREFILL_TOKENS and reply.prefill_tps > 0 and raw.prefill_tps > 0:
         prefill_ratio = reply.prefill_tps / raw.prefill_tps
+    if not set_aside and decode_ratio is None and prefill_ratio is None:
+        set_aside = "too short to time"
     # Learned twice: into the backend's factors over every model, and into this model's own.
     learned = [speed.factors_for(backend, m).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
                for m in ("", plan.spec.path.name)]
@@ -106,10 +119,24 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
         predicted_prefill_tps=round(before.prefill_tps, 2),
         prompt_tokens=reply.evaluated_tokens,
         context_tokens=reply.prompt_tokens,
+        pace_share=pace,
+        set_aside=set_aside,
     )
     for factors in learned:
         speed = speed.with_factors(factors)
+    if reply.pace_ms is not None:
+        speed = speed.with_pace(threads, reply.pace_ms)
     return speed.with_last_reply(last)
+
+
+def reply_pace_ms(plan: Plan) -> float | None:
+    """The pace gauge at the plan's thread count, read right after one of its replies (None for a
+    plan that generates on offload devices: the CPU's pace is not what it measures)."""
+    if not backend_key(plan.target, plan.settings).startswith("cpu:"):
+        return None
+    from vrampilot.hardware.pace import measure_pace_ms
+
+    return measure_pace_ms(plan.settings.n_threads)
 
 
 def record_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement) -> MachineSpeed:

@@ -68,6 +68,41 @@ class _Matrix:
 class _LayerCost:
     matrices: tuple[_Matrix, ...]
     n_nodes: int  # graph nodes of one layer that do work (views and reshapes cost nothing)
+    # Elementwise steps per token: (op as the probe times it, f32 elements), see `_elementwise`.
+    elementwise: tuple[tuple[str, int], ...] = ()
+
+
+# Architectures whose feed-forward activation llama.cpp builds as GELU (LLM_FFN_GELU in its
+# src/models/*.cpp); every other one as SiLU. On this VM's CPU a gated GELU costs 1.9 ns per
+# element at one thread, a gated SiLU 0.15.
+GELU_ARCHITECTURES = frozenset({
+    "bert", "bloom", "codeshell", "falcon", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding",
+    "gpt2", "gptneox", "grok", "mpt", "phi2", "starcoder", "starcoder2", "t5",
+})  # fmt: skip
+
+
+def _elementwise(spec: ModelSpec, il: int) -> tuple[tuple[str, int], ...]:
+    """What one token of layer `il` takes besides its matrix products and attention: each norm
+    over its width (a per-head Q or K norm over all heads), the feed-forward's activation over its
+    hidden width (the routed experts' and a shared expert's), RoPE over the Q and K heads."""
+    ops: list[tuple[str, int]] = []
+    act = "geglu" if spec.architecture in GELU_ARCHITECTURES else "swiglu"
+    heads = (spec.n_head[il] if il < len(spec.n_head) else 0, spec.n_head_kv[il] if il < len(spec.n_head_kv) else 0)
+    gated = any(t.name.endswith(("ffn_gate.weight", "ffn_gate_exps.weight")) for t in spec.layer_tensors(il))
+    for t in spec.layer_tensors(il):
+        name = t.name.split(".", 2)[2]
+        if "norm" in name and (len(t.shape) < 2 or t.shape[1] == 1):
+            width = t.shape[0]
+            if width == spec.head_dim_k and name.startswith(("attn_q_norm", "attn_k_norm")):
+                width *= heads[0] if name.startswith("attn_q_norm") else heads[1]
+            ops.append(("norm", width))
+        elif (name in ("ffn_gate.weight", "ffn_gate_shexp.weight", "ffn_gate_exps.weight")
+              or (not gated and name == "ffn_up.weight")) and len(t.shape) >= 2:  # fmt: skip
+            routed = spec.n_expert_used if name == "ffn_gate_exps.weight" else 1
+            ops.append((act, t.shape[1] * routed))
+    if spec.n_rot > 0 and heads[1] > 0 and spec.head_dim_k > 0:
+        ops.append(("rope", (heads[0] + heads[1]) * spec.head_dim_k))
+    return tuple(ops)
 
 
 @dataclass(frozen=True)
@@ -106,7 +141,8 @@ def weight_table(spec: ModelSpec) -> WeightTable:
         per_layer[il].append(_Matrix(t.type_name.lower(), t.shape[0], t.n_bytes * s, t.n_elements * s, t.n_bytes, s))
     # About two working nodes per tensor (the product or norm, and what combines it) plus the
     # attention, the residual adds and the cache writes: 19 for a Llama block of 9 tensors.
-    layers = tuple(_LayerCost(tuple(m), 2 * n + 1) for m, n in zip(per_layer, n_tensors, strict=True))
+    layers = tuple(_LayerCost(tuple(m), 2 * n + 1, _elementwise(spec, il))
+                   for il, (m, n) in enumerate(zip(per_layer, n_tensors, strict=True)))  # fmt: skip
     return WeightTable(layers, output, spec.n_vocab)
 
 
@@ -251,6 +287,12 @@ class CpuRates:
         in_cache = _linear_in_head_dim([(a.head_dim, a.decode_gflops) for a in f16], head_dim, threads)
         from_ram = _linear_in_head_dim([(a.head_dim, a.decode_ram_gflops) for a in f16], head_dim, threads)
         return max(0.0, from_ram - in_cache) * _kv_bytes_per_element(kv_type) / 2.0
+
+    def elementwise_s(self, op: str, threads: int) -> float:
+        """Seconds per f32 element of an elementwise step (0 where the probe did not time it: the
+        built-in model's graph factor then stands for them, as before the probe did)."""
+        rates = self.probe.elementwise_for(op) if self.probe is not None else None
+        return rate_at(rates.ns_per_element, threads) * 1e-9 if rates is not None else 0.0
 
     def fixed(self, threads: int) -> FixedCosts:
         """What a step costs besides weights and attention (measured with the probe's tiny model)."""
@@ -413,6 +455,12 @@ def prefill_seconds(
     t += full * (_weights_seconds(table, layers_on_cpu, ub, threads, rates) + per_ubatch)
     if rest:
         t += _weights_seconds(table, layers_on_cpu, rest, threads, rates) + per_ubatch
+    # Norms, activations and RoPE over every token: with fast matrix kernels a share worth pricing
+    # (Gemma 3's gated GELU took 7% of its ubatch), and one the built-in model's factor cannot
+    # carry to another model (a Llama block's SiLU costs an eighth of a GELU).
+    t += n_tokens * sum(rates.elementwise_s(op, threads) * n
+                        for layer, on in zip(table.layers, layers_on_cpu, strict=True) if on
+                        for op, n in layer.elementwise)  # fmt: skip
     # Attention: the cells all queries of the full ubatches see, at one rate (their ubatch size
     # picks the kernel), then the last partial ubatch at its own; no loop over ubatches (a 16M
     # context has 32K of them).

@@ -368,6 +368,7 @@ def _speed_text(plan: Plan) -> str:
             f"Last measured: <b>{last.decode_tps:.1f}</b> tokens/s generating (predicted "
             f"{last.predicted_decode_tps:.1f} at its {last.context_tokens}-token context), {last.prefill_tps:.0f} "
             f"reading its {last.prompt_tokens}-token prompt (predicted {last.predicted_prefill_tps:.0f})"
+            + (f" <span style='color:gray'>(not learned from: {escape(last.set_aside)})</span>" if last.set_aside else "")
         )
     return "<br>".join(lines)
 

@@ -31,7 +31,7 @@ from vrampilot.hardware.probe import (
 )
 from vrampilot.hardware.speed_store import add_kernels, save_probe
 from vrampilot.log import describe_error
-from vrampilot.planner.calibration import record_reply
+from vrampilot.planner.calibration import record_reply, reply_pace_ms
 from vrampilot.planner.cpu_speed import weight_table
 from vrampilot.planner.graph_factors import with_reference_types
 from vrampilot.planner.search import Plan
@@ -135,6 +135,12 @@ class SpeedController(QObject):
             return  # the probe and the reply shared the CPU: neither measured this machine
         if plan is None or stats is None or speed is None or start is None:
             return
-        reply = stats.measurement(cpu_load.others_share(start))
-        self.ctx.tasks.submit(lambda _t: record_reply(speed, plan, reply), done=self._apply,
+        share = cpu_load.others_share(start)
+
+        def work(_task: TaskHandle) -> MachineSpeed:
+            # The pace gauge right after the reply (about 50 ms, off the GUI thread): a reply read
+            # while the machine ran well below its usual pace is not learned from.
+            return record_reply(speed, plan, stats.measurement(share, reply_pace_ms(plan)))
+
+        self.ctx.tasks.submit(work, done=self._apply,
                               failed=lambda exc: _log.warning("learning from a reply: %s", exc), owner=self)  # fmt: skip

@@ -1,0 +1,35 @@
+"""How fast this machine runs right now: a gauge read at the probe and after every reply.
+
+A reply is learned from (planner/calibration.py) as what the speed model misses on this machine;
+a reply read while the machine ran slower than usual teaches a slow machine instead. Other
+programs' CPU time (hardware/cpu_load.py) shows one cause; a VM's neighbours on the same memory
+bus and cores show none: with other programs at 0-1% of the CPU, steal included, a reply's prompt
+read 0.59-1.19x and its generation 0.63-1.27x of their median within eight minutes on a 2-vCPU VM
+(bench/experiments/pace-gauge-exp.py). Two of llama.cpp's own kernels, timed right before each of
+those replies, moved with them (correlation 0.59 for prompts, 0.47 for generation): a q8_0 product
+shaped like a prompt's ubatch (compute) and a q8_0 mat-vec over more bytes than the last-level
+cache (memory). Their summed time is the machine's pace (`pace_ms`, lower is faster); a reply read
+when it was well above its usual value is not learned from.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vrampilot.hardware.probe import pace_ms_with
+
+_log = logging.getLogger(__name__)
+
+
+def measure_pace_ms(threads: int) -> float | None:
+    """Milliseconds for the gauge's two kernels at `threads` threads, each the best of three runs
+    (about 10 ms of kernels; 40-60 ms with setting up their weights). None when llama.cpp's CPU
+    backend cannot run them."""
+    from vrampilot.llamacpp.ggml import CpuKernels, GgmlError
+
+    try:
+        with CpuKernels() as cpu:
+            return pace_ms_with(cpu, threads)
+    except (GgmlError, OSError):
+        _log.warning("pace gauge: llama.cpp's CPU kernels did not run", exc_info=True)
+        return None
