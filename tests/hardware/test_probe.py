@@ -41,7 +41,7 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     assert fixed.step_s >= 0 and fixed.layer_s >= 0 and fixed.vocab_entry_s >= 0
     assert {k.type_name for k in host_probe.kernels} == {"q4_0", "q4_1", "q8_0", "f16"}
     for k in host_probe.kernels:
-        for rates in (k.decode_gbps, k.decode_short_gbps, k.prefill_gflops, k.prefill_moe_gflops):
+        for rates in (k.decode_gbps, k.decode_short_gbps, k.decode_shortest_gbps, k.prefill_gflops, k.prefill_moe_gflops):
             assert {r.threads for r in rates} == set(threads)
             assert all(r.value > 0 for r in rates)
         assert k.buffer in ("CPU", "CPU_REPACK")

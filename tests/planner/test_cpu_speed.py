@@ -192,3 +192,25 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
         assert after.prefill_seconds(1024) - before.prefill_seconds(1024) == pytest.approx(1024 * per_token)
         # A decode step's per-token work is in the tiny model's measured steps already.
         assert after.decode_seconds(100) == before.decode_seconds(100)
+
+
+def test_a_row_s_mat_vec_rate_follows_its_length_between_those_measured() -> None:
+    from vrampilot.hardware.measured import KernelRates, RateAt
+    from vrampilot.planner.cpu_speed import CpuRates
+
+    def at(v: float) -> tuple[RateAt, ...]:
+        return (RateAt(1, v),)
+
+    # Rows of 512 / 1024 / 4096 at 20 / 30 / 40 GB/s (short rows slower, as Q4_1 with 2 threads).
+    k = KernelRates("q4_1", "CPU", at(40.0), at(30.0), at(50.0), at(50.0), decode_shortest_gbps=at(20.0))
+    rates = CpuRates(replace(uniform_probe(), kernels=(k,)), 1)
+    assert rates.decode_gbps("q4_1", 1, 4096) == pytest.approx(40.0)
+    assert rates.decode_gbps("q4_1", 1, 1024) == pytest.approx(30.0)
+    assert rates.decode_gbps("q4_1", 1, 512) == pytest.approx(20.0)
+    assert rates.decode_gbps("q4_1", 1, 724) == pytest.approx(25.0, rel=1e-3)  # halfway in log2
+    assert rates.decode_gbps("q4_1", 1, 2048) == pytest.approx(35.0)
+    assert rates.decode_gbps("q4_1", 1, 256) == pytest.approx(20.0)  # constant outside
+    assert rates.decode_gbps("q4_1", 1, 16384) == pytest.approx(40.0)
+    # A record from before rows of 512 were timed keeps the 1024-row rate below 1024.
+    old = CpuRates(replace(uniform_probe(), kernels=(replace(k, decode_shortest_gbps=()),)), 1)
+    assert old.decode_gbps("q4_1", 1, 576) == pytest.approx(30.0)

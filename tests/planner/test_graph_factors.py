@@ -130,6 +130,8 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     assert probe_outdated(replace(host_probe, reference=replace(run, prefill=run.prefill[:2])))
     # A record from before the probe timed the elementwise steps is measured again too.
     assert probe_outdated(replace(host_probe, elementwise=None))
+    # ... and one from before it timed rows of 512.
+    assert probe_outdated(replace(host_probe, kernels=tuple(replace(k, decode_shortest_gbps=()) for k in host_probe.kernels)))
     got = graph_factors(host_probe, max(threads))
     assert got is not None
     for t in threads:

@@ -88,7 +88,12 @@ def _rates_dict(rates: tuple[RateAt, ...]) -> list[dict[str, float]]:
 
 
 # The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
-# more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here).
+# more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here). With 2
+# threads on this VM, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
+# 0.53x for Q6_K, 0.79x for F16, where repacked types (Q4_0, Q4_K) kept theirs: the built-in
+# model's rows of 576, priced at the 1024-row figure, made its 2-thread steps look 1.36-1.43x
+# slower than their kernels, a factor then charged to every model (bench/experiments/row-length-exp.py).
+SHORTEST_ROW = 512
 SHORT_ROW = 1024
 LONG_ROW = 4096
 
@@ -103,6 +108,7 @@ class KernelRates:
     decode_short_gbps: tuple[RateAt, ...]  # the same over rows of SHORT_ROW
     prefill_gflops: tuple[RateAt, ...]  # mat-mat over a prompt-sized batch
     prefill_moe_gflops: tuple[RateAt, ...] = ()  # the same through the mixture-of-experts product
+    decode_shortest_gbps: tuple[RateAt, ...] = ()  # mat-vec over rows of SHORTEST_ROW (empty: not measured)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +116,7 @@ class KernelRates:
             "buffer": self.buffer,
             "decode_gbps": _rates_dict(self.decode_gbps),
             "decode_short_gbps": _rates_dict(self.decode_short_gbps),
+            "decode_shortest_gbps": _rates_dict(self.decode_shortest_gbps),
             "prefill_gflops": _rates_dict(self.prefill_gflops),
             "prefill_moe_gflops": _rates_dict(self.prefill_moe_gflops),
         }
@@ -123,6 +130,7 @@ class KernelRates:
             _rates(d.get("decode_short_gbps", d["decode_gbps"])),
             _rates(d["prefill_gflops"]),
             _rates(d.get("prefill_moe_gflops", ())),
+            _rates(d.get("decode_shortest_gbps", ())),
         )
 
 

@@ -39,6 +39,7 @@ from vrampilot.hardware import cpu_load
 from vrampilot.hardware.measured import (
     LONG_ROW,
     SHORT_ROW,
+    SHORTEST_ROW,
     AttentionRates,
     ElementwiseRates,
     HostProbe,
@@ -166,7 +167,7 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
         return None
     decode: list[tuple[RateAt, ...]] = []
     buffer = "CPU"
-    for row in (LONG_ROW, SHORT_ROW):
+    for row in (LONG_ROW, SHORT_ROW, SHORTEST_ROW):
         k = max(row, cpu.block_size(tid))
         n = max(64, stream // cpu.row_bytes(tid, k) // 64 * 64)  # repacked kernels take rows by 8 or 16
         vec = cpu.mul_mat(tid, k, n, 1, threads, repeats=2)
@@ -183,6 +184,7 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
         decode_short_gbps=decode[1],
         prefill_gflops=_rates(threads, 2.0 * k * n * m, mat, 1e9),
         prefill_moe_gflops=_rates(threads, 2.0 * k * _MOE_N * m * n_used, moe, 1e9),
+        decode_shortest_gbps=decode[2],
     )
 
 
@@ -200,6 +202,7 @@ def faster_kernels(a: Sequence[KernelRates], b: Sequence[KernelRates]) -> list[K
         out.append(k if o is None else replace(
             k, decode_gbps=_faster(k.decode_gbps, o.decode_gbps),
             decode_short_gbps=_faster(k.decode_short_gbps, o.decode_short_gbps),
+            decode_shortest_gbps=_faster(k.decode_shortest_gbps, o.decode_shortest_gbps),
             prefill_gflops=_faster(k.prefill_gflops, o.prefill_gflops),
             prefill_moe_gflops=_faster(k.prefill_moe_gflops, o.prefill_moe_gflops),
         ))  # fmt: skip
@@ -411,10 +414,11 @@ def probe_outdated(probe: HostProbe) -> bool:
     """Whether the app should measure again at this start: the last probe ran on a busy machine, or
     came from a version that did not run the built-in model (whose run corrects every prediction),
     read it a shorter prompt than now (too shallow to price a prompt's attention), or did not time
-    the elementwise steps (which price a prompt's norms and activations)."""
+    the elementwise steps (which price a prompt's norms and activations) or the mat-vec over rows
+    of SHORTEST_ROW (a small model's rows)."""
     from vrampilot.paths import embedded_model_path
 
-    if probe.busy or probe.elementwise is None:
+    if probe.busy or probe.elementwise is None or any(not k.decode_shortest_gbps for k in probe.kernels):
         return True
     if embedded_model_path() is None:
         return False

@@ -16,7 +16,8 @@ def _kernel_line(k: KernelRates) -> str:
     where = " (repacked)" if k.buffer != "CPU" else ""
     moe = f", experts {_pair(k.prefill_moe_gflops, '{:.0f}')}" if k.prefill_moe_gflops else ""
     return (
-        f"    {k.type_name + where:<18} generating {_pair(k.decode_gbps)} GB/s (short rows {_pair(k.decode_short_gbps)})"
+        f"    {k.type_name + where:<18} generating {_pair(k.decode_gbps)} GB/s (rows of 1024 {_pair(k.decode_short_gbps)}"
+        + (f", 512 {_pair(k.decode_shortest_gbps)}" if k.decode_shortest_gbps else "") + ")"
         f", prompts {_pair(k.prefill_gflops, '{:.0f}')} GFLOP/s{moe}"
     )
 

@@ -22,12 +22,13 @@ attention over the cache, each for decoding and for prompts.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, FixedCosts, HostProbe, RateAt, rate_at
+from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
 from vrampilot.hardware.probe import bits_per_weight
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
 
@@ -146,6 +147,16 @@ def weight_table(spec: ModelSpec) -> WeightTable:
     return WeightTable(layers, output, spec.n_vocab)
 
 
+def _by_row(points: list[tuple[int, float]], row: int) -> float:
+    """A rate between the row lengths measured (ascending), by the log of the row; constant outside."""
+    if row <= points[0][0]:
+        return points[0][1]
+    for (r0, v0), (r1, v1) in itertools.pairwise(points):
+        if row <= r1:
+            return v0 + (v1 - v0) * math.log2(row / r0) / math.log2(r1 / r0)
+    return points[-1][1]
+
+
 @dataclass(frozen=True)
 class GraphFactors:
     """The built-in model's real steps over what the kernels' rates predict for them, per thread
@@ -226,10 +237,10 @@ class CpuRates:
             near, _ = self._nearest_kernel(type_name)
             k = self.probe.kernel(near)
             if k is not None:
-                long, short = rate_at(k.decode_gbps, threads), rate_at(k.decode_short_gbps, threads)
-                # Between the two row lengths measured, by the log of the row; constant outside.
-                x = min(1.0, max(0.0, math.log2(max(row, 1) / SHORT_ROW) / math.log2(LONG_ROW / SHORT_ROW)))
-                return short + (long - short) * x
+                points = [(SHORT_ROW, k.decode_short_gbps), (LONG_ROW, k.decode_gbps)]
+                if k.decode_shortest_gbps:
+                    points.insert(0, (SHORTEST_ROW, k.decode_shortest_gbps))
+                return _by_row([(r, rate_at(rates, threads)) for r, rates in points], row)
         try:
             bytes_per_param = bits_per_weight(type_name) / 8
         except KeyError:
