@@ -1,5 +1,6 @@
 """Saved bench/speed.py runs replayed: the replies' corrections applied to the whole prediction (as
-the app does) or to its non-attention part only (the replies are shallow: 40-750 tokens) (#19).
+the app did until the generating factor moved to the part of a step that does not grow with the
+context) or to its non-attention part only (the replies are shallow: 40-750 tokens) (#19).
 
 For every run given, each calibration reply's measured speed is set against the current speed
 model's prediction for it, split into its non-attention part b and its attention a; the cases are
@@ -41,7 +42,7 @@ def split(m: Any, kind: str, n_tokens: int, gen: int) -> tuple[float, float]:
     return base, full - base
 
 
-def replay(run: str, specs: dict[str, Any], by_file: dict[str, Any]) -> tuple[int, int, int]:
+def replay(run: str, specs: dict[str, Any], by_file: dict[str, Any]) -> tuple[int, int, int, int]:
     from tests.machines import measured_machine
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.planner.search import Pins, plan
@@ -65,7 +66,7 @@ def replay(run: str, specs: dict[str, Any], by_file: dict[str, Any]) -> tuple[in
             measured_s = (1 if kind == "decode" else e["prompt_tokens"]) / tps
             # measured / predicted speed as the app learns it; the same error put on b alone.
             ratios.setdefault((e["model"], t, kind), []).append(((b + a) / measured_s, max(0.05 * b, measured_s - a) / b))
-    whole = base_only = 0
+    whole = base_only = decode_base = 0
     for r in data["rows"]:
         name, rest = r["case"][:22].strip(), r["case"][22:].split()
         t, n_ctx = int(rest[0][:-1]), int(rest[1][:-1]) * 1024
@@ -80,10 +81,12 @@ def replay(run: str, specs: dict[str, Any], by_file: dict[str, Any]) -> tuple[in
         r_whole, r_base = measured_s / ((b + a) / f_whole), measured_s / (f_base * b + a)  # predicted / measured
         whole += abs(r_whole - 1) <= 0.15
         base_only += abs(r_base - 1) <= 0.15
+        decode_base += abs((r_base if r["kind"] == "decode" else r_whole) - 1) <= 0.15
         print(f"  {r['case']:<30} {r['kind']:<8} stored after {r['after_ratio']:.2f}  whole {r_whole:.2f}  "
               f"base-only {r_base:.2f}")  # fmt: skip
-    print(f"{run}: within ±15% after: whole {whole}, base-only {base_only} of {len(data['rows'])}")
-    return whole, base_only, len(data["rows"])
+    print(f"{run}: within ±15% after: whole {whole}, base-only {base_only}, base-only for generating only "
+          f"{decode_base} of {len(data['rows'])}")  # fmt: skip
+    return whole, base_only, decode_base, len(data["rows"])
 
 
 def main() -> None:
@@ -96,8 +99,8 @@ def main() -> None:
     specs = {k: load_model_spec(v) for k, v in paths.items()}
     by_file = {s.path.name: s for s in specs.values()}
     totals = [replay(run, specs, by_file) for run in sys.argv[1:]]
-    print(f"all runs: whole {sum(x[0] for x in totals)}, base-only {sum(x[1] for x in totals)} of "
-          f"{sum(x[2] for x in totals)}")  # fmt: skip
+    print(f"all runs: whole {sum(x[0] for x in totals)}, base-only {sum(x[1] for x in totals)}, base-only for "
+          f"generating only {sum(x[2] for x in totals)} of {sum(x[3] for x in totals)}")  # fmt: skip
 
 
 if __name__ == "__main__":

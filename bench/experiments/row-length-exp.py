@@ -5,7 +5,10 @@ them (#19).
    4096, 1024, 768 and 512 elements, at 1 and 2 threads (the probe measured 4096 and 1024 only:
    a row of 576, the built-in model's, was priced at the 1024-row figure).
 2. A graph of many separate mat-vecs of one small shape (a small model's matrices: each its own
-   weights, 96 MiB in all, so they come from RAM), computed as one graph: GB/s and time per node.
+   weights, 96 MiB in all, so they come from RAM), computed as one graph: GB/s and time per node;
+   Q4_0 also repacked (CPU_REPACK, where llama.cpp's loader puts it on x86), as the Gemma 3 fixture
+   of bench/speed.py runs: small repacked matrices with 2 threads went at half to three quarters of
+   the rate of one large one.
 
 Run: .venv/bin/python bench/experiments/row-length-exp.py
 """
@@ -37,10 +40,16 @@ def main() -> None:
             out.append(f"{row}: " + " / ".join(f"{cpu.row_bytes(tid, k) * n / x.seconds / 1e9:.1f}" for x in ts))
         print(f"  {t:<5} ({ts[0].buffer})  " + "   ".join(out), flush=True)
     print("2. a chain of separate mat-vecs of one shape (k x n, row of k), 96 MiB of weights")
-    for t, shapes in (("q4_1", [(576, 576), (576, 1536), (1536, 576), (4096, 4096)]),
-                      ("q8_0", [(768, 128), (768, 768), (768, 2048), (4096, 4096)]),
-                      ("f16", [(512, 128), (512, 768), (4096, 4096)])):  # fmt: skip
+    repack = cpu.extra_bufts[0] if cpu.extra_bufts else None
+    for t, shapes, buft in (("q4_1", [(576, 576), (576, 1536), (1536, 576), (4096, 4096)], cpu.cpu_buft),
+                            ("q8_0", [(768, 128), (768, 768), (768, 2048), (4096, 4096)], cpu.cpu_buft),
+                            ("f16", [(512, 128), (512, 768), (4096, 4096)], cpu.cpu_buft),
+                            ("q4_0", [(640, 1024), (640, 256), (1024, 640), (640, 2048), (2048, 640), (4096, 4096)],
+                             repack)):  # fmt: skip
+        if buft is None:
+            continue
         tid = ggml_type_id(t)
+        where = (api.buft_name(buft) or b"?").decode()
         for k, n in shapes:
             one = cpu.row_bytes(tid, k) * n
             count = max(1, (96 << 20) // one)
@@ -50,7 +59,7 @@ def main() -> None:
             graph = api.new_graph(cx)
             for w in weights:
                 api.build_forward_expand(graph, api.mul_mat(cx, w, x))
-            bw = api.alloc_ctx_tensors_from_buft(cw, cpu.cpu_buft)
+            bw = api.alloc_ctx_tensors_from_buft(cw, buft)
             bx = api.alloc_ctx_tensors_from_buft(cx, cpu.cpu_buft)
             try:
                 for w in weights:
@@ -60,7 +69,7 @@ def main() -> None:
                 for threads in (1, 2):
                     s = cpu._compute(graph, threads, 5)
                     cells.append(f"{threads}T {count * one / s / 1e9:.1f} GB/s {s / count * 1e6:.1f} us/node")
-                print(f"  {t:<5} {k}x{n} x{count}: " + "  ".join(cells), flush=True)
+                print(f"  {t:<5} ({where}) {k}x{n} x{count}: " + "  ".join(cells), flush=True)
             finally:
                 api.buffer_free(bw)
                 api.buffer_free(bx)

@@ -21,7 +21,7 @@ from vrampilot.planner.calibration import (
     reply_prediction,
 )
 from vrampilot.planner.search import Pins, Plan, plan
-from vrampilot.planner.speed import backend_key
+from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
 from vrampilot.planner.target import target_cpu_only
 
 PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
@@ -32,11 +32,16 @@ def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
 
 
 def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> ReplyMeasurement:
-    """A reply measured at these multiples of what the plan predicts for it."""
+    """A reply measured at these multiples of what the plan predicts for it: its prompt read at
+    `prefill_scale` times the predicted speed, its decode steps' part that does not grow with the
+    context at `decode_scale` (the part replies teach: speed.py `corrected_decode_seconds`)."""
     shape = {"prompt_tokens": 900, "evaluated_tokens": 600, "completion_tokens": 64, **kw}
     probe = ReplyMeasurement(**shape, decode_tps=0.0, prefill_tps=0.0)  # type: ignore[arg-type]
     pred = reply_prediction(p, probe, calibrated=False)
-    return replace(probe, decode_tps=pred.decode_tps * decode_scale, prefill_tps=pred.prefill_tps * prefill_scale)
+    model = SpeedModel(p.spec, p.settings, p.target, p.memory)
+    step = 1.0 / pred.decode_tps
+    decode_tps = 1.0 / corrected_decode_seconds(step, model.decode_seconds(1), decode_scale)
+    return replace(probe, decode_tps=decode_tps, prefill_tps=pred.prefill_tps * prefill_scale)
 
 
 def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None:
@@ -57,6 +62,26 @@ def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None
     pred = reply_prediction(later, reply)
     assert pred.decode_tps == pytest.approx(reply.decode_tps)
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
+
+
+def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_over_the_cache(
+        embedded_model: Path) -> None:  # fmt: skip
+    """Replies are shallow: what they teach about a decode step is the part that does not grow with
+    the context. A deep step keeps the attention the model prices for it."""
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    p = _plan(embedded_model, speed)
+    model = SpeedModel(p.spec, p.settings, p.target, p.memory)
+    t0, t_full = model.decode_seconds(1), model.decode_seconds(p.settings.n_ctx)
+    assert t_full > 1.2 * t0  # the attention over a full context is worth keeping apart
+    for _ in range(3):
+        speed = learn_reply(speed, p, _reply(p, 1.25, 1.0))
+    later = _plan(embedded_model, speed)
+    assert later.speed.decode_factor == pytest.approx(1.25)
+    assert later.speed.decode_tps == pytest.approx(1.25 / t0)
+    assert later.speed.decode_tps_full_ctx == pytest.approx(1.0 / (t0 / 1.25 + t_full - t0))
+    # A reply whose measured step is mostly the attention the model prices says little about the
+    # rest: its ratio is floored rather than sent to infinity.
+    assert shallow_decode_ratio(0.9 * (t_full - t0), t_full, t0) == pytest.approx(20.0)
 
 
 def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> None:
@@ -127,10 +152,13 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(e
 def test_a_reply_on_a_busy_machine_is_shown_but_not_learned(embedded_model: Path) -> None:
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
     p = _plan(embedded_model, speed)
-    after = learn_reply(speed, p, _reply(p, 0.3, 0.3, others_cpu_share=0.6))
+    reply = _reply(p, 0.3, 0.3, others_cpu_share=0.6)
+    after = learn_reply(speed, p, reply)
     assert after.factors_for(backend_key(p.target, p.settings)).n_replies == 0
     last = last_reply_for(_plan(embedded_model, after))
-    assert last is not None and last.decode_tps == pytest.approx(0.3 * last.predicted_decode_tps, rel=1e-2)
+    assert last is not None and last.decode_tps == pytest.approx(reply.decode_tps, abs=0.01)
+    assert last.prefill_tps == pytest.approx(0.3 * last.predicted_prefill_tps, rel=1e-2)
+    assert last.set_aside == "other programs used 60% of the CPU"
     assert (last.prompt_tokens, last.context_tokens) == (600, 900)
 
 

@@ -3,9 +3,11 @@
 A reply's stats say how fast llama.cpp read its prompt (the tokens it evaluated, after the ones
 reused from the cache) and generated (tokens after the first, over the context the reply ran at).
 The speed model predicts the same two numbers for the same conditions (`reply_prediction`), so
-measured / predicted isolates what the model misses on this machine and backend. Each ratio joins
-that backend's recent window (hardware/measured.py `SpeedFactors`), whose median, bounded, then
-multiplies every later prediction, and the model's own window, which takes over for that model
+measured / predicted isolates what the model misses on this machine and backend (for generating,
+in the part of a step that does not grow with the context, speed.py `corrected_decode_seconds`:
+a chat's replies are shallow, and scaled whole their correction over-shot 4K-deep steps). Each
+ratio joins that backend's recent window (hardware/measured.py `SpeedFactors`), whose median,
+bounded, then corrects every later prediction, and the model's own window, which takes over for that model
 once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
 (the first tokens of a reply and tiny prompts are mostly fixed costs), when other programs took
 a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this
@@ -22,7 +24,13 @@ from dataclasses import dataclass, replace
 from vrampilot.hardware.cpu_load import BUSY_SHARE
 from vrampilot.hardware.measured import SLOW_PACE, LastReply, MachineSpeed
 from vrampilot.planner.search import Plan
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedModel, backend_key
+from vrampilot.planner.speed import (
+    HEADLINE_PROMPT_TOKENS,
+    SpeedModel,
+    backend_key,
+    corrected_decode_seconds,
+    shallow_decode_ratio,
+)
 
 # Fewer generated tokens than this time too little to judge decoding.
 MIN_DECODE_TOKENS = 8
@@ -56,20 +64,26 @@ class ReplyPrediction:
     prefill_tps: float
 
 
+def _decode_step_seconds(model: SpeedModel, reply: ReplyMeasurement) -> tuple[float, float]:
+    """(mean step over the reply's generated tokens, the step with one token in the cache)."""
+    # Generated tokens see the prompt plus those before them: the mean time over that span.
+    start, span = reply.prompt_tokens, max(1, reply.completion_tokens)
+    points = [start + span * (i + 0.5) / _DECODE_POINTS for i in range(_DECODE_POINTS)]
+    return sum(model.decode_seconds(int(p)) for p in points) / len(points), model.decode_seconds(1)
+
+
 def reply_prediction(plan: Plan, reply: ReplyMeasurement, *, calibrated: bool = True) -> ReplyPrediction:
     """The plan's speed for this reply's conditions; `calibrated=False` without the learned factors."""
     model = SpeedModel(plan.spec, plan.settings, plan.target, plan.memory)
     past = max(0, reply.prompt_tokens - reply.evaluated_tokens)
     n = max(1, reply.evaluated_tokens)
     t_pre = model.prefill_seconds(n, past)
-    # Generated tokens see the prompt plus those before them: the mean time over that span.
-    start, span = reply.prompt_tokens, max(1, reply.completion_tokens)
-    points = [start + span * (i + 0.5) / _DECODE_POINTS for i in range(_DECODE_POINTS)]
-    t_dec = sum(model.decode_seconds(int(p)) for p in points) / len(points)
+    t_dec, t_shallow = _decode_step_seconds(model, reply)
     factors = plan.target.factors_for(backend_key(plan.target, plan.settings), plan.spec.path.name)
     fd, fp = (factors.decode, factors.prefill) if calibrated else (1.0, 1.0)
+    t_dec = corrected_decode_seconds(t_dec, t_shallow, fd)
     return ReplyPrediction(
-        decode_tps=fd / t_dec if t_dec > 0 else 0.0,
+        decode_tps=1.0 / t_dec if t_dec > 0 else 0.0,
         prefill_tps=fp * n / t_pre if t_pre > 0 else 0.0,
     )
 
@@ -100,7 +114,10 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
         set_aside = f"this machine ran at {pace:.0%} of its usual pace"
     decode_ratio = prefill_ratio = None
     if not set_aside and reply.completion_tokens >= MIN_DECODE_TOKENS and reply.decode_tps > 0 and raw.decode_tps > 0:
-        decode_ratio = reply.decode_tps / raw.decode_tps
+        # Learned for the part of a step that does not grow with the context (speed.py
+        # `corrected_decode_seconds`): the reply's step less the attention the model prices.
+        t_step, t_shallow = _decode_step_seconds(SpeedModel(plan.spec, plan.settings, plan.target, plan.memory), reply)
+        decode_ratio = shallow_decode_ratio(1.0 / reply.decode_tps, t_step, t_shallow)
     if not set_aside and reply.evaluated_tokens >= MIN_PREFILL_TOKENS and reply.prefill_tps > 0 and raw.prefill_tps > 0:
         prefill_ratio = reply.prefill_tps / raw.prefill_tps
     if not set_aside and decode_ratio is None and prefill_ratio is None:

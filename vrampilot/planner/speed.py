@@ -262,18 +262,37 @@ def _without_network(target: Target) -> Target:
     return replace(target, gpus=tuple(replace(g, rtt_ms=0.0, network_gbps=1e6) for g in target.gpus))
 
 
+def corrected_decode_seconds(t_step: float, t_shallow: float, decode_factor: float) -> float:
+    """A decode step the model prices at `t_step` with replies' `decode_factor` applied: to the
+    part that does not grow with the context (`t_shallow`, the step with one token in the cache),
+    not to the attention over it. Replies are mostly shallow (a chat's turns: 40-750 tokens), so
+    what they measure is that part; scaled whole, a 2-thread reply's correction carried into 4K-deep
+    steps 1.16-1.23x too fast (bench/speed.py), and on nine saved runs this rule held 251 of 288
+    cases within ±15% after three replies where scaling the whole step held 246
+    (bench/experiments/calibration-replay.py)."""
+    return t_shallow / decode_factor + max(0.0, t_step - t_shallow)
+
+
+def shallow_decode_ratio(measured_s: float, t_step: float, t_shallow: float) -> float:
+    """The decode factor that makes `corrected_decode_seconds` equal a reply's measured step: its
+    time less the attention the model prices, against the shallow step (floored at a twentieth of
+    it: a reply deep enough for attention to be most of it says little about the rest)."""
+    attention = max(0.0, t_step - t_shallow)
+    return t_shallow / max(0.05 * t_shallow, measured_s - attention)
+
+
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
     model = SpeedModel(spec, settings, target, mem)
     factors: SpeedFactors = target.factors_for(backend_key(target, settings), spec.path.name)
     t0 = model.decode_seconds(1)
-    t_full = model.decode_seconds(settings.n_ctx)
+    t_full = corrected_decode_seconds(model.decode_seconds(settings.n_ctx), t0, factors.decode)
     n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))
     t_prompt = model.prefill_seconds(n_prompt, 0)
     t_fill = model.prefill_seconds(settings.n_ctx, 0)
     dev_bytes, host_bytes = model.bytes_per_token(1)
     return SpeedPrediction(
         decode_tps=factors.decode / t0 if t0 > 0 else 0.0,
-        decode_tps_full_ctx=factors.decode / t_full if t_full > 0 else 0.0,
+        decode_tps_full_ctx=1.0 / t_full if t_full > 0 else 0.0,
         prefill_tps=factors.prefill * n_prompt / t_prompt if t_prompt > 0 else 0.0,
         prefill_tps_full_ctx=factors.prefill * settings.n_ctx / t_fill if t_fill > 0 else 0.0,
         device_bytes_per_token=int(dev_bytes),
