@@ -267,8 +267,8 @@ def corrected_decode_seconds(t_step: float, t_shallow: float, decode_factor: flo
     part that does not grow with the context (`t_shallow`, the step with one token in the cache),
     not to the attention over it. Replies are mostly shallow (a chat's turns: 40-750 tokens), so
     what they measure is that part; scaled whole, a 2-thread reply's correction carried into 4K-deep
-    steps 1.16-1.23x too fast (bench/speed.py), and on nine saved runs this rule held 251 of 288
-    cases within ±15% after three replies where scaling the whole step held 246
+    steps 1.16-1.23x too fast (bench/speed.py), and on ten saved runs this rule held 282 of 320
+    cases within ±15% after three replies where scaling the whole step held 276
     (bench/experiments/calibration-replay.py)."""
     return t_shallow / decode_factor + max(0.0, t_step - t_shallow)
 
