@@ -302,6 +302,9 @@ class CpuRates:
     def elementwise_s(self, op: str, threads: int) -> float:
         """Seconds per f32 element of an elementwise step (0 where the probe did not time it: the
         built-in model's graph factor then stands for them, as before the probe did)."""
+        return self._cached(("elementwise", op, threads), lambda: self._elementwise_s(op, threads))
+
+    def _elementwise_s(self, op: str, threads: int) -> float:
         rates = self.probe.elementwise_for(op) if self.probe is not None else None
         return rate_at(rates.ns_per_element, threads) * 1e-9 if rates is not None else 0.0
 
