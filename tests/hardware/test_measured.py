@@ -67,6 +67,21 @@ def test_factors_are_bounded_and_remember_a_window() -> None:
     assert f.learn(decode_ratio=50.0, prefill_ratio=0.01, at="t").decode_ratios == f.decode_ratios
 
 
+def test_the_probe_s_prediction_weighs_as_replies_against_what_replies_taught() -> None:
+    f = SpeedFactors("cpu:x", (0.8, 0.5, 0.8), prior_replies=2.0)
+    assert f.decode == pytest.approx(0.8 ** (3 / 5))  # the median, 3/5 of the way in log
+    assert f.prefill == 1.0  # nothing learned: the prediction as it is
+    assert SpeedFactors("gpu:x", (0.8, 0.5, 0.8)).decode == pytest.approx(0.8)  # no prior: followed whole
+    # Bounded after the blend, as before it.
+    assert SpeedFactors("cpu:x", (5.0,) * FACTOR_WINDOW, prior_replies=2.0).decode == FACTOR_MAX
+    # The machine hands factors out with its prior and stores them without it.
+    speed = MachineSpeed("abc", _probe()).with_factors(SpeedFactors("cpu:x", (0.8,), prior_replies=2.0))
+    assert speed.factors[0].prior_replies == 0.0
+    assert speed.factors_for("cpu:x").prior_replies == 2.0
+    assert speed.learned("cpu:x", "m.gguf").decode == pytest.approx(0.8 ** (1 / 3))
+    assert MachineSpeed.from_dict(json.loads(json.dumps(speed.to_dict()))) == speed
+
+
 def test_machine_speed_round_trips_through_json() -> None:
     last = LastReply("m.gguf", "cpu:haswell", "t", 10.0, 11.0, 100.0, 90.0, 30, 40)
     m = MachineSpeed("abc", _probe(), (SpeedFactors("cpu:haswell", (0.9,), (1.1,), "t"),), (last,))

@@ -10,7 +10,15 @@ import pytest
 
 from tests.machines import measured_machine, uniform_probe
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware.measured import PACES_KEPT, MachineSpeed, PaceReading, RateAt, SpeedFactors
+from vrampilot.hardware.measured import (
+    FACTOR_WINDOW,
+    PACES_KEPT,
+    PROBE_PRIOR_REPLIES,
+    MachineSpeed,
+    PaceReading,
+    RateAt,
+    SpeedFactors,
+)
 from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
 from vrampilot.planner.calibration import (
     MIN_PREFILL_TOKENS,
@@ -31,6 +39,12 @@ def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
     return plan(load_model_spec(embedded_model), target_cpu_only(measured_machine(None, speed=speed)), PINS)
 
 
+def followed(ratio: float, n: int) -> float:
+    """The factor n replies that all measured `ratio` teach where the probe measured the machine:
+    its prediction weighs as PROBE_PRIOR_REPLIES replies."""
+    return float(ratio ** (n / (n + PROBE_PRIOR_REPLIES)))
+
+
 def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> ReplyMeasurement:
     """A reply measured at these multiples of what the plan predicts for it: its prompt read at
     `prefill_scale` times the predicted speed, its decode steps' part that does not grow with the
@@ -44,7 +58,7 @@ def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> 
     return replace(probe, decode_tps=decode_tps, prefill_tps=pred.prefill_tps * prefill_scale)
 
 
-def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None:
+def test_later_plans_move_towards_what_replies_measured(embedded_model: Path) -> None:
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
     p = _plan(embedded_model, speed)
     for scale in (0.8, 0.82, 0.78):
@@ -52,16 +66,38 @@ def test_later_plans_predict_what_replies_measured(embedded_model: Path) -> None
     key = backend_key(p.target, p.settings)
     assert speed.factors_for(key).n_replies == 3
     later = _plan(embedded_model, speed)
-    assert later.speed.decode_tps == pytest.approx(0.8 * p.speed.decode_tps)
-    assert later.speed.prefill_tps == pytest.approx(1.25 * p.speed.prefill_tps)
+    # The probe measured this machine: its prediction weighs as two replies against the three.
+    assert later.speed.decode_factor == pytest.approx(0.8**0.6) == pytest.approx(followed(0.8, 3))
+    assert later.speed.decode_tps == pytest.approx(0.8**0.6 * p.speed.decode_tps)
+    assert later.speed.prefill_tps == pytest.approx(1.25**0.6 * p.speed.prefill_tps)
     assert later.speed.calibration_replies == 3
-    assert (f"corrected by 3 measured replies of {embedded_model.name} (generating x0.80, prompts x1.25)"
+    assert (f"corrected by 3 measured replies of {embedded_model.name} (generating x0.87, prompts x1.14)"
             in later.reasons[-1])
-    # The same reply again is now predicted as it was measured.
+    # A machine that keeps measuring the same goes most of the way: a full window of replies
+    # against the probe's two.
+    for _ in range(FACTOR_WINDOW):
+        speed = learn_reply(speed, p, _reply(p, 0.8, 1.25))
+    full = _plan(embedded_model, speed).speed
+    assert full.decode_factor == pytest.approx(followed(0.8, FACTOR_WINDOW)) == pytest.approx(0.8 ** (9 / 11))
+    assert full.prefill_tps == pytest.approx(followed(1.25, FACTOR_WINDOW) * p.speed.prefill_tps)
     reply = _reply(p, 0.8, 1.25)
-    pred = reply_prediction(later, reply)
+    assert 1.0 < reply_prediction(_plan(embedded_model, speed), reply).decode_tps / reply.decode_tps < 1.05
+
+
+def test_without_a_probe_replies_are_followed_whole(embedded_model: Path) -> None:
+    """Rates nobody measured (a machine never probed; a GPU) are no evidence against replies."""
+    speed = MachineSpeed("m")
+    p = _plan(embedded_model, speed)
+    for _ in range(3):
+        speed = learn_reply(speed, p, _reply(p, 0.8, 1.25))
+    reply = _reply(p, 0.8, 1.25)
+    pred = reply_prediction(_plan(embedded_model, speed), reply)
     assert pred.decode_tps == pytest.approx(reply.decode_tps)
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
+    probed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    assert probed.prior_replies("cpu:zen4, 2 threads") == PROBE_PRIOR_REPLIES
+    assert probed.prior_replies("gpu:NVIDIA GeForce RTX 4090") == 0.0
+    assert speed.prior_replies("cpu:zen4, 2 threads") == 0.0
 
 
 def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_over_the_cache(
@@ -76,9 +112,10 @@ def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_o
     for _ in range(3):
         speed = learn_reply(speed, p, _reply(p, 1.25, 1.0))
     later = _plan(embedded_model, speed)
-    assert later.speed.decode_factor == pytest.approx(1.25)
-    assert later.speed.decode_tps == pytest.approx(1.25 / t0)
-    assert later.speed.decode_tps_full_ctx == pytest.approx(1.0 / (t0 / 1.25 + t_full - t0))
+    f = followed(1.25, 3)
+    assert later.speed.decode_factor == pytest.approx(f)
+    assert later.speed.decode_tps == pytest.approx(f / t0)
+    assert later.speed.decode_tps_full_ctx == pytest.approx(1.0 / (t0 / f + t_full - t0))
     # A reply whose measured step is mostly the attention the model prices says little about the
     # rest: its ratio is floored rather than sent to infinity.
     assert shallow_decode_ratio(0.9 * (t_full - t0), t_full, t0) == pytest.approx(20.0)
@@ -98,7 +135,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
 
     assert backend_key(two.target, two.settings).endswith(", 2 threads")
     learned = again(replace(PINS, n_threads=2, n_threads_batch=2)).speed
-    assert (learned.decode_factor, learned.prefill_factor) == pytest.approx((0.7, 1.3))
+    assert (learned.decode_factor, learned.prefill_factor) == pytest.approx((followed(0.7, 2), followed(1.3, 2)))
     one = again(PINS)
     assert backend_key(one.target, one.settings).endswith(", 1 thread")
     assert (one.speed.decode_factor, one.speed.prefill_factor, one.speed.calibration_replies) == (1.0, 1.0, 0)
@@ -126,17 +163,18 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(e
         speed = learn_reply(speed, a, _reply(a, 0.8, 1.0))
     # A model without replies of its own is corrected by every model's on this backend.
     b = plan_of(other, speed)
-    assert b.speed.decode_factor == pytest.approx(0.8) and b.speed.calibration_model == ""
+    assert b.speed.decode_factor == pytest.approx(followed(0.8, 3)) and b.speed.calibration_model == ""
     assert "corrected by 3 measured replies on this machine" in b.reasons[-1]
     speed = learn_reply(speed, b, _reply(b, 1.2, 1.0))
-    assert plan_of(other, speed).speed.decode_factor == pytest.approx(0.8)  # one reply of its own: not yet
+    # One reply of its own: not yet (the machine's window now holds four).
+    assert plan_of(other, speed).speed.decode_factor == pytest.approx(followed(0.8, 4))
     speed = learn_reply(speed, b, _reply(b, 1.2, 1.0))
     b2 = plan_of(other, speed)
-    assert b2.speed.decode_factor == pytest.approx(1.2) and b2.speed.calibration_model == other.name
-    assert plan_of(embedded_model, speed).speed.decode_factor == pytest.approx(0.8)  # its own three
+    assert b2.speed.decode_factor == pytest.approx(followed(1.2, 2)) and b2.speed.calibration_model == other.name
+    assert plan_of(embedded_model, speed).speed.decode_factor == pytest.approx(followed(0.8, 3))  # its own three
     key = backend_key(a.target, a.settings)
     assert speed.factors_for(key).decode_ratios == pytest.approx((0.8, 0.8, 0.8, 1.2, 1.2))
-    assert plan_of(third, speed).speed.decode_factor == pytest.approx(0.8)  # the machine's median
+    assert plan_of(third, speed).speed.decode_factor == pytest.approx(followed(0.8, 5))  # the machine's median
     # Stored and read back with the model each window belongs to.
     again = MachineSpeed.from_dict(speed.to_dict())
     assert again.learned(key, other.name) == speed.learned(key, other.name)
@@ -176,7 +214,7 @@ def test_a_reply_read_while_the_machine_ran_slow_is_shown_but_not_learned(embedd
     assert slow.paces == (PaceReading(1, 2.5),)
     # At its usual pace (the median of the probe's reading and the replies'), a reply teaches.
     usual = learn_reply(slow, p, _reply(p, 0.9, 0.9, pace_ms=2.1))
-    assert usual.factors_for(key).decode == pytest.approx(0.9)
+    assert usual.factors_for(key).decode_ratios == pytest.approx((0.9,))
     assert usual.last_replies[-1].set_aside == ""
     assert usual.usual_pace_ms(1) == pytest.approx(2.1)  # median of 2.0, 2.5, 2.1
     assert usual.usual_pace_ms(2) is None  # never read at 2 threads: nothing to compare with
@@ -230,7 +268,7 @@ def test_a_reply_is_judged_against_this_machine_s_current_figures(embedded_model
     measured = MachineSpeed("m", probe)
     reply = _reply(_plan(embedded_model, measured), 0.9, 0.9)
     learned = learn_reply(measured, stale, reply).factors_for(backend_key(stale.target, stale.settings))
-    assert learned.decode == pytest.approx(0.9) and learned.prefill == pytest.approx(0.9)
+    assert learned.decode_ratios == pytest.approx((0.9,)) and learned.prefill_ratios == pytest.approx((0.9,))
 
 
 def test_replies_are_kept_with_what_other_processes_learned_meanwhile(embedded_model: Path) -> None:
@@ -243,7 +281,7 @@ def test_replies_are_kept_with_what_other_processes_learned_meanwhile(embedded_m
     again = load_machine_speed(speed.fingerprint)
     assert again == saved
     assert again.factors_for("gpu:x").decode_ratios == (0.9,)
-    assert again.factors_for(backend_key(p.target, p.settings)).decode == pytest.approx(0.7)
+    assert again.factors_for(backend_key(p.target, p.settings)).decode_ratios == pytest.approx((0.7,))
 
 
 @pytest.mark.slow
@@ -268,6 +306,8 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     factors = after.factors_for(backend_key(p.target, p.settings))
     if not (0.5 <= factors.decode_ratios[0] <= 2.0 and 0.5 <= factors.prefill_ratios[0] <= 2.0):
         pytest.skip("this reply was far from the prediction (a busy machine): the factors are clamped")
+    # One reply against the probe's two: the prediction for it moves a third of the way (in log).
+    raw = reply_prediction(p, m, calibrated=False)
     pred = reply_prediction(_plan(embedded_model, after), m)
-    assert pred.decode_tps == pytest.approx(s.decode_tps, rel=1e-3)
-    assert pred.prefill_tps == pytest.approx(s.prefill_tps, rel=1e-3)
+    assert pred.decode_tps == pytest.approx(raw.decode_tps * (s.decode_tps / raw.decode_tps) ** (1 / 3), rel=1e-2)
+    assert pred.prefill_tps == pytest.approx(raw.prefill_tps * (s.prefill_tps / raw.prefill_tps) ** (1 / 3), rel=1e-2)

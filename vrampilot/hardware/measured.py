@@ -42,6 +42,15 @@ LAST_REPLIES_KEPT = 16
 # another's: on this machine the planner was within 1.0-1.28x for one model and 0.78-0.97x for
 # another (bench/speed.py), and one factor over both moved each away from what it measured.
 MODEL_MIN_REPLIES = 2
+# On a backend the probe measured (the CPU), its prediction weighs as this many replies: a factor
+# learned from n replies moves the prediction n / (n + 2) of the way (in log) to their median.
+# With the probe within ±15% of 27-32 of the bench's 32 cases, three replies followed whole
+# carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on this VM) into cases
+# already right: 30 of 32 within ±15% after, where 32 were before (bench/speed.py, 2026-12-02).
+# Replayed through this module over eleven saved runs (bench/experiments/calibration-prior.py):
+# 312 of 352 cases within ±15% followed whole, 318 weighed as one reply, 319 as two, 317 as four.
+# Nothing measured a GPU: replies there are followed whole.
+PROBE_PRIOR_REPLIES = 2.0
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
 # The pace gauge (hardware/pace.py): a reply read when the gauge took more than its usual time
 # divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
@@ -392,10 +401,12 @@ def _elementwise(values: Iterable[Any] | None) -> tuple[ElementwiseRates, ...] |
     return tuple(ElementwiseRates.from_dict(e) for e in values) if values is not None else None
 
 
-def _median_factor(ratios: tuple[float, ...]) -> float:
+def _median_factor(ratios: tuple[float, ...], prior_replies: float = 0.0) -> float:
     if not ratios:
         return 1.0
-    return min(FACTOR_MAX, max(FACTOR_MIN, statistics.median(ratios)))
+    n = len(ratios)
+    factor = statistics.median(ratios) ** (n / (n + prior_replies))
+    return min(FACTOR_MAX, max(FACTOR_MIN, factor))
 
 
 @dataclass(frozen=True)
@@ -407,15 +418,18 @@ class SpeedFactors:
     prefill_ratios: tuple[float, ...] = ()
     updated_at: str = ""
     model: str = ""  # the GGUF file's name: replies of that model alone ("": of every model)
+    # How many replies the prediction itself weighs as (PROBE_PRIOR_REPLIES where the probe
+    # measured the backend); set by MachineSpeed when it hands the factors out, not stored.
+    prior_replies: float = 0.0
 
     @property
     def decode(self) -> float:
         """The factor decode predictions are multiplied by (1.0 until a reply was measured)."""
-        return _median_factor(self.decode_ratios)
+        return _median_factor(self.decode_ratios, self.prior_replies)
 
     @property
     def prefill(self) -> float:
-        return _median_factor(self.prefill_ratios)
+        return _median_factor(self.prefill_ratios, self.prior_replies)
 
     @property
     def n_replies(self) -> int:
@@ -538,9 +552,15 @@ class MachineSpeed:
     def with_pace(self, threads: int, pace_ms: float) -> MachineSpeed:
         return replace(self, paces=(*self.paces, PaceReading(threads, round(pace_ms, 4)))[-PACES_KEPT:])
 
+    def prior_replies(self, backend: str) -> float:
+        """How many replies a prediction on `backend` weighs as against what replies taught: the
+        probe's figures for the CPU, none where nothing was measured (a GPU; a CPU never probed)."""
+        return PROBE_PRIOR_REPLIES if self.probe is not None and backend.startswith("cpu:") else 0.0
+
     def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
         """The stored factors of this backend over every model (`model` ""), or of one model."""
-        return next((f for f in self.factors if (f.backend, f.model) == (backend, model)), SpeedFactors(backend, model=model))
+        found = next((f for f in self.factors if (f.backend, f.model) == (backend, model)), None)
+        return replace(found or SpeedFactors(backend, model=model), prior_replies=self.prior_replies(backend))
 
     def learned(self, backend: str, model: str = "") -> SpeedFactors:
         """The factors a prediction for `model` on `backend` uses: for decoding and for prompts apart,
@@ -557,6 +577,7 @@ class MachineSpeed:
             own.prefill_ratios if own_prefill else shared.prefill_ratios,
             (own if mine else shared).updated_at,
             model if mine else "",
+            self.prior_replies(backend),
         )
 
     def last_reply(self, model: str, backend: str) -> LastReply | None:
@@ -565,7 +586,7 @@ class MachineSpeed:
     def with_factors(self, factors: SpeedFactors) -> MachineSpeed:
         """These factors stored (most recent last); of the per-model ones, the last MODEL_FACTORS_KEPT."""
         others = [f for f in self.factors if (f.backend, f.model) != (factors.backend, factors.model)]
-        kept = (*others, factors)
+        kept = (*others, replace(factors, prior_replies=0.0))  # as stored: the prior is the machine's
         per_model = [f for f in kept if f.model]
         drop = {id(f) for f in per_model[: max(0, len(per_model) - MODEL_FACTORS_KEPT)]}
         return replace(self, factors=tuple(f for f in kept if id(f) not in drop))

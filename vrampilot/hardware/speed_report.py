@@ -85,7 +85,8 @@ def format_speed(machine: Machine) -> list[str]:
             if usual is not None:
                 lines.append(f"  pace gauge at {threads} thread{'s' if threads != 1 else ''}: usually {usual:.2f} ms "
                              f"({n} reading{'s' if n != 1 else ''} after replies)")  # fmt: skip
-        for f in speed.factors:
+        for stored in speed.factors:
+            f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
             lines.append(
                 f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"
                 f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
@@ -100,6 +101,9 @@ def speed_to_dict(speed: MachineSpeed | None) -> dict[str, Any] | None:
     if speed is None:
         return None
     d = speed.to_dict()
-    d["factors"] = [{**f.to_dict(), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)} for f in speed.factors]
+    d["factors"] = []
+    for stored in speed.factors:
+        f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
+        d["factors"].append({**f.to_dict(), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)})
     d["gpu"] = "assumed"  # no GPU has been measured: NVML's peak and an assumed efficiency
     return d

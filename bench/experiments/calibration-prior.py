@@ -1,0 +1,94 @@
+"""How much a few replies should move a prediction the probe made (#19): saved bench/speed.py runs
+replayed through the app's own learning (planner/calibration.py `learn_reply`), with the probe's
+prediction weighed as 0 (replies followed whole), 1, 2 or 4 replies (hardware/measured.py
+`PROBE_PRIOR_REPLIES`).
+
+For every run given, its calibration replies are learned in order on a machine with the run's
+probe, then each case is predicted before any reply and after them, and compared with what the run
+measured: how many cases are within ±15%, and the worst ratio.
+Run: .venv/bin/python bench/experiments/calibration-prior.py bench/experiments/issue19-speed-*.json
+(runs saved before the bench stored each reply's thread count are skipped)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+PRIORS = (0.0, 1.0, 2.0, 4.0)
+
+
+def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    from tests.machines import measured_machine
+    from vrampilot.hardware import measured
+    from vrampilot.hardware.measured import HostProbe
+    from vrampilot.planner.calibration import ReplyMeasurement, learn_reply, reply_prediction
+    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.target import target_cpu_only, target_from_machine
+
+    machine = measured_machine(HostProbe.from_dict(data["probe"]), cores=2)
+    speed = machine.speed
+    assert speed is not None
+    for i, e in enumerate(data["calibration_replies"]):
+        spec, t = by_file[e["model"]], e["threads"]
+        p = plan(spec, target_from_machine(replace(machine, speed=speed)), Pins(n_threads=t, n_threads_batch=t),
+                 exact=True)  # fmt: skip
+        # The engine was reloaded for every turn: the whole conversation was read.
+        reply = ReplyMeasurement(e["prompt_tokens"], e["prompt_tokens"], e["generated"], e["decode_tps"],
+                                 e["prefill_tps"], e.get("others"), e.get("pace_ms"))  # fmt: skip
+        speed = learn_reply(speed, p, reply, at=f"2026-12-02T00:{i // 60:02d}:{i % 60:02d}+00:00")
+    learned = replace(machine, speed=speed)
+    out: dict[str, tuple[int, float]] = {}
+    saved = measured.PROBE_PRIOR_REPLIES
+    try:
+        for label, prior in [("before", None), *((f"prior {k:g}", k) for k in PRIORS)]:
+            measured.PROBE_PRIOR_REPLIES = prior if prior is not None else saved
+            within, worst = 0, 1.0
+            for r in data["rows"]:
+                name, rest = r["case"][:22].strip(), r["case"][22:].split()
+                t, n_ctx = int(rest[0][:-1]), int(rest[1][:-1]) * 1024
+                p = plan(specs[name], target_cpu_only(learned), Pins(n_ctx=n_ctx, n_threads=t, n_threads_batch=t))
+                m = ReplyMeasurement(r["prompt_tokens"], r["prompt_tokens"], r["generated"], 0.0, 0.0)
+                pred = reply_prediction(p, m, calibrated=prior is not None)
+                ratio = (pred.decode_tps if r["kind"] == "decode" else pred.prefill_tps) / r["measured_tps"]
+                within += abs(ratio - 1) <= 0.15
+                worst = ratio if abs(ratio - 1) > abs(worst - 1) else worst
+            out[label] = (within, worst)
+    finally:
+        measured.PROBE_PRIOR_REPLIES = saved
+    return out
+
+
+def main() -> None:
+    import speed as bench  # bench/speed.py
+
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.paths import embedded_model_path
+
+    paths = {"SmolLM2-135M Q4_1/Q8_0": embedded_model_path(), **{n: bench.fixture(n) for n in bench.FIXTURES}}
+    specs = {k: load_model_spec(v) for k, v in paths.items()}
+    by_file = {s.path.name: s for s in specs.values()}
+    totals: dict[str, int] = {}
+    n_cases = 0
+    for run in sys.argv[1:]:
+        data = json.loads(Path(run).read_text(encoding="utf-8"))
+        if not data["calibration_replies"] or "threads" not in data["calibration_replies"][0]:
+            continue
+        res = replay(data, specs, by_file)
+        n_cases += len(data["rows"])
+        for label, (within, _) in res.items():
+            totals[label] = totals.get(label, 0) + within
+        cells = "  ".join(f"{label}: {w} ({worst:.2f})" for label, (w, worst) in res.items())
+        print(f"{Path(run).name:<36} {cells}", flush=True)
+    print(f"within ±15% of {n_cases} cases: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
+
+
+if __name__ == "__main__":
+    main()
