@@ -44,6 +44,9 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
         for rates in (k.decode_gbps, k.decode_short_gbps, k.decode_shortest_gbps, k.prefill_gflops, k.prefill_moe_gflops):
             assert {r.threads for r in rates} == set(threads)
             assert all(r.value > 0 for r in rates)
+        # Each product's cost in a chain beyond its bytes: measured, never negative.
+        assert {r.threads for r in k.matvec_overhead_us} == set(threads)
+        assert all(r.value >= 0 for r in k.matvec_overhead_us)
         assert k.buffer in ("CPU", "CPU_REPACK")
     kinds = {(a.kv_type, a.head_dim) for a in host_probe.attention}
     assert kinds == {("f16", 64), ("f16", 256), ("q8_0", 64), ("q8_0", 256)}
@@ -107,8 +110,12 @@ def test_each_figure_keeps_the_faster_of_two_passes() -> None:
     first = [KernelRates("q4_1", "CPU", rates(5, 8), rates(6, 8), rates(25, 36), rates(20, 30)),
              KernelRates("f16", "CPU", rates(20, 40), rates(20, 40), rates(60, 100))]
     second = [KernelRates("q4_1", "CPU", rates(4, 9), rates(6, 7), rates(24, 59), rates(21, 29))]
+    first[0] = replace(first[0], matvec_overhead_us=rates(1.0, 5.0))
+    second[0] = replace(second[0], matvec_overhead_us=rates(1.5, 4.0))
     q41, f16 = faster_kernels(first, second)
-    assert q41 == KernelRates("q4_1", "CPU", rates(5, 9), rates(6, 8), rates(25, 59), rates(21, 30))
+    # Microseconds per product: the faster pass is the smaller figure.
+    assert q41 == KernelRates("q4_1", "CPU", rates(5, 9), rates(6, 8), rates(25, 59), rates(21, 30),
+                              matvec_overhead_us=rates(1.0, 4.0))  # fmt: skip
     assert f16 == first[1]  # measured once: as it was
     a = [AttentionRates("f16", 64, rates(8, 16), rates(30, 60), rates(4, 8))]
     b = [AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)), AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2))]

@@ -13,7 +13,8 @@ import pytest
 from tests.factories.gguf_models import write_model
 from tests.machines import cpu_machine, measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.cpu_speed import weight_table
+from vrampilot.hardware.measured import RateAt
+from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
@@ -38,6 +39,23 @@ def test_decoding_reads_every_matrix_at_its_measured_rate(q8_llama: ModelSpec) -
     table = weight_table(q8_llama)
     weights = sum(m.bytes_active for layer in table.layers for m in layer.matrices) + table.output.bytes_active
     assert slow.decode_seconds(1) - fast.decode_seconds(1) == pytest.approx(weights / 10e9, rel=1e-6)
+
+
+def test_each_mat_vec_of_a_decode_step_pays_its_cost_as_a_node_of_a_chain(q8_llama: ModelSpec) -> None:
+    """Small matrices in a chain ran below one large matrix's rate (2 threads here: 1.4x their
+    bytes' time): the probe's cost per product is charged once per matrix, output included."""
+    plain = uniform_probe(10.0, threads=(1, 2))
+    kernels = tuple(replace(k, matvec_overhead_us=(RateAt(1, 1.0), RateAt(2, 5.0))) for k in plain.kernels)
+    chained = replace(plain, kernels=kernels)
+    table = weight_table(q8_llama)
+    n_mats = sum(len(layer.matrices) for layer in table.layers) + 1
+    for threads, us in ((1, 1.0), (2, 5.0)):
+        pins = Pins(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
+        extra = _model(q8_llama, chained, pins, cores=2).decode_seconds(1) - _model(q8_llama, plain, pins, cores=2).decode_seconds(1)
+        assert extra == pytest.approx(n_mats * us * 1e-6, rel=1e-6)
+    # A record from before the probe timed it prices the products by their bytes alone.
+    assert CpuRates(plain, 2).matvec_overhead_s("q8_0", 2) == 0.0
+    assert CpuRates(chained, 2).matvec_overhead_s("q8_0", 2) == pytest.approx(5e-6)
 
 
 def test_decoding_slows_as_the_context_fills_at_the_cache_type_s_attention_rate(q8_llama: ModelSpec) -> None:

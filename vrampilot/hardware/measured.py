@@ -105,6 +105,9 @@ def _rates_dict(rates: tuple[RateAt, ...]) -> list[dict[str, float]]:
 SHORTEST_ROW = 512
 SHORT_ROW = 1024
 LONG_ROW = 4096
+# The matrices of the chain the per-product cost is measured with (rows of SHORT_ROW): 147 KB in
+# Q4_0, the size of a small model's K and V projections.
+CHAIN_MATRIX_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ class KernelRates:
     prefill_gflops: tuple[RateAt, ...]  # mat-mat over a prompt-sized batch
     prefill_moe_gflops: tuple[RateAt, ...] = ()  # the same through the mixture-of-experts product
     decode_shortest_gbps: tuple[RateAt, ...] = ()  # mat-vec over rows of SHORTEST_ROW (empty: not measured)
+    # What one mat-vec of a decode step's chain costs beyond its bytes at the SHORT_ROW rate,
+    # microseconds (ggml/CpuKernels.mul_vec_chain; empty: not measured).
+    matvec_overhead_us: tuple[RateAt, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +134,7 @@ class KernelRates:
             "decode_shortest_gbps": _rates_dict(self.decode_shortest_gbps),
             "prefill_gflops": _rates_dict(self.prefill_gflops),
             "prefill_moe_gflops": _rates_dict(self.prefill_moe_gflops),
+            "matvec_overhead_us": _rates_dict(self.matvec_overhead_us),
         }
 
     @classmethod
@@ -140,6 +147,7 @@ class KernelRates:
             _rates(d["prefill_gflops"]),
             _rates(d.get("prefill_moe_gflops", ())),
             _rates(d.get("decode_shortest_gbps", ())),
+            _rates(d.get("matvec_overhead_us", ())),
         )
 
 

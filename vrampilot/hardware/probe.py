@@ -37,6 +37,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from vrampilot.hardware import cpu_load
 from vrampilot.hardware.measured import (
+    CHAIN_MATRIX_ROWS,
     LONG_ROW,
     SHORT_ROW,
     SHORTEST_ROW,
@@ -74,6 +75,8 @@ _MIN_STREAM_BYTES = 48 << 20
 # Qwen3-30B-A3B's 128 experts share a 512-token ubatch 8 per token).
 _MATMUL_K, _MATMUL_N, _MATMUL_M = 1024, 1024, 128
 _MOE_N, _MOE_EXPERTS = 512, (8, 2)
+# The most matrices in a mat-vec chain (a graph holds 2048 nodes; 400 small ones are 59 MB of Q4_0).
+_CHAIN_MOST = 400
 # Attention: 8 heads of 64 and of 256 (the range of released models), a 4096-cell cache of heads of
 # 64 for one decoding query (fewer cells for larger heads: the same bytes), a 128-query batch (the
 # tiled kernel needs 64 or more) over 1024 cells. Quantized caches run a slower kernel, so they get
@@ -173,6 +176,13 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
         vec = cpu.mul_mat(tid, k, n, 1, threads, repeats=2)
         buffer = vec[0].buffer
         decode.append(_rates(threads, cpu.row_bytes(tid, k) * n, vec, 1e9))
+    # A decode step's chain of small mat-vecs: what each costs beyond its bytes at the SHORT_ROW rate.
+    k = max(SHORT_ROW, cpu.block_size(tid))
+    one = cpu.row_bytes(tid, k) * CHAIN_MATRIX_ROWS
+    count = max(8, min(_CHAIN_MOST, stream // one))
+    chain = cpu.mul_vec_chain(tid, k, CHAIN_MATRIX_ROWS, count, threads, repeats=3)
+    overhead = tuple(RateAt(t, round(max(0.0, (x.seconds / count - one / (r.value * 1e9)) * 1e6), 4))
+                     for t, x, r in zip(threads, chain, decode[1], strict=True))  # fmt: skip
     k, n, m = _MATMUL_K, _MATMUL_N, _MATMUL_M
     mat = cpu.mul_mat(tid, k, n, m, threads, repeats=3)
     n_used = _MOE_EXPERTS[1]
@@ -185,12 +195,18 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
         prefill_gflops=_rates(threads, 2.0 * k * n * m, mat, 1e9),
         prefill_moe_gflops=_rates(threads, 2.0 * k * _MOE_N * m * n_used, moe, 1e9),
         decode_shortest_gbps=decode[2],
+        matvec_overhead_us=overhead,
     )
 
 
 def _faster(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
     other = {r.threads: r.value for r in b}
     return tuple(RateAt(r.threads, max(r.value, other.get(r.threads, r.value))) for r in a)
+
+
+def _smaller(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
+    other = {r.threads: r.value for r in b}
+    return tuple(RateAt(r.threads, min(r.value, other.get(r.threads, r.value))) for r in a)
 
 
 def faster_kernels(a: Sequence[KernelRates], b: Sequence[KernelRates]) -> list[KernelRates]:
@@ -205,6 +221,7 @@ def faster_kernels(a: Sequence[KernelRates], b: Sequence[KernelRates]) -> list[K
             decode_shortest_gbps=_faster(k.decode_shortest_gbps, o.decode_shortest_gbps),
             prefill_gflops=_faster(k.prefill_gflops, o.prefill_gflops),
             prefill_moe_gflops=_faster(k.prefill_moe_gflops, o.prefill_moe_gflops),
+            matvec_overhead_us=_smaller(k.matvec_overhead_us, o.matvec_overhead_us),
         ))  # fmt: skip
     return out
 
@@ -414,11 +431,12 @@ def probe_outdated(probe: HostProbe) -> bool:
     """Whether the app should measure again at this start: the last probe ran on a busy machine, or
     came from a version that did not run the built-in model (whose run corrects every prediction),
     read it a shorter prompt than now (too shallow to price a prompt's attention), or did not time
-    the elementwise steps (which price a prompt's norms and activations) or the mat-vec over rows
-    of SHORTEST_ROW (a small model's rows)."""
+    the elementwise steps (which price a prompt's norms and activations), the mat-vec over rows
+    of SHORTEST_ROW (a small model's rows) or the cost of each product in a chain of them."""
     from vrampilot.paths import embedded_model_path
 
-    if probe.busy or probe.elementwise is None or any(not k.decode_shortest_gbps for k in probe.kernels):
+    if probe.busy or probe.elementwise is None or any(not k.decode_shortest_gbps or not k.matvec_overhead_us
+                                                      for k in probe.kernels):  # fmt: skip
         return True
     if embedded_model_path() is None:
         return False

@@ -17,7 +17,8 @@ def _kernel_line(k: KernelRates) -> str:
     moe = f", experts {_pair(k.prefill_moe_gflops, '{:.0f}')}" if k.prefill_moe_gflops else ""
     return (
         f"    {k.type_name + where:<18} generating {_pair(k.decode_gbps)} GB/s (rows of 1024 {_pair(k.decode_short_gbps)}"
-        + (f", 512 {_pair(k.decode_shortest_gbps)}" if k.decode_shortest_gbps else "") + ")"
+        + (f", 512 {_pair(k.decode_shortest_gbps)}" if k.decode_shortest_gbps else "")
+        + (f"; +{_pair(k.matvec_overhead_us)} us per product in a chain" if k.matvec_overhead_us else "") + ")"
         f", prompts {_pair(k.prefill_gflops, '{:.0f}')} GFLOP/s{moe}"
     )
 

@@ -308,6 +308,17 @@ class CpuRates:
         rates = self.probe.elementwise_for(op) if self.probe is not None else None
         return rate_at(rates.ns_per_element, threads) * 1e-9 if rates is not None else 0.0
 
+    def matvec_overhead_s(self, type_name: str, threads: int) -> float:
+        """What one mat-vec of `type_name` costs in a decode step beyond its bytes at the kernel's
+        rate (0 where not measured: the graph factor carries it, as before the probe timed it)."""
+        return self._cached(("matvec", type_name, threads), lambda: self._matvec_overhead_s(type_name, threads))
+
+    def _matvec_overhead_s(self, type_name: str, threads: int) -> float:
+        if self.probe is None:
+            return 0.0
+        k = self.probe.kernel(self._nearest_kernel(type_name)[0])
+        return rate_at(k.matvec_overhead_us, threads) * 1e-6 if k is not None and k.matvec_overhead_us else 0.0
+
     def fixed(self, threads: int) -> FixedCosts:
         """What a step costs besides weights and attention (measured with the probe's tiny model)."""
         if self.probe is not None and self.probe.steps:
@@ -421,7 +432,12 @@ def decode_seconds(
     for on_cpu, layer, att in zip(layers_on_cpu, table.layers, attention, strict=True):
         if not on_cpu:
             continue
-        t += sum(m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9) for m in layer.matrices)
+        # Each product at its kernel's rate, plus what it costs as one node of a chain of them: with
+        # 2 threads a model of 92-737 KB matrices ran its products at 0.7x the rate one large matrix
+        # reads at (bench/experiments/matvec-chain-exp.py), which the built-in model's graph factor,
+        # fitted on other matrices, did not carry over.
+        t += sum(m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9)
+                 + rates.matvec_overhead_s(m.type_name, threads) for m in layer.matrices)  # fmt: skip
         t += fixed.layer_s * layer.n_nodes / PROBE_LAYER_NODES
         if att is not None:
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
@@ -435,7 +451,7 @@ def decode_seconds(
     out = table.output
     if output_on_cpu and out is not None:
         t += out.bytes_active / (rates.decode_gbps(out.type_name, threads, out.row) * 1e9)
-        t += fixed.step_s
+        t += rates.matvec_overhead_s(out.type_name, threads) + fixed.step_s
     # The sampler goes through every logit on the CPU, wherever they were computed.
     t += table.n_vocab * fixed.vocab_entry_s
     f_base, f_att = rates.graph.decode(threads) if rates.graph is not None else (1.0, 1.0)
