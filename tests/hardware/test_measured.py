@@ -82,6 +82,26 @@ def test_the_probe_s_prediction_weighs_as_replies_against_what_replies_taught() 
     assert MachineSpeed.from_dict(json.loads(json.dumps(speed.to_dict()))) == speed
 
 
+def test_a_probe_whose_pace_gauge_read_slower_than_the_replies_usual_ran_at_a_slow_moment() -> None:
+    from vrampilot.hardware.measured import PROBE_PACE_READINGS, SLOW_PACE, PaceReading
+
+    probe = _probe(pace_ms=(RateAt(1, 3.0), RateAt(2, 2.0)))
+    speed = MachineSpeed("abc", probe)
+    assert speed.probe_pace_share() is None and not speed.probe_read_slow  # no replies read it yet
+    for _ in range(PROBE_PACE_READINGS - 1):
+        speed = speed.with_pace(2, 1.5)
+    assert speed.probe_pace_share() is None  # too few readings to judge
+    speed = speed.with_pace(2, 1.5)
+    assert speed.probe_pace_share() == pytest.approx(0.75) and speed.probe_read_slow
+    # The slowest thread count decides; within SLOW_PACE it is the machine's usual spread.
+    for _ in range(PROBE_PACE_READINGS):
+        speed = speed.with_pace(1, 3.0 * SLOW_PACE + 0.01)
+    assert speed.probe_pace_share() == pytest.approx(0.75)
+    ok = MachineSpeed("abc", probe, paces=tuple(PaceReading(1, 2.7) for _ in range(PROBE_PACE_READINGS)))
+    assert ok.probe_pace_share() == pytest.approx(0.9) and not ok.probe_read_slow
+    assert not MachineSpeed("abc").probe_read_slow  # never measured: nothing to judge
+
+
 def test_machine_speed_round_trips_through_json() -> None:
     last = LastReply("m.gguf", "cpu:haswell", "t", 10.0, 11.0, 100.0, 90.0, 30, 40)
     m = MachineSpeed("abc", _probe(), (SpeedFactors("cpu:haswell", (0.9,), (1.1,), "t"),), (last,))

@@ -156,10 +156,13 @@ def test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu(host_prob
     def learned(m: MachineSpeed) -> MachineSpeed:
         return m.with_factors(SpeedFactors("cpu:haswell", (0.7,))).with_factors(SpeedFactors("gpu:RTX", (0.9,)))
 
-    update_machine_speed("fp", learned, tmp_path)
+    update_machine_speed("fp", lambda m: learned(m).with_pace(2, 1.9), tmp_path)
     after = save_probe("fp", host_probe, tmp_path)
     assert [f.backend for f in after.factors] == ["gpu:RTX"]
     assert after.probe == host_probe
+    # The pace gauge's readings start again from the new probe's (MachineSpeed.probe_read_slow
+    # judges a probe by replies after it).
+    assert after.paces == ()
 
 
 def test_a_damaged_record_costs_a_measurement_not_a_start(tmp_path: Path) -> None:

@@ -69,3 +69,38 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     screenshot(w, "speed-meters")
     w.right_tabs.setCurrentIndex(0)
     screenshot(w, "speed-plan")
+
+
+def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    """The probe's own pace gauge read slower than replies' usual since: its figures were read slow
+    too, so the next start measures again (and says why), and the new probe is judged afresh."""
+    from dataclasses import replace
+
+    from vrampilot.hardware import detect_machine
+    from vrampilot.hardware.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
+    from vrampilot.hardware.speed_store import update_machine_speed
+
+    fp = detect_machine().speed.fingerprint  # type: ignore[union-attr]
+
+    def slow(m: MachineSpeed) -> MachineSpeed:
+        assert m.probe is not None
+        readings = tuple(PaceReading(1, 3.0) for _ in range(PROBE_PACE_READINGS))
+        return replace(m, probe=replace(m.probe, pace_ms=(RateAt(1, 4.0),)), paces=readings)
+
+    before = update_machine_speed(fp, slow)
+    assert before.probe_read_slow and before.probe_pace_share() == pytest.approx(0.75)
+    seed_prefs(max_tokens=24)
+    w: MainWindow = open_window(wait_plan=False)
+    speed = w.plans.speed
+    said: list[str] = []
+    speed.status.connect(said.append)
+    assert before.probe is not None
+    old = before.probe.measured_at
+    qtbot.waitUntil(lambda: not speed.probing and speed.speed is not None and speed.speed.probe is not None
+                    and speed.speed.probe.measured_at != old, timeout=90000)  # fmt: skip
+    assert any("(measured again: the last measurement ran at 75% of this machine's usual pace)" in s for s in said), said
+    qtbot.waitUntil(lambda: "usual pace" in w.status.text() or not w.status.text(), timeout=5000)
+    screenshot(w, "speed-probe-again")
+    again = load_machine_speed(fp)
+    assert again.probe is not None and again.probe.measured_at != old
+    assert again.paces == () and not again.probe_read_slow

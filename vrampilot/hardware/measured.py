@@ -60,6 +60,13 @@ MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most 
 SLOW_PACE = 0.85
 PACE_WINDOW = 15
 PACES_KEPT = 32
+# The probe reads the same gauge at its end. Once replies have read it this many times at a thread
+# count, a probe whose reading was slower than their median / SLOW_PACE ran at a slow moment, and
+# its figures with it: two bench runs whose probes read the gauge at 0.72 and 0.73 of the replies'
+# pace at 2 threads predicted 0.92 and 0.90 of measured at the median case (down to 0.76 and 0.72),
+# four whose probes read it at 0.89-1.04 0.93-1.04 (bench/speed.py, issue19-speed-{final2,chain2}
+# against {final3,prior,prior2,chain}.json). The app measures again at its next start.
+PROBE_PACE_READINGS = 3
 
 
 @dataclass(frozen=True)
@@ -556,6 +563,25 @@ class MachineSpeed:
         0.7: it took 1/0.7 of the usual time); None with nothing to compare with."""
         usual = self.usual_pace_ms(threads)
         return usual / pace_ms if usual is not None and pace_ms > 0 else None
+
+    def probe_pace_share(self) -> float | None:
+        """How fast the machine ran when the probe read the pace gauge, against the replies' usual
+        since: the slowest of its thread counts (None until replies read it PROBE_PACE_READINGS
+        times at one of them)."""
+        if self.probe is None:
+            return None
+        shares = []
+        for r in self.probe.pace_ms:
+            readings = [p.pace_ms for p in self.paces if p.threads == r.threads][-PACE_WINDOW:]
+            if len(readings) >= PROBE_PACE_READINGS and r.value > 0:
+                shares.append(statistics.median(readings) / r.value)
+        return min(shares) if shares else None
+
+    @property
+    def probe_read_slow(self) -> bool:
+        """The probe ran at a slow moment (`probe_pace_share` under SLOW_PACE): measure again."""
+        share = self.probe_pace_share()
+        return share is not None and share < SLOW_PACE
 
     def with_pace(self, threads: int, pace_ms: float) -> MachineSpeed:
         return replace(self, paces=(*self.paces, PaceReading(threads, round(pace_ms, 4)))[-PACES_KEPT:])

@@ -86,6 +86,10 @@ def format_speed(machine: Machine) -> list[str]:
             if usual is not None:
                 lines.append(f"  pace gauge at {threads} thread{'s' if threads != 1 else ''}: usually {usual:.2f} ms "
                              f"({n} reading{'s' if n != 1 else ''} after replies)")  # fmt: skip
+        share = speed.probe_pace_share()
+        if share is not None and speed.probe_read_slow:
+            lines.append(f"  the probe ran at {share:.0%} of this machine's usual pace (its gauge against the replies'): "
+                         "measured again at the app's next start, or now with `vrampilot doctor --measure`")  # fmt: skip
         for stored in speed.factors:
             f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
             lines.append(

@@ -105,12 +105,16 @@ def update_machine_speed(
 
 def save_probe(fingerprint: str, probe: HostProbe, folder: Path | None = None, *, new: bool = True) -> MachineSpeed:
     """Store a probe. A new one (`new`) drops the CPU's learned factors: they corrected predictions
-    made from the old figures (a GPU's stay; the probe does not measure GPUs). Kernels added to the
-    same probe for another weight type (`new=False`) keep them."""
+    made from the old figures (a GPU's stay; the probe does not measure GPUs), and the pace gauge's
+    readings after replies: the new probe's reading is the usual again until replies read it, so
+    that a probe taken again because it ran at a slow moment (MachineSpeed.probe_read_slow) is
+    judged by replies after it, not taken again at every start. Kernels added to the same probe for
+    another weight type (`new=False`) keep them."""
 
     def change(m: MachineSpeed) -> MachineSpeed:
-        kept = tuple(f for f in m.factors if not (new and f.backend.startswith("cpu:")))
-        return replace(m, probe=probe, factors=kept)
+        if not new:
+            return replace(m, probe=probe)
+        return replace(m, probe=probe, factors=tuple(f for f in m.factors if not f.backend.startswith("cpu:")), paces=())
 
     return update_machine_speed(fingerprint, change, folder)
 

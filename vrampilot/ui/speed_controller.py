@@ -67,9 +67,11 @@ class SpeedController(QObject):
         """Start the probe unless this machine has figures (a fixed test machine has no record)."""
         self.machine = machine
         speed = machine.speed
-        if speed is None or (speed.probe is not None and not probe_outdated(speed.probe)) or self.probing:
+        measured = speed is not None and speed.probe is not None and not probe_outdated(speed.probe)
+        if speed is None or (measured and not speed.probe_read_slow) or self.probing:
             return
         cores, variant = machine.cpu.physical_cores, machine.llama.cpu_variant
+        slow = speed.probe_pace_share() if measured else None
         self.probing = True
         self._replied_while_probing = self._reply_start is not None
 
@@ -91,6 +93,8 @@ class SpeedController(QObject):
             assert probe is not None
             self._apply(new)
             note = " (the machine was busy: measured again at the next start)" if probe.busy else ""
+            if slow is not None:
+                note += f" (measured again: the last measurement ran at {slow:.0%} of this machine's usual pace)"
             self.status.emit(
                 f"Measured this machine in {probe.duration_s:.1f} s: RAM {probe.ram_peak_gbps:.1f} GB/s; "
                 f"speed predictions now use llama.cpp's measured kernels{note}"
