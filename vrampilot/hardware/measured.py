@@ -47,8 +47,8 @@ MODEL_MIN_REPLIES = 2
 # With the probe within ±15% of 27-32 of the bench's 32 cases, three replies followed whole
 # carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on this VM) into cases
 # already right: 30 of 32 within ±15% after, where 32 were before (bench/speed.py, 2026-12-02).
-# Replayed through this module over eleven saved runs (bench/experiments/calibration-prior.py):
-# 312 of 352 cases within ±15% followed whole, 318 weighed as one reply, 319 as two, 317 as four.
+# Replayed through this module over sixteen saved runs (bench/experiments/calibration-prior.py):
+# 465 of 512 cases within ±15% followed whole, 473 weighed as one reply, 474 as two, 470 as four.
 # Nothing measured a GPU: replies there are followed whole.
 PROBE_PRIOR_REPLIES = 2.0
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
