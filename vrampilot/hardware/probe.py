@@ -205,6 +205,7 @@ def _faster(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
 
 
 def _smaller(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
+    """Per thread count, the smaller of two passes' figures (times: the faster pass)."""
     other = {r.threads: r.value for r in b}
     return tuple(RateAt(r.threads, min(r.value, other.get(r.threads, r.value))) for r in a)
 
@@ -270,9 +271,7 @@ def faster_elementwise(a: Sequence[ElementwiseRates], b: Sequence[ElementwiseRat
         if o is None:
             out.append(x)
             continue
-        other = {r.threads: r.value for r in o.ns_per_element}
-        out.append(replace(x, ns_per_element=tuple(RateAt(r.threads, min(r.value, other.get(r.threads, r.value)))
-                                                   for r in x.ns_per_element)))  # fmt: skip
+        out.append(replace(x, ns_per_element=_smaller(x.ns_per_element, o.ns_per_element)))
     return out
 
 
