@@ -127,6 +127,17 @@ def _load_api() -> _Api:
 
 
 @dataclass(frozen=True)
+class _WeightGraph:
+    """A graph to time and its weights, for CpuKernels._time_on_weights."""
+
+    weights: tuple[int, ...]  # laid out one after another in the weight buffer, `stride` bytes apart
+    stride: int
+    product: int  # the node a repacking buffer type must support
+    graph: int
+    fill: Callable[[], None]  # values into the weights and activations, once they are allocated
+
+
+@dataclass(frozen=True)
 class OpTiming:
     """One operation's best time over its repetitions, and the buffer type its weights lived in."""
 
@@ -265,6 +276,46 @@ class CpuKernels:
         self._arenas[buft] = int(buf)
         return int(buf)
 
+    def _time_on_weights(
+        self,
+        ggml_type: int,
+        w_bytes: int,
+        tensors: tuple[int, int],
+        build: Callable[[int, int], _WeightGraph],
+        threads: Sequence[int],
+        repeats: int,
+    ) -> list[OpTiming]:
+        """Time the graph `build(weights context, activations context)` makes (contexts for
+        `tensors` of each), its weights laid out in the first buffer type that takes them, as
+        llama.cpp's loader chooses: an extra one that supports the product, else the plain CPU one."""
+        api = self.api
+        for buft in [*self.extra_bufts, self.cpu_buft]:
+            arena = self._arena(buft, w_bytes)
+            if arena is None:
+                continue
+            # A fresh pair of contexts per try: a tensor keeps the buffer it was first given.
+            cw, cx = self._context(tensors[0]), self._context(tensors[1])
+            bx = 0
+            try:
+                g = build(cw, cx)
+                bx = api.alloc_ctx_tensors_from_buft(cx, self.cpu_buft)
+                if not bx:
+                    raise GgmlError("could not allocate activations")
+                base = api.buffer_get_base(arena)
+                if any(api.tensor_alloc(arena, w, base + i * g.stride) != 0 for i, w in enumerate(g.weights)):
+                    continue
+                if buft != self.cpu_buft and not api.dev_supports_op(self.dev, g.product):
+                    continue
+                g.fill()
+                name = (api.buft_name(buft) or b"?").decode()
+                return self._scaling(g.graph, threads, repeats, name)
+            finally:
+                if bx:
+                    api.buffer_free(bx)
+                api.free(cw)
+                api.free(cx)
+        raise GgmlError(f"no buffer type takes a type {ggml_type} matrix")
+
     def mul_mat(
         self,
         ggml_type: int,
@@ -286,48 +337,33 @@ class CpuKernels:
         """
         api = self.api
         n_expert, n_used = experts or (1, 1)
-        w_bytes = self.row_bytes(ggml_type, k) * n * n_expert
-        for buft in [*self.extra_bufts, self.cpu_buft]:
-            arena = self._arena(buft, w_bytes)
-            if arena is None:
-                continue
-            # A fresh pair of contexts per try: a tensor keeps the buffer it was first given.
-            cw, cx = self._context(2), self._context(8)
-            bx = 0
-            try:
-                if experts is None:
-                    w = api.new_tensor_2d(cw, ggml_type, k, n)
-                    x = api.new_tensor_2d(cx, F32, k, m)
-                    ids = None
-                    out = api.mul_mat(cx, w, x)
-                else:
-                    w = api.new_tensor_3d(cw, ggml_type, k, n, n_expert)
-                    x = api.new_tensor_3d(cx, F32, k, 1, m)
-                    ids = api.new_tensor_2d(cx, I32, n_used, m)
-                    out = api.mul_mat_id(cx, w, x, ids)
-                graph = api.new_graph(cx)
-                api.build_forward_expand(graph, out)
-                bx = api.alloc_ctx_tensors_from_buft(cx, self.cpu_buft)
-                if not bx:
-                    raise GgmlError("could not allocate activations")
-                if api.tensor_alloc(arena, w, api.buffer_get_base(arena)) != 0:
-                    continue
-                if buft != self.cpu_buft and not api.dev_supports_op(self.dev, out):
-                    continue
+
+        def build(cw: int, cx: int) -> _WeightGraph:
+            if experts is None:
+                w = api.new_tensor_2d(cw, ggml_type, k, n)
+                x = api.new_tensor_2d(cx, F32, k, m)
+                ids = None
+                out = api.mul_mat(cx, w, x)
+            else:
+                w = api.new_tensor_3d(cw, ggml_type, k, n, n_expert)
+                x = api.new_tensor_3d(cx, F32, k, 1, m)
+                ids = api.new_tensor_2d(cx, I32, n_used, m)
+                out = api.mul_mat_id(cx, w, x, ids)
+            graph = api.new_graph(cx)
+            api.build_forward_expand(graph, out)
+
+            def fill() -> None:
                 self._fill(w, ggml_type, k, n * n_expert)
                 self._fill(x, F32, k, m)
                 if ids is not None:
                     # Token j goes to experts j*n_used .. j*n_used + n_used - 1 (mod n_expert).
                     route = (np.arange(m * n_used, dtype=np.int32) % n_expert).astype(np.int32)
                     api.tensor_set(ids, route.ctypes.data, 0, route.nbytes)
-                name = (api.buft_name(buft) or b"?").decode()
-                return self._scaling(graph, threads, repeats, name)
-            finally:
-                if bx:
-                    api.buffer_free(bx)
-                api.free(cw)
-                api.free(cx)
-        raise GgmlError(f"no buffer type takes a type {ggml_type} matrix")
+
+            return _WeightGraph((w,), 0, out, graph, fill)
+
+        w_bytes = self.row_bytes(ggml_type, k) * n * n_expert
+        return self._time_on_weights(ggml_type, w_bytes, (2, 8), build, threads, repeats)
 
     def mul_vec_chain(self, ggml_type: int, k: int, n: int, count: int, threads: Sequence[int], repeats: int) -> list[OpTiming]:
         """`count` distinct (k x n) weights of `ggml_type`, each times the same k-vector, as the
@@ -338,39 +374,24 @@ class CpuKernels:
         bench/experiments/matvec-chain-exp.py)."""
         api = self.api
         align = 64
-        size = -(-self.row_bytes(ggml_type, k) * n // align) * align
-        for buft in [*self.extra_bufts, self.cpu_buft]:
-            arena = self._arena(buft, size * count)
-            if arena is None:
-                continue
-            cw, cx = self._context(count), self._context(count + 2)
-            bx = 0
-            try:
-                x = api.new_tensor_2d(cx, F32, k, 1)
-                ws = [api.new_tensor_2d(cw, ggml_type, k, n) for _ in range(count)]
-                outs = [api.mul_mat(cx, w, x) for w in ws]
-                graph = api.new_graph(cx)
-                for out in outs:
-                    api.build_forward_expand(graph, out)
-                bx = api.alloc_ctx_tensors_from_buft(cx, self.cpu_buft)
-                if not bx:
-                    raise GgmlError("could not allocate activations")
-                base = api.buffer_get_base(arena)
-                if any(api.tensor_alloc(arena, w, base + i * size) != 0 for i, w in enumerate(ws)):
-                    continue
-                if buft != self.cpu_buft and not api.dev_supports_op(self.dev, outs[0]):
-                    continue
+        stride = -(-self.row_bytes(ggml_type, k) * n // align) * align
+
+        def build(cw: int, cx: int) -> _WeightGraph:
+            x = api.new_tensor_2d(cx, F32, k, 1)
+            ws = tuple(api.new_tensor_2d(cw, ggml_type, k, n) for _ in range(count))
+            outs = [api.mul_mat(cx, w, x) for w in ws]
+            graph = api.new_graph(cx)
+            for out in outs:
+                api.build_forward_expand(graph, out)
+
+            def fill() -> None:
                 for w in ws:
                     self._fill(w, ggml_type, k, n)
                 self._fill(x, F32, k, 1)
-                name = (api.buft_name(buft) or b"?").decode()
-                return self._scaling(graph, threads, repeats, name)
-            finally:
-                if bx:
-                    api.buffer_free(bx)
-                api.free(cw)
-                api.free(cx)
-        raise GgmlError(f"no buffer type takes a type {ggml_type} matrix")
+
+            return _WeightGraph(ws, stride, outs[0], graph, fill)
+
+        return self._time_on_weights(ggml_type, stride * count, (count, count + 2), build, threads, repeats)
 
     def _allocated_graph(self, c: int, out: int, what: str) -> tuple[int, int]:
         """The graph computing `out`, and the CPU buffer the context's tensors were given."""
