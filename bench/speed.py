@@ -201,9 +201,9 @@ def ram_gauge() -> float:
 
     import numpy as np
 
-    from vrampilot.hardware.probe import _stream_bytes
+    from vrampilot.hardware.probe import stream_bytes
 
-    a = np.ones(_stream_bytes() // 8, dtype=np.float64)
+    a = np.ones(stream_bytes() // 8, dtype=np.float64)
     np.sum(a)  # touch it once
     t0 = time.perf_counter()
     for _ in range(3):

@@ -102,7 +102,7 @@ def main() -> None:
 
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.measured import HostProbe
-    from vrampilot.hardware.probe import _kernel_rates, _stream_bytes, ggml_type_id
+    from vrampilot.hardware.probe import _kernel_rates, ggml_type_id, stream_bytes
     from vrampilot.llamacpp.ggml import CpuKernels
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.cpu_speed import CpuRates, weight_table
@@ -120,7 +120,7 @@ def main() -> None:
                         continue
                     n = round(m.bytes_active / cpu.row_bytes(ggml_type_id(m.type_name), m.row))
                     by_type.setdefault(m.type_name, []).append((m.type_name, m.row, n))
-            kernels = tuple(k for k in (_kernel_rates(cpu, t, threads, _stream_bytes()) for t in by_type) if k)
+            kernels = tuple(k for k in (_kernel_rates(cpu, t, threads, stream_bytes()) for t in by_type) if k)
             rates = CpuRates(HostProbe("now", 0.0, "", (), (), kernels, ()), max(threads))
             for type_name, mats in by_type.items():
                 total = sum(cpu.row_bytes(ggml_type_id(t), k) * n for t, k, n in mats)

@@ -36,7 +36,7 @@ def measure(seconds: float, threads: int) -> list[dict[str, float]]:
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.probe import _stream_bytes, ggml_type_id
+    from vrampilot.hardware.probe import ggml_type_id, stream_bytes
     from vrampilot.llamacpp.ggml import CpuKernels
     from vrampilot.planner.search import Pins, plan
     from vrampilot.planner.target import target_cpu_only
@@ -56,7 +56,7 @@ def measure(seconds: float, threads: int) -> list[dict[str, float]]:
             work = 2 * 1024 * 1024 * 128
             g["mm_q8_pre"] = work / cpu.mul_mat(q8, 1024, 1024, 128, [threads], repeats=3)[0].seconds / 1e9
             g["mm_q4_pre"] = work / cpu.mul_mat(q4, 1024, 1024, 128, [threads], repeats=3)[0].seconds / 1e9
-            n = max(64, _stream_bytes() // cpu.row_bytes(q8, 4096) // 64 * 64)
+            n = max(64, stream_bytes() // cpu.row_bytes(q8, 4096) // 64 * 64)
             nbytes = cpu.row_bytes(q8, 4096) * n
             g["mv_q8"] = nbytes / cpu.mul_mat(q8, 4096, n, 1, [threads], repeats=2)[0].seconds / 1e9
             g["mv_bytes"] = nbytes

@@ -23,12 +23,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from vrampilot.hardware.probe import _stream_bytes, ggml_type_id
+    from vrampilot.hardware.probe import ggml_type_id, stream_bytes
     from vrampilot.llamacpp.ggml import F32, CpuKernels
 
     cpu = CpuKernels()
     api = cpu.api
-    stream = _stream_bytes()
+    stream = stream_bytes()
     print("1. one matrix over", stream >> 20, "MiB, GB/s at 1 / 2 threads, by row length")
     for t in ("q4_1", "q8_0", "q4_0", "f16", "q4_k", "q6_k"):
         tid = ggml_type_id(t)

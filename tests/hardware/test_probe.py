@@ -15,10 +15,12 @@ from vrampilot.hardware import detect_machine
 from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.probe import (
     ProbeCancelled,
+    last_level_cache_bytes,
     measure_host,
     measure_kernels,
     missing_kernels,
     probe_threads,
+    stream_bytes,
 )
 from vrampilot.hardware.speed_store import (
     FILE_NAME,
@@ -52,9 +54,13 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     assert kinds == {("f16", 64), ("f16", 256), ("q8_0", 64), ("q8_0", 256)}
     assert 0.0 <= host_probe.others_cpu_share <= 1.0
     assert host_probe.cpu_variant == detect_machine().llama.cpu_variant
-    # A mat-vec reads each byte of the weights once: it cannot beat the fastest RAM read by far
-    # (the matrix is larger than the cache), whatever the machine.
-    assert max(r.value for k in host_probe.kernels for r in k.decode_gbps) < 3 * host_probe.ram_peak_gbps
+    # The mat-vecs stream a matrix larger than the last-level cache, as a model's weights are; their
+    # rates and the RAM read are in the same unit. Both are timings taken seconds apart on a machine
+    # that may be busy (a CI run read RAM at 16.8 GB/s and a Q4_0 mat-vec at 58 between them), so the
+    # bound only catches a unit slip (a thousandfold), not a speed.
+    llc = last_level_cache_bytes()
+    assert llc is None or stream_bytes() > llc
+    assert max(r.value for k in host_probe.kernels for r in k.decode_gbps) < 30 * host_probe.ram_peak_gbps
     # The elementwise steps a prompt's tokens take, at each thread count.
     assert host_probe.elementwise is not None
     assert [e.op for e in host_probe.elementwise] == ["norm", "swiglu", "geglu", "rope"]

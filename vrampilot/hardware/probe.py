@@ -68,7 +68,7 @@ ALL_WEIGHT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_
 PROBE_KV_TYPES = ("f16", "q8_0", "q4_0")
 
 # Larger than any last-level cache up to 32 MiB twice over, so mat-vec reads come from RAM as a real
-# model's weights do; `_stream_bytes` grows it on CPUs with more cache.
+# model's weights do; `stream_bytes` grows it on CPUs with more cache.
 _MIN_STREAM_BYTES = 48 << 20
 # Prompt-sized product: 1024 x 1024 weights times 128 tokens (0.27 GFLOP, a few ms per run); the
 # mixture-of-experts one spreads 128 tokens over 8 experts of 1024 x 512, 2 per token (32 each, as
@@ -121,7 +121,7 @@ def bits_per_weight(type_name: str) -> float:
     return 8.0 * size / block
 
 
-def _llc_bytes() -> int | None:
+def last_level_cache_bytes() -> int | None:
     """Size of the last-level cache (Linux sysfs); None elsewhere."""
     base = Path("/sys/devices/system/cpu/cpu0/cache")
     best = None
@@ -134,8 +134,9 @@ def _llc_bytes() -> int | None:
     return best
 
 
-def _stream_bytes() -> int:
-    llc = _llc_bytes() or 0
+def stream_bytes() -> int:
+    """Bytes a probe streams so its reads come from RAM: at least 1.5x the last-level cache."""
+    llc = last_level_cache_bytes() or 0
     return max(_MIN_STREAM_BYTES, int(1.5 * llc))
 
 
@@ -247,7 +248,7 @@ def pace_ms_with(cpu: CpuKernels, threads: int) -> float:
     at `threads` (q8_0 runs the same generic code on every CPU variant, no repacking)."""
     tid = ggml_type_id(_PACE_TYPE)
     product = cpu.mul_mat(tid, _MATMUL_K, _MATMUL_N, _MATMUL_M, [threads], repeats=_PACE_REPEATS)[0].seconds
-    rows = max(64, _stream_bytes() // cpu.row_bytes(tid, _PACE_ROW) // 64 * 64)
+    rows = max(64, stream_bytes() // cpu.row_bytes(tid, _PACE_ROW) // 64 * 64)
     stream = cpu.mul_mat(tid, _PACE_ROW, rows, 1, [threads], repeats=_PACE_REPEATS)[0].seconds
     return round((product + stream) * 1e3, 4)
 
@@ -366,7 +367,7 @@ def measure_host(
         if progress is not None:
             progress(what)
 
-    stream = _stream_bytes()
+    stream = stream_bytes()
     step("RAM bandwidth")
     ram = measure_ram_read_gbps(threads, stream)
     step("fixed costs of a decode step")
@@ -453,7 +454,7 @@ def measure_kernels(types: Sequence[str], physical_cores: int) -> tuple[KernelRa
     from vrampilot.llamacpp.ggml import CpuKernels
 
     threads = probe_threads(physical_cores)
-    stream = _stream_bytes()
+    stream = stream_bytes()
     added: list[KernelRates] = []
     with CpuKernels() as cpu:
         for n in range(KERNEL_PASSES):  # as the first-start probe: each figure the faster pass
