@@ -4,6 +4,7 @@ For one model, decode tokens/s and the speed model's uncalibrated prediction, fo
 several lengths, on the default plan (what the bench's calibration replies use) and on the bench's
 pinned plan (n_ctx, threads): separates the plan's settings from the context depth.
 Run: .venv/bin/python bench/experiments/decode-depth-exp.py [model-substring]
+     [--threads 1 2 --ctx 8192 --depths 80 700 2000 4000]  (pinned plans only, each thread count)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ os.environ["VRAMPILOT_HOME"] = tempfile.mkdtemp(prefix="vrampilot-exp-")
 
 
 def main() -> None:
+    import argparse
     from dataclasses import replace
 
     import speed as bench  # bench/speed.py
@@ -34,7 +36,14 @@ def main() -> None:
     from vrampilot.planner.search import Pins, plan
     from vrampilot.planner.target import target_cpu_only, target_from_machine
 
-    which = sys.argv[1] if len(sys.argv) > 1 else "qwen2"
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default="qwen2")
+    ap.add_argument("--threads", type=int, nargs="*", default=[])
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--depths", type=int, nargs="*", default=[80, 300, 700, 1016])
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    which = args.model
     name = next(n for n in bench.FIXTURES if n.startswith(which))
     path = bench.fixture(name)
     spec = load_model_spec(path)
@@ -47,11 +56,16 @@ def main() -> None:
     from vrampilot.hardware.speed_report import format_probe
 
     print("\n".join(format_probe(probe)), flush=True)
-    plans = {
-        "default": plan(spec, target_from_machine(machine), exact=True),
-        "pinned 2K": plan(spec, target_cpu_only(machine), Pins(n_ctx=2048, n_threads=2, n_threads_batch=2)),
-        "pinned 8K": plan(spec, target_cpu_only(machine), Pins(n_ctx=8192, n_threads=2, n_threads_batch=2)),
-    }
+    if args.threads:
+        plans = {f"{t}T {args.ctx // 1024}K": plan(spec, target_cpu_only(machine),
+                                                   Pins(n_ctx=args.ctx, n_threads=t, n_threads_batch=t))
+                 for t in args.threads}  # fmt: skip
+    else:
+        plans = {
+            "default": plan(spec, target_from_machine(machine), exact=True),
+            "pinned 2K": plan(spec, target_cpu_only(machine), Pins(n_ctx=2048, n_threads=2, n_threads_batch=2)),
+            "pinned 8K": plan(spec, target_cpu_only(machine), Pins(n_ctx=8192, n_threads=2, n_threads_batch=2)),
+        }
     for label, p in plans.items():
         s = p.settings
         print(
@@ -59,9 +73,9 @@ def main() -> None:
             f"k {s.type_k} v {s.type_v} batch {s.n_batch}/{s.n_ubatch}",
             flush=True,
         )
-    for rnd in range(2):
+    for rnd in range(args.rounds):
         for label, p in plans.items():
-            for n in (80, 300, 700, 1016):
+            for n in args.depths:
                 if n >= p.settings.n_ctx // 2 + 1:
                     continue
                 engine = Engine()
