@@ -23,6 +23,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 PRIORS = (0.0, 1.0, 2.0, 4.0)
+# Tapered: the probe weighs as 2 replies while the replies' median agrees with it, and less the
+# further it lies from it (2 / (1 + (log median / log scale)^2), a heavy-tailed prior: a probe read
+# at a bad moment is outvoted quickly, a good one steadies noisy replies).
+TAPERS = (1.10, 1.15, 1.20, 1.30)
+
+
+def _tapered(scale: float):  # type: ignore[no-untyped-def]
+    import math
+    import statistics
+
+    from vrampilot.hardware import measured
+
+    def factor(ratios: tuple[float, ...], prior_replies: float = 0.0) -> float:
+        if not ratios:
+            return 1.0
+        n, m = len(ratios), math.log(statistics.median(ratios))
+        prior = prior_replies / (1.0 + (m / math.log(scale)) ** 2)
+        return min(measured.FACTOR_MAX, max(measured.FACTOR_MIN, math.exp(m * n / (n + prior))))
+
+    return factor
 
 
 def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any]) -> dict[str, tuple[int, float]]:
@@ -46,10 +66,13 @@ def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any])
         speed = learn_reply(speed, p, reply, at=f"2026-12-02T00:{i // 60:02d}:{i % 60:02d}+00:00")
     learned = replace(machine, speed=speed)
     out: dict[str, tuple[int, float]] = {}
-    saved = measured.PROBE_PRIOR_REPLIES
+    saved, saved_factor = measured.PROBE_PRIOR_REPLIES, measured._median_factor
+    rules = [("before", None, None), *((f"prior {k:g}", k, None) for k in PRIORS),
+             *((f"taper {s:g}", 2.0, _tapered(s)) for s in TAPERS)]  # fmt: skip
     try:
-        for label, prior in [("before", None), *((f"prior {k:g}", k) for k in PRIORS)]:
+        for label, prior, rule in rules:
             measured.PROBE_PRIOR_REPLIES = prior if prior is not None else saved
+            measured._median_factor = rule or saved_factor
             within, worst = 0, 1.0
             for r in data["rows"]:
                 name, rest = r["case"][:22].strip(), r["case"][22:].split()
@@ -62,7 +85,7 @@ def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any])
                 worst = ratio if abs(ratio - 1) > abs(worst - 1) else worst
             out[label] = (within, worst)
     finally:
-        measured.PROBE_PRIOR_REPLIES = saved
+        measured.PROBE_PRIOR_REPLIES, measured._median_factor = saved, saved_factor
     return out
 
 

@@ -34,9 +34,10 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f16"} <= {k["type"] for k in probe["kernels"]}
     assert {a["kv_type"] for a in probe["attention"]} == {"f16", "q8_0", "q4_0"}
     assert speed["gpu"] == "assumed"
-    # The built-in model ran for real, and what it taught is shown beside the kernels' figures.
+    # The built-in model ran for real, and what it taught is shown beside the kernels' figures: two
+    # depths of steps at each thread count, the prompt's four ubatches at 2 and its first at 1.
     ref = probe["reference"]
-    assert ref["model_name"].startswith("SmolLM2") and len(ref["decode"]) == 4 and len(ref["prefill"]) == 4
+    assert ref["model_name"].startswith("SmolLM2") and len(ref["decode"]) == 4 and len(ref["prefill"]) == 5
     graph = speed["graph_factors"]
     assert {r["threads"] for r in graph["decode_base"]} == {r["threads"] for r in probe["ram_read_gbps"]}
     assert all(0.5 <= r["value"] <= 3.0 for rates in graph.values() for r in rates)

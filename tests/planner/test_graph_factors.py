@@ -52,9 +52,10 @@ def _run(spec: ModelSpec, embedded: Path, probe: HostProbe, made_with: GraphFact
         ReferenceDecode(t, depth, decode_seconds(table, on, True, att, depth, "f16", t, rates))
         for depth in (13, 778) for t in (1, 2)
     )  # fmt: skip
+    # As the probe reads it: the first ubatch at 1 thread, then four at 2 threads.
     prefill = tuple(
-        ReferencePrefill(2, past, UBATCH, prefill_seconds(table, on, True, att, UBATCH, past, UBATCH, UBATCH, "f16", 2, rates))
-        for past in (0, 256, 512, 768)
+        ReferencePrefill(t, past, UBATCH, prefill_seconds(table, on, True, att, UBATCH, past, UBATCH, UBATCH, "f16", t, rates))
+        for t, past in ((1, 0), (2, 0), (2, 256), (2, 512), (2, 768))
     )  # fmt: skip
     return ReferenceRun(embedded.name, embedded.stat().st_size, N_CTX, UBATCH, "f16", decode, prefill)
 
@@ -65,8 +66,18 @@ def test_the_fit_recovers_the_factors_a_run_was_made_with(spec: ModelSpec, embed
     got = factors_for_run(spec, run, CpuRates(probe, 2))
     for t in (1, 2):
         assert got.decode(t) == pytest.approx((1.6, 1.3), rel=1e-3)
-    # Prompts are read with all threads in the run: those factors stand for every count.
     assert got.prefill(1) == got.prefill(2) == pytest.approx((1.1, 1.7), rel=1e-3)
+
+
+def test_each_thread_count_reads_a_prompt_of_its_own(spec: ModelSpec, embedded_model: Path) -> None:
+    # A graph that costs its kernels 1.4x at 1 thread and 1.1x at 2 (prompts' weights), its
+    # attention 1.7x at both: the 1-thread ubatch gives its own weights' factor, not the 2-thread one.
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
+    made = _constant((1.0, 1.0), (1.1, 1.7))
+    made = replace(made, prefill_base=(RateAt(1, 1.4), RateAt(2, 1.1)))
+    got = factors_for_run(spec, _run(spec, embedded_model, probe, made), CpuRates(probe, 2))
+    assert got.prefill(1) == pytest.approx((1.4, 1.7), rel=1e-3)
+    assert got.prefill(2) == pytest.approx((1.1, 1.7), rel=1e-3)
 
 
 def test_a_disturbed_run_is_bounded_not_believed(spec: ModelSpec, embedded_model: Path) -> None:
@@ -85,7 +96,8 @@ def test_a_prompt_s_attention_is_learned_apart_from_its_weights(spec: ModelSpec,
     base, att = factors_for_run(spec, run, CpuRates(probe, 2)).prefill(2)
     assert (base, att) == pytest.approx((1.5, 2.0), rel=1e-3)
     # Every ubatch equally slow (a slow moment, or weights the kernels misprice) is the weights'.
-    flat = replace(run, prefill=tuple(replace(p, seconds=run.prefill[0].seconds) for p in run.prefill))
+    first = next(p.seconds for p in run.prefill if p.threads == 2)
+    flat = replace(run, prefill=tuple(replace(p, seconds=first) if p.threads == 2 else p for p in run.prefill))
     base, att = factors_for_run(spec, flat, CpuRates(probe, 2)).prefill(2)
     assert att == 0.5 and base > 1.5
 
@@ -124,10 +136,18 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     assert run is not None
     threads = sorted({d.threads for d in run.decode})
     assert [(d.threads, d.depth > 500) for d in run.decode] == [(t, False) for t in threads] + [(t, True) for t in threads]
-    assert [p.n_past for p in run.prefill] == [0, 512, 1024, 1536] and all(p.seconds > 0 for p in run.prefill)
+    # The first ubatch at each smaller count, then the whole prompt with all threads.
+    most = max(threads)
+    assert [(p.threads, p.n_past) for p in run.prefill] == (
+        [(t, 0) for t in threads if t != most] + [(most, n) for n in (0, 512, 1024, 1536)])
+    assert all(p.seconds > 0 for p in run.prefill)
     assert not probe_outdated(host_probe)
     # A record from before the prompt was read this deep is measured again at the next start.
-    assert probe_outdated(replace(host_probe, reference=replace(run, prefill=run.prefill[:2])))
+    assert probe_outdated(replace(host_probe, reference=replace(run, prefill=run.prefill[-2:])))
+    # ... and one from before every thread count read a prompt of its own.
+    if len(threads) > 1:
+        only_most = tuple(p for p in run.prefill if p.threads == most)
+        assert probe_outdated(replace(host_probe, reference=replace(run, prefill=only_most)))
     # A record from before the probe timed the elementwise steps is measured again too.
     assert probe_outdated(replace(host_probe, elementwise=None))
     # ... and one from before it timed rows of 512.

@@ -440,7 +440,12 @@ def probe_outdated(probe: HostProbe) -> bool:
         return True
     if embedded_model_path() is None:
         return False
-    return probe.reference is None or len(probe.reference.prefill) < PREFILL_UBATCHES
+    ref = probe.reference
+    if ref is None:
+        return True
+    # Every thread count reads a prompt of its own (hardware/reference_run.py), the largest 4 ubatches.
+    counts = {d.threads for d in ref.decode}
+    return len(ref.prefill) < PREFILL_UBATCHES or not counts <= {p.threads for p in ref.prefill}
 
 
 def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:

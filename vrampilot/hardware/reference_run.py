@@ -13,13 +13,14 @@ flash attention), and the planner compares that with its own prediction for the 
   difference the cost of attention over the cache (each depth in a context of its own, their
   passes timed in turn: see `_decode`);
 - that prompt read ubatch by ubatch with all threads: reading prompts, and how it slows with the
-  cells before each ubatch. Four ubatches, so that the last reads after 1536 cells: a ubatch's
+  cells before each ubatch; its first ubatch again at each smaller thread count (the weights'
+  share of reading prompts at that count). Four ubatches, so that the last reads after 1536 cells: a ubatch's
   attention over the cache grows by a tenth of its time per 512 cells, so two ubatches (after 0
   and 512 cells) could not tell it from the run's noise, and the kernels' rate then priced 4K-token
   prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
-About 13 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first
+About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first
 start.
 """
 
@@ -130,6 +131,21 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
                 llm.eval(prompt[i * N_UBATCH : (i + 1) * N_UBATCH])
                 best[i] = min(best[i], time.perf_counter() - t0)
         prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(t, 6)) for i, t in enumerate(best)]
+        # The first ubatch again at each smaller thread count, in the shallow context (the deep one
+        # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
+        # same at every count, so the prompt's factor at all threads cannot stand for one thread.
+        # On a Zen 4 VM the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
+        # thread and 0.9-1.2x at 2, and three runs of bench/speed.py priced its 1-thread prompts
+        # 1.33 and 1.55x too fast with the 2-thread factor (bench/experiments/issue19-speed-genoa*).
+        for t in sorted(set(threads) - {most}):
+            llama_cpp.llama_set_n_threads(shallow.ctx, t, t)
+            fastest = float("inf")
+            for _ in range(PREFILL_PASSES):
+                shallow.reset()
+                t0 = time.perf_counter()
+                shallow.eval(prompt[:N_UBATCH])
+                fastest = min(fastest, time.perf_counter() - t0)
+            prefill.insert(len(prefill) - PREFILL_UBATCHES, ReferencePrefill(t, 0, N_UBATCH, round(fastest, 6)))
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
         decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
     finally:

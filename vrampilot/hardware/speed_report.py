@@ -57,11 +57,15 @@ def format_probe(probe: HostProbe) -> list[str]:
         def tps(depth: int) -> str:
             return " / ".join(f"{1 / d.step_s:.1f}" for d in sorted(run.decode, key=lambda d: d.threads) if d.depth == depth)
 
-        prompt = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in run.prefill)
+        most = max(p.threads for p in run.prefill)
+        first = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in run.prefill if p.n_past == 0)
+        later = [p for p in run.prefill if p.n_past > 0]
+        deeper = ", then " + " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in later) + " after " + ", ".join(
+            str(p.n_past) for p in later) + f" cells ({most} threads)" if later else ""  # fmt: skip
         lines.append(
             f"  the built-in model ({run.model_name}, {run.kv_type} cache): generating {tps(shallow)} tokens/s near the "
-            f"start, {tps(deep)} after {deep} tokens; prompts {prompt} tokens/s (ubatches of {run.n_ubatch} after "
-            + ", ".join(str(p.n_past) for p in run.prefill) + " cells)"
+            f"start, {tps(deep)} after {deep} tokens; prompts {first} tokens/s in the first ubatch of {run.n_ubatch}"
+            + deeper
         )
     if probe.pace_ms:
         lines.append(

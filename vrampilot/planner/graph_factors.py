@@ -10,8 +10,10 @@ predicted attention over n cells,
     measured(n) = f_base * b + f_attention * a(n)
 
 gives f_attention from the difference of the two depths and f_base from the shallow one. The
-prompt's ubatches, after 0 to 1536 cells, give both for reading prompts the same way (measured with
-all threads, they stand for every count). A ubatch's attention over the cache is priced by the
+prompt's ubatches, after 0 to 1536 cells, give both for reading prompts the same way with all
+threads; the first ubatch read again at each smaller thread count gives that count's f_base (with
+the same f_attention): on a Zen 4 VM the 1-thread prompt's graph cost 1.2-1.4x its kernels where
+2 threads cost 0.9-1.2x, so one count's factor does not stand for another's. A ubatch's attention over the cache is priced by the
 kernels at well under what the graph spends on it: each ubatch of a 4096-token prompt slowed by
 1.3-2x what the kernels' rate says, for every model measured at 1 and 2 threads
 (bench/experiments/prefill-depth-exp.py), which priced 4K-token prompts 1.1-1.3x too fast while
@@ -70,6 +72,12 @@ def _fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     return f_base, f_att
 
 
+def _base_only(rows: Sequence[tuple[float, float, float]], f_att: float) -> float:
+    """f_base for rows of (measured, base, attention) with the attention factor given."""
+    sbb = sum(b * b for _, b, _ in rows)
+    return _clamp(sum(b * (m - f_att * a) for m, b, a in rows) / sbb) if sbb > 0 else 1.0
+
+
 def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphFactors:
     """The factors one reference run gives, with `raw` the kernels' rates (no graph factors)."""
     table: WeightTable = weight_table(spec)
@@ -89,17 +97,24 @@ def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphF
         fb, fa = _fit(rows)
         decode_base.append(RateAt(t, fb))
         decode_att.append(RateAt(t, fa))
+    by_threads: dict[int, list[tuple[float, float, float]]] = {}
+    for p in run.prefill:
+        args = (p.n_tokens, p.n_past, run.n_ubatch, run.n_ubatch, kv, p.threads, raw)
+        base = prefill_seconds(table, everywhere, True, nothing, *args)
+        att = prefill_seconds(table, everywhere, True, attention, *args) - base
+        by_threads.setdefault(p.threads, []).append((p.seconds, base, att))
+    # The prompt's attention is told from its weights by the ubatches read after 0 to 1536 cells,
+    # at the largest thread count; a smaller count's one ubatch gives its weights' factor with that
+    # attention factor.
+    deepest = max(by_threads, key=lambda t: (len(by_threads[t]), t), default=0)
+    att_factor = _fit(by_threads[deepest])[1] if by_threads else 1.0
     prefill_base: list[RateAt] = []
     prefill_att: list[RateAt] = []
-    for t in sorted({p.threads for p in run.prefill}):
-        rows = []
-        for p in run.prefill:
-            if p.threads == t:
-                args = (p.n_tokens, p.n_past, run.n_ubatch, run.n_ubatch, kv, t, raw)
-                base = prefill_seconds(table, everywhere, True, nothing, *args)
-                att = prefill_seconds(table, everywhere, True, attention, *args) - base
-                rows.append((p.seconds, base, att))
-        fb, fa = _fit(rows)
+    for t, rows in sorted(by_threads.items()):
+        if len(rows) > 1:
+            fb, fa = _fit(rows)
+        else:
+            fb, fa = _base_only(rows, att_factor), att_factor
         prefill_base.append(RateAt(t, fb))
         prefill_att.append(RateAt(t, fa))
     return GraphFactors(tuple(decode_base), tuple(decode_att), tuple(prefill_base), tuple(prefill_att))
