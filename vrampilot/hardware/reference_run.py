@@ -135,7 +135,7 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
         # same at every count, so the prompt's factor at all threads cannot stand for one thread.
         # On a Zen 4 VM the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
-        # thread and 0.9-1.2x at 2, and three runs of bench/speed.py priced its 1-thread prompts
+        # thread and 0.9-1.2x at 2, and two runs of bench/speed.py priced its 1-thread prompts
         # 1.33 and 1.55x too fast with the 2-thread factor (bench/experiments/issue19-speed-genoa*).
         for t in sorted(set(threads) - {most}):
             llama_cpp.llama_set_n_threads(shallow.ctx, t, t)

@@ -60,8 +60,10 @@ def format_probe(probe: HostProbe) -> list[str]:
         most = max(p.threads for p in run.prefill)
         first = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in run.prefill if p.n_past == 0)
         later = [p for p in run.prefill if p.n_past > 0]
-        deeper = ", then " + " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in later) + " after " + ", ".join(
-            str(p.n_past) for p in later) + f" cells ({most} threads)" if later else ""  # fmt: skip
+        deeper = ""
+        if later:
+            rates = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in later)
+            deeper = f", then {rates} after {', '.join(str(p.n_past) for p in later)} cells ({most} threads)"
         lines.append(
             f"  the built-in model ({run.model_name}, {run.kv_type} cache): generating {tps(shallow)} tokens/s near the "
             f"start, {tps(deep)} after {deep} tokens; prompts {first} tokens/s in the first ubatch of {run.n_ubatch}"

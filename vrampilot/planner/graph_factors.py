@@ -68,8 +68,7 @@ def _fit(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     if det <= 1e-6 * sbb * saa or saa <= 0:
         return _clamp(sum(m for m, _, _ in rows) / sum(b + a for _, b, a in rows)), 1.0
     f_att = _clamp((sbb * sma - sab * smb) / det)
-    f_base = _clamp(sum(b * (m - f_att * a) for m, b, a in rows) / sbb)
-    return f_base, f_att
+    return _base_only(rows, f_att), f_att
 
 
 def _base_only(rows: Sequence[tuple[float, float, float]], f_att: float) -> float:
