@@ -200,15 +200,20 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
     )
 
 
-def _faster(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
+def _pick(a: tuple[RateAt, ...], b: tuple[RateAt, ...], best: Callable[[float, float], float]) -> tuple[RateAt, ...]:
+    """Per thread count, `best` of two passes' figures (a count only `a` measured stays)."""
     other = {r.threads: r.value for r in b}
-    return tuple(RateAt(r.threads, max(r.value, other.get(r.threads, r.value))) for r in a)
+    return tuple(RateAt(r.threads, best(r.value, other.get(r.threads, r.value))) for r in a)
+
+
+def _faster(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
+    """The faster pass of rates (the larger figure)."""
+    return _pick(a, b, max)
 
 
 def _smaller(a: tuple[RateAt, ...], b: tuple[RateAt, ...]) -> tuple[RateAt, ...]:
-    """Per thread count, the smaller of two passes' figures (times: the faster pass)."""
-    other = {r.threads: r.value for r in b}
-    return tuple(RateAt(r.threads, min(r.value, other.get(r.threads, r.value))) for r in a)
+    """The faster pass of times (the smaller figure)."""
+    return _pick(a, b, min)
 
 
 def faster_kernels(a: Sequence[KernelRates], b: Sequence[KernelRates]) -> list[KernelRates]:

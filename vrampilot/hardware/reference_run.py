@@ -137,6 +137,7 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
         # On a Zen 4 VM the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
         # thread and 0.9-1.2x at 2, and two runs of bench/speed.py priced its 1-thread prompts
         # 1.33 and 1.55x too fast with the 2-thread factor (bench/experiments/issue19-speed-genoa*).
+        fewer = []
         for t in sorted(set(threads) - {most}):
             llama_cpp.llama_set_n_threads(shallow.ctx, t, t)
             fastest = float("inf")
@@ -145,7 +146,8 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
                 t0 = time.perf_counter()
                 shallow.eval(prompt[:N_UBATCH])
                 fastest = min(fastest, time.perf_counter() - t0)
-            prefill.insert(len(prefill) - PREFILL_UBATCHES, ReferencePrefill(t, 0, N_UBATCH, round(fastest, 6)))
+            fewer.append(ReferencePrefill(t, 0, N_UBATCH, round(fastest, 6)))
+        prefill = [*fewer, *prefill]
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
         decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
     finally:
