@@ -23,7 +23,13 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.planner.graph_factors import FACTOR_MAX, factors_for_run, graph_factors, with_reference_types
+from vrampilot.planner.graph_factors import (
+    BEST_CASE_MIN,
+    FACTOR_MAX,
+    factors_for_run,
+    graph_factors,
+    with_reference_types,
+)
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
@@ -95,11 +101,25 @@ def test_a_prompt_s_attention_is_learned_apart_from_its_weights(spec: ModelSpec,
     run = _run(spec, embedded_model, probe, _constant((1.0, 1.0), (1.5, 2.0)))
     base, att = factors_for_run(spec, run, CpuRates(probe, 2)).prefill(2)
     assert (base, att) == pytest.approx((1.5, 2.0), rel=1e-3)
-    # Every ubatch equally slow (a slow moment, or weights the kernels misprice) is the weights'.
+    # Every ubatch equally slow (a slow moment, or weights the kernels misprice) is the weights':
+    # the attention stays at its floor, the weights take the rest (less than the 1.5 the first
+    # ubatch was made with: at the floor the deeper ubatches' attention is priced higher than 0).
     first = next(p.seconds for p in run.prefill if p.threads == 2)
     flat = replace(run, prefill=tuple(replace(p, seconds=first) if p.threads == 2 else p for p in run.prefill))
     base, att = factors_for_run(spec, flat, CpuRates(probe, 2)).prefill(2)
-    assert att == 0.5 and base > 1.5
+    assert att == BEST_CASE_MIN and 1.2 < base < 1.5
+
+
+def test_attention_and_prompts_are_never_priced_faster_than_their_kernels_alone(spec: ModelSpec, embedded_model: Path) -> None:
+    # A run read at a fast moment against kernels read at a slow one: every part took 0.7 of what
+    # the kernels say. A decode step's weights may (a small model's can come from the cache); a
+    # kernel timed alone on its best shape is a floor for attention and a prompt's matrices.
+    probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
+    got = factors_for_run(spec, _run(spec, embedded_model, probe, _constant((0.7, 0.7), (0.7, 0.7))), CpuRates(probe, 2))
+    for t in (1, 2):
+        base, att = got.decode(t)
+        assert base < 1.0 and att == BEST_CASE_MIN
+        assert got.prefill(t) == (BEST_CASE_MIN, BEST_CASE_MIN)
 
 
 WITH_Q4_1 = ("q4_0", "q4_1", "q8_0", "f16", "f32")  # the built-in model's types among them
