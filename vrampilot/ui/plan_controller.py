@@ -108,6 +108,7 @@ class PlanController(QObject):
         self.speed = SpeedController(ctx, self)
         self.speed.measured.connect(self._speed_measured)
         self.speed.status.connect(self.status)
+        self.speed.measuring.connect(self.view.set_measuring)
         self._serve_waiters: list[tuple[LoadedFn, FailFn]] = []
         self._served = False  # llama-server runs the model (the Server tab, or a plan with RPC hosts)
         # RPC hosts for "This machine" plans: as typed, and as they answered (vrampilot.hardware.rpc).

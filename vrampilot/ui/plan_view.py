@@ -56,6 +56,7 @@ class PlanView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._plan: Plan | None = None
+        self._measuring = ""  # the speed probe's state while it runs (SpeedController.measuring)
         self._loading = False
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -257,7 +258,7 @@ class PlanView(QWidget):
             color, word = OVER_BUDGET, "Does not fit"
         detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
-        self.speed.setText(_speed_text(plan))
+        self.speed.setText(_speed_text(plan, self._measuring))
         items = [f"<li>{escape(r)}</li>" for r in plan.reasons]
         items += [f"<li style='color:{WARN_AMBER}'>{escape(w)}</li>" for w in plan.warnings]
         if plan.suggestion:
@@ -333,6 +334,13 @@ class PlanView(QWidget):
             self.cancel_button.setVisible(loading)
             self.load_button.setVisible(not loading)
 
+    def set_measuring(self, text: str) -> None:
+        """The speed probe runs (`text`: what and why) or has ended (""): said beside the prediction,
+        which keeps its figures until the probe's arrive."""
+        self._measuring = text
+        if self._plan is not None:
+            self.speed.setText(_speed_text(self._plan, text))
+
     def show_load_state(self, state: str, text: str, *, can_load: bool, why: str = "", reload: bool = False) -> None:
         """`state`: "unloaded", "loading" or "loaded"; `text` the line under the buttons."""
         self.load_status.setText(text)
@@ -345,8 +353,9 @@ class PlanView(QWidget):
             self.load_button.setText("Load" if self._plan.fits else "Load anyway…")
 
 
-def _speed_text(plan: Plan) -> str:
-    """Predicted speed, where it comes from, and the last reply's measurement beside its prediction."""
+def _speed_text(plan: Plan, measuring: str = "") -> str:
+    """Predicted speed, where it comes from (and the probe's state while it runs), and the last
+    reply's measurement beside its prediction."""
     sp, s = plan.speed, plan.settings
     probe = plan.target.host_probe
     on_cpu = not (plan.target.has_gpu and s.n_gpu_layers > 0)
@@ -357,6 +366,8 @@ def _speed_text(plan: Plan) -> str:
     if sp.calibration_replies:
         basis += f", corrected by {sp.calibration_replies} repl{'y' if sp.calibration_replies == 1 else 'ies'}"
         basis += " of this model" if sp.calibration_model else " on this machine"
+    if measuring and on_cpu:
+        basis = f"{'CPU rates assumed' if probe is None else basis}, {measuring}"
     lines = [
         f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating ({sp.decode_tps_full_ctx:.1f} with the "
         f"context full), {sp.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token "

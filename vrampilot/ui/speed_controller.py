@@ -44,6 +44,9 @@ _log = logging.getLogger("vrampilot.ui.speed")
 class SpeedController(QObject):
     measured = Signal(object)  # MachineSpeed: after the probe, new kernels or a learned reply
     status = Signal(str)
+    # While the probe runs, what it is doing and why (the plan view shows it beside the prediction,
+    # which stays on the old or assumed figures until then); "" when it has ended.
+    measuring = Signal(str)
 
     def __init__(self, ctx: AppContext, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -74,6 +77,9 @@ class SpeedController(QObject):
         slow = speed.probe_pace_share() if measured else None
         self.probing = True
         self._replied_while_probing = self._reply_start is not None
+        why = _measuring_why(speed, slow)
+        self.measuring.emit(why)
+        self.status.emit(why[0].upper() + why[1:])
 
         def work(task: TaskHandle) -> MachineSpeed:
             types = with_reference_types(CORE_WEIGHT_TYPES)
@@ -89,6 +95,7 @@ class SpeedController(QObject):
 
         def done(new: MachineSpeed) -> None:
             self.probing = False
+            self.measuring.emit("")
             probe = new.probe
             assert probe is not None
             self._apply(new)
@@ -102,6 +109,7 @@ class SpeedController(QObject):
 
         def failed(exc: BaseException) -> None:
             self.probing = False
+            self.measuring.emit("")
             if isinstance(exc, ProbeCancelled):
                 return  # stopped on request: the next start measures
             self.status.emit(f"Could not measure this machine ({describe_error(exc)}): speed predictions stay assumed")
@@ -148,3 +156,17 @@ class SpeedController(QObject):
 
         self.ctx.tasks.submit(work, done=self._apply,
                               failed=lambda exc: _log.warning("learning from a reply: %s", exc), owner=self)  # fmt: skip
+
+
+def _measuring_why(speed: MachineSpeed, slow: float | None) -> str:
+    """What the probe about to run does, and why this start runs it (`slow`: the last probe's pace
+    against replies' usual, when that is the reason)."""
+    probe = speed.probe
+    if probe is None:
+        return "measuring this machine now: under a minute, in the background"
+    took = f"measuring again now, about {probe.duration_s:.0f} s in the background"
+    if slow is not None:
+        return f"{took}: the last measurement ran at {slow:.0%} of this machine's usual pace"
+    if probe.busy:
+        return f"{took}: the machine was busy during the last measurement"
+    return f"{took}: the last measurement came from an older version of the app"

@@ -72,11 +72,20 @@ class _Task(QRunnable):
             # A task stopped on request (the window closing, a newer task) is not a fault.
             if not isinstance(exc, UserError) and not self._handle.cancelled.is_set():
                 _log.error("background task failed", exc_info=True)
-            self._signals.failed.emit(exc)
+            self._tell("failed", exc)
         else:
-            self._signals.done.emit(result)
+            self._tell("done", result)
         finally:
             self._handle.finished.set()
+
+    def _tell(self, what: str, value: object) -> None:
+        # A task that outlived the app's shutdown wait (a cancelled probe ends at its next step,
+        # seconds later) finds its signals deleted with the application: nobody is left to tell.
+        try:
+            if shiboken6.isValid(self._signals):
+                getattr(self._signals, what).emit(value)
+        except RuntimeError:
+            _log.debug("background task ended after the app closed: its %s is dropped", what)
 
 
 class Tasks(QObject):

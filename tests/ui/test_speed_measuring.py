@@ -1,0 +1,22 @@
+"""What the plan view says while the speed probe runs: why this start measures, and for how long."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vrampilot.hardware.measured import HostProbe, MachineSpeed
+from vrampilot.ui.speed_controller import _measuring_why
+
+
+def test_each_reason_to_measure_is_said_with_the_last_probe_s_duration(host_probe: HostProbe) -> None:
+    probe = replace(host_probe, duration_s=36.4, others_cpu_share=0.0, app_busy=False)
+    assert _measuring_why(MachineSpeed("fp"), None) == "measuring this machine now: under a minute, in the background"
+    again = "measuring again now, about 36 s in the background: "
+    slow = _measuring_why(MachineSpeed("fp", probe=probe), 0.73)
+    assert slow == again + "the last measurement ran at 73% of this machine's usual pace"
+    busy = _measuring_why(MachineSpeed("fp", probe=replace(probe, app_busy=True)), None)
+    assert busy == again + "the machine was busy during the last measurement"
+    # Neither slow nor busy: a probe an older version took (measured again, `probe_outdated`).
+    assert _measuring_why(MachineSpeed("fp", probe=probe), None) == again + (
+        "the last measurement came from an older version of the app"
+    )
