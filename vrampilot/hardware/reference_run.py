@@ -36,10 +36,15 @@ from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, Refer
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
 N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, padded as llama.cpp pads
-# The prompt is read this many times, back to back, each ubatch keeping its fastest: this machine's
-# speed moved 20-30% between seconds (three probes a minute apart read the prompt's attention as
-# x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes back to back,
-# x1.28-1.42).
+# The prompt is read this many times, back to back, each ubatch keeping the mean of its passes:
+# this machine's speed moved 20-30% between seconds (three probes a minute apart read the prompt's
+# attention as x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes
+# back to back, x1.28-1.42). Not their fastest, which it kept until a Zen 4 VM whose speed swung
+# more: the kernels' figures are each their faster pass, so a graph factor from the run's fastest
+# priced prompts at the machine's fastest moments, where decode steps (the median of their passes)
+# priced the usual pace; there the built-in model's own 2K-token prompts at 2 threads came out
+# 1.12-1.47x too fast before replies in six runs of bench/speed.py (median 1.17), its generating
+# 0.84-1.23 (bench/experiments/issue19-speed-genoa*).
 PREFILL_PASSES = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per depth and thread count (after one untimed), each from the same cache; the median
@@ -123,14 +128,15 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
             shallow = llama_cpp.Llama(str(model), **params)
         prompt = _prompt(llm.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
         llama_cpp.llama_set_n_threads(llm.ctx, most, most)
-        best = [float("inf")] * PREFILL_UBATCHES
+        passes: list[list[float]] = [[] for _ in range(PREFILL_UBATCHES)]
         for _ in range(PREFILL_PASSES):
             llm.reset()  # eval drops the cache from the reset position on: each pass reads from 0
             for i in range(PREFILL_UBATCHES):
                 t0 = time.perf_counter()
                 llm.eval(prompt[i * N_UBATCH : (i + 1) * N_UBATCH])
-                best[i] = min(best[i], time.perf_counter() - t0)
-        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(t, 6)) for i, t in enumerate(best)]
+                passes[i].append(time.perf_counter() - t0)
+        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(statistics.mean(times), 6))
+                   for i, times in enumerate(passes)]  # fmt: skip
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
         # same at every count, so the prompt's factor at all threads cannot stand for one thread.
@@ -140,13 +146,13 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
         fewer = []
         for t in sorted(set(threads) - {most}):
             llama_cpp.llama_set_n_threads(shallow.ctx, t, t)
-            fastest = float("inf")
+            times = []
             for _ in range(PREFILL_PASSES):
                 shallow.reset()
                 t0 = time.perf_counter()
                 shallow.eval(prompt[:N_UBATCH])
-                fastest = min(fastest, time.perf_counter() - t0)
-            fewer.append(ReferencePrefill(t, 0, N_UBATCH, round(fastest, 6)))
+                times.append(time.perf_counter() - t0)
+            fewer.append(ReferencePrefill(t, 0, N_UBATCH, round(statistics.mean(times), 6)))
         prefill = [*fewer, *prefill]
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
         decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
