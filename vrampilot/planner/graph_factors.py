@@ -28,12 +28,15 @@ slope of four ubatches, the matrices' from a kernel read at a slow moment). Fitt
 out as low as 0.53 and 0.68 on a Zen 4 VM, and that run's 4K-token prompts were predicted up to
 2x too fast; replayed over 29 saved runs of bench/speed.py, the bound held 853 of 928 cases
 within ±25% before replies where the free fit held 834, and cost no run a case (0.9: 847; 1.1:
-853, but cost three runs 1-2 cases; bench/experiments/issue19-factor-floor.txt). A decode step's weights keep the lower bound of 0.5:
-the probe streams them from RAM, and a small model's real steps can find some in the cache. They need the kernels of the built-in model's own
-weight types: priced from a stand-in (Q4_1 from the repacked Q4_0, twice as fast at prompts on a
-Haswell-class VM) the run's "graph cost" came out x2.48 for prompts and made every prompt
-prediction half of what llama.cpp measured (bench/experiments/decode-depth-exp.py). So the probe
-always measures those types (`with_reference_types`), and without them there are no factors.
+853, but cost three runs 1-2 cases; bench/experiments/issue19-factor-floor.txt). A decode step's
+weights keep the lower bound of 0.5: the probe streams them from RAM, and a small model's real
+steps can find some in the cache.
+
+The factors need the kernels of the built-in model's own weight types: priced from a stand-in
+(Q4_1 from the repacked Q4_0, twice as fast at prompts on a Haswell-class VM) the run's "graph
+cost" came out x2.48 for prompts and made every prompt prediction half of what llama.cpp measured
+(bench/experiments/decode-depth-exp.py). So the probe always measures those types
+(`with_reference_types`), and without them there are no factors.
 """
 
 from __future__ import annotations
