@@ -14,10 +14,10 @@ flash attention), and the planner compares that with its own prediction for the 
   passes timed in turn: see `_decode`);
 - that prompt read ubatch by ubatch with all threads: reading prompts, and how it slows with the
   cells before each ubatch; its first ubatch again at each smaller thread count (the weights'
-  share of reading prompts at that count). Four ubatches, so that the last reads after 1536 cells: a ubatch's
-  attention over the cache grows by a tenth of its time per 512 cells, so two ubatches (after 0
-  and 512 cells) could not tell it from the run's noise, and the kernels' rate then priced 4K-token
-  prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
+  share of reading prompts at that count). Four ubatches, so that the last reads after 1536
+  cells: a ubatch's attention over the cache grows by a tenth of its time per 512 cells, so two
+  ubatches (after 0 and 512 cells) could not tell it from the run's noise, and the kernels' rate
+  then priced 4K-token prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
 About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first
@@ -109,6 +109,19 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
             for i, (_, tokens, _) in enumerate(depths) for t in threads]  # fmt: skip
 
 
+def _prompt_times(llm: object, ubatches: list[list[int]]) -> list[float]:
+    """Seconds each ubatch took, read in order from an empty cache, PREFILL_PASSES times: the mean
+    of its passes (see PREFILL_PASSES), rounded as stored."""
+    passes: list[list[float]] = [[] for _ in ubatches]
+    for _ in range(PREFILL_PASSES):
+        llm.reset()  # type: ignore[attr-defined]  # eval drops the cache from the reset position on
+        for times, ubatch in zip(passes, ubatches, strict=True):
+            t0 = time.perf_counter()
+            llm.eval(ubatch)  # type: ignore[attr-defined]
+            times.append(time.perf_counter() - t0)
+    return [round(statistics.mean(times), 6) for times in passes]
+
+
 def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
     """Run the reference model (see the module's text); raises what llama.cpp raises."""
     from vrampilot.llamacpp import load
@@ -128,15 +141,8 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
             shallow = llama_cpp.Llama(str(model), **params)
         prompt = _prompt(llm.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
         llama_cpp.llama_set_n_threads(llm.ctx, most, most)
-        passes: list[list[float]] = [[] for _ in range(PREFILL_UBATCHES)]
-        for _ in range(PREFILL_PASSES):
-            llm.reset()  # eval drops the cache from the reset position on: each pass reads from 0
-            for i in range(PREFILL_UBATCHES):
-                t0 = time.perf_counter()
-                llm.eval(prompt[i * N_UBATCH : (i + 1) * N_UBATCH])
-                passes[i].append(time.perf_counter() - t0)
-        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, round(statistics.mean(times), 6))
-                   for i, times in enumerate(passes)]  # fmt: skip
+        ubatches = [prompt[i * N_UBATCH : (i + 1) * N_UBATCH] for i in range(PREFILL_UBATCHES)]
+        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, t) for i, t in enumerate(_prompt_times(llm, ubatches))]
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
         # same at every count, so the prompt's factor at all threads cannot stand for one thread.
@@ -146,13 +152,7 @@ def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
         fewer = []
         for t in sorted(set(threads) - {most}):
             llama_cpp.llama_set_n_threads(shallow.ctx, t, t)
-            times = []
-            for _ in range(PREFILL_PASSES):
-                shallow.reset()
-                t0 = time.perf_counter()
-                shallow.eval(prompt[:N_UBATCH])
-                times.append(time.perf_counter() - t0)
-            fewer.append(ReferencePrefill(t, 0, N_UBATCH, round(statistics.mean(times), 6)))
+            fewer.append(ReferencePrefill(t, 0, N_UBATCH, _prompt_times(shallow, ubatches[:1])[0]))
         prefill = [*fewer, *prefill]
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
         decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
