@@ -14,7 +14,7 @@ and leaves the user's record alone):
    programs used meanwhile.
 3. Predicts each case for the same conditions with the probe alone ("before"), and again after
    three replies of a chat with each model on this machine's default plan for it at the case's
-   thread count, one after each round (the rest after the last), learned from as the app does (planner/calibration.py: the
+   thread count, spread evenly over the rounds, learned from as the app does (planner/calibration.py: the
    backend's factors over every model, and the model's own once it has two) ("after"). The second
    turn pastes a passage, as a user asking about a document does, so prompts are learned from too.
 4. Prints predicted / measured per case and kind, and the worst ratio of each phase last.
@@ -102,6 +102,25 @@ class Case:
     @property
     def label(self) -> str:
         return f"{self.model:<22} {self.threads}T {self.n_ctx // 1024}K"
+
+
+def parse_label(label: str) -> tuple[str, int, int]:
+    """(model, threads, n_ctx) of a case's label (`Case.label`), as a saved run holds it."""
+    model, rest = label[:22].strip(), label[22:].split()
+    return model, int(rest[0][:-1]), int(rest[1][:-1]) * 1024
+
+
+def replayed_before(spec: Any, target: Any, row: dict[str, Any]) -> float:
+    """Predicted / measured for a saved run's row, predicted again for `spec` on `target` before any
+    reply (what experiments replay a change of the speed model with)."""
+    from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
+    from vrampilot.planner.search import Pins, plan
+
+    _, threads, n_ctx = parse_label(row["case"])
+    p = plan(spec, target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
+    n = row["prompt_tokens"]
+    pred = reply_prediction(p, ReplyMeasurement(n, n, row["generated"], 0.0, 0.0), calibrated=False)
+    return float(pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps) / row["measured_tps"]
 
 
 def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
@@ -245,10 +264,12 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
                 f"others {c.others[-1]:.0%}, RAM gauge {c.ram_gbps[-1]:.1f} GB/s)",
                 flush=True,
             )
-        # A reply of the user's chat with each model at each thread count after each round (three
-        # each: the rest after the last).
+        # The user's chat with each model at each thread count: CALIBRATION_REPLIES replies spread
+        # evenly over the rounds (one after each of three; after the second, fourth and fifth of
+        # five), so that more rounds steady what is measured without teaching more replies.
+        due = CALIBRATION_REPLIES * (r + 1) // rounds - CALIBRATION_REPLIES * r // rounds
         for calibration in calibrations:
-            for _ in range(1 if r < rounds - 1 else max(1, CALIBRATION_REPLIES - r)):
+            for _ in range(due):
                 calibration.reply()
             # More, up to every turn there is, when one was set aside (a busy machine, a short reply).
             while (r == rounds - 1 and calibration.learned < CALIBRATION_REPLIES
@@ -314,9 +335,8 @@ def main() -> int:
     threads = [int(x) for x in args.threads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
-    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; after each, a reply of a chat with "
-          "each model on this machine's default plan for it at each thread count, learned from (three per model and "
-          "thread count)", flush=True)
+    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; spread over them, three replies of a "
+          "chat with each model on this machine's default plan for it at each thread count, learned from", flush=True)
     calibrations = [Calibration(machine, path, t) for path in models.values() for t in threads]
     measure(cases, machine, args.rounds, args.tokens, calibrations)
     from vrampilot.hardware.speed_store import load_machine_speed
@@ -351,6 +371,12 @@ def main() -> int:
     print(f"RAM gauge before each reply: {min(gauges):.1f}-{max(gauges):.1f} GB/s, {gauge_at_probe:.1f} right after the "
           f"probe ({min(gauges) / gauge_at_probe:.2f}-{max(gauges) / gauge_at_probe:.2f} of it): how far the machine "
           "itself moved during the run")  # fmt: skip
+    # How far apart one case's rounds read (fastest / slowest): the measurement's own noise, which
+    # no prediction made once for the whole run can follow.
+    spreads = sorted(max(v) / min(v) for c in cases for v in (c.prefill_tps, c.decode_tps) if min(v) > 0)
+    summary["round_spread"] = {"median": statistics.median(spreads), "max": spreads[-1]}
+    print(f"one case's rounds read up to {spreads[-1]:.2f}x apart (fastest / slowest; median case "
+          f"{statistics.median(spreads):.2f}x)")  # fmt: skip
     for phase in ("before", "after"):
         held = sum(1 for r in rows if abs(r[f"{phase}_ratio"] - 1.0) <= LIMITS[phase])
         print(f"{phase:>6}: {held} of {len(rows)} within ±{LIMITS[phase]:.0%}")

@@ -32,8 +32,6 @@ def main() -> None:
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner import graph_factors as gf
-    from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
-    from vrampilot.planner.search import Pins, plan
     from vrampilot.planner.target import target_cpu_only
 
     paths = {"SmolLM2-135M Q4_1/Q8_0": embedded_model_path(), **{n: bench.fixture(n) for n in bench.FIXTURES}}
@@ -50,13 +48,7 @@ def main() -> None:
             target = target_cpu_only(measured_machine(probe, cores=2))
             held = 0
             for row in data["rows"]:
-                model, rest = row["case"][:22].strip(), row["case"][22:].split()
-                threads, n_ctx = int(rest[0][:-1]), int(rest[1][:-1]) * 1024
-                p = plan(specs[model], target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
-                n = row["prompt_tokens"]
-                pred = reply_prediction(p, ReplyMeasurement(n, n, row["generated"], 0.0, 0.0), calibrated=False)
-                tps = pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps
-                held += abs(tps / row["measured_tps"] - 1) <= 0.25
+                held += abs(bench.replayed_before(specs[bench.parse_label(row["case"])[0]], target, row) - 1) <= 0.25
             held_all += held
             n_all += len(data["rows"])
             per_run.append(f"{name} {held}")
