@@ -40,15 +40,24 @@ def embedded_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def host_probe(_llama_backends: None) -> HostProbe:
-    """One real run of the speed probe for the session (about a second), on a few types."""
+def host_probe_steps(_llama_backends: None) -> tuple[HostProbe, list[str]]:
+    """One real run of the speed probe for the session (about 30 seconds on 2 cores), on a few
+    types, and the steps it reported as it went."""
     from vrampilot.hardware import detect_machine
     from vrampilot.hardware.probe import measure_host
 
     machine = detect_machine()
-    return measure_host(
+    steps: list[str] = []
+    probe = measure_host(
         machine.cpu.physical_cores,
         machine.llama.cpu_variant,
         weight_types=("q4_0", "q4_1", "q8_0", "f16"),
         kv_types=("f16", "q8_0"),
+        progress=steps.append,
     )
+    return probe, steps
+
+
+@pytest.fixture(scope="session")
+def host_probe(host_probe_steps: tuple[HostProbe, list[str]]) -> HostProbe:
+    return host_probe_steps[0]

@@ -71,6 +71,32 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     assert HostProbe.from_dict(json.loads(json.dumps(host_probe.to_dict()))) == host_probe
 
 
+def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(
+    host_probe_steps: tuple[HostProbe, list[str]], embedded_model: Path
+) -> None:
+    # Two readings of the built-in model's run some seconds apart, the kernels' second pass between
+    # them: one slow moment weighs half (hardware/reference_run.py, READINGS).
+    from vrampilot.hardware.reference_run import PREFILL_UBATCHES, ReferenceSession
+
+    probe, steps = host_probe_steps
+    first, again = steps.index("the built-in model"), steps.index("the built-in model (again)")
+    assert any("(pass 2 of 2)" in s for s in steps[first:again]) and not any("pass 2" in s for s in steps[:first])
+    assert steps.index("pace gauge") > again
+    ref = probe.reference
+    threads = probe_threads(detect_machine().cpu.physical_cores)
+    assert ref is not None and ref.model_name == embedded_model.name
+    # Steps at two depths per thread count; the prompt's ubatches at the most threads, its first at
+    # each smaller count.
+    assert sorted((d.threads, d.depth > 1000) for d in ref.decode) == sorted((t, deep) for t in threads for deep in (False, True))
+    assert [(p.threads, p.n_past) for p in ref.prefill] == [(t, 0) for t in threads[:-1]] + [
+        (threads[-1], i * ref.n_ubatch) for i in range(PREFILL_UBATCHES)]  # fmt: skip
+    assert all(d.step_s > 0 for d in ref.decode) and all(p.seconds > 0 for p in ref.prefill)
+    # A session not yet read has no run to give (a probe cancelled or failed before its first
+    # reading keeps no reference, not an empty one).
+    with ReferenceSession(embedded_model, threads) as session, pytest.raises(ValueError):
+        session.result()
+
+
 def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: Path, host_probe: HostProbe) -> None:
     from tests.machines import measured_machine
     from vrampilot.gguf import load_model_spec

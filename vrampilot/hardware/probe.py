@@ -49,7 +49,7 @@ from vrampilot.hardware.measured import (
     StepTiming,
 )
 from vrampilot.hardware.probe_model import write_probe_model
-from vrampilot.hardware.reference_run import PREFILL_UBATCHES, decode_step_times, measure_reference
+from vrampilot.hardware.reference_run import PREFILL_UBATCHES, READINGS, ReferenceSession, decode_step_times
 
 if TYPE_CHECKING:
     from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
@@ -92,8 +92,8 @@ _SPLIT_KV_CELLS = 512
 # The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (hardware/probe_model.py).
 _STEP_SHAPES = ((2, 256), (12, 256), (2, 32768))
 _STEP_TOKENS = 24
-# Kernels and attention are timed in two passes some seconds apart (the built-in model's run between
-# them at first start), each figure keeping its faster pass: this machine's speed moves 15-20%
+# Kernels and attention are timed in two passes some seconds apart (a reading of the built-in
+# model's run between them, another after), each figure keeping its faster pass: this machine's speed moves 15-20%
 # within a minute, and one slow moment in a single pass carried into every prediction (Q4_1's
 # prompt kernel read 36 GFLOP/s at 2 threads in one probe and 59 in the next, and through the
 # built-in model's factors the fixtures' prompts came out 1.4x too fast in the first).
@@ -397,18 +397,27 @@ def measure_host(
         return kernels, attention, elementwise
 
     kernels, attention, elementwise = kernels_pass(1)
-    ref = None
+    # The built-in model's run is read once before each later pass of the kernels and once after
+    # (reference_run.READINGS): moments some seconds apart, whose mean is steadier than readings back
+    # to back (see READINGS).
     model = embedded_model_path() if reference else None
+    session = None
     if model is not None:
         step("the built-in model")
-        try:
-            ref = measure_reference(model, threads)
-        except Exception:  # the kernels' figures stand on their own; the plan says what is missing
-            _log.warning("speed probe: the built-in model did not run", exc_info=True)
-    for n in range(2, KERNEL_PASSES + 1):
-        more_kernels, more_attention, more_elementwise = kernels_pass(n)
-        kernels, attention = faster_kernels(kernels, more_kernels), faster_attention(attention, more_attention)
-        elementwise = faster_elementwise(elementwise, more_elementwise)
+        session = _reference_session(model, threads)
+    try:
+        for n in range(2, KERNEL_PASSES + 1):
+            session = _read_reference(session)
+            more_kernels, more_attention, more_elementwise = kernels_pass(n)
+            kernels, attention = faster_kernels(kernels, more_kernels), faster_attention(attention, more_attention)
+            elementwise = faster_elementwise(elementwise, more_elementwise)
+        while session is not None and session.readings < READINGS:
+            step("the built-in model (again)")
+            session = _read_reference(session)
+        ref = session.result() if session is not None else None
+    finally:
+        if session is not None:
+            session.close()
     step("pace gauge")
     with CpuKernels() as cpu:  # the first readings replies are compared with (hardware/pace.py)
         pace = tuple(RateAt(t, pace_ms_with(cpu, t)) for t in threads)
@@ -430,6 +439,27 @@ def measure_host(
         probe.duration_s, probe.ram_peak_gbps, 100 * probe.others_cpu_share,
     )  # fmt: skip
     return probe
+
+
+def _reference_session(model: Path, threads: Sequence[int]) -> ReferenceSession | None:
+    try:
+        return ReferenceSession(model, threads)
+    except Exception:  # the kernels' figures stand on their own; the plan says what is missing
+        _log.warning("speed probe: the built-in model did not load", exc_info=True)
+        return None
+
+
+def _read_reference(session: ReferenceSession | None) -> ReferenceSession | None:
+    """The session after one more reading, or None (closed) when llama.cpp failed to run it."""
+    if session is None:
+        return None
+    try:
+        session.read()
+        return session
+    except Exception:  # as above: no run rather than half of one
+        _log.warning("speed probe: the built-in model did not run", exc_info=True)
+        session.close()
+        return None
 
 
 def probe_outdated(probe: HostProbe) -> bool:

@@ -20,8 +20,8 @@ flash attention), and the planner compares that with its own prediction for the 
   then priced 4K-token prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
-About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice), in the background at first
-start.
+About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice: READINGS), in the
+background at first start.
 """
 
 from __future__ import annotations
@@ -36,21 +36,26 @@ from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, Refer
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
 N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, padded as llama.cpp pads
-# The prompt is read this many times, back to back, each ubatch keeping the mean of its passes:
-# this machine's speed moved 20-30% between seconds (three probes a minute apart read the prompt's
-# attention as x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes
-# back to back, x1.28-1.42). Not their fastest, which it kept until a Zen 4 VM whose speed swung
-# more: the kernels' figures are each their faster pass, so a graph factor from the run's fastest
-# priced prompts at the machine's fastest moments, where decode steps (the median of their passes)
-# priced the usual pace; there the built-in model's own 2K-token prompts at 2 threads came out
-# 1.12-1.47x too fast before replies in six runs of bench/speed.py (median 1.17), its generating
-# 0.84-1.23 (bench/experiments/issue19-speed-genoa*).
-PREFILL_PASSES = 2
+# The run is read this many times (`ReferenceSession.read`), the probe's second pass of the kernels
+# between the readings, and each step and ubatch keeps the mean of its readings. This machine's
+# speed moved 20-30% between seconds: three probes a minute apart read the prompt's attention as
+# x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes back to back,
+# x1.28-1.42. Not the fastest reading, which it kept until a Zen 4 VM whose speed swung more: the
+# kernels' figures are each their faster pass, so a graph factor from the run's fastest priced
+# prompts at the machine's fastest moments where replies run at its usual pace; there the built-in
+# model's own 2K-token prompts at 2 threads came out 1.12-1.47x too fast before replies in six runs
+# of bench/speed.py (median 1.17). And not back to back: on that VM the 1-thread steps read 51-81
+# tokens/s near the start from one probe to the next, and every fixture's 1-thread generating
+# followed them (0.60-1.04 of measured before replies, bench/experiments/issue19-speed-genoa*);
+# twelve readings of the steps 11 s apart, kernels running between them, were uncorrelated
+# (lag-1 correlation -0.7 to 0.1) and the mean of two neighbours' spread 0.7x (1 thread) and
+# 0.4-0.5x (2 threads) of one reading's (bench/experiments/issue19-reference-readings.txt).
+READINGS = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
-# Timed passes per depth and thread count (after one untimed), each from the same cache; the median
-# step over them is kept, so that a moment when the machine is slower (a VM's neighbours, a
-# frequency step) counts once.
-PASSES = 3
+# Timed passes per reading, depth and thread count (after one untimed), each from the same cache;
+# the median step over them is the reading's, so that a moment when the machine is slower (a VM's
+# neighbours, a frequency step) counts once.
+PASSES = 2
 KV_TYPE = "f16"
 # The engine's default sampling (engine/sampling.py): the sampler chain every reply pays per token.
 ENGINE_SAMPLING = {"temp": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
@@ -80,9 +85,9 @@ def decode_step_times(llm: object, tokens: list[int], n_steps: int) -> list[floa
 
 
 def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]], threads: Sequence[int],
-            most: int) -> list[ReferenceDecode]:  # fmt: skip
-    """Decode steps at each depth: `depths` holds (a context, the tokens its steps follow, whether
-    each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
+            most: int) -> dict[tuple[int, int], float]:  # fmt: skip
+    """The median decode step, in seconds, per (thread count, depth): `depths` holds (a context, the
+    tokens its steps follow, whether each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
     shallow, ...), each depth in a context of its own that keeps its cache: the attention factor
     comes from the difference of the two depths, and timed minutes or seconds apart that difference
     carried the machine's drift (fitted from one probe to the next anywhere from x0.58 to x2.68 on a
@@ -104,68 +109,108 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
                 times = decode_step_times(llm, tokens, DECODE_STEPS)
                 if n:
                     steps.setdefault((i, t), []).extend(times)
-    # Rounded as stored, so a probe read back from the record equals the one measured.
-    return [ReferenceDecode(t, len(tokens) + 1 + DECODE_STEPS // 2, round(statistics.median(steps[i, t]), 7))
-            for i, (_, tokens, _) in enumerate(depths) for t in threads]  # fmt: skip
+    return {(t, len(tokens) + 1 + DECODE_STEPS // 2): statistics.median(steps[i, t])
+            for i, (_, tokens, _) in enumerate(depths) for t in threads}  # fmt: skip
 
 
-def _prompt_times(llm: object, ubatches: list[list[int]]) -> list[float]:
-    """Seconds each ubatch took, read in order from an empty cache, PREFILL_PASSES times: the mean
-    of its passes (see PREFILL_PASSES), rounded as stored."""
-    passes: list[list[float]] = [[] for _ in ubatches]
-    for _ in range(PREFILL_PASSES):
-        llm.reset()  # type: ignore[attr-defined]  # eval drops the cache from the reset position on
-        for times, ubatch in zip(passes, ubatches, strict=True):
-            t0 = time.perf_counter()
-            llm.eval(ubatch)  # type: ignore[attr-defined]
-            times.append(time.perf_counter() - t0)
-    return [round(statistics.mean(times), 6) for times in passes]
+class ReferenceSession:
+    """The built-in model loaded for the probe's run (see the module's text), read READINGS times
+    with the probe's other work between the readings; `result` gives the run. Raises what llama.cpp
+    raises; close it (or use it as a context manager) to free both contexts."""
 
+    def __init__(self, model: Path, threads: Sequence[int]) -> None:
+        from vrampilot.llamacpp import load
+        from vrampilot.llamacpp.lock import LOG_LOCK
 
-def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
-    """Run the reference model (see the module's text); raises what llama.cpp raises."""
-    from vrampilot.llamacpp import load
-    from vrampilot.llamacpp.lock import LOG_LOCK
+        self._llama_cpp = load()
+        self.model = model
+        self.threads = sorted(set(threads))
+        self.most = max(self.threads)
+        params = {"n_ctx": N_CTX, "n_batch": N_UBATCH, "n_ubatch": N_UBATCH, "n_threads": self.most,
+                  "n_threads_batch": self.most, "flash_attn": True, "verbose": False}  # fmt: skip
+        with LOG_LOCK:  # loading logs; the planner's dry runs read that log
+            self._deep = self._llama_cpp.Llama(str(model), **params)
+        try:
+            with LOG_LOCK:
+                # The shallow steps' own context (the weights are mapped once, its cache is 50 MB),
+                # so that they can be timed in turn with the deep ones without reading the prompt
+                # again.
+                self._shallow = self._llama_cpp.Llama(str(model), **params)
+        except BaseException:
+            self._deep.close()
+            raise
+        self._prompt = _prompt(self._deep.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
+        self._ubatches = [self._prompt[i * N_UBATCH : (i + 1) * N_UBATCH] for i in range(PREFILL_UBATCHES)]
+        self._prefill_s: dict[tuple[int, int], list[float]] = {}  # (threads, n_past): seconds per reading
+        self._step_s: dict[tuple[int, int], list[float]] = {}  # (threads, depth): median step per reading
+        self.readings = 0
 
-    llama_cpp = load()
-    most = max(threads)
-    params = {"n_ctx": N_CTX, "n_batch": N_UBATCH, "n_ubatch": N_UBATCH, "n_threads": most, "n_threads_batch": most,
-              "flash_attn": True, "verbose": False}  # fmt: skip
-    with LOG_LOCK:  # loading logs; the planner's dry runs read that log
-        llm = llama_cpp.Llama(str(model), **params)
-    shallow = None
-    try:
-        with LOG_LOCK:
-            # The shallow steps' own context (the weights are mapped once, its cache is 50 MB), so
-            # that they can be timed in turn with the deep ones without reading the prompt again.
-            shallow = llama_cpp.Llama(str(model), **params)
-        prompt = _prompt(llm.n_vocab(), N_UBATCH * PREFILL_UBATCHES + 1)
-        llama_cpp.llama_set_n_threads(llm.ctx, most, most)
-        ubatches = [prompt[i * N_UBATCH : (i + 1) * N_UBATCH] for i in range(PREFILL_UBATCHES)]
-        prefill = [ReferencePrefill(most, i * N_UBATCH, N_UBATCH, t) for i, t in enumerate(_prompt_times(llm, ubatches))]
+    def __enter__(self) -> ReferenceSession:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._shallow.close()
+        self._deep.close()
+
+    def _ubatch_s(self, llm: object, ubatch: list[int]) -> float:
+        t0 = time.perf_counter()
+        llm.eval(ubatch)  # type: ignore[attr-defined]
+        return time.perf_counter() - t0
+
+    def read(self) -> None:
+        """One reading: the prompt ubatch by ubatch with all threads from an empty cache, its first
+        ubatch at each smaller count, then the decode steps at both depths."""
+        llama_cpp = self._llama_cpp
+        llama_cpp.llama_set_n_threads(self._deep.ctx, self.most, self.most)
+        self._deep.reset()  # eval drops the cache from the reset position on
+        for i, ubatch in enumerate(self._ubatches):
+            self._prefill_s.setdefault((self.most, i * N_UBATCH), []).append(self._ubatch_s(self._deep, ubatch))
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
         # same at every count, so the prompt's factor at all threads cannot stand for one thread.
         # On a Zen 4 VM the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
         # thread and 0.9-1.2x at 2, and two runs of bench/speed.py priced its 1-thread prompts
         # 1.33 and 1.55x too fast with the 2-thread factor (bench/experiments/issue19-speed-genoa*).
-        fewer = []
-        for t in sorted(set(threads) - {most}):
-            llama_cpp.llama_set_n_threads(shallow.ctx, t, t)
-            fewer.append(ReferencePrefill(t, 0, N_UBATCH, _prompt_times(shallow, ubatches[:1])[0]))
-        prefill = [*fewer, *prefill]
+        for t in self.threads:
+            if t != self.most:
+                llama_cpp.llama_set_n_threads(self._shallow.ctx, t, t)
+                self._shallow.reset()
+                self._prefill_s.setdefault((t, 0), []).append(self._ubatch_s(self._shallow, self._ubatches[0]))
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
-        decode = _decode(llama_cpp, [(shallow, prompt[:4], True), (llm, prompt, False)], threads, most)
-    finally:
-        if shallow is not None:
-            shallow.close()
-        llm.close()
-    return ReferenceRun(
-        model_name=model.name,
-        model_bytes=model.stat().st_size,
-        n_ctx=N_CTX,
-        n_ubatch=N_UBATCH,
-        kv_type=KV_TYPE,
-        decode=tuple(decode),
-        prefill=tuple(prefill),
-    )
+        depths = [(self._shallow, self._prompt[:4], True), (self._deep, self._prompt, False)]
+        for key, step_s in _decode(llama_cpp, depths, self.threads, self.most).items():
+            self._step_s.setdefault(key, []).append(step_s)
+        self.readings += 1
+
+    def result(self) -> ReferenceRun:
+        """The run: each step and ubatch the mean of its readings, rounded as stored (so a probe read
+        back from the record equals the one measured)."""
+        if not self.readings:
+            raise ValueError("the reference run was not read")
+        fewer = sorted(k for k in self._prefill_s if k[0] != self.most)
+        most = sorted(k for k in self._prefill_s if k[0] == self.most)
+        by_depth = sorted(self._step_s, key=lambda k: (k[1], k[0]))
+        decode = tuple(ReferenceDecode(t, depth, round(statistics.mean(self._step_s[t, depth]), 7)) for t, depth in by_depth)
+        prefill = tuple(ReferencePrefill(t, n_past, N_UBATCH, round(statistics.mean(self._prefill_s[t, n_past]), 6))
+                        for t, n_past in (*fewer, *most))  # fmt: skip
+        return ReferenceRun(
+            model_name=self.model.name,
+            model_bytes=self.model.stat().st_size,
+            n_ctx=N_CTX,
+            n_ubatch=N_UBATCH,
+            kv_type=KV_TYPE,
+            decode=decode,
+            prefill=prefill,
+        )
+
+
+def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
+    """The run read READINGS times back to back (the probe spreads them: `ReferenceSession`);
+    raises what llama.cpp raises."""
+    with ReferenceSession(model, threads) as session:
+        for _ in range(READINGS):
+            session.read()
+        return session.result()
