@@ -26,6 +26,7 @@ from vrampilot.planner.cpu_speed import (
 from vrampilot.planner.graph_factors import (
     BEST_CASE_MIN,
     FACTOR_MAX,
+    factors_for_model,
     factors_for_run,
     graph_factors,
     with_reference_types,
@@ -142,6 +143,31 @@ def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: Mode
     grow = raw.decode_seconds(4001) - raw.decode_seconds(1)
     assert corrected.decode_seconds(4001) - corrected.decode_seconds(1) == pytest.approx(2.0 * grow, rel=1e-3)
     assert corrected.prefill_seconds(512) > 1.2 * raw.prefill_seconds(512)
+
+
+def test_one_thread_decode_weights_carry_only_to_the_built_in_model(spec: ModelSpec, embedded_model: Path,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    # With one thread no thread waits at a node: what the built-in model's 1-thread steps cost
+    # beyond its kernels is its own. Other models take x1 there, and every other factor as it is.
+    from tests.factories.gguf_models import write_model
+
+    probe = uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2), attention_gflops={"f16": 10.0})
+    probe = replace(probe, reference=_run(spec, embedded_model, probe, _constant((1.5, 1.3), (1.2, 1.4))))
+    other = load_model_spec(write_model(tmp_path / "other.gguf", "qwen2", weight_type="q8_0"))
+    run, own, theirs = graph_factors(probe, 2), factors_for_model(spec, probe, 2), factors_for_model(other, probe, 2)
+    assert run is not None and own == run and theirs is not None
+    assert own.decode(1)[0] == pytest.approx(1.5, rel=0.02) and theirs.decode(1)[0] == 1.0
+    assert theirs.decode(2) == own.decode(2) and theirs.decode(1)[1] == own.decode(1)[1]
+    assert (theirs.prefill(1), theirs.prefill(2)) == (own.prefill(1), own.prefill(2))
+    # No run, no factors for anyone.
+    assert factors_for_model(other, replace(probe, reference=None), 2) is None
+    # The plan says so where it applies: another model at 1 thread.
+    target = target_cpu_only(measured_machine(probe, cores=2))
+    for model, threads, said in ((other, 1, True), (other, 2, False), (spec, 1, False)):
+        pl = plan(model, target, Pins(n_ctx=2048, n_threads=threads, n_threads_batch=threads))
+        basis = next(r for r in pl.reasons if r.startswith("Speed basis"))
+        assert ("at 1 thread is the built-in model's own" in basis) == said, basis
+        assert SpeedModel(model, pl.settings, target, pl.memory).rates.graph == (theirs if model is other else own)
 
 
 def test_a_run_of_another_file_or_none_leaves_the_kernels_alone(host_probe: HostProbe) -> None:

@@ -87,6 +87,7 @@ def _graph_line(g: GraphFactors) -> str:
         return " / ".join(f"x{r.value:.2f}" for r in sorted(rates, key=lambda r: r.threads))
 
     return (
-        f"  graph costs beyond the kernels (learned from that run): generating {pair(g.decode_base)} on weights, "
-        f"{pair(g.decode_attention)} on attention; prompts {pair(g.prefill_base)}, {pair(g.prefill_attention)}"
+        f"  graph costs beyond the kernels (learned from that run): generating {pair(g.decode_base)} on weights "
+        f"(other models x1 at 1 thread), {pair(g.decode_attention)} on attention; prompts {pair(g.prefill_base)}, "
+        f"{pair(g.prefill_attention)}"
     )

@@ -32,6 +32,18 @@ within ±25% before replies where the free fit held 834, and cost no run a case 
 weights keep the lower bound of 0.5: the probe streams them from RAM, and a small model's real
 steps can find some in the cache.
 
+With one thread a decode step has no barrier to wait at, so what the built-in model's 1-thread
+steps cost beyond its kernels is its own (its non-repacked Q4_1 products over rows of 576), not a
+graph's: other models take their 1-thread decode weights at the kernels' sum (`factors_for_model`).
+On a Zen 4 VM that factor came out x0.98-1.99 from one probe to the next (the steps near the start
+read at 51-81 tokens/s), and carried to the fixtures it priced their 1-thread generating at
+0.58-1.03 of measured (each run's median), lower the larger it was. Replayed over the saved runs
+of bench/speed.py (bench/experiments/decode-transfer-exp.py, issue19-decode-transfer.txt): 317 of
+352 cases within ±25% before replies on that VM against 288, and 727 of 768 on the steadier one as
+before; after three replies 818 of 896 within ±15% against 805, no run worse. The factor at 2
+threads, where threads do wait for each other at every node, still carries (dropping it too cost
+the steadier VM 18 cases).
+
 The factors need the kernels of the built-in model's own weight types: priced from a stand-in
 (Q4_1 from the repacked Q4_0, twice as fast at prompts on a Haswell-class VM) the run's "graph
 cost" came out x2.48 for prompts and made every prompt prediction half of what llama.cpp measured
@@ -43,6 +55,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceRun
@@ -131,6 +144,18 @@ def factors_for_run(spec: ModelSpec, run: ReferenceRun, raw: CpuRates) -> GraphF
         prefill_base.append(RateAt(t, fb))
         prefill_att.append(RateAt(t, fa))
     return GraphFactors(tuple(decode_base), tuple(decode_att), tuple(prefill_base), tuple(prefill_att))
+
+
+def factors_for_model(spec: ModelSpec, probe: HostProbe | None, physical_cores: int) -> GraphFactors | None:
+    """The factors a prediction for `spec` uses on this machine: the run's own for the built-in
+    model, and for any other the same with a 1-thread decode step's weights at x1 (see the module's
+    text). None as `graph_factors`."""
+    graph = graph_factors(probe, physical_cores)
+    run = probe.reference if probe is not None else None
+    if graph is None or run is None or (spec.path.name, spec.file_bytes) == (run.model_name, run.model_bytes):
+        return graph
+    base = tuple(RateAt(r.threads, 1.0) if r.threads == 1 else r for r in graph.decode_base)
+    return replace(graph, decode_base=base)
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.planner.graph_factors import graph_factors
+from vrampilot.planner.graph_factors import factors_for_model
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
@@ -124,7 +124,7 @@ class SpeedModel:
         self.output_on_gpu = self.gpu and mem.output_on_gpu
         self.table = weight_table(spec)
         probe, cores = target.host_probe, target.cpu_physical_cores
-        self.rates = CpuRates(probe, cores, target.host_bandwidth_gbps, graph=graph_factors(probe, cores))
+        self.rates = CpuRates(probe, cores, target.host_bandwidth_gbps, graph=factors_for_model(spec, probe, cores))
         self.attention = _attention_shapes(spec, mem)
         # Without flash attention the products run as f16 matrix products over the cache; the
         # probe's f16 attention rates are the nearest measurement.

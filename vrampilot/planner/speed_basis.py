@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
-from vrampilot.planner.graph_factors import graph_factors
+from vrampilot.planner.graph_factors import factors_for_model, graph_factors
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import GPU_BANDWIDTH_EFFICIENCY, SpeedPrediction, backend_key
 from vrampilot.planner.target import Target
@@ -48,11 +48,14 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
             stand_ins = CpuRates(probe, target.cpu_physical_cores).stand_ins(weight_table(spec).types())
             if stand_ins:
                 note += "; " + ", ".join(f"{t} estimated from {s}" for t, s in sorted(stand_ins.items()))
-            graph = graph_factors(probe, target.cpu_physical_cores)
+            graph = factors_for_model(spec, probe, target.cpu_physical_cores)
             if graph is not None:
                 (dw, da), (pw, pa) = graph.decode(settings.n_threads), graph.prefill(settings.n_threads_batch)
+                run = graph_factors(probe, target.cpu_physical_cores)
+                one = run.decode(1)[0] if run is not None and run.decode(settings.n_threads)[0] != dw else None
+                weights = "weights" if one is None else f"weights; x{one:.2f} at 1 thread is the built-in model's own"
                 note += (
-                    f"; a run of the built-in model here corrects the kernels' sum by x{dw:.2f} (weights) and "
+                    f"; a run of the built-in model here corrects the kernels' sum by x{dw:.2f} ({weights}) and "
                     f"x{da:.2f} (attention) when generating, x{pw:.2f} and x{pa:.2f} for prompts"
                 )
             elif probe.reference is not None:
