@@ -206,11 +206,3 @@ class ReferenceSession:
             prefill=prefill,
         )
 
-
-def measure_reference(model: Path, threads: Sequence[int]) -> ReferenceRun:
-    """The run read READINGS times back to back (the probe spreads them: `ReferenceSession`);
-    raises what llama.cpp raises."""
-    with ReferenceSession(model, threads) as session:
-        for _ in range(READINGS):
-            session.read()
-        return session.result()
