@@ -374,9 +374,10 @@ def main() -> int:
     # How far apart one case's rounds read (fastest / slowest): the measurement's own noise, which
     # no prediction made once for the whole run can follow.
     spreads = sorted(max(v) / min(v) for c in cases for v in (c.prefill_tps, c.decode_tps) if min(v) > 0)
-    summary["round_spread"] = {"median": statistics.median(spreads), "max": spreads[-1]}
-    print(f"one case's rounds read up to {spreads[-1]:.2f}x apart (fastest / slowest; median case "
-          f"{statistics.median(spreads):.2f}x)")  # fmt: skip
+    if spreads:
+        summary["round_spread"] = {"median": statistics.median(spreads), "max": spreads[-1]}
+        print(f"one case's rounds read up to {spreads[-1]:.2f}x apart (fastest / slowest; median case "
+              f"{statistics.median(spreads):.2f}x)")  # fmt: skip
     for phase in ("before", "after"):
         held = sum(1 for r in rows if abs(r[f"{phase}_ratio"] - 1.0) <= LIMITS[phase])
         print(f"{phase:>6}: {held} of {len(rows)} within ±{LIMITS[phase]:.0%}")

@@ -45,11 +45,12 @@ N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, 
 # prompts at the machine's fastest moments where replies run at its usual pace; there the built-in
 # model's own 2K-token prompts at 2 threads came out 1.12-1.47x too fast before replies in six runs
 # of bench/speed.py (median 1.17). And not back to back: on that VM the 1-thread steps read 51-81
-# tokens/s near the start from one probe to the next, and every fixture's 1-thread generating
-# followed them (0.60-1.04 of measured before replies, bench/experiments/issue19-speed-genoa*);
-# twelve readings of the steps 11 s apart, kernels running between them, were uncorrelated
-# (lag-1 correlation -0.7 to 0.1) and the mean of two neighbours' spread 0.7x (1 thread) and
-# 0.4-0.5x (2 threads) of one reading's (bench/experiments/issue19-reference-readings.txt).
+# tokens/s near the start from one probe to the next, and through the factor the fixtures'
+# 1-thread generating followed them (0.58-1.03 of measured before replies, each run's median,
+# bench/experiments/issue19-speed-genoa*); twelve readings of the steps 11 s apart, kernels running
+# between them, were uncorrelated (lag-1 correlation -0.7 to 0.1) and the mean of two neighbours'
+# spread 0.7x (1 thread) and 0.4-0.5x (2 threads) of one reading's
+# (bench/experiments/issue19-reference-readings.txt).
 READINGS = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per reading, depth and thread count (after one untimed), each from the same cache;
