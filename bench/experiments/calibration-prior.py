@@ -46,24 +46,17 @@ def _tapered(scale: float):  # type: ignore[no-untyped-def]
 
 
 def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    from saved_runs import learn_saved_replies
+
     from tests.machines import measured_machine
     from vrampilot.hardware import measured
     from vrampilot.hardware.measured import HostProbe
-    from vrampilot.planner.calibration import ReplyMeasurement, learn_reply, reply_prediction
+    from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
     from vrampilot.planner.search import Pins, plan
-    from vrampilot.planner.target import target_cpu_only, target_from_machine
+    from vrampilot.planner.target import target_cpu_only
 
     machine = measured_machine(HostProbe.from_dict(data["probe"]), cores=2)
-    speed = machine.speed
-    assert speed is not None
-    for i, e in enumerate(data["calibration_replies"]):
-        spec, t = by_file[e["model"]], e["threads"]
-        p = plan(spec, target_from_machine(replace(machine, speed=speed)), Pins(n_threads=t, n_threads_batch=t),
-                 exact=True)  # fmt: skip
-        # The engine was reloaded for every turn: the whole conversation was read.
-        reply = ReplyMeasurement(e["prompt_tokens"], e["prompt_tokens"], e["generated"], e["decode_tps"],
-                                 e["prefill_tps"], e.get("others"), e.get("pace_ms"))  # fmt: skip
-        speed = learn_reply(speed, p, reply, at=f"2026-12-02T00:{i // 60:02d}:{i % 60:02d}+00:00")
+    speed, _ = learn_saved_replies(data, machine, by_file)
     learned = replace(machine, speed=speed)
     out: dict[str, tuple[int, float]] = {}
     saved, saved_factor = measured.PROBE_PRIOR_REPLIES, measured._median_factor
@@ -90,14 +83,9 @@ def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any])
 
 
 def main() -> None:
-    import speed as bench  # bench/speed.py
+    from saved_runs import bench_specs
 
-    from vrampilot.gguf import load_model_spec
-    from vrampilot.paths import embedded_model_path
-
-    paths = {"SmolLM2-135M Q4_1/Q8_0": embedded_model_path(), **{n: bench.fixture(n) for n in bench.FIXTURES}}
-    specs = {k: load_model_spec(v) for k, v in paths.items()}
-    by_file = {s.path.name: s for s in specs.values()}
+    specs, by_file = bench_specs()
     totals: dict[str, int] = {}
     n_cases = 0
     for run in sys.argv[1:]:

@@ -102,6 +102,33 @@ def test_sliding_window_layers_stop_growing_at_their_window(tmp_path: Path) -> N
     assert late_swa == pytest.approx(late_full / 6, rel=1e-6)
 
 
+def test_a_sliding_window_goes_at_the_pace_of_the_thread_whose_slice_holds_it(tmp_path: Path) -> None:
+    from vrampilot.planner.cpu_speed import decode_attention_imbalance as uneven
+
+    # Gemma 3's sliding cache is a ring of 1024 cells (the 512-token window and a ubatch), split
+    # over 2 threads by halves of the view. The 1001st token's window is cells 489-1000: 23 in the
+    # first half, 489 in the second.
+    assert uneven(1001, 1024, 4, 2, "f16", window=512) == pytest.approx(2 * 489 / 512)
+    # Past the ring's end the positions go round: the 1101st token's window is cells 589-1023 and
+    # 0-76, 77 + 435.
+    assert uneven(1101, 1024, 4, 2, "f16", window=512) == pytest.approx(2 * 435 / 512)
+    # Until the window is full a sliding layer splits as any other; one thread waits for no other.
+    assert uneven(300, 1024, 4, 2, "f16", window=512) == uneven(300, 8192, 4, 2, "f16") > 1.5
+    assert uneven(1001, 1024, 4, 1, "f16", window=512) == 1.0
+    # So at 2 threads the sliding layers' steps cost more at 1000 tokens than at 600, though both
+    # see 512 cells (the window sits across the halves at 600), where at 1 thread only the full
+    # layer grows.
+    spec = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", n_layer=6, sliding_window=512))
+    full = load_model_spec(write_model(tmp_path / "g0.gguf", "gemma3", n_layer=6, sliding_window=0))
+    probe = uniform_probe(threads=(1, 2))
+    for threads, more in ((1, False), (2, True)):
+        pins = Pins(n_ctx=4096, n_threads=threads, n_threads_batch=threads, type_k="f16", type_v="f16")
+        m_swa, m_full = _model(spec, probe, pins, cores=2), _model(full, probe, pins, cores=2)
+        late_swa = m_swa.decode_seconds(1000) - m_swa.decode_seconds(600)
+        late_full = m_full.decode_seconds(1000) - m_full.decode_seconds(600)
+        assert (late_swa > 1.5 * late_full / 6) is more
+
+
 def test_a_short_prompt_costs_at_least_one_pass_over_the_weights(q8_llama: ModelSpec) -> None:
     m = _model(q8_llama, uniform_probe(decode_gbps=10.0, prefill_gflops=1000.0))
     table = weight_table(q8_llama)

@@ -352,7 +352,13 @@ class AttentionShape:
     head_dim: float
     cells: int  # the cache cells the layer can see (the window for sliding-window layers)
     n_head_kv: int = 0  # KV heads the query heads share (0: one per query head)
-    sliding: bool = False  # a sliding-window layer (its cells sit anywhere in a ring buffer)
+    # A sliding-window layer's whole cache (the window plus a ubatch, padded), a ring its positions
+    # go round; 0 for a layer that sees every cell it holds.
+    ring_cells: int = 0
+
+    @property
+    def sliding(self) -> bool:
+        return self.ring_cells > 0
 
 
 def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[AttentionShape | None, ...]:
@@ -370,13 +376,14 @@ def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[A
             continue
         # MLA's latent is one cache row that every head reads.
         n_kv = 1 if spec.is_mla else spec.n_head_kv[il]
-        cells = cells_of(il)
+        cells = ring = cells_of(il)
         if spec.swa_layers[il] and spec.sliding_window:
             # A sliding-window layer's cache holds the window plus a ubatch, but a query sees the
             # window only, and the CPU kernel skips the masked rest.
             cells = min(cells, spec.sliding_window)
-        out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv,
-                                  sliding=bool(spec.swa_layers[il] and spec.sliding_window)))
+        else:
+            ring = 0
+        out.append(AttentionShape(spec.n_head[il], (dk + dv) / 2, cells, n_kv, ring_cells=ring))
     return tuple(out)
 
 
@@ -388,23 +395,42 @@ def causal_cells(m: int, pos: int, window: int) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def decode_attention_imbalance(n_used: int, n_cells: int, n_head: int, threads: int, kv_type: str) -> float:
+def decode_attention_imbalance(
+    n_used: int, n_cells: int, n_head: int, threads: int, kv_type: str, window: int = 0
+) -> float:
     """How much longer a decode step's flash attention takes than its work spread evenly over the
-    threads (what the probe's kernels measured): `n_used` cells in use (the new token's included)
-    of a cache of `n_cells`.
+    threads (what the probe's kernels measured): `n_used` positions in the cache (the new token's
+    included) of `n_cells`; a sliding-window layer (`window`) sees the last `window` of them.
 
     Split over the cells, each thread takes an equal slice of the padded view and the masked tail
     costs nothing, so the first threads do all the work of theirs: 1030 cells in a view of 1280 on
     2 threads are 640 + 390, 1.24x the even split, and 4128 in 4352 only 1.05x. Unmodelled, the built-in
     model's run at 1030 cells taught that excess to the attention factor, which then priced 4K-deep
     steps at 2 threads 0.71-0.87 of what llama.cpp ran (bench/speed.py, 2026-12-02). Split over the
-    query heads (quantized caches, short views), the busiest thread takes the most heads."""
+    query heads (quantized caches, short views), the busiest thread takes the most heads.
+
+    A sliding-window layer's cache is a ring of the window plus a ubatch: position p sits in cell
+    p mod `n_cells` (llama_kv_cache::find_slot reuses the cells the window has left), and the view
+    covers the whole ring once it went round. Its window is a run of cells that one slice can hold
+    nearly whole: the 1001st token's window of 512 in a Gemma 3 layer's 1024 cells is 23 + 489 on 2 threads.
+    Taken as spread evenly, Gemma 3's 2-thread steps at 1K-4K tokens were priced faster than
+    llama.cpp ran them, and its chat's shallower replies, corrected by that, moved them further
+    (bench/speed.py: 1.10 of measured after three replies, the median of 25 runs)."""
     if threads <= 1 or n_used <= 0 or n_head <= 0:
         return 1.0
-    view = min(n_cells, max(KV_VIEW_PAD, -(-n_used // KV_VIEW_PAD) * KV_VIEW_PAD))
+    filled = min(n_used, n_cells)
+    view = min(n_cells, max(KV_VIEW_PAD, -(-filled // KV_VIEW_PAD) * KV_VIEW_PAD))
     if kv_type in ("f16", "f32") and view >= SPLIT_KV_MIN_VIEW:
         chunk = -(-view // threads)
-        return threads * min(chunk, n_used) / n_used
+        seen = min(filled, window) if window > 0 else filled
+        start = (n_used - seen) % n_cells if window > 0 else 0
+        # The seen cells: one run from `start`, wrapping past the ring's end.
+        runs = [(start, min(start + seen, n_cells)), (0, max(0, start + seen - n_cells))]
+        busiest = max(
+            sum(max(0, min(hi, min(view, (i + 1) * chunk)) - max(lo, i * chunk)) for lo, hi in runs)
+            for i in range(threads)
+        )
+        return threads * busiest / seen
     # Rows (query heads) in chunks of a quarter thread's share, handed out in turn.
     rows = max(1, -(-n_head // (4 * threads)))
     n_chunks = -(-n_head // rows)
@@ -443,10 +469,13 @@ def decode_seconds(
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
             ram = rates.attention_ram_cell_seconds(kv_type, att.head_dim, threads)
             # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost,
-            # at the pace of the busiest thread. A sliding window's cells sit anywhere in its ring:
-            # spread evenly on average.
+            # at the pace of the busiest thread.
             used = min(max(n_tokens, 1), att.cells)
-            uneven = 1.0 if att.sliding else decode_attention_imbalance(used + 1, att.cells, att.n_head, threads, kv_type)
+            if att.sliding:
+                uneven = decode_attention_imbalance(max(n_tokens, 1) + 1, att.ring_cells, att.n_head, threads, kv_type,
+                                                    window=att.cells)  # fmt: skip
+            else:
+                uneven = decode_attention_imbalance(used + 1, att.cells, att.n_head, threads, kv_type)
             t_att += used * (att.n_head * cell + (att.n_head_kv or att.n_head) * ram) * uneven
     out = table.output
     if output_on_cpu and out is not None:
