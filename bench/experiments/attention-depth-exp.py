@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -28,31 +29,11 @@ SHAPES = ((512, 8), (512, 2), (128, 8))  # (queries, KV heads)
 THREADS = (1, 2)
 
 
-def time_attention(cpu: object, n_q: int, n_kv: int, n_head_kv: int, threads: int) -> float:
-    from vrampilot.llamacpp.ggml import F16, F32
+def time_attention(cpu: Any, n_q: int, n_kv: int, n_head_kv: int, threads: int) -> float:
+    from vrampilot.llamacpp.ggml import F16
 
-    api = cpu.api  # type: ignore[attr-defined]
-    c = cpu._context(8)  # type: ignore[attr-defined]
-    buf = 0
-    try:
-        q = api.new_tensor_4d(c, F32, HEAD_DIM, n_q, N_HEAD, 1)
-        k = api.new_tensor_4d(c, F16, HEAD_DIM, n_kv, n_head_kv, 1)
-        v = api.new_tensor_4d(c, F16, HEAD_DIM, n_kv, n_head_kv, 1)
-        mask = api.new_tensor_4d(c, F16, n_kv, n_q, 1, 1)
-        out = api.flash_attn_ext(c, q, k, v, mask, HEAD_DIM**-0.5, 0.0, 0.0)
-        graph, buf = cpu._allocated_graph(c, out, "attention")  # type: ignore[attr-defined]
-        cpu._fill(q, F32, HEAD_DIM, n_q * N_HEAD)  # type: ignore[attr-defined]
-        cpu._fill(k, F16, HEAD_DIM, n_kv * n_head_kv)  # type: ignore[attr-defined]
-        cpu._fill(v, F16, HEAD_DIM, n_kv * n_head_kv)  # type: ignore[attr-defined]
-        import numpy as np
-
-        zeros = np.zeros(int(api.nbytes(mask)) // 2, dtype=np.float16)
-        api.tensor_set(mask, zeros.ctypes.data, 0, zeros.nbytes)
-        return float(cpu._compute(graph, threads, 2))  # type: ignore[attr-defined]
-    finally:
-        if buf:
-            api.buffer_free(buf)
-        api.free(c)
+    timing = cpu.flash_attn(F16, HEAD_DIM, n_q, n_kv, N_HEAD, [threads], repeats=2, n_head_kv=n_head_kv)
+    return float(timing[0].seconds)
 
 
 def main() -> None:

@@ -444,22 +444,32 @@ class CpuKernels:
             api.free(c)
 
     def flash_attn(
-        self, kv_type: int, head_dim: int, n_q: int, n_kv: int, n_head: int, threads: Sequence[int], repeats: int
+        self,
+        kv_type: int,
+        head_dim: int,
+        n_q: int,
+        n_kv: int,
+        n_head: int,
+        threads: Sequence[int],
+        repeats: int,
+        n_head_kv: int = 0,
     ) -> list[OpTiming]:
-        """Flash attention of n_q queries (n_head heads) over n_kv cached cells of `kv_type`."""
+        """Flash attention of n_q queries (n_head heads) over n_kv cached cells of `kv_type`, the
+        query heads sharing n_head_kv KV heads (0: one per query head)."""
+        n_head_kv = n_head_kv or n_head
         api = self.api
         c = self._context(8)
         buf = 0
         try:
             q = api.new_tensor_4d(c, F32, head_dim, n_q, n_head, 1)
-            k = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head, 1)
-            v = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head, 1)
+            k = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head_kv, 1)
+            v = api.new_tensor_4d(c, kv_type, head_dim, n_kv, n_head_kv, 1)
             mask = api.new_tensor_4d(c, F16, n_kv, n_q, 1, 1)  # one row per query, as llama.cpp builds it
             out = api.flash_attn_ext(c, q, k, v, mask, head_dim**-0.5, 0.0, 0.0)
             graph, buf = self._allocated_graph(c, out, "attention")
             self._fill(q, F32, head_dim, n_q * n_head)
-            self._fill(k, kv_type, head_dim, n_kv * n_head)
-            self._fill(v, kv_type, head_dim, n_kv * n_head)
+            self._fill(k, kv_type, head_dim, n_kv * n_head_kv)
+            self._fill(v, kv_type, head_dim, n_kv * n_head_kv)
             zeros = np.zeros(int(api.nbytes(mask)) // 2, dtype=np.float16)  # nothing masked
             api.tensor_set(mask, zeros.ctypes.data, 0, zeros.nbytes)
             return self._scaling(graph, threads, repeats, "CPU")
