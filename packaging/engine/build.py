@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -52,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_NAME = "vrampilot-engine.json"
 # Part of the cache key with the CMake arguments: bump it when the post-processing or the manifest
 # changes (the file's own hash is not used, so that editing a comment does not cost a rebuild).
-RECIPE_REVISION = 5
+RECIPE_REVISION = 7
 
 # Always passed, ON or OFF, so nothing depends on a default of the vendored CMake files.
 BASE_CMAKE_ARGS = (
@@ -158,32 +159,222 @@ def _nvidia_gpu_visible() -> bool:
     return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
-def vulkan_problem() -> str | None:
-    """Why the vendored ggml-vulkan cannot be built here, or None when it can. It needs headers
-    with VK_EXT_layer_settings (Vulkan-Headers 1.3.261 and later: Debian 12's 1.3.239 lack it),
-    glslc to compile its shaders, and the SPIR-V headers."""
+@dataclasses.dataclass(frozen=True)
+class VulkanInputs:
+    """What the Vulkan build is pointed at. Paths left None are found by CMake as usual."""
+
+    include_dir: Path  # holds vulkan/vulkan_core.h
+    headers_version: str  # "1.4.309": part of the cache key
+    glslc: str
+    glslc_version: str  # its first --version line: the shaders it writes are part of the wheel
+    library: Path | None = None  # a libvulkan to link against (only its soname is recorded)
+    spirv_config_dir: Path | None = None  # the folder of SPIRV-HeadersConfig.cmake
+    glslc_library_dir: Path | None = None  # LD_LIBRARY_PATH for a glslc unpacked from its package
+    source: str = "system"
+
+    def cmake_args(self) -> list[str]:
+        args = [f"-DVulkan_INCLUDE_DIR={self.include_dir}", f"-DVulkan_GLSLC_EXECUTABLE={self.glslc}"]
+        if self.library is not None:
+            args.append(f"-DVulkan_LIBRARY={self.library}")
+        if self.spirv_config_dir is not None:
+            args.append(f"-DSPIRV-Headers_DIR={self.spirv_config_dir}")
+        return args
+
+
+def _header_version(header: Path) -> str:
+    text = header.read_text(encoding="utf-8", errors="replace")
+    patch = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
+    complete = re.search(r"VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(\d+, *(\d+), *(\d+)", text)
+    if complete and patch:
+        return f"{complete.group(1)}.{complete.group(2)}.{patch.group(1)}"
+    return f"1.3.{patch.group(1)}" if patch else "unknown"
+
+
+def _glslc_version(glslc: str, library_dir: Path | None = None) -> str | None:
+    env = dict(os.environ)
+    if library_dir is not None:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(library_dir), env.get("LD_LIBRARY_PATH", "")) if x)
+    try:
+        out = subprocess.run([glslc, "--version"], capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _system_vulkan() -> tuple[VulkanInputs | None, str]:
+    """The Vulkan SDK (VULKAN_SDK) or the system's headers, when they serve; else why not."""
     roots = [Path(os.environ["VULKAN_SDK"]) / "Include"] if os.environ.get("VULKAN_SDK") else []
     roots += [Path(os.environ["VULKAN_SDK"]) / "include"] if os.environ.get("VULKAN_SDK") else []
     roots += [Path("/usr/include"), Path("/usr/local/include")]
     header = next((r / "vulkan" / "vulkan_core.h" for r in roots if (r / "vulkan" / "vulkan_core.h").is_file()), None)
     if header is None:
-        return "no Vulkan headers (vulkan/vulkan_core.h)"
-    text = header.read_text(encoding="utf-8", errors="replace")
-    version = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
-    if "VK_EXT_layer_settings" not in text:
-        v = f"1.3.{version.group(1)}" if version else "these"
-        return f"the Vulkan headers here ({v}) lack VK_EXT_layer_settings, which llama.cpp's Vulkan backend needs (1.3.261 or later)"
-    if shutil.which("glslc") is None:
-        return "no glslc (the shader compiler)"
+        return None, "no Vulkan headers (vulkan/vulkan_core.h)"
+    version = _header_version(header)
+    if "VK_EXT_layer_settings" not in header.read_text(encoding="utf-8", errors="replace"):
+        return None, (f"the Vulkan headers here ({version}) lack VK_EXT_layer_settings, which llama.cpp's Vulkan "
+                      "backend needs (1.3.261 or later)")  # fmt: skip
+    glslc = shutil.which("glslc")
+    if glslc is None:
+        return None, "no glslc (the shader compiler)"
     if not any((r / "spirv" / "unified1" / "spirv.hpp").is_file() for r in roots):
-        return "no SPIR-V headers (spirv/unified1/spirv.hpp)"
+        return None, "no SPIR-V headers (spirv/unified1/spirv.hpp)"
     # ggml-vulkan asks CMake for the SPIR-V headers' package (find_package(SPIRV-Headers CONFIG)),
     # which some installs of the headers lack.
     prefixes = [r.parent for r in roots] + [Path(p) for p in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
     configs = ("share/cmake", "lib/cmake", "lib/x86_64-linux-gnu/cmake", "lib64/cmake", "cmake")
     if not any(list((prefix / c).glob("SPIRV-Headers*/SPIRV-HeadersConfig.cmake")) for prefix in prefixes for c in configs):
-        return "the SPIR-V headers have no CMake package (SPIRV-HeadersConfig.cmake), which llama.cpp's Vulkan build asks for"
-    return None
+        return None, ("the SPIR-V headers have no CMake package (SPIRV-HeadersConfig.cmake), which llama.cpp's "
+                      "Vulkan build asks for")  # fmt: skip
+    return VulkanInputs(header.parent.parent, version, glslc, _glslc_version(glslc) or "unknown"), ""
+
+
+# Where the system's headers are too old (Debian 12: 1.3.239), the build takes Debian 13's, fetched
+# by apt into the engine cache: its own sources list, lists and archive folder, the system's
+# keyring to check the signatures, nothing installed. Only headers and a library to link against
+# come from there; the module links libvulkan.so.1 by soname and runs on the system's loader
+# (ggml-vulkan resolves every Vulkan function through vkGetInstanceProcAddr at run time).
+DEBIAN_VULKAN_SUITE = "trixie"
+DEBIAN_VULKAN_PACKAGES = ("libvulkan-dev", "libvulkan1", "spirv-headers")
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+DEBIAN_MIRROR_ENV = "VRAMPILOT_DEBIAN_MIRROR"  # another Debian mirror, if the default is not reachable
+
+
+def _apt_options(state: Path, sources: Path) -> list[str]:
+    return [
+        "-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/nonexistent",
+        "-o", "Dir::Etc::Preferences=/nonexistent", "-o", "Dir::Etc::PreferencesParts=/nonexistent",
+        "-o", f"Dir::State={state}", "-o", "Dir::State::status=/dev/null", "-o", f"Dir::Cache={state / 'cache'}",
+        "-o", "Acquire::Languages=none", "-o", "quiet=1",
+        # As root apt drops to the _apt user to download, who cannot write into root's cache.
+        *(["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []),
+    ]  # fmt: skip
+
+
+def _apt_download(packages: tuple[str, ...], into: Path, options: list[str]) -> None:
+    into.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["apt-get", *options, "download", *packages], cwd=into, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"apt-get download {' '.join(packages)}: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+
+
+def _unpack_debs(debs: Path, root: Path) -> dict[str, str]:
+    versions = {}
+    for deb in sorted(debs.glob("*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=300)
+        name, version = deb.name.split("_")[:2]
+        versions[name] = version.replace("%3a", ":")
+    return versions
+
+
+def fetch_debian_vulkan(dest: Path) -> dict[str, str]:
+    """Debian 13's Vulkan and SPIR-V headers unpacked under dest/root; their versions."""
+    if (dest / "packages.json").is_file():
+        return dict(json.loads((dest / "packages.json").read_text(encoding="utf-8")))
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise RuntimeError("apt-get and dpkg-deb are needed to fetch Debian 13's Vulkan headers")
+    if not DEBIAN_KEYRING.is_file():
+        raise RuntimeError(f"no Debian archive keyring ({DEBIAN_KEYRING}) to check Debian 13's packages with")
+    work = dest.with_name(dest.name + ".part")
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "state" / "lists" / "partial").mkdir(parents=True)
+    (work / "state" / "cache" / "archives" / "partial").mkdir(parents=True)
+    mirror = os.environ.get(DEBIAN_MIRROR_ENV, "http://deb.debian.org/debian").rstrip("/")
+    sources = work / "sources.list"
+    sources.write_text(f"deb [signed-by={DEBIAN_KEYRING}] {mirror} {DEBIAN_VULKAN_SUITE} main\n", encoding="utf-8")
+    options = _apt_options(work / "state", sources)
+    log(f"fetching Debian 13's Vulkan headers ({', '.join(DEBIAN_VULKAN_PACKAGES)}) into {dest}")
+    r = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 or "W: GPG error" in r.stderr or "NO_PUBKEY" in r.stderr:
+        raise RuntimeError(f"apt-get update for {DEBIAN_VULKAN_SUITE}: {(r.stderr or r.stdout).strip()[-400:]}")
+    _apt_download(DEBIAN_VULKAN_PACKAGES, work / "debs", options)  # apt checks each file against the signed lists
+    versions = _unpack_debs(work / "debs", work / "root")
+    shutil.rmtree(work / "state")  # the lists (20 MB): not needed once the packages are unpacked
+    shutil.rmtree(work / "debs")
+    (work / "packages.json").write_text(json.dumps(versions, indent=1, sort_keys=True), encoding="utf-8")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(work, dest)
+    return versions
+
+
+def fetch_system_glslc(dest: Path) -> Path:
+    """glslc and its library from this system's own package sources (no root needed), unpacked
+    under dest/root: for a machine whose user cannot `apt install glslc`."""
+    glslc = dest / "root" / "usr" / "bin" / "glslc"
+    if glslc.is_file():
+        return glslc
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        raise RuntimeError("no glslc, and no apt-get to fetch it")
+    work = dest.with_name(dest.name + ".part")
+    shutil.rmtree(work, ignore_errors=True)
+    log("fetching glslc from this system's package sources")
+    _apt_download(("glslc", "libshaderc1"), work / "debs", ["-o", "quiet=1"])
+    _unpack_debs(work / "debs", work / "root")
+    shutil.rmtree(work / "debs")
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(work, dest)
+    return glslc
+
+
+def _debian_vulkan() -> tuple[VulkanInputs | None, str]:
+    if not sys.platform.startswith("linux") or not platform_tag().endswith("x86_64"):
+        return None, "Debian 13's Vulkan headers are fetched for x86-64 Linux only"
+    dest = cache_root() / "vulkan-build" / f"debian-{DEBIAN_VULKAN_SUITE}"
+    try:
+        versions = fetch_debian_vulkan(dest)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return None, f"could not fetch Debian 13's Vulkan headers: {exc}"
+    root = dest / "root" / "usr"
+    glslc, library_dir = shutil.which("glslc"), None
+    if glslc is None:
+        try:
+            path = fetch_system_glslc(cache_root() / "vulkan-build" / "glslc")
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            return None, f"no glslc (the shader compiler), and it could not be fetched: {exc}"
+        glslc, library_dir = str(path), path.parents[1] / "lib" / "x86_64-linux-gnu"
+    glslc_version = _glslc_version(glslc, library_dir)
+    if glslc_version is None:
+        return None, f"{glslc} does not run here"
+    inputs = VulkanInputs(
+        include_dir=root / "include",
+        headers_version=_header_version(root / "include" / "vulkan" / "vulkan_core.h"),
+        glslc=glslc,
+        glslc_version=glslc_version,
+        library=root / "lib" / "x86_64-linux-gnu" / "libvulkan.so.1",
+        spirv_config_dir=root / "share" / "cmake" / "SPIRV-Headers",
+        glslc_library_dir=library_dir,
+        source=f"Debian 13 packages ({', '.join(f'{k} {v}' for k, v in sorted(versions.items()))})",
+    )
+    missing = [p for p in (inputs.include_dir / "vulkan" / "vulkan_core.h", inputs.library, inputs.spirv_config_dir) if p and not p.exists()]
+    if missing:
+        return None, f"Debian 13's packages in {dest} lack {', '.join(map(str, missing))}: delete that folder to fetch them again"
+    return inputs, ""
+
+
+_VULKAN: dict[tuple[str, ...], tuple[VulkanInputs | None, str | None]] = {}
+
+
+def vulkan_inputs() -> tuple[VulkanInputs | None, str | None]:
+    """The headers, glslc and SPIR-V package the Vulkan build uses, or why it cannot be built:
+    a VULKAN_SDK or the system's headers where they are new enough, else (no VULKAN_SDK set)
+    Debian 13's, fetched once into the engine cache. Asked once per run."""
+    asked = (*(os.environ.get(v, "") for v in ("VULKAN_SDK", "PATH", "CMAKE_PREFIX_PATH")), str(cache_root()))
+    if asked not in _VULKAN:
+        inputs, why = _system_vulkan()
+        if inputs is None and not os.environ.get("VULKAN_SDK"):
+            fetched, why_not = _debian_vulkan()
+            if fetched is not None:
+                inputs = fetched
+            elif shutil.which("apt-get"):
+                why = f"{why}; {why_not}"
+        _VULKAN[asked] = (inputs, None if inputs else why)
+    return _VULKAN[asked]
+
+
+def vulkan_problem() -> str | None:
+    """Why the vendored ggml-vulkan cannot be built here, or None when it can. It needs headers
+    with VK_EXT_layer_settings (Vulkan-Headers 1.3.261 and later: Debian 12's 1.3.239 lack it),
+    glslc to compile its shaders, and the SPIR-V headers with their CMake package."""
+    return vulkan_inputs()[1]
 
 
 def gpu_backends() -> tuple[list[str], dict[str, str]]:
@@ -245,7 +436,27 @@ def _cmake_args_for(built: list[str]) -> list[str]:
         args += [f"-DCMAKE_CUDA_COMPILER={nvcc}", f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_architectures()}"]
     if "vulkan" in built:
         args[args.index("-DGGML_VULKAN=OFF")] = "-DGGML_VULKAN=ON"
+        inputs = vulkan_inputs()[0]
+        assert inputs is not None
+        args += inputs.cmake_args()
     return args
+
+
+def _keyed_args(args: list[str]) -> list[str]:
+    """The CMake arguments as the cache key sees them: a path inside the engine cache is named
+    relative to it, so moving the cache (VRAMPILOT_ENGINE_CACHE) does not make a new key."""
+    root = str(cache_root())
+    return [a.replace(root, "<engine-cache>") for a in args]
+
+
+def _vulkan_versions(args: list[str]) -> dict[str, str]:
+    """The Vulkan headers' and glslc's versions when the build has Vulkan: they shape the
+    module (the headers' API, the shaders glslc writes) and so the key."""
+    if "-DGGML_VULKAN=ON" not in args:
+        return {}
+    inputs = vulkan_inputs()[0]
+    assert inputs is not None
+    return {"vulkan_headers": inputs.headers_version, "glslc": inputs.glslc_version}
 
 
 def platform_tag() -> str:
@@ -254,11 +465,13 @@ def platform_tag() -> str:
 
 def recipe() -> dict[str, object]:
     """Everything that shapes the built wheel; its hash is the cache key."""
+    args = cmake_args()
     return {
         "llama_cpp_python": pinned_llama_cpp_python(),
-        "cmake_args": cmake_args(),
+        "cmake_args": _keyed_args(args),
         "platform": platform_tag(),
         "recipe_revision": RECIPE_REVISION,
+        **_vulkan_versions(args),
     }
 
 
@@ -272,7 +485,8 @@ def compile_key() -> str:
 
 
 def _compile_key_for(args: list[str]) -> str:
-    return _hash({"llama_cpp_python": pinned_llama_cpp_python(), "cmake_args": args, "platform": platform_tag()})
+    return _hash({"llama_cpp_python": pinned_llama_cpp_python(), "cmake_args": _keyed_args(args), "platform": platform_tag(),
+                  **_vulkan_versions(args)})  # fmt: skip
 
 
 def _failures_path() -> Path:
@@ -362,13 +576,26 @@ def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
     env["CMAKE_ARGS"] = " ".join(cmake_args())
     env["FORCE_CMAKE"] = "1"
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-    log(f"compiling llama-cpp-python with {env['CMAKE_ARGS']} (several minutes)")
+    vulkan = vulkan_inputs()[0] if "-DGGML_VULKAN=ON" in cmake_args() else None
+    if vulkan is not None and vulkan.glslc_library_dir is not None:  # a glslc unpacked from its package
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(vulkan.glslc_library_dir), env.get("LD_LIBRARY_PATH", "")) if x)
+    log(f"compiling llama-cpp-python with {env['CMAKE_ARGS']}")
+    # pip says nothing while CMake runs: a line a minute, so a first `make run` does not look hung.
+    cores = int(env["CMAKE_BUILD_PARALLEL_LEVEL"])
+    per_core_min = 11 if vulkan is not None else 10  # minutes on 2 cores, measured (README: GPUs)
+    log(f"first build: about {per_core_min * 2 // max(cores, 1)} minutes on {cores} cores; it is cached afterwards")
     started = time.monotonic()
-    subprocess.run(
-        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(out_dir), str(sdist)],
-        check=True,
-        env=env,
+    proc = subprocess.Popen(
+        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(out_dir), str(sdist)], env=env
     )
+    while True:
+        try:
+            rc = proc.wait(timeout=60)
+            break
+        except subprocess.TimeoutExpired:
+            log(f"still compiling, {(time.monotonic() - started) / 60:.0f} min so far")
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, proc.args)
     wheels = sorted(out_dir.glob("llama_cpp_python-*.whl"))
     if len(wheels) != 1:
         raise SystemExit(f"engine: expected one wheel in {out_dir}, found {[w.name for w in wheels]}")
@@ -430,7 +657,7 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
             if not _loaded_name(base, {n.rsplit("/", 1)[-1] for n in packaged if n.startswith("lib/")}):
                 continue
             info = _renamed(info, "llama_cpp/lib/" + base)
-        files.append((info, data))
+        files.append((info, strip_cache_runpath(data, name)))
     variants = manifest["cpu_variants"]
     assert isinstance(variants, dict)
     built = {_variant_of(name.rsplit("/", 1)[-1]) for name in moved} - {None}
@@ -456,6 +683,29 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
         dst.writestr(record_name, "\n".join(record) + "\n")
     os.replace(tmp, out)
     return manifest
+
+
+def strip_cache_runpath(data: bytes, name: str) -> bytes:
+    """An ELF file whose RUNPATH names a folder of the engine cache, with that entry cut off.
+
+    llama-cpp-python's CMake file adds every link folder outside the build tree to the installed
+    RUNPATH (CMAKE_INSTALL_RPATH_USE_LINK_PATH), so linking against the Debian 13 libvulkan in the
+    cache leaves `$ORIGIN:<cache>/...` in libggml-vulkan: the module would load that libvulkan,
+    built for a newer glibc, instead of the system's loader. The entry is the string's tail, so it
+    is overwritten with NULs in place (the string table keeps its size); any other place the cache
+    is named is an error."""
+    root = str(cache_root()).encode()
+    if root not in data or not data.startswith(b"\x7fELF"):
+        return data
+    out = bytearray(data)
+    start = 0
+    while (i := out.find(root, start)) >= 0:
+        end = out.find(b"\0", i)
+        if i == 0 or out[i - 1 : i] != b":" or end < 0 or b":" in out[i:end]:
+            raise SystemExit(f"engine: {name} names the engine cache ({root.decode()}) outside its RUNPATH's tail")
+        out[i - 1 : end] = b"\0" * (end - i + 1)
+        start = end
+    return bytes(out)
 
 
 def _loaded_name(base: str, siblings: set[str]) -> bool:
@@ -524,6 +774,7 @@ def ensure_wheel(python: str) -> Path:
         "cpu_variants": read_variant_table(sdist),
         "gpu_backends": built,
         "gpu_skipped": skipped,  # why the build machine built without them (vrampilot doctor says it)
+        "vulkan_source": vulkan_inputs()[0].source if "vulkan" in built else None,  # type: ignore[union-attr]
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -590,6 +841,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.explain_gpu:
         built, skipped = gpu_backends()
         print(f"GPU backends built here: {', '.join(built) or 'none'}")
+        if "vulkan" in built:
+            inputs = vulkan_inputs()[0]
+            assert inputs is not None
+            print(f"  vulkan: headers {inputs.headers_version} from {inputs.source}, {inputs.glslc_version}")
         for name, why in skipped.items():
             print(f"  {name}: {why}")
     elif args.print_key:

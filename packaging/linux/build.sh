@@ -108,13 +108,15 @@ Architecture: $ARCH
 Maintainer: ${DEB_MAINTAINER:-VRAM Pilot maintainers <maintainers@vrampilot.invalid>}
 Installed-Size: $(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
 Depends: libc6 (>= ${GLIBC_MIN:-2.31}), libgl1, libegl1, libfontconfig1, libxkbcommon0, libxkbcommon-x11-0, libxcb1, libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1, libxcb-image0, libxcb-render-util0, libxcb-shape0, libxcb-randr0, libxcb-xkb1, libwayland-client0, libwayland-cursor0, libwayland-egl1
+Recommends: libvulkan1, mesa-vulkan-drivers
 Section: science
 Priority: optional
 Description: plan, run and explain local GGUF models on the GPU you have
  VRAM Pilot reads a GGUF model's header, plans GPU offload and context size for this machine,
  explains the plan, and runs the model with llama.cpp. The package carries its own Python,
  Qt and llama.cpp under /opt/vrampilot and a small embedded model, so it works offline.
- The llama.cpp backend (CPU or CUDA) is the one it was built with: see "vrampilot doctor".
+ llama.cpp runs on the CPU, and on AMD, Intel and NVIDIA GPUs through their Vulkan drivers
+ (libvulkan1 and the driver; without them it runs on the CPU): see "vrampilot doctor".
 EOF
 mkdir -p "$DIST"
 rm -f "$DEB"

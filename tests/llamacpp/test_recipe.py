@@ -86,3 +86,24 @@ def test_vulkan_headers_without_the_spirv_cmake_package_are_named(tmp_path: Path
         assert why is None  # the system's package (Debian 13's spirv-headers) serves
     else:
         assert why is not None and "SPIRV-HeadersConfig.cmake" in why
+
+
+def test_no_engine_file_points_into_the_build_machines_cache() -> None:
+    """libggml-vulkan is linked against Debian 13's libvulkan in the engine cache; its RUNPATH must
+    not keep that folder, or the module would load that loader (built for a newer glibc) instead
+    of the system's."""
+    root = str(recipe.cache_root()).encode()
+    named = [p.name for p in [*LIB.iterdir(), *(LIB / "cpu").glob("*")] if p.is_file() and root in p.read_bytes()]
+    assert not named
+
+
+def test_the_cache_entry_is_cut_from_a_runpath_and_nothing_else_is_touched(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    monkeypatch.setenv("VRAMPILOT_ENGINE_CACHE", str(tmp_path))
+    lib = f"{tmp_path}/vulkan-build/root/usr/lib".encode()
+    elf = b"\x7fELF" + b"\0" * 12 + b"libvulkan.so.1\0$ORIGIN:" + lib + b"\0tail"
+    cut = recipe.strip_cache_runpath(elf, "libggml-vulkan.so")
+    assert len(cut) == len(elf) and b"$ORIGIN\0" in cut and lib not in cut and cut.endswith(b"\0tail")
+    assert recipe.strip_cache_runpath(b"not an elf " + lib, "x") == b"not an elf " + lib
+    with pytest.raises(SystemExit, match="outside its RUNPATH"):
+        recipe.strip_cache_runpath(b"\x7fELF\0" + lib + b"\0", "libx.so")

@@ -81,3 +81,33 @@ def run_exe(clean_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
         )
 
     return run
+
+
+def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
+    """Start `exe serve` (the bundle's own llama-server) on a free loopback port, ask one chat
+    completion, stop it with Ctrl-C; the llama-server command line it ran, and the reply."""
+    import http.client
+    import json
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([str(exe), "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        argv = [str(a) for a in json.loads(line)["argv"]]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 6}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        reply = json.loads(conn.getresponse().read())
+        conn.close()
+        return argv, str(reply["choices"][0]["message"]["content"])
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -30,8 +31,12 @@ def test_first_start_shows_the_machine_and_the_embedded_model(open_window) -> No
     text = w.hardware.text()
     if machine.gpus:
         assert machine.gpus[0].name in text
+    elif machine.llama.offload_devices:
+        assert machine.llama.offload_devices[0].name in text
     else:
-        assert "No NVIDIA GPU found: planning for the CPU" in text
+        assert "No GPU found: planning for the CPU" in text
+        if machine.llama.vulkan_status:  # a Vulkan module without a usable device says why
+            assert html.escape(machine.llama.vulkan_status) in text
     assert "CPU" in text and "RAM" in text
     # The embedded model is selected and planned without the user doing anything.
     assert w.plans.model_path == embedded_model_path()

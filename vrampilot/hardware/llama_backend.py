@@ -63,6 +63,7 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
         backend_failures=tuple(f"{name}: {why}" for name, why in loaded.failed) if loaded else (),
         devices=devices,
         gpu_build_note=_gpu_build_note(loaded.lib_dir) if loaded else None,
+        vulkan_status=loaded.vulkan if loaded else None,
     )
 
 

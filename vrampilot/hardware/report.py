@@ -71,6 +71,7 @@ def machine_to_dict(m: Machine) -> dict[str, Any]:
             "backend_failures": list(m.llama.backend_failures),
             "devices": [asdict(d) for d in m.llama.devices],
             "gpu_build_note": m.llama.gpu_build_note,
+            "vulkan_status": m.llama.vulkan_status,
         },
         "warnings": list(machine_warnings(m)),
     }
@@ -138,6 +139,8 @@ def format_machine(m: Machine) -> str:
             lines.append(f"  backends: {', '.join(llama.backends)}{recipe}")
         for failure in llama.backend_failures:
             lines.append(f"  not loaded: {failure}")
+        if llama.vulkan_status:
+            lines.append(f"  {llama.vulkan_status}")
         for d in llama.devices:
             kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(d.kind, d.kind)
             lines.append(f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "

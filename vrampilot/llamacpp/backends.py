@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from vrampilot.llamacpp.cpu_probe import CpuProbe, probe_cpu
+from vrampilot.llamacpp.vulkan_probe import VulkanProbe, probe_vulkan, software_allowed, visible_devices
 
 MANIFEST_NAME = "vrampilot-engine.json"
 CPU_DIR = "cpu"
@@ -75,6 +76,7 @@ class EngineBackends:
     failed: tuple[tuple[str, str], ...]  # (module file, why it did not load)
     probe_method: str
     note: str
+    vulkan: str | None = None  # the Vulkan line (vulkan_probe): what it found, or what is missing
 
     def describe_cpu(self) -> str:
         """One line for a person: the variant and why."""
@@ -237,7 +239,7 @@ def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None)
     files = {Path(str(f)).name for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]
     for backend in _BACKEND_ORDER:
         path = module_file(lib_dir, backend)
-        if path.name in files and path.exists():
+        if path.name in files and path.exists() and (backend != "vulkan" or loading.vulkan_usable()):
             loading.load(path)
 
     table = manifest.get("cpu_variants", {})
@@ -276,6 +278,19 @@ class _Loading:
         self.lib_dir, self.ggml, self.recipe_key = lib_dir, ggml, recipe_key
         self.failed: list[tuple[str, str]] = []
         self.probe_method = "not used"
+        self.vulkan: str | None = None
+
+    def vulkan_usable(self) -> bool:
+        """Whether to load the Vulkan module: only where a loader, a driver and a device that is
+        a GPU (or a software one, with VRAMPILOT_SOFTWARE_GPU=1) exist; asked in a child first."""
+        probe: VulkanProbe = probe_vulkan()
+        allowed = software_allowed()
+        self.vulkan = probe.describe(allowed)
+        visible = visible_devices(probe)
+        if visible is not None:
+            # llama.cpp skips CPU-type devices unless named; the user's own choice stands.
+            os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", visible)
+        return bool(probe.usable(allowed))
 
     def load(self, path: Path) -> bool:
         why = self.ggml.load(path)
@@ -304,4 +319,5 @@ class _Loading:
             failed=tuple(self.failed),
             probe_method=self.probe_method,
             note=note,
+            vulkan=self.vulkan,
         )

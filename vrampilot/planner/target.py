@@ -174,7 +174,7 @@ def target_from_machine(machine: Machine, rpc_hosts: Sequence[RpcHost] = (),
         desc = ", ".join(f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'})"
                          for g in gpus)  # fmt: skip
     else:
-        desc = "CPU only" + ("" if machine.gpus else " (no NVIDIA GPU found)")
+        desc = "CPU only" + ("" if machine.gpus else " (no GPU found)")
     target = _target(machine, desc, gpus, tuple(notes))
     return replace(target, devices_here=bool(machine.llama.devices) or bool(remote))
 

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from vrampilot.hardware import Machine, machine_warnings
+from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, is_software_name
 from vrampilot.ui.theme import WARN_AMBER
 from vrampilot.units import format_bytes
 
@@ -21,8 +22,19 @@ def hardware_summary_html(m: Machine) -> str:
             lines.append(
                 f"<b>GPU {g.index}</b>: {escape(g.name)}, {format_bytes(g.memory_total_bytes)} VRAM{free}{driver}"
             )
-    else:
-        lines.append("<b>No NVIDIA GPU found: planning for the CPU</b>")
+    # GPUs llama.cpp itself offloads to that NVML does not know (AMD, Intel through Vulkan; a
+    # software device with VRAMPILOT_SOFTWARE_GPU=1).
+    for d in m.llama.offload_devices:
+        if any(g.name and g.name in d.description for g in m.gpus):
+            continue
+        what = "integrated GPU, memory shared with the CPU" if d.kind == "igpu" else d.backend
+        if is_software_name(d.description):
+            what = f"software {d.backend} device, used: {SOFTWARE_GPU_ENV}=1"
+        lines.append(f"<b>{escape(d.name)}</b>: {escape(d.description)}, {format_bytes(d.memory_total_bytes)} ({escape(what)})")
+    if not lines:
+        lines.append("<b>No GPU found: planning for the CPU</b>")
+        if m.llama.vulkan_status:
+            lines.append(escape(m.llama.vulkan_status))
     cpu = m.cpu
     lines.append(f"<b>CPU</b>: {escape(cpu.model_name)}, {cpu.physical_cores} cores / {cpu.logical_cores} threads")
     lines.append(f"<b>RAM</b>: {format_bytes(m.ram_total_bytes)}, {format_bytes(m.ram_available_bytes)} available")

@@ -147,8 +147,8 @@ class PlanController(QObject):
     def _machine_ready(self, machine: Machine) -> None:
         self.machine = machine
         self.hardware_view.set_machine(machine)
-        if not machine.gpus:
-            self.status.emit("No NVIDIA GPU found: planning for the CPU")
+        if not machine.gpus and not machine.llama.offload_devices:
+            self.status.emit("No GPU found: planning for the CPU")
         targets = [(TARGET_MACHINE, "This machine"), (TARGET_CPU, "CPU only")]
         try:
             targets += [(PROFILE_PREFIX + p.name, f"{p.name} (profile)") for p in load_profiles()]

@@ -1,0 +1,48 @@
+"""The GPU path on a real Vulkan device: Mesa's lavapipe where no GPU is present.
+
+Every test here runs with VRAMPILOT_SOFTWARE_GPU=1, which lets the planner and llama.cpp use a
+software Vulkan device as if it were a GPU. Where the engine has no Vulkan module or no Vulkan
+driver is installed the tests skip with the reason, except under VRAMPILOT_REQUIRE_GPU=1 (what
+.ci/run sets): there a missing device fails the run, since CI promises the GPU path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from vrampilot.llamacpp.backends import read_manifest
+from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, probe_vulkan
+from vrampilot.server.binaries import lib_dir
+
+REQUIRE_ENV = "VRAMPILOT_REQUIRE_GPU"
+
+
+def why_no_vulkan() -> str | None:
+    try:
+        manifest = read_manifest(lib_dir()) or {}
+    except Exception as exc:
+        return f"no engine: {exc}"
+    if "vulkan" not in (manifest.get("gpu_backends") or []):
+        skipped = manifest.get("gpu_skipped") or {}
+        why = skipped.get("vulkan") if isinstance(skipped, dict) else None
+        return f"the engine has no Vulkan backend ({why or 'built before the recipe had GPU backends'})"
+    probe = probe_vulkan()
+    if not probe.devices:
+        return f"{probe.describe(True)} (for lavapipe: apt install mesa-vulkan-drivers)"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = why_no_vulkan()
+    if why is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 and no Vulkan device: {why}")
+        pytest.skip(why)
+    monkeypatch.setenv(SOFTWARE_GPU_ENV, "1")
+
+
+ROOT = Path(__file__).resolve().parents[2]
