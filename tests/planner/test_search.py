@@ -176,3 +176,15 @@ def test_one_thread_is_singular_and_k_alone_pinned_says_so(embedded_model: Path)
     text = " ".join(p.reasons)
     assert "1 thread:" in text and "1 threads" not in text
     assert "K q8_0 pinned by you" in text
+
+
+def test_a_kv_cache_quantized_for_layers_says_so(embedded_model: Path) -> None:
+    """A budget where q8_0 buys layers: the reason names the trade, never "full precision fits"
+    (what it said before, next to a q8_0 cache)."""
+    spec = load_model_spec(embedded_model)
+    p = plan(spec, target_from_vram(1150 * 1024 * 1024, cpu_machine()), Pins(n_ctx=8192))
+    assert p.settings.type_k == "q8_0" and 0 < p.settings.n_gpu_layers < spec.n_layer + 1
+    kv_reason = next(r for r in p.reasons if "KV cache (" in r)
+    assert "full precision fits" not in kv_reason
+    m = re.search(r"quantized because a full-precision cache fits only with (\d+) layers on the GPU, (\d+) with", kv_reason)
+    assert m and int(m.group(1)) < int(m.group(2)) == p.settings.n_gpu_layers

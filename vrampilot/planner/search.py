@@ -46,6 +46,8 @@ QUANT_BPW = (
 )
 
 
+FULL_PRECISION_KV = frozenset({"f16", "bf16", "f32"})  # K/V cache types that are not quantized
+
 @dataclass(frozen=True)
 class Pins:
     """What the user fixed. None means: the planner chooses."""
@@ -581,11 +583,19 @@ def _reasons(
                 if fits
                 else f"{kv_text} KV cache: " + "; ".join(parts) + "."
             )
-        else:
+        elif {s.type_k, s.type_v} <= FULL_PRECISION_KV:
             r.append(
                 f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): full precision fits, "
                 "so the cache is not quantized."
             )
+        else:
+            # Quantized though no full-precision cache was refused at this offload: it was traded
+            # for layers (a full-precision cache fits only with fewer of them on the GPU).
+            full = [t for t, _m, ok in tried if ok and {t.type_k, t.type_v} <= FULL_PRECISION_KV]
+            most = max((t.n_gpu_layers for t in full), default=None)
+            trade = (f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
+                     if most is not None and most < s.n_gpu_layers else "it keeps more of the model on the GPU")  # fmt: skip
+            r.append(f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): quantized because {trade}.")
     if spec.has_swa:
         n_swa = sum(spec.swa_layers)
         if s.swa_full:
