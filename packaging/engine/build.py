@@ -190,10 +190,16 @@ def _header_version(header: Path) -> str:
     return f"1.3.{patch.group(1)}" if patch else "unknown"
 
 
+def _with_library_dir(env: dict[str, str], library_dir: Path | None) -> dict[str, str]:
+    """`env` with `library_dir` first on LD_LIBRARY_PATH (a glslc unpacked from its package finds
+    its libshaderc there)."""
+    if library_dir is None:
+        return env
+    return {**env, "LD_LIBRARY_PATH": os.pathsep.join(x for x in (str(library_dir), env.get("LD_LIBRARY_PATH", "")) if x)}
+
+
 def _glslc_version(glslc: str, library_dir: Path | None = None) -> str | None:
-    env = dict(os.environ)
-    if library_dir is not None:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(library_dir), env.get("LD_LIBRARY_PATH", "")) if x)
+    env = _with_library_dir(dict(os.environ), library_dir)
     try:
         out = subprocess.run([glslc, "--version"], capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired):
@@ -577,13 +583,13 @@ def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
     env["FORCE_CMAKE"] = "1"
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     vulkan = vulkan_inputs()[0] if "-DGGML_VULKAN=ON" in cmake_args() else None
-    if vulkan is not None and vulkan.glslc_library_dir is not None:  # a glslc unpacked from its package
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(x for x in (str(vulkan.glslc_library_dir), env.get("LD_LIBRARY_PATH", "")) if x)
+    if vulkan is not None:
+        env = _with_library_dir(env, vulkan.glslc_library_dir)
     log(f"compiling llama-cpp-python with {env['CMAKE_ARGS']}")
     # pip says nothing while CMake runs: a line a minute, so a first `make run` does not look hung.
     cores = int(env["CMAKE_BUILD_PARALLEL_LEVEL"])
-    per_core_min = 11 if vulkan is not None else 10  # minutes on 2 cores, measured (README: GPUs)
-    log(f"first build: about {per_core_min * 2 // max(cores, 1)} minutes on {cores} cores; it is cached afterwards")
+    two_core_min = 11 if vulkan is not None else 9  # measured: 661 s and 545 s (docs/gpus.md)
+    log(f"first build: about {two_core_min * 2 // max(cores, 1)} minutes on {cores} cores; it is cached afterwards")
     started = time.monotonic()
     proc = subprocess.Popen(
         [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(out_dir), str(sdist)], env=env

@@ -8,19 +8,42 @@ driver is installed the tests skip with the reason, except under VRAMPILOT_REQUI
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from vrampilot.llamacpp.backends import read_manifest
-from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, probe_vulkan
+from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, loader_name, probe_vulkan
 from vrampilot.server.binaries import lib_dir
 
 REQUIRE_ENV = "VRAMPILOT_REQUIRE_GPU"
 
 
+def need(why: str) -> None:
+    """What a test of the GPU path cannot run without: a failure where CI promises that path
+    (VRAMPILOT_REQUIRE_GPU=1), a skip elsewhere."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1: {why}")
+    pytest.skip(why)
+
+
+def hiding_the_vulkan_loader() -> tuple[str, ...]:
+    """A command prefix that runs its command with the system's Vulkan loader hidden for real: a
+    private mount namespace with /dev/null over it (root and unshare, as in CI)."""
+    found = [Path(d) / loader_name() for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")]
+    loaders = sorted({str(p.resolve()) for p in found if p.exists()})
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not loaders:
+        need("hiding the Vulkan loader needs root, unshare (util-linux) and an installed loader")
+    mounts = " && ".join(f"mount --bind /dev/null {loader}" for loader in loaders)
+    return ("unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh")
+
+
+@functools.cache
 def why_no_vulkan() -> str | None:
+    """Asked once per session (a fork and the loader each time otherwise)."""
     try:
         manifest = read_manifest(lib_dir()) or {}
     except Exception as exc:
@@ -39,9 +62,7 @@ def why_no_vulkan() -> str | None:
 def vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
     why = why_no_vulkan()
     if why is not None:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 and no Vulkan device: {why}")
-        pytest.skip(why)
+        need(f"no Vulkan device: {why}")
     monkeypatch.setenv(SOFTWARE_GPU_ENV, "1")
 
 

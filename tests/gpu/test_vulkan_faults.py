@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.conftest import REQUIRE_ENV, ROOT
-from vrampilot.llamacpp.vulkan_probe import loader_name, probe_vulkan
+from tests.gpu.conftest import ROOT, hiding_the_vulkan_loader, need
+from vrampilot.llamacpp.vulkan_probe import probe_vulkan
 
 
 def doctor(env: dict[str, str], prefix: tuple[str, ...] = ()) -> tuple[dict[str, object], str]:
@@ -26,13 +26,6 @@ def doctor(env: dict[str, str], prefix: tuple[str, ...] = ()) -> tuple[dict[str,
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
     return json.loads(r.stdout)["llama_cpp"], r.stderr
-
-
-def need(why: str) -> None:
-    """What a test here cannot run without: a failure where CI promises the GPU path."""
-    if os.environ.get(REQUIRE_ENV) == "1":
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 def icd_manifest(path: Path, library: str) -> Path:
@@ -97,16 +90,9 @@ def test_a_driver_that_hangs_costs_the_deadline_not_the_app(tmp_path: Path, monk
     assert time.monotonic() - started < 60  # the child was killed, not waited for
 
 
-def test_no_vulkan_loader(tmp_path: Path) -> None:
-    """The loader hidden for real: a private mount namespace with /dev/null over the system's
-    libvulkan (root, as in CI)."""
-    found = [Path(d) / loader_name() for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")]
-    loaders = sorted({str(p.resolve()) for p in found if p.exists()})
-    if os.geteuid() != 0 or shutil.which("unshare") is None or not loaders:
-        need("hiding the loader needs root and unshare (util-linux)")
-    mounts = " && ".join(f"mount --bind /dev/null {loader}" for loader in loaders)
-    script = f'{mounts} && exec "$@"'
-    llama, _ = doctor({}, prefix=("unshare", "-m", "sh", "-c", script, "sh"))
+def test_no_vulkan_loader() -> None:
+    """The loader hidden for real (a private mount namespace with /dev/null over it)."""
+    llama, _ = doctor({}, prefix=hiding_the_vulkan_loader())
     assert "Vulkan" not in llama["backends"]  # type: ignore[operator]
     status = str(llama["vulkan_status"])
     assert status.startswith("Vulkan: no Vulkan loader") and "apt install libvulkan1" in status

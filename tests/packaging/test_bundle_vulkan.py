@@ -6,12 +6,12 @@ Under VRAMPILOT_REQUIRE_GPU=1 (.ci/run) a missing device fails instead of skippi
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.gpu.conftest import hiding_the_vulkan_loader, need
 from tests.packaging.conftest import Runner, serve_and_ask
 from vrampilot.llamacpp.vulkan_probe import loader_name, probe_vulkan
 
@@ -19,17 +19,10 @@ GPU = {"VRAMPILOT_SOFTWARE_GPU": "1"}
 PACKAGE_BUDGET_BYTES = 350 * 10**6  # each installer file (issue: under 350 MB)
 
 
-def _need(ok: bool, why: str) -> None:
-    if ok:
-        return
-    if os.environ.get("VRAMPILOT_REQUIRE_GPU") == "1":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def lavapipe() -> None:
-    _need(bool(probe_vulkan().devices), "no Vulkan device here (apt install mesa-vulkan-drivers)")
+    if not probe_vulkan().devices:
+        need("no Vulkan device here (apt install mesa-vulkan-drivers)")
 
 
 def exe(bundle_dir: Path) -> Path:
@@ -67,15 +60,10 @@ def test_the_bundled_llama_server_serves_with_layers_on_the_device(bundle_dir: P
 
 
 def test_without_the_vulkan_loader_the_bundle_runs_on_the_cpu_and_says_why(bundle_dir: Path, run_exe: Runner) -> None:
-    found = [Path(d) / loader_name() for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64")]
-    loaders = sorted({str(p.resolve()) for p in found if p.exists()})
-    _need(os.geteuid() == 0 and shutil.which("unshare") is not None and bool(loaders),
-          "hiding the Vulkan loader needs root, unshare and an installed loader")  # fmt: skip
-    hide = " && ".join(f"mount --bind /dev/null {x}" for x in loaders)
-    wrapped = Path(shutil.which("unshare") or "unshare")
+    unshare, *hide = hiding_the_vulkan_loader()
+    wrapped = Path(shutil.which(unshare) or unshare)
     for args in (("doctor",), ("chat", "--prompt", "Hi", "--max-tokens", "3", "--ctx", "512", "--threads", "1", "--json")):
-        result = run_exe(wrapped, "-m", "sh", "-c", f'{hide} && exec "$@"', "sh", str(exe(bundle_dir)), *args,
-                         timeout=600, env=GPU)  # fmt: skip
+        result = run_exe(wrapped, *hide, str(exe(bundle_dir)), *args, timeout=600, env=GPU)
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
         if args[0] == "doctor":

@@ -48,6 +48,7 @@ QUANT_BPW = (
 
 FULL_PRECISION_KV = frozenset({"f16", "bf16", "f32"})  # K/V cache types that are not quantized
 
+
 @dataclass(frozen=True)
 class Pins:
     """What the user fixed. None means: the planner chooses."""
@@ -555,7 +556,7 @@ def _reasons(
         why = (
             "matches it: CUDA's flash-attention kernels need one type for both"
             if gpu and other_t == pinned
-            else ("full precision fits" if other_t in ("f16", "bf16", "f32") else "the most precise that fits")
+            else ("full precision fits" if other_t in FULL_PRECISION_KV else "the most precise that fits")
         )
         r.append(f"{which} {pinned} pinned by you; {other} {other_t}: {why} ({format_bytes(mem.kv.total_bytes)}).")
     else:
