@@ -1,15 +1,18 @@
 """Run with VRAMPILOT_SOFTWARE_GPU=1 and QT_QPA_PLATFORM=offscreen: open the app's window as
-launch_gui builds it, wait for the plan, load the model, save a screenshot to argv[1] and print
-what the window planned and loaded (JSON)."""
+launch_gui builds it, wait for the plan, load the model, save a screenshot to argv[1], ask a
+question, show the Meters tab once it is answered and save a screenshot to argv[2], and print what
+the window planned and loaded and what its meters read (JSON)."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from dataclasses import replace
 
 from PySide6.QtWidgets import QApplication
 
+from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.context import build_context
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.theme import apply_theme
@@ -42,10 +45,23 @@ def main() -> int:
             return 1
         wait(app, lambda: False, 1.5)  # the meters' first samples and the panel's repaint
         w.grab().save(sys.argv[1])
+        # A short reply: lavapipe generates a few tokens a second.
+        w.chat_view.sampling.set_params(replace(w.chat_view.sampling.params(), max_tokens=12, seed=1))
+        w.chat_view.input.setPlainText("Say hello.")
+        w.chat_view.send_button.click()
+        if not wait(app, lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, 300):
+            print(json.dumps({"error": "no reply"}))
+            return 1
+        w.right_tabs.setCurrentWidget(w.meters_panel)
+        wait(app, lambda: False, 1.5)
+        w.grab().save(sys.argv[2])
         p = w.plans.plan
         assert p is not None
+        bars = [b.measured_bar.data() for b in w.meters_panel._gpu_bars.values()]
         print(json.dumps({"n_gpu_layers": p.settings.n_gpu_layers, "n_layer": p.spec.n_layer,
-                          "target": p.target.description, "devices": [g.buffer_name for g in p.target.gpus]}))  # fmt: skip
+                          "target": p.target.description, "devices": [g.buffer_name for g in p.target.gpus],
+                          "vram_title": w.meters_panel.vram_box.title(), "status_bar": w.meters_status.label.text(),
+                          "vram_captions": [b.caption for b in bars if b is not None]}))  # fmt: skip
         return 0
     finally:
         w.shutdown()

@@ -45,7 +45,17 @@ def measure(machine: Machine) -> Machine:
         probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=ALL_WEIGHT_TYPES)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
-    return replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
+    speed = save_probe(machine.speed.fingerprint, probe)
+    devices = machine.llama.offload_devices
+    if devices:
+        from vrampilot.hardware.device_probe import measure_devices
+        from vrampilot.hardware.speed_store import save_device_rates
+
+        try:
+            speed = save_device_rates(speed.fingerprint, measure_devices(devices))
+        except (GgmlError, OSError) as exc:
+            raise UserError(f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})") from None
+    return replace(machine, speed=speed)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 from vrampilot import llamacpp
 from vrampilot.engine.errors import AllocationError, LoadCancelled, ModelLoadError
 from vrampilot.export import llama_cpp_kwargs
+from vrampilot.llamacpp import allocations
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.planner.settings import Settings
@@ -66,6 +67,10 @@ class _Llama(llama_cpp.Llama):
             # logits_all (384 MiB for a 49K vocabulary at batch 2048, committed memory on Windows);
             # the engine samples with llama.cpp's sampler and never reads it.
             self.scores = np.zeros((1, self._n_vocab), dtype=np.single)
+
+    def close(self) -> None:
+        allocations.forget(self)
+        super().close()
 
     @property
     def context_params(self) -> llama_cpp.llama_context_params:
@@ -119,9 +124,10 @@ def open_llama(
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
         # this load's error lines must reach llama_log, and its buffer lines must not reach them.
-        with LOG_LOCK:
+        with LOG_LOCK, llama_log.capturing() as lines:
             llm = _Llama(str(model_path), on_progress=on_progress, n_outputs=settings.n_outputs_max,
                          devices=settings.devices, verbose=False, **kwargs)  # fmt: skip
+        allocations.record(llm, lines)  # what the meters show of it on a device that reports no use
     except KeyError as exc:  # a device of the plan is not there (a card was removed, a driver failed)
         raise ModelLoadError(f"{exc.args[0]}; plan again for the devices this machine has now") from None
     except MemoryError as exc:

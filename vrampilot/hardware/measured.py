@@ -542,6 +542,32 @@ class PaceReading:
 
 
 @dataclass(frozen=True)
+class DeviceRates:
+    """llama.cpp's kernels on one offload device (hardware/device_probe.py): what the speed model
+    uses for that device instead of its peak bandwidth times an assumed share."""
+
+    llama_name: str  # "Vulkan0"
+    description: str  # the device's name, as llama.cpp lists it
+    measured_at: str  # ISO 8601, UTC
+    weight_type: str  # the type timed ("q8_0")
+    decode_gbps: float  # a mat-vec over a matrix larger than the device's caches: weight bytes per second
+    prefill_gflops: float  # a prompt-sized product: FLOPs per second
+    product_overhead_us: float  # each product of a chain of small ones, beyond its bytes at decode_gbps
+
+    @property
+    def date(self) -> str:
+        return self.measured_at[:10]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeviceRates:
+        return cls(str(d["llama_name"]), str(d["description"]), str(d["measured_at"]), str(d["weight_type"]),
+                   float(d["decode_gbps"]), float(d["prefill_gflops"]), float(d["product_overhead_us"]))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class MachineSpeed:
     """Everything measured about this machine's speed, for the machine `fingerprint` names."""
 
@@ -550,6 +576,12 @@ class MachineSpeed:
     factors: tuple[SpeedFactors, ...] = ()
     last_replies: tuple[LastReply, ...] = field(default=())
     paces: tuple[PaceReading, ...] = ()  # the pace gauge after recent replies, oldest first
+    devices: tuple[DeviceRates, ...] = ()  # the offload devices' kernels, measured
+
+    def device(self, llama_name: str, description: str) -> DeviceRates | None:
+        """The measurement of this device (by llama.cpp's name and the device's own: a card
+        swapped into the same slot is another device)."""
+        return next((d for d in self.devices if (d.llama_name, d.description) == (llama_name, description)), None)
 
     def usual_pace_ms(self, threads: int) -> float | None:
         """The gauge's usual time at `threads` (None: never read at that count)."""
@@ -636,6 +668,7 @@ class MachineSpeed:
             "factors": [f.to_dict() for f in self.factors],
             "last_replies": [r.to_dict() for r in self.last_replies],
             "paces": [r.to_dict() for r in self.paces],
+            "devices": [d.to_dict() for d in self.devices],
         }
 
     @classmethod
@@ -647,4 +680,5 @@ class MachineSpeed:
             factors=tuple(SpeedFactors.from_dict(f) for f in d.get("factors", ())),
             last_replies=tuple(LastReply.from_dict(r) for r in d.get("last_replies", ())),
             paces=tuple(PaceReading.from_dict(r) for r in d.get("paces", ())),
+            devices=tuple(DeviceRates.from_dict(r) for r in d.get("devices", ())),
         )

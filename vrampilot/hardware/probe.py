@@ -327,7 +327,8 @@ def measure_steps(threads: Sequence[int]) -> tuple[StepTiming, ...]:
             path = write_probe_model(Path(tmp) / f"probe-{n_layer}-{n_vocab}.gguf", n_layer, n_vocab)
             with LOG_LOCK:  # loading logs; the planner's dry runs read that log
                 llm = llama_cpp.Llama(str(path), n_ctx=512, n_batch=512, n_ubatch=512, n_threads=1,
-                                      n_threads_batch=1, flash_attn=True, verbose=False)  # fmt: skip
+                                      n_threads_batch=1, flash_attn=True, verbose=False, n_gpu_layers=0,
+                                      op_offload=False)  # fmt: skip  # the CPU's steps, as the reference run
             try:
                 rates = []
                 for t in threads:

@@ -127,8 +127,11 @@ class ReferenceSession:
         self.model = model
         self.threads = sorted(set(threads))
         self.most = max(self.threads)
+        # The CPU's run: llama.cpp would otherwise send a prompt's products to a GPU (op_offload) with
+        # no layer on it, and the probe would time the GPU (minutes on lavapipe) as the CPU's.
         params = {"n_ctx": N_CTX, "n_batch": N_UBATCH, "n_ubatch": N_UBATCH, "n_threads": self.most,
-                  "n_threads_batch": self.most, "flash_attn": True, "verbose": False}  # fmt: skip
+                  "n_threads_batch": self.most, "flash_attn": True, "verbose": False, "n_gpu_layers": 0,
+                  "op_offload": False}  # fmt: skip
         with LOG_LOCK:  # loading logs; the planner's dry runs read that log
             self._deep = self._llama_cpp.Llama(str(model), **params)
         try:

@@ -103,7 +103,16 @@ def format_speed(machine: Machine) -> list[str]:
                 f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
                 f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
             )
-    if machine.gpus:
+    for d in machine.llama.offload_devices:
+        m = speed.device(d.name, d.description) if speed is not None else None
+        if m is None:
+            lines.append(f"  {d.name} ({d.description}): not measured (peak bandwidth from NVML or a profile, the share "
+                         "reached assumed): `vrampilot doctor --measure`")  # fmt: skip
+        else:
+            lines.append(f"  {d.name} ({d.description}) measured {m.date}: {m.decode_gbps:.2f} GB/s reading "
+                         f"{m.weight_type} weights, {m.prefill_gflops:.1f} GFLOP/s on a prompt, "
+                         f"{m.product_overhead_us:.0f} us per kernel")  # fmt: skip
+    if machine.gpus and not machine.llama.offload_devices:
         lines.append("  GPU: not measured (peak bandwidth from NVML or a profile; the share reached is assumed)")
     return lines
 
@@ -116,5 +125,6 @@ def speed_to_dict(speed: MachineSpeed | None) -> dict[str, Any] | None:
     for stored in speed.factors:
         f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
         d["factors"].append({**f.to_dict(), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)})
-    d["gpu"] = "assumed"  # no GPU has been measured: NVML's peak and an assumed efficiency
+    # "measured" once the device probe timed every device listed, else NVML's peak and an assumed share
+    d["gpu"] = "measured" if speed.devices else "assumed"
     return d

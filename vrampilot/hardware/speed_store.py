@@ -24,7 +24,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from vrampilot.hardware.measured import HostProbe, KernelRates, MachineSpeed
+from vrampilot.hardware.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed
 from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
 
 _log = logging.getLogger("vrampilot.hardware.speed_store")
@@ -124,5 +124,18 @@ def add_kernels(fingerprint: str, added: tuple[KernelRates, ...], folder: Path |
 
     def change(m: MachineSpeed) -> MachineSpeed:
         return replace(m, probe=m.probe.with_kernels(added)) if m.probe is not None else m
+
+    return update_machine_speed(fingerprint, change, folder)
+
+
+def save_device_rates(fingerprint: str, rates: tuple[DeviceRates, ...], folder: Path | None = None) -> MachineSpeed:
+    """Store the offload devices' measurements; a device measured anew drops what its replies
+    taught (they corrected predictions made from the assumed figures)."""
+    names = {r.llama_name for r in rates}
+
+    def change(m: MachineSpeed) -> MachineSpeed:
+        kept = tuple(d for d in m.devices if d.llama_name not in names)
+        factors = tuple(f for f in m.factors if not any(f"({n})" in f.backend for n in names))
+        return replace(m, devices=(*kept, *rates), factors=factors)
 
     return update_machine_speed(fingerprint, change, folder)

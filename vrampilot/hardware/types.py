@@ -59,6 +59,9 @@ class GpuSample:
     temperature_c: int | None
     power_w: float | None
     process_memory_used_bytes: int | None
+    # Who counted the process's memory: NVML (the driver's per-process figure), or "llama.cpp"
+    # (its own buffers on a device whose driver reports no use: vrampilot.llamacpp.allocations).
+    process_memory_source: str = "nvml"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ _ready = threading.Event()
 _lock = threading.Lock()
 
 
+def loaded() -> bool:
+    """Whether llama.cpp is already loaded here (readers that must not load it just to look)."""
+    return _ready.is_set()
+
+
 def load() -> ModuleType:
     """llama_cpp, ready to use. Raises ImportError when llama-cpp-python is not installed."""
     import llama_cpp

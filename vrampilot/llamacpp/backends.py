@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from vrampilot.llamacpp.cpu_probe import CpuProbe, probe_cpu
-from vrampilot.llamacpp.vulkan_probe import VulkanProbe, probe_vulkan, software_allowed, visible_devices
+from vrampilot.llamacpp.vulkan_probe import VulkanDevice, VulkanProbe, probe_vulkan, software_allowed, visible_devices
 
 MANIFEST_NAME = "vrampilot-engine.json"
 CPU_DIR = "cpu"
@@ -77,6 +77,7 @@ class EngineBackends:
     probe_method: str
     note: str
     vulkan: str | None = None  # the Vulkan line (vulkan_probe): what it found, or what is missing
+    vulkan_devices: tuple[VulkanDevice, ...] = ()  # the devices the Vulkan module was loaded for
 
     def describe_cpu(self) -> str:
         """One line for a person: the variant and why."""
@@ -279,6 +280,7 @@ class _Loading:
         self.failed: list[tuple[str, str]] = []
         self.probe_method = "not used"
         self.vulkan: str | None = None
+        self.vulkan_devices: tuple[VulkanDevice, ...] = ()
 
     def vulkan_usable(self) -> bool:
         """Whether to load the Vulkan module: only where a loader, a driver and a device that is
@@ -290,7 +292,8 @@ class _Loading:
         if visible is not None:
             # llama.cpp skips CPU-type devices unless named; the user's own choice stands.
             os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", visible)
-        return bool(probe.usable(allowed))
+        self.vulkan_devices = probe.usable(allowed)
+        return bool(self.vulkan_devices)
 
     def load(self, path: Path) -> bool:
         why = self.ggml.load(path)
@@ -320,4 +323,5 @@ class _Loading:
             probe_method=self.probe_method,
             note=note,
             vulkan=self.vulkan,
+            vulkan_devices=self.vulkan_devices,
         )

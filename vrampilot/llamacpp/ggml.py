@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -145,54 +145,38 @@ class OpTiming:
     buffer: str  # "CPU", "CPU_REPACK", ...
 
 
-class CpuKernels:
-    """The CPU backend llama.cpp runs on, for timing single operations.
-
-    Not thread-safe: one probe at a time (the probe holds it for about a second).
-    """
+class _Kernels:
+    """What timing an operation on any of llama.cpp's devices needs: contexts, valid tensor data."""
 
     def __init__(self) -> None:
-        api = self.api = _load_api()
-        self.dev = api.dev_by_type(DEVICE_CPU)
-        if not self.dev:
-            raise GgmlError("llama.cpp has no CPU backend registered")
-        self.backend = api.dev_init(self.dev, None)
-        if not self.backend:
-            raise GgmlError("llama.cpp's CPU backend did not start")
-        reg = api.dev_backend_reg(self.dev)
-        set_threads = api.reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
-        if not set_threads:
-            raise GgmlError("llama.cpp's CPU backend cannot set its thread count")
-        self._set_threads = ctypes.CFUNCTYPE(None, _vp, ctypes.c_int)(set_threads)
-        self.cpu_buft = api.dev_buffer_type(self.dev)
-        # One weight buffer per buffer type, reused by every matrix timed: a fresh 48 MiB
-        # allocation per type would spend more time faulting pages in than computing.
-        self._arenas: dict[int, int] = {}
+        self.api = _load_api()
         self._stage = np.empty(0, dtype=np.uint8)
-        self.extra_bufts: list[int] = []
-        get_extra = api.reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
-        if get_extra:
-            arr = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(get_extra)(self.dev)
-            i = 0
-            while arr and arr[i]:
-                self.extra_bufts.append(int(arr[i]))
-                i += 1
+        self.backend: int | None = None
 
     def close(self) -> None:
-        for buf in self._arenas.values():
-            self.api.buffer_free(buf)
-        self._arenas.clear()
         if self.backend:
             self.api.backend_free(self.backend)
             self.backend = None
 
-    def __enter__(self) -> CpuKernels:
+    def _best_time(self, graph: int, repeats: int) -> float:
+        """Best seconds of `repeats` runs after an untimed one (thread pool, caches, first touch,
+        a device's pipelines compiled)."""
+        api = self.api
+        if api.graph_compute(self.backend, graph) != 0:
+            raise GgmlError("ggml_backend_graph_compute failed")
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            api.graph_compute(self.backend, graph)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    # -- building blocks -------------------------------------------------------------------------
     def _context(self, n_tensors: int) -> int:
         api = self.api
         size = api.tensor_overhead() * n_tensors + api.graph_overhead() + 4096
@@ -236,17 +220,50 @@ class CpuKernels:
         stage[whole * chunk.size :] = chunk[: size - whole * chunk.size]
         api.tensor_set(tensor, stage.ctypes.data, 0, size)
 
-    def _compute(self, graph: int, threads: int, repeats: int) -> float:
+
+class CpuKernels(_Kernels):
+    """The CPU backend llama.cpp runs on, for timing single operations.
+
+    Not thread-safe: one probe at a time (the probe holds it for about a second).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
         api = self.api
+        self.dev = api.dev_by_type(DEVICE_CPU)
+        if not self.dev:
+            raise GgmlError("llama.cpp has no CPU backend registered")
+        self.backend = api.dev_init(self.dev, None)
+        if not self.backend:
+            raise GgmlError("llama.cpp's CPU backend did not start")
+        reg = api.dev_backend_reg(self.dev)
+        set_threads = api.reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
+        if not set_threads:
+            raise GgmlError("llama.cpp's CPU backend cannot set its thread count")
+        self._set_threads = ctypes.CFUNCTYPE(None, _vp, ctypes.c_int)(set_threads)
+        self.cpu_buft = api.dev_buffer_type(self.dev)
+        # One weight buffer per buffer type, reused by every matrix timed: a fresh 48 MiB
+        # allocation per type would spend more time faulting pages in than computing.
+        self._arenas: dict[int, int] = {}
+        self.extra_bufts: list[int] = []
+        get_extra = api.reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+        if get_extra:
+            arr = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(get_extra)(self.dev)
+            i = 0
+            while arr and arr[i]:
+                self.extra_bufts.append(int(arr[i]))
+                i += 1
+
+    def close(self) -> None:
+        for buf in self._arenas.values():
+            self.api.buffer_free(buf)
+        self._arenas.clear()
+        super().close()
+
+    # -- building blocks -------------------------------------------------------------------------
+    def _compute(self, graph: int, threads: int, repeats: int) -> float:
         self._set_threads(self.backend, threads)
-        if api.graph_compute(self.backend, graph) != 0:  # warm-up: thread pool, caches, first-touch
-            raise GgmlError("ggml_backend_graph_compute failed")
-        best = float("inf")
-        for _ in range(max(1, repeats)):
-            t0 = time.perf_counter()
-            api.graph_compute(self.backend, graph)
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return self._best_time(graph, repeats)
 
     def _scaling(self, graph: int, threads: Sequence[int], repeats: int, buffer: str) -> list[OpTiming]:
         """Times at each thread count for a kernel that more threads never slow down on an idle
@@ -473,6 +490,54 @@ class CpuKernels:
             zeros = np.zeros(int(api.nbytes(mask)) // 2, dtype=np.float16)  # nothing masked
             api.tensor_set(mask, zeros.ctypes.data, 0, zeros.nbytes)
             return self._scaling(graph, threads, repeats, "CPU")
+        finally:
+            if buf:
+                api.buffer_free(buf)
+            api.free(c)
+
+
+class DeviceKernels(_Kernels):
+    """One of llama.cpp's offload devices ("Vulkan0", "CUDA0"), for timing its matrix products the
+    way the CPU's are timed: a weight of a ggml type in the device's own buffer, times f32
+    activations, computed by the device's backend (ggml_backend_graph_compute waits for the result)."""
+
+    def __init__(self, device_name: str) -> None:
+        super().__init__()
+        from vrampilot.llamacpp.devices import device_handle
+
+        try:
+            self.dev = device_handle(device_name)
+        except KeyError as exc:
+            raise GgmlError(str(exc.args[0])) from None
+        self.backend = self.api.dev_init(self.dev, None)
+        if not self.backend:
+            raise GgmlError(f"llama.cpp's {device_name} did not start")
+        self.buft = self.api.dev_buffer_type(self.dev)
+
+
+    def mul_mat(self, ggml_type: int, k: int, n: int, m: int, repeats: int, *, count: int = 1) -> float:
+        """Best seconds of a (k x n) `ggml_type` weight times (k x m) f32 activations on the device,
+        after one untimed run (pipelines compiled, buffers touched). `count` > 1: as many distinct
+        weights times the same activations, one graph (a decode step's chain of products)."""
+        api = self.api
+        c = self._context(2 * count + 2)
+        buf = 0
+        try:
+            x = api.new_tensor_2d(c, F32, k, m)
+            ws = [api.new_tensor_2d(c, ggml_type, k, n) for _ in range(count)]
+            outs = [api.mul_mat(c, w, x) for w in ws]
+            graph = api.new_graph(c)
+            for out in outs:
+                api.build_forward_expand(graph, out)
+            buf = api.alloc_ctx_tensors_from_buft(c, self.buft)
+            if not buf:
+                raise GgmlError(f"the device could not hold {count * self.row_bytes(ggml_type, k) * n >> 20} MiB of weights")
+            if not api.dev_supports_op(self.dev, outs[0]):
+                raise GgmlError(f"the device has no product for ggml type {ggml_type}")
+            for w in ws:
+                self._fill(w, ggml_type, k, n)
+            self._fill(x, F32, k, m)
+            return self._best_time(graph, repeats)
         finally:
             if buf:
                 api.buffer_free(buf)

@@ -8,9 +8,11 @@ Python logging at debug level, so the terminal stays clean.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
 import threading
+from collections.abc import Iterator
 
 import llama_cpp
 
@@ -19,6 +21,7 @@ _lines: collections.deque[tuple[int, str]] = collections.deque(maxlen=200)
 _lock = threading.Lock()
 _installed = False
 _partial: list[str] = []
+_captures: list[list[str]] = []  # every line, for as long as `capturing` lasts
 
 # enum ggml_log_level in ggml.h (llama-cpp-python's _logger.py still lists an older order)
 GGML_LOG_LEVEL_DEBUG = 1
@@ -39,6 +42,8 @@ def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
         _partial.clear()
         if level != GGML_LOG_LEVEL_CONT:
             _lines.append((level, line))
+            for capture in _captures:
+                capture.append(line)
     if level == GGML_LOG_LEVEL_ERROR:
         _log.info("%s", line)
     else:
@@ -64,3 +69,17 @@ def clear() -> None:
     with _lock:
         _lines.clear()
         _partial.clear()
+
+
+@contextlib.contextmanager
+def capturing() -> Iterator[list[str]]:
+    """Every line llama.cpp logs while the block runs (the recent-lines buffer keeps only the last
+    200, and a model's load logs more: its buffer lines would be gone by its end)."""
+    lines: list[str] = []
+    with _lock:
+        _captures.append(lines)
+    try:
+        yield lines
+    finally:
+        with _lock:
+            _captures.remove(lines)

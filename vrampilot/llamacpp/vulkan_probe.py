@@ -50,6 +50,9 @@ class VulkanDevice:
     vendor_id: int
     api_version: str  # "1.3.230"
     device_local_bytes: int  # the largest device-local memory heap
+    # VK_EXT_memory_budget: the driver reports what is in use. Without it (lavapipe, older
+    # drivers) llama.cpp's device API reports the heap's size as free, whatever is allocated.
+    memory_budget: bool = False
 
     @property
     def software(self) -> bool:
@@ -137,6 +140,10 @@ class _MemoryHeap(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint64), ("flags", ctypes.c_uint32)]
 
 
+class _ExtensionProperties(ctypes.Structure):
+    _fields_ = [("extensionName", ctypes.c_char * 256), ("specVersion", ctypes.c_uint32)]
+
+
 class _MemoryProperties(ctypes.Structure):
     _fields_ = [("memoryTypeCount", ctypes.c_uint32), ("memoryTypes", _MemoryType * 32),
                 ("memoryHeapCount", ctypes.c_uint32), ("memoryHeaps", _MemoryHeap * 16)]  # fmt: skip
@@ -159,6 +166,9 @@ def ask_vulkan() -> VulkanProbe:
     lib.vkGetPhysicalDeviceProperties.argtypes = (ctypes.c_void_p, ctypes.POINTER(_Properties))
     lib.vkGetPhysicalDeviceMemoryProperties.argtypes = (ctypes.c_void_p, ctypes.POINTER(_MemoryProperties))
     lib.vkDestroyInstance.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    lib.vkEnumerateDeviceExtensionProperties.restype = ctypes.c_int32
+    lib.vkEnumerateDeviceExtensionProperties.argtypes = (ctypes.c_void_p, ctypes.c_char_p,
+                                                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p)  # fmt: skip
     app = _AppInfo(0, None, b"vrampilot", 1, b"vrampilot", 1, (1 << 22) | (2 << 12))  # Vulkan 1.2
     info = _InstanceInfo(1, None, 0, ctypes.pointer(app), 0, None, 0, None)
     instance = ctypes.c_void_p()
@@ -188,10 +198,21 @@ def ask_vulkan() -> VulkanProbe:
                 index=i, name=props.deviceName.decode("utf-8", "replace"),
                 device_type=_DEVICE_TYPES.get(props.deviceType, "other"), vendor_id=int(props.vendorID),
                 api_version=_version(props.apiVersion), device_local_bytes=int(local),
+                memory_budget=b"VK_EXT_memory_budget" in _extensions(lib, handles[i]),
             ))  # fmt: skip
         return VulkanProbe("ok", "", tuple(devices))
     finally:
         lib.vkDestroyInstance(instance, None)
+
+
+def _extensions(lib: ctypes.CDLL, device: int | None) -> set[bytes]:
+    count = ctypes.c_uint32(0)
+    if lib.vkEnumerateDeviceExtensionProperties(device, None, ctypes.byref(count), None) != 0 or not count.value:
+        return set()
+    found = (_ExtensionProperties * count.value)()
+    if lib.vkEnumerateDeviceExtensionProperties(device, None, ctypes.byref(count), found) not in (0, 5):  # 5: VK_INCOMPLETE
+        return set()
+    return {found[i].extensionName for i in range(count.value)}
 
 
 ICD_FOLDERS = ("/etc/vulkan/icd.d", "/usr/share/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")

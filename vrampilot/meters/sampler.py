@@ -1,4 +1,4 @@
-"""The sampling thread: psutil, NVML and Windows' GPU counters a few times a second.
+"""The sampling thread: psutil, NVML, llama.cpp's devices and Windows' GPU counters a few times a second.
 
 It runs on its own thread so that the meters keep moving while the engine is busy and the GUI
 thread never waits on a driver call; listeners receive each sample on this thread (the Qt adapter
@@ -18,8 +18,10 @@ from typing import Any
 
 import psutil
 
+from vrampilot import llamacpp
 from vrampilot.hardware.nvml import CPU_FALLBACK, NvmlApi, detect_nvidia_gpus, load_pynvml, read_gpu_sample
 from vrampilot.hardware.types import GpuInfo, GpuSample
+from vrampilot.meters.devices import LlamaDeviceReader
 from vrampilot.meters.host import HostReader
 from vrampilot.meters.types import MeterSample
 from vrampilot.meters.winshared import SharedMemoryReader, open_shared_memory_reader
@@ -35,7 +37,8 @@ Listener = Callable[[MeterSample], None]
 
 
 class Sampler:
-    """Samples process/system RAM and CPU, every NVIDIA GPU, and (Windows) shared GPU memory.
+    """Samples process/system RAM and CPU, every NVIDIA GPU, the GPUs only llama.cpp sees (Vulkan:
+    AMD, Intel; meters/devices.py), and (Windows) shared GPU memory.
 
     `nvml` is pynvml's module API (or the test double); None loads pynvml. `use_nvml=False` skips
     the GPU entirely. `clock` stamps samples and must be monotonic; tests pass a FakeClock.
@@ -69,7 +72,9 @@ class Sampler:
         self._host: HostReader | None = None
         self._nvml: NvmlApi | None = None
         self._shared: SharedMemoryReader | None = None
-        self._devices: tuple[GpuInfo, ...] = ()
+        self._devices: tuple[GpuInfo, ...] = ()  # NVML's, then llama.cpp's others
+        self._nvml_devices: tuple[GpuInfo, ...] = ()
+        self._llama_devices: LlamaDeviceReader | None = None  # once llama.cpp is loaded here
         self._gpu_status = "not started"
         self._opened = False
         self._open_lock = threading.Lock()
@@ -121,7 +126,7 @@ class Sampler:
             self._gpu_status = f"no GPU meters: NVML failed to start ({exc})"
             return
         self._nvml = nvml
-        self._devices = detection.gpus
+        self._devices = self._nvml_devices = detection.gpus
         self._gpu_status = detection.status
 
     def close(self) -> None:
@@ -247,20 +252,34 @@ class Sampler:
             listener(sample)
         return sample
 
+    def _open_llama_devices(self) -> LlamaDeviceReader | None:
+        """llama.cpp's devices, read from the first sample after the engine has loaded (the app
+        opens its meters before that, and the meters never load it themselves)."""
+        if self._llama_devices is None and self._use_nvml and llamacpp.loaded():
+            nvml_devices = self._nvml_devices
+            reader = LlamaDeviceReader(skip_cuda=self._nvml is not None, first_index=len(nvml_devices))
+            self._llama_devices = reader
+            if reader.devices:
+                self._devices = (*nvml_devices, *reader.devices)
+                self._gpu_status = reader.status if not nvml_devices else f"{self._gpu_status}; {reader.status}"
+        return self._llama_devices
+
     def _read_gpus(self) -> tuple[GpuSample, ...]:
+        llama = self._open_llama_devices()
+        others = llama.read(this_process=self.pid == os.getpid()) if llama is not None else ()
         nvml = self._nvml
         if nvml is None:
-            return ()
+            return others
         out: list[GpuSample] = []
         lost: list[str] = []
-        for device in self._devices:
+        for device in self._nvml_devices:
             try:
                 out.append(read_gpu_sample(nvml, device.index, pid=self.pid))
             except Exception as exc:  # NVMLError "GPU is lost" and the like: keep the others going
                 lost.append(f"GPU {device.index} unreadable ({exc})")
         if lost:
             self._gpu_status = "; ".join(lost)
-        return tuple(out)
+        return (*out, *others)
 
     def history(self, since_s: float | None = None) -> list[MeterSample]:
         with self._lock:

@@ -58,7 +58,8 @@ class VramView:
     used_bytes: int | None
     free_bytes: int | None
     process_bytes: int | None
-    process_source: str | None  # "nvml" or "windows counters"; None: not reported here
+    # "nvml", "windows counters" or "llama.cpp" (its own buffers, where the driver reports no use)
+    process_source: str | None
     planned: PlannedVram | None
 
     @property
@@ -250,7 +251,8 @@ class MeterState:
         vram: list[VramView] = []
         for position, g in enumerate(sample.gpus):
             device = sample.device(g.index)
-            process, source = g.process_memory_used_bytes, "nvml" if g.process_memory_used_bytes is not None else None
+            process = g.process_memory_used_bytes
+            source = g.process_memory_source if process is not None else None
             if (
                 process is None
                 and sample.shared is not None

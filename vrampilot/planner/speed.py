@@ -32,7 +32,7 @@ from vrampilot.planner.cpu_speed import (
 from vrampilot.planner.graph_factors import factors_for_model
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import Target
+from vrampilot.planner.target import GpuTarget, Target
 
 # Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
 # Assumed: no GPU has been measured (see README "Predicted speed").
@@ -45,6 +45,37 @@ GPU_TOKEN_OVERHEAD_S = 3e-4
 GPU_LAYER_OVERHEAD_S = 2e-5
 # The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
 HEADLINE_PROMPT_TOKENS = 512
+# Kernels a decoder layer's graph runs (7 products, norms, rope, cache writes, attention, the
+# residual adds, the gated activation), each paying the device probe's per-product cost.
+DEVICE_KERNELS_PER_LAYER = 16
+
+
+def device_decode_bps(gpu: GpuTarget) -> float:
+    """Weight bytes per second a decode step reads on `gpu`: measured by the device probe, else
+    its peak times the share llama.cpp is assumed to reach."""
+    if gpu.measured is not None:
+        return gpu.measured.decode_gbps * 1e9
+    return gpu.bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY
+
+
+def device_layer_overhead_s(gpu: GpuTarget) -> float:
+    """A layer's fixed cost per decode step on `gpu` beyond its bytes."""
+    if gpu.measured is not None:
+        return gpu.measured.product_overhead_us * 1e-6 * DEVICE_KERNELS_PER_LAYER
+    return GPU_LAYER_OVERHEAD_S
+
+
+def _ubatch_efficiency(m: int) -> float:
+    """The share of a device's peak a ubatch of m tokens reaches."""
+    return 0.45 * m / (m + 128)
+
+
+def device_flops(gpu: GpuTarget, m: int) -> float:
+    """FLOPs per second of a ubatch of m tokens on `gpu`: the device probe's 512-token product
+    scaled by the assumed shape of the curve, else the peak times that curve."""
+    if gpu.measured is not None:
+        return gpu.measured.prefill_gflops * 1e9 * _ubatch_efficiency(m) / _ubatch_efficiency(512)
+    return gpu.fp16_tflops * 1e12 * _ubatch_efficiency(m)
 
 
 @dataclass(frozen=True)
@@ -139,7 +170,13 @@ class SpeedModel:
             self.host_w += out_bytes
         self.n_gpu = sum(self.on_gpu) + (1 if self.output_on_gpu else 0)
         self.flops_per_token = 2.0 * (sum(layer_params) + out_params)
-        self.gpu_bw = target.device_bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY if self.gpu else 0.0
+        self.gpu_bw = 0.0
+        self.layer_overhead_s = GPU_LAYER_OVERHEAD_S
+        if self.gpu:
+            # As Target.device_bandwidth_gbps: the slowest card paces a token, weighted by share.
+            total = sum(g.memory_budget_bytes for g in target.gpus) or 1
+            self.gpu_bw = 1.0 / sum((g.memory_budget_bytes / total) / device_decode_bps(g) for g in target.gpus)
+            self.layer_overhead_s = max(device_layer_overhead_s(g) for g in target.gpus)
 
     @property
     def host_layers(self) -> tuple[bool, ...]:
@@ -159,7 +196,7 @@ class SpeedModel:
             # Each device at its own bandwidth, plus the hops to and from RPC hosts.
             t_dev = _device_decode_seconds(self.spec, self.target, self.mem, n_tokens)
         elif dev and self.gpu_bw:
-            t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * self.n_gpu
+            t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + self.layer_overhead_s * self.n_gpu
         t_host = decode_seconds(
             self.table, self.host_layers, not self.output_on_gpu, self.attention, n_tokens, self.kv_type,
             self.settings.n_threads, self.rates,
@@ -194,11 +231,10 @@ class SpeedModel:
 
     def _gpu_ubatch_seconds(self, m: int, work: float) -> float:
         """One ubatch of m tokens, `work` FLOPs, on the offload devices."""
-        eff = 0.45 * m / (m + 128)
         if len(self.mem.per_device) > 1:
-            t = _devices_prefill_seconds(self.spec, self.target, self.mem, m, work, eff)
+            t = _devices_prefill_seconds(self.spec, self.target, self.mem, m, work)
         else:
-            t = work / (self.target.device_tflops * 1e12 * eff)
+            t = work / sum(device_flops(g, m) for g in self.target.gpus)
         return t + self.host_w / (PCIE_GBPS * 1e9)
 
 
@@ -215,8 +251,8 @@ def _device_decode_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown
             read += out_bytes
         if not read:
             continue
-        bw = gpu.bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY
-        total += read / bw + GPU_TOKEN_OVERHEAD_S + GPU_LAYER_OVERHEAD_S * (len(layers) + (mem.output_device == d))
+        n_layers = len(layers) + (mem.output_device == d)
+        total += read / device_decode_bps(gpu) + GPU_TOKEN_OVERHEAD_S + device_layer_overhead_s(gpu) * n_layers
     # The token's path through the devices, in layer order: CPU (embedding), the devices, then
     # back for sampling. A hop that touches an RPC host costs a round trip plus the hidden state.
     path = [-1, *mem.layer_devices, mem.output_device, -1]
@@ -229,8 +265,7 @@ def _device_decode_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown
     return total
 
 
-def _devices_prefill_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, ub: int, flops: float,
-                             eff: float) -> float:  # fmt: skip
+def _devices_prefill_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, ub: int, flops: float) -> float:
     """A ubatch through several devices: each does its layers' share of the work; pipelined
     (every layer offloaded), llama.cpp keeps them all busy on successive ubatches, so the slowest
     sets the pace, else they take turns. Hops to RPC hosts carry the ubatch's hidden states."""
@@ -239,7 +274,7 @@ def _devices_prefill_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdo
     for d, gpu in enumerate(target.gpus[: len(mem.per_device)]):
         share = len(mem.device_layers(d)) / n
         if share:
-            times.append(share * flops / (gpu.fp16_tflops * 1e12 * eff))
+            times.append(share * flops / device_flops(gpu, ub))
     t = (max(times) if mem.pipelined else sum(times)) if times else 0.0
     for gpu in target.gpus:
         if gpu.kind == "rpc":

@@ -11,7 +11,16 @@ from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.graph_factors import factors_for_model, graph_factors
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import GPU_BANDWIDTH_EFFICIENCY, SpeedPrediction, backend_key
-from vrampilot.planner.target import Target
+from vrampilot.planner.target import GpuTarget, Target
+
+
+def device_basis(g: GpuTarget) -> str:
+    """Where one device's rates come from: measured here, or its peak and an assumed share."""
+    m = g.measured
+    if m is not None:
+        return (f"llama.cpp's kernels measured on this device {m.date} ({m.decode_gbps:.1f} GB/s reading {m.weight_type} "
+                f"weights, {m.prefill_gflops:.0f} GFLOP/s on a prompt, {m.product_overhead_us:.0f} us per kernel)")  # fmt: skip
+    return f"{g.bandwidth_gbps:.0f} GB/s ({'assumed' if g.bandwidth_note else 'peak from NVML or its profile'})"
 
 
 def _calibration(speed: SpeedPrediction) -> str:
@@ -31,15 +40,13 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
     on_gpu = target.has_gpu and settings.n_gpu_layers > 0
     probe = target.host_probe
     if on_gpu:
-        # Each device at its own bandwidth (planner/speed.py): each says where its figure came from.
-        devices = ", ".join(
-            (f"{g.label} " if len(target.gpus) > 1 else "")
-            + f"{g.bandwidth_gbps:.0f} GB/s ({'assumed' if g.bandwidth_note else 'peak from NVML or its profile'})"
-            for g in target.gpus
-        )
-        parts.append(
-            f"GPU: {devices}, of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (no GPU has been measured)"
-        )
+        # Each device at its own rates (planner/speed.py): each says where its figures came from.
+        text = "GPU: " + ", ".join((f"{g.label} " if len(target.gpus) > 1 else "") + device_basis(g)
+                                   for g in target.gpus)  # fmt: skip
+        if any(g.measured is None for g in target.gpus):
+            text += (f", of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (not measured on this device: "
+                     "`vrampilot doctor --measure`)")  # fmt: skip
+        parts.append(text)
     if not on_gpu or settings.n_gpu_layers <= spec.n_layer:  # layers on the CPU
         if probe is not None:
             note = f"CPU: llama.cpp's kernels measured on this machine {probe.date}, RAM {probe.ram_peak_gbps:.1f} GB/s"

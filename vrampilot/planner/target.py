@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
-from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
+from vrampilot.hardware.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
 from vrampilot.units import GIB, format_bytes
@@ -62,6 +62,8 @@ class GpuTarget:
     network_gbps: float = 0.0  # RPC: the link to the host, for the activations between devices
     rtt_ms: float = 0.0  # RPC: a round trip to the host, paid at every device boundary per token
     margin_override_bytes: int | None = None  # None: the target's device margin
+    # llama.cpp's kernels timed on this device (hardware/device_probe.py); None: its rates are assumed
+    measured: DeviceRates | None = None
 
     def margin_bytes(self, default: int) -> int:
         return default if self.margin_override_bytes is None else self.margin_override_bytes
@@ -213,10 +215,11 @@ def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
                                  bandwidth_note=f"bandwidth of system RAM {ram_source}, {ram_gbps:.1f} GB/s"))  # fmt: skip
             continue
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
+        measured = machine.speed.device(d.name, d.description) if machine.speed is not None else None
         out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
                              memory_budget_bytes=d.memory_free_bytes, bandwidth_gbps=bw, fp16_tflops=tflops,
                              bandwidth_note=note, kind="gpu", llama_name=d.name, buffer_name=d.name,
-                             asynchronous=d.asynchronous))  # fmt: skip
+                             asynchronous=d.asynchronous, measured=measured))  # fmt: skip
     return tuple(out)
 
 

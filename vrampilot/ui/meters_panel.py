@@ -131,8 +131,13 @@ class _GpuBars(QWidget):
             segments.append(Segment("free", view.free_bytes, None))
         if shared_bytes:
             segments.append(Segment("spilled to shared RAM", shared_bytes, SPILLED_COLOR, hatched=True))
-        used = format_bytes(view.used_bytes) if view.used_bytes is not None else "-"
-        caption = f"Measured: {used} of {format_bytes(total)} used"
+        if view.used_bytes is None and view.process_source == "llama.cpp":
+            # The driver reports no use (no VK_EXT_memory_budget): what llama.cpp allocated is all we have.
+            caption = (f"This app: {format_bytes(view.process_bytes or 0)} of {format_bytes(total)} "
+                       "(llama.cpp's buffers)")  # fmt: skip
+        else:
+            used = format_bytes(view.used_bytes) if view.used_bytes is not None else "-"
+            caption = f"Measured: {used} of {format_bytes(total)} used"
         if view.process_source == "windows counters":
             caption += " (this app from Windows' counters)"
         self.measured_bar.set_data(
@@ -609,7 +614,10 @@ class MetersStatusWidget(QWidget):
             process = v.process_bytes if v.process_bytes is not None else 0
             others = v.others_bytes if v.others_bytes is not None else (v.used_bytes or 0)
             self.bar.set_parts(((process / total, PROCESS_COLOR), (others / total, OTHERS_COLOR)), spill)
-            parts.append(f"VRAM {format_bytes(v.used_bytes or 0)} / {format_bytes(total)}")
+            if v.used_bytes is None and v.process_bytes is not None:  # the driver reports no use (Vulkan)
+                parts.append(f"VRAM this app {format_bytes(v.process_bytes)} / {format_bytes(total)}")
+            else:
+                parts.append(f"VRAM {format_bytes(v.used_bytes or 0)} / {format_bytes(total)}")
         else:
             ram = readout.ram
             total = ram.total_bytes or 1

@@ -362,7 +362,9 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
     if on_cpu:
         basis = f"CPU measured {probe.date}" if probe is not None else "CPU rates assumed (not measured yet)"
     else:
-        basis = "GPU bandwidth efficiency assumed"
+        measured = [g.measured for g in plan.target.gpus if g.measured is not None]
+        basis = (f"GPU measured {measured[0].date}" if len(measured) == len(plan.target.gpus)
+                 else "GPU bandwidth efficiency assumed")  # fmt: skip
     if sp.calibration_replies:
         basis += f", corrected by {sp.calibration_replies} repl{'y' if sp.calibration_replies == 1 else 'ies'}"
         basis += " of this model" if sp.calibration_model else " on this machine"

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from vrampilot.engine import GenerationStats
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, cpu_load
+from vrampilot.hardware.device_probe import measure_devices
 from vrampilot.hardware.measured import MachineSpeed
 from vrampilot.hardware.probe import (
     CORE_WEIGHT_TYPES,
@@ -29,7 +30,7 @@ from vrampilot.hardware.probe import (
     missing_kernels,
     probe_outdated,
 )
-from vrampilot.hardware.speed_store import add_kernels, save_probe
+from vrampilot.hardware.speed_store import add_kernels, save_device_rates, save_probe
 from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply, reply_pace_ms
 from vrampilot.planner.cpu_speed import weight_table
@@ -71,7 +72,10 @@ class SpeedController(QObject):
         self.machine = machine
         speed = machine.speed
         measured = speed is not None and speed.probe is not None and not probe_outdated(speed.probe)
-        if speed is None or (measured and not speed.probe_read_slow) or self.probing:
+        if speed is None or self.probing:
+            return
+        if measured and not speed.probe_read_slow:
+            self._measure_devices(machine, speed)
             return
         cores, variant = machine.cpu.physical_cores, machine.llama.cpu_variant
         slow = speed.probe_pace_share() if measured else None
@@ -91,7 +95,8 @@ class SpeedController(QObject):
             probe = measure_host(cores, variant, weight_types=types, cancel=task.cancelled)
             if self._replied_while_probing:
                 probe = replace(probe, app_busy=True)
-            return save_probe(speed.fingerprint, probe)
+            saved = save_probe(speed.fingerprint, probe)
+            return saved if task.cancelled.is_set() else _with_devices_measured(machine, saved)
 
         def done(new: MachineSpeed) -> None:
             self.probing = False
@@ -115,6 +120,15 @@ class SpeedController(QObject):
             self.status.emit(f"Could not measure this machine ({describe_error(exc)}): speed predictions stay assumed")
 
         self.ctx.tasks.submit(work, done=done, failed=failed, key="speed-probe", owner=self)
+
+    def _measure_devices(self, machine: Machine, speed: MachineSpeed) -> None:
+        """The GPUs' own rates, where the CPU has its figures and a device has none (a GPU added,
+        or figures stored before the device probe existed): a few seconds, then plans re-price."""
+        if not any(speed.device(d.name, d.description) is None for d in machine.llama.offload_devices):
+            return
+        self.ctx.tasks.submit(lambda _task: _with_devices_measured(machine, speed), done=self._apply,
+                              failed=lambda exc: _log.warning("device probe: %s", exc), key="speed-devices",
+                              owner=self)  # fmt: skip
 
     def model_selected(self, spec: ModelSpec) -> None:
         """Measure the weight types of `spec` the probe lacks (about 0.15 s each), then re-plan."""
@@ -170,3 +184,16 @@ def _measuring_why(speed: MachineSpeed, slow: float | None) -> str:
     if probe.busy:
         return f"{took}: the machine was busy during the last measurement"
     return f"{took}: the last measurement came from an older version of the app"
+
+
+def _with_devices_measured(machine: Machine, speed: MachineSpeed) -> MachineSpeed:
+    """`speed` with this machine's unmeasured offload devices measured and stored; as it was when
+    llama.cpp's kernels do not run there (their rates then stay assumed, and the plan says so)."""
+    unmeasured = [d for d in machine.llama.offload_devices if speed.device(d.name, d.description) is None]
+    if not unmeasured:
+        return speed
+    try:
+        return save_device_rates(speed.fingerprint, measure_devices(unmeasured))
+    except Exception:
+        _log.warning("device probe: llama.cpp's kernels did not run on %s", unmeasured[0].name, exc_info=True)
+        return speed
