@@ -173,9 +173,7 @@ class SpeedModel:
         self.gpu_bw = 0.0
         self.layer_overhead_s = GPU_LAYER_OVERHEAD_S
         if self.gpu:
-            # As Target.device_bandwidth_gbps: the slowest card paces a token, weighted by share.
-            total = sum(g.memory_budget_bytes for g in target.gpus) or 1
-            self.gpu_bw = 1.0 / sum((g.memory_budget_bytes / total) / device_decode_bps(g) for g in target.gpus)
+            self.gpu_bw = target.paced_rate(device_decode_bps)
             self.layer_overhead_s = max(device_layer_overhead_s(g) for g in target.gpus)
 
     @property

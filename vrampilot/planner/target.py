@@ -6,7 +6,7 @@ The planner sees only this, so "would this run on an 8 GB card?" is the same com
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
@@ -120,12 +120,16 @@ class Target:
 
     @property
     def device_bandwidth_gbps(self) -> float:
-        # Layers are split across GPUs and run one after another: the slowest card paces a token,
-        # so the harmonic mean weighted by share is the honest figure; with one GPU it is its own.
+        return self.paced_rate(lambda g: g.bandwidth_gbps)
+
+    def paced_rate(self, rate: Callable[[GpuTarget], float]) -> float:
+        """A per-device rate over all the GPUs: layers are split across them and run one after
+        another, so the slowest card paces a token and the harmonic mean weighted by share is the
+        honest figure; with one GPU it is its own (0 without GPUs)."""
         if not self.gpus:
             return 0.0
         total = sum(g.memory_budget_bytes for g in self.gpus) or 1
-        return 1.0 / sum((g.memory_budget_bytes / total) / g.bandwidth_gbps for g in self.gpus)
+        return 1.0 / sum((g.memory_budget_bytes / total) / rate(g) for g in self.gpus)
 
     @property
     def device_tflops(self) -> float:
