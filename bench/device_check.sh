@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # The GPU device check, as one call on a lent GPU machine (15 minutes of device time in all, no
-# registry there): build llama.cpp's CUDA backend with llama-server and llama-bench from the
-# trimmed vendored sources, then hold the planner's per-device bytes against llama.cpp's real CUDA
-# allocations, time decode through the API against llama-bench, and read NVML for the process.
+# registry there). Two backends on the same GPU:
+# 1. Vulkan, as users get it: the engine built here (prepare.py packs its llama-server, llama-bench
+#    and Vulkan module with Debian's Vulkan loader), run with the NVIDIA driver's Vulkan ICD. First,
+#    since nothing is compiled for it: its results stand even if the CUDA build runs out of time.
+# 2. CUDA: llama.cpp's CUDA backend with llama-server and llama-bench, built there from the trimmed
+#    vendored sources.
+# For each: the planner's per-device bytes against llama.cpp's real allocations, decode through
+# the API against llama-bench, and NVML for the process.
 #
-#   here:    python bench/device_check/prepare.py            # bench/out/device (about 25 MiB)
+#   here:    python bench/device_check/prepare.py            # bench/out/device (under 64 MiB)
 #   there:   run(command="bash bench/device_check.sh", carry=["bench/out/device"], timeout_s=540)
 #
 # CUDA_ARCH (default 90, an H200/H100) builds for that GPU only, with every core: a full list
-# would not finish in the time a device is lent. Results: $OUT/results.json and the log.
+# would not finish in the time a device is lent. Results: $OUT/results.json ($OUT/vulkan/ for
+# Vulkan) and the logs. SKIP_CUDA=1 runs the Vulkan part only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAYLOAD=bench/out/device
@@ -19,6 +25,32 @@ mkdir -p "$OUT" "$WORK"
 test -f "$PAYLOAD/llama.cpp.tgz" || { echo "device_check: run bench/device_check/prepare.py first" >&2; exit 2; }
 nvidia-smi -L | tee "$OUT/gpus.txt" || { echo "device_check: no NVIDIA GPU here" >&2; exit 2; }
 t0=$(date +%s)
+
+# --- 1. Vulkan: the prebuilt engine, the driver's ICD --------------------------------------------
+if [ -f "$PAYLOAD/vulkan.tar.xz" ]; then
+    tar xJf "$PAYLOAD/vulkan.tar.xz" -C "$WORK"
+    icd=$(ls /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1 || true)
+    if [ -z "$icd" ] && ldconfig -p | grep -q libGLX_nvidia.so.0; then
+        # The driver's Vulkan ICD is its GLX library; a container may carry the library without
+        # the manifest that names it.
+        icd="$WORK/nvidia_icd.json"
+        printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.3"}}\n' >"$icd"
+    fi
+    if [ -n "$icd" ]; then
+        echo "device_check: Vulkan with $icd"
+        mkdir -p "$OUT/vulkan"
+        LD_LIBRARY_PATH="$WORK/vulkan" VK_ICD_FILENAMES="$icd" GGML_BACKEND_PATH="$WORK/vulkan/cpu/libggml-cpu-haswell.so" \
+            python3 bench/device_check/check.py --bin "$WORK/vulkan" --payload "$PAYLOAD" --cases vulkan_cases \
+            --device Vulkan0 --out "$OUT/vulkan" 2>&1 | tee "$OUT/vulkan/check.log" || echo "device_check: Vulkan check failed"
+    else
+        echo "device_check: no NVIDIA Vulkan ICD here (no nvidia_icd.json, no libGLX_nvidia.so.0): Vulkan not measured" \
+            | tee "$OUT/vulkan-missing.txt"
+    fi
+    echo "device_check: Vulkan done at $(( $(date +%s) - t0 )) s"
+fi
+[ "${SKIP_CUDA:-0}" = 1 ] && exit 0
+
+# --- 2. CUDA: built here from the vendored sources ------------------------------------------------
 tar xzf "$PAYLOAD/llama.cpp.tgz" -C "$WORK"
 cmake -S "$WORK/llama.cpp" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGGML_RPC=ON \

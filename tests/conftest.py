@@ -61,3 +61,37 @@ def host_probe_steps(_llama_backends: None) -> tuple[HostProbe, list[str]]:
 @pytest.fixture(scope="session")
 def host_probe(host_probe_steps: tuple[HostProbe, list[str]]) -> HostProbe:
     return host_probe_steps[0]
+
+
+# -- skips ------------------------------------------------------------------------------------------
+# A skip that a package install would turn into a run is untested code wearing a green badge. CI
+# (.ci/run) installs what every group needs and sets VRAMPILOT_NO_SKIPS=1: there any skip fails
+# the run. Every run ends with the skipped tests listed with their reasons and counted.
+NO_SKIPS_ENV = "VRAMPILOT_NO_SKIPS"
+
+
+def _skips(terminalreporter: pytest.TerminalReporter) -> list[pytest.TestReport]:
+    return [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r, pytest.TestReport)]
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (file, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    skips = _skips(terminalreporter)
+    required = os.environ.get(NO_SKIPS_ENV) == "1"
+    terminalreporter.section(f"skips: {len(skips)}" + (f" ({NO_SKIPS_ENV}=1: none allowed)" if required else ""))
+    for r in skips:
+        terminalreporter.write_line(f"SKIP {r.nodeid}: {_skip_reason(r)}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get(NO_SKIPS_ENV) != "1" or exitstatus != 0:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and _skips(reporter):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

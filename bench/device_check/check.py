@@ -1,5 +1,6 @@
-"""On the GPU machine: llama.cpp's real CUDA allocations against the planner's predictions, decode
-through llama-server against llama-bench, and NVML's view of the server process.
+"""On the GPU machine: llama.cpp's real allocations on the device (CUDA or Vulkan) against the
+planner's predictions, decode through llama-server against llama-bench, and NVML's view of the
+server process.
 
 Standard library only (nothing of the app is installed there): the predictions come in
 expected.json (bench/device_check/prepare.py), llama.cpp's buffer lines are read with
@@ -87,10 +88,11 @@ def main() -> int:
     ap.add_argument("--payload", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     ap.add_argument("--device", default="CUDA0", help="the buffer name of the device (CUDA0, Vulkan0, ...)")
+    ap.add_argument("--cases", default="cases", help="which predictions of expected.json: cases (CUDA0), vulkan_cases")
     ap.add_argument("--max-cases", type=int, default=0)
     args = ap.parse_args()
     expected = json.loads((args.payload / "expected.json").read_text())
-    cases = expected["cases"]
+    cases = expected[args.cases]
     if args.max_cases:
         cases = cases[: args.max_cases]
     results = []

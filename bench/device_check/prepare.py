@@ -7,9 +7,14 @@ needs is made here, into bench/out/device/ (carried with `run --carry bench/out/
   build needs (about 9 MB; the sdist is 76 MB);
 - models/: small real GGUF files of several architectures (tests/factories), and the embedded
   SmolLM2 when the budget allows;
-- expected.json: the planner's per-device prediction (weights, KV, compute on CUDA0 and the host)
-  for each configuration the check runs: -ngl, context, ubatch, cache types. Computed for one CUDA
-  device whose budget is not the question: the check holds the bytes, not the fit.
+- expected.json: the planner's per-device prediction (weights, KV, compute on the device and the
+  host) for each configuration the check runs: -ngl, context, ubatch, cache types. Computed for one
+  device whose budget is not the question: the check holds the bytes, not the fit. `cases` for
+  CUDA0, `vulkan_cases` for Vulkan0 (the same GPU through the Vulkan backend);
+- vulkan.tar.xz: the Vulkan build as users get it, taken from this machine's engine (llama-server,
+  llama-bench, libllama, libggml with its Vulkan and RPC modules, the haswell CPU variant) and
+  Debian's Vulkan loader: the device machine runs it with the NVIDIA driver's Vulkan ICD, and
+  nothing is compiled there for it.
 
     python bench/device_check/prepare.py [--with-embedded]
 """
@@ -84,8 +89,48 @@ def main() -> int:
     emb = embedded_model_path()
     if args.with_embedded and emb is not None:
         models["smollm2"] = emb
-    gpu = GpuTarget(name="CUDA0", memory_total_bytes=80 * GIB, memory_budget_bytes=80 * GIB, bandwidth_gbps=4800.0,
-                    fp16_tflops=900.0, llama_name="CUDA0", buffer_name="CUDA0")  # fmt: skip
+    cases, vulkan_cases = _cases(models, "CUDA0"), _cases(models, "Vulkan0")
+    vulkan = vulkan_payload(OUT / "vulkan.tar.xz")
+    full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
+    speed_args = llama_server_argv("MODEL", full)[3:]
+    (OUT / "expected.json").write_text(json.dumps({"cases": cases, "vulkan_cases": vulkan_cases,
+                                                   "speed_args": speed_args}, indent=1))  # fmt: skip
+    total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    print(f"prepared {OUT}: source {size / 2**20:.1f} MiB, Vulkan build {vulkan / 2**20:.1f} MiB, {len(models)} models, "
+          f"{len(cases)} cases per backend, {total / 2**20:.1f} MiB in all (limit 64 MiB)")  # fmt: skip
+    return 0 if total < 64 * 2**20 else 1
+
+
+# What the Vulkan check runs, from the engine's lib folder (vrampilot/server/binaries.py): the tools,
+# the libraries they link, the backend modules, and one CPU variant every x86-64 GPU host runs.
+VULKAN_FILES = ("llama-server", "llama-bench", "libllama.so*", "libggml.so*", "libggml-base.so*", "libggml-vulkan.so",
+                "libggml-rpc.so", "libmtmd.so*", "cpu/libggml-cpu-haswell.so")  # fmt: skip
+# Debian's Vulkan loader (libvulkan1), which the bundle never ships: the GPU machine may have none.
+SYSTEM_LOADER = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
+
+
+def vulkan_payload(into: Path) -> int:
+    """The engine's Vulkan build, as vulkan/ in a tar.xz; its size. Fails where this engine has no
+    Vulkan module (VRAMPILOT_ENGINE_GPU=none) or no loader is installed here."""
+    import tarfile as tf
+
+    from vrampilot.server.binaries import lib_dir
+
+    lib = lib_dir()
+    files = sorted({f for pattern in VULKAN_FILES for f in lib.glob(pattern)})
+    if not (lib / "libggml-vulkan.so").is_file() or not SYSTEM_LOADER.exists():
+        raise SystemExit(f"prepare: no Vulkan build in {lib} or no {SYSTEM_LOADER} (apt-get install libvulkan1)")
+    with tf.open(into, "w:xz") as dst:
+        for f in files:
+            dst.add(f, arcname=f"vulkan/{f.relative_to(lib)}")
+        dst.add(SYSTEM_LOADER.resolve(), arcname="vulkan/libvulkan.so.1")
+    return into.stat().st_size
+
+
+def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
+    """The grid's cases for one GPU named `device` by llama.cpp (CUDA0, Vulkan0)."""
+    gpu = GpuTarget(name=device, memory_total_bytes=80 * GIB, memory_budget_bytes=80 * GIB, bandwidth_gbps=4800.0,
+                    fp16_tflops=900.0, llama_name=device, buffer_name=device)  # fmt: skip
     cases = []
     for name, path in models.items():
         spec = load_model_spec(path)
@@ -105,13 +150,7 @@ def main() -> int:
                 "expected": {"weights": dev.weights_bytes, "kv": dev.kv_bytes, "compute": dev.compute_bytes,
                              "host_compute": mem.host.compute_bytes, "host_kv": mem.host.kv_bytes},
             })  # fmt: skip
-    full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
-    speed_args = llama_server_argv("MODEL", full)[3:]
-    (OUT / "expected.json").write_text(json.dumps({"cases": cases, "speed_args": speed_args}, indent=1))
-    total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
-    print(f"prepared {OUT}: source {size / 2**20:.1f} MiB, {len(models)} models, {len(cases)} cases, "
-          f"{total / 2**20:.1f} MiB in all (limit 64 MiB)")  # fmt: skip
-    return 0 if total < 64 * 2**20 else 1
+    return cases
 
 
 def _machine():  # type: ignore[no-untyped-def]

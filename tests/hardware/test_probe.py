@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.busy import busy_loops
 from vrampilot.hardware import detect_machine
+from vrampilot.hardware.cpu_load import BUSY_SHARE
 from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.probe import (
     ProbeCancelled,
@@ -19,6 +21,7 @@ from vrampilot.hardware.probe import (
     measure_host,
     measure_kernels,
     missing_kernels,
+    probe_outdated,
     probe_threads,
     stream_bytes,
 )
@@ -204,3 +207,27 @@ def test_a_damaged_record_costs_a_measurement_not_a_start(tmp_path: Path) -> Non
     assert load_machine_speed("fp", tmp_path) == MachineSpeed("fp")
     update_machine_speed("fp", lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
     assert load_machine_speed("fp", tmp_path).factors_for("cpu:x").decode_ratios == (0.8,)
+
+
+@pytest.mark.slow
+def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_probe: HostProbe, tmp_path: Path) -> None:
+    """Two CPU-bound programs beside the probe (a desktop where something compiles): the probe says
+    it measured while busy, its figures stand where there is nothing better (measuring again at
+    every start would never end there), and they do not replace figures taken at a quiet moment."""
+    quiet = replace(host_probe, others_cpu_share=0.0, app_busy=False)
+    assert not probe_outdated(quiet)
+    save_probe("fp", quiet, tmp_path)
+    with busy_loops(2, limit_s=300):
+        taken = measure_host(1, weight_types=("q8_0",), kv_types=("f16",), reference=False)
+    assert taken.busy and taken.others_cpu_share > BUSY_SHARE, taken.others_cpu_share
+    assert taken.busy_note().startswith("measured while busy (other programs used ")
+    kept = save_probe("fp", taken, tmp_path)
+    assert kept.probe is not None and kept.probe.measured_at == quiet.measured_at
+    assert kept.probe.kernel("q4_0") == quiet.kernel("q4_0")
+    # Where nothing quieter is stored, the busy figures stand, complete or not for being busy.
+    busy_complete = replace(quiet, others_cpu_share=taken.others_cpu_share)
+    assert not probe_outdated(busy_complete)
+    alone = save_probe("other", busy_complete, tmp_path)
+    assert alone.probe is not None and alone.probe.busy
+    # A quiet probe replaces a busy one.
+    assert save_probe("other", quiet, tmp_path).probe == quiet

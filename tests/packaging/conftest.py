@@ -3,8 +3,9 @@
 - static ones (installer scripts compile, desktop entry and MIME XML are valid, the uninstaller
   undoes the installer): always run, in `make test`, skipping where a tool is missing;
 - smoke tests of *built* artifacts: run by `make package-test`, which points at them with
-  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB and VRAMPILOT_APPIMAGE; skipped when
-  those are unset, so `make test` never starts a stale bundle left in dist/.
+  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB and VRAMPILOT_APPIMAGE; deselected
+  (said in the run's header, not skipped) when those are unset, so `make test` never starts a
+  stale bundle left in dist/ and no skip stands for them.
 
 The bundle runs from a temporary directory with a minimal environment (no PYTHONPATH, no venv,
 HOME and VRAMPILOT_HOME in tmp), so nothing can come from the source checkout.
@@ -24,10 +25,32 @@ PACKAGING = REPO / "packaging"
 ARTIFACTS = REPO / "test-artifacts" / "packaging"
 
 
+_ARTIFACTS = {"bundle_dir": "VRAMPILOT_BUNDLE", "deb_file": "VRAMPILOT_DEB", "appimage_file": "VRAMPILOT_APPIMAGE"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of a built artifact whose variable is unset leave the run (`make package-test` runs them)."""
+    unset = {f for f, var in _ARTIFACTS.items() if not os.environ.get(var)}
+    left = [i for i in items if unset & set(getattr(i, "fixturenames", ()))]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [i for i in items if i not in left]
+        _DESELECTED.append(len(left))
+
+
+_DESELECTED: list[int] = []
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    if not _DESELECTED:
+        return None
+    return f"{sum(_DESELECTED)} tests of built installers deselected: `make package-test` runs them after `make package`"
+
+
 def _artifact(var: str) -> Path:
     value = os.environ.get(var)
-    if not value:
-        pytest.skip(f"{var} is not set (make package-test sets it after make package)")
+    if not value:  # deselected above; a direct call still says why
+        pytest.fail(f"{var} is not set (make package-test sets it after make package)")
     path = Path(value).resolve()
     if not path.exists():
         pytest.fail(f"{var}={value} does not exist: run `make package` first")

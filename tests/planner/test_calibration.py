@@ -11,9 +11,13 @@ import pytest
 from tests.machines import measured_machine, uniform_probe
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware.measured import (
+    FACTOR_MAX,
+    FACTOR_MIN,
     FACTOR_WINDOW,
     PACES_KEPT,
     PROBE_PRIOR_REPLIES,
+    RATIO_MAX,
+    RATIO_MIN,
     MachineSpeed,
     PaceReading,
     RateAt,
@@ -304,15 +308,28 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     m = ReplyMeasurement(s.prompt_tokens, s.evaluated_tokens, s.completion_tokens, s.decode_tps, s.prefill_tps, 0.0)
     after = learn_reply(speed, p, m)
     factors = after.factors_for(backend_key(p.target, p.settings))
-    if not (0.5 <= factors.decode_ratios[0] <= 2.0 and 0.5 <= factors.prefill_ratios[0] <= 2.0):
-        pytest.skip("this reply was far from the prediction (a busy machine): the factors are clamped")
     # One reply against the probe's two: its factors move a third of the way (in log), so the
     # prediction for the same reply moves towards what it measured (generating: in the part of a
-    # step that does not grow with the context; prompts: whole).
+    # step that does not grow with the context; prompts: whole). A reply more than RATIO_MAX from
+    # its prediction either way (possible on a very busy machine) is an accident and teaches
+    # nothing: the prediction stays where it was. Either way the figures are bounded.
     raw = reply_prediction(p, m, calibrated=False)
     later = _plan(embedded_model, after)
-    assert later.speed.decode_factor == pytest.approx(factors.decode_ratios[0] ** (1 / 3))
     pred = reply_prediction(later, m)
-    lo, hi = sorted((raw.decode_tps, s.decode_tps))
-    assert lo * 0.999 <= pred.decode_tps <= hi * 1.001
-    assert pred.prefill_tps == pytest.approx(raw.prefill_tps * (s.prefill_tps / raw.prefill_tps) ** (1 / 3), rel=1e-2)
+
+    def moved(ratio: float) -> float:
+        return min(FACTOR_MAX, max(FACTOR_MIN, ratio ** (1 / 3)))
+
+    if factors.decode_ratios:
+        assert later.speed.decode_factor == pytest.approx(moved(factors.decode_ratios[0]))
+        lo, hi = sorted((raw.decode_tps, s.decode_tps))
+        assert lo * 0.999 <= pred.decode_tps <= hi * 1.001
+    else:
+        assert not RATIO_MIN <= s.decode_tps / raw.decode_tps <= RATIO_MAX
+        assert pred.decode_tps == pytest.approx(raw.decode_tps)
+    ratio = s.prefill_tps / raw.prefill_tps
+    if factors.prefill_ratios:
+        assert pred.prefill_tps == pytest.approx(raw.prefill_tps * moved(ratio), rel=1e-2)
+    else:
+        assert not RATIO_MIN <= ratio <= RATIO_MAX
+        assert pred.prefill_tps == pytest.approx(raw.prefill_tps)

@@ -5,16 +5,16 @@ Screenshots go to test-artifacts/hub-*.png.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from tests.hub.conftest import Models, gpu_target, hf_env, hub, models, tiny_repo  # noqa: F401 - fixtures
 from tests.hub.fake_hub import FakeHub
+from tests.ui.conftest import MAX_WORK_S, StallMeter
 from vrampilot.hub import Fit
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -26,23 +26,6 @@ def shot(widget: QWidget, name: str) -> Path:
     QApplication.processEvents()
     assert widget.grab().save(str(path))
     return path
-
-
-class Stalls:
-    """Longest gap between ticks of a 10 ms timer on the GUI thread."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self._last = time.perf_counter()
-        self.timer = QTimer()
-        self.timer.setInterval(10)
-        self.timer.timeout.connect(self._tick)
-        self.timer.start()
-
-    def _tick(self) -> None:
-        now = time.perf_counter()
-        self.worst = max(self.worst, now - self._last - 0.010)
-        self._last = now
 
 
 @pytest.fixture
@@ -82,7 +65,8 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     qtbot.addWidget(view)
     view.resize(1280, 820)
     view.show()
-    stalls = Stalls()
+    stalls = StallMeter()
+    stalls.start()
 
     qtbot.keyClicks(view.query, "GGUF")
     qtbot.mouseClick(view.search_b, Qt.MouseButton.LeftButton)
@@ -131,8 +115,8 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     assert not view.pending_label.isVisible()
     shot(view, "done")
 
-    stalls.timer.stop()
-    assert stalls.worst < 0.5, f"GUI thread stalled {stalls.worst:.2f} s"
+    stalls.stop()
+    assert stalls.max_work_s < MAX_WORK_S, stalls.report()
     view.shutdown()
 
 

@@ -46,6 +46,9 @@ def measure(machine: Machine) -> Machine:
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
     speed = save_probe(machine.speed.fingerprint, probe)
+    if speed.probe is not None and speed.probe.measured_at != probe.measured_at:
+        print(f"The machine was busy ({probe.busy_cause()}): kept the measurement of {speed.probe.date}, "
+              "taken at a quiet moment", file=sys.stderr)  # fmt: skip
     devices = machine.llama.offload_devices
     if devices:
         from vrampilot.hardware.device_probe import measure_devices

@@ -321,7 +321,7 @@ class HostProbe:
     kernels: tuple[KernelRates, ...]
     attention: tuple[AttentionRates, ...]
     # Other programs' share of all cores while the probe ran (hardware/cpu_load.py): above
-    # BUSY_SHARE the figures are low, and the app measures again at its next start.
+    # BUSY_SHARE the figures may be low, and the plan says "measured while busy" (see probe_outdated).
     others_cpu_share: float = 0.0
     # The app itself ran llama.cpp meanwhile (a reply): other programs' share does not see that.
     app_busy: bool = False
@@ -336,6 +336,16 @@ class HostProbe:
     @property
     def busy(self) -> bool:
         return self.app_busy or self.others_cpu_share > BUSY_SHARE
+
+    def busy_cause(self) -> str:
+        return "a reply ran meanwhile" if self.app_busy else f"other programs used {self.others_cpu_share:.0%} of the CPU"
+
+    def busy_note(self) -> str:
+        """What a busy probe's figures are, in one phrase ("" for a quiet one): the plan's basis,
+        `doctor` and the window all say it this way."""
+        if not self.busy:
+            return ""
+        return f"measured while busy ({self.busy_cause()}), so its figures may be low; replies correct them"
 
     def with_kernels(self, added: tuple[KernelRates, ...]) -> HostProbe:
         names = {k.type_name for k in added}

@@ -464,14 +464,19 @@ def _read_reference(session: ReferenceSession | None) -> ReferenceSession | None
 
 
 def probe_outdated(probe: HostProbe) -> bool:
-    """Whether the app should measure again at this start: the last probe ran on a busy machine, or
-    came from a version that did not run the built-in model (whose run corrects every prediction),
-    read it a shorter prompt than now (too shallow to price a prompt's attention), or did not time
-    the elementwise steps (which price a prompt's norms and activations), the mat-vec over rows
-    of SHORTEST_ROW (a small model's rows) or the cost of each product in a chain of them."""
+    """Whether the app should measure again at this start: the last probe came from a version that
+    did not run the built-in model (whose run corrects every prediction), read it a shorter prompt
+    than now (too shallow to price a prompt's attention), or did not time the elementwise steps
+    (which price a prompt's norms and activations), the mat-vec over rows of SHORTEST_ROW (a small
+    model's rows) or the cost of each product in a chain of them.
+
+    A probe taken while the machine was busy is not outdated: it stands, labelled "measured while
+    busy", until replies show that it read a slow moment (MachineSpeed.probe_read_slow) or a
+    measurement at a quiet moment replaces it. Measuring again at every start would never end on a
+    desktop that is always busy, and each run would take the CPU from the user's own work."""
     from vrampilot.paths import embedded_model_path
 
-    if probe.busy or probe.elementwise is None or any(not k.decode_shortest_gbps or not k.matvec_overhead_us
+    if probe.elementwise is None or any(not k.decode_shortest_gbps or not k.matvec_overhead_us
                                                       for k in probe.kernels):  # fmt: skip
         return True
     if embedded_model_path() is None:

@@ -31,10 +31,7 @@ def format_probe(probe: HostProbe) -> list[str]:
         f"(figures for {threads} threads)"
     ]
     if probe.busy:
-        lines.append(
-            f"  ! other programs used {probe.others_cpu_share:.0%} of the CPU meanwhile: figures are low; "
-            "run `vrampilot doctor --measure` again when the machine is idle"
-        )
+        lines.append(f"  ! {probe.busy_note()}; `vrampilot doctor --measure` at a quiet moment replaces them")
     lines.append(f"  RAM read {_pair(probe.ram_read_gbps)} GB/s")
     fixed = [probe.fixed_costs(r.threads) for r in sorted(probe.ram_read_gbps, key=lambda r: r.threads)]
     lines.append(

@@ -109,14 +109,28 @@ def save_probe(fingerprint: str, probe: HostProbe, folder: Path | None = None, *
     readings after replies: the new probe's reading is the usual again until replies read it, so
     that a probe taken again because it ran at a slow moment (MachineSpeed.probe_read_slow) is
     judged by replies after it, not taken again at every start. Kernels added to the same probe for
-    another weight type (`new=False`) keep them."""
+    another weight type (`new=False`) keep them.
+
+    A new probe taken while other programs were busy does not replace a complete one taken at a
+    quiet moment: its figures read their load, not this machine (the stored record is returned
+    unchanged; `kept_quieter` tells the caller)."""
 
     def change(m: MachineSpeed) -> MachineSpeed:
         if not new:
             return replace(m, probe=probe)
+        if kept_quieter(m.probe, probe):
+            return m
         return replace(m, probe=probe, factors=tuple(f for f in m.factors if not f.backend.startswith("cpu:")), paces=())
 
     return update_machine_speed(fingerprint, change, folder)
+
+
+def kept_quieter(stored: HostProbe | None, taken: HostProbe) -> bool:
+    """Whether `stored` stands over `taken`: it was measured while the machine was quiet and is
+    complete for this version, and `taken` was measured while it was busy."""
+    from vrampilot.hardware.probe import probe_outdated  # the probe's kernels, loaded only here
+
+    return stored is not None and taken.busy and not stored.busy and not probe_outdated(stored)
 
 
 def add_kernels(fingerprint: str, added: tuple[KernelRates, ...], folder: Path | None = None) -> MachineSpeed:

@@ -51,7 +51,7 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
         if probe is not None:
             note = f"CPU: llama.cpp's kernels measured on this machine {probe.date}, RAM {probe.ram_peak_gbps:.1f} GB/s"
             if probe.busy:
-                note += " (another program was busy then: measured again at the next start)"
+                note += f" ({probe.busy_note()})"
             stand_ins = CpuRates(probe, target.cpu_physical_cores).stand_ins(weight_table(spec).types())
             if stand_ins:
                 note += "; " + ", ".join(f"{t} estimated from {s}" for t, s in sorted(stand_ins.items()))

@@ -1,7 +1,7 @@
 """Measuring the machine once and learning from every reply, in the background.
 
-At the first start on a machine (or when the last probe ran while the machine was busy, or before
-the probe ran the built-in model) the speed probe runs on a worker, a few seconds, while the window
+At the first start on a machine (or when replies showed that the last probe read a slow moment, or
+it came from a version before the probe ran the built-in model) the speed probe runs on a worker, a few seconds, while the window
 is already usable; a model whose weight
 types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
 learned from (planner/calibration.py). Each change is saved in this machine's record and reported
@@ -21,7 +21,7 @@ from vrampilot.engine import GenerationStats
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, cpu_load
 from vrampilot.hardware.device_probe import measure_devices
-from vrampilot.hardware.measured import MachineSpeed
+from vrampilot.hardware.measured import HostProbe, MachineSpeed
 from vrampilot.hardware.probe import (
     CORE_WEIGHT_TYPES,
     ProbeCancelled,
@@ -85,7 +85,7 @@ class SpeedController(QObject):
         self.measuring.emit(why)
         self.status.emit(why[0].upper() + why[1:])
 
-        def work(task: TaskHandle) -> MachineSpeed:
+        def work(task: TaskHandle) -> tuple[MachineSpeed, HostProbe]:
             types = with_reference_types(CORE_WEIGHT_TYPES)
             if model is not None:
                 try:  # the model about to be planned: its types measured too (header only, ms)
@@ -96,21 +96,14 @@ class SpeedController(QObject):
             if self._replied_while_probing:
                 probe = replace(probe, app_busy=True)
             saved = save_probe(speed.fingerprint, probe)
-            return saved if task.cancelled.is_set() else _with_devices_measured(machine, saved)
+            return (saved if task.cancelled.is_set() else _with_devices_measured(machine, saved)), probe
 
-        def done(new: MachineSpeed) -> None:
+        def done(result: tuple[MachineSpeed, HostProbe]) -> None:
             self.probing = False
             self.measuring.emit("")
-            probe = new.probe
-            assert probe is not None
+            new, taken = result
             self._apply(new)
-            note = " (the machine was busy: measured again at the next start)" if probe.busy else ""
-            if slow is not None:
-                note += f" (measured again: the last measurement ran at {slow:.0%} of this machine's usual pace)"
-            self.status.emit(
-                f"Measured this machine in {probe.duration_s:.1f} s: RAM {probe.ram_peak_gbps:.1f} GB/s; "
-                f"speed predictions now use llama.cpp's measured kernels{note}"
-            )
+            self.status.emit(_measured_status(new, taken, slow))
 
         def failed(exc: BaseException) -> None:
             self.probing = False
@@ -181,9 +174,26 @@ def _measuring_why(speed: MachineSpeed, slow: float | None) -> str:
     took = f"measuring again now, about {probe.duration_s:.0f} s in the background"
     if slow is not None:
         return f"{took}: the last measurement ran at {slow:.0%} of this machine's usual pace"
-    if probe.busy:
-        return f"{took}: the machine was busy during the last measurement"
     return f"{took}: the last measurement came from an older version of the app"
+
+
+def _measured_status(new: MachineSpeed, taken: HostProbe, slow: float | None) -> str:
+    """The status line after a probe (`taken`): what it measured, or that the earlier measurement
+    still stands because this one ran while the machine was busy (`slow`: why this start
+    measured, as in `_measuring_why`)."""
+    stored = new.probe
+    if stored is not None and stored.measured_at != taken.measured_at:
+        return (
+            f"Measured this machine in {taken.duration_s:.1f} s while it was busy: kept the measurement of "
+            f"{stored.date}, taken at a quiet moment"
+        )
+    note = f" ({taken.busy_note()})" if taken.busy else ""
+    if slow is not None:
+        note += f" (measured again: the last measurement ran at {slow:.0%} of this machine's usual pace)"
+    return (
+        f"Measured this machine in {taken.duration_s:.1f} s: RAM {taken.ram_peak_gbps:.1f} GB/s; "
+        f"speed predictions now use llama.cpp's measured kernels{note}"
+    )
 
 
 def _with_devices_measured(machine: Machine, speed: MachineSpeed) -> MachineSpeed:
