@@ -103,7 +103,7 @@ def main() -> int:
 
 # What the Vulkan check runs, from the engine's lib folder (vrampilot/server/binaries.py): the tools,
 # the libraries they link, the backend modules, and one CPU variant every x86-64 GPU host runs.
-VULKAN_FILES = ("llama-server", "llama-bench", "libllama.so*", "libggml.so*", "libggml-base.so*", "libggml-vulkan.so",
+VULKAN_FILES = ("llama-server", "llama-bench", "libllama*.so*", "libggml.so*", "libggml-base.so*", "libggml-vulkan.so",
                 "libggml-rpc.so", "libmtmd.so*", "cpu/libggml-cpu-haswell.so")  # fmt: skip
 # Debian's Vulkan loader (libvulkan1), which the bundle never ships: the GPU machine may have none.
 SYSTEM_LOADER = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
