@@ -48,7 +48,7 @@ test-quick: $(VENV)/.installed-test engine
 # ruff; the layers contract (import-linter, pyproject.toml) and no module cycles (a test in
 # tests/test_layers.py); the type checker, which also reports `type: ignore`s no longer needed.
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check vrampilot packaging/engine tests bench
+	$(VENV)/bin/ruff check vrampilot packaging/engine tests bench testkit
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 

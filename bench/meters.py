@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.doubles.fake_nvml import GIB, FakeGpu, FakeNvml, FakeProcess, FakeReading
+from testkit.fake_nvml import GIB, FakeGpu, FakeNvml, FakeProcess, FakeReading
 from vrampilot.meters.sampler import Sampler
 
 

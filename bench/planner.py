@@ -4,7 +4,7 @@
     python bench/planner.py --quick    # fewer settings
     python bench/planner.py --fit      # re-fit vrampilot/planner/compute.py's FIT table (needs scipy)
 
-Models: the embedded SmolLM2, one tiny fixture per architecture (tests/factories) and header-only
+Models: the embedded SmolLM2, one tiny fixture per architecture (testkit) and header-only
 copies of released models (Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite).
 Ground truth is llama.cpp's dry run (no_alloc), measured in this run with a fresh load per setting.
 Two predictions are compared with it: the fitted formula alone (what `--estimate` plans use and
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.factories.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
+from testkit.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
 from vrampilot.gguf.spec import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner import compute as compute_model  # noqa: E402
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
 
 def plan_for_8gb(path: Path, exact: bool) -> None:
     """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
-    from tests.machines import cpu_machine
+    from testkit.machines import cpu_machine
     from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_from_vram
     from vrampilot.units import GIB

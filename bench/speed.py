@@ -5,7 +5,7 @@ and leaves the user's record alone):
 1. Runs the speed probe (hardware/probe.py) once, as the app's first start does, and prints its
    figures and how long it took.
 2. Measures llama.cpp through the app's own engine (vrampilot.engine.Engine, the path replies take)
-   for every case: the embedded model and three fixture architectures written by tests/factories
+   for every case: the embedded model and three fixture architectures written by testkit
    (a GQA model with biases in Q8_0, a sliding-window model in Q4_0, a mixture of experts in F16,
    each scaled up to 50-200M parameters so that weights, not fixed costs, dominate), at 1 and 2
    threads, at 2K and 8K context. Each measurement is one reply: a prompt filling half the context
@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 FIXTURE_DIR = ROOT / "bench" / "out" / "speed-fixtures"
-# Three architectures from tests/factories, scaled up from their tiny test shapes.
+# Three architectures from testkit, scaled up from their tiny test shapes.
 FIXTURES: dict[str, dict[str, Any]] = {
     "qwen2 GQA+bias Q8_0": {"arch": "qwen2", "weight_type": "q8_0", "n_layer": 8, "n_embd": 768, "n_head": 12,
                             "n_head_kv": 2, "n_ff": 2048},
@@ -73,7 +73,7 @@ FILLER = (
 
 def fixture(name: str) -> Path:
     """The fixture file, written once (python quantization takes a few seconds per model)."""
-    from tests.factories.gguf_models import write_model
+    from testkit.gguf_models import write_model
 
     spec = dict(FIXTURES[name])
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]

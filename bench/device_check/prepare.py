@@ -5,7 +5,7 @@ needs is made here, into bench/out/device/ (carried with `run --carry bench/out/
 
 - llama.cpp.tgz: the vendored llama.cpp of the pinned llama-cpp-python, trimmed to what the CUDA
   build needs (about 9 MB; the sdist is 76 MB);
-- models/: small real GGUF files of several architectures (tests/factories), and the embedded
+- models/: small real GGUF files of several architectures (testkit), and the embedded
   SmolLM2 when the budget allows;
 - expected.json: the planner's per-device prediction (weights, KV, compute on the device and the
   host) for each configuration the check runs: -ngl, context, ubatch, cache types. Computed for one
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.factories.gguf_models import write_model  # noqa: E402
+from testkit.gguf_models import write_model  # noqa: E402
 from vrampilot.export import llama_server_argv  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
@@ -154,7 +154,7 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
 
 
 def _machine():  # type: ignore[no-untyped-def]
-    from tests.machines import cpu_machine
+    from testkit.machines import cpu_machine
 
     return cpu_machine(ram_gib=256, cores=16)
 

@@ -47,8 +47,8 @@ def _tapered(scale: float):  # type: ignore[no-untyped-def]
 
 def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any]) -> dict[str, tuple[int, float]]:
     from saved_runs import learn_saved_replies
-
     from tests.machines import measured_machine
+
     from vrampilot.hardware import measured
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction

@@ -44,6 +44,7 @@ def split(m: Any, kind: str, n_tokens: int, gen: int) -> tuple[float, float]:
 
 def replay(run: str, specs: dict[str, Any], by_file: dict[str, Any]) -> tuple[int, int, int, int]:
     from tests.machines import measured_machine
+
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.planner.search import Pins, plan
     from vrampilot.planner.speed import SpeedModel

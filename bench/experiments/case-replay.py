@@ -30,8 +30,8 @@ TOLERANCE = {"before": 0.25, "after": 0.15}
 
 def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any]) -> dict[tuple[str, str], float]:
     from saved_runs import learn_saved_replies
-
     from tests.machines import measured_machine
+
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
     from vrampilot.planner.search import Pins, plan

@@ -30,8 +30,8 @@ BUILT_IN = "SmolLM2-135M Q4_1/Q8_0"
 
 def main() -> None:
     import speed as bench  # bench/speed.py
-
     from tests.machines import measured_machine
+
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.measured import HostProbe, RateAt
     from vrampilot.paths import embedded_model_path

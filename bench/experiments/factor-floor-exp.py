@@ -26,8 +26,8 @@ FLOORS = (0.5, 0.9, 1.0, 1.1)
 
 def main() -> None:
     import speed as bench  # bench/speed.py
-
     from tests.machines import measured_machine
+
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.paths import embedded_model_path

@@ -28,8 +28,8 @@ CALIBRATION_REPLIES = 3
 
 def replay(data: dict[str, Any], specs: dict[str, Any], by_file: dict[str, Any], threshold: float) -> tuple[int, int]:
     from saved_runs import learn_saved_replies
-
     from tests.machines import measured_machine
+
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.planner import calibration
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction

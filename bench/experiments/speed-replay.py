@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 def main() -> None:
     import speed as bench  # bench/speed.py
-
     from tests.machines import measured_machine
+
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.measured import HostProbe
     from vrampilot.paths import embedded_model_path

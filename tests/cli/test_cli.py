@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
+from testkit.gguf_models import write_qwen25_7b_q4_k_m
 
 
 def vrampilot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

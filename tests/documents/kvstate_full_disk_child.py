@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests.machines import cpu_machine
+from testkit.machines import cpu_machine
 from vrampilot.documents import KvStateStore
 from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.machines import cpu_machine
 from tests.documents.writers import long_report
-from tests.machines import cpu_machine
 from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract, state_key
 from vrampilot.engine import Engine, Message, PromptProgress, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_header_only
-from tests.machines import cpu_machine
+from testkit.gguf_models import write_header_only
+from testkit.machines import cpu_machine
 from vrampilot.documents import analyze_fit, needed_context, nice_ctx, tokens_text
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.search import Pins, plan

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testkit.machines import cpu_machine
 from tests.documents.writers import long_report
-from tests.machines import cpu_machine
 from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract
 from vrampilot.documents.kvstate import STALE_PART_S
 from vrampilot.engine import Engine, SamplingParams

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from tests.factories.gguf_models import (
+from testkit.gguf_models import (
     ARCHITECTURES,
     header_tensor_types,
     shape_of,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_model
+from testkit.gguf_models import write_model
 from tests.gpu.conftest import ROOT
 from vrampilot.paths import embedded_model_path
 from vrampilot.units import MIB

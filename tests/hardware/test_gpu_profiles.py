@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.doubles.fake_nvml import GIB, MIB
+from testkit.fake_nvml import GIB, MIB
 from vrampilot.hardware import (
     GpuProfile,
     UnknownGpuProfileError,

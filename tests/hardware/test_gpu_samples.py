@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from tests.doubles.fake_nvml import (
+from testkit.fake_nvml import (
     GIB,
     FakeClock,
     FakeGpu,

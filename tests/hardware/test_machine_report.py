@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from tests.doubles.fake_nvml import FakeGpu, FakeNvml
+from testkit.fake_nvml import FakeGpu, FakeNvml
 from vrampilot.hardware import detect_llama_backend, detect_machine, format_machine, machine_to_dict
 from vrampilot.hardware.report import CUDA_REBUILD_HINT
 from vrampilot.hardware.types import GpuInfo

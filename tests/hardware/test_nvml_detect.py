@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tests.doubles.fake_nvml import (
+from testkit.fake_nvml import (
     GIB,
     MIB,
     NVML_ERROR_DRIVER_NOT_LOADED,

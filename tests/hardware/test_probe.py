@@ -101,7 +101,7 @@ def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(
 
 
 def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: Path, host_probe: HostProbe) -> None:
-    from tests.machines import measured_machine
+    from testkit.machines import measured_machine
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.pace import measure_pace_ms
     from vrampilot.planner.calibration import reply_pace_ms

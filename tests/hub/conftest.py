@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from tests.factories.gguf_models import write_header_only, write_model
+from testkit.gguf_models import write_header_only, write_model
+from testkit.machines import cpu_machine as machine
 from tests.hub.fake_hub import FakeHub
-from tests.machines import cpu_machine as machine
 from vrampilot.planner.target import Target, target_from_vram
 from vrampilot.units import GIB
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_truncated, write_wrong_magic
+from testkit.gguf_models import write_truncated, write_wrong_magic
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import LocalStatus, Source, download_model, scan_library

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.factories.gguf_models import write_model
+from testkit.gguf_models import write_model
 from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine

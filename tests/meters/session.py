@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tests.doubles.fake_nvml import GIB, MIB, FakeClock, FakeGpu, FakeNvml, FakeProcess, FakeReading, hold, ramp
-from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
-from tests.machines import cpu_machine
+from testkit.fake_nvml import GIB, MIB, FakeClock, FakeGpu, FakeNvml, FakeProcess, FakeReading, hold, ramp
+from testkit.gguf_models import write_qwen25_7b_q4_k_m
+from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.types import SharedGpuMemory

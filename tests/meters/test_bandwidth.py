@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.doubles.fake_nvml import FakeGpu, FakeNvml
+from testkit.fake_nvml import FakeGpu, FakeNvml
 from tests.meters.session import GPU, PEAK_GBPS, gpu8
 from vrampilot.gguf import ModelSpec
 from vrampilot.hardware import detect_nvidia_gpus
@@ -88,7 +88,7 @@ def test_partial_offload_splits_bytes(qwen7b_spec: ModelSpec) -> None:
 
 
 def test_the_host_peak_is_the_measured_ram_read_rate_once_the_machine_was_measured(qwen7b_spec: ModelSpec) -> None:
-    from tests.machines import cpu_machine, measured_machine, uniform_probe
+    from testkit.machines import cpu_machine, measured_machine, uniform_probe
     from vrampilot.planner.target import target_cpu_only
 
     pins = Pins(n_ctx=4096)

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from tests.doubles.fake_nvml import GIB, MIB, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from testkit.fake_nvml import GIB, MIB, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from tests.meters.session import OTHERS, PEAK_GBPS, session
 from vrampilot.cli import main as cli_main
 from vrampilot.meters.report import format_sample, sample_to_dict

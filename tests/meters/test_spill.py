@@ -131,7 +131,7 @@ def test_long_context_is_not_a_spill(plan8: Plan) -> None:
 
 
 def test_cpu_only_plan_never_spills(qwen7b_spec: ModelSpec) -> None:
-    from tests.machines import cpu_machine
+    from testkit.machines import cpu_machine
     from vrampilot.planner.target import target_cpu_only
 
     p = plan(qwen7b_spec, target_cpu_only(cpu_machine()), Pins(n_ctx=4096))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.machines import measured_machine, uniform_probe
+from testkit.machines import measured_machine, uniform_probe
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware.measured import (
     FACTOR_MAX,

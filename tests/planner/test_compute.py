@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import ARCHITECTURES, write_header_only, write_model
+from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.compute import compute_buffer_bytes, compute_terms, output_buffer_bytes

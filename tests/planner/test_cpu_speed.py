@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_model
-from tests.machines import cpu_machine, measured_machine, uniform_probe
+from testkit.gguf_models import write_model
+from testkit.machines import cpu_machine, measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware.measured import RateAt
 from vrampilot.planner.cpu_speed import CpuRates, weight_table

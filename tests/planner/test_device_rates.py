@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from tests.machines import cpu_machine
+from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import LlamaBackendInfo, LlamaDevice
 from vrampilot.hardware.measured import DeviceRates, MachineSpeed, SpeedFactors

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_header_only
-from tests.machines import cpu_machine, uniform_probe
+from testkit.gguf_models import write_header_only
+from testkit.machines import cpu_machine, uniform_probe
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine

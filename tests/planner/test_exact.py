@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import ARCHITECTURES, write_header_only, write_model, write_qwen25_7b_q4_k_m
-from tests.machines import cpu_machine
+from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model, write_qwen25_7b_q4_k_m
+from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.compute import formula_graph_bytes
 from vrampilot.planner.measure import graph_compute, measure_allocations

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.machines import measured_machine, uniform_probe
+from testkit.machines import measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
 from vrampilot.hardware.probe import probe_outdated
@@ -149,7 +149,7 @@ def test_one_thread_decode_weights_carry_only_to_the_built_in_model(spec: ModelS
                                                                        tmp_path: Path) -> None:  # fmt: skip
     # With one thread no thread waits at a node: what the built-in model's 1-thread steps cost
     # beyond its kernels is its own. Other models take x1 there, and every other factor as it is.
-    from tests.factories.gguf_models import write_model
+    from testkit.gguf_models import write_model
 
     probe = uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2), attention_gflops={"f16": 10.0})
     probe = replace(probe, reference=_run(spec, embedded_model, probe, _constant((1.5, 1.3), (1.2, 1.4))))

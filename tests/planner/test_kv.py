@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import ARCHITECTURES, write_header_only, write_model
+from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
 from vrampilot.gguf.spec import ModelSpec, load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.kv import effective_ctx, effective_ubatch, kv_cache_bytes, kv_refusal, row_bytes

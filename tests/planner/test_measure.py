@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_header_only, write_model, write_wrong_magic
+from testkit.gguf_models import write_header_only, write_model, write_wrong_magic
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.kv import kv_cache_bytes

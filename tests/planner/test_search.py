@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_qwen25_7b_q4_k_m
-from tests.machines import cpu_machine
+from testkit.gguf_models import write_qwen25_7b_q4_k_m
+from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.target import Target, target_cpu_only, target_from_vram

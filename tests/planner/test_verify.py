@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.machines import cpu_machine
+from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.target import target_cpu_only

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_model
+from testkit.gguf_models import write_model
 from tests.server.processes import assert_ctrl_c_stops
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.machines import cpu_machine
+from testkit.machines import cpu_machine
 from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.engine import Message, SamplingParams
 from vrampilot.export import llama_server_argv

@@ -9,8 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from testkit.machines import cpu_machine
 from tests.documents.writers import long_report, write_pdf
-from tests.machines import cpu_machine
 from vrampilot.documents import DocumentSet, analyze_fit, extract, tokenizer_for
 from vrampilot.engine import PromptProgress
 from vrampilot.gguf import load_model_spec

@@ -110,7 +110,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
 
 
 def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from tests.factories.gguf_models import write_model
+    from testkit.gguf_models import write_model
 
     seed_prefs()
     w: MainWindow = open_window()

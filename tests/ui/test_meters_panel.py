@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QWidget
 from pytestqt.qtbot import QtBot
 
-from tests.doubles.fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from testkit.fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from tests.meters.session import PEAK_GBPS, Session, plan_32k, qwen7b, session
 from vrampilot.gguf import ModelSpec
 from vrampilot.meters.sampler import Sampler
@@ -179,7 +179,7 @@ def test_without_nvml_ram_and_cpu_still_work(qtbot: QtBot, plan8: Plan) -> None:
 
 
 def test_system_ram_bandwidth_is_against_the_measured_peak_and_says_so(qtbot: QtBot, spec: ModelSpec) -> None:
-    from tests.machines import cpu_machine, measured_machine, uniform_probe
+    from testkit.machines import cpu_machine, measured_machine, uniform_probe
     from vrampilot.planner.target import target_cpu_only
 
     sampler = Sampler(nvml=FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND))

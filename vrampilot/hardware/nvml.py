@@ -1,7 +1,7 @@
 """The NVML boundary: every call into NVIDIA's management library goes through here.
 
 Functions take an `nvml` object with pynvml's module API (the `pynvml` module of the
-nvidia-ml-py package, or the test double in tests/doubles/fake_nvml.py). A machine without the
+nvidia-ml-py package, or the test double in testkit/fake_nvml.py). A machine without the
 package, the library or the driver is normal, not an error: detection then reports no GPU and a
 one-line reason. A query a GPU does not support (NVMLError "Not Supported") leaves that one field
 None and reads the rest.
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from vrampilot.hardware.profiles import match_detected
 from vrampilot.hardware.types import GpuInfo, GpuSample
 
-NvmlApi = Any  # pynvml's module API; see tests/doubles/fake_nvml.py for what is used
+NvmlApi = Any  # pynvml's module API; see testkit/fake_nvml.py for what is used
 T = TypeVar("T")
 
 CPU_FALLBACK = "no NVIDIA GPU detected, planning for the CPU"

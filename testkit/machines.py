@@ -1,4 +1,4 @@
-"""Machines to plan for in tests. Plain data values (what detection returns), not mocks."""
+"""Machines to plan for in tests and benchmarks. Plain data values (what detection returns), not mocks."""
 
 from __future__ import annotations
 
