@@ -45,9 +45,9 @@ MODEL_MIN_REPLIES = 2
 # On a backend the probe measured (the CPU), its prediction weighs as this many replies: a factor
 # learned from n replies moves the prediction n / (n + 2) of the way (in log) to their median.
 # With the probe within ±15% of 27-32 of the bench's 32 cases, three replies followed whole
-# carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on this VM) into cases
+# carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on the machine measured) into cases
 # already right: 30 of 32 within ±15% after, where 32 were before (bench/speed.py, 2026-12-02).
-# Replayed through this module over sixteen saved runs (bench/experiments/calibration-prior.py):
+# Replayed through this module over sixteen saved runs (docs/speed-model.md):
 # 465 of 512 cases within ±15% followed whole, 473 weighed as one reply, 474 as two, 470 as four.
 # Nothing measured a GPU: replies there are followed whole.
 PROBE_PRIOR_REPLIES = 2.0
@@ -56,7 +56,7 @@ MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most 
 # divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
 # last PACE_WINDOW replies' at the same thread count. On a VM whose replies moved 0.6-1.3x within
 # minutes, 0.85 set aside 59 of 296 replies, among them 22 of the 52 prompts read 15% or more
-# below the median, and the spread of the rest fell by 8-12% (bench/experiments/pace-gauge-exp.py).
+# below the median, and the spread of the rest fell by 8-12% (docs/speed-model.md).
 SLOW_PACE = 0.85
 PACE_WINDOW = 15
 PACES_KEPT = 32
@@ -64,8 +64,8 @@ PACES_KEPT = 32
 # count, a probe whose reading was slower than their median / SLOW_PACE ran at a slow moment, and
 # its figures with it: two bench runs whose probes read the gauge at 0.72 and 0.73 of the replies'
 # pace at 2 threads predicted 0.92 and 0.90 of measured at the median case (down to 0.76 and 0.72),
-# four whose probes read it at 0.89-1.04 0.93-1.04 (bench/speed.py, issue19-speed-{final2,chain2}
-# against {final3,prior,prior2,chain}.json). The app measures again at its next start.
+# four whose probes read it at 0.89-1.04 0.93-1.04 (bench/speed.py;
+# docs/speed-model.md). The app measures again at its next start.
 PROBE_PACE_READINGS = 3
 
 
@@ -105,10 +105,10 @@ def _rates_dict(rates: tuple[RateAt, ...]) -> list[dict[str, float]]:
 
 # The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
 # more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here). With 2
-# threads on this VM, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
+# threads on the machine measured, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
 # 0.53x for Q6_K, 0.79x for F16, where repacked types (Q4_0, Q4_K) kept theirs: the built-in
 # model's rows of 576, priced at the 1024-row figure, made its 2-thread steps look 1.36-1.43x
-# slower than their kernels, a factor then charged to every model (bench/experiments/row-length-exp.py).
+# slower than their kernels, a factor then charged to every model (docs/speed-model.md).
 SHORTEST_ROW = 512
 SHORT_ROW = 1024
 LONG_ROW = 4096
@@ -195,7 +195,7 @@ class ElementwiseRates:
     """One elementwise step a layer takes per token (llamacpp/ggml.py `CpuKernels.elementwise`):
     nanoseconds per f32 element. A prompt's ubatch runs each over all its tokens; with fast
     matrix kernels they weigh: in a Gemma 3 ubatch (Q4_0, 1 thread) the gated GELU alone took 7% of
-    the time, norms and RoPE another 7% (bench/experiments/op-profile-exp.py)."""
+    the time, norms and RoPE another 7% (docs/speed-model.md)."""
 
     op: str  # "norm", "swiglu", "geglu", "rope"
     ns_per_element: tuple[RateAt, ...]

@@ -4,8 +4,8 @@ A reply is learned from (planner/calibration.py) as what the speed model misses 
 a reply read while the machine ran slower than usual teaches a slow machine instead. Other
 programs' CPU time (hardware/cpu_load.py) shows one cause; a VM's neighbours on the same memory
 bus and cores show none: with other programs at 0-1% of the CPU, steal included, a reply's prompt
-read 0.59-1.19x and its generation 0.63-1.27x of their median within eight minutes on a 2-vCPU VM
-(bench/experiments/pace-gauge-exp.py). Two of llama.cpp's own kernels, timed right before each of
+read 0.59-1.19x and its generation 0.63-1.27x of their median within eight minutes on a 2-vCPU virtual machine
+(docs/speed-model.md). Two of llama.cpp's own kernels, timed right before each of
 those replies, moved with them (correlation 0.59 for prompts, 0.47 for generation): a q8_0 product
 shaped like a prompt's ubatch (compute) and a q8_0 mat-vec over more bytes than the last-level
 cache (memory). Their summed time is the machine's pace (`pace_ms`, lower is faster); a reply read

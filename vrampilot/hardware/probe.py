@@ -357,7 +357,7 @@ def measure_host(
     progress: ProgressFn | None = None,
     reference: bool = True,
 ) -> HostProbe:
-    """Run the probe (about 27 seconds on a 2-core VM: RAM 2, each kernel pass 8, the built-in model's
+    """Run the probe (about 27 seconds on a 2-core machine: RAM 2, each kernel pass 8, the built-in model's
     run 8.5, which `reference` = False leaves out). Raises GgmlError when llama.cpp cannot run it,
     ProbeCancelled when `cancel` is set between two measurements."""
     from vrampilot.llamacpp.ggml import CpuKernels

@@ -17,7 +17,7 @@ flash attention), and the planner compares that with its own prediction for the 
   share of reading prompts at that count). Four ubatches, so that the last reads after 1536
   cells: a ubatch's attention over the cache grows by a tenth of its time per 512 cells, so two
   ubatches (after 0 and 512 cells) could not tell it from the run's noise, and the kernels' rate
-  then priced 4K-token prompts 1.1-1.3x too fast (bench/experiments/prefill-depth-exp.py: each ubatch of a 4096-token
+  then priced 4K-token prompts 1.1-1.3x too fast (docs/speed-model.md: each ubatch of a 4096-token
   prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
 
 About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice: READINGS), in the
@@ -40,17 +40,17 @@ N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, 
 # between the readings, and each step and ubatch keeps the mean of its readings. This machine's
 # speed moved 20-30% between seconds: three probes a minute apart read the prompt's attention as
 # x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes back to back,
-# x1.28-1.42. Not the fastest reading, which it kept until a Zen 4 VM whose speed swung more: the
+# x1.28-1.42. Not the fastest reading, which it kept until a machine whose speed swung more: the
 # kernels' figures are each their faster pass, so a graph factor from the run's fastest priced
 # prompts at the machine's fastest moments where replies run at its usual pace; there the built-in
 # model's own 2K-token prompts at 2 threads came out 1.12-1.47x too fast before replies in six runs
-# of bench/speed.py (median 1.17). And not back to back: on that VM the 1-thread steps read 51-81
+# of bench/speed.py (median 1.17). And not back to back: on that machine the 1-thread steps read 51-81
 # tokens/s near the start from one probe to the next, and through the factor the fixtures'
 # 1-thread generating followed them (0.58-1.03 of measured before replies, each run's median,
-# bench/experiments/issue19-speed-genoa*); twelve readings of the steps 11 s apart, kernels running
+# docs/speed-model.md); twelve readings of the steps 11 s apart, kernels running
 # between them, were uncorrelated (lag-1 correlation -0.7 to 0.1) and the mean of two neighbours'
 # spread 0.7x (1 thread) and 0.4-0.5x (2 threads) of one reading's
-# (bench/experiments/issue19-reference-readings.txt).
+# (docs/speed-model.md).
 READINGS = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per reading, depth and thread count (after one untimed), each from the same cache;
@@ -101,7 +101,7 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
             llama_cpp.llama_set_n_threads(llm.ctx, t, most)  # type: ignore[attr-defined]
         # One pass of each untimed first: the steps right after another thread count's work (the
         # prompt, read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
-        # against 24-30 ms once warm (bench/experiments/issue19-reference-warmup.txt), which no
+        # against 24-30 ms once warm (docs/speed-model.md), which no
         # chat sees past its first tokens and which made 1-thread plans look a third slower.
         for n in range(PASSES + 1):
             for i, (llm, tokens, reset) in enumerate(depths):
@@ -175,9 +175,9 @@ class ReferenceSession:
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
         # same at every count, so the prompt's factor at all threads cannot stand for one thread.
-        # On a Zen 4 VM the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
+        # On one machine the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
         # thread and 0.9-1.2x at 2, and two runs of bench/speed.py priced its 1-thread prompts
-        # 1.33 and 1.55x too fast with the 2-thread factor (bench/experiments/issue19-speed-genoa*).
+        # 1.33 and 1.55x too fast with the 2-thread factor (docs/speed-model.md).
         for t in self.threads:
             if t != self.most:
                 llama_cpp.llama_set_n_threads(self._shallow.ctx, t, t)

@@ -55,7 +55,7 @@ CAL_CASES_PER_LENGTH = 4
 CAL_SEED = 20250611  # not evaluate.passkey's seed (0): different keys and depths
 # bench/hybrid_calibrate.py --budgets --spread N: prompts whose needles lie at every distance a
 # head's window might end at (depths in equal bins; own seed, so other keys), where the shipped
-# budgets' four random depths put the needles 3.1K-7.1K back (bench/experiments/issue20-budgets.md).
+# budgets' four random depths put the needles 3.1K-7.1K back (docs/hybrid-cache.md).
 BUDGET_SEED = CAL_SEED + 1
 
 
@@ -275,7 +275,7 @@ def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[in
 # bench/hybrid_calibrate.py --select: allocations (budgets.py's, from different aggregation rules)
 # are compared on prompts of their own seed, neither the budgets' prompts nor the evaluation's, by
 # what the hybrid cache makes of the answer: the far mass ranks heads, but whether the reply starts
-# with the key at all is one logit margin (bench/experiments/issue20-budgets.md), which no
+# with the key at all is one logit margin (docs/hybrid-cache.md), which no
 # allocation rule sees.
 SELECT_SEED = CAL_SEED + 2
 

@@ -147,7 +147,7 @@ SMOLLM2_135M = (30, 9, 3, 64, 49152)  # ModelConfig.shape of the embedded SmolLM
 SMOLLM2_RETRIEVAL_HEADS = ((7, 2), (14, 1), (17, 1), (18, 2), (20, 1), (20, 2), (21, 2), (23, 0))
 # Broad heads: on the same calibration prompts, the KV heads (outside the 8 above) whose query heads
 # put the most attention beyond the sinks and a 680-token window while the answer starts (its first
-# two tokens): 0.71, 0.70, 0.72, 0.73 of their mass (bench/experiments/first-token-exp.py --far).
+# two tokens): 0.71, 0.70, 0.72, 0.73 of their mass (docs/hybrid-cache.md).
 # They read the whole context rather than the needle; without them (and without the log(m) bias on
 # the other heads' HCA entries) the answer's first token at 8K, a space before the digits, loses to
 # " the".
@@ -209,7 +209,7 @@ def budget_base() -> HybridConfig:
 # --aggregate max (eight budget prompts with needles 0.7K-7.1K back, the largest far mass over them,
 # plus the development text), then chosen by --select among six allocations of the same bytes on
 # prompts of another seed (8 of 8 keys answered, the previous reaches 6 of 8;
-# bench/experiments/issue20-select.*). Each KV head's reach, (layer, KV head, reach), None keeping
+# docs/hybrid-cache.md). Each KV head's reach, (layer, KV head, reach), None keeping
 # every token.
 SMOLLM2_HEAD_REACH: tuple[tuple[int, int, int | None], ...] = (
     (0, 0, 4032), (0, 1, 3008), (0, 2, 4032), (1, 0, 3008), (1, 1, 1984), (1, 2, 1984),

@@ -388,7 +388,7 @@ class CpuKernels(_Kernels):
         the weights streamed from RAM), once per thread count. A model of small matrices pays per
         product what one large matrix does not: with 2 threads here, 84 repacked Q4_0 matrices of
         92-737 KB took 1.34-1.44x their bytes at the one-matrix rate (1 thread: 1.0x;
-        bench/experiments/matvec-chain-exp.py)."""
+        docs/speed-model.md)."""
         api = self.api
         align = 64
         stride = -(-self.row_bytes(ggml_type, k) * n // align) * align

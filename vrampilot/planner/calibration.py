@@ -39,7 +39,7 @@ MIN_DECODE_TOKENS = 8
 # longer): the weights' pass and fixed costs weigh more, and the speed model's share for them is
 # less sure. Learned from, a chat's 20-40-token turns moved the predictions for 1K-4K-token prompts
 # to 0.57-1.0 of what was measured (0.76-1.33 before), and 330-520-token turns to 1.04-1.42
-# (bench/speed.py, bench/experiments/issue19-speed-per-model-first.*), so such prompts are not learned from.
+# (bench/speed.py; docs/speed-model.md), so such prompts are not learned from.
 MIN_PREFILL_TOKENS = HEADLINE_PROMPT_TOKENS
 # Decode time grows with the context; a reply's mean is taken over this many points of its span.
 _DECODE_POINTS = 5

@@ -74,7 +74,7 @@ class _LayerCost:
 
 
 # Architectures whose feed-forward activation llama.cpp builds as GELU (LLM_FFN_GELU in its
-# src/models/*.cpp); every other one as SiLU. On this VM's CPU a gated GELU costs 1.9 ns per
+# src/models/*.cpp); every other one as SiLU. On the CPU it was measured on a gated GELU costs 1.9 ns per
 # element at one thread, a gated SiLU 0.15.
 GELU_ARCHITECTURES = frozenset({
     "bert", "bloom", "codeshell", "falcon", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding",
@@ -460,7 +460,7 @@ def decode_seconds(
             continue
         # Each product at its kernel's rate, plus what it costs as one node of a chain of them: with
         # 2 threads a model of 92-737 KB matrices ran its products at 0.7x the rate one large matrix
-        # reads at (bench/experiments/matvec-chain-exp.py), which the built-in model's graph factor,
+        # reads at (docs/speed-model.md), which the built-in model's graph factor,
         # fitted on other matrices, did not carry over.
         t += sum(m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9)
                  + rates.matvec_overhead_s(m.type_name, threads) for m in layer.matrices)  # fmt: skip

@@ -1,54 +1,24 @@
 """What a whole graph costs beyond its kernels, from the probe's run of the built-in model.
 
-The speed probe times each kernel alone and then runs the built-in model for real (hardware/
-reference_run.py). Here the speed model predicts those very steps from the kernels' rates alone;
-measured over predicted gives `GraphFactors`, which every later prediction on this machine applies
-(planner/cpu_speed.py). Two decode steps per thread count, near the start of the cache and deep
-into it, separate the two parts of a step: with b the predicted weights and fixed costs, a(n) the
-predicted attention over n cells,
+The speed probe times each kernel alone, on the shapes it runs best at; a real model's steps cost
+more (threads wait for each other at every node, attention over a growing cache, small products in
+a chain). So the probe also runs the built-in model for real (hardware/reference_run.py), and here
+the speed model predicts those very steps from the kernels' rates alone; measured over predicted
+gives `GraphFactors`, which every later prediction on this machine applies (planner/cpu_speed.py).
+Two decode steps per thread count, near the start of the cache and deep into it, separate the two
+parts of a step: with b the predicted weights and fixed costs, a(n) the predicted attention over n
+cells,
 
     measured(n) = f_base * b + f_attention * a(n)
 
-gives f_attention from the difference of the two depths and f_base from the shallow one. The
-prompt's ubatches, after 0 to 1536 cells, give both for reading prompts the same way with all
-threads; the first ubatch read again at each smaller thread count gives that count's f_base (with
-the same f_attention): on a Zen 4 VM the 1-thread prompt's graph cost 1.2-1.4x its kernels where
-2 threads cost 0.9-1.2x, so one count's factor does not stand for another's. A ubatch's attention over the cache is priced by the
-kernels at well under what the graph spends on it: each ubatch of a 4096-token prompt slowed by
-1.3-2x what the kernels' rate says, for every model measured at 1 and 2 threads
-(bench/experiments/prefill-depth-exp.py), which priced 4K-token prompts 1.1-1.3x too fast while
-the factor was fixed at 1. Fitted from two ubatches (after 0 and 512 cells) it came out anywhere
-from 0.5 to 1.5: four reach deep enough for the attention to stand out of the run's noise.
+gives f_attention from the difference of the two depths and f_base from the shallow one; the
+prompt's four ubatches (after 0 to 1536 cells) give both for reading prompts, and the first ubatch
+read again at each smaller thread count gives that count's own f_base.
 
-The factors are bounded: a run that disagrees with the kernels by more than that says the run was
-disturbed, not that the graph costs so much. Attention and a prompt's matrices are bounded below
-at 1 (`BEST_CASE_MIN`): the probe times those kernels alone, on shapes they run best at, so a graph
-cannot do the same work faster, and a factor under 1 is the run's noise (the attention's from the
-slope of four ubatches, the matrices' from a kernel read at a slow moment). Fitted freely they came
-out as low as 0.53 and 0.68 on a Zen 4 VM, and that run's 4K-token prompts were predicted up to
-2x too fast; replayed over 29 saved runs of bench/speed.py, the bound held 853 of 928 cases
-within ±25% before replies where the free fit held 834, and cost no run a case (0.9: 847; 1.1:
-853, but cost three runs 1-2 cases; bench/experiments/issue19-factor-floor.txt). A decode step's
-weights keep the lower bound of 0.5: the probe streams them from RAM, and a small model's real
-steps can find some in the cache.
-
-With one thread a decode step has no barrier to wait at, so what the built-in model's 1-thread
-steps cost beyond its kernels is its own (its non-repacked Q4_1 products over rows of 576), not a
-graph's: other models take their 1-thread decode weights at the kernels' sum (`factors_for_model`).
-On a Zen 4 VM that factor came out x0.98-1.99 from one probe to the next (the steps near the start
-read at 51-81 tokens/s), and carried to the fixtures it priced their 1-thread generating at
-0.58-1.03 of measured (each run's median), lower the larger it was. Replayed over the saved runs
-of bench/speed.py (bench/experiments/decode-transfer-exp.py, issue19-decode-transfer.txt): 317 of
-352 cases within ±25% before replies on that VM against 288, and 727 of 768 on the steadier one as
-before; after three replies 818 of 896 within ±15% against 805, no run worse. The factor at 2
-threads, where threads do wait for each other at every node, still carries (dropping it too cost
-the steadier VM 18 cases).
-
-The factors need the kernels of the built-in model's own weight types: priced from a stand-in
-(Q4_1 from the repacked Q4_0, twice as fast at prompts on a Haswell-class VM) the run's "graph
-cost" came out x2.48 for prompts and made every prompt prediction half of what llama.cpp measured
-(bench/experiments/decode-depth-exp.py). So the probe always measures those types
-(`with_reference_types`), and without them there are no factors.
+Why each rule is as it is (the bounds, `BEST_CASE_MIN`, other models' 1-thread decode weights at
+x1 in `factors_for_model`, the built-in model's own weight types always measured by
+`with_reference_types`), with the measurements behind it and what was tried instead:
+docs/speed-model.md, "Graph factors".
 """
 
 from __future__ import annotations

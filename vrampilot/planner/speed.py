@@ -132,7 +132,7 @@ def backend_key(target: Target, settings: Settings) -> str:
     RPC hosts by endpoint: another card or host is another speed), else the CPU code's at the plan's
     thread counts. What replies at one thread count taught did not carry to another: learned from
     2-thread replies, the factors moved the 1-thread cases of bench/speed.py from 0.91-1.16 of what
-    was measured (the probe alone) to 0.89-1.28 (bench/experiments/issue19-speed-twopass.*); the
+    was measured (the probe alone) to 0.89-1.28 (docs/speed-model.md); the
     probe's own figures, the graph factors included, are per thread count already."""
     if target.has_gpu and settings.n_gpu_layers > 0:
         return "gpu:" + "+".join(g.label for g in target.gpus)
@@ -302,7 +302,7 @@ def corrected_decode_seconds(t_step: float, t_shallow: float, decode_factor: flo
     what they measure is that part; scaled whole, a 2-thread reply's correction carried into 4K-deep
     steps 1.16-1.23x too fast (bench/speed.py), and on ten saved runs this rule held 282 of 320
     cases within ±15% after three replies where scaling the whole step held 276
-    (bench/experiments/calibration-replay.py)."""
+    (docs/speed-model.md)."""
     return t_shallow / decode_factor + max(0.0, t_step - t_shallow)
 
 
