@@ -13,8 +13,8 @@ each candidate window length (at the answer of the 7.5K-token calibration prompt
 16th position of the development text past 1K), gives each head the reach that spends the byte
 budget best (vrampilot/hybrid/budgets.py), prints the `head_reach` tuple config.py stores and writes
 hybrid-budgets.json (about 10 minutes; --spread 8 --jobs 2 about 12). The shipped budgets come from
---spread 8 --aggregate max, chosen by --select among the variants that
-bench/experiments/issue20-budgets.md tried (--reallocate: again from a saved run, without measuring).
+--spread 8 --aggregate max, chosen by --select among candidate allocations (docs/hybrid-cache.md)
+(--reallocate: again from a saved run, without measuring).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reallocate", help="a hybrid-budgets.json of this script: allocate again from its far mass "
                         "(with --aggregate, --first-weight), without measuring")
     parser.add_argument("--select", help="a JSON file of candidate allocations ({\"variants\": {name: head_reach}}, as "
-                        "bench/experiments/issue20-budgets-spread8.json): compare them and the shipped one by the answer "
+                        "written by --reallocate runs): compare them and the shipped one by the answer "
                         "margins the hybrid cache gives on prompts of their own seed, and name the best")
     parser.add_argument("--prompts", type=int, default=8, help="--select: selection prompts (7.5K tokens, depths spread)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))

@@ -52,3 +52,29 @@ def test_no_module_cycles() -> None:
     # Imports made only for the type checker count too: a cycle of types is still a knot.
     graph = grimp.build_graph("vrampilot", cache_dir=None)
     assert _cycles(graph) == []
+
+
+def _imports_of(folder: str, package: str) -> list[str]:
+    """Files under `folder` (relative to the repository) that import `package` or a module in it."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(name == package or name.startswith(package + ".") for name in names):
+                found.append(str(path.relative_to(root)))
+                break
+    return found
+
+
+def test_bench_and_tests_do_not_import_each_other() -> None:
+    # What both need (GGUF fixtures, the NVML double, machines) lives in testkit/.
+    assert _imports_of("bench", "tests") == []
+    assert _imports_of("tests", "bench") == []
