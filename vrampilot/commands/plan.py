@@ -1,6 +1,6 @@
 """`vrampilot plan` and `vrampilot export`: choose settings, explain them, print llama-server's line.
 
-The option names are a contract scripts depend on (see README).
+The option names are a contract scripts depend on (see docs/cli.md).
 """
 
 from __future__ import annotations

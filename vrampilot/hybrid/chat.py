@@ -48,8 +48,8 @@ def torch_available() -> bool:
         return False
 
 
-# The README's measurement of the default config (bench/hybrid.py on the embedded model), quoted in
-# the note beside the backend choice; the other configs' numbers are in the README only.
+# docs/hybrid-cache.md's measurement of the default config (bench/hybrid.py on the embedded model), quoted in
+# the note beside the backend choice; the other configs' numbers are in that page only.
 DEFAULT_MEASURED = (
     "Measured on SmolLM2-135M at 8K tokens: 9.9% of the f16 cache's bytes, perplexity +0.96% over the "
     "full cache on held-out text (+0.53% on the text the budgets were calibrated on), where a plain window "

@@ -153,7 +153,7 @@ SMOLLM2_RETRIEVAL_HEADS = ((7, 2), (14, 1), (17, 1), (18, 2), (20, 1), (20, 2), 
 # " the".
 SMOLLM2_BROAD_HEADS = ((5, 1), (6, 0), (7, 0), (8, 1))
 
-# Chosen by measurement (bench/hybrid.py, and the ablations in the README and the issue note):
+# Chosen by measurement (bench/hybrid.py, and the ablations in docs/hybrid-cache.md):
 # - Averaged entries (CSA m=4, HCA m=128) do not carry passkey retrieval on this untrained model.
 #   Keeping every token of a few retrieval heads does: 8 heads x 8K tokens x 132 B = 8.6 MB.
 # - The other 82 KV heads keep sinks + a raw window + HCA entries (nearly free, 3 B/token/layer; no
@@ -179,7 +179,7 @@ _RETRIEVAL = HybridConfig(
     retrieval_model=SMOLLM2_135M,
 )
 
-# The other end of the trade-off (bench/hybrid.py, README): passkey at 8K 5/10 where the full cache
+# The other end of the trade-off (bench/hybrid.py, docs/hybrid-cache.md): passkey at 8K 5/10 where the full cache
 # finds 6/10 (the default 4/10), but perplexity +4.5% at 8K (default +2.5%), worse there than a
 # plain window of the same bytes: the log(m) bias it needs costs perplexity at 8K.
 _BROAD = _RETRIEVAL.with_(

@@ -35,7 +35,7 @@ from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
 
 # Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
-# Assumed: no GPU has been measured (see README "Predicted speed").
+# Assumed: no GPU has been measured (see docs/speed-model.md, "Predicted speed").
 GPU_BANDWIDTH_EFFICIENCY = 0.75
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
