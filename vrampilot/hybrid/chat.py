@@ -63,7 +63,7 @@ def about_text(config: str = "default") -> str:
     from vrampilot.hybrid.config import get_config
 
     cfg = get_config(config)
-    measured = f" {DEFAULT_MEASURED}" if config == "default" else " Its measurements are in the README."
+    measured = f" {DEFAULT_MEASURED}" if config == "default" else " Its measurements are in docs/hybrid-cache.md."
     return (
         f"Experimental: a training-free, DeepSeek-V4-style compressed KV cache, config {cfg.name}: {cfg.description}. "
         "It runs on the CPU in torch, slower than llama.cpp, and uses temperature and seed only (no "
