@@ -1,0 +1,71 @@
+"""A damaged database (random bytes, cut short) or one from a newer version: a clear StorageError
+and the file left byte for byte as it was, for both of the app's SQLite files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from vrampilot.documents import DocumentStore
+from vrampilot.storage import ChatStore, StorageError
+from vrampilot.storage.db import DB_FILE
+
+
+def _chats_with_history(path: Path) -> None:
+    store = ChatStore(path)
+    for k in range(20):
+        chat = store.create_chat(f"chat {k}")
+        for _ in range(10):
+            store.add_message(chat.id, "user", "words " * 300)
+    store.close()
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the main file, as after a clean exit
+    raw.close()
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(os.urandom(64 * 1024))
+
+
+def cut_short(path: Path) -> None:
+    _chats_with_history(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(path.stat().st_size // 2)
+
+
+def cut_to_the_header(path: Path) -> None:
+    _chats_with_history(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(4096)
+
+
+def newer(path: Path) -> None:
+    _chats_with_history(path)
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("damage", [garbage, cut_short, cut_to_the_header, newer], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("opener", [ChatStore, DocumentStore], ids=["chats", "documents"])
+def test_a_damaged_or_newer_database_is_refused_and_kept(
+    tmp_path: Path, damage: Callable[[Path], None], opener: Callable[[Path], object]
+) -> None:
+    path = tmp_path / DB_FILE
+    damage(path)
+    before = _digests(tmp_path)
+    with pytest.raises(StorageError) as info:
+        opener(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "left as it is" in message and ("newer" if damage is newer else "damaged") in message
+    assert _digests(tmp_path) == before  # nothing replaced, nothing added beside it, nothing deleted
