@@ -30,21 +30,24 @@ def libfaketime() -> Path:
     pytest.skip("needs libfaketime (Debian: apt-get install faketime)")
 
 
-def env_at(when: str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process whose clock starts at `when` (UTC) and runs on from there."""
+def env_at(when: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process whose clock starts at `when` (UTC) and runs on from there
+    (None: the real clock)."""
     env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = str(ROOT)
+    if when is None:
+        return env
     env.update(
         LD_PRELOAD=str(libfaketime()),
         FAKETIME=f"@{when}",
         TZ="UTC",
         # The monotonic clock stays real: waits and timeouts in the child keep their length.
         FAKETIME_DONT_FAKE_MONOTONIC="1",
-        PYTHONPATH=str(ROOT),
     )
     return env
 
 
-def run_at(when: str, code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+def run_at(when: str | None, code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     """Run Python `code` in a child whose clock says `when`; its stdout. Fails on a non-zero exit."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env_at(when, env), capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
