@@ -8,6 +8,7 @@ messages.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import re
 import sys
@@ -32,6 +33,10 @@ _COMMAND_MODULES = (
 
 
 _OPTIONAL_PACKAGES = ("vrampilot.hybrid",)
+
+# A file or folder the user's system will not let us write: a read-only mount, a full disk, a
+# quota, permissions. A user can fix each; it is said in one line, like a UserError.
+_CANNOT_WRITE = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -85,6 +90,12 @@ def main(argv: list[str]) -> int:
         return handler(args)
     except UserError as exc:
         print(f"vrampilot: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE or exc.filename is None:
+            raise
+        print(f"vrampilot: cannot write {exc.filename}: {exc.strerror} (VRAMPILOT_HOME moves the app's data "
+              "folder to a writable place)", file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)
