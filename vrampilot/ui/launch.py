@@ -107,6 +107,13 @@ def launch_gui(model: str | None = None) -> int:
     raiser.requested.connect(window.raise_window)
     instance.serve(raiser.requested.emit)  # a second start asks, from the listener's thread
     window.show()
+    if ctx.prefs.problem:
+        # Said once, here and in a box that does not hold the window up (the app works meanwhile).
+        print(f"vrampilot: {ctx.prefs.problem}", file=sys.stderr)
+        notice = QMessageBox(QMessageBox.Icon.Warning, "VRAM Pilot", ctx.prefs.problem, parent=window)
+        notice.setObjectName("settings_problem")
+        notice.setModal(False)
+        notice.show()
     code = app.exec()
     window.shutdown()
     ctx.close()
