@@ -102,4 +102,5 @@ def test_the_window_on_a_read_only_data_folder_says_why_it_cannot_start(tmp_path
     assert out["exit_code"] == 1 and not out["window_opened"], out
     errors = [x for x in proc.stderr.splitlines() if x.startswith("vrampilot: ")]
     assert len(errors) == 1 and "cannot start" in errors[0] and "Read-only" in errors[0], proc.stderr
+    assert out["dialogs"] == [errors[0].removeprefix("vrampilot: ")]  # said in a dialog too
     assert _files(home) == before

@@ -22,7 +22,6 @@ DEADLINE_S = 240.0
 
 def main() -> dict[str, object]:
     from vrampilot.ui.launch import launch_gui
-    from vrampilot.ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     seen: list[str] = []
@@ -33,7 +32,9 @@ def main() -> dict[str, object]:
         if isinstance(box, QMessageBox):  # a start refused: the dialog, answered
             seen.append(box.text())
             box.accept()
-        windows = [w for w in app.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
+        # Looked up by name: importing the window here would do, before the app's own checks, what
+        # they are there to catch (the engine's import writes to the cache folder).
+        windows = [w for w in app.topLevelWidgets() if type(w).__name__ == "MainWindow" and w.isVisible()]
         if windows:
             notices = [w for w in app.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]
             seen.extend(n.text() for n in notices)

@@ -58,11 +58,17 @@ def launch_gui(model: str | None = None) -> int:
     from vrampilot.paths import data_dir
     from vrampilot.ui.instance import InstanceLock
 
-    instance = InstanceLock(data_dir())
     try:
+        # Creating the data folder fails too on a read-only mount where it does not exist yet.
+        instance = InstanceLock(data_dir())
         first = instance.acquire()
     except OSError as exc:  # the data folder cannot be written at all (read-only, no inodes left)
-        print(f"vrampilot: VRAM Pilot cannot start: {data_dir()}: {exc.strerror or exc}", file=sys.stderr)
+        text = f"VRAM Pilot cannot start: {exc.filename or 'the data folder'}: {exc.strerror or exc}"
+        print(f"vrampilot: {text}", file=sys.stderr)
+        # Started from a menu there is no terminal to read that line in: a dialog too.
+        existing = QApplication.instance()
+        _app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
+        QMessageBox.critical(None, "VRAM Pilot", text)
         return 1
     if not first:
         if instance.ask_first_to_raise():
