@@ -82,6 +82,17 @@ def _run_gui(args: argparse.Namespace) -> int:
     return launch_gui(getattr(args, "model", None))
 
 
+def _moved_by(path: str) -> str:
+    """Which setting moves the folder `path` is in to a writable place."""
+    from pathlib import Path
+
+    from vrampilot.hub.env import hf_home, hf_hub_cache
+
+    if any(Path(path).is_relative_to(root) for root in (hf_home(), hf_hub_cache())):
+        return "HF_HOME moves the Hugging Face cache"
+    return "VRAMPILOT_HOME moves the app's data folder"
+
+
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -94,8 +105,8 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         if exc.errno not in _CANNOT_WRITE or exc.filename is None:
             raise
-        print(f"vrampilot: cannot write {exc.filename}: {exc.strerror} (VRAMPILOT_HOME moves the app's data "
-              "folder to a writable place)", file=sys.stderr)  # fmt: skip
+        print(f"vrampilot: cannot write {exc.filename}: {exc.strerror} ({_moved_by(str(exc.filename))})",
+              file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)

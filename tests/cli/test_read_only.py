@@ -26,15 +26,17 @@ START_CHILD = ROOT / "tests" / "ui" / "start_child.py"
 pytestmark = pytest.mark.slow
 
 
-def read_only(home: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run `argv` with `home` (the app's VRAMPILOT_HOME) mounted read-only for it alone."""
+def read_only(home: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `argv` with `home` mounted read-only for it alone; `home` is the app's VRAMPILOT_HOME
+    unless `env` says otherwise."""
     unshare = shutil.which("unshare")
     if unshare is None or not sys.platform.startswith("linux"):
         pytest.skip("needs Linux with unshare(1)")
     prefix = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-r", "-m"]
     script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" || exit 77; exec "$@"'
-    env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    proc = subprocess.run([*prefix, "sh", "-c", script, str(home), *argv], env=env, capture_output=True, text=True,
+    full = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen",
+            **(env or {})}  # fmt: skip
+    proc = subprocess.run([*prefix, "sh", "-c", script, str(home), *argv], env=full, capture_output=True, text=True,
                           timeout=300, cwd=ROOT)  # fmt: skip
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount read-only here: {proc.stderr.strip()}")
