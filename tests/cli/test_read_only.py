@@ -106,3 +106,18 @@ def test_the_window_on_a_read_only_data_folder_says_why_it_cannot_start(tmp_path
     assert len(errors) == 1 and "cannot start" in errors[0] and "Read-only" in errors[0], proc.stderr
     assert out["dialogs"] == [errors[0].removeprefix("vrampilot: ")]  # said in a dialog too
     assert _files(home) == before
+
+
+def test_the_window_with_a_read_only_settings_folder_opens_and_says_changes_are_not_kept(tmp_path: Path) -> None:
+    home = _used_home(tmp_path)
+    before = _files(home)
+    proc = read_only(home / "config", [sys.executable, str(START_CHILD)], env={"VRAMPILOT_HOME": str(home)})
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    out = json.loads(line[len("RESULT ") :])
+    assert out["window_opened"] and out["exit_code"] == 0, out
+    assert len(out["dialogs"]) == 1 and "read-only" in out["dialogs"][0] and "config" in out["dialogs"][0], out
+    assert {k: v for k, v in _files(home).items() if k.startswith("config")} == {
+        k: v for k, v in before.items() if k.startswith("config")
+    }

@@ -89,6 +89,12 @@ class Prefs:
                 if kept is None:
                     # Pointed elsewhere for this session, QSettings cannot rewrite the user's file.
                     path = Path(tempfile.mkdtemp(prefix="vrampilot-settings-")) / SETTINGS_FILE
+            elif not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+                # QSettings fails to write without a word: the user would lose every change made now.
+                self.problem = (
+                    f"The settings folder {path.parent} is read-only: VRAM Pilot uses the settings in it "
+                    "but cannot keep the ones changed now."
+                )
             settings = QSettings(str(path), QSettings.Format.IniFormat)
         self._s = settings
 
