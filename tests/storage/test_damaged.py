@@ -44,6 +44,14 @@ def cut_to_the_header(path: Path) -> None:
         fh.truncate(4096)
 
 
+def damaged_in_the_middle(path: Path) -> None:
+    """Header and schema intact: the file opens, and only a query that reaches these pages fails."""
+    _chats_with_history(path)
+    with open(path, "r+b") as fh:
+        fh.seek(3 * 4096)
+        fh.write(os.urandom(4 * 4096))
+
+
 def newer(path: Path) -> None:
     _chats_with_history(path)
     raw = sqlite3.connect(path)
@@ -55,7 +63,9 @@ def _digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("damage", [garbage, cut_short, cut_to_the_header, newer], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "damage", [garbage, cut_short, cut_to_the_header, damaged_in_the_middle, newer], ids=lambda f: f.__name__
+)
 @pytest.mark.parametrize("opener", [ChatStore, DocumentStore], ids=["chats", "documents"])
 def test_a_damaged_or_newer_database_is_refused_and_kept(
     tmp_path: Path, damage: Callable[[Path], None], opener: Callable[[Path], object]

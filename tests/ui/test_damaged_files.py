@@ -120,6 +120,12 @@ def _damage_documents(db: Path) -> None:
     db.write_bytes(b"SQLite format 3\0" + os.urandom(8192))
 
 
+def _damage_chats_inside(db: Path) -> None:
+    from tests.storage.test_damaged import damaged_in_the_middle
+
+    damaged_in_the_middle(db)
+
+
 def _newer_chats(db: Path) -> None:
     ChatStore(db).close()
     raw = sqlite3.connect(db)
@@ -131,8 +137,8 @@ def _newer_chats(db: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "damage", "said"),
     [("vrampilot.sqlite3", _damage_chats, "damaged"), ("documents.sqlite3", _damage_documents, "damaged"),
-     ("vrampilot.sqlite3", _newer_chats, "newer")],
-    ids=["chats-garbage", "documents-garbage", "chats-newer"],
+     ("vrampilot.sqlite3", _damage_chats_inside, "damaged"), ("vrampilot.sqlite3", _newer_chats, "newer")],
+    ids=["chats-garbage", "documents-garbage", "chats-damaged-inside", "chats-newer"],
 )  # fmt: skip
 def test_the_window_refuses_a_damaged_or_newer_database_and_keeps_it(
     home: Path, name: str, damage: object, said: str
