@@ -6,14 +6,19 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.factories.gguf_models import write_model
 from vrampilot.documents import DocumentStore
 from vrampilot.storage import ChatStore, StorageError
 from vrampilot.storage.db import DB_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _chats_with_history(path: Path) -> None:
@@ -79,3 +84,25 @@ def test_a_damaged_or_newer_database_is_refused_and_kept(
     assert str(path) in message
     assert "left as it is" in message and ("newer" if damage is newer else "damaged") in message
     assert _digests(tmp_path) == before  # nothing replaced, nothing added beside it, nothing deleted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", [garbage, damaged_in_the_middle, newer], ids=lambda f: f.__name__)
+def test_the_cli_says_one_line_and_keeps_the_file(tmp_path: Path, damage: Callable[[Path], None]) -> None:
+    """`chat --save` opens the chats before loading the model: refused there, with nothing generated."""
+    model = write_model(tmp_path / "tiny-llama-F16.gguf", "llama")
+    home = tmp_path / "home"
+    path = home / "data" / DB_FILE
+    path.parent.mkdir(parents=True)
+    damage(path)
+    before = _digests(path.parent)
+    env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    for extra in ([], ["--chat", "1"]):
+        proc = subprocess.run([sys.executable, "-m", "vrampilot", "chat", str(model), "--prompt", "hi", "--save",
+                               "--max-tokens", "2", *extra], env=env, capture_output=True, text=True, timeout=300,
+                              cwd=ROOT)  # fmt: skip
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        errors = [x for x in proc.stderr.splitlines() if x.startswith("vrampilot: ")]
+        assert len(errors) == 1 and str(path) in errors[0] and "left as it is" in errors[0], proc.stderr
+        assert proc.stdout == ""  # no reply was generated to be lost
+    assert _digests(path.parent) == before
