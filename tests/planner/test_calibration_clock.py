@@ -14,6 +14,7 @@ from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.speed import backend_key
 
 FINGERPRINT = "fp-clock"
+pytestmark = pytest.mark.slow
 _LEARN = """
     from dataclasses import replace
     from pathlib import Path
