@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings
 
 from vrampilot.engine import SamplingParams
-from vrampilot.paths import config_dir
+from vrampilot.paths import config_dir, set_aside
 from vrampilot.planner.search import Pins
 
 
@@ -53,23 +53,11 @@ def _unreadable(path: Path) -> str | None:
 
 
 def _set_aside(path: Path) -> tuple[Path | None, str]:
-    """Move a damaged settings file to the first free `settings.unreadable-N.ini`; never overwrite."""
-    for n in range(1, 1000):
-        kept = path.with_name(f"{path.stem}.unreadable-{n}{path.suffix}")
-        if kept.exists():
-            continue
-        try:
-            try:
-                os.link(path, kept)  # fails rather than replace a file that appeared meanwhile
-                path.unlink()
-            except FileExistsError:
-                continue
-            except OSError:  # no hard links on this file system (FAT): a rename, to a name just seen free
-                os.replace(path, kept)
-        except OSError as exc:
-            return None, exc.strerror or str(exc)
-        return kept, ""
-    return None, "too many kept settings files"
+    """Move a damaged settings file to `settings.unreadable-N.ini`; (None, why) where it cannot be."""
+    try:
+        return set_aside(path, "unreadable"), ""
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
 
 
 class Prefs:
