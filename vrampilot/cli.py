@@ -8,6 +8,7 @@ messages.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import re
 import sys
@@ -32,6 +33,10 @@ _COMMAND_MODULES = (
 
 
 _OPTIONAL_PACKAGES = ("vrampilot.hybrid",)
+
+# A file or folder the user's system will not let us write: a read-only mount, a full disk, a
+# quota, permissions. A user can fix each; it is said in one line, like a UserError.
+_CANNOT_WRITE = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -77,6 +82,17 @@ def _run_gui(args: argparse.Namespace) -> int:
     return launch_gui(getattr(args, "model", None))
 
 
+def _moved_by(path: str) -> str:
+    """Which setting moves the folder `path` is in to a writable place."""
+    from pathlib import Path
+
+    from vrampilot.hub.env import hf_home, hf_hub_cache
+
+    if any(Path(path).is_relative_to(root) for root in (hf_home(), hf_hub_cache())):
+        return "HF_HOME moves the Hugging Face cache"
+    return "VRAMPILOT_HOME moves the app's data folder"
+
+
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -85,6 +101,12 @@ def main(argv: list[str]) -> int:
         return handler(args)
     except UserError as exc:
         print(f"vrampilot: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE or exc.filename is None:
+            raise
+        print(f"vrampilot: cannot write {exc.filename}: {exc.strerror} ({_moved_by(str(exc.filename))})",
+              file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)

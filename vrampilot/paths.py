@@ -6,6 +6,7 @@ PyInstaller bundle (data next to sys._MEIPASS).
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import os
@@ -100,3 +101,25 @@ def data_dir() -> Path:
 
 def cache_dir() -> Path:
     return _dir("cache")
+
+
+def set_aside(path: Path, tag: str) -> Path:
+    """Move the user's file `path` to the first free `<stem>.<tag>-N<suffix>` beside it, never over
+    another file, and return where: for a file the app cannot use (damaged, from a newer version) and
+    would otherwise write over. Raises OSError (a read-only folder)."""
+    for n in range(1, 1000):
+        kept = path.with_name(f"{path.stem}.{tag}-{n}{path.suffix}")
+        if kept.exists():
+            continue
+        try:
+            os.link(path, kept)  # fails rather than replace a file that appeared meanwhile
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.ENOENT):
+                raise
+            os.replace(path, kept)  # no hard links on this file system (FAT): a rename, to a name just seen free
+            return kept
+        path.unlink()
+        return kept
+    raise OSError(errno.EEXIST, f"too many kept copies of {path.name}", str(path))

@@ -13,8 +13,8 @@ file_download.get_hf_file_metadata and http_get):
                                           huggingface_hub does not follow it on HEAD, httpx drops
                                           the Authorization header on GET)
 
-Knobs for failure tests: cut a transfer after N bytes, corrupt a byte (same length), throttle,
-and stop the whole server (optionally in the middle of a transfer). Counters record every body
+Knobs for failure tests: cut a transfer after N bytes, hold it open after N bytes, corrupt a byte
+(same length), throttle, and stop the whole server (optionally in the middle of a transfer). Counters record every body
 byte served per file, so tests can prove that resumed bytes were not fetched twice.
 """
 
@@ -94,6 +94,11 @@ class FakeHub:
         self.bytes_served: dict[str, int] = {}  # repo file name -> body bytes sent
         self.cut_after: dict[str, int] = {}  # file -> cut the next transfer after this many bytes (once)
         self.stop_after: dict[str, int] = {}  # file -> stop the whole server after this many bytes (once)
+        # file -> after this many bytes, hold the transfer open without sending more (once), until
+        # `release` is set or the server stops: the client sits mid-download for as long as a test needs.
+        self.hold_after: dict[str, int] = {}
+        self.holding = threading.Event()  # set when a transfer starts to wait
+        self.release = threading.Event()
         self.corrupt: set[str] = set()  # files served with one byte changed (same length)
         self.throttle_bps: float | None = None
         self.advertise_xet = False  # answer resolve requests with the headers of a Xet-backed file
@@ -434,6 +439,7 @@ class _Handler(BaseHTTPRequestHandler):
         with hub._lock:
             cut = hub.cut_after.pop(f.name, None)
             stop = hub.stop_after.pop(f.name, None)
+            hold = hub.hold_after.pop(f.name, None)
         limit = cut if cut is not None else stop
         corrupt_at = f.size // 2 if f.name in hub.corrupt else -1
         sent = 0
@@ -441,7 +447,14 @@ class _Handler(BaseHTTPRequestHandler):
             fh.seek(start)
             pos = start
             while sent < length:
+                if hold is not None and sent >= hold:
+                    hold = None
+                    hub.holding.set()
+                    while hub.running and not hub.release.wait(0.05):
+                        pass
                 n = min(64 * 1024, length - sent)
+                if hold is not None:
+                    n = min(n, hold - sent)
                 if limit is not None:
                     n = min(n, limit - sent)
                     if n <= 0:

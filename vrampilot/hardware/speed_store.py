@@ -26,6 +26,7 @@ from filelock import FileLock
 
 from vrampilot.hardware.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed
 from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
+from vrampilot.paths import set_aside
 
 _log = logging.getLogger("vrampilot.hardware.speed_store")
 
@@ -55,17 +56,25 @@ def _path(folder: Path | None) -> Path:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    return _read_or_why(path)[0]
+
+
+def _read_or_why(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The file's data, or an empty one and why the file there could not be used."""
+    empty: dict[str, Any] = {"version": FORMAT_VERSION, "machines": {}}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {"version": FORMAT_VERSION, "machines": {}}
+        return empty, None
     except (OSError, ValueError) as exc:
         # A damaged file costs a second of measuring, never a failed start.
         _log.warning("ignoring %s: %s", path, exc)
-        return {"version": FORMAT_VERSION, "machines": {}}
-    if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION or not isinstance(data.get("machines"), dict):
-        return {"version": FORMAT_VERSION, "machines": {}}
-    return data
+        return empty, str(exc)
+    if not isinstance(data, dict) or not isinstance(data.get("machines"), dict):
+        return empty, "not a speed record"
+    if data.get("version") != FORMAT_VERSION:
+        return empty, f"format {data.get('version')!r}, this version reads {FORMAT_VERSION}"
+    return data, None
 
 
 def load_machine_speed(fingerprint: str, folder: Path | None = None) -> MachineSpeed:
@@ -86,7 +95,12 @@ def update_machine_speed(
     path = _path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=10):
-        data = _read(path)
+        data, why = _read_or_why(path)
+        if why is not None:
+            # A damaged file, or one a newer VRAM Pilot wrote (its replies and probes), is kept
+            # beside the new one rather than written over.
+            kept = set_aside(path, "kept")
+            _log.warning("kept %s as %s (%s); measuring anew", path.name, kept.name, why)
         machines: dict[str, Any] = data["machines"]
         current = MachineSpeed(fingerprint)
         if fingerprint in machines:

@@ -29,6 +29,10 @@ BACKENDS = (BACKEND_LLAMA, BACKEND_HYBRID)
 # plain "hybrid" is its default config. Storage checks the form only; what NAME means lives above.
 _HYBRID_CONFIG = re.compile(r"hybrid:[a-z0-9][a-z0-9-]{0,39}")
 DEFAULT_TITLE = "New chat"
+# A chat's `updated_at`: the clock, but never before the newest chat's (plus a millisecond). The list
+# is in order of use, and a clock set back (a flat CMOS battery says 1971) or once set far ahead
+# (2100, then corrected) must not put the chat just written below the others.
+_TOUCHED = "MAX(?, (SELECT COALESCE(MAX(updated_at), 0) + 0.001 FROM chats))"
 TITLE_CHARS = 60
 
 
@@ -128,13 +132,15 @@ class ChatStore:
     ) -> Chat:
         _check_backend(backend)
         now = time.time()
-        with _writing("the new chat"):
+        with _writing("the new chat"), self._tx():
             cur = self._conn.execute(
                 "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at, backend) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                f"VALUES (?, ?, ?, ?, {_TOUCHED}, ?)",
                 (title, model_path, system_prompt, now, now, backend),
             )
-        return Chat(int(cur.lastrowid or 0), title, model_path, system_prompt, now, now, backend=backend)
+            chat_id = int(cur.lastrowid or 0)
+            touched = self._conn.execute("SELECT updated_at FROM chats WHERE id = ?", (chat_id,)).fetchone()[0]
+        return Chat(chat_id, title, model_path, system_prompt, now, touched, backend=backend)
 
     def list_chats(self) -> list[ChatSummary]:
         rows = self._conn.execute(
@@ -197,7 +203,7 @@ class ChatStore:
     def _update_chat(self, chat_id: int, assignment: str, params: Sequence[Any]) -> None:
         with _writing("the chat"):
             cur = self._conn.execute(
-                f"UPDATE chats SET {assignment}, updated_at = ? WHERE id = ?", (*params, time.time(), chat_id)
+                f"UPDATE chats SET {assignment}, updated_at = {_TOUCHED} WHERE id = ?", (*params, time.time(), chat_id)
             )
         if cur.rowcount == 0:
             raise KeyError(f"no chat {chat_id}")
@@ -219,7 +225,7 @@ class ChatStore:
             row = self._conn.execute("SELECT title FROM chats WHERE id = ?", (chat_id,)).fetchone()
             if row is not None and row["title"] == DEFAULT_TITLE and role == "user":
                 self._conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title_from(content), chat_id))
-            self._conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (now, chat_id))
+            self._conn.execute(f"UPDATE chats SET updated_at = {_TOUCHED} WHERE id = ?", (now, chat_id))
         return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats)
 
     def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None) -> None:
@@ -235,7 +241,7 @@ class ChatStore:
         """Keep the first `keep` messages (edit and regenerate continue from an earlier point)."""
         with _writing("the chat"), self._tx():
             self._conn.execute("DELETE FROM messages WHERE chat_id = ? AND position >= ?", (chat_id, keep))
-            self._conn.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
+            self._conn.execute(f"UPDATE chats SET updated_at = {_TOUCHED} WHERE id = ?", (time.time(), chat_id))
 
     # -- search and export ---------------------------------------------------------------------
     def search(self, text: str, limit: int = 50) -> list[ChatSummary]:

@@ -22,10 +22,12 @@ from vrampilot.storage import ChatSummary
 
 
 def _when(ts: float) -> str:
-    age = time.time() - ts
-    if age < 86400:
-        return time.strftime("%H:%M", time.localtime(ts))
-    return time.strftime("%d %b", time.localtime(ts))
+    """The time for a chat written today, else its date, with the year when it is not this year's:
+    a chat stamped while the clock said 2100 (or 1971) must not read as one from today."""
+    then, now = time.localtime(ts), time.localtime()
+    if then[:3] == now[:3]:
+        return time.strftime("%H:%M", then)
+    return time.strftime("%d %b" if then.tm_year == now.tm_year else "%d %b %Y", then)
 
 
 class ChatList(QWidget):

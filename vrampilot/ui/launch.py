@@ -58,11 +58,17 @@ def launch_gui(model: str | None = None) -> int:
     from vrampilot.paths import data_dir
     from vrampilot.ui.instance import InstanceLock
 
-    instance = InstanceLock(data_dir())
     try:
+        # Creating the data folder fails too on a read-only mount where it does not exist yet.
+        instance = InstanceLock(data_dir())
         first = instance.acquire()
     except OSError as exc:  # the data folder cannot be written at all (read-only, no inodes left)
-        print(f"vrampilot: VRAM Pilot cannot start: {data_dir()}: {exc.strerror or exc}", file=sys.stderr)
+        text = f"VRAM Pilot cannot start: {exc.filename or 'the data folder'}: {exc.strerror or exc}"
+        print(f"vrampilot: {text}", file=sys.stderr)
+        # Started from a menu there is no terminal to read that line in: a dialog too.
+        existing = QApplication.instance()
+        _app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
+        QMessageBox.critical(None, "VRAM Pilot", text)
         return 1
     if not first:
         if instance.ask_first_to_raise():
@@ -107,6 +113,13 @@ def launch_gui(model: str | None = None) -> int:
     raiser.requested.connect(window.raise_window)
     instance.serve(raiser.requested.emit)  # a second start asks, from the listener's thread
     window.show()
+    if ctx.prefs.problem:
+        # Said once, here and in a box that does not hold the window up (the app works meanwhile).
+        print(f"vrampilot: {ctx.prefs.problem}", file=sys.stderr)
+        notice = QMessageBox(QMessageBox.Icon.Warning, "VRAM Pilot", ctx.prefs.problem, parent=window)
+        notice.setObjectName("settings_problem")
+        notice.setModal(False)
+        notice.show()
     code = app.exec()
     window.shutdown()
     ctx.close()

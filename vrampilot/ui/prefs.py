@@ -1,10 +1,18 @@
 """The app's preferences in QSettings (an INI file in the user config dir): last model, the pins
-per model, sampling, the system prompt, Enter-to-send, window layout."""
+per model, sampling, the system prompt, Enter-to-send, window layout.
+
+QSettings reads a damaged file as best it can and, at its next write, replaces it with what it
+made of it: a user's file would be lost without a word. So a file that is not what QSettings
+writes (binary bytes, not UTF-8, not INI) is first moved aside, kept under another name, and the
+app starts with default settings and says so (`Prefs.problem`).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -12,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QByteArray, QSettings
 
 from vrampilot.engine import SamplingParams
-from vrampilot.paths import config_dir
+from vrampilot.paths import config_dir, set_aside
 from vrampilot.planner.search import Pins
 
 
@@ -20,9 +28,63 @@ def _model_key(path: str | Path) -> str:
     return hashlib.sha1(str(Path(path)).encode("utf-8")).hexdigest()[:16]
 
 
+SETTINGS_FILE = "settings.ini"
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why `path` is not a settings file QSettings wrote (None: it is, or there is none)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if b"\0" in data:
+        return "it holds binary data"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text"
+    probe = QSettings(str(path), QSettings.Format.IniFormat)
+    probe.allKeys()
+    if probe.status() is not QSettings.Status.NoError:
+        return "it is not in the INI format"
+    return None
+
+
+def _set_aside(path: Path) -> tuple[Path | None, str]:
+    """Move a damaged settings file to `settings.unreadable-N.ini`; (None, why) where it cannot be."""
+    try:
+        return set_aside(path, "unreadable"), ""
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+
+
 class Prefs:
     def __init__(self, settings: QSettings | None = None) -> None:
-        self._s = settings or QSettings(str(config_dir() / "settings.ini"), QSettings.Format.IniFormat)
+        # What the user is told at start when the settings file could not be used (None: all well).
+        self.problem: str | None = None
+        if settings is None:
+            path = config_dir() / SETTINGS_FILE
+            why = _unreadable(path)
+            if why is not None:
+                kept, error = _set_aside(path)
+                where = f"it was kept as {kept}" if kept else f"it was left as it is ({error}) and will not be changed"
+                self.problem = (
+                    f"The settings file {path} could not be read ({why}): VRAM Pilot uses its default "
+                    f"settings; {where}."
+                )
+                if kept is None:
+                    # Pointed elsewhere for this session, QSettings cannot rewrite the user's file.
+                    path = Path(tempfile.mkdtemp(prefix="vrampilot-settings-")) / SETTINGS_FILE
+            elif not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+                # QSettings fails to write without a word: the user would lose every change made now.
+                self.problem = (
+                    f"The settings folder {path.parent} is read-only: VRAM Pilot uses the settings in it "
+                    "but cannot keep the ones changed now."
+                )
+            settings = QSettings(str(path), QSettings.Format.IniFormat)
+        self._s = settings
 
     def sync(self) -> None:
         self._s.sync()
