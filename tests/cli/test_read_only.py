@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_model
+from testkit.gguf_models import write_model
 from vrampilot.storage import ChatStore
 
 ROOT = Path(__file__).resolve().parents[2]

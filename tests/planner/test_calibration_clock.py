@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 _LEARN = """
     from dataclasses import replace
     from pathlib import Path
-    from tests.machines import uniform_probe
+    from testkit.machines import uniform_probe
     from tests.planner.test_calibration import _plan, _reply
     from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
     from vrampilot.planner.calibration import record_reply

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories.gguf_models import write_model
+from testkit.gguf_models import write_model
 from vrampilot.documents import DocumentStore
 from vrampilot.storage import ChatStore, StorageError
 from vrampilot.storage.db import DB_FILE
