@@ -26,7 +26,8 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert any(x.startswith("Speed basis (cpu:") and "assumed rates" in x for x in d["reasons"])
 
     # Measured: every weight type of released files, the cache types, kept for this machine.
-    r = vrampilot("doctor", "--measure", "--json", env=env)
+    # About 40 s of two threads' work on a quiet 2-core machine.
+    r = vrampilot("doctor", "--measure", "--json", env=env, cpu_s=1200)
     assert r.returncode == 0, r.stderr
     speed = json.loads(r.stdout)["speed"]
     probe = speed["probe"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import waits
 from tests.gpu.conftest import ROOT
 from vrampilot.llamacpp.buffer_log import device_buffers
 
@@ -48,12 +49,13 @@ def test_the_cpu_probe_runs_nothing_on_the_gpu() -> None:
 def test_doctor_measures_the_device_and_plans_price_it_as_measured(tmp_path: Path) -> None:
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home")}
     exe = [sys.executable, "-m", "vrampilot"]
-    before = subprocess.run([*exe, "plan"], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    before = waits.run([*exe, "plan"], cpu_s=300, env=env, cwd=ROOT)
     assert before.returncode == 0, before.stderr[-2000:]
     assert "not measured on this device" in before.stdout
-    r = subprocess.run([*exe, "doctor", "--measure"], capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    # The CPU probe and the device's (lavapipe computes on the CPU too): about 90 s of work here.
+    r = waits.run([*exe, "doctor", "--measure"], cpu_s=2400, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     line = next(x for x in r.stdout.splitlines() if x.strip().startswith("Vulkan0 (") and "measured" in x)
     assert "GB/s reading q8_0 weights" in line and "us per kernel" in line
-    after = subprocess.run([*exe, "plan"], capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    after = waits.run([*exe, "plan"], cpu_s=300, env=env, cwd=ROOT)
     assert "llama.cpp's kernels measured on this device" in after.stdout, after.stdout
