@@ -62,8 +62,11 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert 0.0 <= out["speed"]["others_cpu_share"] <= 1.0
     # The pace gauge was read right after it and compared with the probe's reading.
     assert out["speed"]["pace_share"] > 0
-    assert out["speed"]["set_aside"] in (None, "too short to time",
-                                         f"this machine ran at {out['speed']['pace_share']:.0%} of its usual pace")
+    # A reply on a busy machine is shown and remembered, but not learned from: set aside, saying why.
+    aside = out["speed"]["set_aside"]
+    busy = aside is not None and aside.startswith("other programs used ") and out["speed"]["others_cpu_share"] > 0.25
+    assert busy or aside in (None, "too short to time",
+                             f"this machine ran at {out['speed']['pace_share']:.0%} of its usual pace")
     # Learned into the backend's factors and into this model's own alike (the only model here).
     assert out["speed"]["learned_replies_of_model"] == out["speed"]["learned_replies"]
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
