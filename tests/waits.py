@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -79,3 +79,22 @@ def _kill_tree(ps: psutil.Process) -> None:
             with contextlib.suppress(psutil.Error):
                 child.kill()
         ps.kill()
+
+
+def until(qtbot: Any, predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S) -> None:
+    """`qtbot.waitUntil(predicate)` bounded by work: this process (the window, its workers, the
+    engine's threads) and its children (a llama-server) using over `cpu_s` of CPU while waiting,
+    or doing no work for `idle_s`, fails the wait; wall-clock time alone never does."""
+    me = psutil.Process()
+    start = last_used = tree_cpu_s(me)
+    last_work = time.monotonic()
+    while not predicate():
+        qtbot.wait(50)
+        used, now = tree_cpu_s(me), time.monotonic()
+        if used - last_used >= IDLE_CPU_S:
+            last_used, last_work = used, now
+        if used - start > cpu_s:
+            raise WorkBoundExceeded(f"waited while using {used - start:.0f} s of CPU, more than the {cpu_s:.0f} s "
+                                    "this work can need")  # fmt: skip
+        if now - last_work > idle_s:
+            raise WorkBoundExceeded(f"waited while doing no work for {idle_s:.0f} s (blocked)")

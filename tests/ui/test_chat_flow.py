@@ -7,6 +7,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import MAX_WORK_S, StallMeter, activate, screenshot, seed_prefs
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -29,7 +30,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     # Load, with progress, in a worker.
     qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
     assert w.plan_view.progress.isVisible() or w.ctx.engine.engine.loaded
-    qtbot.waitUntil(lambda: w.plans.load_result is not None, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
     assert not w.plan_view.progress.isVisible()
     assert "Loaded: SmolLM2-135M-Instruct.Q4_1.gguf, 1K context" in w.plan_view.load_status.text()
     assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]
@@ -39,10 +40,10 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert (w.chats.state is ChatState.GENERATING) and view.input.toPlainText() == ""
-    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=30000)
+    waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=30)
     with meter.paused():
         screenshot(w, "03-streaming")
-    qtbot.waitUntil(lambda: _reply_done(w), timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w), cpu_s=60)
     msgs = view.messages()
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[1].text() and msgs[1].stats.isVisible()
@@ -56,7 +57,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     # A follow-up reuses the cache: only the new turn is evaluated.
     qtbot.keyClicks(view.input, "And of Italy?")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 4, timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 4, cpu_s=60)
     s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
     assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
 
@@ -64,9 +65,9 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     view.sampling.max_tokens.setValue(400)
     qtbot.keyClicks(view.input, "Write a long story about a dragon.")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: len(view.streamed_text()) > 20, timeout=30000)
+    waits.until(qtbot, lambda: len(view.streamed_text()) > 20, cpu_s=30)
     qtbot.keyClick(view.input, Qt.Key.Key_Escape)
-    qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
+    waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
     last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 400
@@ -76,7 +77,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     view.sampling.max_tokens.setValue(16)
     n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]
     qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == n_before, timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == n_before, cpu_s=60)
     regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]
 
@@ -85,7 +86,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     assert view.input.toPlainText() == "What is the capital of France?" and view.banner_visible()
     view.input.setPlainText("What is the capital of Spain?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
     stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
     assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
     assert [m.role for m in stored] == ["user", "assistant"]
@@ -126,7 +127,7 @@ def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -
     assert not w.ctx.engine.engine.loaded
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
     assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
     # Ctrl+N starts a new chat; the old one stays in the list.
     old = w.chats.chat_id
@@ -158,7 +159,7 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot:
     bigger = w.chat_view.banner.findChild(QPushButton, "replan_bigger")
     assert bigger is not None and "1K context" in bigger.text()
     qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), timeout=60000)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]
     assert w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1024
     assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
 
@@ -221,7 +222,7 @@ def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None
     drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
     assert drop is not None
     qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, cpu_s=60)
     reply = w.ctx.store.messages(chat.id)[3]
     assert reply.role == "assistant" and reply.stats is not None
     # The prompt held only the newest turn; the saved chat keeps everything.

@@ -12,6 +12,7 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.documents.writers import long_report
 from tests.ui.conftest import seed_prefs
 from vrampilot.ui.chat_controller import ChatState
@@ -55,7 +56,7 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # Drop: read on a worker, a chip with its tokens, and the fit against the 1K plan.
     drop(w, small)
-    qtbot.waitUntil(lambda: len(panel.chips()) == 1 and w.documents.fit is not None, timeout=30000)
+    waits.until(qtbot, lambda: len(panel.chips()) == 1 and w.documents.fit is not None, cpu_s=30)
     fit = w.documents.fit
     assert fit is not None and fit.status == "replan" and fit.suggested_ctx == 1536
     assert "the current plan has 1K" in panel.fit_label.text() and "1.5K fits in RAM" in panel.fit_label.text()
@@ -64,17 +65,17 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # One click: the planner pins 1.5K, the model loads with it, and the document fits.
     qtbot.mouseClick(panel.replan_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1536, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1536, cpu_s=60)
     qtbot.waitUntil(lambda: w.documents.fit is not None and w.documents.fit.fits, timeout=20000)
     assert panel.fit_label.text().endswith("of 1.5K context") and not panel.replan_button.isVisible()
 
     # Ask: the prompt-progress bar shows tokens, rate and time left; Cancel keeps the chat.
     ask(w, qtbot, "Who was the chief engineer of the Old Mill Dam?")
-    qtbot.waitUntil(lambda: panel.prompt_row.isVisible() and panel.prompt_progress.value() > 0, timeout=60000)
+    waits.until(qtbot, lambda: panel.prompt_row.isVisible() and panel.prompt_progress.value() > 0, cpu_s=60)
     assert "Reading the prompt:" in panel.prompt_label.text() and "tokens/s" in panel.prompt_label.text()
     shot(w, qtbot, "progress")
     qtbot.mouseClick(panel.prompt_cancel, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: done(w), timeout=60000)
+    waits.until(qtbot, lambda: done(w), cpu_s=60)
     assert not panel.prompt_row.isVisible()
     assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]
     read_before_cancel = w.ctx.engine.engine.tokens_in_cache
@@ -82,7 +83,7 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # Asking again joins the question that got no reply (two questions in a row never reach the model).
     ask(w, qtbot, "Please answer: who was the chief engineer of the Old Mill Dam?")
-    qtbot.waitUntil(lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 2, timeout=120000)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 2, cpu_s=120)  # type: ignore[arg-type]
     first = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
     assert [m.role for m in first] == ["user", "assistant"] and "Please answer" in first[0].content
     s1 = first[1].stats
@@ -91,7 +92,7 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # Follow-up: only the new turn is evaluated (the engine's count).
     ask(w, qtbot, "When was it commissioned?")
-    qtbot.waitUntil(lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 4, timeout=60000)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 4, cpu_s=60)  # type: ignore[arg-type]
     s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
     assert s2 is not None and s2["reused_tokens"] > w.documents.docs.doc_tokens  # type: ignore[union-attr]
     assert s2["evaluated_tokens"] < 0.05 * s2["prompt_tokens"]
@@ -107,13 +108,13 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
     # Restart: the chat comes back with its document; loading restores the saved cache.
     w2: MainWindow = open_window()
     assert w2.chats.chat_id == chat_id
-    qtbot.waitUntil(lambda: len(w2.documents.panel.chips()) == 1, timeout=30000)
+    waits.until(qtbot, lambda: len(w2.documents.panel.chips()) == 1, cpu_s=30)
     statuses: list[str] = []
     w2.documents.status.connect(statuses.append)
     qtbot.mouseClick(w2.plan_view.load_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: any(s.startswith("Restored the saved model state") for s in statuses), timeout=60000)
+    waits.until(qtbot, lambda: any(s.startswith("Restored the saved model state") for s in statuses), cpu_s=60)
     ask(w2, qtbot, "Who lives nearby?")
-    qtbot.waitUntil(lambda: done(w2) and len(w2.ctx.store.messages(chat_id)) == 6, timeout=60000)
+    waits.until(qtbot, lambda: done(w2) and len(w2.ctx.store.messages(chat_id)) == 6, cpu_s=60)
     s3 = w2.ctx.store.messages(chat_id)[5].stats
     assert s3 is not None and s3["reused_tokens"] >= s2["context_used"]
     assert s3["evaluated_tokens"] < 0.05 * s3["prompt_tokens"]
@@ -123,11 +124,11 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
     big.write_text(long_report().markdown)
     drop(w2, big)
     p2 = w2.documents.panel
-    qtbot.waitUntil(lambda: len(p2.chips()) == 2 and w2.documents.fit is not None
-                    and w2.documents.fit.status != "fits", timeout=30000)  # fmt: skip
+    waits.until(qtbot, lambda: len(p2.chips()) == 2 and w2.documents.fit is not None
+                    and w2.documents.fit.status != "fits", cpu_s=30)  # fmt: skip
     assert "the current plan has 1.5K" in p2.fit_label.text()
     ask(w2, qtbot, "Who was the chief engineer of the Granite Bridge?")
-    qtbot.waitUntil(lambda: done(w2) and len(w2.ctx.store.messages(chat_id)) == 8, timeout=120000)
+    waits.until(qtbot, lambda: done(w2) and len(w2.ctx.store.messages(chat_id)) == 8, cpu_s=120)
     given = w2.documents.last_given
     assert given is not None and given.mode == "retrieval" and given.chunks
     assert any("Granite Bridge" in g.chunk.text for g in given.chunks[:3])

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.hub.conftest import Models, gpu_target, hf_env, hub, models, tiny_repo  # noqa: F401 - fixtures
 from tests.hub.fake_hub import FakeHub
 from tests.ui.conftest import MAX_WORK_S, StallMeter
@@ -77,7 +78,7 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
 
     view.table.selectRow(0)
     qtbot.waitUntil(lambda: view.listing is not None and len(view.rows) == 5, timeout=10000)
-    qtbot.waitUntil(lambda: all(r.badge or r.error for r in view.rows.values() if not r.model.is_mmproj), timeout=30000)
+    waits.until(qtbot, lambda: all(r.badge or r.error for r in view.rows.values() if not r.model.is_mmproj), cpu_s=30)
     fits = {name: view.badge_for(name) for name in view.rows}
     assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
     assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]

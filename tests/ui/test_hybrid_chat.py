@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from vrampilot.ui.chat_controller import ChatState
@@ -47,7 +48,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert not w.meters_panel.kv_box.isHidden()
     assert w.meters_panel.kv_label.text().startswith("KV cache held: nothing yet")
     # The support check (off the GUI thread) accepts SmolLM2, a Llama: the choice stays.
-    qtbot.waitUntil(lambda: str(w.plans.model_path) in w.chats.model_checks, timeout=30000)
+    waits.until(qtbot, lambda: str(w.plans.model_path) in w.chats.model_checks, cpu_s=30)
     assert w.chats.model_checks[str(w.plans.model_path)] is None and w.chats.backend_key == BACKEND_HYBRID
 
     meter = StallMeter()
@@ -55,9 +56,9 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
     assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
-    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
+    waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     assert not view.backend.isEnabled()  # no switching mid-reply
-    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=60000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
     meter.stop()
     print(meter.report())
     assert meter.max_work_s < MAX_WORK_S, meter.report()
@@ -89,9 +90,9 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     view.sampling.max_tokens.setValue(200)
     view.input.setPlainText("Write a long story about a dragon.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(view.streamed_text()) > 0, timeout=60000)
+    waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w), timeout=30000)
+    waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
     last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
@@ -119,7 +120,7 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBo
     w.plans.add_models([qwen])
     qtbot.waitUntil(lambda: w.plans.spec is not None and w.plans.spec.path == qwen, timeout=20000)
     _pick(w, BACKEND_HYBRID)
-    qtbot.waitUntil(lambda: w.chats.backend_key == BACKEND_LLAMA, timeout=30000)
+    waits.until(qtbot, lambda: w.chats.backend_key == BACKEND_LLAMA, cpu_s=30)
     assert w.chat_view.current_backend() == BACKEND_LLAMA
     note = w.chat_view.backend_note.text()
     assert "cannot run this model" in note and "'qwen2' is not supported" in note and "stays on llama.cpp" in note
@@ -154,7 +155,7 @@ def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window,
     assert w.chats.backend_key == broad and "retrieval-broad" in view.backend_note.text()
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: _reply_done(w) and len(view.messages()) == 2, timeout=90000)
+    waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=90)
     chat_id = w.chats.chat_id
     assert chat_id is not None and w.ctx.store.get_chat(chat_id).backend == broad
     stats = w.ctx.store.messages(chat_id)[-1].stats

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import screenshot
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Pins
@@ -43,7 +44,7 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
 def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     w = open_window()
     w.plans.load()
-    qtbot.waitUntil(lambda: w.plans.load_result is not None, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
     assert w.meters_feed.state.plan is w.plans.load_result.plan
     # The meters' re-plan button hands over pins; the window re-plans with them and reloads.
     pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0")

@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.server.test_rpc import start_rpc_host
 from tests.ui.conftest import screenshot, seed_prefs
 from vrampilot.server import free_port
@@ -28,7 +29,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) ->
         view = w.plan_view
         view.rpc_hosts.setText(f"{endpoints[0]}=60MiB, {endpoints[1]}=200MiB")
         view.rpc_hosts.editingFinished.emit()
-        qtbot.waitUntil(lambda: w.plans.plan is not None and bool(w.plans.plan.settings.rpc_servers), timeout=30000)
+        waits.until(qtbot, lambda: w.plans.plan is not None and bool(w.plans.plan.settings.rpc_servers), cpu_s=30)
         p = w.plans.plan
         assert p is not None and p.fits
         assert [g.llama_name for g in p.target.gpus] == ["RPC0", "RPC1"]
@@ -39,10 +40,10 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) ->
 
         qtbot.keyClicks(w.chat_view.input, "What is the capital of France?")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-        qtbot.waitUntil(lambda: w.server.state in ("ready", "crashed"), timeout=60000)
+        waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=60)
         assert w.server.state == "ready", w.server_panel.status.text()
         assert "--rpc" in (w.server.server.argv if w.server.server else [])
-        qtbot.waitUntil(lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, timeout=60000)
+        waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, cpu_s=60)
         assert w.chat_view.messages()[1].text()
         assert not w.ctx.engine.engine.loaded  # the model is in llama-server and on the hosts, not here
         w.right_tabs.setCurrentIndex(0)
@@ -52,7 +53,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) ->
         hosts[1].proc.kill()  # type: ignore[union-attr]
         qtbot.keyClicks(w.chat_view.input, "And of Italy?")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-        qtbot.waitUntil(lambda: w.server.state == "crashed" and w.chats.state is ChatState.IDLE, timeout=60000)
+        waits.until(qtbot, lambda: w.server.state == "crashed" and w.chats.state is ChatState.IDLE, cpu_s=60)
         assert "llama-server" in w.server_panel.status.text()
         assert os.getpid() and w.isVisible()
     finally:

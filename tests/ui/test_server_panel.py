@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
@@ -39,7 +40,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) 
     panel.port.setValue(port)
     qtbot.mouseClick(panel.start, Qt.MouseButton.LeftButton)
     assert w.server.state == "starting" and not panel.start.isEnabled()
-    qtbot.waitUntil(lambda: w.server.state in ("ready", "crashed"), timeout=120000)
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
     assert w.server.state == "ready", panel.status.text()
     assert f"Serving at http://127.0.0.1:{port}/v1" in panel.status.text()
     assert "main: server is listening" in panel.log.toPlainText() or "listening" in panel.log.toPlainText()
@@ -58,7 +59,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) 
     view = w.chat_view
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, timeout=60000)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=60)
     msgs = view.messages()
     assert msgs[1].text() and "tokens/s" in msgs[1].stats.text()
     assert w.plans.plan is not None and f"/ {w.plans.plan.settings.n_ctx}" in msgs[1].stats.text()
@@ -70,7 +71,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) 
 
     # Stop: the process ends, the chat and meters come back to the app.
     qtbot.mouseClick(panel.stop, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.server.state == "stopped", timeout=30000)
+    waits.until(qtbot, lambda: w.server.state == "stopped", cpu_s=30)
     assert not is_alive(server.pid) and w.chats.served is None and w.sampler.pid == os.getpid()
     assert panel.start.isEnabled() and not panel.stop.isEnabled()
 
@@ -80,7 +81,7 @@ def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot
     panel = w.server_panel
     panel.port.setValue(free_port())
     w.server.start()
-    qtbot.waitUntil(lambda: w.server.state in ("ready", "crashed"), timeout=120000)
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
     assert w.server.state == "ready", panel.status.text()
     pid = w.server.server.pid  # type: ignore[union-attr]
     assert pid is not None

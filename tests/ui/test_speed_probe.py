@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
 from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
 from vrampilot.paths import data_dir
@@ -52,7 +53,7 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     view = w.chat_view
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, timeout=90000)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=90)
     stats = w.ctx.store.messages(w.chats.chat_id)[-1].stats  # type: ignore[arg-type]
     assert stats is not None
     qtbot.waitUntil(lambda: "Last measured:" in w.plan_view.speed.text(), timeout=20000)

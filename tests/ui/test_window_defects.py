@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction, QWheelEvent
 from PySide6.QtWidgets import QApplication, QPushButton
 from pytestqt.qtbot import QtBot
 
+from tests import waits
 from tests.ui.conftest import activate, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Pins
@@ -78,7 +79,7 @@ def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window, qt
     w: MainWindow = open_window()
     w.right_tabs.setCurrentWidget(w.meters_panel)
     w.plans.load()
-    qtbot.waitUntil(lambda: w.plans.load_state is LoadState.LOADED, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_state is LoadState.LOADED, cpu_s=60)
     w.right_tabs.setCurrentIndex(0)
     QApplication.processEvents()
     assert w.plan_view.load_button.isVisible() and not w.plan_view.cancel_button.isVisible()
@@ -91,13 +92,13 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_w
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     w.plans.load()
-    qtbot.waitUntil(lambda: w.plans.load_state is LoadState.LOADED, timeout=60000)
+    waits.until(qtbot, lambda: w.plans.load_state is LoadState.LOADED, cpu_s=60)
     question = "Please read this slowly: " + "a long sentence about rivers and mountains. " * 40
     w.chat_view.input.setPlainText(question)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     assert w.chats.state is ChatState.GENERATING
     w.chats.stop()  # at once: still reading the prompt
-    qtbot.waitUntil(lambda: idle(w), timeout=30000)
+    waits.until(qtbot, lambda: idle(w), cpu_s=30)
     chat_id = w.chats.chat_id
     assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]
     assert w.status.text() == "Stopped before the first token"
@@ -106,7 +107,7 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_w
     # Sending the same question again answers it: one question, one reply.
     w.chat_view.input.setPlainText(question)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, timeout=60000)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)  # type: ignore[arg-type]
     assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]
 
 
@@ -122,7 +123,7 @@ def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_wi
     assert not w.plan_view.load_button.isEnabled()
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: idle(w) and len(w.chat_view.messages()) == 2, timeout=60000)
+    waits.until(qtbot, lambda: idle(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
     assert w.plans.target_key == TARGET_MACHINE and w.plan_view.target_box.currentData() == TARGET_MACHINE
     assert w.plans.load_result is not None and not w.plans.load_result.plan.target.has_gpu
     assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]
@@ -281,7 +282,7 @@ def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window
     answer = w2.chat_view.banner.findChild(QPushButton, "answer")
     assert answer is not None
     qtbot.mouseClick(answer, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 2, timeout=60000)
+    waits.until(qtbot, lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 2, cpu_s=60)
     assert [m.role for m in w2.ctx.store.messages(chat.id)] == ["user", "assistant"]
     # Reopened once more and asked twice in a row after a stop: still one question per reply.
     w2.ctx.store.add_message(chat.id, "user", "And a vegetable?")
@@ -289,7 +290,7 @@ def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window
     w2.chats.open_chat(chat.id)
     w2.chat_view.input.setPlainText("Just one word, please.")
     qtbot.mouseClick(w2.chat_view.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 4, timeout=60000)
+    waits.until(qtbot, lambda: idle(w2) and len(w2.ctx.store.messages(chat.id)) == 4, cpu_s=60)
     stored = w2.ctx.store.messages(chat.id)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[2].content == "And a vegetable?\n\nJust one word, please."
