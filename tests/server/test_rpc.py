@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories.gguf_models import write_model
-from tests.server.processes import assert_ctrl_c_stops
+from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
@@ -202,3 +202,28 @@ def test_rpc_host_command_shares_and_stops(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _rpc_host_cli(port: int, env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    assert proc.stdout is not None
+    return proc, int(json.loads(proc.stdout.readline())["pid"])
+
+
+def test_an_rpc_host_killed_says_so_in_one_line_and_a_killed_command_leaves_none(tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    proc, pid = _rpc_host_cli(free_port(), env)
+    try:
+        os.kill(pid, signal.SIGKILL)  # the shared device's process dies (out of memory, a crash)
+        assert proc.wait(30) == 128 + signal.SIGKILL
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last == "vrampilot: ggml-rpc-server was killed by SIGKILL (the system may have run out of memory)"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    proc, pid = _rpc_host_cli(free_port(), env)
+    proc.kill()  # kill -9 of the command: the kernel ends its ggml-rpc-server
+    proc.wait(30)
+    assert wait_gone(pid, 15), f"ggml-rpc-server {pid} outlived its command"

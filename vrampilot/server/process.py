@@ -46,10 +46,37 @@ class ServerExited(UserError):
 
     def __init__(self, code: int | None, lines: Sequence[str]) -> None:
         tail = "\n".join(lines[-12:]) if lines else "(no output)"
-        reason = next((m.group(1) for line in reversed(lines) if (m := _ABORT.search(line))), None)
+        reason = _reason(lines)
         head = f"llama-server exited with status {code}" + (f" ({reason})" if reason else "")
         super().__init__(f"{head}:\n{tail}")
         self.code, self.lines, self.reason = code, list(lines), reason
+
+
+def _reason(lines: Sequence[str]) -> str | None:
+    """llama.cpp's own one-line reason in a log: an abort's message."""
+    for line in reversed(lines):
+        if m := _ABORT.search(line):
+            return m.group(1)
+    return None
+
+
+def exit_text(code: int | None, lines: Sequence[str], name: str = "llama-server") -> str:
+    """Why a tool is gone, in one line: the signal that ended it, or its status and last word
+    (llama.cpp's own reason when it gave one). The CLI and the Server tab say it the same way."""
+    if code is not None and code < 0 and code != -signal.SIGABRT:  # an abort has llama.cpp's reason
+        name_of = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
+        return f"{name} was killed by {name_of}{why}"
+    reason = _reason(lines)
+    return f"{name} exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
+
+
+def exit_status(code: int | None) -> int:
+    """A command's exit status for a tool that ended by itself: never 0, 128+N for signal N (as a
+    shell reports it; a negative status would reach the shell as 256-N)."""
+    if code is None or code == 0:
+        return 1
+    return 128 - code if code < 0 else code
 
 
 @dataclass(frozen=True)

