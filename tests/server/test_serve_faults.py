@@ -14,6 +14,7 @@ import pytest
 
 from tests.server.test_serve import _serve_cli, client
 from vrampilot.server import ServerConfig, free_port
+from vrampilot.server.process import is_alive
 
 pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai")
@@ -48,6 +49,20 @@ def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_li
         # The command ends with the server, says why in one line, and a shell reads 128+9.
         assert proc.wait(60) == 128 + signal.SIGKILL
         assert _last_line(proc) == KILLED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigterm_stops_serve_and_its_server_before_it_exits(env: dict[str, str]) -> None:
+    proc, info = _serve_cli(["--port", str(free_port()), *SERVE], env)
+    server_pid = int(info["pid"])
+    try:
+        proc.send_signal(signal.SIGTERM)  # systemctl stop, docker stop, a desktop logging out
+        assert proc.wait(60) == 0
+        # Stopped, not left to stop later: a restarted service finds its port free.
+        assert not is_alive(server_pid), "llama-server outlived the command"
+        assert _last_line(proc) == "vrampilot: server stopped"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,6 +1,6 @@
 """A bundled server run in the foreground of a command: started, announced once ready, stopped by
-Ctrl+C, and when it dies on its own the command says why in one line and exits with a status a
-shell reads (128+N for signal N).
+Ctrl+C or SIGTERM (a service manager's stop), and when it dies on its own the command says why in
+one line and exits with a status a shell reads (128+N for signal N).
 
 `serve` and `rpc-host` share it so that both treat Ctrl+C, a server that never becomes ready and a
 server that dies later the same way.
@@ -16,7 +16,9 @@ from vrampilot.errors import UserError
 from vrampilot.server import ServerExited, ServerProcess
 from vrampilot.server.process import exit_status, exit_text
 
-STOP_SIGNALS = (signal.SIGINT,)
+# SIGTERM too: without a handler Python dies at once and the server, told by the kernel, outlives
+# the command for the seconds it takes to shut down (a restarted service finds its port taken).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_in_foreground(server: ServerProcess, ready: Callable[[], None], *, label: str, binary: str) -> int:
