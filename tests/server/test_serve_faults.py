@@ -5,14 +5,17 @@ and twenty streaming clients at once. Real `vrampilot serve` commands and llama-
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.server.test_serve import _serve_cli, client
+from tests.server.processes import wait_gone
+from tests.server.test_serve import ROOT, _serve_cli, client
 from vrampilot.server import ServerConfig, free_port
 from vrampilot.server.process import is_alive
 
@@ -63,6 +66,28 @@ def test_sigterm_stops_serve_and_its_server_before_it_exits(env: dict[str, str])
         # Stopped, not left to stop later: a restarted service finds its port free.
         assert not is_alive(server_pid), "llama-server outlived the command"
         assert _last_line(proc) == "vrampilot: server stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_terminals_ctrl_c_reaches_the_server_once(env: dict[str, str]) -> None:
+    # A terminal sends Ctrl+C to its whole foreground process group; the command passes it on.
+    # Twice makes llama-server exit(1) from its signal handler without shutting down.
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(free_port()), *SERVE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        server_pid = int(info["pid"])
+        assert os.getpgid(server_pid) != os.getpgid(proc.pid)  # out of the terminal's group
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(60) == 0
+        assert wait_gone(server_pid, 10)
+        assert proc.stderr is not None
+        log = proc.stderr.read()
+        assert "second interrupt" not in log and log.strip().endswith("vrampilot: server stopped"), log[-500:]
     finally:
         if proc.poll() is None:
             proc.kill()

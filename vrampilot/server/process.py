@@ -209,8 +209,13 @@ class ServerProcess:
         kwargs: dict[str, object] = {}
         if sys.platform.startswith("linux"):
             kwargs["preexec_fn"] = _parent_death_hook()
-        elif sys.platform == "win32":
+        if sys.platform == "win32":
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        else:
+            # Its own process group: a terminal's Ctrl+C reaches only this process, which passes
+            # it on once (`interrupt`); a second SIGINT makes llama-server exit(1) from its
+            # signal handler without shutting down.
+            kwargs["process_group"] = 0
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]
