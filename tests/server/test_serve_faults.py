@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 
 from tests.server.processes import wait_gone
 from tests.server.test_serve import ROOT, _serve_cli, client
-from vrampilot.server import ServerConfig, free_port
-from vrampilot.server.process import is_alive
+from vrampilot.server import ServerConfig, ServerExited, free_port
+from vrampilot.server.process import exit_status, exit_text, is_alive
 
 pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai")
@@ -91,3 +92,62 @@ def test_a_terminals_ctrl_c_reaches_the_server_once(env: dict[str, str]) -> None
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_port_held_by_another_program_is_named_with_how_to_choose_another(env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "vrampilot", "serve", "--port", str(port), *SERVE],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)  # fmt: skip
+    assert r.returncode == 2
+    line = r.stderr.strip().splitlines()
+    assert len(line) == 1 and f"port {port} on 127.0.0.1 is in use by another program" in line[0], r.stderr
+    assert "is free (--port " in line[0]
+
+
+def test_a_port_taken_after_the_check_is_the_same_one_line() -> None:
+    # What llama-server writes when another program bound the port between our check and its bind.
+    lines = ["0.00.040.635 E srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
+             "0.00.040.649 I srv    operator(): operator(): cleaning up before exit...",
+             "0.00.040.737 E srv  llama_server: exiting due to HTTP server error"]  # fmt: skip
+    assert ServerExited(1, lines).port_taken
+    said = "llama-server exited with status 1: port 8080 on 127.0.0.1 is in use by another program"
+    assert exit_text(1, lines) == said
+    assert (exit_status(-9), exit_status(0), exit_status(3)) == (137, 1, 3)
+
+
+def test_two_serves_at_once_on_one_port_and_on_two(env: dict[str, str]) -> None:
+    def serve(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), *SERVE],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+
+    port = free_port()
+    both = [serve(port), serve(port)]
+    try:
+        # Whichever wins, the other says so in one line; never two servers, never a server
+        # announced that is not its own.
+        announced = [p.stdout.readline() if p.stdout else "" for p in both]
+        winners = [p for p, line in zip(both, announced, strict=True) if line]
+        losers = [p for p, line in zip(both, announced, strict=True) if not line]
+        assert len(winners) == 1 and len(losers) == 1, announced
+        assert losers[0].wait(60) == 2
+        line = _last_line(losers[0])
+        assert line.startswith(f"vrampilot: port {port} on 127.0.0.1 is in use by another program; port "), line
+        assert client(ServerConfig(port=port), key=None).models.list().data
+        others = [serve(free_port()), serve(free_port())]
+        try:
+            infos = [json.loads(p.stdout.readline() if p.stdout else "") for p in others]
+            for info in infos:  # two ports: both serve, each its own process
+                assert client(ServerConfig(port=int(info["port"])), key=None).models.list().data
+            assert len({info["pid"] for info in infos}) == 2
+        finally:
+            for p in others:
+                p.send_signal(signal.SIGINT)
+                p.wait(60)
+    finally:
+        for p in both:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.wait(60)

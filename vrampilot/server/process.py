@@ -38,6 +38,8 @@ class PortInUseError(UserError):
 
 
 _ABORT = re.compile(r"\S+\.(?:c|cpp|h|cu):\d+: (.+)$")  # ggml_abort's "file.cpp:547: message"
+# llama-server's words when another program took the port between our check and its bind.
+_BIND = re.compile(r"couldn't bind HTTP server socket, hostname: (\S+), port: (\d+)")
 
 
 class ServerExited(UserError):
@@ -50,13 +52,16 @@ class ServerExited(UserError):
         head = f"llama-server exited with status {code}" + (f" ({reason})" if reason else "")
         super().__init__(f"{head}:\n{tail}")
         self.code, self.lines, self.reason = code, list(lines), reason
+        self.port_taken = any(_BIND.search(line) for line in lines)
 
 
 def _reason(lines: Sequence[str]) -> str | None:
-    """llama.cpp's own one-line reason in a log: an abort's message."""
+    """llama.cpp's own one-line reason in a log: an abort's message, or a port it could not bind."""
     for line in reversed(lines):
         if m := _ABORT.search(line):
             return m.group(1)
+        if m := _BIND.search(line):
+            return f"port {m.group(2)} on {m.group(1)} is in use by another program"
     return None
 
 
