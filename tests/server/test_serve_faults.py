@@ -11,13 +11,22 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.machines import cpu_machine
 from tests.server.processes import wait_gone
 from tests.server.test_serve import ROOT, _serve_cli, client
-from vrampilot.server import ServerConfig, ServerExited, free_port
+from vrampilot.engine import Message, SamplingParams
+from vrampilot.export import llama_server_argv
+from vrampilot.gguf import load_model_spec
+from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.target import target_cpu_only
+from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
+from vrampilot.server.chat import ServerBackend, ServerChatError
 from vrampilot.server.process import exit_status, exit_text, is_alive
 
 pytestmark = pytest.mark.slow
@@ -56,6 +65,36 @@ def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_li
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_apps_chat_never_takes_a_cut_reply_for_a_whole_one(embedded_model: Path) -> None:
+    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()),
+             Pins(n_ctx=1024, n_threads=1, n_threads_batch=1))  # fmt: skip
+    config = ServerConfig("127.0.0.1", free_port())
+    argv = llama_server_argv(p.spec.path, p.settings, host=config.host, port=config.port,
+                             server=str(tool_path("llama-server")))  # fmt: skip
+    server = ServerProcess(argv, tool_env())
+    server.start()
+    try:
+        server.wait_ready(config.base_url, timeout_s=120)
+        backend = ServerBackend(config.base_url)
+        quiet: dict[str, Any] = {"on_report": lambda _x: None, "cancel": threading.Event(), "trim": False}
+        backend.reply(None, [Message("user", "Hi")], SamplingParams(max_tokens=2), on_text=lambda _t: None, **quiet)
+        pieces: list[str] = []
+
+        def kill_after_three(text: str) -> None:
+            pieces.append(text)
+            if len(pieces) == 3 and server.pid is not None:
+                os.kill(server.pid, signal.SIGKILL)
+
+        # The second reply (the server's context already known, so nothing else asks the dead
+        # server): the cut stream is an error, not a short answer saved as complete.
+        with pytest.raises(ServerChatError, match="stopped midway"):
+            backend.reply(None, [Message("user", "Write a long story about a mill.")], SamplingParams(max_tokens=300),
+                          on_text=kill_after_three, **quiet)  # fmt: skip
+        assert len(pieces) >= 3
+    finally:
+        server.stop()
 
 
 def test_sigterm_stops_serve_and_its_server_before_it_exits(env: dict[str, str]) -> None:
