@@ -227,3 +227,30 @@ def test_an_rpc_host_killed_says_so_in_one_line_and_a_killed_command_leaves_none
     proc.kill()  # kill -9 of the command: the kernel ends its ggml-rpc-server
     proc.wait(30)
     assert wait_gone(pid, 15), f"ggml-rpc-server {pid} outlived its command"
+
+
+def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tmp_path: Path) -> None:
+    psutil = pytest.importorskip("psutil")
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    mine = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "chat", "--rpc", f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB",
+                             "--ctx", "1024", "--threads", "1", "--max-tokens", "300",
+                             "--prompt", "Write a long story about a mill by a river."],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.read(1)  # the reply has begun
+        servers = [c.pid for c in psutil.Process(proc.pid).children() if "llama-server" in c.name()]
+        assert len(servers) == 1
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # the second PC loses power
+        assert proc.wait(120) == 2
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last.startswith("vrampilot: the plan across the RPC hosts stopped: llama-server "), last
+        assert "RPC" in last.split("stopped:", 1)[1], last  # llama.cpp's words, not "does not answer"
+        assert wait_gone(servers[0], 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for h in mine:
+            h.stop()

@@ -273,6 +273,17 @@ class ServerProcess:
             time.sleep(0.1)
         raise ServerExited(None, [*self.lines(), f"(no answer on {base_url}/health after {timeout_s:.0f} s)"])
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Its exit status once it has ended (its log read to the end), None if it still runs."""
+        if self.proc is None:
+            return None
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        self._drain()
+        return code
+
     def _drain(self) -> None:
         if self._reader is not None:
             self._reader.join(timeout=2)
