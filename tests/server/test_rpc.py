@@ -254,3 +254,33 @@ def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tm
             proc.kill()
         for h in mine:
             h.stop()
+
+
+def test_a_host_killed_mid_stream_ends_serve_with_llama_cpps_reason_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    mine = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), "--rpc",
+                             f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB", "--ctx", "1024", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        server_pid = int(json.loads(proc.stdout.readline())["pid"])
+        body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 300, "stream": True}
+        stream = subprocess.Popen(["curl", "-sN", "-m", "60", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                   "-H", "Content-Type: application/json", "-d", json.dumps(body)],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert stream.stdout is not None and stream.stdout.readline().startswith("data: ")  # streaming
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        stream.wait(60)  # the client's stream ends (curl -m bounds it either way)
+        assert proc.wait(60) == 128 + signal.SIGABRT  # llama.cpp aborts on a lost host
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last.startswith("vrampilot: llama-server exited with status -6: ") and "RPC" in last, last
+        assert wait_gone(server_pid, 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for h in mine:
+            h.stop()
