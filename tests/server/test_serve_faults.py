@@ -190,3 +190,53 @@ def test_two_serves_at_once_on_one_port_and_on_two(env: dict[str, str]) -> None:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
                 p.wait(60)
+
+
+@pytest.mark.timeout(900)  # forty queued streams on a busy 2-core machine; each ends by itself
+def test_twenty_streaming_clients_are_all_answered_in_bounded_memory(env: dict[str, str]) -> None:
+    clients, rounds = 20, 2
+    proc, info = _serve_cli(["--port", str(free_port()), "--ctx", "2048", "--threads", "1"], env)
+    try:
+        server = psutil.Process(int(info["pid"]))
+        rss_before = server.memory_info().rss
+        answered: list[str] = []
+        errors: list[str] = []
+        peak = [rss_before]
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(0.5):
+                peak.append(server.memory_info().rss)
+
+        def one_client(i: int) -> None:
+            # One slot (-np 1): a stream hears nothing while the others' replies go first, so its
+            # read timeout is the whole queue's, not one reply's.
+            c = openai.OpenAI(base_url=str(info["openai_base_url"]), api_key="none", max_retries=0, timeout=800)
+            for r in range(rounds):
+                try:
+                    stream = c.chat.completions.create(
+                        model="x", messages=[{"role": "user", "content": f"Client {i}, round {r}: name a colour."}],
+                        max_tokens=8, stream=True,
+                    )  # fmt: skip
+                    answered.append("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices))
+                except openai.APIError as exc:
+                    errors.append(repr(exc))
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        threads = [threading.Thread(target=one_client, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=850)  # each client's requests end by themselves (max_tokens, timeout)
+        done.set()
+        assert not errors and len(answered) == clients * rounds and all(answered), errors[:3]
+        # The KV cache and weights are allocated at load; twenty queued streams add buffers and
+        # threads, not a second model.
+        assert max(peak) < 2 * rss_before, (rss_before, max(peak))
+        assert proc.poll() is None and server.is_running()
+        print(f"20 clients: {len(answered)} answered, llama-server RSS {rss_before / 2**20:.0f} MiB before, "
+              f"{max(peak) / 2**20:.0f} MiB at most, {server.memory_info().rss / 2**20:.0f} MiB after")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
