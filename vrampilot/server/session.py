@@ -19,7 +19,9 @@ from vrampilot.server.chat import ServerBackend, ServerChatError
 from vrampilot.server.process import ServerConfig, ServerExited, ServerProcess, free_port
 
 LOAD_TIMEOUT_S = 600.0
-EXIT_GRACE_S = 10.0  # an aborting llama-server ends within moments of dropping its connections
+# The kernel closes a dying server's sockets: by the time a reply is cut it has ended, and waiting
+# is for reaping it. A refusal it answered (a 400) costs this wait, once, before the error shows.
+EXIT_GRACE_S = 2.0
 
 
 @contextmanager
