@@ -157,6 +157,26 @@ def test_a_port_taken_after_the_check_is_the_same_one_line() -> None:
     assert (exit_status(-9), exit_status(0), exit_status(3)) == (137, 1, 3)
 
 
+def test_a_server_that_cannot_bind_is_not_taken_for_the_one_that_answers(embedded_model: Path) -> None:
+    # Another llama-server serves the port (a second serve won the race): its /health answers 200
+    # while ours fails to bind. Ready means ours answers, never that something on the port does.
+    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()),
+             Pins(n_ctx=512, n_threads=1, n_threads_batch=1))  # fmt: skip
+    port = free_port()
+    argv = llama_server_argv(p.spec.path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))
+    first, second = ServerProcess(argv, tool_env()), ServerProcess(argv, tool_env())
+    first.start()
+    try:
+        first.wait_ready(f"http://127.0.0.1:{port}", timeout_s=120)
+        second.start()
+        with pytest.raises(ServerExited) as err:
+            second.wait_ready(f"http://127.0.0.1:{port}", timeout_s=120)
+        assert err.value.port_taken and first.running
+    finally:
+        second.stop()
+        first.stop()
+
+
 def test_two_serves_at_once_on_one_port_and_on_two(env: dict[str, str]) -> None:
     def serve(port: int) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), *SERVE],

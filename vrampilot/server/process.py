@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import psutil
+
 from vrampilot.errors import UserError
 
 LOG_LINES_KEPT = 2000
@@ -268,10 +270,20 @@ class ServerProcess:
             if not self.running:
                 self._drain()
                 raise ServerExited(self.returncode, self.lines())
-            if health(base_url, api_key=api_key) == 200:
+            if health(base_url, api_key=api_key) == 200 and self._listens_on(base_url):
                 return
             time.sleep(0.1)
         raise ServerExited(None, [*self.lines(), f"(no answer on {base_url}/health after {timeout_s:.0f} s)"])
+
+    def _listens_on(self, base_url: str) -> bool:
+        """Whether this process holds the port /health answered on. Another program on the port
+        (a second serve that bound it first) answers too, while this one is failing to bind."""
+        port = int(base_url.rstrip("/").rpartition(":")[2])
+        try:
+            sockets = psutil.Process(self.pid).net_connections(kind="inet")
+        except (psutil.Error, OSError, ValueError):
+            return True  # cannot tell (no permission, no pid): /health is all there is
+        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets)
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """Its exit status once it has ended (its log read to the end), None if it still runs."""
