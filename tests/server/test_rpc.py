@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import write_model
-from tests.server.processes import assert_ctrl_c_stops
+from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
@@ -202,3 +202,85 @@ def test_rpc_host_command_shares_and_stops(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _rpc_host_cli(port: int, env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    assert proc.stdout is not None
+    return proc, int(json.loads(proc.stdout.readline())["pid"])
+
+
+def test_an_rpc_host_killed_says_so_in_one_line_and_a_killed_command_leaves_none(tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    proc, pid = _rpc_host_cli(free_port(), env)
+    try:
+        os.kill(pid, signal.SIGKILL)  # the shared device's process dies (out of memory, a crash)
+        assert proc.wait(30) == 128 + signal.SIGKILL
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last == "vrampilot: ggml-rpc-server was killed by SIGKILL (the system may have run out of memory)"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    proc, pid = _rpc_host_cli(free_port(), env)
+    proc.kill()  # kill -9 of the command: the kernel ends its ggml-rpc-server
+    proc.wait(30)
+    assert wait_gone(pid, 15), f"ggml-rpc-server {pid} outlived its command"
+
+
+def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tmp_path: Path) -> None:
+    psutil = pytest.importorskip("psutil")
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    mine = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "chat", "--rpc", f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB",
+                             "--ctx", "1024", "--threads", "1", "--max-tokens", "300",
+                             "--prompt", "Write a long story about a mill by a river."],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.read(1)  # the reply has begun
+        servers = [c.pid for c in psutil.Process(proc.pid).children() if "llama-server" in c.name()]
+        assert len(servers) == 1
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # the second PC loses power
+        assert proc.wait(120) == 2
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last.startswith("vrampilot: the plan across the RPC hosts stopped: llama-server "), last
+        assert "RPC" in last.split("stopped:", 1)[1], last  # llama.cpp's words, not "does not answer"
+        assert wait_gone(servers[0], 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for h in mine:
+            h.stop()
+
+
+def test_a_host_killed_mid_stream_ends_serve_with_llama_cpps_reason_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
+    mine = [start_rpc_host(free_port()) for _ in range(2)]
+    endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), "--rpc",
+                             f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB", "--ctx", "1024", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        server_pid = int(json.loads(proc.stdout.readline())["pid"])
+        body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 300, "stream": True}
+        stream = subprocess.Popen(["curl", "-sN", "-m", "60", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                   "-H", "Content-Type: application/json", "-d", json.dumps(body)],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert stream.stdout is not None and stream.stdout.readline().startswith("data: ")  # streaming
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        stream.wait(60)  # the client's stream ends (curl -m bounds it either way)
+        assert proc.wait(60) == 128 + signal.SIGABRT  # llama.cpp aborts on a lost host
+        assert proc.stderr is not None
+        last = proc.stderr.read().strip().splitlines()[-1]
+        assert last.startswith("vrampilot: llama-server exited with status -6: ") and "RPC" in last, last
+        assert wait_gone(server_pid, 15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for h in mine:
+            h.stop()

@@ -3,6 +3,7 @@ package and curl, against a real server on 127.0.0.1 running the embedded model.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -95,6 +96,27 @@ def test_a_long_prompt(served: Served) -> None:
         max_tokens=6, temperature=0,
     )  # fmt: skip
     assert r.usage is not None and r.usage.prompt_tokens > 1000 and r.choices[0].message.content
+
+
+def test_malformed_json_and_a_prompt_longer_than_the_context_get_http_errors(served: Served) -> None:
+    config, _ = served
+    for raw in (b'{"messages": [', b"not json", b"", b"\xff\xfe", b'{"messages": "x"}', b"[1, 2]"):
+        conn = http.client.HTTPConnection("127.0.0.1", config.port, timeout=60)
+        conn.request("POST", "/v1/chat/completions", raw, {"Authorization": f"Bearer {KEY}"})
+        resp = conn.getresponse()
+        error = json.loads(resp.read())["error"]
+        conn.close()
+        # llama-server calls unparsable JSON a 500 (its parser's exception), a wrong shape a 400.
+        assert resp.status in (400, 500) and error["message"], (raw, resp.status, error)
+    long = "The river runs past the mill and under the old stone bridge. " * 250  # ~3.3K tokens > 2048
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError, match="exceeds the available context size"):
+            client(config).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": long}],
+                                                   max_tokens=4, stream=stream)  # fmt: skip
+    assert health(config.base_url) == 200  # and it goes on serving
+    r = client(config).chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi"}],
+                                               max_tokens=2)  # fmt: skip
+    assert r.choices[0].message.content is not None
 
 
 def test_the_api_key_is_enforced(served: Served) -> None:
@@ -190,6 +212,18 @@ def test_serve_cli_announces_serves_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             proc.kill()
 
 
+def _status(port: int, method: str, path: str, body: dict[str, Any] | None, key: str | None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+        conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
 def test_listening_on_the_network_requires_a_key_and_makes_one(tmp_path: Path) -> None:
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
     proc, info = _serve_cli(["--host", "0.0.0.0", "--port", str(free_port("0.0.0.0")), "--ctx", "1024", "--threads", "1"],
@@ -199,6 +233,17 @@ def test_listening_on_the_network_requires_a_key_and_makes_one(tmp_path: Path) -
         with pytest.raises(openai.AuthenticationError):
             client(ServerConfig(port=int(info["port"])), key="guess").models.list()
         assert client(ServerConfig(port=int(info["port"])), key=str(info["api_key"])).models.list().data
+        # Every API route, without a key and with a wrong one, is refused; only /health is open.
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        port, key = int(info["port"]), str(info["api_key"])
+        for method, path, body in [("GET", "/v1/models", None), ("GET", "/props", None), ("GET", "/slots", None),
+                                   ("GET", "/metrics", None), ("POST", "/v1/chat/completions", chat),
+                                   ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+                                   ("POST", "/tokenize", {"content": "Hi"})]:  # fmt: skip
+            assert _status(port, method, path, body, None) == 401, path
+            assert _status(port, method, path, body, key[:-1]) == 401, path
+            assert _status(port, method, path, body, key) == 200, path
+        assert _status(port, "GET", "/health", None, None) == 200
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)

@@ -76,15 +76,21 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) 
     assert panel.start.isEnabled() and not panel.stop.isEnabled()
 
 
+def serve_from_the_window(w: MainWindow, qtbot: QtBot) -> int:
+    """The Server tab started on a free port and ready; llama-server's process id."""
+    w.server_panel.port.setValue(free_port())
+    w.server.start()
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
+    assert w.server.state == "ready", w.server_panel.status.text()
+    pid = w.server.server.pid  # type: ignore[union-attr]
+    assert pid is not None
+    return pid
+
+
 def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
     w: MainWindow = open_window()
     panel = w.server_panel
-    panel.port.setValue(free_port())
-    w.server.start()
-    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
-    assert w.server.state == "ready", panel.status.text()
-    pid = w.server.server.pid  # type: ignore[union-attr]
-    assert pid is not None
+    pid = serve_from_the_window(w, qtbot)
     os.kill(pid, signal.SIGKILL)  # as the OOM killer would
     qtbot.waitUntil(lambda: w.server.state == "crashed", timeout=10000)
     assert "llama-server was killed by SIGKILL (the system may have run out of memory)" in panel.status.text()
@@ -108,3 +114,27 @@ def test_a_port_in_use_suggests_a_free_one(open_window, qtbot: QtBot) -> None:  
         assert w.server.state == "stopped" and w.server.server is None
         assert f"Port {port} is in use by another program" in w.server_panel.status.text()
         assert w.server_panel.port.value() != port
+
+
+def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=300)
+    w: MainWindow = open_window()
+    panel, view = w.server_panel, w.chat_view
+    pid = serve_from_the_window(w, qtbot)
+
+    def ask(text: str) -> None:
+        qtbot.keyClicks(view.input, text)
+        qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+
+    ask("Say hi.")  # a first turn: the server's context is known, nothing else asks it later
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=60)
+    ask("Write a long story about a mill by a river.")
+    waits.until(qtbot, lambda: len(view.messages()) == 4 and len(view.messages()[3].text()) > 20, cpu_s=60)
+    os.kill(pid, signal.SIGKILL)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and w.server.state == "crashed", cpu_s=30)
+    # The chat says the reply was cut, not that it ended; the question is kept; the tab says why.
+    assert view.banner_visible() and "stopped midway" in view.banner_text.text(), view.banner_text.text()
+    stored = w.ctx.conversations.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    assert [m.role for m in stored] == ["user", "assistant", "user"]
+    assert "killed by SIGKILL" in panel.status.text() and panel.start.isEnabled()
+    assert not is_alive(pid)

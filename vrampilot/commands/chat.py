@@ -171,7 +171,7 @@ def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt
     """One turn through a private llama-server (a plan across RPC hosts)."""
     import threading
 
-    from vrampilot.server.process import ServerExited
+    from vrampilot.server.process import ServerExited, exit_text
     from vrampilot.server.session import private_server
 
     try:
@@ -182,7 +182,8 @@ def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt
                                   cancel=threading.Event(), trim=False)  # fmt: skip
             others = cpu_load.others_share(started)
     except ServerExited as exc:
-        raise UserError(f"llama-server (running the plan across the RPC hosts) stopped: {exc}") from None
+        why = exit_text(exc.code, exc.lines)  # one line; llama.cpp's reason when it aborted
+        raise UserError(f"the plan across the RPC hosts stopped: {why}") from None
     if not args.json:
         print()
         print(reply.stats.summary(), file=sys.stderr)

@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from vrampilot.server import (
         PortInUseError,
         ServerConfig,
+        ServerExited,
         ServerProcess,
         free_port,
         port_is_free,
@@ -64,8 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if not config.loopback_only and not config.api_key:
         config = ServerConfig(args.host, args.port, secrets.token_urlsafe(24))
         generated = True
+
+    def port_in_use() -> PortInUseError:
+        return PortInUseError(config.host, config.port, free_port(config.host) if config.loopback_only else None)
+
     if not port_is_free(config.host, config.port):
-        raise PortInUseError(config.host, config.port, free_port(config.host) if config.loopback_only else None)
+        raise port_in_use()
     argv = llama_server_argv(
         plan.spec.path, plan.settings, host=config.host, port=config.port, api_key=config.api_key,
         server=str(tool_path("llama-server")), alias=plan.spec.path.stem, metrics=True,
@@ -76,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     shown_env = {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
 
     def ready() -> None:
-        server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
+        try:
+            server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
+        except ServerExited as exc:
+            if exc.port_taken:  # another program (a second serve) took the port after the check
+                raise port_in_use() from None
+            raise
         _announce(args, plan, config, server, generated, quote(argv, "bash", env=shown_env))
 
     return run_in_foreground(server, ready, label="server", binary="llama-server")

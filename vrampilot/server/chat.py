@@ -147,7 +147,8 @@ class ServerBackend:
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
-            raise ServerChatError(f"llama-server does not answer ({exc})") from None
+            why = str(exc) if isinstance(exc, StreamCut) else f"llama-server does not answer ({exc})"
+            raise ServerChatError(why) from None
         finally:
             done.set()
             conn.close()  # closing mid-stream is how a reply is stopped: the server ends the task
@@ -216,8 +217,14 @@ def _cancelled_stats(t0: float) -> GenerationStats:
                            prefill_s=waited, decode_s=0.0, context_used=0, n_ctx=0, stop_reason="cancelled")  # fmt: skip
 
 
+class StreamCut(http.client.HTTPException):
+    """The stream closed before `data: [DONE]`: the server went away mid-reply."""
+
+
 def _events(resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
-    """Server-sent events: `data: {...}` lines, ending with `data: [DONE]`."""
+    """Server-sent events: `data: {...}` lines, ending with `data: [DONE]`. A server killed
+    mid-reply closes its socket, which reads as a quiet end of the body: without [DONE] the
+    reply is cut, never complete (it would be saved as a whole answer)."""
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
@@ -229,6 +236,7 @@ def _events(resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
             yield json.loads(payload)
         except ValueError:
             continue
+    raise StreamCut("the reply stopped midway: llama-server closed the connection (it stopped or crashed)")
 
 
 def _error_text(data: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import psutil
+
 from vrampilot.errors import UserError
 
 LOG_LINES_KEPT = 2000
@@ -38,6 +40,8 @@ class PortInUseError(UserError):
 
 
 _ABORT = re.compile(r"\S+\.(?:c|cpp|h|cu):\d+: (.+)$")  # ggml_abort's "file.cpp:547: message"
+# llama-server's words when another program took the port between our check and its bind.
+_BIND = re.compile(r"couldn't bind HTTP server socket, hostname: (\S+), port: (\d+)")
 
 
 class ServerExited(UserError):
@@ -46,10 +50,40 @@ class ServerExited(UserError):
 
     def __init__(self, code: int | None, lines: Sequence[str]) -> None:
         tail = "\n".join(lines[-12:]) if lines else "(no output)"
-        reason = next((m.group(1) for line in reversed(lines) if (m := _ABORT.search(line))), None)
+        reason = _reason(lines)
         head = f"llama-server exited with status {code}" + (f" ({reason})" if reason else "")
         super().__init__(f"{head}:\n{tail}")
         self.code, self.lines, self.reason = code, list(lines), reason
+        self.port_taken = any(_BIND.search(line) for line in lines)
+
+
+def _reason(lines: Sequence[str]) -> str | None:
+    """llama.cpp's own one-line reason in a log: an abort's message, or a port it could not bind."""
+    for line in reversed(lines):
+        if m := _ABORT.search(line):
+            return m.group(1)
+        if m := _BIND.search(line):
+            return f"port {m.group(2)} on {m.group(1)} is in use by another program"
+    return None
+
+
+def exit_text(code: int | None, lines: Sequence[str], name: str = "llama-server") -> str:
+    """Why a tool is gone, in one line: the signal that ended it, or its status and last word
+    (llama.cpp's own reason when it gave one). The CLI and the Server tab say it the same way."""
+    if code is not None and code < 0 and code != -signal.SIGABRT:  # an abort has llama.cpp's reason
+        name_of = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
+        return f"{name} was killed by {name_of}{why}"
+    reason = _reason(lines)
+    return f"{name} exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
+
+
+def exit_status(code: int | None) -> int:
+    """A command's exit status for a tool that ended by itself: never 0, 128+N for signal N (as a
+    shell reports it; a negative status would reach the shell as 256-N)."""
+    if code is None or code == 0:
+        return 1
+    return 128 - code if code < 0 else code
 
 
 @dataclass(frozen=True)
@@ -182,8 +216,13 @@ class ServerProcess:
         kwargs: dict[str, object] = {}
         if sys.platform.startswith("linux"):
             kwargs["preexec_fn"] = _parent_death_hook()
-        elif sys.platform == "win32":
+        if sys.platform == "win32":
             kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+        else:
+            # Its own process group: a terminal's Ctrl+C reaches only this process, which passes
+            # it on once (`interrupt`); a second SIGINT makes llama-server exit(1) from its
+            # signal handler without shutting down.
+            kwargs["process_group"] = 0
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]
@@ -231,10 +270,31 @@ class ServerProcess:
             if not self.running:
                 self._drain()
                 raise ServerExited(self.returncode, self.lines())
-            if health(base_url, api_key=api_key) == 200:
+            if health(base_url, api_key=api_key) == 200 and self._listens_on(base_url):
                 return
             time.sleep(0.1)
         raise ServerExited(None, [*self.lines(), f"(no answer on {base_url}/health after {timeout_s:.0f} s)"])
+
+    def _listens_on(self, base_url: str) -> bool:
+        """Whether this process holds the port /health answered on. Another program on the port
+        (a second serve that bound it first) answers too, while this one is failing to bind."""
+        port = int(base_url.rstrip("/").rpartition(":")[2])
+        try:
+            sockets = psutil.Process(self.pid).net_connections(kind="inet")
+        except (psutil.Error, OSError, ValueError):
+            return True  # cannot tell (no permission, no pid): /health is all there is
+        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets)
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """Its exit status once it has ended (its log read to the end), None if it still runs."""
+        if self.proc is None:
+            return None
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        self._drain()
+        return code
 
     def _drain(self) -> None:
         if self._reader is not None:

@@ -15,10 +15,13 @@ from typing import Any
 
 from vrampilot.export import llama_server_argv
 from vrampilot.server.binaries import tool_env, tool_path
-from vrampilot.server.chat import ServerBackend
-from vrampilot.server.process import ServerConfig, ServerProcess, free_port
+from vrampilot.server.chat import ServerBackend, ServerChatError
+from vrampilot.server.process import ServerConfig, ServerExited, ServerProcess, free_port
 
 LOAD_TIMEOUT_S = 600.0
+# The kernel closes a dying server's sockets: by the time a reply is cut it has ended, and waiting
+# is for reaping it. A refusal it answered (a 400) costs this wait, once, before the error shows.
+EXIT_GRACE_S = 2.0
 
 
 @contextmanager
@@ -31,6 +34,13 @@ def private_server(plan: Any) -> Iterator[ServerBackend]:
     server.start()
     try:
         server.wait_ready(config.base_url, timeout_s=LOAD_TIMEOUT_S, api_key=config.api_key)
-        yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
+        try:
+            yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
+        except ServerChatError:
+            # A reply cut off because the server died (a host went away mid-reply): its own
+            # reason ("Remote RPC server crashed") says more than a closed connection does.
+            if server.wait_exit(EXIT_GRACE_S) is None:
+                raise
+            raise ServerExited(server.returncode, server.lines()) from None
     finally:
         server.stop()
