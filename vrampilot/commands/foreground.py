@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from vrampilot.errors import UserError
 from vrampilot.server import ServerExited, ServerProcess
+from vrampilot.server.process import killed_text
 
 LOG_TAIL_LINES = 12
 
@@ -20,7 +21,8 @@ LOG_TAIL_LINES = 12
 def run_in_foreground(server: ServerProcess, ready: Callable[[], None], *, label: str, binary: str) -> int:
     """Start `server`, call `ready` (it waits, announces, and raises UserError when the server does not
     come up), then wait for the server. Returns 0 after Ctrl+C, 130 when Ctrl+C came before ready,
-    else the server's own status (1 when it reported 0 without being asked to stop)."""
+    else the server's own status (1 when it reported 0 without being asked to stop; 128 + N when signal
+    N ended it, as a shell says)."""
     stopping = {"asked": False}
 
     def on_sigint(_signum: int, _frame: object) -> None:
@@ -45,5 +47,6 @@ def run_in_foreground(server: ServerProcess, ready: Callable[[], None], *, label
         print(f"vrampilot: {label} stopped", file=sys.stderr)
         return 0
     tail = "\n".join(server.lines()[-LOG_TAIL_LINES:])
-    print(f"vrampilot: {binary} exited with status {code}:\n{tail}", file=sys.stderr)
-    return code or 1
+    head = killed_text(code, binary) or f"{binary} exited with status {code}"
+    print(f"vrampilot: {head}:\n{tail}", file=sys.stderr)
+    return 128 - code if code < 0 else code or 1  # killed by a signal: the shell's 128 + N

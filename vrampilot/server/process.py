@@ -52,6 +52,28 @@ class ServerExited(UserError):
         self.code, self.lines, self.reason = code, list(lines), reason
 
 
+def killed_text(code: int | None, binary: str = "llama-server") -> str | None:
+    """"<binary> was killed by <signal> (the likely cause)" when a signal ended it, else None."""
+    if code is None or code >= 0:
+        return None
+    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+    why = {
+        signal.SIGKILL: " (the system may have run out of memory)",
+        # A mapped model file that shrank under the server: its next read of the weights faults.
+        getattr(signal, "SIGBUS", signal.SIGKILL): " (its model file was probably truncated or rewritten while "
+        "loaded; start it again to load the file as it is now)",
+    }.get(-code, "")
+    return f"{binary} was killed by {name}{why}"
+
+
+def exit_text(code: int | None, lines: Sequence[str], binary: str = "llama-server") -> str:
+    """Why the server is gone, in a line: the signal that ended it, or its status and last word."""
+    if code != -signal.SIGABRT and (killed := killed_text(code, binary)):  # an abort has llama.cpp's reason
+        return killed
+    reason = ServerExited(code, lines).reason  # llama.cpp's own words when it aborted
+    return f"{binary} exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import signal
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -22,7 +21,7 @@ from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
 from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, port_is_free, tool_env, tool_path
 from vrampilot.server.chat import ServerBackend
-from vrampilot.server.process import health, lan_address
+from vrampilot.server.process import exit_text, health, lan_address
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.plan_controller import LoadState, PlanController
 from vrampilot.ui.server_view import ServerPanel
@@ -229,16 +228,6 @@ class ServerController(QObject):
         if self.server is not None:
             self.server.stop(timeout_s=5)
             self.server = None
-
-
-def exit_text(code: int | None, lines: list[str]) -> str:
-    """Why the server is gone, in a line: the signal that ended it, or its status and last word."""
-    if code is not None and code < 0 and code != -signal.SIGABRT:  # an abort has llama.cpp's reason
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-        why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
-        return f"llama-server was killed by {name}{why}"
-    reason = ServerExited(code, lines).reason  # llama.cpp's own words when it aborted
-    return f"llama-server exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
 
 
 def metrics_text(base_url: str, api_key: str | None) -> str:
