@@ -47,7 +47,7 @@ def _argv(model: str) -> list[str]:
     return ["llama-server", "-m", model, "-c", "4096"]
 
 
-_DUMP = """#!/bin/sh
+DUMP_ARGV = """#!/bin/sh
 for a in "$@"; do printf '%s\\0' "$a"; done > "$ARGV_OUT"
 """
 
@@ -56,7 +56,7 @@ for a in "$@"; do printf '%s\\0' "$a"; done > "$ARGV_OUT"
 @pytest.mark.parametrize("name", HOSTILE)
 def test_bash_line_runs_with_argv_intact_and_nothing_else(tmp_path: Path, name: str) -> None:
     dump = tmp_path / "dump argv.sh"
-    dump.write_text(_DUMP)
+    dump.write_text(DUMP_ARGV)
     dump.chmod(0o755)
     argv = [str(dump), "-m", name, "-c", "4096"]
     line = quote(argv, "bash", env={"GGML_BACKEND_PATH": f"/lib/{name}"})
@@ -160,7 +160,7 @@ def test_exported_bash_line_from_the_cli_runs_the_hostile_model_path(tmp_path: P
     folder.mkdir()
     model = write_model(folder / "-m 'x' \"y\" %PATH% ^ zoë\x1b[31m.gguf", "llama", n_layer=1)
     dump = tmp_path / "dump.sh"
-    dump.write_text(_DUMP)
+    dump.write_text(DUMP_ARGV)
     dump.chmod(0o755)
     r = subprocess.run([sys.executable, "-m", "vrampilot", "export", "--cpu-only", "--estimate", "--server",
                         str(dump), str(model)], capture_output=True, text=True, timeout=120)  # fmt: skip
