@@ -44,3 +44,21 @@ def test_export_refuses_for_cmd_and_quotes_for_bash(open_window, qtbot: QtBot, t
     args = out.read_bytes().split(b"\0")[:-1]
     assert args[:2] == [b"-m", os.fsencode(model)]
 
+
+def test_a_megabyte_architecture_is_listed_on_one_short_line(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The library lists each file's architecture: a header holding a megabyte there is shown cut,
+    not laid out in full (which kept the window's thread busy for seconds)."""
+    from tests.factories.gguf_models import kv_string, write_raw_header
+
+    hostile = write_raw_header(tmp_path / "arch.gguf", n_kv=1,
+                               body=kv_string("general.architecture", "x" * 1_000_000))  # fmt: skip
+    w: MainWindow = open_window()
+    w.plans.add_models([hostile])
+    tree = w.library_view.tree
+
+    def cell() -> str:
+        texts = [tree.topLevelItem(i).text(0) for i in range(tree.topLevelItemCount())]
+        return next((t for t in texts if t.startswith("arch.gguf")), "")
+
+    qtbot.waitUntil(lambda: "xxx" in cell(), timeout=30000)
+    assert len(cell()) < 500
