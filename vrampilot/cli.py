@@ -1,19 +1,22 @@
 """Command line: `vrampilot [gui]`, `doctor`, `inspect`, `plan`, `export`, and what features add.
 
 Each module in `vrampilot.commands` registers its subcommand with `add_parser(subparsers)` and
-handles it in `run(args) -> int`; this file only wires them and turns user errors into one-line
-messages.
+handles it in `run(args) -> int`; this file only wires them, turns user errors into one-line
+messages, and keeps control characters off the terminal: model names, metadata keys, file names
+and replies come from files anyone can write, and an escape sequence in them would otherwise act
+on the user's terminal (set its clipboard with OSC 52, rewrite the screen, retitle the window).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import re
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 
 from vrampilot import __version__
 from vrampilot.errors import UserError
@@ -93,7 +96,48 @@ def _moved_by(path: str) -> str:
     return "VRAMPILOT_HOME moves the app's data folder"
 
 
+# C0 controls but tab, line feed and carriage return (progress lines rewrite themselves with \r),
+# DEL, C1 controls (U+009B is CSI on many terminals) and the bidirectional overrides that make a
+# line read differently from what it is.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with each control character written out as its escape (ESC as \\u001b): visible, inert,
+    and in a JSON string (`--json` output) the same character again."""
+    return _TERMINAL_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class _SafeStream:
+    """A text stream that writes `terminal_safe` text to the stream it wraps."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(terminal_safe(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _safe_terminal() -> Iterator[None]:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _SafeStream(saved[0]), _SafeStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def main(argv: list[str]) -> int:
+    with _safe_terminal():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_gui)

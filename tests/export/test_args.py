@@ -130,12 +130,18 @@ def _command_line_to_argv(line: str) -> list[str]:
 
 
 def test_cmd_quoting_survives_the_c_runtime() -> None:
-    line = quote(NASTY, "cmd")
+    # What a Windows file name can hold (no " and, here, no %): cmd takes it literally inside quotes.
+    argv = ["llama-server", "-m", "C:\\Users\\zoë\\My Models\\it's (7B) & a^b $HOME `x`\\", "-c", "4096"]
+    line = quote(argv, "cmd")
     assert line.startswith("chcp 65001 >NUL & ")  # non-ASCII path: UTF-8 code page
-    body = line.removeprefix("chcp 65001 >NUL & ")
-    # cmd itself removes the caret of the %^ escape before the program sees the line.
-    assert _command_line_to_argv(body.replace("%^", "%")) == NASTY
-    assert "%PATH%" not in body  # cmd would expand it
+    assert _command_line_to_argv(line.removeprefix("chcp 65001 >NUL & ")) == argv
+
+
+def test_cmd_refuses_what_it_cannot_quote() -> None:
+    from vrampilot.export.shell import UnquotableError
+
+    with pytest.raises(UnquotableError):  # a " ends cmd's quoting; %PATH% expands inside quotes
+        quote(NASTY, "cmd")
 
 
 def test_unknown_shell() -> None:

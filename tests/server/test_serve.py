@@ -44,9 +44,9 @@ def served(embedded_model: Path) -> Iterator[Served]:
         Pins(n_ctx=2048, n_threads=1, n_threads_batch=1),
     )
     config = ServerConfig("127.0.0.1", free_port(), KEY)
-    argv = llama_server_argv(p.spec.path, p.settings, host=config.host, port=config.port, api_key=KEY,
+    argv = llama_server_argv(p.spec.path, p.settings, host=config.host, port=config.port,
                              server=str(tool_path("llama-server")), alias="smollm2", metrics=True)  # fmt: skip
-    server = ServerProcess(argv, tool_env())
+    server = ServerProcess(argv, tool_env(api_key=KEY))
     server.start()
     try:
         server.wait_ready(config.base_url, timeout_s=120, api_key=KEY)

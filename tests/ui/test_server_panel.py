@@ -1,11 +1,13 @@
 """The Server tab on the real window: start the bundled llama-server with the shown plan, chat
 through it (the model in memory once), watch its process in the meters, stop, and a crash that
-says why. The openai client talks to the same server the app started."""
+says why; the network key on no command line. The openai client talks to the same server the app
+started."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -138,3 +140,31 @@ def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, q
     assert [m.role for m in stored] == ["user", "assistant", "user"]
     assert "killed by SIGKILL" in panel.status.text() and panel.start.isEnabled()
     assert not is_alive(pid)
+
+
+def test_the_network_key_is_required_and_on_no_command_line(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+    seed_prefs(max_tokens=8)
+    w: MainWindow = open_window()
+    panel = w.server_panel
+    w.right_tabs.setCurrentWidget(panel)
+    panel.lan.setChecked(True)
+    key = panel.key.text()
+    port = free_port("0.0.0.0")
+    panel.port.setValue(port)
+    qtbot.mouseClick(panel.start, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=180)
+    assert w.server.state == "ready", panel.status.text()
+    server = w.server.server
+    assert server is not None and server.pid is not None
+    try:
+        assert key.encode() not in Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        base = f"http://127.0.0.1:{port}/v1"
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=base, api_key="guess", max_retries=0, timeout=60).models.list()
+        assert openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=60).models.list().data
+        assert key not in panel.log.toPlainText()
+    finally:
+        w.server.stop()
+        waits.until(qtbot, lambda: w.server.state == "stopped", cpu_s=60)
+    log = w.ctx.log_path
+    assert not log.exists() or key not in log.read_text(encoding="utf-8", errors="replace")

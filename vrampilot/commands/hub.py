@@ -72,7 +72,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lib.set_defaults(handler=run_library)
 
     li = hsub.add_parser("login", help="store a Hugging Face token (keyring, else the Hub's token file)")
-    li.add_argument("--token", help="the token (default: read from standard input)")
+    li.add_argument("--token", help="the token (default: asked for, or read from standard input; other users "
+                    "of this machine can see a command line, so leave it out there)")
     li.set_defaults(handler=run_login)
 
     lo = hsub.add_parser("logout", help="forget the stored Hugging Face token")

@@ -14,6 +14,7 @@ import argparse
 import json
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
@@ -32,8 +33,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                    "only; 0.0.0.0 = every network, which needs an API key)")  # fmt: skip
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    p.add_argument("--api-key", metavar="KEY", help="require this key (Authorization: Bearer KEY); generated "
-                   "and printed when --host is not loopback and none is given")  # fmt: skip
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", metavar="KEY", help="require this key (Authorization: Bearer KEY); generated "
+                     "and printed when --host is not loopback and none is given. Other users of this machine can "
+                     "see a command line: --api-key-file keeps the key out of it")  # fmt: skip
+    key.add_argument("--api-key-file", metavar="FILE", type=Path, help="require the key on the first line of FILE")
     p.add_argument("--force", action="store_true", help="serve even when the plan does not fit")
     p.add_argument("--json", action="store_true", help="print one JSON line once ready (base_url, api_key, pid, "
                    "argv, settings), then the server's log on stderr")  # fmt: skip
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if not plan.fits and not args.force:
         why = plan.refused or (plan.reasons[-1] if plan.reasons else "the plan does not fit this machine")
         raise UserError(f"{why} Pass --force to serve it anyway, or change the plan options.")
-    config = ServerConfig(args.host, args.port, args.api_key)
+    config = ServerConfig(args.host, args.port, _api_key(args))
     generated = False
     if not config.loopback_only and not config.api_key:
         config = ServerConfig(args.host, args.port, secrets.token_urlsafe(24))
@@ -72,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
     if not port_is_free(config.host, config.port):
         raise port_in_use()
     argv = llama_server_argv(
-        plan.spec.path, plan.settings, host=config.host, port=config.port, api_key=config.api_key,
+        plan.spec.path, plan.settings, host=config.host, port=config.port,
         server=str(tool_path("llama-server")), alias=plan.spec.path.stem, metrics=True,
     )  # fmt: skip
     quiet_log = not args.json
-    env = tool_env()
+    env = tool_env(api_key=config.api_key)
     server = ServerProcess(argv, env, on_log=None if quiet_log else lambda line: print(line, file=sys.stderr))
     shown_env = {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
 
@@ -92,6 +96,19 @@ def run(args: argparse.Namespace) -> int:
     return run_in_foreground(server, ready, label="server", binary="llama-server")
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    path: Path | None = args.api_key_file
+    if path is None:
+        return args.api_key
+    try:
+        key = next((line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()), "")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read the API key from {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not key:
+        raise UserError(f"{path} holds no API key (the key is its first line that is not empty)")
+    return key
+
+
 def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str) -> None:
     s = plan.settings
     if args.json:
@@ -103,7 +120,9 @@ def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, gen
         return
     where = "this machine only" if config.loopback_only else "the network: anyone who has the key can use it"
     print(f"Serving {plan.spec.path.name} at {config.base_url}/v1 (OpenAI-compatible; {where})")
-    if config.api_key:
+    if args.api_key_file:
+        print(f"API key: the one in {args.api_key_file}")
+    elif config.api_key:
         print(f"API key{' (generated)' if generated else ''}: {config.api_key}")
     print(f"Plan: {s.n_ctx} context, K/V {s.type_k}/{s.type_v}, {s.n_gpu_layers} GPU layers, batch {s.n_batch}/"
           f"{s.n_ubatch}, {s.n_threads} threads; predicted {plan.speed.decode_tps:.1f} tokens/s")  # fmt: skip

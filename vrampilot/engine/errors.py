@@ -22,6 +22,17 @@ class AllocationError(EngineError):
     """llama.cpp could not allocate the model, the KV cache or a compute buffer."""
 
 
+class ModelFileChanged(EngineError):
+    """The loaded model's file was truncated or rewritten in place; the engine unloaded it."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"{path} changed on disk after it was loaded ({what}); it was unloaded, since reading it now "
+            "could crash the app: load it again to use the file as it is now"
+        )
+        self.path = path
+
+
 class LoadCancelled(EngineError):
     def __init__(self) -> None:
         super().__init__("loading was cancelled")

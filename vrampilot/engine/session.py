@@ -11,6 +11,7 @@ follow-up costs its new tokens, and regenerate or edit costs only what changed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -24,7 +25,7 @@ import numpy as np
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
-from vrampilot.engine.errors import AllocationError, ContextOverflow, EngineError, NoModelLoaded
+from vrampilot.engine.errors import AllocationError, ContextOverflow, EngineError, ModelFileChanged, NoModelLoaded
 from vrampilot.engine.headroom import check_headroom
 from vrampilot.engine.loader import ProgressFn, open_llama
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
@@ -82,6 +83,47 @@ class SavedState:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _FileIdentity:
+    """What a model file was when it was loaded. llama.cpp maps the file: a file replaced by a new
+    one (a rename, a download) or deleted leaves the mapped old one intact, but one truncated or
+    rewritten in place changes the mapped bytes, and reading past its new end is a SIGBUS that
+    ends the process."""
+
+    path: Path
+    device: int
+    inode: int
+    size_bytes: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> _FileIdentity:
+        st = path.stat()
+        return cls(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def of_model(cls, plan: Plan) -> tuple[_FileIdentity, ...]:
+        out = []
+        for p in plan.spec.split_paths or (plan.spec.path,):
+            with contextlib.suppress(OSError):  # gone already: the mapping holds it
+                out.append(cls.of(p))
+        return tuple(out)
+
+    def changed_in_place(self) -> str | None:
+        """How the file changed in place since, or None (unchanged, replaced or deleted)."""
+        try:
+            now = _FileIdentity.of(self.path)
+        except OSError:
+            return None
+        if (now.device, now.inode) != (self.device, self.inode):
+            return None
+        if now.size_bytes != self.size_bytes:
+            return f"now {now.size_bytes} bytes, {self.size_bytes} when loaded"
+        if now.mtime_ns != self.mtime_ns:
+            return "rewritten in place"
+        return None
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -101,6 +143,7 @@ class Engine:
         self._llm: llama_cpp.Llama | None = None
         self._plan: Plan | None = None
         self._template: ChatTemplate | None = None
+        self._files: tuple[_FileIdentity, ...] = ()
         self._cancel = threading.Event()
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
         self._no_abort_cb = llama_cpp.ggml_abort_callback()
@@ -175,6 +218,7 @@ class Engine:
                     current = step.plan
             self._llm = llm
             self._plan = current
+            self._files = _FileIdentity.of_model(current)
             self._template = self._make_template(llm, current)
             return LoadResult(current, tuple(changes), time.perf_counter() - start)
 
@@ -198,6 +242,16 @@ class Engine:
             self._llm = None
             self._plan = None
             self._template = None
+            self._files = ()
+
+    def _check_files(self) -> None:
+        """Unload a model whose file changed in place since it was loaded, before anything reads it
+        (a file truncated while the chat sat idle would otherwise end the app at the next token)."""
+        for f in self._files:
+            what = f.changed_in_place()
+            if what is not None:
+                self.unload()
+                raise ModelFileChanged(f.path.name, what)
 
     # -- chat --------------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -247,6 +301,7 @@ class Engine:
         """
         sampling = sampling or SamplingParams()
         with self._lock:
+            self._check_files()
             llm = self._require()
             self._cancel = cancel if cancel is not None else threading.Event()
             t0 = time.perf_counter()

@@ -65,12 +65,14 @@ def llama_server_argv(
     port: int | None = None,
     server: str = "llama-server",
     load_mode: str | None = None,
-    api_key: str | None = None,
     alias: str | None = None,
     metrics: bool = False,
 ) -> list[str]:
     """argv for llama-server running exactly this plan (and, for `vrampilot serve`, where and how
-    it listens: host, port, API key, the model's name in /v1/models, the /metrics endpoint)."""
+    it listens: host, port, the model's name in /v1/models, the /metrics endpoint).
+
+    Never an API key: an argv is in every user's process list and in the lines we print; the
+    server takes the key from its environment (vrampilot.server.binaries.tool_env)."""
     argv = [server, "-m", str(model_path)]
     for a in _ARGS:
         value = getattr(settings, a.field)
@@ -90,8 +92,6 @@ def llama_server_argv(
         argv += ["--host", host]
     if port is not None:
         argv += ["--port", str(port)]
-    if api_key:
-        argv += ["--api-key", api_key]
     if alias:
         argv += ["--alias", alias]
     if metrics:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf.spec import ModelSpec, one_line
 from vrampilot.units import format_bytes
 
 
@@ -78,9 +78,9 @@ def format_spec(spec: ModelSpec) -> str:
     rows: list[tuple[str, str]] = [
         ("File", f"{spec.path} ({format_bytes(spec.file_bytes)})"),
         ("Name", spec.display_name),
-        ("Architecture", spec.architecture),
+        ("Architecture", one_line(spec.architecture)),
         ("Parameters", f"{spec.n_params / 1e9:.2f} B" if spec.n_params >= 1e9 else f"{spec.n_params / 1e6:.0f} M"),
-        ("File type", spec.file_type or "unknown"),
+        ("File type", one_line(spec.file_type or "unknown")),
         ("Context trained", str(spec.n_ctx_train)),
         ("Layers", str(spec.n_layer)),
         ("Embedding size", str(spec.n_embd)),
@@ -97,7 +97,7 @@ def format_spec(spec: ModelSpec) -> str:
         rows.append(("Experts", f"{spec.n_expert_used} of {spec.n_expert} used per token, {spec.n_expert_shared} shared"))
     rope = f"{spec.n_rot} dims, base {spec.rope_freq_base:g}" if spec.rope_freq_base else f"{spec.n_rot} dims"
     if spec.rope_scaling_type and spec.rope_scaling_type != "none":
-        rope += f", {spec.rope_scaling_type} x{spec.rope_scaling_factor}"
+        rope += f", {one_line(spec.rope_scaling_type)} x{spec.rope_scaling_factor}"
     rows.append(("RoPE", rope))
     rows.append(("Chat template", "yes" if spec.has_chat_template else "no"))
     per_layer = spec.layer_weight_bytes

@@ -25,6 +25,7 @@ DEFAULT_ALIGNMENT = 32
 # the planner needs the vocabulary size, not 150,000 Python strings.
 MAX_KEPT_STRING_ARRAY = 4096
 MAX_DIMS = 8
+MAX_PROBLEM_CHARS = 500
 _U64 = struct.Struct("<Q")
 
 _SCALAR_FORMATS: dict[int, str] = {
@@ -47,8 +48,9 @@ class GGUFError(UserError):
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        # A problem quotes the file's own keys and names, which may be megabytes long.
+        self.problem = problem if len(problem) <= MAX_PROBLEM_CHARS else problem[: MAX_PROBLEM_CHARS - 1] + "…"
+        super().__init__(f"{self.path}: {self.problem}")
 
 
 class GGUFNeedMoreBytes(GGUFError):

@@ -106,11 +106,21 @@ class ModelSpec:
 
     @property
     def display_name(self) -> str:
-        return self.name or self.path.stem
+        return one_line(self.name or self.path.stem)
 
     def layer_tensors(self, il: int) -> tuple[TensorInfo, ...]:
         prefix = f"blk.{il}."
         return tuple(t for t in self.tensors if t.name.startswith(prefix))
+
+
+# Metadata strings are shown on one line and at most this long: a file may carry megabytes there.
+MAX_SHOWN_CHARS = 120
+
+
+def one_line(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A metadata string as a line of text: whitespace runs as one space, cut at `limit` with "…"."""
+    flat = " ".join(text[: limit * 4].split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _arch_key(meta: dict[str, Any], arch: str, key: str, default: Any = None) -> Any:

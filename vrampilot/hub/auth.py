@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 
 from vrampilot.hub.env import hf_token_path
@@ -83,10 +84,17 @@ def save_token(token: str) -> str:
             pass
     path = hf_token_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Same file and format as `hf auth login`, readable by the owner only.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token)
+    # Same file and format as `hf auth login`, readable by the owner only. A new file replaces the
+    # old one: opening the old one would keep its mode, and `hf auth login` leaves it 0644.
+    fd, tmp = tempfile.mkstemp(prefix=".token-", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(token)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return str(path)
 
 

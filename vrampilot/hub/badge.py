@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.gguf.spec import one_line
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.units import format_tokens
 
@@ -78,7 +79,7 @@ def badge_for_spec(spec: ModelSpec, target: Target, n_ctx: int = DEFAULT_TARGET_
         n_ctx=ctx,
         n_gpu_layers=s.n_gpu_layers if target.has_gpu else 0,
         n_layers_total=total,
-        architecture=spec.architecture,
+        architecture=one_line(spec.architecture),
         n_params=spec.n_params,
         kv_type=kv,
         reason=reason,

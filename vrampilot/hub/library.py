@@ -18,6 +18,7 @@ from gguf import LlamaFileType
 
 from vrampilot.gguf import GGUFError, read_gguf
 from vrampilot.gguf.spec import _SPLIT_RE as SPLIT_NAME_RE
+from vrampilot.gguf.spec import one_line
 from vrampilot.hub.cache import ORPHAN_RE, PART_SUFFIX, QUARANTINE_MARK, repo_id_from_folder
 from vrampilot.hub.env import hf_hub_cache
 from vrampilot.hub.files import quant_from_name
@@ -101,7 +102,7 @@ def inspect_file(path: Path) -> tuple[LocalStatus, str | None, str | None, str |
         partial = any(w in exc.problem for w in ("incomplete", "truncated", "runs past the end"))
         return (LocalStatus.PARTIAL if partial else LocalStatus.BROKEN), exc.problem, None, None
     arch = g.get("general.architecture")
-    return LocalStatus.OK, None, arch if isinstance(arch, str) else None, _file_type(g.metadata)
+    return LocalStatus.OK, None, one_line(arch) if isinstance(arch, str) else None, _file_type(g.metadata)
 
 
 def _model_entry(

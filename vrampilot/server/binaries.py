@@ -47,12 +47,19 @@ def tool_path(name: str) -> Path:
     return path
 
 
-def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a tool runs with: the CPU variant this machine really runs, named."""
+API_KEY_VARIABLE = "LLAMA_API_KEY"  # llama-server's --api-key, read from its environment
+
+
+def tool_env(base: dict[str, str] | None = None, *, api_key: str | None = None) -> dict[str, str]:
+    """The environment a tool runs with: the CPU variant this machine really runs, named, and the
+    API key llama-server requires, if any. The key goes here, not on the command line: any user
+    can read a process's command line (ps, /proc/<pid>/cmdline), only its owner its environment."""
     from vrampilot import llamacpp
     from vrampilot.llamacpp.backends import loaded_backends, module_file
 
     env = dict(os.environ if base is None else base)
+    if api_key:
+        env[API_KEY_VARIABLE] = api_key
     # When llama.cpp aborts (an RPC host went away) it would attach gdb to print a backtrace
     # (seconds, and a page of noise in the log the user reads): its one-line reason is enough.
     env.setdefault("GGML_NO_BACKTRACE", "1")

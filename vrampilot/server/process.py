@@ -67,23 +67,35 @@ def _reason(lines: Sequence[str]) -> str | None:
     return None
 
 
-def exit_text(code: int | None, lines: Sequence[str], name: str = "llama-server") -> str:
-    """Why a tool is gone, in one line: the signal that ended it, or its status and last word
-    (llama.cpp's own reason when it gave one). The CLI and the Server tab say it the same way."""
-    if code is not None and code < 0 and code != -signal.SIGABRT:  # an abort has llama.cpp's reason
-        name_of = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
-        why = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
-        return f"{name} was killed by {name_of}{why}"
-    reason = _reason(lines)
-    return f"{name} exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
-
-
 def exit_status(code: int | None) -> int:
     """A command's exit status for a tool that ended by itself: never 0, 128+N for signal N (as a
     shell reports it; a negative status would reach the shell as 256-N)."""
     if code is None or code == 0:
         return 1
     return 128 - code if code < 0 else code
+
+
+def killed_text(code: int | None, binary: str = "llama-server") -> str | None:
+    """"<binary> was killed by <signal> (the likely cause)" when a signal ended it, else None."""
+    if code is None or code >= 0:
+        return None
+    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+    why = {
+        signal.SIGKILL: " (the system may have run out of memory)",
+        # A mapped model file that shrank under the server: its next read of the weights faults.
+        getattr(signal, "SIGBUS", signal.SIGKILL): " (its model file was probably truncated or rewritten while "
+        "loaded; start it again to load the file as it is now)",
+    }.get(-code, "")
+    return f"{binary} was killed by {name}{why}"
+
+
+def exit_text(code: int | None, lines: Sequence[str], binary: str = "llama-server") -> str:
+    """Why a tool is gone, in one line: the signal that ended it, or its status and last word
+    (llama.cpp's own reason when it gave one). The CLI and the Server tab say it the same way."""
+    if code != -signal.SIGABRT and (killed := killed_text(code, binary)):  # an abort has llama.cpp's reason
+        return killed
+    reason = _reason(lines)
+    return f"{binary} exited with status {code}: " + (reason or (lines[-1] if lines else "no output"))
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ EXIT_GRACE_S = 2.0
 def private_server(plan: Any) -> Iterator[ServerBackend]:
     """llama-server running `plan` (a planner Plan) on 127.0.0.1, with a key nobody else has."""
     config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
-    argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port, api_key=config.api_key,
+    argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
                              server=str(tool_path("llama-server")))  # fmt: skip
-    server = ServerProcess(argv, tool_env())
+    server = ServerProcess(argv, tool_env(api_key=config.api_key))
     server.start()
     try:
         server.wait_ready(config.base_url, timeout_s=LOAD_TIMEOUT_S, api_key=config.api_key)

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
+from vrampilot.gguf.spec import one_line
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.planner.search import PlanError, plan
 from vrampilot.planner.target import Target
@@ -135,9 +136,9 @@ class LibraryView(QWidget):
         s = e.spec
         details = " · ".join(
             [
-                s.architecture,
+                one_line(s.architecture),  # a file's own string: a megabyte of it froze the list for seconds
                 format_bytes(s.file_bytes),
-                s.file_type or "?",
+                one_line(s.file_type or "?"),
                 f"{format_tokens(s.n_ctx_train)} trained" if s.n_ctx_train else "context unknown",
             ]
         )

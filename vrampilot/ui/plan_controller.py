@@ -18,6 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import LoadResult
+from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine, load_profiles
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_host
@@ -380,7 +381,11 @@ class PlanController(QObject):
         if p is None:
             self.status.emit("No plan to export yet")
             return ""
-        text = exported_command(p.spec.path, p.settings, shell)
+        try:
+            text = exported_command(p.spec.path, p.settings, shell)
+        except UserError as exc:  # a file name this shell cannot hold safely: nothing is copied
+            self.status.emit(str(exc))
+            return ""
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
         self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")

@@ -117,9 +117,9 @@ class ServerController(QObject):
             return
         try:
             argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
-                                     api_key=config.api_key, server=str(tool_path("llama-server")),
-                                     alias=plan.spec.path.stem, metrics=True)  # fmt: skip
-            env = tool_env()
+                                     server=str(tool_path("llama-server")), alias=plan.spec.path.stem,
+                                     metrics=True)  # fmt: skip
+            env = tool_env(api_key=config.api_key)
         except Exception as exc:
             self._set_state("crashed", describe_error(exc, context="preparing llama-server"))
             return

@@ -25,7 +25,7 @@ from typing import Any
 import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slot
 
-from vrampilot.engine import Engine, EngineError, LoadResult, Message, Reply, SamplingParams
+from vrampilot.engine import Engine, EngineError, LoadResult, Message, ModelFileChanged, Reply, SamplingParams
 from vrampilot.errors import UserError
 from vrampilot.planner.search import Plan
 
@@ -226,6 +226,8 @@ class _EngineWorker(QObject):
         except Exception as exc:
             if not isinstance(exc, UserError):
                 _log.error("reply failed", exc_info=True)
+            if isinstance(exc, ModelFileChanged):
+                self.unloaded.emit()  # the engine let the model go: the window must know before it retries
             self.chat_failed.emit(exc)
         else:
             self.replied.emit(reply)
