@@ -9,6 +9,7 @@ from vrampilot.engine.errors import (
     ModelFileChanged,
     ModelLoadError,
     NoModelLoaded,
+    NoTokenizer,
     TemplateError,
 )
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
@@ -33,6 +34,7 @@ __all__ = [
     "ModelFileChanged",
     "ModelLoadError",
     "NoModelLoaded",
+    "NoTokenizer",
     "PromptProgress",
     "PromptProgressFn",
     "Reply",

@@ -33,6 +33,17 @@ class ModelFileChanged(EngineError):
         self.path = path
 
 
+class NoTokenizer(EngineError):
+    """The loaded file has weights but no tokenizer: llama.cpp would abort the process on its first
+    tokenize (GGML_ASSERT), taking the window and its unsaved work with it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"{path} has no tokenizer (no tokenizer.ggml.model in its header): it can be planned and "
+            "loaded, but llama.cpp cannot turn text into its tokens; chat with a GGUF made for inference"
+        )
+
+
 class LoadCancelled(EngineError):
     def __init__(self) -> None:
         super().__init__("loading was cancelled")

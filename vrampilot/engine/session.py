@@ -25,7 +25,14 @@ import numpy as np
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
-from vrampilot.engine.errors import AllocationError, ContextOverflow, EngineError, ModelFileChanged, NoModelLoaded
+from vrampilot.engine.errors import (
+    AllocationError,
+    ContextOverflow,
+    EngineError,
+    ModelFileChanged,
+    NoModelLoaded,
+    NoTokenizer,
+)
 from vrampilot.engine.headroom import check_headroom
 from vrampilot.engine.loader import ProgressFn, open_llama
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
@@ -184,6 +191,13 @@ class Engine:
             raise NoModelLoaded()
         return self._llm
 
+    def _require_tokenizer(self) -> llama_cpp.Llama:
+        """The loaded model, for a call that tokenizes (NoTokenizer where the file has none)."""
+        llm = self._require()
+        if self._plan is not None and self._plan.spec.tokenizer_model is None:
+            raise NoTokenizer(self._plan.spec.path.name)
+        return llm
+
     # -- load --------------------------------------------------------------------------------
     def load(
         self,
@@ -265,7 +279,7 @@ class Engine:
 
     def tokenize_prompt(self, messages: Sequence[Message]) -> list[int]:
         with self._lock:
-            llm = self._require()
+            llm = self._require_tokenizer()
             # The template writes the special tokens itself (BOS included where the model wants it),
             # as llama-cpp-python's own chat handler assumes.
             return llm.tokenize(self.render(messages).encode("utf-8"), add_bos=False, special=True)
@@ -373,7 +387,7 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` in the loaded model's tokenizer (no special tokens, no BOS)."""
         with self._lock:
-            return len(self._require().tokenize(text.encode("utf-8"), add_bos=False, special=False))
+            return len(self._require_tokenizer().tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         """The bytes of `tokens` (a piece may end inside a UTF-8 character: decode incrementally).

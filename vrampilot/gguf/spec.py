@@ -87,6 +87,9 @@ class ModelSpec:
     # Multi-token-prediction blocks counted in block_count (`nextn_predict_layers`): llama.cpp gives
     # them no KV cache in the main context and does not run them there.
     n_layer_nextn: int = 0
+    # `tokenizer.ggml.model` ("gpt2", "llama", ...); None when the file has none, or says "none":
+    # llama.cpp loads such a file (weights only) but aborts the process on its first tokenize.
+    tokenizer_model: str | None = None
 
     @property
     def is_mla(self) -> bool:
@@ -333,6 +336,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     orig = _arch_key(meta, arch, "rope.scaling.original_context_length")
     base = _arch_key(meta, arch, "rope.freq_base")
     template = meta.get("tokenizer.chat_template")
+    tokenizer = meta.get("tokenizer.ggml.model")
 
     return ModelSpec(
         path=path,
@@ -372,6 +376,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         ssm_n_group=ssm_n_group,
         wkv_head_size=wkv_head_size,
         chat_template=template if isinstance(template, str) else None,
+        tokenizer_model=tokenizer if isinstance(tokenizer, str) and tokenizer not in ("none", "no_vocab") else None,
         token_embd_bytes=token_embd_bytes,
         output_bytes=output_bytes,
         layer_weight_bytes=tuple(layer_bytes),
