@@ -231,3 +231,21 @@ def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_p
     assert alone.probe is not None and alone.probe.busy
     # A quiet probe replaces a busy one.
     assert save_probe("other", quiet, tmp_path).probe == quiet
+
+
+def test_the_built_in_model_s_run_stops_at_its_next_check(embedded_model: Path) -> None:
+    """A reading of the built-in model takes seconds (many on a busy machine): it checks for a stop
+    before each ubatch and pass, so a closing window never waits for a whole reading."""
+    from vrampilot.hardware.reference_run import ReferenceSession
+
+    checks: list[int] = []
+
+    def stop_at_the_third() -> None:
+        checks.append(1)
+        if len(checks) == 3:
+            raise ProbeCancelled
+
+    with ReferenceSession(embedded_model, (1,)) as session:
+        with pytest.raises(ProbeCancelled):
+            session.read(stop_at_the_third)
+        assert session.readings == 0 and len(checks) == 3

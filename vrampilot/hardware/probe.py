@@ -367,9 +367,12 @@ def measure_host(
     t_start = time.perf_counter()
     load_start = cpu_load.snapshot()
 
-    def step(what: str) -> None:
+    def cancelled() -> None:
         if cancel is not None and cancel.is_set():
             raise ProbeCancelled
+
+    def step(what: str) -> None:
+        cancelled()
         if progress is not None:
             progress(what)
 
@@ -408,13 +411,13 @@ def measure_host(
         session = _reference_session(model, threads)
     try:
         for n in range(2, KERNEL_PASSES + 1):
-            session = _read_reference(session)
+            session = _read_reference(session, cancelled)
             more_kernels, more_attention, more_elementwise = kernels_pass(n)
             kernels, attention = faster_kernels(kernels, more_kernels), faster_attention(attention, more_attention)
             elementwise = faster_elementwise(elementwise, more_elementwise)
         while session is not None and session.readings < READINGS:
             step("the built-in model (again)")
-            session = _read_reference(session)
+            session = _read_reference(session, cancelled)
         ref = session.result() if session is not None else None
     finally:
         if session is not None:
@@ -450,13 +453,15 @@ def _reference_session(model: Path, threads: Sequence[int]) -> ReferenceSession 
         return None
 
 
-def _read_reference(session: ReferenceSession | None) -> ReferenceSession | None:
+def _read_reference(session: ReferenceSession | None, check: Callable[[], None]) -> ReferenceSession | None:
     """The session after one more reading, or None (closed) when llama.cpp failed to run it."""
     if session is None:
         return None
     try:
-        session.read()
+        session.read(check)
         return session
+    except ProbeCancelled:
+        raise  # the caller closes the session
     except Exception:  # as above: no run rather than half of one
         _log.warning("speed probe: the built-in model did not run", exc_info=True)
         session.close()

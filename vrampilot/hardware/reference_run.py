@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, ReferenceRun
@@ -85,8 +85,12 @@ def decode_step_times(llm: object, tokens: list[int], n_steps: int) -> list[floa
     return times
 
 
+def _no_check() -> None:
+    return None
+
+
 def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]], threads: Sequence[int],
-            most: int) -> dict[tuple[int, int], float]:  # fmt: skip
+            most: int, check: Callable[[], None] = _no_check) -> dict[tuple[int, int], float]:  # fmt: skip
     """The median decode step, in seconds, per (thread count, depth): `depths` holds (a context, the
     tokens its steps follow, whether each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
     shallow, ...), each depth in a context of its own that keeps its cache: the attention factor
@@ -105,6 +109,7 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
         # chat sees past its first tokens and which made 1-thread plans look a third slower.
         for n in range(PASSES + 1):
             for i, (llm, tokens, reset) in enumerate(depths):
+                check()
                 if reset:
                     llm.reset()  # type: ignore[attr-defined]
                 times = decode_step_times(llm, tokens, DECODE_STEPS)
@@ -164,13 +169,16 @@ class ReferenceSession:
         llm.eval(ubatch)  # type: ignore[attr-defined]
         return time.perf_counter() - t0
 
-    def read(self) -> None:
+    def read(self, check: Callable[[], None] = _no_check) -> None:
         """One reading: the prompt ubatch by ubatch with all threads from an empty cache, its first
-        ubatch at each smaller count, then the decode steps at both depths."""
+        ubatch at each smaller count, then the decode steps at both depths. `check` runs between
+        two pieces of work (a ubatch, a pass of steps) and raises to stop: a reading takes seconds,
+        many on a busy machine, and a window closing must not wait for it (nor outlive it)."""
         llama_cpp = self._llama_cpp
         llama_cpp.llama_set_n_threads(self._deep.ctx, self.most, self.most)
         self._deep.reset()  # eval drops the cache from the reset position on
         for i, ubatch in enumerate(self._ubatches):
+            check()
             self._prefill_s.setdefault((self.most, i * N_UBATCH), []).append(self._ubatch_s(self._deep, ubatch))
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
@@ -180,12 +188,13 @@ class ReferenceSession:
         # 1.33 and 1.55x too fast with the 2-thread factor (docs/speed-model.md).
         for t in self.threads:
             if t != self.most:
+                check()
                 llama_cpp.llama_set_n_threads(self._shallow.ctx, t, t)
                 self._shallow.reset()
                 self._prefill_s.setdefault((t, 0), []).append(self._ubatch_s(self._shallow, self._ubatches[0]))
         # Deep: the whole prompt is cached but its last token: one token read, then the steps.
         depths = [(self._shallow, self._prompt[:4], True), (self._deep, self._prompt, False)]
-        for key, step_s in _decode(llama_cpp, depths, self.threads, self.most).items():
+        for key, step_s in _decode(llama_cpp, depths, self.threads, self.most, check).items():
             self._step_s.setdefault(key, []).append(step_s)
         self.readings += 1
 

@@ -342,6 +342,7 @@ class MainWindow(QMainWindow):
         # A plan, fit or reply still on its way must not reach a window whose databases are closing.
         self.plans.blockSignals(True)
         self.chats.blockSignals(True)
+        self.plans.speed.shutdown()
         self.hub.shutdown()
         self.server.shutdown()
         self.meters_feed.stop()

@@ -139,6 +139,12 @@ class SpeedController(QObject):
         self.ctx.tasks.submit(work, done=self._apply, failed=lambda exc: _log.warning("kernels: %s", exc),
                               key="speed-kernels", owner=self)  # fmt: skip
 
+    def shutdown(self) -> None:
+        """Stop measuring with the window: the probe stops at its next check and saves nothing (the
+        next start measures again); the context's close waits for it."""
+        for key in ("speed-probe", "speed-kernels", "speed-devices"):
+            self.ctx.tasks.cancel(key)
+
     # -- replies ---------------------------------------------------------------------------------
     def reply_started(self) -> None:
         self._reply_start = cpu_load.snapshot()

@@ -173,12 +173,17 @@ class Tasks(QObject):
         if handle is not None:
             handle.cancel()
 
-    def shutdown(self, timeout_ms: int = 5000) -> None:
-        """Cancel what runs and wait for the workers: their signal objects must outlive them."""
+    def shutdown(self, timeout_ms: int = 120_000) -> None:
+        """Cancel what runs and wait for the workers: their signal objects must outlive them. A
+        cancelled task stops at its next check (the speed probe between two ubatches or passes),
+        which on a busy machine can be seconds away: a worker left running after the window is
+        gone emits into freed objects and crashes the process (seen with a 5 s wait beside two
+        CPU-bound loops). `timeout_ms` only guards against a task that never checks."""
         for handle in list(self._latest.values()):
             handle.cancel()
-        self._long.waitForDone(timeout_ms)
-        QThreadPool.globalInstance().waitForDone(timeout_ms)
+        for pool in (self._long, QThreadPool.globalInstance()):
+            if not pool.waitForDone(timeout_ms):
+                _log.error("background work still running %d s after it was cancelled", timeout_ms // 1000)
 
 
 class _EngineWorker(QObject):
