@@ -14,7 +14,14 @@ import pytest
 from tests.busy import busy_loops
 from vrampilot.hardware import detect_machine
 from vrampilot.hardware.cpu_load import BUSY_SHARE
-from vrampilot.hardware.measured import HostProbe, MachineSpeed, SpeedFactors
+from vrampilot.hardware.measured import (
+    PROBE_PACE_READINGS,
+    HostProbe,
+    MachineSpeed,
+    PaceReading,
+    RateAt,
+    SpeedFactors,
+)
 from vrampilot.hardware.probe import (
     ProbeCancelled,
     last_level_cache_bytes,
@@ -224,6 +231,14 @@ def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_p
     kept = save_probe("fp", taken, tmp_path)
     assert kept.probe is not None and kept.probe.measured_at == quiet.measured_at
     assert kept.probe.kernel("q4_0") == quiet.kernel("q4_0")
+    # Unless replies showed the quiet one read a slow moment: the app measures again then, and
+    # throwing each busy result away would measure at every start.
+    readings = tuple(PaceReading(1, 3.0) for _ in range(PROBE_PACE_READINGS))
+    slow = update_machine_speed("fp", lambda m: replace(m, probe=replace(m.probe, pace_ms=(RateAt(1, 4.0),)),
+                                                        paces=readings), tmp_path)  # type: ignore[arg-type]  # fmt: skip
+    assert slow.probe_read_slow
+    replaced = save_probe("fp", taken, tmp_path).probe
+    assert replaced is not None and replaced.measured_at == taken.measured_at
     # Where nothing quieter is stored, the busy figures stand, complete or not for being busy.
     busy_complete = replace(quiet, others_cpu_share=taken.others_cpu_share)
     assert not probe_outdated(busy_complete)

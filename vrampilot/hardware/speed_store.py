@@ -132,19 +132,23 @@ def save_probe(fingerprint: str, probe: HostProbe, folder: Path | None = None, *
     def change(m: MachineSpeed) -> MachineSpeed:
         if not new:
             return replace(m, probe=probe)
-        if kept_quieter(m.probe, probe):
+        if kept_quieter(m, probe):
             return m
         return replace(m, probe=probe, factors=tuple(f for f in m.factors if not f.backend.startswith("cpu:")), paces=())
 
     return update_machine_speed(fingerprint, change, folder)
 
 
-def kept_quieter(stored: HostProbe | None, taken: HostProbe) -> bool:
-    """Whether `stored` stands over `taken`: it was measured while the machine was quiet and is
-    complete for this version, and `taken` was measured while it was busy."""
+def kept_quieter(speed: MachineSpeed, taken: HostProbe) -> bool:
+    """Whether the stored probe stands over `taken`: it was measured while the machine was quiet,
+    is complete for this version and replies have not shown it read a slow moment (else the app
+    would measure again at every start and throw each busy result away), and `taken` was measured
+    while the machine was busy."""
     from vrampilot.hardware.probe import probe_outdated  # the probe's kernels, loaded only here
 
-    return stored is not None and taken.busy and not stored.busy and not probe_outdated(stored)
+    stored = speed.probe
+    return (stored is not None and taken.busy and not stored.busy and not probe_outdated(stored)
+            and not speed.probe_read_slow)  # fmt: skip
 
 
 def add_kernels(fingerprint: str, added: tuple[KernelRates, ...], folder: Path | None = None) -> MachineSpeed:
