@@ -340,9 +340,8 @@ class MainWindow(QMainWindow):
             return
         self._shut = True
         # A plan, fit or reply still on its way must not reach a window whose databases are closing.
-        self.plans.blockSignals(True)
+        self.plans.shutdown()
         self.chats.blockSignals(True)
-        self.plans.speed.shutdown()
         self.hub.shutdown()
         self.server.shutdown()
         self.meters_feed.stop()

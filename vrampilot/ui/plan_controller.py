@@ -225,6 +225,11 @@ class PlanController(QObject):
         self.view.set_targets_current(key)
         self.replan()
 
+    def shutdown(self) -> None:
+        """With the window: nothing more reaches it, and measuring stops (speed_controller)."""
+        self.blockSignals(True)
+        self.speed.shutdown()
+
     def set_chat_busy(self, busy: bool) -> None:
         self._chat_busy = busy
         self._show_load_state()
