@@ -30,7 +30,8 @@ from vrampilot.engine import Engine, Message, SamplingParams  # noqa: E402
 from vrampilot.export import llama_cpp_kwargs  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.hardware import detect_machine  # noqa: E402
-from vrampilot.planner.search import Pins, Plan, plan  # noqa: E402
+from vrampilot.planner.plan import Pins, Plan  # noqa: E402
+from vrampilot.planner.search import plan  # noqa: E402
 from vrampilot.planner.target import target_from_machine  # noqa: E402
 
 llama_cpp = llamacpp.load()

@@ -29,7 +29,8 @@ from vrampilot.engine import Engine, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 
 SITES = ["Reservoir", "Pumping Station", "Substation", "Water Tower", "Treatment Plant", "Dam", "Wind Farm",

@@ -34,7 +34,8 @@ from vrampilot.export import llama_server_argv  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.hardware import detect_machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
-from vrampilot.planner.search import Pins, plan  # noqa: E402
+from vrampilot.planner.plan import Pins  # noqa: E402
+from vrampilot.planner.search import plan  # noqa: E402
 from vrampilot.planner.target import target_cpu_only  # noqa: E402
 from vrampilot.server import ServerConfig, ServerProcess, free_port, tool_env, tool_path  # noqa: E402
 

@@ -114,7 +114,8 @@ def replayed_before(spec: Any, target: Any, row: dict[str, Any]) -> float:
     """Predicted / measured for a saved run's row, predicted again for `spec` on `target` before any
     reply (what experiments replay a change of the speed model with)."""
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
-    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
 
     _, threads, n_ctx = parse_label(row["case"])
     p = plan(spec, target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
@@ -151,7 +152,8 @@ class Calibration:
 
     def __init__(self, machine: Any, path: Path, threads: int) -> None:
         from vrampilot.gguf import load_model_spec
-        from vrampilot.planner.search import Pins, plan
+        from vrampilot.planner.plan import Pins
+        from vrampilot.planner.search import plan
         from vrampilot.planner.target import target_from_machine
 
         self.path = path
@@ -234,7 +236,8 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware import cpu_load
-    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_cpu_only
 
     # The app's default sampling (the sampler's pass over the logits is part of every token's cost),
@@ -280,7 +283,8 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
 def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
     from vrampilot.gguf import load_model_spec
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
-    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_cpu_only
 
     out = []

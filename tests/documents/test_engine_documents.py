@@ -14,7 +14,8 @@ from tests.documents.writers import long_report
 from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract, state_key
 from vrampilot.engine import Engine, Message, PromptProgress, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ from testkit.gguf_models import write_header_only
 from testkit.machines import cpu_machine
 from vrampilot.documents import analyze_fit, needed_context, nice_ctx, tokens_text
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_cpu_only, target_from_vram
 from vrampilot.units import GIB
 

@@ -21,7 +21,8 @@ from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract
 from vrampilot.documents.kvstate import STALE_PART_S
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ import pytest
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import detect_machine
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_cpu_only
 
 # One thread: on a busy 2-core machine llama.cpp's worker threads spin-wait on each other and a

@@ -89,7 +89,7 @@ def test_a_backoff_step_keeps_what_the_failed_plan_chose(spec: ModelSpec, cpu_ta
     # Unpin the cache types, as if the planner had chosen q4_0 itself for this size.
     from dataclasses import replace
 
-    from vrampilot.planner.search import Pins
+    from vrampilot.planner.plan import Pins
 
     unpinned = replace(p, pins=Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
     step = next_backoff(unpinned)

@@ -16,7 +16,8 @@ from vrampilot.message import Message
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.state import MeterState
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_machine
 
 

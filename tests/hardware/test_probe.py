@@ -112,7 +112,8 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware.pace import measure_pace_ms
     from vrampilot.planner.calibration import reply_pace_ms
-    from vrampilot.planner.search import Pins, plan
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_cpu_only, target_from_vram
 
     pace = measure_pace_ms(1)

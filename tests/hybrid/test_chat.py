@@ -16,7 +16,8 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.hybrid.chat import HybridChat, torch_available, unsupported_reason
 from vrampilot.meters.kvcache import KvCacheUsage
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)

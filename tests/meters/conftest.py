@@ -6,7 +6,7 @@ import pytest
 
 from tests.meters.session import plan_32k, qwen7b
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.types import SharedGpuMemory
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_from_vram
 
 # The sampler reads this real process through psutil and asks NVML about the same pid.

@@ -15,7 +15,8 @@ from vrampilot.meters.bandwidth import (
     expected_decode_tps,
     token_bytes,
 )
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 
 
 def test_hand_computed_case() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from tests.meters.session import OTHERS, PEAK_GBPS, session
 from vrampilot.meters.state import MeterState
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.units import GIB, MIB
 
 PROCESS = 6_700 * MIB

@@ -32,7 +32,8 @@ from vrampilot.planner.calibration import (
     record_reply,
     reply_prediction,
 )
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
 from vrampilot.planner.target import target_cpu_only
 

@@ -15,7 +15,8 @@ from testkit.machines import cpu_machine, measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware.measured import RateAt
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
 

@@ -12,7 +12,8 @@ from vrampilot.hardware import LlamaBackendInfo, LlamaDevice
 from vrampilot.hardware.measured import DeviceRates, MachineSpeed, SpeedFactors
 from vrampilot.hardware.speed_store import load_machine_speed, save_device_rates, update_machine_speed
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.speed import (
     DEVICE_KERNELS_PER_LAYER,
     GPU_TOKEN_OVERHEAD_S,

@@ -18,7 +18,8 @@ from vrampilot.hardware.measured import MachineSpeed
 from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.memory import layer_devices, memory_breakdown
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.speed import backend_key
 from vrampilot.planner.target import target_from_machine
 from vrampilot.units import GIB

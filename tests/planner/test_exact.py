@@ -23,7 +23,8 @@ from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.compute import formula_graph_bytes
 from vrampilot.planner.measure import graph_compute, measure_allocations
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only, target_from_vram
 from vrampilot.units import GIB, MIB
 

@@ -31,7 +31,8 @@ from vrampilot.planner.graph_factors import (
     graph_factors,
     with_reference_types,
 )
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
 

@@ -11,7 +11,8 @@ import pytest
 from testkit.gguf_models import write_qwen25_7b_q4_k_m
 from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_cpu_only, target_from_vram
 from vrampilot.units import GIB
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 from vrampilot.planner.verify import verify_plan
 

@@ -23,7 +23,8 @@ from tests.server.test_serve import ROOT, _serve_cli, client
 from vrampilot.engine import Message, SamplingParams
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.chat import ServerBackend, ServerChatError

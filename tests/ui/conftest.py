@@ -22,7 +22,7 @@ from pytestqt.qtbot import QtBot
 from vrampilot.engine import SamplingParams
 from vrampilot.hardware.measured import HostProbe
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins
+from vrampilot.planner.plan import Pins
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).

@@ -57,7 +57,7 @@ def _wait(cond: Callable[[], bool], timeout_s: float) -> bool:
 def main() -> int:
     from vrampilot.engine import SamplingParams
     from vrampilot.paths import embedded_model_path
-    from vrampilot.planner.search import Pins
+    from vrampilot.planner.plan import Pins
     from vrampilot.storage import ChatStore
     from vrampilot.ui.chat_controller import ChatState
     from vrampilot.ui.launch import launch_gui

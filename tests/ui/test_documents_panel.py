@@ -14,7 +14,8 @@ from tests.documents.writers import long_report, write_pdf
 from vrampilot.documents import DocumentSet, analyze_fit, extract, tokenizer_for
 from vrampilot.engine import PromptProgress
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.search import Pins, plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 from vrampilot.ui.documents_panel import DocumentsPanel
 from vrampilot.ui.theme import apply_theme

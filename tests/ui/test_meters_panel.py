@@ -18,7 +18,8 @@ from testkit.fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from tests.meters.session import PEAK_GBPS, Session, plan_32k, qwen7b, session
 from vrampilot.gguf import ModelSpec
 from vrampilot.meters.sampler import Sampler
-from vrampilot.planner.search import Pins, Plan, plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
 from vrampilot.units import MIB, format_bytes

@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.ui.conftest import screenshot
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins
+from vrampilot.planner.plan import Pins
 
 
 def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-untyped-def]

@@ -114,7 +114,7 @@ def test_a_plan_that_does_not_fit_needs_confirmation(open_window, qtbot: QtBot, 
     w: MainWindow = open_window()
     asked: list[str] = []
     monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
-    from vrampilot.planner.search import Pins
+    from vrampilot.planner.plan import Pins
 
     w.plans.set_pins(Pins(n_ctx=1 << 24))
     qtbot.waitUntil(lambda: w.plans.plan is not None and not w.plans.plan.fits, timeout=5000)

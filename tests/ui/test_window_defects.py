@@ -17,7 +17,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.ui.conftest import activate, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Pins
+from vrampilot.planner.plan import Pins
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import TARGET_MACHINE, LoadState

@@ -19,7 +19,7 @@ from vrampilot.hardware import cpu_load
 if TYPE_CHECKING:
     from vrampilot.documents import Composed, DocumentSet, FitReport
     from vrampilot.engine import GenerationStats, Message, PromptProgress, SamplingParams
-    from vrampilot.planner.search import Plan
+    from vrampilot.planner.plan import Plan
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

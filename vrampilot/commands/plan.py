@@ -18,7 +18,8 @@ from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_host
-from vrampilot.planner.search import MAX_THREADS, Pins, Plan, PlanError, plan
+from vrampilot.planner.plan import Pins, Plan, PlanError
+from vrampilot.planner.search import MAX_THREADS, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
 from vrampilot.planner.verify import Verification

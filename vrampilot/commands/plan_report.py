@@ -6,7 +6,7 @@ from typing import Any
 
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.memory import Components, MemoryBreakdown
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes

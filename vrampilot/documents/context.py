@@ -21,7 +21,7 @@ from vrampilot.documents.fit import DEFAULT_REPLY_TOKENS, TEMPLATE_TOKENS, FitRe
 from vrampilot.documents.model import Document
 from vrampilot.documents.tokens import TokenCounter
 from vrampilot.message import Message
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 Mode = Literal["full", "retrieval"]
 MAX_CHUNKS = 8

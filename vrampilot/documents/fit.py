@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from vrampilot.planner.search import Plan, plan, replan_with
+from vrampilot.planner.plan import Plan
+from vrampilot.planner.search import plan, replan_with
 from vrampilot.units import format_tokens
 
 # fits: the current plan holds it; replan: a plan with more context holds it (offered);

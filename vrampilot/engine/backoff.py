@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from vrampilot.planner.search import Alternative, Pins, Plan, replan_with
+from vrampilot.planner.plan import Alternative, Pins, Plan
+from vrampilot.planner.search import replan_with
 from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
 

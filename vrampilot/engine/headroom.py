@@ -17,7 +17,7 @@ import sys
 import psutil
 
 from vrampilot.engine.errors import AllocationError
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.units import MIB, format_bytes
 
 # Thread stacks, llama.cpp's small allocations, Python objects made while loading.

@@ -41,7 +41,7 @@ from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate, Message
 from vrampilot.message import drop_oldest_turns
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()

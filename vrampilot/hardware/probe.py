@@ -64,7 +64,7 @@ CORE_WEIGHT_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
 # measured is predicted from the measured one nearest in bits per weight, and the plan says so.
 ALL_WEIGHT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
                     "iq4_xs", "mxfp4", "f16", "bf16", "f32")  # fmt: skip
-# The KV cache types the planner chooses between (planner/search.py PREFERRED_KV).
+# The KV cache types the planner chooses between (planner/plan.py PREFERRED_KV).
 PROBE_KV_TYPES = ("f16", "q8_0", "q4_0")
 
 # Larger than any last-level cache up to 32 MiB twice over, so mat-vec reads come from RAM as a real

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vrampilot.hardware.types import GpuInfo
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import kv_read_bytes  # the speed model's own KV term
 
 GB = 1e9

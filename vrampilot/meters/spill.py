@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from vrampilot.meters.bandwidth import TokenBytes, expected_decode_tps, token_bytes
 from vrampilot.meters.types import MeterSample
 from vrampilot.planner.memory import memory_breakdown
-from vrampilot.planner.search import Pins, Plan
+from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.settings import Settings
 from vrampilot.units import MIB, format_bytes, format_tokens
 

@@ -26,7 +26,7 @@ from vrampilot.meters.spill import (
     spill_summary,
 )
 from vrampilot.meters.types import MeterSample
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from vrampilot.hardware.cpu_load import BUSY_SHARE
 from vrampilot.hardware.measured import SLOW_PACE, LastReply, MachineSpeed
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import (
     HEADLINE_PROMPT_TOKENS,
     SpeedModel,

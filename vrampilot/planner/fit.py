@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vrampilot.planner.search import Plan
+    from vrampilot.planner.plan import Plan
 
 
 class Fit(StrEnum):

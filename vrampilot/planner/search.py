@@ -1,4 +1,5 @@
-"""Settings search: choose what the user did not pin, predict memory and speed, say why.
+"""Settings search: choose what the user did not pin, predict memory and speed; the reasons
+(planner/reasons.py) say why, and the plan's types live in planner/plan.py.
 
 Order of preference (planner.md): keep the whole model on the GPU at the context asked for; to get
 there, quantize the KV cache f16 -> q8_0 -> q4_0 before giving up layers; then take the largest
@@ -8,28 +9,32 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import replace
 
-from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.plan import (
+    DEFAULT_BATCH,
+    DEFAULT_MAX_CTX,
+    DEFAULT_UBATCH,
+    MIN_CTX,
+    PREFERRED_KV,
+    Alternative,
+    Pins,
+    Plan,
+    PlanError,
+)
+from vrampilot.planner.reasons import plan_reasons
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction, predict_speed
-from vrampilot.planner.speed_basis import speed_basis
+from vrampilot.planner.speed import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.units import format_bytes, format_tokens
 
-DEFAULT_MAX_CTX = 32768
-MIN_CTX = 512
-# Same-type pairs that default CUDA builds have flash-attention kernels for, in order of quality.
-PREFERRED_KV = ("f16", "q8_0", "q4_0")
 FA_KERNEL_PAIRS = frozenset({("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")})
 UBATCH_CHOICES = (2048, 1024, 512, 256, 128)
-DEFAULT_UBATCH = 512
-DEFAULT_BATCH = 2048
 # ggml's GGML_MAX_N_THREADS: more threads crash llama.cpp.
 MAX_THREADS = 512
 # Bits per weight of common quantizations, for "which file would fit" suggestions.
@@ -44,78 +49,6 @@ QUANT_BPW = (
     ("Q2_K", 2.96),
     ("IQ2_XS", 2.31),
 )
-
-
-FULL_PRECISION_KV = frozenset({"f16", "bf16", "f32"})  # K/V cache types that are not quantized
-
-
-@dataclass(frozen=True)
-class Pins:
-    """What the user fixed. None means: the planner chooses."""
-
-    n_ctx: int | None = None
-    type_k: str | None = None
-    type_v: str | None = None
-    n_gpu_layers: int | None = None
-    n_batch: int | None = None
-    n_ubatch: int | None = None
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    flash_attn: bool | None = None
-    swa_full: bool | None = None
-    tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
-
-    def pinned(self) -> dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Alternative:
-    label: str
-    settings: Settings
-    memory: MemoryBreakdown
-    fits: bool
-    speed: SpeedPrediction
-    refused: str | None = None
-
-    @property
-    def memory_total_bytes(self) -> int:
-        return self.memory.device.total_bytes if self.memory.device.total_bytes else self.memory.host.total_bytes
-
-
-@dataclass(frozen=True)
-class Plan:
-    spec: ModelSpec
-    target: Target
-    pins: Pins
-    settings: Settings
-    memory: MemoryBreakdown
-    fits: bool
-    speed: SpeedPrediction
-    reasons: tuple[str, ...]
-    alternatives: tuple[Alternative, ...] = ()
-    refused: str | None = None  # llama.cpp would refuse these settings (only possible when pinned)
-    suggestion: str | None = None  # when nothing fits: what would
-    warnings: tuple[str, ...] = field(default=())
-    graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
-    exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
-
-    @property
-    def compute_source(self) -> str:
-        """"llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
-        return "llama.cpp" if self.graph.is_measured(self.settings) else "estimate"
-
-    @property
-    def device_budget_bytes(self) -> int:
-        return self.target.device_budget_bytes
-
-    @property
-    def host_budget_bytes(self) -> int:
-        return self.target.host_ram_bytes
-
-
-class PlanError(UserError, ValueError):
-    """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""
 
 
 def _validate(spec: ModelSpec, pins: Pins) -> None:
@@ -353,7 +286,7 @@ def _finish(
     refused = kv_refusal(spec, chosen)
     if refused:
         fits = False
-    reasons = _reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen), refused)
+    reasons = plan_reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen), refused)
     # Another file cannot cure a refusal (a setting llama.cpp rejects), only a change of settings.
     suggestion = None if fits or refused else _suggest_quant(spec, target, chosen, g)
     warnings: list[str] = list(target.notes)
@@ -516,222 +449,6 @@ def _next_ctx(n: int, up: bool) -> int:
         return p * 2
     return p // 2 if p == n else p
 
-
-def _reasons(
-    spec: ModelSpec,
-    target: Target,
-    pins: Pins,
-    s: Settings,
-    mem: MemoryBreakdown,
-    speed: SpeedPrediction,
-    tried: list[tuple[Settings, MemoryBreakdown, bool]],
-    fits: bool,
-    compute_measured: bool = False,
-    refused: str | None = None,
-) -> list[str]:
-    r: list[str] = []
-    by = ", sized by llama.cpp's own allocator" if compute_measured else ""
-    gpu = target.has_gpu
-    budget = target.device_budget_bytes if gpu else target.host_ram_bytes
-    where = "VRAM" if gpu else "RAM"
-
-    def total(m: MemoryBreakdown) -> int:
-        return m.device.total_bytes if gpu else m.host.total_bytes
-
-    # Context
-    if pins.n_ctx is not None:
-        r.append(f"{format_tokens(s.n_ctx)} context: pinned by you.")
-    else:
-        cap = "" if spec.n_ctx_train <= DEFAULT_MAX_CTX else f", capped at {format_tokens(DEFAULT_MAX_CTX)}"
-        r.append(
-            f"{format_tokens(s.n_ctx)} context: what the model was trained for "
-            f"({format_tokens(spec.n_ctx_train)}){cap}; llama.cpp pads the cache to {mem.kv.n_cells} cells."
-        )
-    # KV cache type
-    kv_text = f"{s.type_k}" if s.type_k == s.type_v else f"K {s.type_k} / V {s.type_v}"
-    if pins.type_k and pins.type_v:
-        r.append(f"{kv_text} KV cache: pinned by you ({format_bytes(mem.kv.total_bytes)}).")
-    elif pins.type_k or pins.type_v:
-        which, pinned, other, other_t = ("K", s.type_k, "V", s.type_v) if pins.type_k else ("V", s.type_v, "K", s.type_k)
-        why = (
-            "matches it: CUDA's flash-attention kernels need one type for both"
-            if gpu and other_t == pinned
-            else ("full precision fits" if other_t in FULL_PRECISION_KV else "the most precise that fits")
-        )
-        r.append(f"{which} {pinned} pinned by you; {other} {other_t}: {why} ({format_bytes(mem.kv.total_bytes)}).")
-    else:
-        rejected = [
-            (t, m)
-            for t, m, ok in tried
-            if not ok and (t.type_k, t.type_v) != (s.type_k, s.type_v) and t.n_gpu_layers == s.n_gpu_layers
-        ]
-        seen_types: set[str] = set()
-        parts = []
-        for t, m in rejected:
-            if t.type_k in seen_types:
-                continue
-            seen_types.add(t.type_k)
-            parts.append(
-                f"{t.type_k} KV would need {format_bytes(m.kv.total_bytes)}, "
-                f"{format_bytes(total(m) - budget)} over the {format_bytes(budget)} {where}"
-            )
-        if parts:
-            r.append(
-                f"{kv_text} KV cache at {format_tokens(s.n_ctx)} context: "
-                + "; ".join(parts)
-                + f"; {kv_text} KV ({format_bytes(mem.kv.total_bytes)}) fits with "
-                f"{format_bytes(budget - total(mem))} to spare."
-                if fits
-                else f"{kv_text} KV cache: " + "; ".join(parts) + "."
-            )
-        elif {s.type_k, s.type_v} <= FULL_PRECISION_KV:
-            r.append(
-                f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): full precision fits, "
-                "so the cache is not quantized."
-            )
-        else:
-            # Quantized though no full-precision cache was refused at this offload: it was traded
-            # for layers (a full-precision cache fits only with fewer of them on the GPU).
-            full = [t for t, _m, ok in tried if ok and {t.type_k, t.type_v} <= FULL_PRECISION_KV]
-            most = max((t.n_gpu_layers for t in full), default=None)
-            trade = (f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
-                     if most is not None and most < s.n_gpu_layers else "it keeps more of the model on the GPU")  # fmt: skip
-            r.append(f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): quantized because {trade}.")
-    if spec.has_swa:
-        n_swa = sum(spec.swa_layers)
-        if s.swa_full:
-            r.append(f"--swa-full on: the {n_swa} sliding-window layers keep all {mem.kv.n_cells} cells.")
-        else:
-            r.append(
-                f"{n_swa} of {spec.n_layer} layers use a {spec.sliding_window}-token sliding window and keep only "
-                f"{mem.kv.n_cells_swa} cells (llama-server's default; --swa-full on keeps them all)."
-            )
-    # GPU layers
-    if gpu:
-        max_ngl = spec.n_layer + 1
-        if pins.n_gpu_layers is not None:
-            r.append(f"{s.n_gpu_layers} of {max_ngl} layers on the GPU: pinned by you.")
-        elif s.n_gpu_layers >= max_ngl:
-            r.append(
-                f"All {max_ngl} layers on the GPU (the {spec.n_layer} blocks and the output layer): "
-                f"{format_bytes(mem.device.total_bytes)} of {format_bytes(budget)} VRAM with the "
-                f"{format_bytes(mem.device.margin_bytes)} safety margin."
-            )
-        else:
-            r.append(
-                f"{s.n_gpu_layers} of {max_ngl} layers on the GPU: one more would pass the "
-                f"{format_bytes(budget)} VRAM; the {max_ngl - s.n_gpu_layers} layers on the CPU are read at "
-                f"system-memory speed, which sets the pace ({speed.decode_tps:.1f} tokens/s)."
-            )
-    else:
-        r.append(
-            "No GPU in this plan: every layer runs on the CPU "
-            f"({format_bytes(mem.host.total_bytes)} of {format_bytes(budget)} usable RAM)."
-        )
-    if gpu and (len(target.gpus) > 1 or any(g.kind == "rpc" for g in target.gpus)):
-        r.extend(_device_reasons(spec, target, pins, s, mem, speed))
-    # Batch
-    if pins.n_ubatch is not None:
-        r.append(f"ubatch {s.n_ubatch}: pinned by you; batch {s.n_batch}.")
-    elif pins.n_batch is not None:
-        capped = " (llama.cpp caps ubatch at batch)" if s.n_ubatch == s.n_batch < DEFAULT_UBATCH else ""
-        r.append(f"batch {s.n_batch}: pinned by you; ubatch {s.n_ubatch}{capped}.")
-    elif gpu and s.n_ubatch > DEFAULT_UBATCH:
-        r.append(
-            f"ubatch {s.n_ubatch}, batch {s.n_batch}: headroom allows a larger compute buffer "
-            f"({format_bytes(mem.device.compute_bytes)}{by}), so prompts are processed faster."
-        )
-    elif s.n_ubatch < DEFAULT_UBATCH:
-        r.append(f"ubatch {s.n_ubatch}: the default 512 would not fit; prompts are processed a little slower.")
-    else:
-        r.append(
-            f"ubatch {s.n_ubatch}, batch {s.n_batch}: llama-server's defaults; compute buffer "
-            f"{format_bytes(mem.device.compute_bytes if gpu else mem.host.compute_bytes)}{by}."
-        )
-    # Threads
-    if pins.n_threads is not None:
-        r.append(f"{_threads_text(s.n_threads)}: pinned by you.")
-    elif gpu and s.n_gpu_layers >= spec.n_layer + 1:
-        r.append(
-            f"{_threads_text(s.n_threads)} for generation: everything runs on the GPU, and more CPU threads only "
-            f"spin; {s.n_threads_batch} for prompts."
-        )
-    else:
-        r.append(
-            f"{_threads_text(s.n_threads)}: one per physical core ({target.cpu_physical_cores}); hyper-threads add "
-            "nothing to memory-bound decoding."
-        )
-    # Flash attention
-    if pins.flash_attn is not None:
-        r.append(f"Flash attention {'on' if s.flash_attn else 'off'}: pinned by you.")
-    elif s.type_v in QUANTIZED_KV_TYPES:
-        r.append("Flash attention on: llama.cpp requires it for a quantized V cache.")
-    else:
-        r.append("Flash attention on: smaller compute buffer and faster long prompts.")
-    # Outcome
-    if refused:
-        r.append(f"llama.cpp would refuse these settings: {refused}.")
-    elif fits:
-        r.append(
-            f"Predicted {speed.decode_tps:.1f} tokens/s generating "
-            f"({speed.decode_tps_full_ctx:.1f} with the context full), {speed.prefill_tps:.0f} tokens/s "
-            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({speed.prefill_tps_full_ctx:.0f} "
-            "reading one that fills the context)."
-        )
-        r.append(speed_basis(spec, target, s, speed))
-    else:
-        over = total(mem) - budget
-        r.append(
-            f"Does not fit: needs {format_bytes(total(mem))} of {where}, {format_bytes(max(over, 0))} more "
-            f"than the {format_bytes(budget)} available."
-            if over > 0
-            else "Does not fit in system RAM."
-        )
-    return r
-
-
-def _device_reasons(
-    spec: ModelSpec, target: Target, pins: Pins, s: Settings, mem: MemoryBreakdown, speed: SpeedPrediction
-) -> list[str]:
-    """One line per device: which layers, how full; then the split and what the network costs."""
-    from vrampilot.planner.speed import network_share
-
-    lines = []
-    for d, (gpu, c) in enumerate(zip(target.gpus, mem.per_device, strict=False)):
-        layers = mem.device_layers(d)
-        what = _ranges(layers) + (" + output" if mem.output_device == d else "")
-        state = "" if c.total_bytes <= gpu.memory_budget_bytes else f", {format_bytes(c.total_bytes - gpu.memory_budget_bytes)} too much"
-        budget = f"{format_bytes(gpu.memory_budget_bytes)}{' pinned' if gpu.budget_pinned else ''}"
-        lines.append(f"{gpu.label}: {what or 'nothing'}, {format_bytes(c.total_bytes)} of {budget}{state}.")
-    if s.tensor_split:
-        shares = ", ".join(f"{x:g}" for x in s.tensor_split)
-        why = "pinned by you" if pins.tensor_split is not None else (
-            "each device's room for layers after its margin, compute buffer and (on the last) the output layer"
-        )
-        lines.append(f"Split -ts {shares}: {why}.")
-    share = network_share(spec, target, mem) if s.n_gpu_layers > 0 else 0.0
-    if share > 0.005:
-        lines.append(f"Crossing to and from the RPC hosts takes {share:.0%} of each token's time "
-                     f"(a round trip per hop, {max(g.rtt_ms for g in target.gpus if g.kind == 'rpc'):.1f} ms measured).")  # fmt: skip
-    return lines
-
-
-def _ranges(layers: Sequence[int]) -> str:
-    """(0, 1, 2, 5, 6) -> "layers 0-2, 5-6"."""
-    if not layers:
-        return ""
-    runs: list[tuple[int, int]] = []
-    for il in layers:
-        if runs and il == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], il)
-        else:
-            runs.append((il, il))
-    text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
-    return ("layer " if len(layers) == 1 else "layers ") + text
-
-
-def _threads_text(n: int) -> str:
-    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:

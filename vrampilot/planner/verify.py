@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrampilot.planner.measure import dry_run_plan
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from vrampilot.documents import (
 )
 from vrampilot.engine import Engine, Message, PromptProgress
 from vrampilot.log import describe_error
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.documents_panel import DocumentsPanel
 from vrampilot.ui.workers import TaskHandle

@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.gguf.spec import one_line
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
-from vrampilot.planner.search import PlanError, plan
+from vrampilot.planner.plan import PlanError
+from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens

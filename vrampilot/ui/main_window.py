@@ -32,7 +32,7 @@ from vrampilot.documents import is_supported
 from vrampilot.engine import GenerationStats, LoadResult
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController, ChatState
 from vrampilot.ui.chat_list import ChatList

@@ -22,7 +22,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QTimer
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.spill import SpillAssessment
 from vrampilot.meters.state import MeterReadout, MeterState
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 ReadoutListener = Callable[[MeterReadout], None]
 

@@ -32,7 +32,7 @@ from vrampilot.meters.spill import SpillAssessment, SpillSummary
 from vrampilot.meters.state import MeterReadout, RamView, VramView
 from vrampilot.meters.types import MeterSample
 from vrampilot.planner.memory import Components
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_plot import RollingPlot
 from vrampilot.ui.stacked_bar import (

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vrampilot.planner.search import Pins
+from vrampilot.planner.plan import Pins
 from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
 from vrampilot.units import format_tokens
 

@@ -24,7 +24,8 @@ from vrampilot.hardware import Machine, detect_machine, load_profiles
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_host
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.search import Alternative, Pins, Plan, plan
+from vrampilot.planner.plan import Alternative, Pins, Plan
+from vrampilot.planner.search import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
 from vrampilot.server.binaries import exported_command

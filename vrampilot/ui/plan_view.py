@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from vrampilot.export import SHELLS
 from vrampilot.planner.calibration import last_reply_for
-from vrampilot.planner.search import Alternative, Pins, Plan
+from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS
 from vrampilot.ui.pin_controls import PinControls
 from vrampilot.ui.stacked_bar import BarData, MemoryBar

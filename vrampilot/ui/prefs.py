@@ -21,7 +21,7 @@ from PySide6.QtCore import QByteArray, QSettings
 
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import config_dir, set_aside
-from vrampilot.planner.search import Pins
+from vrampilot.planner.plan import Pins
 
 
 def _model_key(path: str | Path) -> str:

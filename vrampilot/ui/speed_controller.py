@@ -35,7 +35,7 @@ from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply, reply_pace_ms
 from vrampilot.planner.cpu_speed import weight_table
 from vrampilot.planner.graph_factors import with_reference_types
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
 

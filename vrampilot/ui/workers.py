@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, QRunnable, QThread, QThreadPool, Signal, Slo
 
 from vrampilot.engine import Engine, EngineError, LoadResult, Message, ModelFileChanged, Reply, SamplingParams
 from vrampilot.errors import UserError
-from vrampilot.planner.search import Plan
+from vrampilot.planner.plan import Plan
 
 _log = logging.getLogger("vrampilot.ui.workers")
 

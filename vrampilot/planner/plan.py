@@ -1,0 +1,96 @@
+"""The plan's types: what the user pinned, what the planner chose with its memory and speed, and
+the alternatives beside it. Shared by the search that makes a plan, the reasons that explain it and
+every caller that reads one; kept apart so none of them needs the search to name a Plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vrampilot.errors import UserError
+from vrampilot.gguf import ModelSpec
+from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.memory import MemoryBreakdown
+from vrampilot.planner.settings import Settings
+from vrampilot.planner.speed import SpeedPrediction
+from vrampilot.planner.target import Target
+
+# The defaults a plan is chosen and explained against (the search, the reasons and the
+# alternatives all read them).
+DEFAULT_MAX_CTX = 32768
+MIN_CTX = 512
+# Same-type pairs that default CUDA builds have flash-attention kernels for, in order of quality.
+PREFERRED_KV = ("f16", "q8_0", "q4_0")
+DEFAULT_UBATCH = 512
+DEFAULT_BATCH = 2048
+FULL_PRECISION_KV = frozenset({"f16", "bf16", "f32"})  # K/V cache types that are not quantized
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What the user fixed. None means: the planner chooses."""
+
+    n_ctx: int | None = None
+    type_k: str | None = None
+    type_v: str | None = None
+    n_gpu_layers: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    flash_attn: bool | None = None
+    swa_full: bool | None = None
+    tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
+
+    def pinned(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Alternative:
+    label: str
+    settings: Settings
+    memory: MemoryBreakdown
+    fits: bool
+    speed: SpeedPrediction
+    refused: str | None = None
+
+    @property
+    def memory_total_bytes(self) -> int:
+        return self.memory.device.total_bytes if self.memory.device.total_bytes else self.memory.host.total_bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: ModelSpec
+    target: Target
+    pins: Pins
+    settings: Settings
+    memory: MemoryBreakdown
+    fits: bool
+    speed: SpeedPrediction
+    reasons: tuple[str, ...]
+    alternatives: tuple[Alternative, ...] = ()
+    refused: str | None = None  # llama.cpp would refuse these settings (only possible when pinned)
+    suggestion: str | None = None  # when nothing fits: what would
+    warnings: tuple[str, ...] = field(default=())
+    graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
+    exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
+
+    @property
+    def compute_source(self) -> str:
+        """"llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
+        return "llama.cpp" if self.graph.is_measured(self.settings) else "estimate"
+
+    @property
+    def device_budget_bytes(self) -> int:
+        return self.target.device_budget_bytes
+
+    @property
+    def host_budget_bytes(self) -> int:
+        return self.target.host_ram_bytes
+
+
+class PlanError(UserError, ValueError):
+    """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""
+
