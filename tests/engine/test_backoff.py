@@ -9,9 +9,10 @@ import pytest
 
 from tests.engine.conftest import make_plan
 from vrampilot.engine import AllocationError, Engine, Message, SamplingParams
-from vrampilot.engine.backoff import backoff_cost, is_backoff, next_backoff
+from vrampilot.engine.backoff import next_backoff
 from vrampilot.engine.loader import open_llama
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.alternatives import backoff_cost, is_backoff
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 

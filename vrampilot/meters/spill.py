@@ -8,8 +8,8 @@ Two different things, both called spill by users:
   not fit with shared system memory. Nothing fails; generation just collapses 3-5x while GPU
   utilisation looks low, because the bus is the limit. `assess` notices it by its signature: the
   measured decode speed well below the plan's while shared GPU memory or PCIe traffic rises, and
-  `suggest_replan` picks the cheapest change (q8_0 KV, then less context, then fewer layers) that
-  frees what spilled.
+  `suggest_replan` picks the cheapest change (q8_0 KV, then less context, then fewer layers: the
+  order is planner/alternatives.py's) that frees what spilled.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from vrampilot.meters.bandwidth import TokenBytes, expected_decode_tps, token_bytes
 from vrampilot.meters.types import MeterSample
+from vrampilot.planner.alternatives import VRAM_FIELDS, freeing_changes, held_pins
 from vrampilot.planner.memory import memory_breakdown
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.settings import Settings
-from vrampilot.units import MIB, format_bytes, format_tokens
+from vrampilot.units import MIB, format_bytes
 
 # "Well below": a spill costs 3-5x, while noise between replies and the speed model's error stay
 # within about +-25%; 60% separates the two with room on both sides.
@@ -40,8 +41,6 @@ DEFAULT_REPLY_WINDOW_S = 5.0
 DEFAULT_DEFICIT_BYTES = 512 * MIB
 # Free a little more than the deficit so the next plan does not land on the edge again.
 REPLAN_HEADROOM_BYTES = 256 * MIB
-# llama.cpp's own --fit does not go below this context; neither do the suggestions.
-MIN_SUGGESTED_CTX = 4096
 
 SYSMEM_FALLBACK_ADVICE = (
     'In the NVIDIA Control Panel (Manage 3D settings), set "CUDA - Sysmem Fallback Policy" to '
@@ -182,54 +181,21 @@ def _device_total(plan: Plan, settings: Settings) -> int:
     return memory_breakdown(plan.spec, settings, plan.target).device.total_bytes
 
 
-def _pins_for(plan: Plan, changes: dict[str, object]) -> Pins:
-    """The plan's settings pinned where they decide VRAM, plus the change.
-
-    Left free, the planner would spend what the change frees on a larger ubatch or more layers
-    (its budget still believes the VRAM is there), and the spill would come back.
-    """
-    s = plan.settings
-    held = {"n_ctx": s.n_ctx, "n_gpu_layers": s.n_gpu_layers, "n_ubatch": s.n_ubatch, "n_batch": s.n_batch}
-    return replace(plan.pins, **{**held, **changes})  # type: ignore[arg-type]
-
-
-def _candidates(plan: Plan) -> list[tuple[str, dict[str, object]]]:
-    s = plan.settings
-    out: list[tuple[str, dict[str, object]]] = []
-    kv_changes: dict[str, object] = {}
-    if s.type_k in ("f16", "bf16", "f32") or s.type_v in ("f16", "bf16", "f32"):
-        # q8_0 costs ~0.1% perplexity (planner.md) and needs flash attention for the V cache.
-        kv_changes = {"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True}
-        out.append(("q8_0 KV cache", kv_changes))
-    ctx = s.n_ctx // 2
-    while ctx >= MIN_SUGGESTED_CTX:
-        if kv_changes:
-            out.append((f"q8_0 KV cache, {format_tokens(ctx)} context", {**kv_changes, "n_ctx": ctx}))
-        out.append((f"{format_tokens(ctx)} context", {"n_ctx": ctx}))
-        ctx //= 2
-    return out
-
-
 def suggest_replan(plan: Plan, deficit_bytes: int) -> Replan | None:
-    """The least costly change that frees `deficit_bytes` plus headroom of VRAM, or None."""
+    """The least costly change that frees `deficit_bytes` plus headroom of VRAM, or None.
+
+    The plan's settings stay pinned where they decide VRAM: left free, the planner would spend
+    what the change frees on a larger ubatch or more layers (its budget still believes the VRAM
+    is there), and the spill would come back.
+    """
     if not (plan.target.has_gpu and plan.settings.n_gpu_layers > 0):
         return None
     need = deficit_bytes + REPLAN_HEADROOM_BYTES
     now = plan.memory.device.total_bytes
-    for label, changes in _candidates(plan):
+    for label, changes in freeing_changes(plan.settings):
         frees = now - _device_total(plan, plan.settings.with_(**changes))
         if frees >= need:
-            return Replan(_pins_for(plan, changes), label, frees)
-    # Fewer layers last: each layer on the CPU costs far more speed than its share (the offload cliff).
-    for ngl in range(plan.settings.n_gpu_layers - 1, 0, -1):
-        frees = now - _device_total(plan, plan.settings.with_(n_gpu_layers=ngl))
-        if frees >= need:
-            moved = plan.settings.n_gpu_layers - ngl
-            return Replan(
-                _pins_for(plan, {"n_gpu_layers": ngl}),
-                f"{moved} fewer GPU layer{'s' if moved > 1 else ''} ({ngl} on the GPU)",
-                frees,
-            )
+            return Replan(held_pins(plan.pins, plan.settings, VRAM_FIELDS, changes), label, frees)
     return None
 
 

@@ -8,11 +8,11 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import replace
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.alternatives import neighbours
 from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
@@ -409,45 +409,7 @@ def _alt(spec: ModelSpec, target: Target, label: str, s: Settings, g: GraphEstim
 
 
 def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Iterable[Alternative]:
-    seen = {s}
-
-    def emit(label: str, cand: Settings) -> Alternative | None:
-        if cand in seen:
-            return None
-        seen.add(cand)
-        return _alt(spec, target, label, cand, g)
-
-    out: list[Alternative | None] = []
-    up = _next_ctx(s.n_ctx, up=True)
-    down = _next_ctx(s.n_ctx, up=False)
-    out.append(emit(f"{format_tokens(up)} context", s.with_(n_ctx=up)))
-    if down >= MIN_CTX:
-        out.append(emit(f"{format_tokens(down)} context", s.with_(n_ctx=down)))
-    for t in PREFERRED_KV:
-        if (t, t) != (s.type_k, s.type_v):
-            out.append(emit(f"{t} KV cache", s.with_(type_k=t, type_v=t, flash_attn=True)))
-            if t != "f16":
-                out.append(emit(f"{format_tokens(up)} context with {t} KV", s.with_(n_ctx=up, type_k=t, type_v=t)))
-    if target.has_gpu:
-        if s.n_gpu_layers > 0:
-            out.append(emit("one fewer GPU layer", s.with_(n_gpu_layers=s.n_gpu_layers - 1)))
-        if s.n_gpu_layers < spec.n_layer + 1:
-            out.append(emit("all layers on the GPU", s.with_(n_gpu_layers=spec.n_layer + 1)))
-    if s.n_ubatch > 128:
-        out.append(emit(f"ubatch {s.n_ubatch // 2}", s.with_(n_ubatch=s.n_ubatch // 2)))
-    if s.n_ubatch < 2048:
-        ub = s.n_ubatch * 2
-        out.append(emit(f"ubatch {ub}", s.with_(n_ubatch=ub, n_batch=max(s.n_batch, ub))))
-    if s.flash_attn and s.type_v not in QUANTIZED_KV_TYPES:
-        out.append(emit("flash attention off", s.with_(flash_attn=False)))
-    return [a for a in out if a is not None]
-
-
-def _next_ctx(n: int, up: bool) -> int:
-    p = 2 ** math.floor(math.log2(max(n, 1)))
-    if up:
-        return p * 2
-    return p // 2 if p == n else p
+    return [_alt(spec, target, label, cand, g) for label, cand in neighbours(spec, s, target.has_gpu)]
 
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -24,9 +24,9 @@ from vrampilot.hardware import Machine, detect_machine, load_profiles
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_host
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
+from vrampilot.planner.alternatives import changed_pins
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
 from vrampilot.server.binaries import exported_command
 from vrampilot.storage import scan_folder
@@ -51,16 +51,6 @@ class LoadState(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     LOADED = "loaded"
-
-
-def changed_pins(old: Settings, new: Settings) -> dict[str, object]:
-    """The pins that turn settings `old` into `new` (an alternative chosen, a back-off applied)."""
-    pin_names = {f.name for f in fields(Pins)}
-    return {
-        f.name: getattr(new, f.name)
-        for f in fields(Settings)
-        if f.name in pin_names and getattr(old, f.name) != getattr(new, f.name)
-    }
 
 
 class PlanController(QObject):
