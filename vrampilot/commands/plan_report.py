@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from vrampilot.planner.calibration import last_reply_for
+from vrampilot.planner.explain import REASON, WARNING, alternative_rows, last_measured, prompt_tokens, why_lines
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, backend_key
+from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
 
@@ -71,7 +72,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
     last = last_reply_for(plan)
     return {
         **sp.as_dict(),
-        "prompt_tokens": min(HEADLINE_PROMPT_TOKENS, plan.settings.n_ctx),
+        "prompt_tokens": prompt_tokens(plan),
         "backend": backend_key(plan.target, plan.settings),
         "host_rates": f"measured {probe.measured_at}" if probe is not None else "assumed",
         "gpu_rates": "assumed" if plan.target.has_gpu else None,
@@ -149,32 +150,31 @@ def format_plan(plan: Plan) -> str:
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(
         f"Verdict {verdict}; predicted {plan.speed.decode_tps:.1f} tokens/s generating, "
-        f"{plan.speed.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, plan.settings.n_ctx)}-token prompt"
+        f"{plan.speed.prefill_tps:.0f} tokens/s reading a {prompt_tokens(plan)}-token prompt"
     )
-    last = last_reply_for(plan)
+    last = last_measured(plan)
     if last is not None:
         lines.append(
-            f"Last measured {last.decode_tps:.1f} tokens/s generating (predicted {last.predicted_decode_tps:.1f}), "
-            f"{last.prefill_tps:.0f} reading a {last.prompt_tokens}-token prompt (predicted "
-            f"{last.predicted_prefill_tps:.0f}), {last.at[:16].replace('T', ' ')} UTC"
+            f"Last measured {last.decode_tps} tokens/s generating (predicted {last.predicted_decode_tps}), "
+            f"{last.prefill_tps} reading a {last.prompt_tokens}-token prompt (predicted "
+            f"{last.predicted_prefill_tps}), {last.at_utc} UTC"
             + (f"; not learned from: {last.set_aside}" if last.set_aside else "")
         )
     if plan.refused:
         lines.append(f"llama.cpp would refuse these settings: {plan.refused}")
     if plan.suggestion:
-        lines.append(f"Suggestion: {plan.suggestion}")
+        lines.append(f"Suggestion: {plan.suggestion}")  # above the reasons, where it is read first
     lines.append("")
     lines.append("Why")
-    lines += [f"  - {r}" for r in plan.reasons]
-    for w in plan.warnings:
-        lines.append(f"  ! {w}")
-    if plan.alternatives:
+    marks = {REASON: "-", WARNING: "!"}
+    lines += [f"  {marks[w.kind]} {w.text}" for w in why_lines(plan) if w.kind in marks]
+    alts = alternative_rows(plan)
+    if alts:
         lines.append("")
         lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt (full ctx)")
-        for a in plan.alternatives:
-            state = "fits" if a.fits else ("refused" if a.refused else "too big")
+        for a in alts:
             lines.append(
-                f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {state:<8} "
+                f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {a.verdict:<8} "
                 f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
                 f"{a.speed.prefill_tps:6.0f} ({a.speed.prefill_tps_full_ctx:5.0f}) tok/s"
             )

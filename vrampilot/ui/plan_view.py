@@ -28,9 +28,18 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.export import SHELLS
-from vrampilot.planner.calibration import last_reply_for
+from vrampilot.planner.explain import (
+    FITS,
+    REASON,
+    SUGGESTION,
+    TOO_BIG,
+    WARNING,
+    alternative_rows,
+    last_measured,
+    prompt_tokens,
+    why_lines,
+)
 from vrampilot.planner.plan import Alternative, Pins, Plan
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS
 from vrampilot.ui.pin_controls import PinControls
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
@@ -259,10 +268,8 @@ class PlanView(QWidget):
         detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
         self.speed.setText(_speed_text(plan, self._measuring))
-        items = [f"<li>{escape(r)}</li>" for r in plan.reasons]
-        items += [f"<li style='color:{WARN_AMBER}'>{escape(w)}</li>" for w in plan.warnings]
-        if plan.suggestion:
-            items.append(f"<li style='color:{OVER_BUDGET}'>{escape(plan.suggestion)}</li>")
+        styles = {REASON: "", WARNING: f" style='color:{WARN_AMBER}'", SUGGESTION: f" style='color:{OVER_BUDGET}'"}
+        items = [f"<li{styles[w.kind]}>{escape(w.text)}</li>" for w in why_lines(plan)]
         self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
         self._show_alternatives(plan)
         self.load_button.setText("Load" if plan.fits else "Load anyway…")
@@ -279,20 +286,19 @@ class PlanView(QWidget):
                 for g, c in zip(t.gpus, mem.per_device, strict=False)]  # fmt: skip
 
     def _show_alternatives(self, plan: Plan) -> None:
-        base = plan.memory.device.total_bytes if plan.target.has_gpu else plan.memory.host.total_bytes
-        self.alternatives.setRowCount(len(plan.alternatives))
-        for i, a in enumerate(plan.alternatives):
-            delta = a.memory_total_bytes - base
+        rows = alternative_rows(plan)
+        self.alternatives.setRowCount(len(rows))
+        for i, a in enumerate(rows):
             cells = [
                 a.label,
-                f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(delta)})",
+                f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})",
                 f"{a.speed.decode_tps:.1f}",
-                "yes" if a.fits else ("refused" if a.refused else "no"),
+                {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 3:
-                    item.setForeground(QColor(OK_GREEN if a.fits else OVER_BUDGET))
+                    item.setForeground(QColor(OK_GREEN if a.verdict == FITS else OVER_BUDGET))
                 if a.refused:
                     item.setToolTip(a.refused)
                 self.alternatives.setItem(i, c, item)
@@ -372,15 +378,15 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
         basis = f"{'CPU rates assumed' if probe is None else basis}, {measuring}"
     lines = [
         f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating ({sp.decode_tps_full_ctx:.1f} with the "
-        f"context full), {sp.prefill_tps:.0f} tokens/s reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token "
+        f"context full), {sp.prefill_tps:.0f} tokens/s reading a {prompt_tokens(plan)}-token "
         f"prompt ({sp.prefill_tps_full_ctx:.0f} filling the context) <span style='color:gray'>({escape(basis)})</span>"
     ]
-    last = last_reply_for(plan)
+    last = last_measured(plan)
     if last is not None:
         lines.append(
-            f"Last measured: <b>{last.decode_tps:.1f}</b> tokens/s generating (predicted "
-            f"{last.predicted_decode_tps:.1f} at its {last.context_tokens}-token context), {last.prefill_tps:.0f} "
-            f"reading its {last.prompt_tokens}-token prompt (predicted {last.predicted_prefill_tps:.0f})"
+            f"Last measured: <b>{last.decode_tps}</b> tokens/s generating (predicted "
+            f"{last.predicted_decode_tps} at its {last.context_tokens}-token context), {last.prefill_tps} "
+            f"reading its {last.prompt_tokens}-token prompt (predicted {last.predicted_prefill_tps})"
             + (f" <span style='color:gray'>(not learned from: {escape(last.set_aside)})</span>" if last.set_aside else "")
         )
     return "<br>".join(lines)
