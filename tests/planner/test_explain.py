@@ -7,17 +7,7 @@ from pathlib import Path
 from testkit.gguf_models import write_qwen25_7b_q4_k_m
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.explain import (
-    FITS,
-    REASON,
-    SUGGESTION,
-    TOO_BIG,
-    WARNING,
-    alternative_rows,
-    last_measured,
-    prompt_tokens,
-    why_lines,
-)
+from vrampilot.planner import explain
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_vram
@@ -28,18 +18,18 @@ def test_why_lines_keep_the_planners_order_then_warnings_then_what_would_fit(tmp
     spec = load_model_spec(write_qwen25_7b_q4_k_m(tmp_path / "Qwen2.5-7B-Instruct-Q4_K_M.gguf"))
     p = plan(spec, target_from_vram(2 * GIB, cpu_machine()), Pins(n_gpu_layers=29, n_ctx=40000))
     assert not p.fits and p.suggestion and p.warnings
-    lines = why_lines(p)
+    lines = explain.why_lines(p)
     assert [w.text for w in lines] == [*p.reasons, *p.warnings, p.suggestion]
-    assert [w.kind for w in lines] == [REASON] * len(p.reasons) + [WARNING] * len(p.warnings) + [SUGGESTION]
-    assert prompt_tokens(p) == 512 and last_measured(p) is None  # no speed record on this target
+    assert [w.kind for w in lines] == [explain.REASON] * len(p.reasons) + [explain.WARNING] * len(p.warnings) + [explain.SUGGESTION]
+    assert explain.prompt_tokens(p) == 512 and explain.last_measured(p) is None  # no speed record on this target
 
 
 def test_alternative_rows_price_each_against_the_plan(tmp_path: Path) -> None:
     spec = load_model_spec(write_qwen25_7b_q4_k_m(tmp_path / "Qwen2.5-7B-Instruct-Q4_K_M.gguf"))
     p = plan(spec, target_from_vram(8 * GIB, cpu_machine()))
-    rows = alternative_rows(p)
+    rows = explain.alternative_rows(p)
     assert [r.label for r in rows] == [a.label for a in p.alternatives]
     for r, a in zip(rows, p.alternatives, strict=True):
         assert r.memory_delta_bytes == a.memory_total_bytes - p.memory.device.total_bytes
-        assert r.verdict == (FITS if a.fits else r.verdict) and (r.verdict == FITS) == a.fits
-    assert {r.verdict for r in rows} >= {FITS, TOO_BIG}
+        assert r.verdict == (explain.FITS if a.fits else r.verdict) and (r.verdict == explain.FITS) == a.fits
+    assert {r.verdict for r in rows} >= {explain.FITS, explain.TOO_BIG}
