@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
-from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
 from vrampilot.paths import data_dir
+from vrampilot.speed.store import FILE_NAME, load_machine_speed
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
@@ -85,10 +85,11 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     from dataclasses import replace
 
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-    from vrampilot.hardware.speed_store import update_machine_speed
+    from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
+    from vrampilot.speed.service import with_measured_speed
+    from vrampilot.speed.store import update_machine_speed
 
-    fp = detect_machine().speed.fingerprint  # type: ignore[union-attr]
+    fp = with_measured_speed(detect_machine()).speed.fingerprint  # type: ignore[union-attr]
 
     def slow(m: MachineSpeed) -> MachineSpeed:
         assert m.probe is not None

@@ -19,10 +19,15 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import GenerationStats
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware import Machine, cpu_load
-from vrampilot.hardware.device_probe import measure_devices
-from vrampilot.hardware.measured import HostProbe, MachineSpeed
-from vrampilot.hardware.probe import (
+from vrampilot.hardware import Machine
+from vrampilot.log import describe_error
+from vrampilot.planner.calibration import record_reply, reply_pace_ms
+from vrampilot.planner.cpu_speed import weight_table
+from vrampilot.planner.graph_factors import with_reference_types
+from vrampilot.planner.search import Plan
+from vrampilot.speed import cpu_load
+from vrampilot.speed.device_probe import measure_devices
+from vrampilot.speed.host_probe import (
     CORE_WEIGHT_TYPES,
     ProbeCancelled,
     measure_host,
@@ -30,12 +35,8 @@ from vrampilot.hardware.probe import (
     missing_kernels,
     probe_outdated,
 )
-from vrampilot.hardware.speed_store import add_kernels, save_device_rates, save_probe
-from vrampilot.log import describe_error
-from vrampilot.planner.calibration import record_reply, reply_pace_ms
-from vrampilot.planner.cpu_speed import weight_table
-from vrampilot.planner.graph_factors import with_reference_types
-from vrampilot.planner.search import Plan
+from vrampilot.speed.measured import HostProbe, MachineSpeed
+from vrampilot.speed.store import add_kernels, save_device_rates, save_probe
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
 
