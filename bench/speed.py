@@ -309,10 +309,9 @@ def main() -> int:
     from vrampilot.hardware import detect_machine
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.cpu_speed import weight_table
-    from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, measure_host
+    from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
     from vrampilot.speed.report import format_probe
-    from vrampilot.speed.service import with_measured_speed
-    from vrampilot.speed.store import save_probe
+    from vrampilot.speed.service import probe_machine, with_measured_speed
 
     embedded = embedded_model_path()
     assert embedded is not None
@@ -327,8 +326,9 @@ def main() -> int:
     machine = with_measured_speed(detect_machine())
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
     print("1. Speed probe (what the app's first start runs)", flush=True)
-    probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=types)
-    machine = replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
+    probed = probe_machine(machine, types)
+    probe = probed.taken
+    machine = replace(machine, speed=probed.speed)
     print("\n".join(format_probe(probe)), flush=True)
     gauge_at_probe = ram_gauge()
     print(f"  RAM gauge right after the probe: {gauge_at_probe:.1f} GB/s (1 thread, mean of three passes)", flush=True)

@@ -128,14 +128,13 @@ def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
         return machine
     from vrampilot.planner.cpu_speed import weight_table
     from vrampilot.planner.graph_factors import with_reference_types
-    from vrampilot.speed.host_probe import measure_kernels, missing_kernels
-    from vrampilot.speed.store import add_kernels
+    from vrampilot.speed.service import add_missing_kernels, kernels_missing
 
-    missing = missing_kernels(speed.probe, with_reference_types(weight_table(spec).types()))
+    missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
     if not missing:
         return machine
     try:
-        return replace(machine, speed=add_kernels(speed.fingerprint, measure_kernels(missing, machine.cpu.physical_cores)))
+        return replace(machine, speed=add_missing_kernels(machine, speed, missing))
     except Exception as exc:  # the plan still works with estimates from the nearest measured type
         print(f"vrampilot: could not measure {', '.join(missing)} kernels: {exc}", file=sys.stderr)
         return machine
