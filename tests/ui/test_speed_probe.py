@@ -80,7 +80,7 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     """The probe's own pace gauge read slower than replies' usual since: its figures were read slow
     too, so the next start measures again and says why beside the prediction, which keeps the old
     figures meanwhile. Closed before it ends, the app keeps the old record (and measures at the
-    next start); a finished probe is judged afresh (tests/hardware/test_probe.py,
+    next start); a finished probe is judged afresh (tests/speed/test_host_probe.py,
     test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu)."""
     from dataclasses import replace
 
