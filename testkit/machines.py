@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vrampilot.hardware import CpuInfo, LlamaBackendInfo, Machine
-from vrampilot.hardware.measured import AttentionRates, HostProbe, KernelRates, MachineSpeed, RateAt, StepTiming
+from vrampilot.speed.measured import AttentionRates, HostProbe, KernelRates, MachineSpeed, RateAt, StepTiming
 from vrampilot.units import GIB
 
 

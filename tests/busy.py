@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _SPIN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
-# The loops are not this process's children: hardware/cpu_load.py counts a child's CPU time as the
+# The loops are not this process's children: speed/cpu_load.py counts a child's CPU time as the
 # app's own (a private llama-server), so a launcher starts them and exits, and init adopts them.
 _LAUNCH = (
     "import subprocess, sys\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vrampilot.hardware.measured import HostProbe
+from vrampilot.speed.measured import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -44,7 +44,7 @@ def host_probe_steps(_llama_backends: None) -> tuple[HostProbe, list[str]]:
     """One real run of the speed probe for the session (about 30 seconds on 2 cores), on a few
     types, and the steps it reported as it went."""
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.probe import measure_host
+    from vrampilot.speed.host_probe import measure_host
 
     machine = detect_machine()
     steps: list[str] = []

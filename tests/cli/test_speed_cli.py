@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli import vrampilot
-from vrampilot.hardware.probe import ALL_WEIGHT_TYPES
+from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
 
 PINS = ("--ctx", "1024", "--threads", "1", "--threads-batch", "1")
 

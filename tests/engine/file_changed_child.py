@@ -18,11 +18,12 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.gguf.reader import read_gguf
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.service import with_measured_speed
 
 
 def main(path: Path, change: str) -> dict[str, object]:
     engine = Engine()
-    engine.load(make_plan(load_model_spec(path), target_cpu_only(detect_machine())))
+    engine.load(make_plan(load_model_spec(path), target_cpu_only(with_measured_speed(detect_machine()))))
     ask = [Message("user", "Name a colour.")]
     first = engine.chat(ask, GREEDY).text
     if change == "truncate":

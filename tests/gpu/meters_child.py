@@ -19,12 +19,13 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_machine
+from vrampilot.speed.service import with_measured_speed
 
 
 def main() -> int:
     path = embedded_model_path()
     assert path is not None
-    target = target_from_machine(detect_machine())
+    target = target_from_machine(with_measured_speed(detect_machine()))
     p = plan(load_model_spec(path), target, Pins(n_gpu_layers=int(sys.argv[1]), n_ctx=2048, n_threads=2,
                                                  n_threads_batch=2), exact=True)  # fmt: skip
     state = MeterState()

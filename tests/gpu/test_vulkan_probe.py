@@ -19,8 +19,8 @@ from vrampilot.llamacpp.buffer_log import device_buffers
 pytestmark = pytest.mark.slow
 
 CHILD = """
-from vrampilot.hardware.probe import measure_steps
-from vrampilot.hardware.reference_run import ReferenceSession
+from vrampilot.speed.host_probe import measure_steps
+from vrampilot.speed.reference_run import ReferenceSession
 from vrampilot.llamacpp import load, log
 from vrampilot.llamacpp.devices import list_devices
 from vrampilot.paths import embedded_model_path

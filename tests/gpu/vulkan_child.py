@@ -15,13 +15,14 @@ from vrampilot.planner.measure import measure_allocations
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_machine
+from vrampilot.speed.service import with_measured_speed
 
 
 def main() -> int:
     asked = json.loads(sys.argv[2])
     margin = asked.pop("margin_bytes", None)  # a device budget smaller than the device: what --margin does
     path, pins = Path(sys.argv[1]), Pins(n_threads=2, n_threads_batch=2, **asked)
-    machine = detect_machine()
+    machine = with_measured_speed(detect_machine())
     target = target_from_machine(machine)
     if margin is not None:
         target = target.with_margin(int(margin))

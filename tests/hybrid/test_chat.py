@@ -19,6 +19,7 @@ from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.service import with_measured_speed
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 
@@ -27,7 +28,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 def engine(embedded_model: Path) -> Iterator[Engine]:
     e = Engine()
     # One thread: see tests/engine/conftest.py (busy 2-core machines).
-    e.load(plan(load_model_spec(embedded_model), target_cpu_only(detect_machine()),
+    e.load(plan(load_model_spec(embedded_model), target_cpu_only(with_measured_speed(detect_machine())),
                 Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)))
     yield e
     e.unload()

@@ -10,20 +10,6 @@ import pytest
 
 from testkit.machines import measured_machine, uniform_probe
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware.measured import (
-    FACTOR_MAX,
-    FACTOR_MIN,
-    FACTOR_WINDOW,
-    PACES_KEPT,
-    PROBE_PRIOR_REPLIES,
-    RATIO_MAX,
-    RATIO_MIN,
-    MachineSpeed,
-    PaceReading,
-    RateAt,
-    SpeedFactors,
-)
-from vrampilot.hardware.speed_store import load_machine_speed, update_machine_speed
 from vrampilot.planner.calibration import (
     MIN_PREFILL_TOKENS,
     ReplyMeasurement,
@@ -36,6 +22,20 @@ from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.measured import (
+    FACTOR_MAX,
+    FACTOR_MIN,
+    FACTOR_WINDOW,
+    PACES_KEPT,
+    PROBE_PRIOR_REPLIES,
+    RATIO_MAX,
+    RATIO_MIN,
+    MachineSpeed,
+    PaceReading,
+    RateAt,
+    SpeedFactors,
+)
+from vrampilot.speed.store import load_machine_speed, update_machine_speed
 
 PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
 
@@ -150,7 +150,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
 
 
 def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(embedded_model: Path, tmp_path: Path) -> None:
-    from vrampilot.hardware.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
+    from vrampilot.speed.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
 
     assert MODEL_MIN_REPLIES == 2
     other = tmp_path / "Other-135M.gguf"  # another file name is another model to the factors

@@ -13,12 +13,12 @@ import pytest
 from testkit.gguf_models import write_model
 from testkit.machines import cpu_machine, measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware.measured import RateAt
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.measured import RateAt
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_decoding_slows_as_the_context_fills_at_the_cache_type_s_attention_rate(
 
 
 def test_query_heads_that_share_a_kv_head_stream_it_from_ram_once(tmp_path: Path) -> None:
-    from vrampilot.hardware.measured import AttentionRates, RateAt
+    from vrampilot.speed.measured import AttentionRates, RateAt
 
     # f16 attention at 20 GFLOP/s in the CPU's caches, 10 from RAM: streaming doubles a cell's cost.
     probe = replace(uniform_probe(), attention=tuple(
@@ -220,7 +220,7 @@ def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelS
 
 
 def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path: Path) -> None:
-    from vrampilot.hardware.measured import ElementwiseRates, RateAt
+    from vrampilot.speed.measured import ElementwiseRates, RateAt
 
     shape = {"weight_type": "q8_0", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_ff": 512}
     gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]
@@ -241,8 +241,8 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
 
 
 def test_a_row_s_mat_vec_rate_follows_its_length_between_those_measured() -> None:
-    from vrampilot.hardware.measured import KernelRates, RateAt
     from vrampilot.planner.cpu_speed import CpuRates
+    from vrampilot.speed.measured import KernelRates, RateAt
 
     def at(v: float) -> tuple[RateAt, ...]:
         return (RateAt(1, v),)

@@ -9,8 +9,6 @@ from pathlib import Path
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import LlamaBackendInfo, LlamaDevice
-from vrampilot.hardware.measured import DeviceRates, MachineSpeed, SpeedFactors
-from vrampilot.hardware.speed_store import load_machine_speed, save_device_rates, update_machine_speed
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
@@ -21,6 +19,8 @@ from vrampilot.planner.speed import (
     backend_key,
 )
 from vrampilot.planner.target import target_from_machine
+from vrampilot.speed.measured import DeviceRates, MachineSpeed, SpeedFactors
+from vrampilot.speed.store import load_machine_speed, save_device_rates, update_machine_speed
 from vrampilot.units import GIB
 
 LAVAPIPE = "llvmpipe (LLVM 15.0.6, 256 bits)"

@@ -14,7 +14,6 @@ from testkit.machines import cpu_machine, uniform_probe
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine
-from vrampilot.hardware.measured import MachineSpeed
 from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.memory import layer_devices, memory_breakdown
@@ -22,6 +21,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import backend_key
 from vrampilot.planner.target import target_from_machine
+from vrampilot.speed.measured import MachineSpeed
 from vrampilot.units import GIB
 
 

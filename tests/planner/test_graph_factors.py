@@ -13,8 +13,6 @@ import pytest
 
 from testkit.machines import measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
-from vrampilot.hardware.probe import probe_outdated
 from vrampilot.planner.cpu_speed import (
     CpuRates,
     GraphFactors,
@@ -35,6 +33,8 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
+from vrampilot.speed.host_probe import probe_outdated
+from vrampilot.speed.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
 
 N_CTX, UBATCH = 1280, 256
 

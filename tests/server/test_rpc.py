@@ -31,6 +31,7 @@ from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_machine
 from vrampilot.server import ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.process import health, is_alive
+from vrampilot.speed.service import with_measured_speed
 from vrampilot.units import MIB
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
     spec = load_model_spec(path)
     rpc = [query_host(e) for e in hosts]
     mb = (spec.weight_bytes + 64 * MIB) // 2
-    target = target_from_machine(detect_machine(), rpc, {hosts[0]: mb // 2, hosts[1]: mb * 2})
+    target = target_from_machine(with_measured_speed(detect_machine()), rpc, {hosts[0]: mb // 2, hosts[1]: mb * 2})
     p = plan(spec, target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1), exact=True)
     assert p.fits and p.settings.rpc_servers == tuple(hosts), p.reasons
     assert p.compute_source == "llama.cpp"  # per device, from llama.cpp's own allocator (a dry run)
@@ -158,7 +159,7 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
     mine = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
     try:
-        target = target_from_machine(detect_machine(), [query_host(e) for e in endpoints], {})
+        target = target_from_machine(with_measured_speed(detect_machine()), [query_host(e) for e in endpoints], {})
         p = plan(load_model_spec(path), target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1))
         port = free_port()
         argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))

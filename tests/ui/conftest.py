@@ -20,9 +20,9 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from vrampilot.engine import SamplingParams
-from vrampilot.hardware.measured import HostProbe
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
+from vrampilot.speed.measured import HostProbe
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).
@@ -35,9 +35,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_probe: HostProbe)
     # A machine the app measured at an earlier start (the session's one real probe), so windows do
     # not all run the probe; tests/ui/test_speed_probe.py removes it to see a first start.
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.speed_store import save_probe
+    from vrampilot.speed.service import with_measured_speed
+    from vrampilot.speed.store import save_probe
 
-    speed = detect_machine().speed
+    speed = with_measured_speed(detect_machine()).speed
     assert speed is not None
     # Saved as taken on a quiet machine: on a busy one (a shared CI host) the app would measure
     # again at every window's start, and that probe would compete with the test for the CPU.

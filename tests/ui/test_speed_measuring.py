@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vrampilot.hardware.measured import HostProbe, MachineSpeed
+from vrampilot.speed.measured import HostProbe, MachineSpeed
 from vrampilot.ui.speed_controller import _measuring_why
 
 
@@ -15,7 +15,7 @@ def test_each_reason_to_measure_is_said_with_the_last_probe_s_duration(host_prob
     slow = _measuring_why(MachineSpeed("fp", probe=probe), 0.73)
     assert slow == again + "the last measurement ran at 73% of this machine's usual pace"
     # Not slow: a probe an older version took (measured again, `probe_outdated`); a busy one is not
-    # measured again for being busy (hardware/probe.probe_outdated).
+    # measured again for being busy (speed/host_probe.probe_outdated).
     assert _measuring_why(MachineSpeed("fp", probe=probe), None) == again + (
         "the last measurement came from an older version of the app"
     )

@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
-from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
 from vrampilot.paths import data_dir
+from vrampilot.speed.store import FILE_NAME, load_machine_speed
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
@@ -80,15 +80,16 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     """The probe's own pace gauge read slower than replies' usual since: its figures were read slow
     too, so the next start measures again and says why beside the prediction, which keeps the old
     figures meanwhile. Closed before it ends, the app keeps the old record (and measures at the
-    next start); a finished probe is judged afresh (tests/hardware/test_probe.py,
+    next start); a finished probe is judged afresh (tests/speed/test_host_probe.py,
     test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu)."""
     from dataclasses import replace
 
     from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-    from vrampilot.hardware.speed_store import update_machine_speed
+    from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
+    from vrampilot.speed.service import with_measured_speed
+    from vrampilot.speed.store import update_machine_speed
 
-    fp = detect_machine().speed.fingerprint  # type: ignore[union-attr]
+    fp = with_measured_speed(detect_machine()).speed.fingerprint  # type: ignore[union-attr]
 
     def slow(m: MachineSpeed) -> MachineSpeed:
         assert m.probe is not None

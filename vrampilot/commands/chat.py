@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import cpu_load
+from vrampilot.speed import cpu_load
 
 if TYPE_CHECKING:
     from vrampilot.documents import Composed, DocumentSet, FitReport
@@ -158,7 +158,7 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
         "predicted_decode_tps": round(last.predicted_decode_tps, 2),
         "predicted_prefill_tps": round(last.predicted_prefill_tps, 2),
         "others_cpu_share": round(others_share, 3),
-        "pace_share": last.pace_share,  # the machine's pace against its usual (hardware/pace.py)
+        "pace_share": last.pace_share,  # the machine's pace against its usual (speed/pace.py)
         "set_aside": last.set_aside or None,  # why it was not learned from
         "learned_replies": n,
         "learned_replies_of_model": own,

@@ -14,11 +14,12 @@ import sys
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import detect_machine
-from vrampilot.hardware.measured import RateAt
 from vrampilot.hardware.report import format_machine, machine_to_dict
-from vrampilot.hardware.speed_report import format_speed, speed_to_dict
 from vrampilot.hardware.types import Machine
 from vrampilot.planner.cpu_speed import GraphFactors
+from vrampilot.speed.measured import RateAt
+from vrampilot.speed.report import format_speed, speed_to_dict
+from vrampilot.speed.service import with_measured_speed
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,33 +37,30 @@ def measure(machine: Machine) -> Machine:
     """Run the probe for every weight type and store it; returns the machine with the new figures."""
     from dataclasses import replace
 
-    from vrampilot.hardware.probe import ALL_WEIGHT_TYPES, measure_host
-    from vrampilot.hardware.speed_store import save_probe
     from vrampilot.llamacpp.ggml import GgmlError
+    from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
+    from vrampilot.speed.service import measure_devices_and_save, save_taken, take_probe
 
-    assert machine.speed is not None  # detect_machine always gives a record
     try:
-        probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=ALL_WEIGHT_TYPES)
+        taken = take_probe(machine, ALL_WEIGHT_TYPES)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
-    speed = save_probe(machine.speed.fingerprint, probe)
-    if speed.probe is not None and speed.probe.measured_at != probe.measured_at:
-        print(f"The machine was busy ({probe.busy_cause()}): kept the measurement of {speed.probe.date}, "
+    probed = save_taken(machine, taken)
+    speed = probed.speed
+    if speed.probe is not None and probed.kept_earlier:
+        print(f"The machine was busy ({taken.busy_cause()}): kept the measurement of {speed.probe.date}, "
               "taken at a quiet moment", file=sys.stderr)  # fmt: skip
     devices = machine.llama.offload_devices
     if devices:
-        from vrampilot.hardware.device_probe import measure_devices
-        from vrampilot.hardware.speed_store import save_device_rates
-
         try:
-            speed = save_device_rates(speed.fingerprint, measure_devices(devices))
+            speed = measure_devices_and_save(speed, devices)
         except (GgmlError, OSError) as exc:
             raise UserError(f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})") from None
     return replace(machine, speed=speed)
 
 
 def run(args: argparse.Namespace) -> int:
-    machine = detect_machine()
+    machine = with_measured_speed(detect_machine())
     if args.measure:
         if not args.json:
             print("Measuring this machine (llama.cpp's kernels, a few seconds)…", file=sys.stderr, flush=True)

@@ -132,9 +132,10 @@ def _target(args: argparse.Namespace):
     from vrampilot.hardware import detect_machine
     from vrampilot.hardware.profiles import find_profile
     from vrampilot.planner.target import target_cpu_only, target_from_machine, target_from_profile, target_from_vram
+    from vrampilot.speed.service import with_measured_speed
     from vrampilot.units import parse_size
 
-    machine = detect_machine()
+    machine = with_measured_speed(detect_machine())
     try:
         if args.gpu:
             return target_from_profile(find_profile(args.gpu), machine)

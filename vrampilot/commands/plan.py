@@ -24,6 +24,7 @@ from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
 from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import exported_command
+from vrampilot.speed.service import with_measured_speed
 from vrampilot.units import parse_size
 
 
@@ -126,23 +127,22 @@ def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
     speed = machine.speed
     if spec is None or speed is None or speed.probe is None:
         return machine
-    from vrampilot.hardware.probe import measure_kernels, missing_kernels
-    from vrampilot.hardware.speed_store import add_kernels
     from vrampilot.planner.cpu_speed import weight_table
     from vrampilot.planner.graph_factors import with_reference_types
+    from vrampilot.speed.service import add_missing_kernels, kernels_missing
 
-    missing = missing_kernels(speed.probe, with_reference_types(weight_table(spec).types()))
+    missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
     if not missing:
         return machine
     try:
-        return replace(machine, speed=add_kernels(speed.fingerprint, measure_kernels(missing, machine.cpu.physical_cores)))
+        return replace(machine, speed=add_missing_kernels(machine, speed, missing))
     except Exception as exc:  # the plan still works with estimates from the nearest measured type
         print(f"vrampilot: could not measure {', '.join(missing)} kernels: {exc}", file=sys.stderr)
         return machine
 
 
 def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Target:
-    machine = _with_model_kernels(detect_machine(), spec)
+    machine = _with_model_kernels(with_measured_speed(detect_machine()), spec)
     if args.gpu:
         try:
             target = target_from_profile(find_profile(args.gpu), machine)

@@ -8,7 +8,6 @@ from typing import Any
 from vrampilot.hardware.cpu import detect_cpu, detect_ram
 from vrampilot.hardware.llama_backend import detect_llama_backend, load_llama_cpp
 from vrampilot.hardware.nvml import NvmlApi, detect_nvidia_gpus, load_pynvml
-from vrampilot.hardware.speed_store import load_machine_speed, machine_fingerprint
 from vrampilot.hardware.types import Machine
 
 
@@ -18,9 +17,10 @@ def detect_machine(
     nvml_loader: Callable[[], NvmlApi] = load_pynvml,
     llama_loader: Callable[[], Any] = load_llama_cpp,
 ) -> Machine:
-    """GPUs (NVML), CPU, RAM, the llama.cpp backend, and what was measured here before (the speed
-    probe's figures and the factors replies taught; nothing is measured now). Takes about
-    0.1-0.5 s: loading llama-cpp-python's library dominates, so the GUI calls this from a worker."""
+    """GPUs (NVML), CPU, RAM and the llama.cpp backend. What was measured here before (the speed
+    probe's figures and the factors replies taught) is not read here: vrampilot.speed adds it
+    (`with_measured_speed`). Takes about 0.1-0.5 s: loading llama-cpp-python's library dominates,
+    so the GUI calls this from a worker."""
     llama = detect_llama_backend(llama_loader)
     nvml_result = detect_nvidia_gpus(nvml, loader=nvml_loader)
     ram_total, ram_available = detect_ram()
@@ -33,5 +33,4 @@ def detect_machine(
         nvml_status=nvml_result.status,
         llama=llama,
         nvml_available=nvml_result.available,
-        speed=load_machine_speed(machine_fingerprint(cpu, ram_total, llama, nvml_result.gpus)),
     )

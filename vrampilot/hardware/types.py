@@ -8,8 +8,10 @@ never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from vrampilot.hardware.measured import MachineSpeed
+if TYPE_CHECKING:  # the record's type only: vrampilot.speed fills it in, detection never reads it
+    from vrampilot.speed.measured import MachineSpeed
 
 BANDWIDTH_SOURCES = ("nvml", "profile", "unknown")
 
@@ -140,8 +142,9 @@ class Machine:
     nvml_status: str
     llama: LlamaBackendInfo
     nvml_available: bool = False
-    # What the speed probe and replies measured on this machine (hardware/speed_store.py); None
-    # until the probe has run here, when the planner's host rates are assumed.
+    # What the speed probe and replies measured on this machine (speed/store.py), filled in by
+    # vrampilot.speed (`with_measured_speed`); None when nothing was loaded (a fixed test machine,
+    # a machine only detected), when the planner's host rates are assumed.
     speed: MachineSpeed | None = None
 
     @property

@@ -6,12 +6,12 @@ The speed model predicts the same two numbers for the same conditions (`reply_pr
 measured / predicted isolates what the model misses on this machine and backend (for generating,
 in the part of a step that does not grow with the context, speed.py `corrected_decode_seconds`:
 a chat's replies are shallow, and scaled whole their correction over-shot 4K-deep steps). Each
-ratio joins that backend's recent window (hardware/measured.py `SpeedFactors`), whose median,
+ratio joins that backend's recent window (speed/measured.py `SpeedFactors`), whose median,
 bounded, then corrects every later prediction, and the model's own window, which takes over for that model
 once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
 (the first tokens of a reply and tiny prompts are mostly fixed costs), when other programs took
-a large share of the CPU meanwhile (hardware/cpu_load.py): a busy machine says nothing about this
-one, or when the pace gauge read right after it (hardware/pace.py) ran well below its usual: a VM's
+a large share of the CPU meanwhile (speed/cpu_load.py): a busy machine says nothing about this
+one, or when the pace gauge read right after it (speed/pace.py) ran well below its usual: a VM's
 neighbours slow it with no program in sight, and three replies read at such a moment taught a
 slow machine (bench/speed.py: 10 of 16 2-thread cases then came out 0.69-0.84 of measured).
 """
@@ -21,8 +21,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 
-from vrampilot.hardware.cpu_load import BUSY_SHARE
-from vrampilot.hardware.measured import SLOW_PACE, LastReply, MachineSpeed
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import (
     HEADLINE_PROMPT_TOKENS,
@@ -31,6 +29,8 @@ from vrampilot.planner.speed import (
     corrected_decode_seconds,
     shallow_decode_ratio,
 )
+from vrampilot.speed.cpu_load import BUSY_SHARE
+from vrampilot.speed.measured import SLOW_PACE, LastReply, MachineSpeed
 
 # Fewer generated tokens than this time too little to judge decoding.
 MIN_DECODE_TOKENS = 8
@@ -55,7 +55,7 @@ class ReplyMeasurement:
     decode_tps: float
     prefill_tps: float
     others_cpu_share: float | None = None  # other programs' share of the CPU meanwhile
-    pace_ms: float | None = None  # the pace gauge right after it (hardware/pace.py; None: not read)
+    pace_ms: float | None = None  # the pace gauge right after it (speed/pace.py; None: not read)
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def reply_pace_ms(plan: Plan) -> float | None:
     plan that generates on offload devices: the CPU's pace is not what it measures)."""
     if not backend_key(plan.target, plan.settings).startswith("cpu:"):
         return None
-    from vrampilot.hardware.pace import measure_pace_ms
+    from vrampilot.speed.pace import measure_pace_ms
 
     return measure_pace_ms(plan.settings.n_threads)
 
@@ -159,7 +159,7 @@ def reply_pace_ms(plan: Plan) -> float | None:
 def record_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement) -> MachineSpeed:
     """Learn this reply and save it in this machine's record (re-read under the file's lock, so a
     reply learned by another process meanwhile is kept)."""
-    from vrampilot.hardware.speed_store import update_machine_speed
+    from vrampilot.speed.store import update_machine_speed
 
     at = _now()
     return update_machine_speed(speed.fingerprint, lambda current: learn_reply(current, plan, reply, at))

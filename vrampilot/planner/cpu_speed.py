@@ -1,5 +1,5 @@
 """Time per token on the CPU: the weights, the attention and the graph's fixed cost, each at the rate
-llama.cpp's own kernels reach on this machine (hardware/probe.py), or at assumed rates without a probe.
+llama.cpp's own kernels reach on this machine (speed/host_probe.py), or at assumed rates without a probe.
 
 Decoding one token runs every weight matrix once as a mat-vec product; the probe measured, per
 weight type, how many bytes of weights per second that kernel gets through with the weights in RAM,
@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.hardware.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
-from vrampilot.hardware.probe import bits_per_weight
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
+from vrampilot.speed.host_probe import bits_per_weight
+from vrampilot.speed.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
 
 # Without a probe: of the assumed RAM bandwidth (planner/target.py) CPU decoding reaches this
 # share, saturated by this many threads; of the assumed per-core throughput, these shares.

@@ -2,7 +2,7 @@
 
 The speed probe times each kernel alone, on the shapes it runs best at; a real model's steps cost
 more (threads wait for each other at every node, attention over a growing cache, small products in
-a chain). So the probe also runs the built-in model for real (hardware/reference_run.py), and here
+a chain). So the probe also runs the built-in model for real (speed/reference_run.py), and here
 the speed model predicts those very steps from the kernels' rates alone; measured over predicted
 gives `GraphFactors`, which every later prediction on this machine applies (planner/cpu_speed.py).
 Two decode steps per thread count, near the start of the cache and deep into it, separate the two
@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
-from vrampilot.hardware.measured import HostProbe, RateAt, ReferenceRun
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.cpu_speed import (
     CpuRates,
@@ -39,6 +38,7 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
+from vrampilot.speed.measured import HostProbe, RateAt, ReferenceRun
 
 FACTOR_MIN, FACTOR_MAX = 0.5, 3.0
 BEST_CASE_MIN = 1.0  # attention's and a prompt's matrices' lower bound (see the module's text)

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.hardware.measured import SpeedFactors
 from vrampilot.planner.cpu_speed import (
     AttentionShape,
     CpuRates,
@@ -33,6 +32,7 @@ from vrampilot.planner.graph_factors import factors_for_model
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
+from vrampilot.speed.measured import SpeedFactors
 
 # Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
 # Assumed: no GPU has been measured (see docs/speed-model.md, "Predicted speed").

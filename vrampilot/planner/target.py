@@ -11,12 +11,12 @@ from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
-from vrampilot.hardware.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
+from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
 from vrampilot.units import GIB, format_bytes
 
-# Without a measurement (no speed probe yet, hardware/probe.py), a desktop with dual-channel
+# Without a measurement (no speed probe yet, speed/host_probe.py), a desktop with dual-channel
 # DDR4/DDR5 reads ~40-80 GB/s at peak.
 DEFAULT_HOST_BANDWIDTH_GBPS = 50.0
 # Per-core matrix throughput of a recent x86 core on quantized weights (AVX2 FMA), GFLOP/s; used
@@ -62,7 +62,7 @@ class GpuTarget:
     network_gbps: float = 0.0  # RPC: the link to the host, for the activations between devices
     rtt_ms: float = 0.0  # RPC: a round trip to the host, paid at every device boundary per token
     margin_override_bytes: int | None = None  # None: the target's device margin
-    # llama.cpp's kernels timed on this device (hardware/device_probe.py); None: its rates are assumed
+    # llama.cpp's kernels timed on this device (speed/device_probe.py); None: its rates are assumed
     measured: DeviceRates | None = None
 
     def margin_bytes(self, default: int) -> int:
@@ -87,7 +87,7 @@ class Target:
     cpu_gflops: float
     device_margin_bytes: int = DEFAULT_DEVICE_MARGIN_BYTES
     notes: tuple[str, ...] = ()
-    # What this machine measured (hardware/measured.py): its CPU's speed probe (host rates are
+    # What this machine measured (speed/measured.py): its CPU's speed probe (host rates are
     # assumed until it ran) and what replies taught per backend. None for a machine not detected.
     speed: MachineSpeed | None = None
     cpu_variant: str | None = None  # llama.cpp's CPU code here ("haswell"): names the CPU factors

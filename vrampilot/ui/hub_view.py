@@ -333,8 +333,9 @@ class HubView(QWidget):
     @staticmethod
     def _detect_target() -> Target:
         from vrampilot.hardware import detect_machine
+        from vrampilot.speed.service import with_measured_speed
 
-        return target_from_machine(detect_machine())
+        return target_from_machine(with_measured_speed(detect_machine()))
 
     def _target_ready(self, target: Target) -> None:
         self.set_target(target)

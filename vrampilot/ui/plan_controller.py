@@ -29,6 +29,7 @@ from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
 from vrampilot.server.binaries import exported_command
+from vrampilot.speed.service import with_measured_speed
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.hardware_view import HardwareView
@@ -133,7 +134,7 @@ class PlanController(QObject):
         if self.ctx.machine is not None:
             self._machine_ready(self.ctx.machine)
         else:
-            self.ctx.tasks.submit(lambda _t: detect_machine(), done=self._machine_ready,
+            self.ctx.tasks.submit(lambda _t: with_measured_speed(detect_machine()), done=self._machine_ready,
                                   failed=self._failed("looking at this machine"), owner=self)  # fmt: skip
 
     def _machine_ready(self, machine: Machine) -> None:

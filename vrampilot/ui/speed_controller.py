@@ -4,9 +4,10 @@ At the first start on a machine (or when replies showed that the last probe read
 it came from a version before the probe ran the built-in model) the speed probe runs on a worker, a few seconds, while the window
 is already usable; a model whose weight
 types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
-learned from (planner/calibration.py). Each change is saved in this machine's record and reported
-with `measured`, which the plan controller applies to its target and plan. No Qt-free logic lives
-here: it only schedules the core's functions and says what happened.
+learned from (planner/calibration.py). Each change is saved in this machine's record (through
+speed/service.py, as `doctor --measure` and bench/speed.py measure) and reported with `measured`,
+which the plan controller applies to its target and plan. No Qt-free logic lives here: it only
+schedules the core's functions and says what happened.
 """
 
 from __future__ import annotations
@@ -19,23 +20,22 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import GenerationStats
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware import Machine, cpu_load
-from vrampilot.hardware.device_probe import measure_devices
-from vrampilot.hardware.measured import HostProbe, MachineSpeed
-from vrampilot.hardware.probe import (
-    CORE_WEIGHT_TYPES,
-    ProbeCancelled,
-    measure_host,
-    measure_kernels,
-    missing_kernels,
-    probe_outdated,
-)
-from vrampilot.hardware.speed_store import add_kernels, save_device_rates, save_probe
+from vrampilot.hardware import Machine
 from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply, reply_pace_ms
 from vrampilot.planner.cpu_speed import weight_table
 from vrampilot.planner.graph_factors import with_reference_types
 from vrampilot.planner.plan import Plan
+from vrampilot.speed import cpu_load
+from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, ProbeCancelled, probe_outdated
+from vrampilot.speed.measured import HostProbe, MachineSpeed
+from vrampilot.speed.service import (
+    add_missing_kernels,
+    kernels_missing,
+    probe_machine,
+    unmeasured_devices,
+    with_devices_measured,
+)
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
 
@@ -77,7 +77,6 @@ class SpeedController(QObject):
         if measured and not speed.probe_read_slow:
             self._measure_devices(machine, speed)
             return
-        cores, variant = machine.cpu.physical_cores, machine.llama.cpu_variant
         slow = speed.probe_pace_share() if measured else None
         self.probing = True
         self._replied_while_probing = self._reply_start is not None
@@ -92,11 +91,9 @@ class SpeedController(QObject):
                     types += weight_table(load_model_spec(model)).types()
                 except Exception:  # an unreadable model is the plan's problem, not the probe's
                     _log.debug("probe: could not read %s", model, exc_info=True)
-            probe = measure_host(cores, variant, weight_types=types, cancel=task.cancelled)
-            if self._replied_while_probing:
-                probe = replace(probe, app_busy=True)
-            saved = save_probe(speed.fingerprint, probe)
-            return (saved if task.cancelled.is_set() else _with_devices_measured(machine, saved)), probe
+            probed = probe_machine(machine, types, cancel=task.cancelled, app_busy=lambda: self._replied_while_probing)
+            saved = probed.speed
+            return (saved if task.cancelled.is_set() else with_devices_measured(machine, saved)), probed.taken
 
         def done(result: tuple[MachineSpeed, HostProbe]) -> None:
             self.probing = False
@@ -117,9 +114,9 @@ class SpeedController(QObject):
     def _measure_devices(self, machine: Machine, speed: MachineSpeed) -> None:
         """The GPUs' own rates, where the CPU has its figures and a device has none (a GPU added,
         or figures stored before the device probe existed): a few seconds, then plans re-price."""
-        if not any(speed.device(d.name, d.description) is None for d in machine.llama.offload_devices):
+        if not unmeasured_devices(machine, speed):
             return
-        self.ctx.tasks.submit(lambda _task: _with_devices_measured(machine, speed), done=self._apply,
+        self.ctx.tasks.submit(lambda _task: with_devices_measured(machine, speed), done=self._apply,
                               failed=lambda exc: _log.warning("device probe: %s", exc), key="speed-devices",
                               owner=self)  # fmt: skip
 
@@ -128,13 +125,13 @@ class SpeedController(QObject):
         speed = self.speed
         if speed is None or speed.probe is None or self.probing or self.machine is None:
             return
-        missing = missing_kernels(speed.probe, with_reference_types(weight_table(spec).types()))
+        missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
         if not missing:
             return
-        cores = self.machine.cpu.physical_cores
+        machine = self.machine
 
         def work(_task: TaskHandle) -> MachineSpeed:
-            return add_kernels(speed.fingerprint, measure_kernels(missing, cores))
+            return add_missing_kernels(machine, speed, missing)
 
         self.ctx.tasks.submit(work, done=self._apply, failed=lambda exc: _log.warning("kernels: %s", exc),
                               key="speed-kernels", owner=self)  # fmt: skip
@@ -201,15 +198,3 @@ def _measured_status(new: MachineSpeed, taken: HostProbe, slow: float | None) ->
         f"speed predictions now use llama.cpp's measured kernels{note}"
     )
 
-
-def _with_devices_measured(machine: Machine, speed: MachineSpeed) -> MachineSpeed:
-    """`speed` with this machine's unmeasured offload devices measured and stored; as it was when
-    llama.cpp's kernels do not run there (their rates then stay assumed, and the plan says so)."""
-    unmeasured = [d for d in machine.llama.offload_devices if speed.device(d.name, d.description) is None]
-    if not unmeasured:
-        return speed
-    try:
-        return save_device_rates(speed.fingerprint, measure_devices(unmeasured))
-    except Exception:
-        _log.warning("device probe: llama.cpp's kernels did not run on %s", unmeasured[0].name, exc_info=True)
-        return speed

@@ -4,7 +4,7 @@ The planner predicts speed from these instead of assumed constants, and says whe
 came from ("RAM 29.2 GB/s, measured 2026-12-01"). Two kinds of knowledge, kept together because
 both belong to one machine and go stale together when its hardware changes:
 
-- `HostProbe`: llama.cpp's own kernels timed once on this CPU (`hardware/probe.py`): weight bytes
+- `HostProbe`: llama.cpp's own kernels timed once on this CPU (`speed/host_probe.py`): weight bytes
   per second through the mat-vec kernel of each weight type (decoding), matrix throughput of the
   same kernels on a prompt-sized batch (reading prompts), flash attention per KV cache type, the
   fixed cost of one graph node, the RAM read bandwidth, and the built-in model's real steps
@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vrampilot.hardware.cpu_load import BUSY_SHARE
-from vrampilot.hardware.probe_model import N_EMBD as _PROBE_MODEL_EMBD
+from vrampilot.speed.cpu_load import BUSY_SHARE
+from vrampilot.speed.probe_model import N_EMBD as _PROBE_MODEL_EMBD
 
 PROBE_MODEL_ROW_BYTES = 2 * _PROBE_MODEL_EMBD  # one f16 row of the tiny model's output matrix
 
@@ -52,7 +52,7 @@ MODEL_MIN_REPLIES = 2
 # Nothing measured a GPU: replies there are followed whole.
 PROBE_PRIOR_REPLIES = 2.0
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
-# The pace gauge (hardware/pace.py): a reply read when the gauge took more than its usual time
+# The pace gauge (speed/pace.py): a reply read when the gauge took more than its usual time
 # divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
 # last PACE_WINDOW replies' at the same thread count. On a VM whose replies moved 0.6-1.3x within
 # minutes, 0.85 set aside 59 of 296 replies, among them 22 of the 52 prompts read 15% or more
@@ -210,7 +210,7 @@ class ElementwiseRates:
 
 @dataclass(frozen=True)
 class StepTiming:
-    """One decode step of the probe's tiny Llama model (hardware/probe_model.py), as the engine
+    """One decode step of the probe's tiny Llama model (speed/probe_model.py), as the engine
     runs it (llama.cpp's decode, then the sampler chain): its weights cost next to nothing, so this
     is the fixed cost of a step with `n_layer` blocks and `n_vocab` logits to sample from."""
 
@@ -272,7 +272,7 @@ class ReferencePrefill:
 
 @dataclass(frozen=True)
 class ReferenceRun:
-    """The built-in model run for real by the probe (hardware/reference_run.py): decode steps near
+    """The built-in model run for real by the probe (speed/reference_run.py): decode steps near
     the start of the cache and deep into it at each thread count, and a prompt read ubatch by
     ubatch. The planner predicts the same steps from the kernels' rates; what the graph costs
     beyond them, it learns from the difference (planner/graph_factors.py)."""
@@ -311,7 +311,7 @@ class ReferenceRun:
 
 @dataclass(frozen=True)
 class HostProbe:
-    """One run of the speed probe on this machine's CPU (see hardware/probe.py)."""
+    """One run of the speed probe on this machine's CPU (see speed/host_probe.py)."""
 
     measured_at: str  # ISO 8601, UTC
     duration_s: float
@@ -320,14 +320,14 @@ class HostProbe:
     steps: tuple[StepTiming, ...]  # the tiny model: few and many layers, small and large vocabulary
     kernels: tuple[KernelRates, ...]
     attention: tuple[AttentionRates, ...]
-    # Other programs' share of all cores while the probe ran (hardware/cpu_load.py): above
+    # Other programs' share of all cores while the probe ran (speed/cpu_load.py): above
     # BUSY_SHARE the figures may be low, and the plan says "measured while busy" (see probe_outdated).
     others_cpu_share: float = 0.0
     # The app itself ran llama.cpp meanwhile (a reply): other programs' share does not see that.
     app_busy: bool = False
     # The built-in model run for real (None: a record from before the probe did, or no model).
     reference: ReferenceRun | None = None
-    # The pace gauge (hardware/pace.py) read at the probe's end, milliseconds per thread count: the
+    # The pace gauge (speed/pace.py) read at the probe's end, milliseconds per thread count: the
     # first readings a reply's pace is compared with.
     pace_ms: tuple[RateAt, ...] = ()
     # Elementwise steps per token (None: a record from before the probe timed them).
@@ -553,7 +553,7 @@ class PaceReading:
 
 @dataclass(frozen=True)
 class DeviceRates:
-    """llama.cpp's kernels on one offload device (hardware/device_probe.py): what the speed model
+    """llama.cpp's kernels on one offload device (speed/device_probe.py): what the speed model
     uses for that device instead of its peak bandwidth times an assumed share."""
 
     llama_name: str  # "Vulkan0"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from vrampilot.hardware import cpu_load
+from vrampilot.speed import cpu_load
 
 # A child that computes for a while and reports the CPU time it used.
 _BUSY_CHILD = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint(time.process_time())"

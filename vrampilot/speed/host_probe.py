@@ -9,10 +9,10 @@ What it times, each with 1 thread and with one per physical core (`probe_threads
   puts them, so repacked types (Q4_0, Q4_K on x86) are timed repacked.
 - Flash attention per KV cache type and head size, one query over a long cache and a batch of
   queries; for f16 also over a cache larger than the CPU's caches (a model's whole cache is).
-- The fixed costs of a decode step: a tiny Llama model (hardware/probe_model.py) decoded through the
+- The fixed costs of a decode step: a tiny Llama model (speed/probe_model.py) decoded through the
   engine's own loop at two depths and two vocabulary sizes gives the cost per step, per layer
   (its graph nodes and their barriers) and per logit sampled.
-- The built-in model run for real (hardware/reference_run.py): what a whole graph costs beyond the
+- The built-in model run for real (speed/reference_run.py): what a whole graph costs beyond the
   sum of its kernels, which the planner learns from (planner/graph_factors.py).
 
 The planner's speed model turns these into tokens/s (planner/cpu_speed.py); replies then correct
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from vrampilot.hardware import cpu_load
-from vrampilot.hardware.measured import (
+from vrampilot.speed import cpu_load
+from vrampilot.speed.measured import (
     CHAIN_MATRIX_ROWS,
     LONG_ROW,
     SHORT_ROW,
@@ -48,13 +48,13 @@ from vrampilot.hardware.measured import (
     RateAt,
     StepTiming,
 )
-from vrampilot.hardware.probe_model import write_probe_model
-from vrampilot.hardware.reference_run import PREFILL_UBATCHES, READINGS, ReferenceSession, decode_step_times
+from vrampilot.speed.probe_model import write_probe_model
+from vrampilot.speed.reference_run import PREFILL_UBATCHES, READINGS, ReferenceSession, decode_step_times
 
 if TYPE_CHECKING:
     from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
 
-_log = logging.getLogger("vrampilot.hardware.probe")
+_log = logging.getLogger("vrampilot.speed.host_probe")
 
 # Weight types measured at first start: those of Q4_0, Q4_K_M, Q6_K, Q8_0 and F16 files. The types
 # of a model being planned are measured when first needed (`measure_kernels`, two passes, 2-4 s for
@@ -89,7 +89,7 @@ _ELEMENTWISE_SHAPES = (("norm", 1024), ("swiglu", 2048), ("geglu", 2048), ("rope
 _ELEMENTWISE_ROWS = 128
 # llama.cpp's decoding kernel splits the cache over the threads from this many cells on.
 _SPLIT_KV_CELLS = 512
-# The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (hardware/probe_model.py).
+# The tiny model's steps: 2 and 12 layers at 256 logits, 2 layers at 32768 logits (speed/probe_model.py).
 _STEP_SHAPES = ((2, 256), (12, 256), (2, 32768))
 _STEP_TOKENS = 24
 # Kernels and attention are timed in two passes some seconds apart (a reading of the built-in
@@ -248,7 +248,7 @@ def faster_attention(a: Sequence[AttentionRates], b: Sequence[AttentionRates]) -
 
 
 def pace_ms_with(cpu: CpuKernels, threads: int) -> float:
-    """The pace gauge (hardware/pace.py): milliseconds for a q8_0 product shaped like a prompt's
+    """The pace gauge (speed/pace.py): milliseconds for a q8_0 product shaped like a prompt's
     ubatch and a q8_0 mat-vec over more bytes than the last-level cache, each the best of three runs
     at `threads` (q8_0 runs the same generic code on every CPU variant, no repacking)."""
     tid = ggml_type_id(_PACE_TYPE)
@@ -423,7 +423,7 @@ def measure_host(
         if session is not None:
             session.close()
     step("pace gauge")
-    with CpuKernels() as cpu:  # the first readings replies are compared with (hardware/pace.py)
+    with CpuKernels() as cpu:  # the first readings replies are compared with (speed/pace.py)
         pace = tuple(RateAt(t, pace_ms_with(cpu, t)) for t in threads)
     probe = HostProbe(
         measured_at=_now(),
@@ -489,7 +489,7 @@ def probe_outdated(probe: HostProbe) -> bool:
     ref = probe.reference
     if ref is None:
         return True
-    # Every thread count reads a prompt of its own (hardware/reference_run.py), the largest 4 ubatches.
+    # Every thread count reads a prompt of its own (speed/reference_run.py), the largest 4 ubatches.
     counts = {d.threads for d in ref.decode}
     return len(ref.prefill) < PREFILL_UBATCHES or not counts <= {p.threads for p in ref.prefill}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vrampilot.hardware.measured import (
+from vrampilot.speed.measured import (
     FACTOR_MAX,
     FACTOR_MIN,
     FACTOR_WINDOW,
@@ -83,7 +83,7 @@ def test_the_probe_s_prediction_weighs_as_replies_against_what_replies_taught() 
 
 
 def test_a_probe_whose_pace_gauge_read_slower_than_the_replies_usual_ran_at_a_slow_moment() -> None:
-    from vrampilot.hardware.measured import PROBE_PACE_READINGS, SLOW_PACE, PaceReading
+    from vrampilot.speed.measured import PROBE_PACE_READINGS, SLOW_PACE, PaceReading
 
     probe = _probe(pace_ms=(RateAt(1, 3.0), RateAt(2, 2.0)))
     speed = MachineSpeed("abc", probe)

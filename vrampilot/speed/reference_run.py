@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vrampilot.hardware.measured import ReferenceDecode, ReferencePrefill, ReferenceRun
+from vrampilot.speed.measured import ReferenceDecode, ReferencePrefill, ReferenceRun
 
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells

@@ -13,16 +13,8 @@ import pytest
 
 from tests.busy import busy_loops
 from vrampilot.hardware import detect_machine
-from vrampilot.hardware.cpu_load import BUSY_SHARE
-from vrampilot.hardware.measured import (
-    PROBE_PACE_READINGS,
-    HostProbe,
-    MachineSpeed,
-    PaceReading,
-    RateAt,
-    SpeedFactors,
-)
-from vrampilot.hardware.probe import (
+from vrampilot.speed.cpu_load import BUSY_SHARE
+from vrampilot.speed.host_probe import (
     ProbeCancelled,
     last_level_cache_bytes,
     measure_host,
@@ -32,7 +24,16 @@ from vrampilot.hardware.probe import (
     probe_threads,
     stream_bytes,
 )
-from vrampilot.hardware.speed_store import (
+from vrampilot.speed.measured import (
+    PROBE_PACE_READINGS,
+    HostProbe,
+    MachineSpeed,
+    PaceReading,
+    RateAt,
+    SpeedFactors,
+)
+from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.store import (
     FILE_NAME,
     add_kernels,
     load_machine_speed,
@@ -76,7 +77,7 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     assert [e.op for e in host_probe.elementwise] == ["norm", "swiglu", "geglu", "rope"]
     assert all({r.threads for r in e.ns_per_element} == set(threads) and all(r.value > 0 for r in e.ns_per_element)
                for e in host_probe.elementwise)  # fmt: skip
-    # The pace gauge's first reading, at each thread count (hardware/pace.py), kept in the record.
+    # The pace gauge's first reading, at each thread count (speed/pace.py), kept in the record.
     assert {r.threads for r in host_probe.pace_ms} == set(threads) and all(r.value > 0 for r in host_probe.pace_ms)
     assert HostProbe.from_dict(json.loads(json.dumps(host_probe.to_dict()))) == host_probe
 
@@ -85,8 +86,8 @@ def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(
     host_probe_steps: tuple[HostProbe, list[str]], embedded_model: Path
 ) -> None:
     # Two readings of the built-in model's run some seconds apart, the kernels' second pass between
-    # them: one slow moment weighs half (hardware/reference_run.py, READINGS).
-    from vrampilot.hardware.reference_run import PREFILL_UBATCHES, ReferenceSession
+    # them: one slow moment weighs half (speed/reference_run.py, READINGS).
+    from vrampilot.speed.reference_run import PREFILL_UBATCHES, ReferenceSession
 
     probe, steps = host_probe_steps
     first, again = steps.index("the built-in model"), steps.index("the built-in model (again)")
@@ -110,11 +111,11 @@ def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(
 def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: Path, host_probe: HostProbe) -> None:
     from testkit.machines import measured_machine
     from vrampilot.gguf import load_model_spec
-    from vrampilot.hardware.pace import measure_pace_ms
     from vrampilot.planner.calibration import reply_pace_ms
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_cpu_only, target_from_vram
+    from vrampilot.speed.pace import measure_pace_ms
 
     pace = measure_pace_ms(1)
     assert pace is not None and pace > 0
@@ -144,8 +145,8 @@ def test_probe_stops_when_cancelled() -> None:
 
 def test_each_figure_keeps_the_faster_of_two_passes() -> None:
     # The probe times kernels twice, seconds apart: a slow moment in one pass counts once.
-    from vrampilot.hardware.measured import AttentionRates, KernelRates, RateAt
-    from vrampilot.hardware.probe import faster_attention, faster_kernels
+    from vrampilot.speed.host_probe import faster_attention, faster_kernels
+    from vrampilot.speed.measured import AttentionRates, KernelRates, RateAt
 
     def rates(*values: float) -> tuple[RateAt, ...]:
         return tuple(RateAt(t, v) for t, v in zip((1, 2), values, strict=True))
@@ -164,8 +165,8 @@ def test_each_figure_keeps_the_faster_of_two_passes() -> None:
     b = [AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)), AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2))]
     assert faster_attention(a, b) == [AttentionRates("f16", 64, rates(10, 16), rates(31, 60), rates(4, 9))]
     # Elementwise steps: nanoseconds, so the faster pass is the smaller figure.
-    from vrampilot.hardware.measured import ElementwiseRates
-    from vrampilot.hardware.probe import faster_elementwise
+    from vrampilot.speed.host_probe import faster_elementwise
+    from vrampilot.speed.measured import ElementwiseRates
 
     e1 = [ElementwiseRates("geglu", rates(2.0, 1.1)), ElementwiseRates("norm", rates(0.6, 0.3))]
     assert faster_elementwise(e1, [ElementwiseRates("geglu", rates(1.9, 1.3))]) == [
@@ -183,7 +184,7 @@ def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostP
 
 
 def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: Path) -> None:
-    machine = detect_machine()
+    machine = with_measured_speed(detect_machine())
     fp = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
     assert fp == machine.speed.fingerprint if machine.speed else False
     more_ram = machine_fingerprint(machine.cpu, machine.ram_total_bytes + 16 * 2**30, machine.llama, machine.gpus)
@@ -252,7 +253,7 @@ def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_p
 def test_the_built_in_model_s_run_stops_at_its_next_check(embedded_model: Path) -> None:
     """A reading of the built-in model takes seconds (many on a busy machine): it checks for a stop
     before each ubatch and pass, so a closing window never waits for a whole reading."""
-    from vrampilot.hardware.reference_run import ReferenceSession
+    from vrampilot.speed.reference_run import ReferenceSession
 
     checks: list[int] = []
 

@@ -2,7 +2,7 @@
 
 A reply is learned from (planner/calibration.py) as what the speed model misses on this machine;
 a reply read while the machine ran slower than usual teaches a slow machine instead. Other
-programs' CPU time (hardware/cpu_load.py) shows one cause; a VM's neighbours on the same memory
+programs' CPU time (speed/cpu_load.py) shows one cause; a VM's neighbours on the same memory
 bus and cores show none: with other programs at 0-1% of the CPU, steal included, a reply's prompt
 read 0.59-1.19x and its generation 0.63-1.27x of their median within eight minutes on a 2-vCPU virtual machine
 (docs/speed-model.md). Two of llama.cpp's own kernels, timed right before each of
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from vrampilot.hardware.probe import pace_ms_with
+from vrampilot.speed.host_probe import pace_ms_with
 
 _log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from filelock import FileLock
 
-from vrampilot.hardware.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed
 from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
 from vrampilot.paths import set_aside
+from vrampilot.speed.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed
 
-_log = logging.getLogger("vrampilot.hardware.speed_store")
+_log = logging.getLogger("vrampilot.speed.store")
 
 FILE_NAME = "machine-speed.json"
 FORMAT_VERSION = 1
@@ -144,7 +144,7 @@ def kept_quieter(speed: MachineSpeed, taken: HostProbe) -> bool:
     is complete for this version and replies have not shown it read a slow moment (else the app
     would measure again at every start and throw each busy result away), and `taken` was measured
     while the machine was busy."""
-    from vrampilot.hardware.probe import probe_outdated  # the probe's kernels, loaded only here
+    from vrampilot.speed.host_probe import probe_outdated  # the probe's kernels, loaded only here
 
     stored = speed.probe
     return (stored is not None and taken.busy and not stored.busy and not probe_outdated(stored)

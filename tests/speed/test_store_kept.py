@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vrampilot.hardware.measured import SpeedFactors
-from vrampilot.hardware.speed_store import FILE_NAME, FORMAT_VERSION, load_machine_speed, update_machine_speed
+from vrampilot.speed.measured import SpeedFactors
+from vrampilot.speed.store import FILE_NAME, FORMAT_VERSION, load_machine_speed, update_machine_speed
 
 NEWER = json.dumps({"version": FORMAT_VERSION + 1, "machines": {"fp": {"what": "a newer version learned"}}}).encode()
 CASES = {"random-bytes": os.urandom(2048), "newer-version": NEWER, "not-a-record": b"[1, 2, 3]"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrampilot.hardware.measured import HostProbe, KernelRates, MachineSpeed, RateAt
 from vrampilot.hardware.types import Machine
+from vrampilot.speed.measured import HostProbe, KernelRates, MachineSpeed, RateAt
 
 
 def _pair(rates: tuple[RateAt, ...], fmt: str = "{:.1f}") -> str:
