@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.hardware.measured import LastReply
+from vrampilot.speed.measured import LastReply
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
