@@ -30,14 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vrampilot.export import llama_server_argv  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.hardware import detect_machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.plan import Pins  # noqa: E402
 from vrampilot.planner.search import plan  # noqa: E402
 from vrampilot.planner.target import target_cpu_only  # noqa: E402
-from vrampilot.server import ServerConfig, ServerProcess, free_port, tool_env, tool_path  # noqa: E402
+from vrampilot.server import ServerConfig, free_port, tool_env, tool_path  # noqa: E402
+from vrampilot.server.launch import launch  # noqa: E402
 from vrampilot.speed.service import with_measured_speed  # noqa: E402
 
 
@@ -86,14 +86,11 @@ def main() -> int:
              Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads))  # fmt: skip
     s = p.settings
     config = ServerConfig("127.0.0.1", free_port())
-    argv = llama_server_argv(model, s, host=config.host, port=config.port, server=str(tool_path("llama-server")))
-    server = ServerProcess(argv, tool_env())
-    server.start()
+    server = launch(p, config, timeout_s=300)
     served: list[float] = []
     sampled: list[float] = []
     bench: list[float] = []
     try:
-        server.wait_ready(config.base_url, timeout_s=300)
         served_decode(config, 16, greedy=True, stream=stream)  # warm: first-request setup is not decode speed
         for i in range(args.rounds):
             bench.append(bench_decode(model, args.threads, args.gen_tokens, s.flash_attn, s.type_k, s.type_v))

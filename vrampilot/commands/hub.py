@@ -131,7 +131,7 @@ def _search_table(results: list[RepoSummary]) -> str:
 def _target(args: argparse.Namespace):
     from vrampilot.hardware import detect_machine
     from vrampilot.hardware.profiles import find_profile
-    from vrampilot.planner.target import target_cpu_only, target_from_machine, target_from_profile, target_from_vram
+    from vrampilot.planner.target import target_for_machine, target_from_profile, target_from_vram
     from vrampilot.speed.service import with_measured_speed
     from vrampilot.units import parse_size
 
@@ -143,9 +143,7 @@ def _target(args: argparse.Namespace):
             return target_from_vram(parse_size(args.vram), machine)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if args.cpu_only:
-        return target_cpu_only(machine)
-    return target_from_machine(machine)
+    return target_for_machine(machine, cpu_only=args.cpu_only)
 
 
 def model_badges(

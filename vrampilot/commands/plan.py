@@ -17,11 +17,11 @@ from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine
 from vrampilot.hardware.profiles import find_profile
-from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_host
+from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_hosts
 from vrampilot.planner.plan import Pins, Plan, PlanError
 from vrampilot.planner.search import MAX_THREADS, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
-from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile, target_from_vram
+from vrampilot.planner.target import Target, target_for_machine, target_from_profile, target_from_vram
 from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import exported_command
 from vrampilot.speed.service import with_measured_speed
@@ -153,13 +153,9 @@ def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) ->
             target = target_from_vram(parse_size(args.vram), machine)
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    elif args.cpu_only and not getattr(args, "rpc", None):
-        target = target_cpu_only(machine)
     else:
         hosts, budgets = _rpc_hosts(args)
-        if args.cpu_only:
-            machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=machine.llama.devices[:1]))
-        target = target_from_machine(machine, hosts, budgets)
+        target = target_for_machine(machine, cpu_only=args.cpu_only, rpc_hosts=hosts, rpc_budgets=budgets)
     if args.margin:
         try:
             target = target.with_margin(parse_size(args.margin))
@@ -175,9 +171,7 @@ def _rpc_hosts(args: argparse.Namespace) -> tuple[list[RpcHost], dict[str, int]]
         return [], {}
     if args.gpu or args.vram:
         raise UserError("--rpc plans with this machine's devices and the hosts: leave out --gpu and --vram")
-    listed = parse_hosts(text)
-    hosts = [query_host(endpoint) for endpoint, _ in listed]
-    return hosts, {endpoint: budget for endpoint, budget in listed if budget is not None}
+    return query_hosts(parse_hosts(text))
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:

@@ -39,15 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vrampilot.commands.foreground import run_in_foreground
     from vrampilot.hardware.rpc import RpcHostError, query_host
-    from vrampilot.server import PortInUseError, ServerProcess, free_port, port_is_free, tool_env, tool_path
-    from vrampilot.server.process import LOOPBACK
+    from vrampilot.server import ServerProcess, tool_env, tool_path
+    from vrampilot.server.process import check_port
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, not {args.port}")
     if args.threads is not None and args.threads < 1:
         raise UserError("--threads must be at least 1")
-    if not port_is_free(args.host, args.port):
-        raise PortInUseError(args.host, args.port, free_port(args.host) if args.host in LOOPBACK else None)
+    check_port(args.host, args.port)
     argv = [str(tool_path("ggml-rpc-server")), "-H", args.host, "-p", str(args.port)]
     if args.threads:
         argv += ["-t", str(args.threads)]

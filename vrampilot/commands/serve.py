@@ -14,6 +14,7 @@ import argparse
 import json
 import secrets
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,50 +49,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vrampilot.commands.foreground import run_in_foreground
     from vrampilot.commands.plan import plan_from_args
-    from vrampilot.export import llama_server_argv, quote
-    from vrampilot.server import (
-        PortInUseError,
-        ServerConfig,
-        ServerExited,
-        ServerProcess,
-        free_port,
-        port_is_free,
-        tool_env,
-        tool_path,
-    )
+    from vrampilot.export import quote
+    from vrampilot.server import ServerConfig
+    from vrampilot.server.launch import prepare, wait_ready
 
     plan = plan_from_args(args)
     if not plan.fits and not args.force:
         why = plan.refused or (plan.reasons[-1] if plan.reasons else "the plan does not fit this machine")
         raise UserError(f"{why} Pass --force to serve it anyway, or change the plan options.")
-    config = ServerConfig(args.host, args.port, _api_key(args))
+    on_log = None if not args.json else lambda line: print(line, file=sys.stderr)
+    config = ServerConfig(args.host, args.port, _api_key(args), public=True, on_log=on_log)
     generated = False
     if not config.loopback_only and not config.api_key:
-        config = ServerConfig(args.host, args.port, secrets.token_urlsafe(24))
+        config = replace(config, api_key=secrets.token_urlsafe(24))
         generated = True
-
-    def port_in_use() -> PortInUseError:
-        return PortInUseError(config.host, config.port, free_port(config.host) if config.loopback_only else None)
-
-    if not port_is_free(config.host, config.port):
-        raise port_in_use()
-    argv = llama_server_argv(
-        plan.spec.path, plan.settings, host=config.host, port=config.port,
-        server=str(tool_path("llama-server")), alias=plan.spec.path.stem, metrics=True,
-    )  # fmt: skip
-    quiet_log = not args.json
-    env = tool_env(api_key=config.api_key)
-    server = ServerProcess(argv, env, on_log=None if quiet_log else lambda line: print(line, file=sys.stderr))
-    shown_env = {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}
+    server = prepare(plan, config)
+    shown_env = {k: v for k, v in (server.env or {}).items() if k == "GGML_BACKEND_PATH"}
 
     def ready() -> None:
-        try:
-            server.wait_ready(config.base_url, timeout_s=args.timeout, api_key=config.api_key)
-        except ServerExited as exc:
-            if exc.port_taken:  # another program (a second serve) took the port after the check
-                raise port_in_use() from None
-            raise
-        _announce(args, plan, config, server, generated, quote(argv, "bash", env=shown_env))
+        wait_ready(server, config, timeout_s=args.timeout)
+        _announce(args, plan, config, server, generated, quote(server.argv, "bash", env=shown_env))
 
     return run_in_foreground(server, ready, label="server", binary="llama-server")
 

@@ -18,6 +18,7 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vrampilot.errors import UserError
@@ -83,6 +84,13 @@ def parse_hosts(text: str) -> list[tuple[str, int | None]]:
             raise RpcHostError(f"{item!r}: {exc}") from None
         out.append((key, budget))
     return out
+
+
+def query_hosts(listed: Sequence[tuple[str, int | None]]) -> tuple[list[RpcHost], dict[str, int]]:
+    """Each host `parse_hosts` listed, asked what it has (RpcHostError for one that does not
+    answer), and the budgets the user gave by endpoint: what a target for them takes."""
+    hosts = [query_host(endpoint) for endpoint, _ in listed]
+    return hosts, {endpoint: budget for endpoint, budget in listed if budget is not None}
 
 
 def query_host(endpoint: str, *, timeout_s: float = 3.0) -> RpcHost:

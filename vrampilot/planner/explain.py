@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.speed.measured import LastReply
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
+from vrampilot.speed.measured import LastReply
 
 REASON, WARNING, SUGGESTION = "reason", "warning", "suggestion"
 FITS, REFUSED, TOO_BIG = "fits", "refused", "too big"

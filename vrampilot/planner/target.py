@@ -290,6 +290,21 @@ def _rpc_devices(hosts: Sequence[RpcHost], budgets: Mapping[str, int], notes: li
     return tuple(out)
 
 
+def target_for_machine(machine: Machine, *, cpu_only: bool = False, rpc_hosts: Sequence[RpcHost] = (),
+                       rpc_budgets: Mapping[str, int] | None = None) -> Target:  # fmt: skip
+    """The one rule for a plan on this machine's own hardware, the Plan panel's "This machine" and
+    "CPU only" as the CLI's default and --cpu-only: RPC hosts join either. CPU only leaves this
+    machine's GPUs out, never the hosts the user named; without hosts it is the plain CPU target."""
+    if cpu_only and not rpc_hosts:
+        return target_cpu_only(machine)
+    if cpu_only:
+        # llama.cpp's devices here less those it offloads to (the CPU, an accelerator like BLAS
+        # stays): an exact plan still asks llama.cpp, and the hosts are the only offload devices.
+        cpu_devices = tuple(d for d in machine.llama.devices if d.kind not in ("gpu", "igpu"))
+        machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=cpu_devices))
+    return target_from_machine(machine, rpc_hosts, rpc_budgets)
+
+
 def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:
     gpu = GpuTarget(
         name=profile.name,

@@ -1,7 +1,8 @@
 """The bundled llama-server: find it, start it exactly as planned, wait for it, stop it, read its log.
 
-`vrampilot serve` and the app's Server panel both use this; the command line comes from the one
-builder in vrampilot.export, so what the user copies is what the app runs.
+`vrampilot serve`, the app's Server panel, a chat across RPC hosts and the benchmarks all start it
+through vrampilot.server.launch; the command line comes from the one builder in vrampilot.export,
+so what the user copies is what the app runs.
 """
 
 from vrampilot.server.binaries import ToolMissingError, tool_env, tool_path

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -100,9 +100,17 @@ def exit_text(code: int | None, lines: Sequence[str], binary: str = "llama-serve
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """Where a llama-server listens and how it is started (vrampilot.server.launch)."""
+
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: str | None = None
+    # Served as the user's API (`vrampilot serve`, the Server tab): the model named by its file's
+    # stem in /v1/models, and /metrics on. A private server (a chat across RPC hosts, a benchmark)
+    # needs neither.
+    public: bool = False
+    on_log: Callable[[str], None] | None = field(default=None, compare=False, repr=False)  # each log line
+    binary: str = "llama-server"  # the bundled tool that runs the plan
 
     @property
     def loopback_only(self) -> bool:
@@ -144,6 +152,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> PortInUseError:
+    """The error for a port another program holds, with a free port to suggest when `host` is
+    loopback (what `serve` and `rpc-host` print; the Server tab picks one on any host)."""
+    return PortInUseError(host, port, free_port(host) if host in LOOPBACK else None)
+
+
+def check_port(host: str, port: int) -> None:
+    """PortInUseError, before starting a server, when `port` on `host` is taken."""
+    if not port_is_free(host, port):
+        raise port_in_use(host, port)
 
 
 def _parent_death_hook() -> Callable[[], None]:

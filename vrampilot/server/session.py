@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from vrampilot.export import llama_server_argv
-from vrampilot.server.binaries import tool_env, tool_path
 from vrampilot.server.chat import ServerBackend, ServerChatError
-from vrampilot.server.process import ServerConfig, ServerExited, ServerProcess, free_port
+from vrampilot.server.launch import launch
+from vrampilot.server.process import ServerConfig, ServerExited, free_port
 
 LOAD_TIMEOUT_S = 600.0
 # The kernel closes a dying server's sockets: by the time a reply is cut it has ended, and waiting
@@ -28,19 +27,14 @@ EXIT_GRACE_S = 2.0
 def private_server(plan: Any) -> Iterator[ServerBackend]:
     """llama-server running `plan` (a planner Plan) on 127.0.0.1, with a key nobody else has."""
     config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
-    argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
-                             server=str(tool_path("llama-server")))  # fmt: skip
-    server = ServerProcess(argv, tool_env(api_key=config.api_key))
-    server.start()
+    server = launch(plan, config, timeout_s=LOAD_TIMEOUT_S)
     try:
-        server.wait_ready(config.base_url, timeout_s=LOAD_TIMEOUT_S, api_key=config.api_key)
-        try:
-            yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
-        except ServerChatError:
-            # A reply cut off because the server died (a host went away mid-reply): its own
-            # reason ("Remote RPC server crashed") says more than a closed connection does.
-            if server.wait_exit(EXIT_GRACE_S) is None:
-                raise
-            raise ServerExited(server.returncode, server.lines()) from None
+        yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
+    except ServerChatError:
+        # A reply cut off because the server died (a host went away mid-reply): its own
+        # reason ("Remote RPC server crashed") says more than a closed connection does.
+        if server.wait_exit(EXIT_GRACE_S) is None:
+            raise
+        raise ServerExited(server.returncode, server.lines()) from None
     finally:
         server.stop()

@@ -21,13 +21,13 @@ from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine, detect_machine, load_profiles
-from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_host
+from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.alternatives import changed_pins
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_cpu_only, target_from_machine, target_from_profile
+from vrampilot.planner.target import Target, target_for_machine, target_from_profile
 from vrampilot.server.binaries import exported_command
 from vrampilot.speed.service import with_measured_speed
 from vrampilot.storage import scan_folder
@@ -104,7 +104,8 @@ class PlanController(QObject):
         self.speed.measuring.connect(self.view.set_measuring)
         self._serve_waiters: list[tuple[LoadedFn, FailFn]] = []
         self._served = False  # llama-server runs the model (the Server tab, or a plan with RPC hosts)
-        # RPC hosts for "This machine" plans: as typed, and as they answered (vrampilot.hardware.rpc).
+        # RPC hosts for "This machine" and "CPU only" plans (planner.target.target_for_machine): as
+        # typed, and as they answered (vrampilot.hardware.rpc).
         self.rpc_text = ctx.prefs.rpc_hosts()
         self.rpc_hosts: list[RpcHost] = []
         self.rpc_budgets: dict[str, int] = {}
@@ -174,13 +175,12 @@ class PlanController(QObject):
 
     def _make_target(self, key: str) -> Target:
         assert self.machine is not None
-        if key == TARGET_CPU:
-            return target_cpu_only(self.machine)
         if key.startswith(PROFILE_PREFIX):
             name = key[len(PROFILE_PREFIX) :]
             profile = next(p for p in load_profiles() if p.name == name)
             return target_from_profile(profile, self.machine)
-        return target_from_machine(self.machine, self.rpc_hosts, self.rpc_budgets)
+        return target_for_machine(self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts,
+                                  rpc_budgets=self.rpc_budgets)  # fmt: skip
 
     def set_rpc_hosts(self, text: str) -> None:
         """Ask the hosts typed (in a worker: a host may take seconds to answer), then plan with them."""
@@ -192,14 +192,13 @@ class PlanController(QObject):
             self.status.emit(str(exc))
             return
 
-        def ask(_task: object) -> list[RpcHost]:
-            return [query_host(endpoint) for endpoint, _ in listed]
+        def ask(_task: object) -> tuple[list[RpcHost], dict[str, int]]:
+            return query_hosts(listed)
 
-        def done(hosts: list[RpcHost]) -> None:
-            self.rpc_hosts = hosts
-            self.rpc_budgets = {e: b for e, b in listed if b is not None}
-            if hosts:
-                self.status.emit(f"RPC hosts answered: {', '.join(h.endpoint for h in hosts)}")
+        def done(answered: tuple[list[RpcHost], dict[str, int]]) -> None:
+            self.rpc_hosts, self.rpc_budgets = answered
+            if self.rpc_hosts:
+                self.status.emit(f"RPC hosts answered: {', '.join(h.endpoint for h in self.rpc_hosts)}")
             self.set_target(self.target_key)
 
         def failed(exc: BaseException) -> None:

@@ -86,7 +86,7 @@ class PlanView(QWidget):
         self.target_box.activated.connect(lambda _i: self.target_changed.emit(str(self.target_box.currentData())))
         row.addWidget(self.target_box, 1)
         outer.addLayout(row)
-        # Other machines' devices (llama.cpp RPC hosts), for "This machine" plans.
+        # Other machines' devices (llama.cpp RPC hosts), for "This machine" and "CPU only" plans.
         rpc_row = QHBoxLayout()
         rpc_row.addWidget(QLabel("RPC hosts"))
         self.rpc_hosts = QLineEdit()

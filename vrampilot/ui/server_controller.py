@@ -16,11 +16,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from vrampilot.export import llama_server_argv
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
-from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, port_is_free, tool_env, tool_path
+from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 from vrampilot.server.chat import ServerBackend
+from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.plan_controller import LoadState, PlanController
@@ -70,7 +70,8 @@ class ServerController(QObject):
 
     def _config(self) -> ServerConfig:
         host = "0.0.0.0" if self.panel.lan.isChecked() else "127.0.0.1"
-        return ServerConfig(host, self.panel.port.value(), self.panel.key.text() or None)
+        return ServerConfig(host, self.panel.port.value(), self.panel.key.text() or None, public=True,
+                            on_log=self._log_line.emit)  # fmt: skip
 
     def _show_url(self) -> None:
         config = self._config()
@@ -110,16 +111,13 @@ class ServerController(QObject):
         if not config.loopback_only and not config.api_key:  # never open to the network without a key
             self.panel.key.setText(secrets.token_urlsafe(24))
             config = self._config()
-        if not port_is_free(config.host, config.port):
-            suggestion = free_port(config.host)
+        try:
+            server = prepare(plan, config)
+        except PortInUseError as exc:
+            suggestion = exc.suggestion or free_port(config.host)
             self._set_state("stopped", f"Port {config.port} is in use by another program; port {suggestion} is free")
             self.panel.port.setValue(suggestion)
             return
-        try:
-            argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
-                                     server=str(tool_path("llama-server")), alias=plan.spec.path.stem,
-                                     metrics=True)  # fmt: skip
-            env = tool_env(api_key=config.api_key)
         except Exception as exc:
             self._set_state("crashed", describe_error(exc, context="preparing llama-server"))
             return
@@ -130,10 +128,10 @@ class ServerController(QObject):
         self.config = config
         self.model_path = plan.spec.path
         self.serving = (plan.spec.path, plan.settings)
-        self.server = ServerProcess(argv, env, on_log=self._log_line.emit)
-        self.server.start()  # here, on the GUI thread: it lives as long as the app
+        self.server = server
+        server.start()  # here, on the GUI thread: it lives as long as the app
         self._set_state("starting", f"Starting: loading {plan.spec.path.name} in llama-server…")
-        server = self.server
+        # The process's own wait: a port taken after the check reads as llama-server's words here.
         self.ctx.tasks.submit(lambda task: server.wait_ready(config.base_url, cancel=task.cancelled,
                                                              api_key=config.api_key),
                               done=lambda _r: self._ready(server), failed=lambda e: self._failed(server, e),
