@@ -78,6 +78,7 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.services import build_services
     from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
@@ -85,7 +86,7 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
 
     def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
         ctx = build_context(machine=machine)  # type: ignore[arg-type]
-        w = MainWindow(ctx, initial_model=initial_model)
+        w = MainWindow(ctx, build_services(ctx), initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)
         with qtbot.waitActive(w):

@@ -31,7 +31,6 @@ from PySide6.QtWidgets import (
 from vrampilot.documents import is_supported
 from vrampilot.engine import GenerationStats, LoadResult
 from vrampilot.log import describe_error
-from vrampilot.meters import Sampler
 from vrampilot.planner.search import Plan
 from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController, ChatState
@@ -44,26 +43,28 @@ from vrampilot.ui.hub_view import HubView
 from vrampilot.ui.library_view import LibraryView
 from vrampilot.ui.log_window import LogWindow
 from vrampilot.ui.menus import build_menus
-from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
 from vrampilot.ui.plan_controller import PlanController
 from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
 from vrampilot.ui.server_controller import ServerController
 from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.services import Services
 from vrampilot.ui.wheel_guard import guard_wheel
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, ctx: AppContext, initial_model: str | None = None) -> None:
+    def __init__(self, ctx: AppContext, services: Services, initial_model: str | None = None) -> None:
         super().__init__()
         self.ctx = ctx
+        self.services = services  # built by the composition root
+        self.sampler, self.meters_feed = services.sampler, services.meters
         self.setWindowTitle("VRAM Pilot")
         self.setAcceptDrops(True)
         self._shut = False
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
-        self.plans = PlanController(ctx, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self)
+        self.plans = PlanController(ctx, services.speed, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self)
         self.documents = DocumentsController(ctx, parent=self)
         self.chats = ChatController(ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask,
                                     parent=self)  # fmt: skip
@@ -103,8 +104,6 @@ class MainWindow(QMainWindow):
         self.center_tabs.setObjectName("center_tabs")
         self.center_tabs.addTab(self.chat_view, "Chat")
         self.center_tabs.addTab(self.hub, "Hub")
-        self.sampler = Sampler()
-        self.meters_feed = MetersFeed(self.sampler, self)
         self.meters_panel = MetersPanel(self.meters_feed)
         self.meters_status = MetersStatusWidget(self.meters_feed)
         self.right_tabs = QTabWidget()
