@@ -1,6 +1,6 @@
 """The main window: chats on the left, the conversation in the middle, machine, models and plan on
 the right. It lays out the views, owns menus, dialogs and drag-drop, and wires the controllers,
-which hold the state (plan_controller, chat_controller, documents_controller)."""
+which hold the state (the plan, chat, documents, server and hub controllers)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class MainWindow(QMainWindow):
         guard_wheel(self.plan_view)
         # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact form in
         # the status bar that stays visible whichever tab is open.
-        self.hub = HubView(tasks=self.ctx.tasks, detect=False)
+        self.hub = HubView(self.services.hub)
         self.center_tabs = QTabWidget()
         self.center_tabs.setObjectName("center_tabs")
         self.center_tabs.addTab(self.chat_view, "Chat")
@@ -151,7 +151,7 @@ class MainWindow(QMainWindow):
         assert isinstance(chat_layout, QVBoxLayout)
         chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
         docs.panel.attach_requested.connect(self._attach_documents)
-        self.hub.model_downloaded.connect(self._hub_downloaded)
+        self.services.hub.model_downloaded.connect(self._hub_downloaded)
         self.chat_list.rename_requested.connect(self._rename_chat)
         self.chat_list.delete_requested.connect(self.chats.delete)
         self.chat_list.export_requested.connect(self._export_chat)
@@ -224,7 +224,7 @@ class MainWindow(QMainWindow):
 
     # -- what the controllers report -----------------------------------------------------------
     def _plan_shown(self, p: Plan) -> None:
-        self.hub.set_target(p.target)
+        self.services.hub.set_target(p.target)
         self.documents.reply_tokens = self.chat_view.sampling.params().max_tokens
         self.documents.set_plan(p)
         self.chats.check_model()

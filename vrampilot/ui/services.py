@@ -2,9 +2,10 @@
 
 `build_context` (context.py) builds storage and the worker threads; `build_services` builds, on top
 of it, what the window and its controllers use but do not own: the sampler and the meters feed
-over it (the meters tab, the status bar and the Server tab read one), and the speed controller (the
-plan controller applies what it measures). The window receives them and builds none, so a test
-builds a controller with these on a temporary folder without a window.
+over it (the meters tab, the status bar and the Server tab read one), the speed controller (the
+plan controller applies what it measures) and the Hub controller (the Hub tab presents it). The
+window receives them and builds none, so a test builds a controller with these on a temporary
+folder without a window.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtCore import QObject
 
 from vrampilot.meters import Sampler
 from vrampilot.ui.context import AppContext
+from vrampilot.ui.hub_controller import HubController
 from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.speed_controller import SpeedController
 
@@ -27,6 +29,8 @@ class Services(QObject):
         self.sampler = sampler
         self.meters = MetersFeed(sampler, self)
         self.speed = SpeedController(ctx, self)
+        # The window sets the target the plan controller detected, so the Hub does not detect one.
+        self.hub = HubController(ctx.tasks, detect=False, parent=self)
 
 
 def build_services(ctx: AppContext) -> Services:
