@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.context import build_context
 from vrampilot.ui.main_window import MainWindow
+from vrampilot.ui.services import build_services
 from vrampilot.ui.theme import apply_theme
 
 
@@ -32,7 +33,7 @@ def main() -> int:
     app = QApplication(sys.argv[:1])
     apply_theme(app)
     ctx = build_context()
-    w = MainWindow(ctx)
+    w = MainWindow(ctx, build_services(ctx))
     w.resize(1500, 950)
     w.show()
     try:

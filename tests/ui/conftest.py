@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from PySide6.QtCore import QObject, QTimer
@@ -19,10 +20,14 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
+from testkit.machines import cpu_machine
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.speed.measured import HostProbe
+
+if TYPE_CHECKING:
+    from vrampilot.ui.context import AppContext
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).
@@ -44,6 +49,26 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_probe: HostProbe)
     # again at every window's start, and that probe would compete with the test for the CPU.
     save_probe(speed.fingerprint, replace(host_probe, others_cpu_share=0.0, app_busy=False))
     return tmp_path / "home"
+
+
+@pytest.fixture
+def app_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppContext]:
+    """A context as the app builds it, on this test's own data folder, planning for a fixed CPU
+    machine (no detection, and no speed probe: that machine has no record), for a controller driven
+    without the window (tests/ui/test_*_controller.py)."""
+    from vrampilot.ui.context import build_context
+
+    monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
+    ctx = build_context(machine=cpu_machine())
+    yield ctx
+    ctx.close()
+
+
+def heard(signal: Any) -> list[Any]:
+    """Every value a one-argument `signal` carries from now on, in order."""
+    values: list[Any] = []
+    signal.connect(values.append)
+    return values
 
 
 def seed_prefs(max_tokens: int = 24) -> None:
@@ -79,6 +104,7 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.services import build_services
     from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
@@ -86,7 +112,7 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
 
     def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
         ctx = build_context(machine=machine)  # type: ignore[arg-type]
-        w = MainWindow(ctx, initial_model=initial_model)
+        w = MainWindow(ctx, build_services(ctx), initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)
         with qtbot.waitActive(w):

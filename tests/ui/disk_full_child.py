@@ -44,11 +44,12 @@ def reply() -> dict[str, object]:
     from vrampilot.ui.chat_controller import ChatState
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.services import build_services
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     seed_prefs(max_tokens=6)
     ctx = build_context()
-    w = MainWindow(ctx)
+    w = MainWindow(ctx, build_services(ctx))
     w.show()
     out: dict[str, object] = {"planned": wait(app, lambda: w.plans.plan is not None, 60)}
     # The disk fills up while the reply streams: after the question was stored.

@@ -24,6 +24,7 @@ def main(model: Path) -> dict[str, object]:
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.plan_controller import LoadState
     from vrampilot.ui.prefs import Prefs
+    from vrampilot.ui.services import build_services
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     seed_prefs(max_tokens=6)
@@ -31,7 +32,7 @@ def main(model: Path) -> dict[str, object]:
     prefs.set_pins_for(model, FAST_PINS)
     prefs.sync()
     ctx = build_context()
-    w = MainWindow(ctx, initial_model=str(model))
+    w = MainWindow(ctx, build_services(ctx), initial_model=str(model))
     w.show()
     out: dict[str, object] = {"planned": wait(app, lambda: w.plans.plan is not None and w.plans.model_path == model, 60)}
 

@@ -12,6 +12,7 @@ from tests.ui.conftest import MAX_WORK_S, StallMeter, activate, screenshot, seed
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import LoadState
+from vrampilot.ui.services import build_services
 
 pytestmark = pytest.mark.slow
 
@@ -182,7 +183,7 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
 
     seed_prefs()
     ctx = build_context(engine=Engine(opener=slow_open))
-    w = MainWindow(ctx)
+    w = MainWindow(ctx, build_services(ctx))
     qtbot.addWidget(w)
     w.show()
     try:

@@ -58,11 +58,14 @@ def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:  # noqa: F8
 
 
 def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: str, models: Models) -> None:  # noqa: F811
+    from vrampilot.ui.hub_controller import HubController
     from vrampilot.ui.hub_view import HubView
+    from vrampilot.ui.workers import Tasks
 
     # 6.25 GiB of VRAM and 12 GiB of RAM at 32K context: fits, partial offload, too large. (At 6.5
     # GiB the 8B model now fits whole with a q4_0 cache, by 4 MiB: one logit row is reserved.)
-    view = HubView(target=gpu_target(vram_gib=6.25, ram_gib=12), n_ctx=32768)
+    view = HubView(HubController(Tasks(), target=gpu_target(vram_gib=6.25, ram_gib=12), n_ctx=32768))
+    hub_c = view.controller
     qtbot.addWidget(view)
     view.resize(1280, 820)
     view.show()
@@ -77,21 +80,21 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     shot(view, "search")
 
     view.table.selectRow(0)
-    qtbot.waitUntil(lambda: view.listing is not None and len(view.rows) == 5, timeout=10000)
-    waits.until(qtbot, lambda: all(r.badge or r.error for r in view.rows.values() if not r.model.is_mmproj), cpu_s=30)
-    fits = {name: view.badge_for(name) for name in view.rows}
+    qtbot.waitUntil(lambda: hub_c.listing is not None and len(hub_c.rows) == 5, timeout=10000)
+    waits.until(qtbot, lambda: all(r.badge or r.error for r in hub_c.rows.values() if not r.model.is_mmproj), cpu_s=30)
+    fits = {name: hub_c.badge_for(name) for name in hub_c.rows}
     assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
     assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]
     assert fits["gemma-3-27b-it-Q4_K_M.gguf"].fit is Fit.TOO_LARGE  # type: ignore[union-attr]
     assert fits["tiny-llama-F16.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
-    item = view.rows["qwen2.5-7b-instruct-Q4_K_M.gguf"].item
+    item = view.items["qwen2.5-7b-instruct-Q4_K_M.gguf"]
     assert item.text(3).endswith("tok/s")
     assert view.files.itemWidget(item, 2) is not None  # the coloured badge
     shot(view, "files")
 
     # Download the small one, slowly enough to watch it and pause it.
     hub.throttle_bps = 1_500_000
-    view.files.setCurrentItem(view.rows["tiny-llama-F16.gguf"].item)
+    view.files.setCurrentItem(view.items["tiny-llama-F16.gguf"])
     assert view.download_b.isEnabled()
     qtbot.mouseClick(view.download_b, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: 150 < view.progress.value() < 700, timeout=10000)
@@ -99,19 +102,19 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     assert "left" in view.progress_label.text()
     shot(view, "downloading")
     qtbot.mouseClick(view.pause_b, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not view.downloading, timeout=10000)
+    qtbot.waitUntil(lambda: not hub_c.downloading, timeout=10000)
     assert view.pause_b.text() == "Resume" and view.pending_label.isVisible()
     have = view.progress.value()
 
     hub.throttle_bps = 6_000_000
-    with qtbot.waitSignal(view.model_downloaded, timeout=15000) as sig:
+    with qtbot.waitSignal(hub_c.model_downloaded, timeout=15000) as sig:
         qtbot.mouseClick(view.pause_b, Qt.MouseButton.LeftButton)
     path = Path(sig.args[0])
     assert path.read_bytes() == models.tiny_llama.read_bytes()
     assert view.progress.value() == 1000 and have < 1000
     last = hub.file_requests("tiny-llama-F16.gguf")[-1]
     assert last.range != "bytes=0-" and last.bytes_sent < models.tiny_llama.stat().st_size
-    qtbot.waitUntil(lambda: not view.downloading, timeout=5000)
+    qtbot.waitUntil(lambda: not hub_c.downloading, timeout=5000)
     assert "sha256 verified" in view.progress_label.text()
     assert not view.pending_label.isVisible()
     shot(view, "done")
@@ -122,20 +125,23 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
 
 
 def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_env: Path) -> None:  # noqa: F811
+    from vrampilot.ui.hub_controller import HubController
     from vrampilot.ui.hub_view import HubView
+    from vrampilot.ui.workers import Tasks
 
-    view = HubView(target=gpu_target(vram_gib=8))
+    view = HubView(HubController(Tasks(), target=gpu_target(vram_gib=8)))
+    hub_c = view.controller
     qtbot.addWidget(view)
     view.resize(1100, 700)
     view.show()
     gated = "meta-llama/Llama-3.2-1B-Instruct-GGUF"
-    view.open_repo(gated)
-    qtbot.waitUntil(lambda: "l-Q8_0.gguf" in view.rows and view.rows["l-Q8_0.gguf"].error is not None, timeout=10000)
-    assert view.rows["l-Q8_0.gguf"].item.text(2) == "sign in to check"
-    view.files.setCurrentItem(view.rows["l-Q8_0.gguf"].item)
+    hub_c.open_repo(gated)
+    qtbot.waitUntil(lambda: "l-Q8_0.gguf" in hub_c.rows and hub_c.rows["l-Q8_0.gguf"].error is not None, timeout=10000)
+    assert view.items["l-Q8_0.gguf"].text(2) == "sign in to check"
+    view.files.setCurrentItem(view.items["l-Q8_0.gguf"])
     qtbot.mouseClick(view.download_b, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "gated or private" in view.status.text(), timeout=10000)
-    qtbot.waitUntil(lambda: not view.downloading, timeout=5000)
+    qtbot.waitUntil(lambda: not hub_c.downloading, timeout=5000)
 
     hub.add_user("hf_ok", "alice")
     hub.repos[gated].granted_tokens.add("hf_ok")
@@ -145,10 +151,10 @@ def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_
     dlg.check()
     qtbot.waitUntil(lambda: view.account.text().startswith("Signed in"), timeout=10000)
     assert (hf_env / "token").read_text() == "hf_ok"
-    qtbot.waitUntil(lambda: view.rows["l-Q8_0.gguf"].badge is not None, timeout=10000)
-    with qtbot.waitSignal(view.model_downloaded, timeout=10000):
+    qtbot.waitUntil(lambda: hub_c.rows["l-Q8_0.gguf"].badge is not None, timeout=10000)
+    with qtbot.waitSignal(hub_c.model_downloaded, timeout=10000):
         qtbot.mouseClick(view.download_b, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not view.downloading, timeout=5000)
+    qtbot.waitUntil(lambda: not hub_c.downloading, timeout=5000)
     assert "sign in to download" not in view.repo_label.text()
     shot(view, "gated")
     view.shutdown()

@@ -19,7 +19,7 @@ def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-
     assert [w.center_tabs.tabText(i) for i in range(w.center_tabs.count())] == ["Chat", "Hub"]
     assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters", "Server"]
     # The hub badges are computed for the same target the plan uses.
-    assert w.hub.target is w.plans.target
+    assert w.hub.controller.target is w.plans.target
     # Without NVML the meters say why the GPU part is empty, and still show RAM.
     assert "NVML" in w.sampler.gpu_status
     w.meters_status.clicked.emit()
@@ -33,7 +33,7 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
     downloaded = tmp_path / "downloaded.gguf"
     shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]
     w.center_tabs.setCurrentWidget(w.hub)
-    w.hub.model_downloaded.emit(str(downloaded))
+    w.hub.controller.model_downloaded.emit(str(downloaded))
     # The library refresh and the plan both run in workers; either may finish first.
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == downloaded, timeout=20000)
     qtbot.waitUntil(lambda: w.library_view.entry(downloaded) is not None, timeout=20000)

@@ -79,6 +79,7 @@ def launch_gui(model: str | None = None) -> int:
 
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
+    from vrampilot.ui.services import build_services
     from vrampilot.ui.theme import apply_theme
 
     # Worker threads (engine loop, sampler, pool tasks) run Python too; a shorter GIL switch
@@ -104,7 +105,7 @@ def launch_gui(model: str | None = None) -> int:
         QMessageBox.critical(None, "VRAM Pilot", text)
         instance.release()
         return 1
-    window = MainWindow(ctx, initial_model=model)
+    window = MainWindow(ctx, build_services(ctx), initial_model=model)
 
     class _Raiser(QObject):
         requested = Signal()

@@ -1,6 +1,6 @@
 """The main window: chats on the left, the conversation in the middle, machine, models and plan on
 the right. It lays out the views, owns menus, dialogs and drag-drop, and wires the controllers,
-which hold the state (plan_controller, chat_controller, documents_controller)."""
+which hold the state (the plan, chat, documents, server and hub controllers)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ from PySide6.QtWidgets import (
 from vrampilot.documents import is_supported
 from vrampilot.engine import GenerationStats, LoadResult
 from vrampilot.log import describe_error
-from vrampilot.meters import Sampler
 from vrampilot.planner.plan import Plan
 from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController, ChatState
@@ -44,26 +43,28 @@ from vrampilot.ui.hub_view import HubView
 from vrampilot.ui.library_view import LibraryView
 from vrampilot.ui.log_window import LogWindow
 from vrampilot.ui.menus import build_menus
-from vrampilot.ui.meters_feed import MetersFeed
 from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
 from vrampilot.ui.plan_controller import PlanController
 from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
 from vrampilot.ui.server_controller import ServerController
 from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.services import Services
 from vrampilot.ui.wheel_guard import guard_wheel
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, ctx: AppContext, initial_model: str | None = None) -> None:
+    def __init__(self, ctx: AppContext, services: Services, initial_model: str | None = None) -> None:
         super().__init__()
         self.ctx = ctx
+        self.services = services  # built by the composition root
+        self.sampler, self.meters_feed = services.sampler, services.meters
         self.setWindowTitle("VRAM Pilot")
         self.setAcceptDrops(True)
         self._shut = False
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
-        self.plans = PlanController(ctx, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self)
+        self.plans = PlanController(ctx, services.speed, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self)
         self.documents = DocumentsController(ctx, parent=self)
         self.chats = ChatController(ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask,
                                     parent=self)  # fmt: skip
@@ -98,13 +99,11 @@ class MainWindow(QMainWindow):
         guard_wheel(self.plan_view)
         # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact form in
         # the status bar that stays visible whichever tab is open.
-        self.hub = HubView(tasks=self.ctx.tasks, detect=False)
+        self.hub = HubView(self.services.hub)
         self.center_tabs = QTabWidget()
         self.center_tabs.setObjectName("center_tabs")
         self.center_tabs.addTab(self.chat_view, "Chat")
         self.center_tabs.addTab(self.hub, "Hub")
-        self.sampler = Sampler()
-        self.meters_feed = MetersFeed(self.sampler, self)
         self.meters_panel = MetersPanel(self.meters_feed)
         self.meters_status = MetersStatusWidget(self.meters_feed)
         self.right_tabs = QTabWidget()
@@ -152,7 +151,7 @@ class MainWindow(QMainWindow):
         assert isinstance(chat_layout, QVBoxLayout)
         chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
         docs.panel.attach_requested.connect(self._attach_documents)
-        self.hub.model_downloaded.connect(self._hub_downloaded)
+        self.services.hub.model_downloaded.connect(self._hub_downloaded)
         self.chat_list.rename_requested.connect(self._rename_chat)
         self.chat_list.delete_requested.connect(self.chats.delete)
         self.chat_list.export_requested.connect(self._export_chat)
@@ -225,7 +224,7 @@ class MainWindow(QMainWindow):
 
     # -- what the controllers report -----------------------------------------------------------
     def _plan_shown(self, p: Plan) -> None:
-        self.hub.set_target(p.target)
+        self.services.hub.set_target(p.target)
         self.documents.reply_tokens = self.chat_view.sampling.params().max_tokens
         self.documents.set_plan(p)
         self.chats.check_model()

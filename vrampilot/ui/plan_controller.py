@@ -68,6 +68,7 @@ class PlanController(QObject):
     def __init__(
         self,
         ctx: AppContext,
+        speed: SpeedController,
         plan_view: PlanView,
         library_view: LibraryView,
         hardware_view: HardwareView,
@@ -98,7 +99,7 @@ class PlanController(QObject):
         self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
         self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
         # Measures the machine and learns from replies; what it learns changes this target.
-        self.speed = SpeedController(ctx, self)
+        self.speed = speed
         self.speed.measured.connect(self._speed_measured)
         self.speed.status.connect(self.status)
         self.speed.measuring.connect(self.view.set_measuring)

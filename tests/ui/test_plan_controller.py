@@ -1,0 +1,94 @@
+"""The plan controller on its own, without the window: its three views, a context on this test's
+own data folder planning for a fixed CPU machine, real GGUF files (testkit) and the embedded model
+loaded by the real engine thread."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from testkit.gguf_models import write_model
+from tests.ui.conftest import FAST_PINS, heard
+from vrampilot.paths import embedded_model_path
+from vrampilot.planner.plan import Pins
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.hardware_view import HardwareView
+from vrampilot.ui.library_view import LibraryView
+from vrampilot.ui.plan_controller import LoadState, PlanController
+from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.speed_controller import SpeedController
+
+
+@pytest.fixture
+def plans(qtbot: QtBot, app_context: AppContext) -> Iterator[PlanController]:
+    views = PlanView(), LibraryView(), HardwareView()
+    for v in views:
+        qtbot.addWidget(v)
+    controller = PlanController(app_context, SpeedController(app_context), *views, confirm=lambda _t, _x: True)
+    yield controller
+    controller.shutdown()
+
+
+
+def start(qtbot: QtBot, plans: PlanController, model: Path | None = None) -> None:
+    with qtbot.waitSignal(plans.plan_shown, timeout=20000):
+        plans.start(model)
+
+
+def test_start_plans_the_built_in_model_for_the_fixed_machine(qtbot: QtBot, plans: PlanController) -> None:
+    status = heard(plans.status)
+    start(qtbot, plans)
+    assert plans.machine is plans.ctx.machine and plans.target is not None
+    assert plans.plan is not None and plans.plan.spec.path == embedded_model_path()
+    assert plans.plan.fits and plans.load_state is LoadState.UNLOADED
+    assert status[0] == "No GPU found: planning for the CPU"
+    qtbot.waitUntil(lambda: plans.library_view.entry(embedded_model_path()) is not None, timeout=20000)  # type: ignore[arg-type]
+
+
+def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(qtbot: QtBot, plans: PlanController,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    start(qtbot, plans)
+    tiny = write_model(tmp_path / "tiny-llama.gguf", "llama")
+    shown = heard(plans.plan_shown)
+    plans.add_models([tiny, tmp_path / "notes.txt"])  # only GGUF files join the library
+    qtbot.waitUntil(lambda: bool(shown) and shown[-1].spec.path == tiny, timeout=20000)
+    assert plans.model_path == tiny and plans.ctx.library.files() == [tiny]
+    qtbot.waitUntil(lambda: plans.library_view.entry(tiny) is not None, timeout=20000)
+
+    with qtbot.waitSignal(plans.plan_shown, timeout=20000, check_params_cb=lambda p: p.settings.n_ctx == 2048):
+        plans.set_pins(Pins(n_ctx=2048))
+    assert plans.ctx.prefs.pins_for(tiny).n_ctx == 2048  # remembered for this file
+
+    bad = tmp_path / "damaged.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 16)
+    with qtbot.waitSignal(plans.model_failed, timeout=20000) as failed:
+        plans.add_models([bad])
+    why = failed.args[0]
+    assert why.startswith("Could not read damaged.gguf: ") and why.endswith("; using tiny-llama.gguf instead")
+    assert "Traceback" not in why
+    assert plans.model_path == tiny and plans.plan is not None and plans.plan.spec.path == tiny
+
+    status = heard(plans.status)
+    text = plans.copy_command("bash")
+    assert "llama-server" in text and str(tiny) in text and "-c 2048" in text
+    assert status == ["Copied the llama-server command for bash (tiny-llama.gguf)"]
+
+
+def test_load_then_unload_the_built_in_model(qtbot: QtBot, plans: PlanController) -> None:
+    start(qtbot, plans)
+    states = heard(plans.load_state_changed)
+    with qtbot.waitSignal(plans.plan_shown, timeout=20000):
+        plans.set_pins(FAST_PINS)
+    with qtbot.waitSignal(plans.loaded, timeout=60000) as loaded:
+        plans.load()
+        assert plans.load_state is LoadState.LOADING
+    result = loaded.args[0]
+    assert result.plan.spec.path == embedded_model_path() and result.plan.settings.n_ctx == FAST_PINS.n_ctx
+    assert plans.load_state is LoadState.LOADED and plans.is_loaded(embedded_model_path())
+    assert plans.loaded_is_current()
+    with qtbot.waitSignal(plans.unloaded, timeout=20000):
+        plans.unload()
+    assert states == [LoadState.LOADED, LoadState.UNLOADED] and plans.load_result is None

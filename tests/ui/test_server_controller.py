@@ -1,0 +1,87 @@
+"""The server controller on its own, without the window: its panel, the plan controller it serves
+from, the sampler the composition root builds (ui/services.py), a context on this test's own data
+folder planning for a fixed CPU machine, and a real llama-server on 127.0.0.1 with the embedded
+model."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from tests.ui.conftest import FAST_PINS, heard
+from vrampilot.paths import embedded_model_path
+from vrampilot.server.chat import ServerBackend
+from vrampilot.ui.context import AppContext
+from vrampilot.ui.hardware_view import HardwareView
+from vrampilot.ui.library_view import LibraryView
+from vrampilot.ui.plan_controller import PlanController
+from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.server_controller import ServerController
+from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.services import Services, build_services
+
+
+@pytest.fixture
+def services(app_context: AppContext) -> Iterator[Services]:
+    s = build_services(app_context)
+    yield s
+    s.meters.stop()
+    s.sampler.close()
+
+
+@pytest.fixture
+def server(qtbot: QtBot, app_context: AppContext, services: Services) -> Iterator[ServerController]:
+    ctx = app_context
+    ctx.prefs.set_pins_for(embedded_model_path(), FAST_PINS)  # type: ignore[arg-type]
+    views = ServerPanel(), PlanView(), LibraryView(), HardwareView()
+    for v in views:
+        qtbot.addWidget(v)
+    panel, plan_view, library_view, hardware_view = views
+    plans = PlanController(ctx, services.speed, plan_view, library_view, hardware_view, confirm=lambda _t, _x: True)
+    controller = ServerController(ctx, panel, plans, services.sampler, confirm=lambda _t, _x: True)
+    yield controller
+    controller.shutdown()
+    plans.shutdown()
+
+
+
+def test_nothing_to_serve_before_a_plan_and_a_busy_port_is_named(qtbot: QtBot, server: ServerController) -> None:
+    status = heard(server.status)
+    server.start()
+    assert server.state == "stopped" and status == ["Cannot serve yet: Planning…"]
+
+    with qtbot.waitSignal(server.plans.plan_shown, timeout=20000):
+        server.plans.start(None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server.panel.port.setValue(port)
+        server.start()
+    assert server.state == "stopped" and server.server is None
+    free = server.panel.port.value()
+    assert free != port and status[-1] == f"Port {port} is in use by another program; port {free} is free"
+
+
+def test_serves_the_plan_then_hands_the_chat_and_meters_back(qtbot: QtBot, server: ServerController) -> None:
+    with qtbot.waitSignal(server.plans.plan_shown, timeout=20000):
+        server.plans.start(None)
+    backends = heard(server.backend_changed)
+    server.start()
+    assert server.state == "starting"
+    qtbot.waitUntil(lambda: server.state in ("ready", "crashed"), timeout=120000)
+    assert server.state == "ready", server.panel.log.toPlainText()[-2000:]
+    assert server.server is not None and server.config is not None
+    assert isinstance(backends[-1], ServerBackend) and server.sampler.pid == server.server.pid
+    pid = server.server.pid
+    server.start()  # the same plan again: it is already served
+    assert server.state == "ready" and server.server is not None and server.server.pid == pid
+
+    server.stop()
+    assert server.state == "stopping"
+    qtbot.waitUntil(lambda: server.state == "stopped", timeout=60000)
+    assert backends[-1] is None and server.sampler.pid == os.getpid() and server.server is None
