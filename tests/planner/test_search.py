@@ -189,3 +189,14 @@ def test_a_kv_cache_quantized_for_layers_says_so(embedded_model: Path) -> None:
     assert "full precision fits" not in kv_reason
     m = re.search(r"quantized because a full-precision cache fits only with (\d+) layers on the GPU, (\d+) with", kv_reason)
     assert m and int(m.group(1)) < int(m.group(2)) == p.settings.n_gpu_layers
+
+
+def test_a_gpu_no_larger_than_the_margin_is_said_so_not_blamed_on_a_layer(embedded_model: Path) -> None:
+    spec = load_model_spec(embedded_model)
+    small = plan(spec, target_from_vram(300 * 2**20, cpu_machine()))
+    assert small.settings.n_gpu_layers == 0
+    why = " ".join(small.reasons)
+    assert "300.00 MiB VRAM is no more than the 1.00 GiB kept free for the driver" in why
+    assert "one more would pass" not in why
+    roomy = plan(spec, target_from_vram(300 * 2**20, cpu_machine()).with_margin(64 * 2**20), Pins())
+    assert roomy.settings.n_gpu_layers > 0 and "kept free for the driver" not in " ".join(roomy.reasons)

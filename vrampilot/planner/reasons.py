@@ -116,6 +116,13 @@ def plan_reasons(
                 f"{format_bytes(mem.device.total_bytes)} of {format_bytes(budget)} VRAM with the "
                 f"{format_bytes(mem.device.margin_bytes)} safety margin."
             )
+        elif s.n_gpu_layers == 0 and len(target.gpus) == 1 and target.device_margin_bytes >= budget:
+            # "One more would pass" would blame the layer; what leaves no room is the margin.
+            r.append(
+                f"No layer on the GPU: its {format_bytes(budget)} VRAM is no more than the "
+                f"{format_bytes(target.device_margin_bytes)} kept free for the driver and other programs "
+                f"(--margin); all {max_ngl} layers run on the CPU ({speed.decode_tps:.1f} tokens/s)."
+            )
         else:
             r.append(
                 f"{s.n_gpu_layers} of {max_ngl} layers on the GPU: one more would pass the "
