@@ -21,7 +21,7 @@ from vrampilot.hardware.types import Machine
 from vrampilot.planner.cpu_speed import GraphFactors
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help="show GPUs (NVML), CPU, RAM, the llama.cpp build and measured speed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(

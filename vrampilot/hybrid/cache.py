@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.fp8 import Fp8Tensor, cat_fp8, quantize_fp8
 from vrampilot.hybrid.model import ModelConfig, Rope
-from vrampilot.hybrid.plan import RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
-from vrampilot.hybrid.q4 import Q4_GROUP, Q4Tensor, cat_q4, hadamard, quantize_q4
+from vrampilot.hybrid.plan import Q4_GROUP, RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
+from vrampilot.hybrid.q4 import Q4Tensor, cat_q4, hadamard, quantize_q4
 
 __all__ = ["RAW_BLOCK", "LayerPlan"]  # re-exported: the plan and its block size are part of this API
 

@@ -8,8 +8,9 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
@@ -314,7 +315,7 @@ def _choose(
             partial_pairs = kv_pairs if (pins.type_k or pins.type_v) else [p for p in kv_pairs if p[0] != "q4_0"]
             best: tuple[float, Settings] | None = None
             for kv in partial_pairs:
-                ngl = _max_layers(spec, target, lambda n, kv=kv: make(kv, n, ubatch0), g)
+                ngl = _max_layers(spec, target, partial(make, kv, ubatch=ubatch0), g)
                 if ngl is None:
                     continue
                 s = make(kv, ngl, ubatch0)
@@ -432,7 +433,7 @@ def _rounded(shares: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(float(max(1, round(1000 * x / total))) for x in shares)
 
 
-def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:
+def _max_layers(spec: ModelSpec, target: Target, build: Callable[[int], Settings], g: GraphEstimate) -> int | None:
     """Largest -ngl that fits, or None.
 
     VRAM use only grows with every layer moved to the GPU and host use only shrinks, so the
@@ -511,7 +512,7 @@ def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate
 
 
 def _next_ctx(n: int, up: bool) -> int:
-    p = 2 ** math.floor(math.log2(max(n, 1)))
+    p: int = 2 ** math.floor(math.log2(max(n, 1)))
     if up:
         return p * 2
     return p // 2 if p == n else p
