@@ -7,6 +7,7 @@ build's manifest); the probes describe CPUs whose CPUID and OS disagree, as VMs 
 from __future__ import annotations
 
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ endif()
 VARIANTS = recipe.x86_variants(CMAKE_EXCERPT)
 
 
-def cpu(advertised: set[str], runs: set[str], os_refused: set[str] = frozenset()) -> CpuProbe:  # type: ignore[assignment]
+def cpu(advertised: set[str], runs: set[str], os_refused: AbstractSet[str] = frozenset()) -> CpuProbe:
     results = []
     for f in FEATURES:
         if f in runs:

@@ -318,7 +318,8 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     pred = reply_prediction(later, m)
 
     def moved(ratio: float) -> float:
-        return min(FACTOR_MAX, max(FACTOR_MIN, ratio ** (1 / 3)))
+        root: float = ratio ** (1 / 3)
+        return min(FACTOR_MAX, max(FACTOR_MIN, root))
 
     if factors.decode_ratios:
         assert later.speed.decode_factor == pytest.approx(moved(factors.decode_ratios[0]))

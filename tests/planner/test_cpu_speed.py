@@ -13,7 +13,7 @@ import pytest
 from testkit.gguf_models import write_model
 from testkit.machines import cpu_machine, measured_machine, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware.measured import RateAt
+from vrampilot.hardware.measured import HostProbe, RateAt
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.search import Pins, plan
 from vrampilot.planner.speed import SpeedModel
@@ -27,7 +27,7 @@ def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
     return load_model_spec(path)
 
 
-def _model(spec: ModelSpec, probe, pins: Pins | None = None, cores: int = 1) -> SpeedModel:  # type: ignore[no-untyped-def]
+def _model(spec: ModelSpec, probe: HostProbe | None, pins: Pins | None = None, cores: int = 1) -> SpeedModel:
     target = target_cpu_only(measured_machine(probe, cores=cores))
     p = plan(spec, target, pins or Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
     return SpeedModel(spec, p.settings, target, p.memory)
@@ -37,6 +37,7 @@ def test_decoding_reads_every_matrix_at_its_measured_rate(q8_llama: ModelSpec) -
     slow, fast = _model(q8_llama, uniform_probe(5.0)), _model(q8_llama, uniform_probe(10.0))
     # Node cost is zero in these probes, attention cost is the same: the weights' time halves.
     table = weight_table(q8_llama)
+    assert table.output is not None
     weights = sum(m.bytes_active for layer in table.layers for m in layer.matrices) + table.output.bytes_active
     assert slow.decode_seconds(1) - fast.decode_seconds(1) == pytest.approx(weights / 10e9, rel=1e-6)
 

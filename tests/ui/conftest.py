@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from PySide6.QtCore import QObject, QTimer
@@ -23,6 +24,12 @@ from vrampilot.engine import SamplingParams
 from vrampilot.hardware.measured import HostProbe
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Pins
+
+if TYPE_CHECKING:
+    from vrampilot.ui.main_window import MainWindow
+
+# What the open_window fixture gives a test: open_window(wait_plan=..., initial_model=..., machine=...).
+OpenWindow = Callable[..., "MainWindow"]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).
@@ -74,7 +81,7 @@ def activate(qtbot: QtBot, w: QWidget) -> None:
 
 
 @pytest.fixture
-def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
+def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow

@@ -12,7 +12,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
@@ -29,7 +31,7 @@ def fill() -> None:
         f.write(b"\0" * free)
 
 
-def wait(app: QApplication, cond, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+def wait(app: QApplication, cond: Callable[[], object], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         app.processEvents()
@@ -45,7 +47,8 @@ def reply() -> dict[str, object]:
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seed_prefs(max_tokens=6)
     ctx = build_context()
     w = MainWindow(ctx)
@@ -76,7 +79,8 @@ def start() -> dict[str, object]:
     from vrampilot.ui.launch import launch_gui
 
     fill()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seen: list[str] = []
 
     def answer_the_dialog() -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
@@ -25,7 +26,8 @@ def main(model: Path) -> dict[str, object]:
     from vrampilot.ui.plan_controller import LoadState
     from vrampilot.ui.prefs import Prefs
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seed_prefs(max_tokens=6)
     prefs = Prefs()
     prefs.set_pins_for(model, FAST_PINS)

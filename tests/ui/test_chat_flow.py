@@ -3,15 +3,25 @@ edit, overflow, restart and find the chat again, with the GUI thread never block
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, activate, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, activate, screenshot, seed_prefs
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import LoadState
+
+if TYPE_CHECKING:
+    import llama_cpp
+
+    from vrampilot.engine.loader import ProgressFn
+    from vrampilot.planner.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +31,7 @@ def _reply_done(w: MainWindow) -> bool:
     return w.chats.state is ChatState.IDLE
 
 
-def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window()
     meter = StallMeter()
@@ -58,7 +68,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.keyClicks(view.input, "And of Italy?")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 4, cpu_s=60)
-    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
+    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type]  # chat_id: set once the chat has messages
     assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
 
     # Stop: a long reply, Esc after a few tokens; the partial reply is kept and marked.
@@ -121,7 +131,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.waitUntil(lambda: w2.chat_list.ids() == [], timeout=3000)
 
 
-def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_sending_first_loads_the_model_then_answers(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     assert not w.ctx.engine.engine.loaded
@@ -140,7 +150,7 @@ def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -
     qtbot.waitUntil(lambda: w.chat_view.input.hasFocus(), timeout=2000)
 
 
-def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()
     from dataclasses import replace
@@ -164,7 +174,7 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot:
     assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
 
 
-def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_stops_a_slow_load(qtbot: QtBot, home: Path) -> None:
     """A load made slow on purpose (its progress callback sleeps) is cancelled from the button."""
     import time
 
@@ -172,7 +182,13 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
     from vrampilot.engine.loader import open_llama
     from vrampilot.ui.context import build_context
 
-    def slow_open(path, settings, *, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+    def slow_open(
+        path: str | Path,
+        settings: Settings,
+        *,
+        progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> llama_cpp.Llama:
         def crawl(v: float) -> None:
             time.sleep(0.02)
             if progress is not None:
@@ -200,7 +216,7 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
         ctx.close()
 
 
-def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: QtBot) -> None:
     from dataclasses import replace
 
     from PySide6.QtWidgets import QPushButton

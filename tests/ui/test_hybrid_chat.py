@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -33,7 +33,7 @@ def _pick(w: MainWindow, backend: str) -> None:
     view.backend.setCurrentIndex(view.backend.findData(backend))
 
 
-def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     view = w.chat_view
@@ -110,7 +110,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert "KV held" not in w2.meters_status.label.text()
 
 
-def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     from testkit.gguf_models import write_model
 
     seed_prefs()
@@ -127,7 +127,7 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBo
     assert w.meters_panel.kv_box.isHidden()
 
 
-def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window: OpenWindow, qtbot: QtBot) -> None:
     """Each hybrid config is a choice in the chat's backend menu with the bytes it would hold: at the
     model's full context for a new chat, at the chat's length once it has replies; picking one
     stores it with the chat, and the reply comes from that config (its bytes in the reply's line)."""

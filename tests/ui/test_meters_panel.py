@@ -41,7 +41,10 @@ def _shot(widget: QWidget, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     if isinstance(widget, MetersPanel):
         # As tall as its content, so the picture shows every meter without the scroll bar.
-        content = widget.findChild(QScrollArea).widget()  # type: ignore[union-attr]
+        area = widget.findChild(QScrollArea)
+        assert area is not None
+        content = area.widget()
+        assert content is not None
         widget.show()  # layouts of a never-shown widget are not activated
         QApplication.processEvents()
         widget.resize(widget.width(), content.heightForWidth(content.width()) + 4)

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.server.test_rpc import start_rpc_host
-from tests.ui.conftest import screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -20,7 +20,7 @@ from vrampilot.ui.main_window import MainWindow
 pytestmark = pytest.mark.slow
 
 
-def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_plan_with_rpc_hosts_and_chat_through_them(open_window: OpenWindow, qtbot: QtBot) -> None:
     hosts = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{h.argv[h.argv.index('-p') + 1]}" for h in hosts]
     try:

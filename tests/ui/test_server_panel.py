@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
 from vrampilot.ui.chat_controller import ChatState
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai")
 
 
-def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_serve_from_the_app_chat_through_it_and_stop(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()
     panel = w.server_panel
@@ -89,7 +89,7 @@ def serve_from_the_window(w: MainWindow, qtbot: QtBot) -> int:
     return pid
 
 
-def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_crashed_server_says_so_and_the_chat_returns(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     panel = w.server_panel
     pid = serve_from_the_window(w, qtbot)
@@ -97,13 +97,13 @@ def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot
     qtbot.waitUntil(lambda: w.server.state == "crashed", timeout=10000)
     assert "llama-server was killed by SIGKILL (the system may have run out of memory)" in panel.status.text()
     assert w.chats.served is None and panel.start.isEnabled()
-    qtbot.waitUntil(lambda: w.sampler.pid == os.getpid() and w.sampler.latest() is not None
-                    and w.sampler.latest().host.process_rss_bytes > 0, timeout=10000)  # fmt: skip
+    qtbot.waitUntil(lambda: w.sampler.pid == os.getpid() and (s := w.sampler.latest()) is not None
+                    and s.host.process_rss_bytes > 0, timeout=10000)  # fmt: skip
     w.right_tabs.setCurrentWidget(panel)
     screenshot(w, "17-server-crashed")
 
 
-def test_a_port_in_use_suggests_a_free_one(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_port_in_use_suggests_a_free_one(open_window: OpenWindow, qtbot: QtBot) -> None:
     import socket
 
     w: MainWindow = open_window()
@@ -118,7 +118,7 @@ def test_a_port_in_use_suggests_a_free_one(open_window, qtbot: QtBot) -> None:  
         assert w.server_panel.port.value() != port
 
 
-def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=300)
     w: MainWindow = open_window()
     panel, view = w.server_panel, w.chat_view
@@ -142,7 +142,7 @@ def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, q
     assert not is_alive(pid)
 
 
-def test_the_network_key_is_required_and_on_no_command_line(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_the_network_key_is_required_and_on_no_command_line(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     panel = w.server_panel

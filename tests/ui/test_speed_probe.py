@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, QThreadPool
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, screenshot, seed_prefs
 from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
 from vrampilot.paths import data_dir
 from vrampilot.ui.chat_controller import ChatState
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 
-def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
     (data_dir() / FILE_NAME).unlink()  # nobody measured this machine yet
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window(wait_plan=False)
@@ -76,7 +76,7 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     screenshot(w, "speed-plan")
 
 
-def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_window: OpenWindow, qtbot: QtBot) -> None:
     """The probe's own pace gauge read slower than replies' usual since: its figures were read slow
     too, so the next start measures again and says why beside the prediction, which keeps the old
     figures meanwhile. Closed before it ends, the app keeps the old record (and measures at the
@@ -111,7 +111,7 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     assert again.probe == before.probe and again.paces == before.paces and again.probe_read_slow
 
 
-def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window: OpenWindow, qtbot: QtBot) -> None:
     """The probe stops with the window and the context waits for it. A worker still measuring after
     the window was gone (the context waited 5 s; a reading of the built-in model takes longer on a
     busy machine) emitted into freed objects and crashed the process at the next window's start."""
