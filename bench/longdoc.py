@@ -20,6 +20,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,7 +46,7 @@ FILLER = (
 )
 
 
-def write_document(path: Path, target_tokens: int, count) -> int:  # type: ignore[no-untyped-def]
+def write_document(path: Path, target_tokens: int, count: Callable[[str], int]) -> int:
     """A Markdown report grown section by section until it holds `target_tokens` tokens."""
     rng = random.Random(3)
     parts = ["# Municipal Infrastructure Review\n"]

@@ -120,7 +120,8 @@ def replayed_before(spec: Any, target: Any, row: dict[str, Any]) -> float:
     p = plan(spec, target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
     n = row["prompt_tokens"]
     pred = reply_prediction(p, ReplyMeasurement(n, n, row["generated"], 0.0, 0.0), calibrated=False)
-    return float(pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps) / row["measured_tps"]
+    ratio: float = float(pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps) / row["measured_tps"]
+    return ratio
 
 
 def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
@@ -324,10 +325,12 @@ def main() -> int:
                                                          for w in wanted)}  # fmt: skip
 
     machine = detect_machine()
+    assert machine.speed is not None  # detect_machine() reads or makes the speed record
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
     print("1. Speed probe (what the app's first start runs)", flush=True)
     probe = measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=types)
-    machine = replace(machine, speed=save_probe(machine.speed.fingerprint, probe))
+    speed = save_probe(machine.speed.fingerprint, probe)
+    machine = replace(machine, speed=speed)
     print("\n".join(format_probe(probe)), flush=True)
     gauge_at_probe = ram_gauge()
     print(f"  RAM gauge right after the probe: {gauge_at_probe:.1f} GB/s (1 thread, mean of three passes)", flush=True)
@@ -342,7 +345,7 @@ def main() -> int:
     from vrampilot.hardware.speed_store import load_machine_speed
 
     before = predict(cases, machine)
-    after = predict(cases, replace(machine, speed=load_machine_speed(machine.speed.fingerprint)))
+    after = predict(cases, replace(machine, speed=load_machine_speed(speed.fingerprint)))
     replies = [entry for c in calibrations for entry in c.log]
 
     rows = []
