@@ -42,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vrampilot.hybrid.config import CONFIGS, HybridConfig, get_config  # noqa: E402
+from vrampilot.hybrid.config import CONFIGS, CacheShape, HybridConfig, get_config  # noqa: E402
 from vrampilot.units import format_bytes, format_tokens  # noqa: E402
 
 # Passkey cases at a length for its target to count (5 depths x 8 keys).
@@ -372,7 +372,7 @@ def with_head_reach(cfg: HybridConfig, path: Path) -> HybridConfig:
     return cfg.with_reach_rows(rows, name=f"{cfg.name}+{path.stem}")
 
 
-def reusable(saved: dict[str, Any], cfg: object, shape: object, model_name: str, lengths: list[int], texts: list[str],
+def reusable(saved: dict[str, Any], cfg: HybridConfig, shape: CacheShape, model_name: str, lengths: list[int], texts: list[str],
              passkey_lengths: list[int], depths: list[float], trials: int) -> tuple[tuple[str, ...], str]:
     """Which methods a new run may take from `saved` (merged saved runs), and why: the full cache
     whenever the run repeats exactly the saved inputs; the same-bytes baselines only when the new
@@ -399,11 +399,11 @@ def reusable(saved: dict[str, Any], cfg: object, shape: object, model_name: str,
 
     old = HybridConfig(**{k: tuples(v) for k, v in saved["config_fields"].items()})
     points = set(lengths) | {int(c["prompt_tokens"]) for c in saved["passkey_cases"]}
-    extra = {n: config_kv_bytes(cfg, shape, n) - config_kv_bytes(old, shape, n) for n in sorted(points)}  # type: ignore[arg-type]
+    extra = {n: config_kv_bytes(cfg, shape, n) - config_kv_bytes(old, shape, n) for n in sorted(points)}
     # Under one f16 token of the whole cache more, the baselines this config would get are the saved
     # ones or longer by one token (f16 window) or a few (q4_0): a difference a key 2K back or a
     # perplexity over 8K tokens cannot see, and rerunning them triples every case's cost.
-    one_token = shape.f16_kv_bytes_per_token  # type: ignore[attr-defined]
+    one_token = shape.f16_kv_bytes_per_token
     more = [n for n, b in extra.items() if b >= one_token]
     if more:
         return ("full",), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"

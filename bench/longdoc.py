@@ -107,7 +107,7 @@ def main() -> int:
     r2 = engine.chat(follow.messages, greedy)
 
     store = KvStateStore(tmp / "states")
-    key = state_key(model, engine.settings, docs.hashes)  # type: ignore[arg-type]
+    key = state_key(model, engine.settings, docs.hashes)  # type: ignore[arg-type]  # the engine has loaded: settings is set
     saved = store.save(engine, key)
     engine.unload()
 

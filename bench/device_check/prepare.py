@@ -139,7 +139,7 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
         target = type(target)(**{**target.__dict__, "gpus": (gpu,)})
         for g in GRID:
             ngl = spec.n_layer + 1 if g["n_gpu_layers"] == "all" else (spec.n_layer + 1) // 2
-            s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]
+            s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]  # a dict of Settings fields
             mem = memory_breakdown(spec, s, target)
             dev = mem.per_device[0]
             cases.append({

@@ -43,8 +43,8 @@ def _qkv(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def _layer(kind: str, **cfg: object) -> HybridLayer:
-    c = HybridConfig(**cfg).validate()  # type: ignore[arg-type]
-    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE)  # type: ignore[arg-type]
+    c = HybridConfig(**cfg).validate()  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
+    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE)  # type: ignore[arg-type]  # cfg is a HybridConfig built from the fields
 
 
 def _run(layer: LayerCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -154,7 +154,7 @@ def test_logits_equal_full_cache_when_compression_is_off(tiny_llama: TinyLlama) 
                                  {"key_pool": "rerope"}, {"layout_cycle": "W"}])
 def test_chunked_prefill_equals_token_by_token(cfg: dict[str, object]) -> None:
     base: dict[str, object] = {"n_sink": 2, "window": 8, "csa_ratio": 4, "hca_ratio": 8, "top_k": 2}
-    c = HybridConfig(**{**base, **cfg}).validate()  # type: ignore[arg-type]
+    c = HybridConfig(**{**base, **cfg}).validate()  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
     q, k, v = _qkv(50, seed=5)
     outs = []
     for chunk in (1, 6, 50):

@@ -52,7 +52,7 @@ def test_head_kinds_override_the_layer_kind() -> None:
     with pytest.raises(UserError, match="distinct"):
         HybridConfig(retrieval_heads=((1, 2), (1, 2))).validate()
     with pytest.raises(UserError, match="unknown layer kind"):
-        HybridConfig(retrieval_kind="X").validate()  # type: ignore[arg-type]
+        HybridConfig(retrieval_kind="X").validate()  # type: ignore[arg-type]  # a bad value on purpose: validate() must refuse it
 
 
 def test_calibrated_heads_apply_only_to_their_model() -> None:

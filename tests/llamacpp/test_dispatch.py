@@ -80,7 +80,7 @@ def test_natively_the_best_variant_this_cpu_really_runs_is_loaded(native: dict[s
     assert native["mode"] == "dispatched", native["dispatch"]
     manifest = read_manifest(Path(native["lib_dir"]))
     assert manifest is not None
-    expected = choose_variant(manifest["cpu_variants"], cpu_probe.run_probes())  # type: ignore[arg-type]
+    expected = choose_variant(manifest["cpu_variants"], cpu_probe.run_probes())  # type: ignore[arg-type]  # the manifest's JSON list
     assert expected is not None and native["variant"] == expected.name
     assert "CPU" in native["registered"]
     assert_llama_cpp_runs_the_variant(native)

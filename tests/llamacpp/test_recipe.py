@@ -16,7 +16,7 @@ from vrampilot.llamacpp import backends
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging" / "engine"))
 import build as recipe
 
-LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[arg-type,union-attr]
+LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[arg-type,union-attr]  # llama_cpp is installed: it has a spec and an origin
 
 
 def test_installed_engine_carries_this_recipes_key() -> None:

@@ -223,8 +223,8 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
     from vrampilot.hardware.measured import ElementwiseRates, RateAt
 
     shape = {"weight_type": "q8_0", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_ff": 512}
-    gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]
-    llama = load_model_spec(write_model(tmp_path / "l.gguf", "llama", **shape))  # type: ignore[arg-type]
+    gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
+    llama = load_model_spec(write_model(tmp_path / "l.gguf", "llama", **shape))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
     g, ll = weight_table(gemma).layers[0].elementwise, weight_table(llama).layers[0].elementwise
     # Gemma 3: a gated GELU, per-head Q and K norms over all their heads, norms after attention and
     # the feed-forward; a Llama block: two norms and a gated SiLU. RoPE over the Q and K heads.

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 from PySide6.QtCore import QObject, QTimer
@@ -88,10 +88,10 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
-    apply_theme(QApplication.instance())  # type: ignore[arg-type]
+    apply_theme(cast(QApplication, QApplication.instance()))  # Qt types it as the QCoreApplication base
 
     def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
-        ctx = build_context(machine=machine)  # type: ignore[arg-type]
+        ctx = build_context(machine=machine)  # type: ignore[arg-type]  # machine: a Machine, or None for this one
         w = MainWindow(ctx, initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)

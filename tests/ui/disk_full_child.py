@@ -62,14 +62,14 @@ def reply() -> dict[str, object]:
     out["banner"] = w.chat_view.banner_text.text()
     out["send_enabled"] = w.chat_view.send_button.isEnabled()
     out["reply_on_screen"] = [m.role for m in w.chat_view.messages()]
-    out["stored_before"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored_before"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     FILLER.unlink()
     save = w.chat_view.banner.findChild(QPushButton, "save_again")
     out["save_again"] = save is not None
     if save is not None:
         save.click()
         app.processEvents()
-    out["stored_after"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored_after"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     w.shutdown()
     ctx.close()
     return out

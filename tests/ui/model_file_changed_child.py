@@ -47,7 +47,7 @@ def main(model: Path) -> dict[str, object]:
     out["second_idle"] = ask("Another one?")
     out["banner"] = w.chat_view.banner_text.text() if w.chat_view.banner_visible() else ""
     out["load_state"] = w.plans.load_state.value
-    out["stored"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     retry = w.chat_view.banner.findChild(QPushButton, "answer")
     if retry is not None:  # Try again: the file is loaded as it is now, and llama.cpp refuses it
         retry.click()

@@ -43,7 +43,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
     assert not w.plan_view.progress.isVisible()
     assert "Loaded: SmolLM2-135M-Instruct.Q4_1.gguf, 1K context" in w.plan_view.load_status.text()
-    assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]
+    assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]  # the window has planned by now
 
     # Send with Ctrl+Enter; the reply streams in.
     view = w.chat_view
@@ -59,7 +59,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     assert msgs[1].text() and msgs[1].stats.isVisible()
     assert "tokens/s" in msgs[1].stats.text() and "context" in msgs[1].stats.text()
     assert msgs[1].regenerate_button.isVisible()
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].stats is not None
     with meter.paused():
         screenshot(w, "04-reply")
@@ -78,18 +78,18 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     waits.until(qtbot, lambda: len(view.streamed_text()) > 20, cpu_s=30)
     qtbot.keyClick(view.input, Qt.Key.Key_Escape)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 400
     assert "stopped" in view.messages()[-1].stats.text()
 
     # Regenerate the last reply: replaced, not added.
     view.sampling.max_tokens.setValue(16)
-    n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]
+    n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]  # chat_id: set once a message was sent
     qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == n_before, cpu_s=60)
-    regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
-    assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]
+    regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]  # an assistant message stores its stats
 
     # Edit the first question and continue from there: what came after it is replaced.
     qtbot.mouseClick(view.messages()[0].edit_button, Qt.MouseButton.LeftButton)
@@ -97,12 +97,12 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     view.input.setPlainText("What is the capital of Spain?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
     assert [m.role for m in stored] == ["user", "assistant"]
-    assert w.ctx.store.get_chat(w.chats.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(w.chats.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]  # chat_id: set once a message was sent
     # The edited turn reuses the cached prefix before it (system prompt, template header).
-    assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]
+    assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]  # an assistant message stores its stats
 
     # Copy puts the raw Markdown on the clipboard.
     from PySide6.QtGui import QGuiApplication
@@ -114,7 +114,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     assert meter.ticks > 100
     assert meter.max_work_s < MAX_WORK_S, meter.report()
     print(meter.report())
-    chat_id, title = w.chats.chat_id, w.ctx.store.get_chat(w.chats.chat_id).title  # type: ignore[arg-type]
+    chat_id, title = w.chats.chat_id, w.ctx.store.get_chat(w.chats.chat_id).title  # type: ignore[arg-type]  # chat_id: set once a message was sent
     w.close()
 
     # Restart: the chat is listed and reopened with its messages.
@@ -138,7 +138,7 @@ def test_sending_first_loads_the_model_then_answers(open_window: OpenWindow, qtb
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
     # Ctrl+N starts a new chat; the old one stays in the list.
     old = w.chats.chat_id
     activate(qtbot, w)  # offscreen has no window manager to keep the window active
@@ -162,16 +162,16 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window: OpenWi
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
-    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     screenshot(w, "09-overflow")
     from PySide6.QtWidgets import QPushButton
 
     bigger = w.chat_view.banner.findChild(QPushButton, "replan_bigger")
     assert bigger is not None and "1K context" in bigger.text()
     qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1024
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
 
 
 def test_cancel_stops_a_slow_load(qtbot: QtBot, home: Path) -> None:

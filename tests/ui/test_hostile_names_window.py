@@ -21,7 +21,7 @@ from vrampilot.ui.main_window import MainWindow
 
 def test_export_refuses_for_cmd_and_quotes_for_bash(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     model = tmp_path / '100% "x" & \x1b[2J\nmodel.gguf'
-    shutil.copy(embedded_model_path(), model)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), model)  # type: ignore[arg-type]  # the embedded model is installed here
     w: MainWindow = open_window(initial_model=str(model))
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, timeout=20000)
     clipboard = QGuiApplication.clipboard()
@@ -32,7 +32,7 @@ def test_export_refuses_for_cmd_and_quotes_for_bash(open_window: OpenWindow, qtb
         act.trigger()
         assert clipboard.text() == "what the user had"
         assert "cannot write" in w.status.text() and "rename the file" in w.status.text()
-    w.findChild(QAction, "menu_export_bash").trigger()  # type: ignore[union-attr]
+    w.findChild(QAction, "menu_export_bash").trigger()  # type: ignore[union-attr]  # the window has this menu action
     line = clipboard.text()
     dump = tmp_path / "llama-server"
     dump.write_text(DUMP_ARGV)

@@ -80,10 +80,10 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     qtbot.waitUntil(lambda: view.listing is not None and len(view.rows) == 5, timeout=10000)
     waits.until(qtbot, lambda: all(r.badge or r.error for r in view.rows.values() if not r.model.is_mmproj), cpu_s=30)
     fits = {name: view.badge_for(name) for name in view.rows}
-    assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
-    assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]
-    assert fits["gemma-3-27b-it-Q4_K_M.gguf"].fit is Fit.TOO_LARGE  # type: ignore[union-attr]
-    assert fits["tiny-llama-F16.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
+    assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["gemma-3-27b-it-Q4_K_M.gguf"].fit is Fit.TOO_LARGE  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["tiny-llama-F16.gguf"].fit is Fit.GPU  # type: ignore[union-attr]  # every listed file has a badge
     item = view.rows["qwen2.5-7b-instruct-Q4_K_M.gguf"].item
     assert item.text(3).endswith("tok/s")
     assert view.files.itemWidget(item, 2) is not None  # the coloured badge

@@ -55,7 +55,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     meter.start()
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]  # chat_id: set once a message was sent
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     assert not view.backend.isEnabled()  # no switching mid-reply
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
@@ -63,7 +63,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     print(meter.report())
     assert meter.max_work_s < MAX_WORK_S, meter.report()
 
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content
     stats = stored[1].stats
     assert stats is not None and stats["backend"] == BACKEND_HYBRID
@@ -74,13 +74,13 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     assert view.backend.isEnabled()
     # The meters show the session's own numbers, in the panel and the status bar.
     hybrid = w.chats.backend
-    session = hybrid.chat.session  # type: ignore[attr-defined]
+    session = hybrid.chat.session  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     assert session is not None
     held, full = session.kv_bytes_held(), session.full_cache_bytes()
     assert (held, full) == (stats["kv_bytes_held"], stats["kv_full_f16_bytes"])
     kv_text = w.meters_panel.kv_label.text()
     assert kv_text.startswith("KV cache held: ") and "for the full f16 cache (" in kv_text
-    assert kv_text == hybrid.usage().text()  # type: ignore[attr-defined]
+    assert kv_text == hybrid.usage().text()  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     assert "KV held" in w.meters_status.label.text()
     w.right_tabs.setCurrentWidget(w.meters_panel)
     screenshot(w, "hybrid-01-reply")
@@ -93,7 +93,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
     assert last.stats["reused_tokens"] == stats["context_used"]
@@ -105,7 +105,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     assert w2.chats.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
     assert "hybrid cache (torch)" in w2.chat_view.messages()[1].stats.text()
     _pick(w2, BACKEND_LLAMA)
-    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]
+    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert w2.chat_view.backend_note.isHidden() and w2.meters_panel.kv_box.isHidden()
     assert "KV held" not in w2.meters_status.label.text()
 
@@ -161,10 +161,10 @@ def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window:
     stats = w.ctx.store.messages(chat_id)[-1].stats
     assert stats is not None and stats["hybrid_config"] == "retrieval-broad"
     hybrid = w.chats.backend
-    assert hybrid.chat.config == "retrieval-broad"  # type: ignore[attr-defined]
+    assert hybrid.chat.config == "retrieval-broad"  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     # Now every label is at the chat's length, and the chosen config's is what its cache holds.
     n = stats["context_used"]
-    held = hybrid.usage().held_bytes  # type: ignore[attr-defined]
+    held = hybrid.usage().held_bytes  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     label = view.backend.itemText(view.backend.findData(broad))
     assert f" · {format_bytes(held)}, " in label and f"at {n} tokens" in label
     assert view.current_backend() == broad

@@ -31,7 +31,7 @@ def test_hub_and_meters_tabs_are_there(open_window: OpenWindow) -> None:
 def test_a_download_from_the_hub_becomes_the_selected_model(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     w = open_window()
     downloaded = tmp_path / "downloaded.gguf"
-    shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]  # the embedded model is installed here
     w.center_tabs.setCurrentWidget(w.hub)
     w.hub.model_downloaded.emit(str(downloaded))
     # The library refresh and the plan both run in workers; either may finish first.

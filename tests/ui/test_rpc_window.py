@@ -34,7 +34,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window: OpenWindow, qtbo
         assert p is not None and p.fits
         assert [g.llama_name for g in p.target.gpus] == ["RPC0", "RPC1"]
         assert view.gpu_bar.isVisible() and view.device_bars[0].isVisible()
-        assert view.gpu_bar.data() is not None and view.gpu_bar.data().title == "RPC0"  # type: ignore[union-attr]
+        assert view.gpu_bar.data() is not None and view.gpu_bar.data().title == "RPC0"  # type: ignore[union-attr]  # the bar was given its data
         assert "RPC host " + endpoints[0] in view.reasons.text()
         assert w.ctx.prefs.rpc_hosts().startswith(endpoints[0])
 
@@ -50,7 +50,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window: OpenWindow, qtbo
         screenshot(w, "18-rpc-hosts")
 
         # A host goes away: the server stops with llama.cpp's reason, the window goes on.
-        hosts[1].proc.kill()  # type: ignore[union-attr]
+        hosts[1].proc.kill()  # type: ignore[union-attr]  # a started host has its process
         qtbot.keyClicks(w.chat_view.input, "And of Italy?")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
         waits.until(qtbot, lambda: w.server.state == "crashed" and w.chats.state is ChatState.IDLE, cpu_s=60)

@@ -42,12 +42,12 @@ def test_first_start_shows_the_machine_and_the_embedded_model(open_window: OpenW
     assert w.plans.model_path == embedded_model_path()
     QApplication.processEvents()
     assert w.library_view.selected_path() == embedded_model_path()
-    entry = w.library_view.entry(embedded_model_path())  # type: ignore[arg-type]
+    entry = w.library_view.entry(embedded_model_path())  # type: ignore[arg-type]  # the embedded model is installed here
     assert entry is not None and entry.embedded and entry.badge in ("CPU only", "Fits on GPU", "Partial offload")
     assert w.plans.plan is not None and w.plans.plan.fits
     assert w.plan_view.verdict.text().count("Fits") == 1
     assert w.plan_view.ram_bar.data() is not None
-    assert w.plan_view.ram_bar.data().parts == w.plans.plan.memory.host  # type: ignore[union-attr]
+    assert w.plan_view.ram_bar.data().parts == w.plans.plan.memory.host  # type: ignore[union-attr]  # the bar was given its data
     assert w.plan_view.reasons.text().count("<li>") >= len(w.plans.plan.reasons)
     assert w.plan_view.alternatives.rowCount() == len(w.plans.plan.alternatives) > 0
     assert "selected" in w.chat_view.empty_hint.text()
@@ -66,7 +66,7 @@ def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window: OpenWindo
     assert w.plans.plan is not None
     assert w.plans.plan.pins.n_ctx == w.plans.plan.settings.n_ctx
     assert w.plans.plan.memory.host.kv_bytes < before.memory.host.kv_bytes
-    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plans.plan.memory.host.kv_bytes  # type: ignore[union-attr]
+    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plans.plan.memory.host.kv_bytes  # type: ignore[union-attr]  # the bar was given its data
     assert not w.plan_view.pins._auto["n_ctx"].isChecked()
     # K cache type from the combo box.
     box = pins.type_k
@@ -77,7 +77,7 @@ def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window: OpenWindo
     assert "pinned by you" in " ".join(w.plans.plan.reasons)
     screenshot(w, "02-plan-pinned")
     # Remembered per model.
-    stored = Prefs().pins_for(embedded_model_path())  # type: ignore[arg-type]
+    stored = Prefs().pins_for(embedded_model_path())  # type: ignore[arg-type]  # the embedded model is installed here
     assert stored.type_k == "q8_0" and stored.n_ctx == w.plans.plan.settings.n_ctx
     # "auto" gives the choice back.
     qtbot.mouseClick(pins._auto["type_k"], Qt.MouseButton.LeftButton)
@@ -179,7 +179,7 @@ def test_drop_a_gguf_file_adds_it_to_the_library(open_window: OpenWindow, qtbot:
 
     w: MainWindow = open_window()
     copy = tmp_path / "my-model.gguf"
-    shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]  # the embedded model is installed here
     w.plans.add_models([copy, tmp_path / "notes.txt"])
     qtbot.waitUntil(lambda: w.library_view.entry(copy) is not None, timeout=10000)
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == copy, timeout=10000)

@@ -70,7 +70,7 @@ def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window: OpenW
     assert w.plans.model_path == embedded_model_path() and w.plans.plan is before
     qtbot.waitUntil(lambda: w.library_view.entry(broken) is not None, timeout=10000)
     assert w.library_view.selected_path() == embedded_model_path()
-    assert w.library_view.entry(broken).badge == "Unreadable"  # type: ignore[union-attr]
+    assert w.library_view.entry(broken).badge == "Unreadable"  # type: ignore[union-attr]  # the model is in the library
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in w.plan_view.model_label.text()
 
 
@@ -101,15 +101,15 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_w
     w.chats.stop()  # at once: still reading the prompt
     waits.until(qtbot, lambda: idle(w), cpu_s=30)
     chat_id = w.chats.chat_id
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert w.status.text() == "Stopped before the first token"
     answer = w.chat_view.banner.findChild(QPushButton, "answer")
     assert answer is not None and w.chat_view.banner_visible()
     # Sending the same question again answers it: one question, one reply.
     w.chat_view.input.setPlainText(question)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)  # type: ignore[arg-type]
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_wi
     waits.until(qtbot, lambda: idle(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
     assert w.plans.target_key == TARGET_MACHINE and w.plan_view.target_box.currentData() == TARGET_MACHINE
     assert w.plans.load_result is not None and not w.plans.load_result.plan.target.has_gpu
-    assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
 
 
 def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window: OpenWindow, qtbot: QtBot) -> None:
@@ -248,7 +248,7 @@ def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window: O
     # Add folder answers at once with what it found.
     folder = tmp_path / "models"
     folder.mkdir()
-    shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]  # the embedded model is installed here
     assert w.plans.add_folder(folder) == 1
     assert "1 GGUF model found" in w.status.text()
     # A new chat clears the previous chat's status line.
@@ -262,7 +262,7 @@ def test_a_pinned_batch_caps_ubatch_in_the_window(open_window: OpenWindow, qtbot
     w: MainWindow = open_window()
     w.plans.set_pins(Pins(n_batch=256))
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.pins.n_batch == 256, timeout=5000)
-    s = w.plans.plan.settings  # type: ignore[union-attr]
+    s = w.plans.plan.settings  # type: ignore[union-attr]  # the window has planned by now
     assert s.n_batch == 256 and s.n_ubatch <= 256
 
 

@@ -424,7 +424,7 @@ def window_cache(mc: ModelConfig, rope: Rope, window: int, n_sink: int = 4, *, s
 
 def window_config(window: int, n_sink: int = 4, storage: str = "f16") -> HybridConfig:
     name = "window" if storage == "f16" else f"window-{storage}"
-    return HybridConfig(name=name, window=window, n_sink=n_sink, layout_cycle="W", window_storage=storage).validate()  # type: ignore[arg-type]
+    return HybridConfig(name=name, window=window, n_sink=n_sink, layout_cycle="W", window_storage=storage).validate()  # type: ignore[arg-type]  # storage is one of the window storage literals
 
 
 def _layer_cache(mc: ModelConfig, rope: Rope, plan: LayerPlan | None) -> LayerCache:

@@ -190,7 +190,7 @@ def _pins_for(plan: Plan, changes: dict[str, object]) -> Pins:
     """
     s = plan.settings
     held = {"n_ctx": s.n_ctx, "n_gpu_layers": s.n_gpu_layers, "n_ubatch": s.n_ubatch, "n_batch": s.n_batch}
-    return replace(plan.pins, **{**held, **changes})  # type: ignore[arg-type]
+    return replace(plan.pins, **{**held, **changes})  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
 
 
 def _candidates(plan: Plan) -> list[tuple[str, dict[str, object]]]:

@@ -762,4 +762,4 @@ def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimat
 
 def replan_with(plan_: Plan, **pins: object) -> Plan:
     """The same request with more pins, e.g. when the user moves a slider."""
-    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]
+    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field

@@ -182,7 +182,7 @@ class ServerBackend:
                 raise
             stopped = True  # the watcher shut the socket mid-read
         stopped = stopped or cancel.is_set()
-        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]
+        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]  # the dict's values are StopReason literals
         prompt_n = int(timings.get("prompt_n", 0))
         cached = int(timings.get("cache_n", 0))
         predicted = int(timings.get("predicted_n", len(pieces)))

@@ -369,7 +369,7 @@ class HubView(QWidget):
         self.cancel_search_b.show()
 
         def work(_task: TaskHandle) -> list[RepoSummary]:
-            return search_models(text, sort=sort, architecture=arch, min_params=lo, max_params=hi)  # type: ignore[arg-type]
+            return search_models(text, sort=sort, architecture=arch, min_params=lo, max_params=hi)  # type: ignore[arg-type]  # sort: one of SORT_KEYS, from the combo box
 
         # A newer search supersedes this one: its results are dropped.
         self.tasks.submit(work, done=self._search_done, failed=self._search_failed, key="hub-search", owner=self)
@@ -596,7 +596,7 @@ class HubView(QWidget):
         self.progress_label.setText("starting…")
         self.pause_b.setText("Pause")
         self.set_status(f"Downloading {filename} from {repo_id}…")
-        self._download = self.tasks.submit(work, done=done, failed=failed, progress=self._download_progress,  # type: ignore[arg-type]
+        self._download = self.tasks.submit(work, done=done, failed=failed, progress=self._download_progress,  # type: ignore[arg-type]  # submit types progress as taking object; the work reports DownloadProgress
                                            owner=self, long=True)  # fmt: skip
         self._update_buttons()
 
