@@ -52,6 +52,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_probe: HostProbe)
     return tmp_path / "home"
 
 
+def open_chat(w: MainWindow) -> int:
+    """The id of the chat the window shows, which a test asks for once a message was sent."""
+    chat_id = w.chats.chat_id
+    assert chat_id is not None, "no chat is open"
+    return chat_id
+
+
 def seed_prefs(max_tokens: int = 24) -> None:
     """What a returning user would have: small context and one thread for the embedded model."""
     from vrampilot.ui.prefs import Prefs

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, activate, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, activate, open_chat, screenshot, seed_prefs
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import LoadState
@@ -59,7 +59,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     assert msgs[1].text() and msgs[1].stats.isVisible()
     assert "tokens/s" in msgs[1].stats.text() and "context" in msgs[1].stats.text()
     assert msgs[1].regenerate_button.isVisible()
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stored = w.ctx.store.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].stats is not None
     with meter.paused():
         screenshot(w, "04-reply")
@@ -68,7 +68,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     qtbot.keyClicks(view.input, "And of Italy?")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 4, cpu_s=60)
-    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type]  # chat_id: set once the chat has messages
+    s2 = w.ctx.store.messages(open_chat(w))[3].stats
     assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
 
     # Stop: a long reply, Esc after a few tokens; the partial reply is kept and marked.
@@ -78,17 +78,17 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     waits.until(qtbot, lambda: len(view.streamed_text()) > 20, cpu_s=30)
     qtbot.keyClick(view.input, Qt.Key.Key_Escape)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    last = w.ctx.store.messages(open_chat(w))[-1]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 400
     assert "stopped" in view.messages()[-1].stats.text()
 
     # Regenerate the last reply: replaced, not added.
     view.sampling.max_tokens.setValue(16)
-    n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    n_before = len(w.ctx.store.messages(open_chat(w)))
     qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == n_before, cpu_s=60)
-    regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    regenerated = w.ctx.store.messages(open_chat(w))[-1]
     assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]  # an assistant message stores its stats
 
     # Edit the first question and continue from there: what came after it is replaced.
@@ -97,10 +97,10 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     view.input.setPlainText("What is the capital of Spain?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stored = w.ctx.store.messages(open_chat(w))
     assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
     assert [m.role for m in stored] == ["user", "assistant"]
-    assert w.ctx.store.get_chat(w.chats.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w.ctx.store.get_chat(open_chat(w)).title == "What is the capital of Spain?"
     # The edited turn reuses the cached prefix before it (system prompt, template header).
     assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]  # an assistant message stores its stats
 
@@ -114,7 +114,8 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtb
     assert meter.ticks > 100
     assert meter.max_work_s < MAX_WORK_S, meter.report()
     print(meter.report())
-    chat_id, title = w.chats.chat_id, w.ctx.store.get_chat(w.chats.chat_id).title  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    chat_id = open_chat(w)
+    title = w.ctx.store.get_chat(chat_id).title
     w.close()
 
     # Restart: the chat is listed and reopened with its messages.
@@ -138,7 +139,7 @@ def test_sending_first_loads_the_model_then_answers(open_window: OpenWindow, qtb
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w.ctx.store.messages(open_chat(w))[1].role == "assistant"
     # Ctrl+N starts a new chat; the old one stays in the list.
     old = w.chats.chat_id
     activate(qtbot, w)  # offscreen has no window manager to keep the window active
@@ -162,7 +163,7 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window: OpenWi
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
-    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert [m.role for m in w.ctx.store.messages(open_chat(w))] == ["user"]
     screenshot(w, "09-overflow")
     from PySide6.QtWidgets import QPushButton
 
@@ -171,7 +172,7 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window: OpenWi
     qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1024
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w.ctx.store.messages(open_chat(w))[1].role == "assistant"
 
 
 def test_cancel_stops_a_slow_load(qtbot: QtBot, home: Path) -> None:

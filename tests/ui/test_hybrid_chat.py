@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -55,7 +55,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     meter.start()
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w.ctx.store.get_chat(open_chat(w)).backend == BACKEND_HYBRID
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     assert not view.backend.isEnabled()  # no switching mid-reply
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
@@ -63,7 +63,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     print(meter.report())
     assert meter.max_work_s < MAX_WORK_S, meter.report()
 
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stored = w.ctx.store.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content
     stats = stored[1].stats
     assert stats is not None and stats["backend"] == BACKEND_HYBRID
@@ -93,11 +93,11 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    last = w.ctx.store.messages(open_chat(w))[-1]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
     assert last.stats["reused_tokens"] == stats["context_used"]
-    chat_id = w.chats.chat_id
+    chat_id = open_chat(w)
     w.close()
 
     # Restart: the chat reopens on its backend; switching it back is stored too.
@@ -105,7 +105,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     assert w2.chats.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
     assert "hybrid cache (torch)" in w2.chat_view.messages()[1].stats.text()
     _pick(w2, BACKEND_LLAMA)
-    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA
     assert w2.chat_view.backend_note.isHidden() and w2.meters_panel.kv_box.isHidden()
     assert "KV held" not in w2.meters_status.label.text()
 

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
 from vrampilot.ui.chat_controller import ChatState
@@ -66,7 +66,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window: OpenWindow, qt
     assert msgs[1].text() and "tokens/s" in msgs[1].stats.text()
     assert w.plans.plan is not None and f"/ {w.plans.plan.settings.n_ctx}" in msgs[1].stats.text()
     assert not w.ctx.engine.engine.loaded
-    stored = w.ctx.conversations.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"]
     qtbot.waitUntil(lambda: "tokens generated" in panel.stats.text(), timeout=10000)
     screenshot(w, "17-server-ready")
@@ -136,7 +136,7 @@ def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window: O
     waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and w.server.state == "crashed", cpu_s=30)
     # The chat says the reply was cut, not that it ended; the question is kept; the tab says why.
     assert view.banner_visible() and "stopped midway" in view.banner_text.text(), view.banner_text.text()
-    stored = w.ctx.conversations.messages(w.chats.chat_id)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant", "user"]
     assert "killed by SIGKILL" in panel.status.text() and panel.start.isEnabled()
     assert not is_alive(pid)

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, QThreadPool
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.hardware.speed_store import FILE_NAME, load_machine_speed
 from vrampilot.paths import data_dir
 from vrampilot.ui.chat_controller import ChatState
@@ -55,7 +55,7 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=90)
-    stats = w.ctx.store.messages(w.chats.chat_id)[-1].stats  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    stats = w.ctx.store.messages(open_chat(w))[-1].stats
     assert stats is not None
     qtbot.waitUntil(lambda: "Last measured:" in w.plan_view.speed.text(), timeout=20000)
     text = w.plan_view.speed.text()

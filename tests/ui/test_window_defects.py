@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QMenu, QPushButton
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import OpenWindow, activate, screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, activate, open_chat, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.search import Pins
 from vrampilot.ui.chat_controller import ChatState
@@ -100,16 +100,16 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_w
     assert w.chats.state is ChatState.GENERATING
     w.chats.stop()  # at once: still reading the prompt
     waits.until(qtbot, lambda: idle(w), cpu_s=30)
-    chat_id = w.chats.chat_id
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    chat_id = open_chat(w)
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]
     assert w.status.text() == "Stopped before the first token"
     answer = w.chat_view.banner.findChild(QPushButton, "answer")
     assert answer is not None and w.chat_view.banner_visible()
     # Sending the same question again answers it: one question, one reply.
     w.chat_view.input.setPlainText(question)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_wi
     waits.until(qtbot, lambda: idle(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
     assert w.plans.target_key == TARGET_MACHINE and w.plan_view.target_box.currentData() == TARGET_MACHINE
     assert w.plans.load_result is not None and not w.plans.load_result.plan.target.has_gpu
-    assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    assert w.ctx.store.messages(open_chat(w))[-1].role == "assistant"
 
 
 def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window: OpenWindow, qtbot: QtBot) -> None:
