@@ -18,11 +18,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 from vrampilot import llamacpp  # noqa: E402
 from vrampilot.commands.common import resolve_model  # noqa: E402

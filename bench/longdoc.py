@@ -20,6 +20,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,7 +48,7 @@ FILLER = (
 )
 
 
-def write_document(path: Path, target_tokens: int, count) -> int:  # type: ignore[no-untyped-def]
+def write_document(path: Path, target_tokens: int, count: Callable[[str], int]) -> int:
     """A Markdown report grown section by section until it holds `target_tokens` tokens."""
     rng = random.Random(3)
     parts = ["# Municipal Infrastructure Review\n"]
@@ -108,7 +109,7 @@ def main() -> int:
     r2 = engine.chat(follow.messages, greedy)
 
     store = KvStateStore(tmp / "states")
-    key = state_key(model, engine.settings, docs.hashes)  # type: ignore[arg-type]
+    key = state_key(model, engine.settings, docs.hashes)  # type: ignore[arg-type]  # the engine has loaded: settings is set
     saved = store.save(engine, key)
     engine.unload()
 

@@ -125,9 +125,9 @@ def run(
         for s, (refusal, kv, comp, out) in zip(grid, preds, strict=True):
             m = measure_allocations(path, s)
             g = graph_compute(path, s)
-            exact = g.total_bytes if g is not None and not g.refused else None
+            exact_bytes = g.total_bytes if g is not None and not g.refused else None
             rows.append(
-                Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused, exact)
+                Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused, exact_bytes)
             )
         timing[name]["llama_dry_run_ms"] = (time.perf_counter() - t0) / len(grid) * 1e3
     return rows, timing

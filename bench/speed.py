@@ -121,7 +121,8 @@ def replayed_before(spec: Any, target: Any, row: dict[str, Any]) -> float:
     p = plan(spec, target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
     n = row["prompt_tokens"]
     pred = reply_prediction(p, ReplyMeasurement(n, n, row["generated"], 0.0, 0.0), calibrated=False)
-    return float(pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps) / row["measured_tps"]
+    ratio: float = float(pred.decode_tps if row["kind"] == "decode" else pred.prefill_tps) / row["measured_tps"]
+    return ratio
 
 
 def prompt_for(engine: Any, n_tokens: int, round_no: int) -> list[Any]:
@@ -347,7 +348,7 @@ def main() -> int:
     from vrampilot.speed.store import load_machine_speed
 
     before = predict(cases, machine)
-    after = predict(cases, replace(machine, speed=load_machine_speed(machine.speed.fingerprint)))
+    after = predict(cases, replace(machine, speed=load_machine_speed(probed.speed.fingerprint)))
     replies = [entry for c in calibrations for entry in c.log]
 
     rows = []

@@ -47,8 +47,8 @@ class OneLineParser(argparse.ArgumentParser):
     start with a minus and a digit (`--vram -1GiB`) taken as values, so that the option's own check
     says what is wrong with them instead of "expected one argument"."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ArgumentParser's own, passed through
+        super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-\d")
 
     def error(self, message: str) -> NoReturn:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from testkit.gguf_models import write_model  # noqa: E402
 from vrampilot.export import llama_server_argv  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
+from vrampilot.hardware import Machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.memory import memory_breakdown  # noqa: E402
 from vrampilot.planner.settings import Settings  # noqa: E402
@@ -138,7 +139,7 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
         target = type(target)(**{**target.__dict__, "gpus": (gpu,)})
         for g in GRID:
             ngl = spec.n_layer + 1 if g["n_gpu_layers"] == "all" else (spec.n_layer + 1) // 2
-            s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]
+            s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]  # a dict of Settings fields
             mem = memory_breakdown(spec, s, target)
             dev = mem.per_device[0]
             cases.append({
@@ -153,7 +154,7 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
     return cases
 
 
-def _machine():  # type: ignore[no-untyped-def]
+def _machine() -> Machine:
     from testkit.machines import cpu_machine
 
     return cpu_machine(ram_gib=256, cores=16)

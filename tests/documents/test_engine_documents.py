@@ -53,7 +53,7 @@ def test_engine_counts_tokens_like_the_vocab_only_tokenizer(engine: Engine, toke
 
 
 def test_progress_then_follow_up_evaluates_only_new_tokens(engine: Engine, docs: DocumentSet) -> None:
-    assert docs.fit(engine.plan, reply_tokens=GREEDY.max_tokens).mode == "full"  # type: ignore[arg-type]
+    assert docs.fit(engine.plan, reply_tokens=GREEDY.max_tokens).mode == "full"  # type: ignore[arg-type]  # the engine has loaded a plan
     first = docs.compose("", [], "Who was the chief engineer of the North Reservoir?", mode="full", n_ctx=1024)
     events: list[PromptProgress] = []
     r1 = engine.chat(first.messages, GREEDY, on_prompt_progress=events.append)
@@ -102,7 +102,7 @@ def test_state_saved_to_disk_restores_into_a_fresh_engine(
     composed = docs.compose("", [], "When was the Old Mill Dam commissioned?", mode="full", n_ctx=1024)
     r1 = engine.chat(composed.messages, GREEDY)
     store = KvStateStore(tmp_path / "states")
-    key = state_key(doc_plan.spec.path, engine.settings, docs.hashes)  # type: ignore[arg-type]
+    key = state_key(doc_plan.spec.path, engine.settings, docs.hashes)  # type: ignore[arg-type]  # the engine has loaded: settings is set
     saved = store.save(engine, key)
     assert saved.tokens == engine.tokens_in_cache and saved.nbytes > 0 and store.has(key)
 

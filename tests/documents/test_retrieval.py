@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.documents.writers import long_report, write_pdf
-from vrampilot.documents import DocumentSet, Tokenizer, chunk_document, cited_chunks, extract, sources_line
+from tests.documents.writers import Question, Report, long_report, write_pdf
+from vrampilot.documents import Document, DocumentSet, Tokenizer, chunk_document, cited_chunks, extract, sources_line
 from vrampilot.documents.bm25 import BM25, terms
 from vrampilot.engine import Message
 
 RECALL_SETTINGS = ((256, 48), (96, 24), (48, 12))
 
 
-def recall_at_k(ds: DocumentSet, questions, k: int) -> float:  # type: ignore[no-untyped-def]
+def recall_at_k(ds: DocumentSet, questions: Sequence[Question], k: int) -> float:
     """Share of questions whose answer chunk (answer text, in the facility's section) is in the top k."""
     hits = 0
     for q in questions:
@@ -25,14 +26,14 @@ def recall_at_k(ds: DocumentSet, questions, k: int) -> float:  # type: ignore[no
 
 
 @pytest.fixture(scope="module")
-def report_doc(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def report_doc(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, Document]:
     report = long_report()
     path = tmp_path_factory.mktemp("r") / "infrastructure.md"
     path.write_text(report.markdown)
     return report, extract(path)
 
 
-def test_recall_at_k_on_the_written_test_set(report_doc, tokenizer: Tokenizer, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_recall_at_k_on_the_written_test_set(report_doc: tuple[Report, Document], tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
     report, doc = report_doc
     table = {}
     for size, overlap in RECALL_SETTINGS:
@@ -50,7 +51,7 @@ def test_recall_at_k_on_the_written_test_set(report_doc, tokenizer: Tokenizer, c
     assert table[48][1][1] >= 0.95 and table[48][1][2] == 1.0
 
 
-def test_chunks_respect_sections_size_and_overlap(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_chunks_respect_sections_size_and_overlap(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     _, doc = report_doc
     chunks = chunk_document(doc, tokenizer.count, target_tokens=96, overlap_tokens=24)
     assert [c.index for c in chunks] == list(range(len(chunks)))
@@ -94,7 +95,7 @@ def test_bm25_terms_and_ranking() -> None:
     assert index.rank("unrelated words") == []
 
 
-def test_retrieval_compose_numbers_sources_and_respects_the_budget(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_retrieval_compose_numbers_sources_and_respects_the_budget(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     report, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)
@@ -111,7 +112,7 @@ def test_retrieval_compose_numbers_sources_and_respects_the_budget(report_doc, t
     assert total + 128 <= 1024
 
 
-def test_earlier_turns_are_resent_exactly(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_earlier_turns_are_resent_exactly(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     report, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)
@@ -124,7 +125,7 @@ def test_earlier_turns_are_resent_exactly(report_doc, tokenizer: Tokenizer) -> N
     assert second.messages[2] == history[1]
 
 
-def test_full_mode_puts_documents_in_the_system_message(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_full_mode_puts_documents_in_the_system_message(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     _, doc = report_doc
     ds = DocumentSet(tokenizer.count)
     att = ds.attach(doc)
@@ -136,7 +137,7 @@ def test_full_mode_puts_documents_in_the_system_message(report_doc, tokenizer: T
     assert composed.given.documents == (("infrastructure.md", att.tokens, None),)
 
 
-def test_citations_resolve_to_sources(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_citations_resolve_to_sources(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     report, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)
@@ -148,7 +149,7 @@ def test_citations_resolve_to_sources(report_doc, tokenizer: Tokenizer) -> None:
     assert sources_line("No citation.", given).startswith("Given [1]")
 
 
-def test_unmatched_question_falls_back_to_document_openings(report_doc, tokenizer: Tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_unmatched_question_falls_back_to_document_openings(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
     _, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)

@@ -33,7 +33,7 @@ def cpu_target() -> Target:
 
 def make_plan(spec: ModelSpec, target: Target, **pins: object) -> Plan:
     merged = {"n_ctx": 1024, **ONE_THREAD, **pins}
-    return plan(spec, target, Pins(**merged))  # type: ignore[arg-type]
+    return plan(spec, target, Pins(**merged))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
 
 
 @pytest.fixture(scope="module")

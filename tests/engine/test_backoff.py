@@ -4,6 +4,7 @@ says what changed, and never leaves a half-loaded model."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -11,18 +12,23 @@ from tests.engine.conftest import make_plan
 from vrampilot.engine import AllocationError, Engine, Message, SamplingParams
 from vrampilot.engine.backoff import next_backoff
 from vrampilot.engine.loader import open_llama
+from vrampilot.engine.session import Opener
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.alternatives import backoff_cost, is_backoff
+from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
+if TYPE_CHECKING:
+    import llama_cpp
 
-def _failing_above(n_ctx: int, calls: list[Settings]):  # type: ignore[no-untyped-def]
-    def opener(path: Path, settings: Settings, **kw: object):  # type: ignore[no-untyped-def]
+
+def _failing_above(n_ctx: int, calls: list[Settings]) -> Opener:
+    def opener(path: Path, settings: Settings, **kw: Any) -> llama_cpp.Llama:
         calls.append(settings)
         if settings.n_ctx > n_ctx:
             raise AllocationError(f"simulated: no room for {settings.n_ctx} tokens")
-        return open_llama(path, settings, **kw)  # type: ignore[arg-type]
+        return open_llama(path, settings, **kw)
 
     return opener
 
@@ -102,5 +108,5 @@ def test_a_backoff_step_keeps_what_the_failed_plan_chose(spec: ModelSpec, cpu_ta
     assert step.change == "context 4K -> 2K"
 
 
-def _memory(p) -> int:  # type: ignore[no-untyped-def]
+def _memory(p: Plan) -> int:
     return p.memory.device.total_bytes if p.target.has_gpu else p.memory.host.total_bytes

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,14 +23,15 @@ CHILD = Path(__file__).with_name("file_changed_child.py")
 pytestmark = pytest.mark.slow
 
 
-def run_child(model: Path, change: str) -> dict[str, object]:
+def run_child(model: Path, change: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(CHILD), str(model), change], env=env, capture_output=True, text=True,
                           timeout=300, cwd=ROOT)  # fmt: skip
     assert proc.returncode != -signal.SIGBUS, f"the child died of SIGBUS: {proc.stderr[-2000:]}"
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line is not None, (proc.returncode, proc.stderr[-3000:])
-    return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
+    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+    return result
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,7 @@ pytestmark = [
 MIB = 1 << 20
 
 
-def _limited(limit_bytes: int):  # type: ignore[no-untyped-def]
+def _limited(limit_bytes: int) -> Callable[[], None]:
     def apply() -> None:
         import resource
 
@@ -31,7 +33,7 @@ def _limited(limit_bytes: int):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("limit_mib", [560, 720, 880, 1040, 1200])
-def test_under_an_address_space_limit_the_cli_backs_off_or_says_why(limit_mib: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_under_an_address_space_limit_the_cli_backs_off_or_says_why(limit_mib: int, tmp_path: Path) -> None:
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "vrampilot", "chat", "--prompt", "Hi", "--max-tokens", "4", "--ctx", "65536",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -11,7 +13,11 @@ from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import ContextOverflow, Engine, Message, NoModelLoaded, SamplingParams
 from vrampilot.export import llama_cpp_kwargs
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +153,7 @@ def test_load_uses_the_export_builder_and_unload_frees(spec: ModelSpec, cpu_targ
     seen: list[dict[str, object]] = []
     from vrampilot.engine.loader import open_llama
 
-    def spy(path, settings, **kw):  # type: ignore[no-untyped-def]
+    def spy(path: str | Path, settings: Settings, **kw: Any) -> llama_cpp.Llama:
         seen.append(llama_cpp_kwargs(settings))
         return open_llama(path, settings, **kw)
 

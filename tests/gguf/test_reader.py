@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from gguf import GGUFValueType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
-from vrampilot.gguf.reader import GGUFValueType
 
 
 def _s(text: str) -> bytes:

@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -48,7 +49,7 @@ def why_no_vulkan() -> str | None:
         manifest = read_manifest(lib_dir()) or {}
     except Exception as exc:
         return f"no engine: {exc}"
-    if "vulkan" not in (manifest.get("gpu_backends") or []):
+    if "vulkan" not in cast(list[str], manifest.get("gpu_backends") or []):  # the manifest's JSON list
         skipped = manifest.get("gpu_skipped") or {}
         why = skipped.get("vulkan") if isinstance(skipped, dict) else None
         return f"the engine has no Vulkan backend ({why or 'built before the recipe had GPU backends'})"

@@ -13,6 +13,7 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.message import Message
+from vrampilot.meters import MeterSample
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.state import MeterState
 from vrampilot.paths import embedded_model_path
@@ -34,8 +35,8 @@ def main() -> int:
     during: list[dict[str, object]] = []
     replying = threading.Event()
 
-    def on_sample(sample: object) -> None:
-        readout = state.update(sample)  # type: ignore[arg-type]
+    def on_sample(sample: MeterSample) -> None:
+        readout = state.update(sample)
         if replying.is_set() and readout.vram:
             v = readout.vram[0]
             during.append({"name": v.name, "total": v.total_bytes, "used": v.used_bytes, "free": v.free_bytes,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from PySide6.QtWidgets import QApplication
@@ -19,11 +20,11 @@ from vrampilot.ui.services import build_services
 from vrampilot.ui.theme import apply_theme
 
 
-def wait(app: QApplication, until: object, seconds: float) -> bool:
+def wait(app: QApplication, until: Callable[[], object], seconds: float) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         app.processEvents()
-        if until():  # type: ignore[operator]
+        if until():
             return True
         time.sleep(0.02)
     return False

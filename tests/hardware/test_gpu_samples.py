@@ -52,7 +52,8 @@ def test_scripted_session_by_tick() -> None:
             samples.append(read_gpu_sample(nvml, 0, pid=PID))
             nvml.tick()
     assert not nvml.initialized
-    used = [s.memory_used_bytes for s in samples]
+    used = [u for s in samples if (u := s.memory_used_bytes) is not None]
+    assert len(used) == len(samples)
     assert used[:5] == sorted(used[:5]) and used[0] < used[4]  # VRAM rises during load
     assert samples[4].process_memory_used_bytes == 7 * GIB
     assert samples[6].utilization_memory_pct == 92 and samples[6].power_w == 310.0

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def _unshare_prefix() -> list[str] | None:
     return [exe, "-m"] if os.geteuid() == 0 else [exe, "-r", "-m"]
 
 
-def _run_on_tmpfs(tmp_path: Path, size: str, args: list[str], env_extra: dict[str, str]) -> dict[str, object]:
+def _run_on_tmpfs(tmp_path: Path, size: str, args: list[str], env_extra: dict[str, str]) -> dict[str, Any]:
     prefix = _unshare_prefix()
     if prefix is None:
         pytest.skip("needs Linux with unshare(1)")
@@ -42,7 +43,8 @@ def _run_on_tmpfs(tmp_path: Path, size: str, args: list[str], env_extra: dict[st
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def test_not_enough_space_is_refused_before_any_byte(

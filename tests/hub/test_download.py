@@ -32,7 +32,8 @@ REPO = "test/tiny-llama-GGUF"
 F16 = "tiny-llama-F16.gguf"
 
 
-def _sha(path: Path) -> str:
+def _sha(path: Path | None) -> str:
+    assert path is not None
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

@@ -68,7 +68,7 @@ def _kill_at(
     try:
         deadline = time.monotonic() + WAIT_S
         while not (hub.holding.wait(0.05) and part.is_file() and part.stat().st_size >= at_least):
-            assert child.poll() is None, f"the download ended before it was killed: {child.stderr.read()!r}"  # type: ignore[union-attr]
+            assert child.poll() is None, f"the download ended before it was killed: {child.stderr.read()!r}"  # type: ignore[union-attr]  # stderr=PIPE
             assert time.monotonic() < deadline, f"the download did not reach the held byte in {WAIT_S} s"
     finally:
         child.send_signal(signal.SIGKILL)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hub.conftest import Models, gpu_target, machine
+from testkit.machines import cpu_machine as machine
+from tests.hub.conftest import Models, gpu_target
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import Fit, RepoNotFoundError, badge_for_spec, list_repo_files, remote_spec, search_models
 from vrampilot.hub.files import quant_from_name

@@ -97,7 +97,8 @@ def test_fewer_passkey_cases_than_the_issue_asks_for_do_not_count_as_met(bench: 
 def _fields(cfg: Any) -> dict[str, Any]:
     import json
 
-    return json.loads(json.dumps(dict(cfg.__dict__), default=str))  # as bench/hybrid.py saves them
+    fields: dict[str, Any] = json.loads(json.dumps(dict(cfg.__dict__), default=str))  # as bench/hybrid.py saves them
+    return fields
 
 
 def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at_least_its_bytes(
@@ -129,6 +130,7 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     # Under one f16 token more: the saved baselines stand (those of this config differ by a token).
     heads = list(old_cfg.head_reach)
     il, h, r = next(x for x in heads if x[2] is not None and x[2] >= 64)
+    assert r is not None
     heads[heads.index((il, h, r))] = (il, h, r + 32)  # 32 more 4-bit tokens in one KV head
     slightly = old_cfg.with_(head_reach=tuple(heads))
     taken, why = bench.reusable(saved, slightly, shape, *args)

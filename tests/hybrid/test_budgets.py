@@ -6,6 +6,8 @@ import pytest
 
 from vrampilot.hybrid.budgets import allocate_reach
 
+from .conftest import TinyLlama
+
 DIST = (4, 8, 16, 32)
 
 
@@ -42,13 +44,13 @@ def test_distances_shorter_than_the_window_are_not_choices() -> None:
     assert chosen[0].reach in (0, 16)  # from the distances 16 and 32 (window 16), not 4 or 8
 
 
-def test_far_mass_is_the_attention_beyond_each_distance(tiny_llama: object) -> None:
+def test_far_mass_is_the_attention_beyond_each_distance(tiny_llama: TinyLlama) -> None:
     torch = pytest.importorskip("torch")
     from vrampilot.hybrid.cache import AttentionCache, FullLayer
     from vrampilot.hybrid.calibrate import FarMassLayer, far_mass
     from vrampilot.hybrid.model import LlamaModel
 
-    model = LlamaModel(tiny_llama.path)  # type: ignore[attr-defined]
+    model = LlamaModel(tiny_llama.path)
     mc = model.config
     toks = torch.randint(3, mc.n_vocab, (80,), generator=torch.Generator().manual_seed(3))
     watch = [50, 79]
@@ -76,12 +78,12 @@ def test_far_mass_is_the_attention_beyond_each_distance(tiny_llama: object) -> N
     assert torch.allclose(fm[0], mass.view(mc.n_head_kv, mc.n_group, -1).amax(1), atol=1e-6)
 
 
-def test_far_mass_per_watched_position_weights_each_position(tiny_llama: object) -> None:
+def test_far_mass_per_watched_position_weights_each_position(tiny_llama: TinyLlama) -> None:
     torch = pytest.importorskip("torch")
     from vrampilot.hybrid.calibrate import far_mass, far_mass_rows, kv_far_mass
     from vrampilot.hybrid.model import LlamaModel
 
-    model = LlamaModel(tiny_llama.path)  # type: ignore[attr-defined]
+    model = LlamaModel(tiny_llama.path)
     mc = model.config
     toks = torch.randint(3, mc.n_vocab, (80,), generator=torch.Generator().manual_seed(4)).tolist()
     watch = [40, 79]

@@ -4,25 +4,30 @@ selection, equality with the full cache when nothing is compressed, and byte acc
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
-from vrampilot.hybrid.cache import (  # noqa: E402
+from vrampilot.hybrid.cache import (
     FullLayer,
     HybridLayer,
+    LayerCache,
     LayerPlan,
     full_cache,
     hybrid_cache,
     window_cache,
     window_for_bytes,
 )
-from vrampilot.hybrid.config import HybridConfig  # noqa: E402
-from vrampilot.hybrid.model import LlamaModel, ModelConfig, Rope  # noqa: E402
-from vrampilot.hybrid.plan import config_kv_bytes  # noqa: E402
+from vrampilot.hybrid.config import HybridConfig
+from vrampilot.hybrid.model import LlamaModel, ModelConfig, Rope
+from vrampilot.hybrid.plan import config_kv_bytes
 
-from .conftest import TinyLlama  # noqa: E402
+from .conftest import TinyLlama
 
 H, G, D = 2, 2, 32  # KV heads, query heads per KV head, head size
 MC = ModelConfig(
@@ -38,11 +43,11 @@ def _qkv(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def _layer(kind: str, **cfg: object) -> HybridLayer:
-    c = HybridConfig(**cfg).validate()  # type: ignore[arg-type]
-    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE)  # type: ignore[arg-type]
+    c = HybridConfig(**cfg).validate()  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
+    return HybridLayer(MC, LayerPlan.for_kind(kind, c), ROPE)  # type: ignore[arg-type]  # cfg is a HybridConfig built from the fields
 
 
-def _run(layer: FullLayer | HybridLayer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
+def _run(layer: LayerCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
     outs = [layer.attend(q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s) for s in range(0, q.shape[1], chunk)]
     return torch.cat(outs, dim=1)
 
@@ -149,7 +154,7 @@ def test_logits_equal_full_cache_when_compression_is_off(tiny_llama: TinyLlama) 
                                  {"key_pool": "rerope"}, {"layout_cycle": "W"}])
 def test_chunked_prefill_equals_token_by_token(cfg: dict[str, object]) -> None:
     base: dict[str, object] = {"n_sink": 2, "window": 8, "csa_ratio": 4, "hca_ratio": 8, "top_k": 2}
-    c = HybridConfig(**{**base, **cfg}).validate()  # type: ignore[arg-type]
+    c = HybridConfig(**{**base, **cfg}).validate()  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
     q, k, v = _qkv(50, seed=5)
     outs = []
     for chunk in (1, 6, 50):
@@ -303,5 +308,5 @@ def test_window_for_bytes_fits_both_storages() -> None:
     budget = 5000
     for storage in ("f16", "q4"):
         w = window_for_bytes(mc, budget, n_sink=2, storage=storage)
-        cfg = HybridConfig(n_sink=2, window=w, layout_cycle="W", window_storage=storage)  # type: ignore[arg-type]
+        cfg = HybridConfig(n_sink=2, window=w, layout_cycle="W", window_storage=storage)
         assert config_kv_bytes(cfg, mc.cache_shape, 10_000) <= budget < config_kv_bytes(cfg.with_(window=w + 1), mc.cache_shape, 10_000)

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
-from vrampilot.errors import UserError  # noqa: E402
-from vrampilot.hybrid.cache import (  # noqa: E402
+from vrampilot.errors import UserError
+from vrampilot.hybrid.cache import (
     RAW_BLOCK,
     FullLayer,
     HybridLayer,
@@ -20,12 +24,12 @@ from vrampilot.hybrid.cache import (  # noqa: E402
     full_cache,
     hybrid_cache,
 )
-from vrampilot.hybrid.calibrate import Calibration, CalibrationCase, RecordingLayer, calibrate  # noqa: E402
-from vrampilot.hybrid.config import CONFIGS, HybridConfig  # noqa: E402
-from vrampilot.hybrid.model import LlamaModel  # noqa: E402
+from vrampilot.hybrid.calibrate import Calibration, CalibrationCase, RecordingLayer, calibrate
+from vrampilot.hybrid.config import CONFIGS, HybridConfig
+from vrampilot.hybrid.model import LlamaModel
 
-from .conftest import TinyLlama  # noqa: E402
-from .test_cache import FP8_VEC, MC, RAW_TOKEN, ROPE, D, G, H, _qkv, _run  # noqa: E402
+from .conftest import TinyLlama
+from .test_cache import FP8_VEC, MC, RAW_TOKEN, ROPE, D, G, H, _qkv, _run
 
 MC3 = replace(MC, n_head_kv=3, n_head=3 * G, n_embd=3 * G * D)  # three KV heads, to mix kinds within a layer
 
@@ -48,7 +52,7 @@ def test_head_kinds_override_the_layer_kind() -> None:
     with pytest.raises(UserError, match="distinct"):
         HybridConfig(retrieval_heads=((1, 2), (1, 2))).validate()
     with pytest.raises(UserError, match="unknown layer kind"):
-        HybridConfig(retrieval_kind="X").validate()  # type: ignore[arg-type]
+        HybridConfig(retrieval_kind="X").validate()  # type: ignore[arg-type]  # a bad value on purpose: validate() must refuse it
 
 
 def test_calibrated_heads_apply_only_to_their_model() -> None:
@@ -73,7 +77,7 @@ def test_mixed_layer_equals_its_parts_run_alone() -> None:
     layer = cache.layers[0]
     assert isinstance(layer, MixedLayer)
     q, k, v = _qkv3(45, seed=11)
-    out = _run(layer, q, k, v, chunk=7)  # type: ignore[arg-type]
+    out = _run(layer, q, k, v, chunk=7)
     full = _run(FullLayer(MC3), q, k, v, chunk=7)
     only_h = _run(HybridLayer(MC3, LayerPlan.for_kind("H", cfg), ROPE), q, k, v, chunk=7)
     assert torch.allclose(_heads(out, [1], G), _heads(full, [1], G), atol=1e-6)
@@ -85,7 +89,7 @@ def test_mixed_layer_bytes_are_the_sum_of_its_heads() -> None:
     cfg = HybridConfig(n_sink=4, window=16, hca_ratio=8, layout_cycle="W", retrieval_heads=((0, 0), (0, 2))).validate()
     layer = hybrid_cache(replace(MC3, n_layer=1), ROPE, cfg).layers[0]
     q, k, v = _qkv3(100, seed=12)
-    _run(layer, q, k, v, chunk=9)  # type: ignore[arg-type]
+    _run(layer, q, k, v, chunk=9)
     per_head_token = RAW_TOKEN // H
     assert layer.bytes_held() == 2 * 100 * per_head_token + (4 + 16) * per_head_token
 
@@ -187,15 +191,16 @@ def test_answer_margins_are_the_teacher_forced_logit_gaps(tiny_llama: TinyLlama)
     right, wrong = AnswerMargins((0.5, 2.0)), AnswerMargins((-0.1, 3.0))
     assert right.correct and not wrong.correct
     # Keys answered first; among equals, the thinner margins lose.
-    assert selection_score([right, wrong]) == (1, pytest.approx(0.2))
+    keys, margin = selection_score([right, wrong])
+    assert keys == 1 and margin == pytest.approx(0.2)
     assert selection_score([right, right]) > selection_score([right, wrong]) > selection_score([wrong, wrong])
 
 
-def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: object) -> None:
+def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: Path) -> None:
     from vrampilot.hybrid.calibrate import CAL_LENGTHS, calibration_cases
     from vrampilot.hybrid.evaluate import Tokenizer, passkey_prompt
 
-    tok = Tokenizer(embedded_model)  # type: ignore[arg-type]
+    tok = Tokenizer(embedded_model)
     cases = calibration_cases(tok.encode, per_length=2)
     assert [c.length for c in cases] == [n for n in CAL_LENGTHS for _ in range(2)]
     for c in cases:
@@ -243,11 +248,11 @@ def test_the_development_text_shares_no_passage_with_the_evaluation_text() -> No
 
 # --- evaluation protocol ---------------------------------------------------------------------------
 @pytest.mark.slow  # the embedded model, 12 short passkey runs: about 30 s on a free core
-def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_model: object) -> None:
+def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_model: Path) -> None:
     from vrampilot.hybrid.evaluate import Tokenizer, passkey
 
-    model = LlamaModel(embedded_model)  # type: ignore[arg-type]
-    tok = Tokenizer(embedded_model)  # type: ignore[arg-type]
+    model = LlamaModel(embedded_model)
+    tok = Tokenizer(embedded_model)
     methods = {"full": lambda n: full_cache(model.config)}
     one = passkey(model, tok, [64], methods, depths=[0.0, 1.0])
     two = passkey(model, tok, [64], methods, depths=[0.0, 1.0], trials=2)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import llama_cpp
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
-from vrampilot.hybrid.cache import full_cache  # noqa: E402
-from vrampilot.hybrid.model import LlamaModel, Rope  # noqa: E402
+from vrampilot.hybrid.cache import full_cache
+from vrampilot.hybrid.model import LlamaModel, Rope
 
-from .conftest import TinyLlama  # noqa: E402
+from .conftest import TinyLlama
 
 
 def _hf_forward(t: TinyLlama, tokens: list[int]) -> torch.Tensor:
@@ -78,9 +85,10 @@ def test_rope_inverse_and_relative_position() -> None:
     assert torch.allclose(a, b, atol=1e-4)
 
 
-def _llama_cpp(path: object) -> object:
-    llama_cpp = pytest.importorskip("llama_cpp")
-    return llama_cpp.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False, seed=0)
+def _llama_cpp(path: Path) -> llama_cpp.Llama:
+    lib = pytest.importorskip("llama_cpp")
+    llm: llama_cpp.Llama = lib.Llama(str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False, seed=0)
+    return llm
 
 
 def _greedy_ours(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
@@ -93,10 +101,10 @@ def _greedy_ours(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
     return out
 
 
-def _greedy_llama_cpp(llm: object, prompt: list[int], n: int) -> list[int]:
-    llm.reset()  # type: ignore[attr-defined]
+def _greedy_llama_cpp(llm: llama_cpp.Llama, prompt: list[int], n: int) -> list[int]:
+    llm.reset()
     out: list[int] = []
-    for tok in llm.generate(prompt, temp=0.0, top_k=1, reset=True):  # type: ignore[attr-defined]
+    for tok in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
         out.append(int(tok))
         if len(out) == n:
             break
@@ -120,10 +128,10 @@ PROMPTS_NEAR_TIE = [
 ]
 
 
-def test_greedy_matches_llama_cpp_short(embedded_model: object) -> None:
+def test_greedy_matches_llama_cpp_short(embedded_model: Path) -> None:
     llm = _llama_cpp(embedded_model)
-    model = LlamaModel(embedded_model)  # type: ignore[arg-type]
-    prompt = llm.tokenize(PROMPTS_EXACT[0].encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
+    model = LlamaModel(embedded_model)
+    prompt = llm.tokenize(PROMPTS_EXACT[0].encode(), add_bos=False, special=True)
     assert _greedy_ours(model, prompt, 8) == _greedy_llama_cpp(llm, prompt, 8)
 
 
@@ -134,36 +142,36 @@ NEAR_TIE_LOGITS = 1.0
 
 
 @pytest.mark.slow
-def test_greedy_follows_llama_cpp_32_tokens_up_to_a_near_tie(embedded_model: object) -> None:
+def test_greedy_follows_llama_cpp_32_tokens_up_to_a_near_tie(embedded_model: Path) -> None:
     llm = _llama_cpp(embedded_model)
-    model = LlamaModel(embedded_model)  # type: ignore[arg-type]
+    model = LlamaModel(embedded_model)
     for text in PROMPTS_EXACT:
-        prompt = llm.tokenize(text.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
+        prompt = llm.tokenize(text.encode(), add_bos=False, special=True)
         ref = _greedy_llama_cpp(llm, prompt, 32)
         ours = _greedy_ours(model, prompt, 32)
         parted = next((i for i, (a, b) in enumerate(zip(ref, ours, strict=True)) if a != b), None)
         if parted is None:
             continue
         assert parted >= 8, (text, parted)  # the short test's promise holds on every CPU
-        llm.reset()  # type: ignore[attr-defined]
-        llm.eval(prompt + ref[:parted])  # type: ignore[attr-defined]
-        logits = np.array(llm.scores[len(prompt) + parted - 1])  # type: ignore[attr-defined]
+        llm.reset()
+        llm.eval(prompt + ref[:parted])
+        logits = np.array(llm.scores[len(prompt) + parted - 1])
         margin = float(logits[ref[parted]] - logits[ours[parted]])
         assert 0 <= margin < NEAR_TIE_LOGITS, (text, parted, margin)
 
 
 @pytest.mark.slow
-def test_teacher_forced_logits_match_llama_cpp(embedded_model: object) -> None:
+def test_teacher_forced_logits_match_llama_cpp(embedded_model: Path) -> None:
     """Over llama.cpp's own 32-token continuation: same top-1 token at (nearly) every position, and
     a relative logit error of the size that 8-bit activation rounding alone produces (about 3%)."""
     llm = _llama_cpp(embedded_model)
-    model = LlamaModel(embedded_model)  # type: ignore[arg-type]
+    model = LlamaModel(embedded_model)
     for text in PROMPTS_EXACT + PROMPTS_NEAR_TIE:
-        prompt = llm.tokenize(text.encode(), add_bos=False, special=True)  # type: ignore[attr-defined]
+        prompt = llm.tokenize(text.encode(), add_bos=False, special=True)
         seq = prompt + _greedy_llama_cpp(llm, prompt, 31)
-        llm.reset()  # type: ignore[attr-defined]
-        llm.eval(seq)  # type: ignore[attr-defined]
-        ref = torch.tensor(np.array(llm.scores[: len(seq)]))  # type: ignore[attr-defined]
+        llm.reset()
+        llm.eval(seq)
+        ref = torch.tensor(np.array(llm.scores[: len(seq)]))
         ours = model.forward(torch.tensor(seq), 0, full_cache(model.config), all_logits=True)
         rel = ((ours - ref).norm(dim=-1) / ref.norm(dim=-1)).mean()
         agree = (ours.argmax(-1) == ref.argmax(-1)).float().mean()

@@ -3,16 +3,21 @@ bound, the bytes it costs, and what the rotation preserves."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
-from vrampilot.hybrid.plan import vector_bytes  # noqa: E402
-from vrampilot.hybrid.q4 import cat_q4, hadamard, quantize_q4  # noqa: E402
+from vrampilot.hybrid.plan import vector_bytes
+from vrampilot.hybrid.q4 import Q4Tensor, cat_q4, hadamard, quantize_q4
 
 
-def _block_scale(q: object, d: int) -> torch.Tensor:
-    return q.scale.float().abs().repeat_interleave(32, dim=-1)  # type: ignore[attr-defined]
+def _block_scale(q: Q4Tensor, d: int) -> torch.Tensor:
+    return q.scale.float().abs().repeat_interleave(32, dim=-1)
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 37.0, 1e3])

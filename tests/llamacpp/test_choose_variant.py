@@ -7,6 +7,7 @@ build's manifest); the probes describe CPUs whose CPUID and OS disagree, as VMs 
 from __future__ import annotations
 
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ endif()
 VARIANTS = recipe.x86_variants(CMAKE_EXCERPT)
 
 
-def cpu(advertised: set[str], runs: set[str], os_refused: set[str] = frozenset()) -> CpuProbe:  # type: ignore[assignment]
+def cpu(advertised: set[str], runs: set[str], os_refused: AbstractSet[str] = frozenset()) -> CpuProbe:
     results = []
     for f in FEATURES:
         if f in runs:
@@ -75,12 +76,12 @@ def test_the_recipe_reads_every_x86_variant_and_only_those() -> None:
 
 
 def test_an_honest_cpu_gets_what_llama_cpp_would_pick() -> None:
-    assert choose_variant(VARIANTS, cpu(AVX512_ALL | AMX, AVX512_ALL | AMX)).name == "sapphirerapids"  # type: ignore[union-attr]
-    assert choose_variant(VARIANTS, cpu(AVX512_ALL, AVX512_ALL)).name == "zen4"  # type: ignore[union-attr]
-    assert choose_variant(VARIANTS, cpu(HASWELL, HASWELL)).name == "haswell"  # type: ignore[union-attr]
-    assert choose_variant(VARIANTS, cpu({"SSE42"}, {"SSE42"})).name == "sse42"  # type: ignore[union-attr]
-    assert choose_variant(VARIANTS, cpu(set(), set())).name == "x64"  # type: ignore[union-attr]
-    assert choose_variant(VARIANTS, cpu(HASWELL | {"AVX_VNNI"}, HASWELL | {"AVX_VNNI"})).name == "alderlake"  # type: ignore[union-attr]
+    assert choose_variant(VARIANTS, cpu(AVX512_ALL | AMX, AVX512_ALL | AMX)).name == "sapphirerapids"  # type: ignore[union-attr]  # each of these CPUs gets a variant
+    assert choose_variant(VARIANTS, cpu(AVX512_ALL, AVX512_ALL)).name == "zen4"  # type: ignore[union-attr]  # each of these CPUs gets a variant
+    assert choose_variant(VARIANTS, cpu(HASWELL, HASWELL)).name == "haswell"  # type: ignore[union-attr]  # each of these CPUs gets a variant
+    assert choose_variant(VARIANTS, cpu({"SSE42"}, {"SSE42"})).name == "sse42"  # type: ignore[union-attr]  # each of these CPUs gets a variant
+    assert choose_variant(VARIANTS, cpu(set(), set())).name == "x64"  # type: ignore[union-attr]  # each of these CPUs gets a variant
+    assert choose_variant(VARIANTS, cpu(HASWELL | {"AVX_VNNI"}, HASWELL | {"AVX_VNNI"})).name == "alderlake"  # type: ignore[union-attr]  # each of these CPUs gets a variant
 
 
 def test_amx_advertised_but_not_enabled_by_the_os_is_skipped_with_the_reason() -> None:

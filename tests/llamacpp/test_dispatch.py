@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ QEMU = shutil.which("qemu-x86_64")
 pytestmark = pytest.mark.skipif(not cpu_probe.is_x86_64(), reason="x86-64 CPU variants")
 
 
-def decode(model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = None, home: Path) -> dict:
+def decode(model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = None, home: Path) -> dict[str, Any]:
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "OMP_NUM_THREADS": "1"}
     env.pop("VRAMPILOT_CPU_VARIANT", None)
     if lib_dir is not None:
@@ -43,7 +44,8 @@ def decode(model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = N
         env["OPENBLAS_CORETYPE"] = qemu_cpu
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode} under {qemu_cpu or 'this CPU'}:\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def require_qemu() -> str:
@@ -58,7 +60,7 @@ def require_qemu() -> str:
 REPORTED = ("AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_INT8")
 
 
-def assert_llama_cpp_runs_the_variant(run: dict) -> None:
+def assert_llama_cpp_runs_the_variant(run: dict[str, Any]) -> None:
     """llama.cpp itself (not just our record) has exactly the chosen CPU module registered."""
     cpu_parts = [part for part in run["system_info"].split("CPU : ")[1:]]
     assert len(cpu_parts) == 1, run["system_info"]  # one CPU backend, not ours plus ggml's pick
@@ -68,17 +70,17 @@ def assert_llama_cpp_runs_the_variant(run: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def native(embedded_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def native(embedded_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return decode(embedded_model, home=tmp_path_factory.mktemp("native"))
 
 
-def test_natively_the_best_variant_this_cpu_really_runs_is_loaded(native: dict) -> None:
+def test_natively_the_best_variant_this_cpu_really_runs_is_loaded(native: dict[str, Any]) -> None:
     from vrampilot.llamacpp.backends import choose_variant, read_manifest
 
     assert native["mode"] == "dispatched", native["dispatch"]
     manifest = read_manifest(Path(native["lib_dir"]))
     assert manifest is not None
-    expected = choose_variant(manifest["cpu_variants"], cpu_probe.run_probes())  # type: ignore[arg-type]
+    expected = choose_variant(manifest["cpu_variants"], cpu_probe.run_probes())  # type: ignore[arg-type]  # the manifest's JSON list
     assert expected is not None and native["variant"] == expected.name
     assert "CPU" in native["registered"]
     assert_llama_cpp_runs_the_variant(native)
@@ -88,7 +90,7 @@ def test_natively_the_best_variant_this_cpu_really_runs_is_loaded(native: dict) 
 @pytest.mark.slow
 @pytest.mark.parametrize(("qemu_cpu", "variant"), [("Haswell", "haswell"), ("Nehalem", "sse42")])
 def test_an_older_cpu_gets_its_own_variant_and_the_same_answer(
-    embedded_model: Path, native: dict, qemu_cpu: str, variant: str, tmp_path: Path
+    embedded_model: Path, native: dict[str, Any], qemu_cpu: str, variant: str, tmp_path: Path
 ) -> None:
     emulated = decode(embedded_model, qemu_cpu=qemu_cpu, home=tmp_path)
     assert emulated["mode"] == "dispatched"

@@ -7,6 +7,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -15,7 +16,7 @@ from vrampilot.llamacpp import backends
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging" / "engine"))
 import build as recipe
 
-LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[arg-type,union-attr]
+LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"  # type: ignore[arg-type,union-attr]  # llama_cpp is installed: it has a spec and an origin
 
 
 def test_installed_engine_carries_this_recipes_key() -> None:
@@ -29,9 +30,9 @@ def test_installed_engine_carries_this_recipes_key() -> None:
 def test_never_native_and_every_module_where_the_app_looks() -> None:
     manifest = backends.read_manifest(LIB)
     assert manifest is not None
-    args = manifest["recipe"]["cmake_args"]  # type: ignore[index]
+    args = cast(dict[str, list[str]], manifest["recipe"])["cmake_args"]  # JSON, as the recipe writes it
     assert "-DGGML_NATIVE=OFF" in args and "-DGGML_CPU_ALL_VARIANTS=ON" in args and "-DGGML_BACKEND_DL=ON" in args
-    for name in manifest["backend_files"]:  # type: ignore[union-attr]
+    for name in cast(list[str], manifest["backend_files"]):  # JSON, as the recipe writes it
         assert (LIB / name).is_file(), name
     if sys.platform.startswith("linux"):
         # Nothing left where pip would have put ggml's own install (site-packages/bin, /lib).

@@ -64,7 +64,7 @@ def test_peak_from_nvml_bus_and_clock(plan8: Plan) -> None:
     r = achieved_bandwidth(plan8, 50.0, time_s=0, devices=det.gpus)
     assert r.device_share_of_peak == pytest.approx(r.device_bytes_per_token * 50 / 1e9 / PEAK_GBPS)
     rtx4090 = detect_nvidia_gpus(FakeNvml([FakeGpu()])).gpus
-    assert device_peak(None, rtx4090).gbps == pytest.approx(1008.1, abs=0.1)  # type: ignore[union-attr]
+    assert device_peak(None, rtx4090).gbps == pytest.approx(1008.1, abs=0.1)  # type: ignore[union-attr]  # a known GPU has a peak
 
 
 def test_context_fill_reads_more_kv(plan8: Plan) -> None:

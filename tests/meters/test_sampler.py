@@ -55,7 +55,8 @@ def test_scripted_session_numbers() -> None:
     s = session(6 * GIB, windows=False)
     s.step(2 + 6 + 3)  # idle, load, decode
     samples = s.sampler.history()
-    used = [x.gpus[0].memory_used_bytes for x in samples]
+    used = [u for x in samples if (u := x.gpus[0].memory_used_bytes) is not None]
+    assert len(used) == len(samples)
     assert used[:8] == sorted(used[:8]) and used[0] == OTHERS and used[7] == OTHERS + 6 * GIB  # rising during load
     decoding = samples[-1].gpus[0]
     assert decoding.process_memory_used_bytes == 6 * GIB

@@ -17,7 +17,7 @@ def test_vram_by_component(plan8: Plan) -> None:
     state = MeterState(clock=s.clock)
     state.set_plan(plan8)
     s.step(2 + 6 + 2)
-    readout = state.update(s.sampler.latest())  # type: ignore[arg-type]
+    readout = state.update(s.sampler.latest())  # type: ignore[arg-type]  # the sampler has a sample by now
     (v,) = readout.vram
     assert v.name == "NVIDIA GeForce RTX 4060 Ti" and v.total_bytes == 8 * GIB
     assert v.process_bytes == PROCESS and v.process_source == "nvml"
@@ -47,7 +47,7 @@ def test_bandwidth_in_readout_uses_nvml_peak(plan8: Plan) -> None:
     state = MeterState(clock=s.clock)
     state.set_plan(plan8)
     s.step(12)
-    state.update(s.sampler.latest())  # type: ignore[arg-type]
+    state.update(s.sampler.latest())  # type: ignore[arg-type]  # the sampler has a sample by now
     state.record_decode(40.0, duration_s=3)
     readout = state.refresh()
     assert readout is not None and readout.bandwidth is not None
@@ -82,6 +82,6 @@ def test_history_is_bounded(plan8: Plan) -> None:
     state = MeterState(clock=s.clock, history_s=5.0)
     for _ in range(30):
         s.step()
-        state.update(s.sampler.latest())  # type: ignore[arg-type]
+        state.update(s.sampler.latest())  # type: ignore[arg-type]  # the sampler has a sample by now
     samples = state.samples()
     assert samples[-1].time_s - samples[0].time_s <= 5.0 and len(samples) == 11

@@ -92,7 +92,9 @@ def run_exe(clean_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     """Run an executable from an empty directory with the clean environment."""
     cwd = tmp_path_factory.mktemp("bundle-cwd")
 
-    def run(exe: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None):
+    def run(
+        exe: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(exe), *args],
             cwd=cwd,

@@ -62,7 +62,7 @@ def test_started_through_a_symlink_it_finds_its_files(root: Path, tmp_path: Path
 def test_menu_entry_icon_and_gguf_type(root: Path) -> None:
     share = root / "usr" / "share"
     parser = configparser.ConfigParser(interpolation=None)
-    parser.optionxform = str
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # case-sensitive keys: the documented way
     parser.read(share / "applications" / "vrampilot.desktop")
     entry = parser["Desktop Entry"]
     assert entry["Exec"].split()[0] == "vrampilot"  # found on PATH through /usr/bin

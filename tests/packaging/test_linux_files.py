@@ -19,7 +19,7 @@ MIME_NS = "{http://www.freedesktop.org/standards/shared-mime-info}"
 
 def desktop_entry() -> configparser.SectionProxy:
     parser = configparser.ConfigParser(interpolation=None, strict=True)
-    parser.optionxform = str  # keys are case-sensitive
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # keys are case-sensitive: the documented way
     parser.read(LINUX / "vrampilot.desktop", encoding="utf-8")
     return parser["Desktop Entry"]
 

@@ -35,7 +35,8 @@ def test_installer_script_compiles(tmp_path: Path) -> None:
 
 def _sections(text: str) -> tuple[str, str]:
     """Installer and uninstaller parts: uninstaller sections are named "un.…"."""
-    install, uninstall = [], []
+    install: list[str] = []
+    uninstall: list[str] = []
     for block in re.findall(r"^Section\b.*?^SectionEnd", text, flags=re.S | re.M):
         header = block.splitlines()[0]
         (uninstall if re.search(r'"un\.', header) else install).append(block)

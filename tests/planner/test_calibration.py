@@ -30,6 +30,7 @@ from vrampilot.speed.measured import (
     PROBE_PRIOR_REPLIES,
     RATIO_MAX,
     RATIO_MIN,
+    HostProbe,
     MachineSpeed,
     PaceReading,
     RateAt,
@@ -55,7 +56,7 @@ def _reply(p: Plan, decode_scale: float, prefill_scale: float, **kw: object) -> 
     `prefill_scale` times the predicted speed, its decode steps' part that does not grow with the
     context at `decode_scale` (the part replies teach: speed.py `corrected_decode_seconds`)."""
     shape = {"prompt_tokens": 900, "evaluated_tokens": 600, "completion_tokens": 64, **kw}
-    probe = ReplyMeasurement(**shape, decode_tps=0.0, prefill_tps=0.0)  # type: ignore[arg-type]
+    probe = ReplyMeasurement(**shape, decode_tps=0.0, prefill_tps=0.0)  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
     pred = reply_prediction(p, probe, calibrated=False)
     model = SpeedModel(p.spec, p.settings, p.target, p.memory)
     step = 1.0 / pred.decode_tps
@@ -290,10 +291,10 @@ def test_replies_are_kept_with_what_other_processes_learned_meanwhile(embedded_m
 
 
 @pytest.mark.slow
-def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_probe: object) -> None:
+def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_probe: HostProbe) -> None:
     from vrampilot.engine import Engine, Message, SamplingParams
 
-    speed = MachineSpeed("real", host_probe)  # type: ignore[arg-type]
+    speed = MachineSpeed("real", host_probe)
     p = _plan(embedded_model, speed)
     engine = Engine()
     engine.load(p)
@@ -319,7 +320,8 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     pred = reply_prediction(later, m)
 
     def moved(ratio: float) -> float:
-        return min(FACTOR_MAX, max(FACTOR_MIN, ratio ** (1 / 3)))
+        root: float = ratio ** (1 / 3)
+        return min(FACTOR_MAX, max(FACTOR_MIN, root))
 
     if factors.decode_ratios:
         assert later.speed.decode_factor == pytest.approx(moved(factors.decode_ratios[0]))

@@ -18,7 +18,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import target_cpu_only
-from vrampilot.speed.measured import RateAt
+from vrampilot.speed.measured import HostProbe, RateAt
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
     return load_model_spec(path)
 
 
-def _model(spec: ModelSpec, probe, pins: Pins | None = None, cores: int = 1) -> SpeedModel:  # type: ignore[no-untyped-def]
+def _model(spec: ModelSpec, probe: HostProbe | None, pins: Pins | None = None, cores: int = 1) -> SpeedModel:
     target = target_cpu_only(measured_machine(probe, cores=cores))
     p = plan(spec, target, pins or Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
     return SpeedModel(spec, p.settings, target, p.memory)
@@ -38,6 +38,7 @@ def test_decoding_reads_every_matrix_at_its_measured_rate(q8_llama: ModelSpec) -
     slow, fast = _model(q8_llama, uniform_probe(5.0)), _model(q8_llama, uniform_probe(10.0))
     # Node cost is zero in these probes, attention cost is the same: the weights' time halves.
     table = weight_table(q8_llama)
+    assert table.output is not None
     weights = sum(m.bytes_active for layer in table.layers for m in layer.matrices) + table.output.bytes_active
     assert slow.decode_seconds(1) - fast.decode_seconds(1) == pytest.approx(weights / 10e9, rel=1e-6)
 
@@ -223,8 +224,8 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
     from vrampilot.speed.measured import ElementwiseRates, RateAt
 
     shape = {"weight_type": "q8_0", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_ff": 512}
-    gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]
-    llama = load_model_spec(write_model(tmp_path / "l.gguf", "llama", **shape))  # type: ignore[arg-type]
+    gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
+    llama = load_model_spec(write_model(tmp_path / "l.gguf", "llama", **shape))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
     g, ll = weight_table(gemma).layers[0].elementwise, weight_table(llama).layers[0].elementwise
     # Gemma 3: a gated GELU, per-head Q and K norms over all their heads, norms after attention and
     # the feed-forward; a Llama block: two norms and a gated SiLU. RoPE over the Q and K heads.

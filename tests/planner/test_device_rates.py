@@ -8,7 +8,7 @@ from pathlib import Path
 
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import LlamaBackendInfo, LlamaDevice
+from vrampilot.hardware import LlamaBackendInfo, LlamaDevice, Machine
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
@@ -28,7 +28,7 @@ RATES = DeviceRates("Vulkan0", LAVAPIPE, "2026-12-04T22:00:00+00:00", "q8_0", de
                     prefill_gflops=5.0, product_overhead_us=300.0)  # fmt: skip
 
 
-def vulkan_machine(speed: MachineSpeed | None) -> object:
+def vulkan_machine(speed: MachineSpeed | None) -> Machine:
     devices = (LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
                LlamaDevice("Vulkan0", LAVAPIPE, "gpu", "Vulkan", 2 * GIB, 2 * GIB))  # fmt: skip
     return replace(cpu_machine(), llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices), speed=speed)
@@ -39,8 +39,8 @@ def test_a_measured_device_is_priced_at_its_own_rates() -> None:
     assert path is not None
     spec = load_model_spec(path)
     pins = Pins(n_gpu_layers=99, n_ctx=2048)
-    assumed = plan(spec, target_from_machine(vulkan_machine(MachineSpeed("m"))), pins)  # type: ignore[arg-type]
-    target = target_from_machine(vulkan_machine(MachineSpeed("m", devices=(RATES,))))  # type: ignore[arg-type]
+    assumed = plan(spec, target_from_machine(vulkan_machine(MachineSpeed("m"))), pins)
+    target = target_from_machine(vulkan_machine(MachineSpeed("m", devices=(RATES,))))
     assert target.gpus[0].measured == RATES
     measured = plan(spec, target, pins)
     assert measured.settings.n_gpu_layers == assumed.settings.n_gpu_layers > spec.n_layer
@@ -59,8 +59,8 @@ def test_a_measured_device_is_priced_at_its_own_rates() -> None:
 
 
 def test_measuring_a_device_drops_what_its_replies_taught_and_keeps_the_others(tmp_path: Path) -> None:
-    target = target_from_machine(vulkan_machine(MachineSpeed("m")))  # type: ignore[arg-type]
-    key = backend_key(target, plan(load_model_spec(embedded_model_path()), target, Pins(n_gpu_layers=99)).settings)  # type: ignore[arg-type]
+    target = target_from_machine(vulkan_machine(MachineSpeed("m")))
+    key = backend_key(target, plan(load_model_spec(embedded_model_path()), target, Pins(n_gpu_layers=99)).settings)  # type: ignore[arg-type]  # the embedded model is installed here
     assert "(Vulkan0)" in key
 
     def taught(m: MachineSpeed) -> MachineSpeed:

@@ -121,7 +121,8 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
 
 def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:
     """While the engine loads a model it holds llama.cpp's log; a plan then uses the formula."""
-    from vrampilot.planner.measure import LOG_LOCK, PLAN_WAIT_S
+    from vrampilot.llamacpp.lock import LOG_LOCK
+    from vrampilot.planner.measure import PLAN_WAIT_S
 
     spec = load_model_spec(embedded_model)
     with LOG_LOCK:  # what the engine holds while llama.cpp loads

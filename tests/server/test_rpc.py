@@ -274,7 +274,7 @@ def test_a_host_killed_mid_stream_ends_serve_with_llama_cpps_reason_in_one_line(
                                    "-H", "Content-Type: application/json", "-d", json.dumps(body)],
                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
         assert stream.stdout is not None and stream.stdout.readline().startswith("data: ")  # streaming
-        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # a started host has its process
         stream.wait(60)  # the client's stream ends (curl -m bounds it either way)
         assert proc.wait(60) == 128 + signal.SIGABRT  # llama.cpp aborts on a lost host
         assert proc.stderr is not None

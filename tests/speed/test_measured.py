@@ -37,7 +37,7 @@ def _probe(**kw: object) -> HostProbe:
         attention=(AttentionRates("f16", 64, (RateAt(1, 10.0),), (RateAt(1, 30.0),)),),
     )
     base.update(kw)
-    return HostProbe(**base)  # type: ignore[arg-type]
+    return HostProbe(**base)  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
 
 
 def test_rate_between_measured_thread_counts_is_interpolated_and_flat_beyond() -> None:

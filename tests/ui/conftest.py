@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from PySide6.QtCore import QObject, QTimer
@@ -28,6 +28,12 @@ from vrampilot.speed.measured import HostProbe
 
 if TYPE_CHECKING:
     from vrampilot.ui.context import AppContext
+
+if TYPE_CHECKING:
+    from vrampilot.ui.main_window import MainWindow
+
+# What the open_window fixture gives a test: open_window(wait_plan=..., initial_model=..., machine=...).
+OpenWindow = Callable[..., "MainWindow"]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 # One thread each: see tests/engine/conftest.py (busy 2-core machines).
@@ -71,6 +77,13 @@ def heard(signal: Any) -> list[Any]:
     return values
 
 
+def open_chat(w: MainWindow) -> int:
+    """The id of the chat the window shows, which a test asks for once a message was sent."""
+    chat_id = w.chats.chat_id
+    assert chat_id is not None, "no chat is open"
+    return chat_id
+
+
 def seed_prefs(max_tokens: int = 24) -> None:
     """What a returning user would have: small context and one thread for the embedded model."""
     from vrampilot.ui.prefs import Prefs
@@ -100,7 +113,7 @@ def activate(qtbot: QtBot, w: QWidget) -> None:
 
 
 @pytest.fixture
-def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
+def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""
     from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
@@ -108,10 +121,10 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[Callable[..., object]]:
     from vrampilot.ui.theme import apply_theme
 
     windows: list[MainWindow] = []
-    apply_theme(QApplication.instance())  # type: ignore[arg-type]
+    apply_theme(cast(QApplication, QApplication.instance()))  # Qt types it as the QCoreApplication base
 
     def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
-        ctx = build_context(machine=machine)  # type: ignore[arg-type]
+        ctx = build_context(machine=machine)  # type: ignore[arg-type]  # machine: a Machine, or None for this one
         w = MainWindow(ctx, build_services(ctx), initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)

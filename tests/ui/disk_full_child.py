@@ -12,7 +12,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
@@ -29,7 +31,7 @@ def fill() -> None:
         f.write(b"\0" * free)
 
 
-def wait(app: QApplication, cond, seconds: float) -> bool:  # type: ignore[no-untyped-def]
+def wait(app: QApplication, cond: Callable[[], object], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         app.processEvents()
@@ -46,7 +48,8 @@ def reply() -> dict[str, object]:
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.services import build_services
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seed_prefs(max_tokens=6)
     ctx = build_context()
     w = MainWindow(ctx, build_services(ctx))
@@ -60,14 +63,14 @@ def reply() -> dict[str, object]:
     out["banner"] = w.chat_view.banner_text.text()
     out["send_enabled"] = w.chat_view.send_button.isEnabled()
     out["reply_on_screen"] = [m.role for m in w.chat_view.messages()]
-    out["stored_before"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored_before"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     FILLER.unlink()
     save = w.chat_view.banner.findChild(QPushButton, "save_again")
     out["save_again"] = save is not None
     if save is not None:
         save.click()
         app.processEvents()
-    out["stored_after"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored_after"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     w.shutdown()
     ctx.close()
     return out
@@ -77,7 +80,8 @@ def start() -> dict[str, object]:
     from vrampilot.ui.launch import launch_gui
 
     fill()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seen: list[str] = []
 
     def answer_the_dialog() -> None:

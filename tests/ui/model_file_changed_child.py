@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
@@ -26,7 +27,8 @@ def main(model: Path) -> dict[str, object]:
     from vrampilot.ui.prefs import Prefs
     from vrampilot.ui.services import build_services
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seed_prefs(max_tokens=6)
     prefs = Prefs()
     prefs.set_pins_for(model, FAST_PINS)
@@ -46,7 +48,7 @@ def main(model: Path) -> dict[str, object]:
     out["second_idle"] = ask("Another one?")
     out["banner"] = w.chat_view.banner_text.text() if w.chat_view.banner_visible() else ""
     out["load_state"] = w.plans.load_state.value
-    out["stored"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]
+    out["stored"] = [m.role for m in ctx.store.messages(w.chats.chat_id)]  # type: ignore[arg-type]  # chat_id: set once a message was sent
     retry = w.chat_view.banner.findChild(QPushButton, "answer")
     if retry is not None:  # Try again: the file is loaded as it is now, and llama.cpp refuses it
         retry.click()

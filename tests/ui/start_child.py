@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import cast
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
@@ -23,7 +24,8 @@ DEADLINE_S = 240.0
 def main() -> dict[str, object]:
     from vrampilot.ui.launch import launch_gui
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    # instance() is typed as the QCoreApplication base; here it is a QApplication.
+    app = cast(QApplication, QApplication.instance() or QApplication(sys.argv[:1]))
     seen: list[str] = []
     opened: list[bool] = []
 

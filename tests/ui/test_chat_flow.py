@@ -3,16 +3,26 @@ edit, overflow, restart and find the chat again, with the GUI thread never block
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, activate, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, activate, open_chat, screenshot, seed_prefs
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import LoadState
 from vrampilot.ui.services import build_services
+
+if TYPE_CHECKING:
+    import llama_cpp
+
+    from vrampilot.engine.loader import ProgressFn
+    from vrampilot.planner.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +32,7 @@ def _reply_done(w: MainWindow) -> bool:
     return w.chats.state is ChatState.IDLE
 
 
-def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_load_chat_stop_regenerate_edit_and_restart(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window()
     meter = StallMeter()
@@ -34,7 +44,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
     assert not w.plan_view.progress.isVisible()
     assert "Loaded: SmolLM2-135M-Instruct.Q4_1.gguf, 1K context" in w.plan_view.load_status.text()
-    assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]
+    assert w.ctx.engine.engine.settings == w.plans.plan.settings  # type: ignore[union-attr]  # the window has planned by now
 
     # Send with Ctrl+Enter; the reply streams in.
     view = w.chat_view
@@ -50,7 +60,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     assert msgs[1].text() and msgs[1].stats.isVisible()
     assert "tokens/s" in msgs[1].stats.text() and "context" in msgs[1].stats.text()
     assert msgs[1].regenerate_button.isVisible()
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].stats is not None
     with meter.paused():
         screenshot(w, "04-reply")
@@ -59,7 +69,7 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.keyClicks(view.input, "And of Italy?")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 4, cpu_s=60)
-    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
+    s2 = w.ctx.store.messages(open_chat(w))[3].stats
     assert s2 is not None and s2["reused_tokens"] > 0 and s2["evaluated_tokens"] < s2["prompt_tokens"]
 
     # Stop: a long reply, Esc after a few tokens; the partial reply is kept and marked.
@@ -69,18 +79,18 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     waits.until(qtbot, lambda: len(view.streamed_text()) > 20, cpu_s=30)
     qtbot.keyClick(view.input, Qt.Key.Key_Escape)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(open_chat(w))[-1]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 400
     assert "stopped" in view.messages()[-1].stats.text()
 
     # Regenerate the last reply: replaced, not added.
     view.sampling.max_tokens.setValue(16)
-    n_before = len(w.ctx.store.messages(w.chats.chat_id))  # type: ignore[arg-type]
+    n_before = len(w.ctx.store.messages(open_chat(w)))
     qtbot.mouseClick(view.messages()[-1].regenerate_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == n_before, cpu_s=60)
-    regenerated = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
-    assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]
+    regenerated = w.ctx.store.messages(open_chat(w))[-1]
+    assert regenerated.role == "assistant" and regenerated.stats["stop_reason"] != "cancelled"  # type: ignore[index]  # an assistant message stores its stats
 
     # Edit the first question and continue from there: what came after it is replaced.
     qtbot.mouseClick(view.messages()[0].edit_button, Qt.MouseButton.LeftButton)
@@ -88,12 +98,12 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     view.input.setPlainText("What is the capital of Spain?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(open_chat(w))
     assert (stored[0].role, stored[0].content) == ("user", "What is the capital of Spain?")
     assert [m.role for m in stored] == ["user", "assistant"]
-    assert w.ctx.store.get_chat(w.chats.chat_id).title == "What is the capital of Spain?"  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(open_chat(w)).title == "What is the capital of Spain?"
     # The edited turn reuses the cached prefix before it (system prompt, template header).
-    assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]
+    assert 0 < stored[1].stats["reused_tokens"] < stored[1].stats["prompt_tokens"]  # type: ignore[index]  # an assistant message stores its stats
 
     # Copy puts the raw Markdown on the clipboard.
     from PySide6.QtGui import QGuiApplication
@@ -105,7 +115,8 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     assert meter.ticks > 100
     assert meter.max_work_s < MAX_WORK_S, meter.report()
     print(meter.report())
-    chat_id, title = w.chats.chat_id, w.ctx.store.get_chat(w.chats.chat_id).title  # type: ignore[arg-type]
+    chat_id = open_chat(w)
+    title = w.ctx.store.get_chat(chat_id).title
     w.close()
 
     # Restart: the chat is listed and reopened with its messages.
@@ -122,14 +133,14 @@ def test_load_chat_stop_regenerate_edit_and_restart(open_window, qtbot: QtBot) -
     qtbot.waitUntil(lambda: w2.chat_list.ids() == [], timeout=3000)
 
 
-def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_sending_first_loads_the_model_then_answers(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     assert not w.ctx.engine.engine.loaded
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(open_chat(w))[1].role == "assistant"
     # Ctrl+N starts a new chat; the old one stays in the list.
     old = w.chats.chat_id
     activate(qtbot, w)  # offscreen has no window manager to keep the window active
@@ -141,7 +152,7 @@ def test_sending_first_loads_the_model_then_answers(open_window, qtbot: QtBot) -
     qtbot.waitUntil(lambda: w.chat_view.input.hasFocus(), timeout=2000)
 
 
-def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()
     from dataclasses import replace
@@ -153,19 +164,19 @@ def test_overflow_is_announced_and_a_larger_context_fixes_it(open_window, qtbot:
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
-    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(open_chat(w))] == ["user"]
     screenshot(w, "09-overflow")
     from PySide6.QtWidgets import QPushButton
 
     bigger = w.chat_view.banner.findChild(QPushButton, "replan_bigger")
     assert bigger is not None and "1K context" in bigger.text()
     qtbot.mouseClick(bigger, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: len(w.ctx.store.messages(w.chats.chat_id)) == 2 and _reply_done(w), cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
     assert w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1024
-    assert w.ctx.store.messages(w.chats.chat_id)[1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(open_chat(w))[1].role == "assistant"
 
 
-def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_stops_a_slow_load(qtbot: QtBot, home: Path) -> None:
     """A load made slow on purpose (its progress callback sleeps) is cancelled from the button."""
     import time
 
@@ -173,7 +184,13 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
     from vrampilot.engine.loader import open_llama
     from vrampilot.ui.context import build_context
 
-    def slow_open(path, settings, *, progress=None, cancel=None):  # type: ignore[no-untyped-def]
+    def slow_open(
+        path: str | Path,
+        settings: Settings,
+        *,
+        progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> llama_cpp.Llama:
         def crawl(v: float) -> None:
             time.sleep(0.02)
             if progress is not None:
@@ -201,7 +218,7 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home) -> None:  # type: ignore[n
         ctx.close()
 
 
-def test_dropping_the_oldest_turns_makes_room(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: QtBot) -> None:
     from dataclasses import replace
 
     from PySide6.QtWidgets import QPushButton

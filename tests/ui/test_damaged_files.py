@@ -9,7 +9,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,7 +92,7 @@ def test_values_of_the_wrong_type_read_as_defaults(home: Path) -> None:
 # -- the window's start, as a user starts it (a child process, offscreen) ----------------------
 
 
-def _start(home: Path) -> tuple[dict[str, object], str]:
+def _start(home: Path) -> tuple[dict[str, Any], str]:
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
     proc = subprocess.run([sys.executable, str(START_CHILD)], env=env, capture_output=True, text=True, timeout=300,
                           cwd=ROOT)  # fmt: skip
@@ -105,7 +107,7 @@ def test_the_window_starts_over_a_garbage_settings_file_and_says_so(home: Path) 
     path.write_bytes(GARBAGE["random-bytes"])
     out, stderr = _start(home)
     assert out["window_opened"] and out["exit_code"] == 0, (out, stderr[-3000:])
-    assert any("could not be read" in str(d) for d in out["dialogs"]), out  # type: ignore[attr-defined]
+    assert any("could not be read" in str(d) for d in out["dialogs"]), out
     assert "Traceback" not in stderr
     assert next(x for x in stderr.splitlines() if "settings file" in x).startswith("vrampilot: The settings file")
     assert (home / "config" / "settings.unreadable-1.ini").read_bytes() == GARBAGE["random-bytes"]
@@ -141,15 +143,15 @@ def _newer_chats(db: Path) -> None:
     ids=["chats-garbage", "documents-garbage", "chats-damaged-inside", "chats-newer"],
 )  # fmt: skip
 def test_the_window_refuses_a_damaged_or_newer_database_and_keeps_it(
-    home: Path, name: str, damage: object, said: str
+    home: Path, name: str, damage: Callable[[Path], object], said: str
 ) -> None:
     db = home / "data" / name
     db.parent.mkdir(parents=True)
-    damage(db)  # type: ignore[operator]
+    damage(db)
     before = _sha(db)
     out, stderr = _start(home)
     assert out["exit_code"] == 1 and not out["window_opened"], (out, stderr[-3000:])
-    assert len(out["dialogs"]) == 1 and said in str(out["dialogs"][0]) and str(db) in str(out["dialogs"][0])  # type: ignore[arg-type,index]
+    assert len(out["dialogs"]) == 1 and said in str(out["dialogs"][0]) and str(db) in str(out["dialogs"][0])
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert [x for x in stderr.splitlines() if x.startswith("vrampilot: ")] == [f"vrampilot: {out['dialogs'][0]}"]  # type: ignore[index]
+    assert [x for x in stderr.splitlines() if x.startswith("vrampilot: ")] == [f"vrampilot: {out['dialogs'][0]}"]
     assert _sha(db) == before

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ CHILD = Path(__file__).with_name("disk_full_child.py")
 pytestmark = pytest.mark.slow
 
 
-def run_on_tmpfs(tmp_path: Path, size: str, mode: str) -> tuple[dict[str, object], str]:
+def run_on_tmpfs(tmp_path: Path, size: str, mode: str) -> tuple[dict[str, Any], str]:
     unshare = shutil.which("unshare")
     if unshare is None or not sys.platform.startswith("linux"):
         pytest.skip("needs Linux with unshare(1)")

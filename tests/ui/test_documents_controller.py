@@ -59,7 +59,7 @@ def test_documents_are_read_counted_fitted_and_refused_in_words(qtbot: QtBot, do
     review.write_text(long_report().markdown)
     attach(qtbot, docs, review)
     qtbot.waitUntil(lambda: docs.fit is not None and docs.fit.status == "replan", timeout=60000)
-    suggested = docs.fit.suggested_ctx  # type: ignore[union-attr]
+    suggested = docs.fit.suggested_ctx
     assert suggested is not None and suggested > 1024
     replans = heard(docs.replan_requested)
     docs.panel.replan_requested.emit()  # the Re-plan button

@@ -14,7 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.documents.writers import long_report
-from tests.ui.conftest import seed_prefs
+from tests.ui.conftest import OpenWindow, open_chat, seed_prefs
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
@@ -46,8 +46,8 @@ def done(w: MainWindow) -> bool:
 
 
 def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
-    open_window, qtbot: QtBot, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     seed_prefs(max_tokens=8)
     small = tmp_path / "five-sites.md"
     small.write_text(long_report(n_sections=5).markdown)
@@ -77,14 +77,14 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
     qtbot.mouseClick(panel.prompt_cancel, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: done(w), cpu_s=60)
     assert not panel.prompt_row.isVisible()
-    assert [m.role for m in w.ctx.store.messages(w.chats.chat_id)] == ["user"]  # type: ignore[arg-type]
+    assert [m.role for m in w.ctx.store.messages(open_chat(w))] == ["user"]
     read_before_cancel = w.ctx.engine.engine.tokens_in_cache
     assert read_before_cancel > 0
 
     # Asking again joins the question that got no reply (two questions in a row never reach the model).
     ask(w, qtbot, "Please answer: who was the chief engineer of the Old Mill Dam?")
-    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 2, cpu_s=120)  # type: ignore[arg-type]
-    first = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 2, cpu_s=120)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    first = w.ctx.store.messages(open_chat(w))
     assert [m.role for m in first] == ["user", "assistant"] and "Please answer" in first[0].content
     s1 = first[1].stats
     assert s1 is not None and s1["reused_tokens"] >= read_before_cancel  # what was read before Cancel is kept
@@ -92,9 +92,9 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # Follow-up: only the new turn is evaluated (the engine's count).
     ask(w, qtbot, "When was it commissioned?")
-    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 4, cpu_s=60)  # type: ignore[arg-type]
-    s2 = w.ctx.store.messages(w.chats.chat_id)[3].stats  # type: ignore[arg-type,index]
-    assert s2 is not None and s2["reused_tokens"] > w.documents.docs.doc_tokens  # type: ignore[union-attr]
+    waits.until(qtbot, lambda: done(w) and len(w.ctx.store.messages(w.chats.chat_id)) == 4, cpu_s=60)  # type: ignore[arg-type]  # chat_id: set once a message was sent
+    s2 = w.ctx.store.messages(open_chat(w))[3].stats
+    assert s2 is not None and s2["reused_tokens"] > w.documents.docs.doc_tokens  # type: ignore[union-attr]  # documents are attached
     assert s2["evaluated_tokens"] < 0.05 * s2["prompt_tokens"]
     panel.context_toggle.setChecked(True)
     assert "Whole document: five-sites.md" in panel.context_view.toPlainText()
@@ -103,6 +103,7 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
     assert key is not None
     qtbot.waitUntil(lambda: w.documents.kv.has(key), timeout=20000)
     chat_id = w.chats.chat_id
+    assert chat_id is not None
     w.close()
 
     # Restart: the chat comes back with its document; loading restores the saved cache.

@@ -4,6 +4,7 @@ with Cancel, and the context view (no model load: fast)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
@@ -24,7 +25,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def test_panel_shows_documents_fit_progress_and_context(qtbot: QtBot, tmp_path: Path, embedded_model: Path) -> None:
-    apply_theme(QApplication.instance())  # type: ignore[arg-type]
+    apply_theme(cast(QApplication, QApplication.instance()))  # Qt types it as the QCoreApplication base
     report = long_report()
     md = tmp_path / "infrastructure-review.md"
     md.write_text(report.markdown)

@@ -13,14 +13,15 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.export.test_hostile_names import DUMP_ARGV
+from tests.ui.conftest import OpenWindow
 from vrampilot.paths import embedded_model_path
 from vrampilot.server.binaries import tool_path
 from vrampilot.ui.main_window import MainWindow
 
 
-def test_export_refuses_for_cmd_and_quotes_for_bash(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_export_refuses_for_cmd_and_quotes_for_bash(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     model = tmp_path / '100% "x" & \x1b[2J\nmodel.gguf'
-    shutil.copy(embedded_model_path(), model)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), model)  # type: ignore[arg-type]  # the embedded model is installed here
     w: MainWindow = open_window(initial_model=str(model))
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, timeout=20000)
     clipboard = QGuiApplication.clipboard()
@@ -31,7 +32,7 @@ def test_export_refuses_for_cmd_and_quotes_for_bash(open_window, qtbot: QtBot, t
         act.trigger()
         assert clipboard.text() == "what the user had"
         assert "cannot write" in w.status.text() and "rename the file" in w.status.text()
-    w.findChild(QAction, "menu_export_bash").trigger()  # type: ignore[union-attr]
+    w.findChild(QAction, "menu_export_bash").trigger()  # type: ignore[union-attr]  # the window has this menu action
     line = clipboard.text()
     dump = tmp_path / "llama-server"
     dump.write_text(DUMP_ARGV)
@@ -46,7 +47,7 @@ def test_export_refuses_for_cmd_and_quotes_for_bash(open_window, qtbot: QtBot, t
     assert args[:2] == [b"-m", os.fsencode(model)]
 
 
-def test_a_megabyte_architecture_is_listed_on_one_short_line(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_megabyte_architecture_is_listed_on_one_short_line(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     """The library lists each file's architecture: a header holding a megabyte there is shown cut,
     not laid out in full (which kept the window's thread busy for seconds)."""
     from testkit.gguf_models import kv_string, write_raw_header
@@ -58,7 +59,7 @@ def test_a_megabyte_architecture_is_listed_on_one_short_line(open_window, qtbot:
     tree = w.library_view.tree
 
     def cell() -> str:
-        texts = [tree.topLevelItem(i).text(0) for i in range(tree.topLevelItemCount())]
+        texts = [tree.topLevelItem(i).text(0) for i in range(tree.topLevelItemCount())]  # type: ignore[union-attr]  # i < count
         return next((t for t in texts if t.startswith("arch.gguf")), "")
 
     waits.until(qtbot, lambda: "xxx" in cell(), cpu_s=30)

@@ -75,18 +75,18 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     qtbot.keyClicks(view.query, "GGUF")
     qtbot.mouseClick(view.search_b, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: view.table.rowCount() == 3, timeout=10000)
-    assert view.table.item(0, 0).text() == mixed_repo  # most downloaded first
-    assert "(gated)" in view.table.item(1, 0).text()
+    assert view.table.item(0, 0).text() == mixed_repo  # type: ignore[union-attr]  # most downloaded first; rows exist
+    assert "(gated)" in view.table.item(1, 0).text()  # type: ignore[union-attr]  # the row exists
     shot(view, "search")
 
     view.table.selectRow(0)
     qtbot.waitUntil(lambda: hub_c.listing is not None and len(hub_c.rows) == 5, timeout=10000)
     waits.until(qtbot, lambda: all(r.badge or r.error for r in hub_c.rows.values() if not r.model.is_mmproj), cpu_s=30)
     fits = {name: hub_c.badge_for(name) for name in hub_c.rows}
-    assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
-    assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]
-    assert fits["gemma-3-27b-it-Q4_K_M.gguf"].fit is Fit.TOO_LARGE  # type: ignore[union-attr]
-    assert fits["tiny-llama-F16.gguf"].fit is Fit.GPU  # type: ignore[union-attr]
+    assert fits["qwen2.5-7b-instruct-Q4_K_M.gguf"].fit is Fit.GPU  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["llama-3.1-8b-instruct-Q4_K_M.gguf"].fit is Fit.PARTIAL  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["gemma-3-27b-it-Q4_K_M.gguf"].fit is Fit.TOO_LARGE  # type: ignore[union-attr]  # every listed file has a badge
+    assert fits["tiny-llama-F16.gguf"].fit is Fit.GPU  # type: ignore[union-attr]  # every listed file has a badge
     item = view.items["qwen2.5-7b-instruct-Q4_K_M.gguf"]
     assert item.text(3).endswith("tok/s")
     assert view.files.itemWidget(item, 2) is not None  # the coloured badge

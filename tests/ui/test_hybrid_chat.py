@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -33,7 +33,7 @@ def _pick(w: MainWindow, backend: str) -> None:
     view.backend.setCurrentIndex(view.backend.findData(backend))
 
 
-def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     view = w.chat_view
@@ -55,7 +55,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     meter.start()
     view.input.setPlainText("Name a colour.")
     qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
-    assert w.ctx.store.get_chat(w.chats.chat_id).backend == BACKEND_HYBRID  # type: ignore[arg-type]
+    assert w.ctx.store.get_chat(open_chat(w)).backend == BACKEND_HYBRID
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     assert not view.backend.isEnabled()  # no switching mid-reply
     waits.until(qtbot, lambda: _reply_done(w) and len(view.messages()) == 2, cpu_s=60)
@@ -63,7 +63,7 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     print(meter.report())
     assert meter.max_work_s < MAX_WORK_S, meter.report()
 
-    stored = w.ctx.store.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.store.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content
     stats = stored[1].stats
     assert stats is not None and stats["backend"] == BACKEND_HYBRID
@@ -74,13 +74,13 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert view.backend.isEnabled()
     # The meters show the session's own numbers, in the panel and the status bar.
     hybrid = w.chats.backend
-    session = hybrid.chat.session  # type: ignore[attr-defined]
+    session = hybrid.chat.session  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     assert session is not None
     held, full = session.kv_bytes_held(), session.full_cache_bytes()
     assert (held, full) == (stats["kv_bytes_held"], stats["kv_full_f16_bytes"])
     kv_text = w.meters_panel.kv_label.text()
     assert kv_text.startswith("KV cache held: ") and "for the full f16 cache (" in kv_text
-    assert kv_text == hybrid.usage().text()  # type: ignore[attr-defined]
+    assert kv_text == hybrid.usage().text()  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     assert "KV held" in w.meters_status.label.text()
     w.right_tabs.setCurrentWidget(w.meters_panel)
     screenshot(w, "hybrid-01-reply")
@@ -93,11 +93,11 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     waits.until(qtbot, lambda: len(view.streamed_text()) > 0, cpu_s=60)
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w), cpu_s=30)
-    last = w.ctx.store.messages(w.chats.chat_id)[-1]  # type: ignore[arg-type]
+    last = w.ctx.store.messages(open_chat(w))[-1]
     assert last.role == "assistant" and last.stats is not None and last.stats["stop_reason"] == "cancelled"
     assert last.stats["completion_tokens"] < 200 and "stopped" in view.messages()[-1].stats.text()
     assert last.stats["reused_tokens"] == stats["context_used"]
-    chat_id = w.chats.chat_id
+    chat_id = open_chat(w)
     w.close()
 
     # Restart: the chat reopens on its backend; switching it back is stored too.
@@ -105,12 +105,12 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window, qtbot: QtB
     assert w2.chats.chat_id == chat_id and w2.chat_view.current_backend() == BACKEND_HYBRID
     assert "hybrid cache (torch)" in w2.chat_view.messages()[1].stats.text()
     _pick(w2, BACKEND_LLAMA)
-    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA  # type: ignore[arg-type]
+    assert w2.ctx.store.get_chat(chat_id).backend == BACKEND_LLAMA
     assert w2.chat_view.backend_note.isHidden() and w2.meters_panel.kv_box.isHidden()
     assert "KV held" not in w2.meters_status.label.text()
 
 
-def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     from testkit.gguf_models import write_model
 
     seed_prefs()
@@ -127,7 +127,7 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window, qtbot: QtBo
     assert w.meters_panel.kv_box.isHidden()
 
 
-def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window: OpenWindow, qtbot: QtBot) -> None:
     """Each hybrid config is a choice in the chat's backend menu with the bytes it would hold: at the
     model's full context for a new chat, at the chat's length once it has replies; picking one
     stores it with the chat, and the reply comes from that config (its bytes in the reply's line)."""
@@ -161,10 +161,10 @@ def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window,
     stats = w.ctx.store.messages(chat_id)[-1].stats
     assert stats is not None and stats["hybrid_config"] == "retrieval-broad"
     hybrid = w.chats.backend
-    assert hybrid.chat.config == "retrieval-broad"  # type: ignore[attr-defined]
+    assert hybrid.chat.config == "retrieval-broad"  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     # Now every label is at the chat's length, and the chosen config's is what its cache holds.
     n = stats["context_used"]
-    held = hybrid.usage().held_bytes  # type: ignore[attr-defined]
+    held = hybrid.usage().held_bytes  # type: ignore[attr-defined]  # the chat backend is the hybrid one here
     label = view.backend.itemText(view.backend.findData(broad))
     assert f" · {format_bytes(held)}, " in label and f"at {n} tokens" in label
     assert view.current_backend() == broad

@@ -42,7 +42,10 @@ def _shot(widget: QWidget, name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     if isinstance(widget, MetersPanel):
         # As tall as its content, so the picture shows every meter without the scroll bar.
-        content = widget.findChild(QScrollArea).widget()  # type: ignore[union-attr]
+        area = widget.findChild(QScrollArea)
+        assert area is not None
+        content = area.widget()
+        assert content is not None
         widget.show()  # layouts of a never-shown widget are not activated
         QApplication.processEvents()
         widget.resize(widget.width(), content.heightForWidth(content.width()) + 4)
@@ -82,7 +85,7 @@ def test_session_numbers_spill_warning_and_replan(qtbot: QtBot, plan8: Plan) -> 
     bars = panel._gpu_bars[0]
     assert panel.vram_box.title() == "VRAM: NVIDIA GeForce RTX 4060 Ti"
     planned = plan8.memory.device
-    assert bars.plan_bar.data().caption().startswith(f"Plan: {format_bytes(planned.total_bytes)} of 8.00 GiB")  # type: ignore[union-attr]
+    assert bars.plan_bar.data().caption().startswith(f"Plan: {format_bytes(planned.total_bytes)} of 8.00 GiB")  # type: ignore[union-attr]  # the bar was given its data
     measured = bars.measured_bar.data()
     assert measured is not None
     plan_used = planned.total_bytes - planned.margin_bytes
@@ -163,12 +166,12 @@ def test_without_nvml_ram_and_cpu_still_work(qtbot: QtBot, plan8: Plan) -> None:
     feed.poll()
     assert panel.status_label.text() == "GPU meters are empty: NVML not available (libnvidia-ml.so.1 not found)."
     assert not panel.vram_box.isVisible() and not panel.spill_box.isVisible()
-    assert panel.ram_bar.data() is not None and " of " in panel.ram_bar.data().caption  # type: ignore[union-attr]
+    assert panel.ram_bar.data() is not None and " of " in panel.ram_bar.data().caption  # type: ignore[union-attr]  # the bar was given its data
     assert "% of one core" in panel.cpu_label.text() and "threads" in panel.cpu_label.text()
     assert status.label.text().startswith("RAM ")
     # Real psutil numbers for this machine.
     total = psutil.virtual_memory().total
-    assert panel.ram_bar.data().caption.endswith(f"of {format_bytes(total)} used")  # type: ignore[union-attr]
+    assert panel.ram_bar.data().caption.endswith(f"of {format_bytes(total)} used")  # type: ignore[union-attr]  # the bar was given its data
     with qtbot.waitSignal(status.clicked):
         qtbot.mouseClick(status, Qt.MouseButton.LeftButton)
     panel.set_plan(plan8)  # a plan for a GPU this machine cannot read

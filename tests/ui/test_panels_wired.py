@@ -9,12 +9,12 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import screenshot
+from tests.ui.conftest import OpenWindow, screenshot
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 
 
-def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-untyped-def]
+def test_hub_and_meters_tabs_are_there(open_window: OpenWindow) -> None:
     w = open_window()
     assert [w.center_tabs.tabText(i) for i in range(w.center_tabs.count())] == ["Chat", "Hub"]
     assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters", "Server"]
@@ -28,10 +28,10 @@ def test_hub_and_meters_tabs_are_there(open_window) -> None:  # type: ignore[no-
     screenshot(w, "11-hub-and-meters-tabs")
 
 
-def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_download_from_the_hub_becomes_the_selected_model(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     w = open_window()
     downloaded = tmp_path / "downloaded.gguf"
-    shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]  # the embedded model is installed here
     w.center_tabs.setCurrentWidget(w.hub)
     w.hub.controller.model_downloaded.emit(str(downloaded))
     # The library refresh and the plan both run in workers; either may finish first.
@@ -41,10 +41,11 @@ def test_a_download_from_the_hub_becomes_the_selected_model(open_window, qtbot: 
 
 
 @pytest.mark.slow
-def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window: OpenWindow, qtbot: QtBot) -> None:
     w = open_window()
     w.plans.load()
     waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
+    assert w.plans.load_result is not None
     assert w.meters_feed.state.plan is w.plans.load_result.plan
     # The meters' re-plan button hands over pins; the window re-plans with them and reloads.
     pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0")
@@ -53,4 +54,5 @@ def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window, qtbot: Qt
         lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 2048 and w.plans.load_result.plan.settings.type_k == "q8_0",
         timeout=60000,
     )
+    assert w.plans.load_result is not None
     assert w.meters_feed.state.plan is w.plans.load_result.plan

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.server.test_rpc import start_rpc_host
-from tests.ui.conftest import screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -20,7 +20,7 @@ from vrampilot.ui.main_window import MainWindow
 pytestmark = pytest.mark.slow
 
 
-def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_plan_with_rpc_hosts_and_chat_through_them(open_window: OpenWindow, qtbot: QtBot) -> None:
     hosts = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{h.argv[h.argv.index('-p') + 1]}" for h in hosts]
     try:
@@ -34,7 +34,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) ->
         assert p is not None and p.fits
         assert [g.llama_name for g in p.target.gpus] == ["RPC0", "RPC1"]
         assert view.gpu_bar.isVisible() and view.device_bars[0].isVisible()
-        assert view.gpu_bar.data() is not None and view.gpu_bar.data().title == "RPC0"  # type: ignore[union-attr]
+        assert view.gpu_bar.data() is not None and view.gpu_bar.data().title == "RPC0"  # type: ignore[union-attr]  # the bar was given its data
         assert "RPC host " + endpoints[0] in view.reasons.text()
         assert w.ctx.prefs.rpc_hosts().startswith(endpoints[0])
 
@@ -50,7 +50,7 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window, qtbot: QtBot) ->
         screenshot(w, "18-rpc-hosts")
 
         # A host goes away: the server stops with llama.cpp's reason, the window goes on.
-        hosts[1].proc.kill()  # type: ignore[union-attr]
+        hosts[1].proc.kill()  # type: ignore[union-attr]  # a started host has its process
         qtbot.keyClicks(w.chat_view.input, "And of Italy?")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
         waits.until(qtbot, lambda: w.server.state == "crashed" and w.chats.state is ChatState.IDLE, cpu_s=60)

@@ -36,7 +36,7 @@ def services(app_context: AppContext) -> Iterator[Services]:
 @pytest.fixture
 def server(qtbot: QtBot, app_context: AppContext, services: Services) -> Iterator[ServerController]:
     ctx = app_context
-    ctx.prefs.set_pins_for(embedded_model_path(), FAST_PINS)  # type: ignore[arg-type]
+    ctx.prefs.set_pins_for(embedded_model_path(), FAST_PINS)  # type: ignore[arg-type]  # the embedded model is installed with the app
     views = ServerPanel(), PlanView(), LibraryView(), HardwareView()
     for v in views:
         qtbot.addWidget(v)

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
 from vrampilot.ui.chat_controller import ChatState
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai")
 
 
-def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_serve_from_the_app_chat_through_it_and_stop(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()
     panel = w.server_panel
@@ -66,7 +66,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window, qtbot: QtBot) 
     assert msgs[1].text() and "tokens/s" in msgs[1].stats.text()
     assert w.plans.plan is not None and f"/ {w.plans.plan.settings.n_ctx}" in msgs[1].stats.text()
     assert not w.ctx.engine.engine.loaded
-    stored = w.ctx.conversations.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"]
     qtbot.waitUntil(lambda: "tokens generated" in panel.stats.text(), timeout=10000)
     screenshot(w, "17-server-ready")
@@ -84,12 +84,12 @@ def serve_from_the_window(w: MainWindow, qtbot: QtBot) -> int:
     w.server.start()
     waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
     assert w.server.state == "ready", w.server_panel.status.text()
-    pid = w.server.server.pid  # type: ignore[union-attr]
+    pid = w.server.server.pid  # type: ignore[union-attr]  # the server is running
     assert pid is not None
     return pid
 
 
-def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_crashed_server_says_so_and_the_chat_returns(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     panel = w.server_panel
     pid = serve_from_the_window(w, qtbot)
@@ -97,13 +97,13 @@ def test_a_crashed_server_says_so_and_the_chat_returns(open_window, qtbot: QtBot
     qtbot.waitUntil(lambda: w.server.state == "crashed", timeout=10000)
     assert "llama-server was killed by SIGKILL (the system may have run out of memory)" in panel.status.text()
     assert w.chats.served is None and panel.start.isEnabled()
-    qtbot.waitUntil(lambda: w.sampler.pid == os.getpid() and w.sampler.latest() is not None
-                    and w.sampler.latest().host.process_rss_bytes > 0, timeout=10000)  # fmt: skip
+    qtbot.waitUntil(lambda: w.sampler.pid == os.getpid() and (s := w.sampler.latest()) is not None
+                    and s.host.process_rss_bytes > 0, timeout=10000)  # fmt: skip
     w.right_tabs.setCurrentWidget(panel)
     screenshot(w, "17-server-crashed")
 
 
-def test_a_port_in_use_suggests_a_free_one(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_port_in_use_suggests_a_free_one(open_window: OpenWindow, qtbot: QtBot) -> None:
     import socket
 
     w: MainWindow = open_window()
@@ -118,7 +118,7 @@ def test_a_port_in_use_suggests_a_free_one(open_window, qtbot: QtBot) -> None:  
         assert w.server_panel.port.value() != port
 
 
-def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=300)
     w: MainWindow = open_window()
     panel, view = w.server_panel, w.chat_view
@@ -136,13 +136,13 @@ def test_a_server_killed_mid_reply_says_so_and_keeps_the_question(open_window, q
     waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and w.server.state == "crashed", cpu_s=30)
     # The chat says the reply was cut, not that it ended; the question is kept; the tab says why.
     assert view.banner_visible() and "stopped midway" in view.banner_text.text(), view.banner_text.text()
-    stored = w.ctx.conversations.messages(w.chats.chat_id)  # type: ignore[arg-type]
+    stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant", "user"]
     assert "killed by SIGKILL" in panel.status.text() and panel.start.isEnabled()
     assert not is_alive(pid)
 
 
-def test_the_network_key_is_required_and_on_no_command_line(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_the_network_key_is_required_and_on_no_command_line(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     panel = w.server_panel

@@ -64,7 +64,7 @@ def test_weight_types_the_probe_lacks_are_measured_saved_and_reported(qtbot: QtB
 
 def test_a_probe_read_at_a_slow_moment_runs_again_says_why_and_stops_on_shutdown(qtbot: QtBot,
                                                                                  speed: SpeedController) -> None:  # fmt: skip
-    fp = measured_machine().speed.fingerprint  # type: ignore[union-attr]
+    fp = measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the session's probe made the record
 
     def slow(m: MachineSpeed) -> MachineSpeed:
         assert m.probe is not None

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, QThreadPool
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import MAX_WORK_S, StallMeter, screenshot, seed_prefs
+from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.paths import data_dir
 from vrampilot.speed.store import FILE_NAME, load_machine_speed
 from vrampilot.ui.chat_controller import ChatState
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 
-def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
     (data_dir() / FILE_NAME).unlink()  # nobody measured this machine yet
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window(wait_plan=False)
@@ -40,13 +40,13 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     # The probe: about 30 s of two threads' work on a quiet 2-core machine, minutes beside a compile.
     waits.until(qtbot, lambda: not speed.probing and speed.speed is not None and speed.speed.probe is not None,
                 cpu_s=1200)  # fmt: skip
-    probe = speed.speed.probe  # type: ignore[union-attr]
+    probe = speed.speed.probe  # type: ignore[union-attr]  # the machine has its speed record by now
     assert probe is not None and {"q4_1", "q8_0"} <= {k.type_name for k in probe.kernels}  # the embedded model's
-    stored = load_machine_speed(speed.speed.fingerprint)  # type: ignore[union-attr]
+    stored = load_machine_speed(speed.speed.fingerprint)  # type: ignore[union-attr]  # the machine has its speed record by now
     assert stored.probe == probe
     qtbot.waitUntil(lambda: f"CPU measured {probe.date}" in w.plan_view.speed.text(), timeout=20000)
     assert "measuring" not in w.plan_view.speed.text()
-    assert any(r.startswith("Speed basis (cpu:") and "measured on this machine" in r for r in w.plans.plan.reasons)  # type: ignore[union-attr]
+    assert any(r.startswith("Speed basis (cpu:") and "measured on this machine" in r for r in w.plans.plan.reasons)  # type: ignore[union-attr]  # the window has planned by now
     meter.stop()
     assert meter.max_work_s < MAX_WORK_S, meter.report()
 
@@ -55,7 +55,7 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     qtbot.keyClicks(view.input, "What is the capital of France?")
     qtbot.keyClick(view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=90)
-    stats = w.ctx.store.messages(w.chats.chat_id)[-1].stats  # type: ignore[arg-type]
+    stats = w.ctx.store.messages(open_chat(w))[-1].stats
     assert stats is not None
     qtbot.waitUntil(lambda: "Last measured:" in w.plan_view.speed.text(), timeout=20000)
     text = w.plan_view.speed.text()
@@ -76,7 +76,7 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     screenshot(w, "speed-plan")
 
 
-def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_window: OpenWindow, qtbot: QtBot) -> None:
     """The probe's own pace gauge read slower than replies' usual since: its figures were read slow
     too, so the next start measures again and says why beside the prediction, which keeps the old
     figures meanwhile. Closed before it ends, the app keeps the old record (and measures at the
@@ -89,7 +89,7 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     from vrampilot.speed.service import with_measured_speed
     from vrampilot.speed.store import update_machine_speed
 
-    fp = with_measured_speed(detect_machine()).speed.fingerprint  # type: ignore[union-attr]
+    fp = with_measured_speed(detect_machine()).speed.fingerprint  # type: ignore[union-attr]  # the machine has its speed record by now
 
     def slow(m: MachineSpeed) -> MachineSpeed:
         assert m.probe is not None
@@ -112,7 +112,7 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     assert again.probe == before.probe and again.paces == before.paces and again.probe_read_slow
 
 
-def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window: OpenWindow, qtbot: QtBot) -> None:
     """The probe stops with the window and the context waits for it. A worker still measuring after
     the window was gone (the context waited 5 s; a reading of the built-in model takes longer on a
     busy machine) emitted into freed objects and crashed the process at the next window's start."""
@@ -123,5 +123,5 @@ def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window, qtbo
     w.close()
     w.ctx.tasks.shutdown()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
-    fp = speed.speed.fingerprint  # type: ignore[union-attr]
+    fp = speed.speed.fingerprint  # type: ignore[union-attr]  # the machine has its speed record by now
     assert load_machine_speed(fp).probe is None  # nothing half-measured was kept

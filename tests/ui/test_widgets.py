@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QFontDatabase, QTextFormat
+from PySide6.QtGui import QFont, QFontDatabase, QTextBlock, QTextDocument, QTextFormat
 from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import screenshot
@@ -113,7 +115,7 @@ def test_context_steps_cover_the_trained_length() -> None:
     assert 131072 in context_steps(131072) and 40960 in context_steps(40960)
 
 
-def _blocks(doc):  # type: ignore[no-untyped-def]
+def _blocks(doc: QTextDocument) -> Iterator[QTextBlock]:
     b = doc.begin()
     while b.isValid():
         yield b

@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.ui.conftest import screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
 from vrampilot.export import llama_server_argv, quote
 from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
@@ -25,7 +25,7 @@ from vrampilot.ui.prefs import Prefs
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_first_start_shows_the_machine_and_the_embedded_model(open_window) -> None:  # type: ignore[no-untyped-def]
+def test_first_start_shows_the_machine_and_the_embedded_model(open_window: OpenWindow) -> None:
     w: MainWindow = open_window()
     machine = detect_machine()
     text = w.hardware.text()
@@ -42,19 +42,19 @@ def test_first_start_shows_the_machine_and_the_embedded_model(open_window) -> No
     assert w.plans.model_path == embedded_model_path()
     QApplication.processEvents()
     assert w.library_view.selected_path() == embedded_model_path()
-    entry = w.library_view.entry(embedded_model_path())  # type: ignore[arg-type]
+    entry = w.library_view.entry(embedded_model_path())  # type: ignore[arg-type]  # the embedded model is installed here
     assert entry is not None and entry.embedded and entry.badge in ("CPU only", "Fits on GPU", "Partial offload")
     assert w.plans.plan is not None and w.plans.plan.fits
     assert w.plan_view.verdict.text().count("Fits") == 1
     assert w.plan_view.ram_bar.data() is not None
-    assert w.plan_view.ram_bar.data().parts == w.plans.plan.memory.host  # type: ignore[union-attr]
+    assert w.plan_view.ram_bar.data().parts == w.plans.plan.memory.host  # type: ignore[union-attr]  # the bar was given its data
     assert w.plan_view.reasons.text().count("<li>") >= len(w.plans.plan.reasons)
     assert w.plan_view.alternatives.rowCount() == len(w.plans.plan.alternatives) > 0
     assert "selected" in w.chat_view.empty_hint.text()
     screenshot(w, "01-first-start")
 
 
-def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     before = w.plans.plan
     assert before is not None
@@ -63,27 +63,30 @@ def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window, qtbot: Qt
     slider = pins.ctx_slider
     slider.setValue(slider.value() - 1)
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx < before.settings.n_ctx, timeout=5000)
+    assert w.plans.plan is not None
     assert w.plans.plan.pins.n_ctx == w.plans.plan.settings.n_ctx
     assert w.plans.plan.memory.host.kv_bytes < before.memory.host.kv_bytes
-    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plans.plan.memory.host.kv_bytes  # type: ignore[union-attr]
+    assert w.plan_view.ram_bar.data().parts.kv_bytes == w.plans.plan.memory.host.kv_bytes  # type: ignore[union-attr]  # the bar was given its data
     assert not w.plan_view.pins._auto["n_ctx"].isChecked()
     # K cache type from the combo box.
     box = pins.type_k
     box.setCurrentIndex(box.findText("q8_0"))
     box.activated.emit(box.currentIndex())
-    qtbot.waitUntil(lambda: w.plans.plan.settings.type_k == "q8_0", timeout=5000)
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.type_k == "q8_0", timeout=5000)
+    assert w.plans.plan is not None
     assert "pinned by you" in " ".join(w.plans.plan.reasons)
     screenshot(w, "02-plan-pinned")
     # Remembered per model.
-    stored = Prefs().pins_for(embedded_model_path())  # type: ignore[arg-type]
+    stored = Prefs().pins_for(embedded_model_path())  # type: ignore[arg-type]  # the embedded model is installed here
     assert stored.type_k == "q8_0" and stored.n_ctx == w.plans.plan.settings.n_ctx
     # "auto" gives the choice back.
     qtbot.mouseClick(pins._auto["type_k"], Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.plans.plan.pins.type_k is None, timeout=5000)
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.pins.type_k is None, timeout=5000)
+    assert w.plans.plan is not None
     assert w.plans.plan.settings.type_k == before.settings.type_k
 
 
-def test_an_alternative_becomes_the_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_an_alternative_becomes_the_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     p = w.plans.plan
     assert p is not None
@@ -91,11 +94,12 @@ def test_an_alternative_becomes_the_plan(open_window, qtbot: QtBot) -> None:  # 
     alt = p.alternatives[row]
     w.plan_view.alternatives.cellDoubleClicked.emit(row, 0)
     qtbot.waitUntil(lambda: w.plans.plan is not p, timeout=5000)
+    assert w.plans.plan is not None
     assert w.plans.plan.settings.type_k == alt.settings.type_k
     assert w.plans.plan.settings.type_v == alt.settings.type_v
 
 
-def test_export_copies_the_llama_server_line_for_each_shell(open_window) -> None:  # type: ignore[no-untyped-def]
+def test_export_copies_the_llama_server_line_for_each_shell(open_window: OpenWindow) -> None:
     w: MainWindow = open_window()
     assert w.plans.plan is not None
     for shell in ("bash", "powershell", "cmd"):
@@ -110,10 +114,14 @@ def test_export_copies_the_llama_server_line_for_each_shell(open_window) -> None
     assert "Copied the llama-server command for cmd" in w.status.text()
 
 
-def test_a_plan_that_does_not_fit_needs_confirmation(open_window, qtbot: QtBot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_plan_that_does_not_fit_needs_confirmation(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
     w: MainWindow = open_window()
     asked: list[str] = []
-    monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
+    def refuse(title: str, text: str) -> bool:
+        asked.append(text)
+        return False
+
+    monkeypatch.setattr(w, "confirm", refuse)
     from vrampilot.planner.plan import Pins
 
     w.plans.set_pins(Pins(n_ctx=1 << 24))
@@ -126,7 +134,7 @@ def test_a_plan_that_does_not_fit_needs_confirmation(open_window, qtbot: QtBot, 
     assert not w.chats.busy and not w.ctx.engine.engine.loaded
 
 
-def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     box = w.plan_view.target_box
     i = next(i for i in range(box.count()) if "4060" in box.itemText(i) or str(box.itemData(i)).startswith("profile:"))
@@ -135,11 +143,12 @@ def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window, qtbo
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.target.has_gpu, timeout=5000)
     assert w.plan_view.gpu_bar.isVisible()
     assert not w.plan_view.load_button.isEnabled()
+    assert w.plans.plan is not None
     assert w.plans.plan.settings.n_gpu_layers == w.plans.plan.spec.n_layer + 1
     screenshot(w, "07-gpu-profile")
 
 
-def test_dark_scheme_follows_the_system(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_dark_scheme_follows_the_system(open_window: OpenWindow, qtbot: QtBot) -> None:
     from vrampilot.ui.theme import is_dark
 
     w: MainWindow = open_window()
@@ -157,7 +166,7 @@ def test_dark_scheme_follows_the_system(open_window, qtbot: QtBot) -> None:  # t
     qtbot.waitUntil(lambda: not is_dark(QApplication.palette()), timeout=3000)
 
 
-def test_keyboard_shortcuts_are_bound(open_window) -> None:  # type: ignore[no-untyped-def]
+def test_keyboard_shortcuts_are_bound(open_window: OpenWindow) -> None:
     w: MainWindow = open_window()
     shortcuts = {a.objectName(): a.shortcut().toString() for a in w.findChildren(QAction) if a.objectName()}
     assert shortcuts["action_new_chat"] == "Ctrl+N"
@@ -165,12 +174,12 @@ def test_keyboard_shortcuts_are_bound(open_window) -> None:  # type: ignore[no-u
     assert shortcuts["action_stop"] == "Esc"
 
 
-def test_drop_a_gguf_file_adds_it_to_the_library(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_drop_a_gguf_file_adds_it_to_the_library(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     import shutil
 
     w: MainWindow = open_window()
     copy = tmp_path / "my-model.gguf"
-    shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]  # the embedded model is installed here
     w.plans.add_models([copy, tmp_path / "notes.txt"])
     qtbot.waitUntil(lambda: w.library_view.entry(copy) is not None, timeout=10000)
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == copy, timeout=10000)
@@ -219,14 +228,14 @@ def test_without_a_display_one_line_points_to_the_cli(tmp_path: Path) -> None:
         assert "no display" in lines[0] and "vrampilot doctor | plan | chat" in lines[0]
 
 
-def test_seeded_prefs_are_what_the_window_uses(open_window) -> None:  # type: ignore[no-untyped-def]
+def test_seeded_prefs_are_what_the_window_uses(open_window: OpenWindow) -> None:
     seed_prefs(max_tokens=7)
     w: MainWindow = open_window()
     assert w.plans.plan is not None and w.plans.plan.settings.n_threads == 1 and w.plans.plan.settings.n_ctx == 1024
     assert w.chat_view.sampling.params().max_tokens == 7
 
 
-def test_chat_list_rename_delete_search_and_export(open_window, qtbot: QtBot, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_chat_list_rename_delete_search_and_export(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     w: MainWindow = open_window()
     a = w.ctx.store.create_chat()
     w.ctx.store.add_message(a.id, "user", "How do lighthouses work?")

@@ -7,15 +7,16 @@ numbers are those of the report they come from.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QAction, QWheelEvent
-from PySide6.QtWidgets import QApplication, QPushButton
+from PySide6.QtWidgets import QApplication, QMenu, QPushButton
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import activate, screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, activate, open_chat, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.ui.chat_controller import ChatState
@@ -38,7 +39,7 @@ def idle(w: MainWindow) -> bool:
     return w.chats.state is ChatState.IDLE
 
 
-def test_1_an_unreadable_last_model_is_skipped_at_start(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_1_an_unreadable_last_model_is_skipped_at_start(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     seed_prefs()
     broken = broken_model(tmp_path)
     prefs = Prefs()
@@ -60,7 +61,7 @@ def test_1_an_unreadable_last_model_is_skipped_at_start(open_window, qtbot: QtBo
     screenshot(w, "15-01-broken-last-model")
 
 
-def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     w: MainWindow = open_window()
     before = w.plans.plan
     broken = broken_model(tmp_path)
@@ -69,12 +70,12 @@ def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window, qtbot
     assert w.plans.model_path == embedded_model_path() and w.plans.plan is before
     qtbot.waitUntil(lambda: w.library_view.entry(broken) is not None, timeout=10000)
     assert w.library_view.selected_path() == embedded_model_path()
-    assert w.library_view.entry(broken).badge == "Unreadable"  # type: ignore[union-attr]
+    assert w.library_view.entry(broken).badge == "Unreadable"  # type: ignore[union-attr]  # the model is in the library
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in w.plan_view.model_label.text()
 
 
 @pytest.mark.slow
-def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs()
     w: MainWindow = open_window()
     w.right_tabs.setCurrentWidget(w.meters_panel)
@@ -88,7 +89,7 @@ def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window, qt
 
 
 @pytest.mark.slow
-def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     w.plans.load()
@@ -99,20 +100,20 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_w
     assert w.chats.state is ChatState.GENERATING
     w.chats.stop()  # at once: still reading the prompt
     waits.until(qtbot, lambda: idle(w), cpu_s=30)
-    chat_id = w.chats.chat_id
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]  # type: ignore[arg-type]
+    chat_id = open_chat(w)
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user"]
     assert w.status.text() == "Stopped before the first token"
     answer = w.chat_view.banner.findChild(QPushButton, "answer")
     assert answer is not None and w.chat_view.banner_visible()
     # Sending the same question again answers it: one question, one reply.
     w.chat_view.input.setPlainText(question)
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)  # type: ignore[arg-type]
-    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]  # type: ignore[arg-type]
+    waits.until(qtbot, lambda: idle(w) and len(w.ctx.store.messages(chat_id)) == 2, cpu_s=60)
+    assert [m.role for m in w.ctx.store.messages(chat_id)] == ["user", "assistant"]
 
 
 @pytest.mark.slow
-def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=6)
     w: MainWindow = open_window()
     box = w.plan_view.target_box
@@ -126,10 +127,10 @@ def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_wi
     waits.until(qtbot, lambda: idle(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
     assert w.plans.target_key == TARGET_MACHINE and w.plan_view.target_box.currentData() == TARGET_MACHINE
     assert w.plans.load_result is not None and not w.plans.load_result.plan.target.has_gpu
-    assert w.ctx.store.messages(w.chats.chat_id)[-1].role == "assistant"  # type: ignore[arg-type]
+    assert w.ctx.store.messages(open_chat(w))[-1].role == "assistant"
 
 
-def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     box = w.plan_view.pins.type_k
     before, pins_before = box.currentText(), w.plans.pins
@@ -147,7 +148,7 @@ def _fully_inside(w: MainWindow) -> bool:
     return right <= w.width() and w.right_tabs.width() > 50
 
 
-def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     title = "A very long title about " + "rivers, mountains and the weather in spring " * 8
     chat = w.ctx.store.create_chat(title=title)
@@ -161,7 +162,7 @@ def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window, q
 
 
 @pytest.mark.parametrize("size", [(800, 600), (640, 480)])
-def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_window, qtbot: QtBot, size) -> None:  # type: ignore[no-untyped-def]
+def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]) -> None:
     w: MainWindow = open_window()
     assert w.minimumSizeHint().width() <= size[0]  # the window can be that small at all
     w.resize(*size)
@@ -179,7 +180,7 @@ def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_windo
     screenshot(w, f"15-07-plan-panel-{size[0]}x{size[1]}")
 
 
-def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(open_window, qtbot: QtBot, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
     monkeypatch.setenv("HF_ENDPOINT", "http://hub.no-such-host.invalid")
@@ -197,15 +198,16 @@ def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(open_window
     assert not hub.cancel_search_b.isVisibleTo(hub)
 
 
-def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     view = w.chat_view
     assert view.input.tabChangesFocus()
     shortcuts = {a.objectName(): a.shortcut().toString() for a in w.findChildren(QAction) if a.objectName()}
     assert shortcuts["action_search"] == "Ctrl+F" and shortcuts["action_rename"] == "F2"
     assert shortcuts["action_delete"] and shortcuts["action_next_chat"] == "Ctrl+Tab"
-    chat_menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Chat")
-    names = [a.objectName() for a in chat_menu.actions()]  # type: ignore[union-attr]
+    # QAction.menu() is typed as QObject; a menu bar's actions hold QMenus.
+    chat_menu = next(cast(QMenu, a.menu()) for a in w.menuBar().actions() if a.text() == "&Chat")
+    names = [a.objectName() for a in chat_menu.actions()]
     assert {"action_search", "action_rename", "action_delete"} <= set(names)
     # Ctrl+Tab goes to the next chat (not to the Hub tab), Ctrl+F to the chat search.
     a = w.ctx.store.create_chat(title="first")
@@ -226,7 +228,7 @@ def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window, qtbot
     assert message.copy_button.focusPolicy() & Qt.FocusPolicy.TabFocus
 
 
-def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window, qtbot: QtBot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     import shutil
 
     w: MainWindow = open_window()
@@ -246,7 +248,7 @@ def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window, q
     # Add folder answers at once with what it found.
     folder = tmp_path / "models"
     folder.mkdir()
-    shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]
+    shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]  # the embedded model is installed here
     assert w.plans.add_folder(folder) == 1
     assert "1 GGUF model found" in w.status.text()
     # A new chat clears the previous chat's status line.
@@ -256,16 +258,16 @@ def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window, q
     assert "press Load first" not in w.chat_view.empty_hint.text()
 
 
-def test_a_pinned_batch_caps_ubatch_in_the_window(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_pinned_batch_caps_ubatch_in_the_window(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     w.plans.set_pins(Pins(n_batch=256))
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.pins.n_batch == 256, timeout=5000)
-    s = w.plans.plan.settings  # type: ignore[union-attr]
+    s = w.plans.plan.settings  # type: ignore[union-attr]  # the window has planned by now
     assert s.n_batch == 256 and s.n_ubatch <= 256
 
 
 @pytest.mark.slow
-def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window: OpenWindow, qtbot: QtBot) -> None:
     """What a crash mid-reply leaves: the chat ends in a question. Reopened, it offers Answer, and a
     new message joins that question instead of making two in a row (strict templates refuse that)."""
     seed_prefs(max_tokens=6)
@@ -296,7 +298,7 @@ def test_a_question_left_without_a_reply_is_offered_answer_at_reopen(open_window
     assert stored[2].content == "And a vegetable?\n\nJust one word, please."
 
 
-def test_a_plan_that_arrives_after_the_window_closed_is_dropped(open_window, qtbot: QtBot) -> None:  # type: ignore[no-untyped-def]
+def test_a_plan_that_arrives_after_the_window_closed_is_dropped(open_window: OpenWindow, qtbot: QtBot) -> None:
     # Found by CI: a plan finishing while the window closed reached the chat controller after the
     # databases had closed ("Cannot operate on a closed database" in the event loop).
     w: MainWindow = open_window()

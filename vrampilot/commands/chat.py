@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from vrampilot.planner.plan import Plan
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from vrampilot.commands.plan import add_plan_options
 
     p = sub.add_parser(

@@ -22,7 +22,7 @@ from vrampilot.speed.report import format_speed, speed_to_dict
 from vrampilot.speed.service import with_measured_speed
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help="show GPUs (NVML), CPU, RAM, the llama.cpp build and measured speed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(

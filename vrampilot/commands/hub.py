@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import GGUFError
@@ -23,6 +23,9 @@ from vrampilot.hub.remote import remote_spec
 from vrampilot.hub.search import SORT_KEYS, RepoSummary, search_models
 from vrampilot.units import format_bytes, format_tokens
 
+if TYPE_CHECKING:
+    from vrampilot.planner.target import Target
+
 
 def _count(text: str) -> int:
     """'7B' -> 7e9, '500M' -> 5e8, a plain number as is."""
@@ -34,7 +37,7 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (examples: 3B, 500M)") from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hub = sub.add_parser("hub", help="search Hugging Face for GGUF models, judge and download them")
     hsub = hub.add_subparsers(dest="hub_command", metavar="ACTION", required=True)
 
@@ -128,7 +131,7 @@ def _search_table(results: list[RepoSummary]) -> str:
 # -- files -------------------------------------------------------------------------------------
 
 
-def _target(args: argparse.Namespace):
+def _target(args: argparse.Namespace) -> Target:
     from vrampilot.hardware import detect_machine
     from vrampilot.hardware.profiles import find_profile
     from vrampilot.planner.target import target_for_machine, target_from_profile, target_from_vram

@@ -10,7 +10,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.gguf.describe import format_spec, spec_to_dict
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("inspect", help="show a GGUF model's architecture and weights (default: embedded model)")
     p.add_argument("model", nargs="?", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -19,7 +19,7 @@ from vrampilot.meters.report import format_sample, sample_to_dict
 from vrampilot.meters.sampler import MAX_INTERVAL_S, MIN_INTERVAL_S, Sampler, describe_sampler
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("monitor", help="print live VRAM, RAM, PCIe and CPU readings, one line per sample")
     p.add_argument("--json", action="store_true", help="one JSON object per line (JSON Lines)")
     p.add_argument("--seconds", type=float, metavar="N", help="stop after N seconds (default: until Ctrl-C)")

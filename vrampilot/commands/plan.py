@@ -182,7 +182,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         raise UserError(str(exc)) from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="choose llama.cpp settings that fit, with memory, speed and reasons")
     add_plan_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -20,7 +20,7 @@ DEFAULT_PORT = 50052
 READY_TIMEOUT_S = 30.0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "rpc-host",
         help="share this machine's device with another machine's plans (llama.cpp RPC)",

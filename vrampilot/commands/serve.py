@@ -21,7 +21,7 @@ from typing import Any
 from vrampilot.errors import UserError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from vrampilot.commands.plan import add_plan_options
 
     p = sub.add_parser(
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
 def _api_key(args: argparse.Namespace) -> str | None:
     path: Path | None = args.api_key_file
     if path is None:
-        return args.api_key
+        key: str | None = args.api_key
+        return key
     try:
         key = next((line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()), "")
     except (OSError, UnicodeDecodeError) as exc:

@@ -96,7 +96,7 @@ class ContextGiven:
     @staticmethod
     def from_dict(d: Mapping[str, object]) -> ContextGiven:
         chunks = []
-        for c in d.get("chunks", ()):  # type: ignore[attr-defined]
+        for c in d.get("chunks", ()):  # type: ignore[attr-defined]  # a JSON dict we wrote (to_dict); its values are as written
             chunk = Chunk(
                 doc=c["source"],
                 index=c["index"],
@@ -107,8 +107,8 @@ class ContextGiven:
                 section=c.get("section", ""),
             )
             chunks.append(GivenChunk(c["n"], chunk, c.get("score", 0.0)))
-        docs = tuple((x["name"], x["tokens"], x.get("pages")) for x in d.get("documents", ()))  # type: ignore[attr-defined]
-        return ContextGiven(d["mode"], d["question"], d["user_content"], docs, tuple(chunks))  # type: ignore[arg-type]
+        docs = tuple((x["name"], x["tokens"], x.get("pages")) for x in d.get("documents", ()))  # type: ignore[attr-defined]  # a JSON dict we wrote (to_dict); its values are as written
+        return ContextGiven(d["mode"], d["question"], d["user_content"], docs, tuple(chunks))  # type: ignore[arg-type]  # a JSON dict we wrote (to_dict); its values are as written
 
 
 @dataclass(frozen=True)

@@ -72,16 +72,16 @@ class Document:
     def from_dict(d: dict[str, object]) -> Document:
         blocks = tuple(
             Block(str(t), None if p is None else int(p), str(s), bool(h))
-            for t, p, s, h in d["blocks"]  # type: ignore[attr-defined]
+            for t, p, s, h in d["blocks"]  # type: ignore[attr-defined]  # a JSON dict we wrote (to_dict); its values are as written
         )
         n_pages = d.get("n_pages")
         return Document(
             path=Path(str(d["path"])),
-            kind=d["kind"],  # type: ignore[arg-type]
+            kind=d["kind"],  # type: ignore[arg-type]  # a JSON dict we wrote (to_dict); its values are as written
             blocks=blocks,
             sha256=str(d["sha256"]),
-            n_pages=None if n_pages is None else int(n_pages),  # type: ignore[call-overload]
+            n_pages=None if n_pages is None else int(n_pages),  # type: ignore[call-overload]  # a JSON dict we wrote (to_dict); its values are as written
             language=str(d.get("language", "")),
-            warnings=tuple(str(w) for w in d.get("warnings", ())),  # type: ignore[attr-defined]
+            warnings=tuple(str(w) for w in d.get("warnings", ())),  # type: ignore[attr-defined]  # a JSON dict we wrote (to_dict); its values are as written
         )
 

@@ -16,7 +16,8 @@ from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState
 from vrampilot.engine.stats import GenerationStats, format_summary
-from vrampilot.engine.template import ChatTemplate, Message
+from vrampilot.engine.template import ChatTemplate
+from vrampilot.message import Message
 
 __all__ = [
     "AllocationError",

@@ -40,7 +40,8 @@ def _address_space_left() -> int | None:
     soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    return soft - psutil.Process(os.getpid()).memory_info().vms
+    vms: int = psutil.Process(os.getpid()).memory_info().vms
+    return soft - vms
 
 
 def check_headroom(plan: Plan) -> None:

@@ -91,7 +91,7 @@ class _Llama(llama_cpp.Llama):
         params.progress_callback = self._vp_progress
         params.progress_callback_user_data = None  # type: ignore[assignment]  # ctypes takes None for NULL
         if self._vp_devices is not None:
-            params.devices = ctypes.cast(self._vp_devices, ctypes.c_void_p).value  # type: ignore[assignment]
+            params.devices = ctypes.cast(self._vp_devices, ctypes.c_void_p).value  # type: ignore[assignment]  # the binding types an array; llama.cpp takes its address
         self._vp_model_params = params
 
 

@@ -39,8 +39,8 @@ from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
-from vrampilot.engine.template import ChatTemplate, Message
-from vrampilot.message import drop_oldest_turns
+from vrampilot.engine.template import ChatTemplate
+from vrampilot.message import Message, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
 
@@ -408,7 +408,8 @@ class Engine:
         """The tokens whose KV cells are in the cache now, in order."""
         with self._lock:
             llm = self._require()
-            return llm.input_ids[: llm.n_tokens].tolist()
+            ids: list[int] = llm.input_ids[: llm.n_tokens].tolist()
+            return ids
 
     def save_state_file(self, path: str | Path) -> SavedState:
         """Write the KV cache and its tokens to `path` (llama.cpp's state file), fsynced.

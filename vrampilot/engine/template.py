@@ -43,7 +43,8 @@ class ChatTemplate:
 
     @property
     def environment(self) -> jinja2.Environment:
-        return self._formatter._environment.environment
+        env: jinja2.Environment = self._formatter._environment.environment
+        return env
 
     def render(self, messages: Sequence[Message]) -> str:
         try:
@@ -52,4 +53,5 @@ class ChatTemplate:
             raise TemplateError(f"the model's chat template tried something unsafe and was stopped: {exc}") from None
         except Exception as exc:  # an untrusted template can fail in any way; none of it is ours
             raise TemplateError(f"the model's chat template failed: {exc}") from None
-        return result.prompt
+        prompt: str = result.prompt
+        return prompt

@@ -3,7 +3,7 @@ the local library (HF cache, LM Studio, Ollama, user folders). Qt-free; the GUI 
 """
 
 from vrampilot.hub.auth import current_token, forget_token, resolve_token, save_token
-from vrampilot.hub.badge import DEFAULT_TARGET_CTX, Badge, Fit, badge_for_spec
+from vrampilot.hub.badge import DEFAULT_TARGET_CTX, Badge, badge_for_spec
 from vrampilot.hub.client import validate_token
 from vrampilot.hub.download import (
     DownloadControl,
@@ -29,6 +29,7 @@ from vrampilot.hub.library import LocalModel, LocalStatus, Source, scan_library
 from vrampilot.hub.records import PendingDownload, list_pending
 from vrampilot.hub.remote import fetch_remote_header, remote_spec
 from vrampilot.hub.search import RepoSummary, search_models
+from vrampilot.planner.fit import Fit
 
 __all__ = [
     "DEFAULT_TARGET_CTX",

@@ -10,6 +10,7 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
+from types import ModuleType
 
 from vrampilot.hub.env import hf_token_path
 from vrampilot.hub.errors import InvalidTokenError
@@ -24,7 +25,7 @@ class TokenInfo:
     source: str  # "HF_TOKEN", "keyring" or the token file's path
 
 
-def _keyring():
+def _keyring() -> ModuleType | None:
     """The keyring module when a real backend (Secret Service, Keychain, Windows) is present, else None."""
     try:
         import keyring

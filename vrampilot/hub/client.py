@@ -25,8 +25,8 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status, set_client_factory
-from huggingface_hub.utils._http import hf_request_event_hook
+from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import get_session, hf_raise_for_status, hf_request_event_hook, set_client_factory
 
 from vrampilot import __version__
 from vrampilot.hub.auth import resolve_token

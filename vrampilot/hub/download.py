@@ -393,7 +393,7 @@ class Downloader:
                     if status == "cancelled":
                         self._discard(plans)
                     return DownloadResult(
-                        status, self.repo_id, model, (), self.fetched_bytes, total  # type: ignore[arg-type]
+                        status, self.repo_id, model, (), self.fetched_bytes, total  # type: ignore[arg-type]  # status is "paused" or "cancelled" here
                     )
             self.cache.write_ref(self.revision, p.commit)
             done_before += p.size

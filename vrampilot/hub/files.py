@@ -28,7 +28,7 @@ def quant_from_name(path: str) -> str:
     for candidate in (stem, *reversed(parts[:-1])):
         found = _QUANT_RE.findall(candidate)
         if found:
-            label = found[-1].upper()
+            label: str = found[-1].upper()
             return {"FP16": "F16", "FP32": "F32"}.get(label, label)
     return UNKNOWN_QUANT
 

@@ -122,9 +122,9 @@ def search_models(
         items = hub_api().list_models(
             search=query.strip() or None,
             filter="gguf",
-            sort=_HF_SORT[sort],  # type: ignore[arg-type]
+            sort=_HF_SORT[sort],  # type: ignore[arg-type]  # the Hub's sort names, a Literal in its stubs
             limit=MAX_SCANNED if filtered else limit,
-            expand=_EXPAND,  # type: ignore[arg-type]
+            expand=_EXPAND,  # type: ignore[arg-type]  # the Hub's expand names, a Literal list in its stubs
             token=token_arg(token),
         )
         for info in items:

@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.fp8 import Fp8Tensor, cat_fp8, quantize_fp8
 from vrampilot.hybrid.model import ModelConfig, Rope
-from vrampilot.hybrid.plan import RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
-from vrampilot.hybrid.q4 import Q4_GROUP, Q4Tensor, cat_q4, hadamard, quantize_q4
+from vrampilot.hybrid.plan import Q4_GROUP, RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
+from vrampilot.hybrid.q4 import Q4Tensor, cat_q4, hadamard, quantize_q4
 
 __all__ = ["RAW_BLOCK", "LayerPlan"]  # re-exported: the plan and its block size are part of this API
 
@@ -424,7 +424,7 @@ def window_cache(mc: ModelConfig, rope: Rope, window: int, n_sink: int = 4, *, s
 
 def window_config(window: int, n_sink: int = 4, storage: str = "f16") -> HybridConfig:
     name = "window" if storage == "f16" else f"window-{storage}"
-    return HybridConfig(name=name, window=window, n_sink=n_sink, layout_cycle="W", window_storage=storage).validate()  # type: ignore[arg-type]
+    return HybridConfig(name=name, window=window, n_sink=n_sink, layout_cycle="W", window_storage=storage).validate()  # type: ignore[arg-type]  # storage is one of the window storage literals
 
 
 def _layer_cache(mc: ModelConfig, rope: Rope, plan: LayerPlan | None) -> LayerCache:

@@ -126,7 +126,7 @@ class HybridConfig:
         return self
 
     def with_(self, **changes: object) -> HybridConfig:
-        return replace(self, **changes).validate()  # type: ignore[arg-type]
+        return replace(self, **changes).validate()  # type: ignore[arg-type]  # a dict of HybridConfig fields; validate() checks them
 
     def with_reach_rows(self, rows: Sequence[Sequence[Any]], name: str) -> HybridConfig:
         """This config with the per-head reaches of saved rows (layer, KV head, reach, then anything

@@ -50,7 +50,8 @@ class Tokenizer:
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._llm.detokenize(list(ids)).decode("utf-8", errors="replace")
+        text: str = self._llm.detokenize(list(ids)).decode("utf-8", errors="replace")
+        return text
 
 
 def setup_torch(threads: int | None = None) -> None:
@@ -202,6 +203,7 @@ def perplexity(
 
     for s in range(n_samples):
         sample = torch.tensor(tokens[s * longest : (s + 1) * longest])
+        make: Callable[[], AttentionCache]  # the two lambdas below
         for name, make in (
             ("full", lambda: full_cache(mc)),
             ("hybrid", lambda: hybrid_cache(mc, model.rope, cfg)),

@@ -36,7 +36,7 @@ class Fp8Tensor:
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         scale = torch.exp2(self.exponent.to(dtype))
-        values = self.data.to(dtype).unflatten(-1, (-1, self.group)) * scale.unsqueeze(-1)
+        values: torch.Tensor = self.data.to(dtype).unflatten(-1, (-1, self.group)) * scale.unsqueeze(-1)
         return values.flatten(-2)
 
     def scale(self) -> torch.Tensor:

@@ -68,24 +68,24 @@ class LayerPlan:
     def for_kind(kind: LayerKind, cfg: HybridConfig, reach: int | None = None) -> LayerPlan:
         store = {"storage": cfg.storage, "group": cfg.fp8_group, "rotate": cfg.rotate, "raw_storage": cfg.window_storage}
         if kind == "W":
-            return LayerPlan("W", cfg.n_sink, cfg.window, 1, None, False, False, "mean", "mean", "rotated", 0.0, **store)  # type: ignore[arg-type]
+            return LayerPlan("W", cfg.n_sink, cfg.window, 1, None, False, False, "mean", "mean", "rotated", 0.0, **store)  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
         if kind == "H":
             m = cfg.hca_ratio
             return LayerPlan(
                 "H", cfg.n_sink, cfg.window, m, None, True, False, "mean", cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias else 0.0, **store,  # type: ignore[arg-type]
+                math.log(m) if cfg.merge_bias else 0.0, **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
             )
         if kind == "C":
             m = cfg.csa_ratio
             raw = cfg.csa_read == "raw"
             return LayerPlan(
                 "C", cfg.n_sink, cfg.window, m, cfg.top_k, True, raw, cfg.indexer, cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias and not raw else 0.0, **store,  # type: ignore[arg-type]
+                math.log(m) if cfg.merge_bias and not raw else 0.0, **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
             )
         if kind == "R":
             blocks = None if reach is None else -(-reach // RAW_BLOCK)  # whole blocks, rounded up
             return LayerPlan("R", cfg.n_sink, cfg.window, RAW_BLOCK, None, True, True, "none", "mean", "rotated", 0.0,
-                             reach=None if blocks is None else blocks * RAW_BLOCK, **store)  # type: ignore[arg-type]
+                             reach=None if blocks is None else blocks * RAW_BLOCK, **store)  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
         raise ValueError(f"layer kind {kind!r} has no hybrid plan")
 
     @property

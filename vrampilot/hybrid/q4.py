@@ -31,7 +31,8 @@ def hadamard(d: int) -> torch.Tensor:
     h = torch.ones(1, 1)
     while h.shape[0] < d:
         h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
-    return h / d**0.5
+    norm: float = d**0.5
+    return h / norm
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Q4Tensor:
     def dequantize(self, dtype: torch.dtype = torch.float32, *, rotate_back: bool = True) -> torch.Tensor:
         """The values; rotate_back=False leaves rotated ones in the rotated space, where a reader
         that rotates its queries (and its output) instead saves a d x d product per vector."""
-        values = (self.codes().to(dtype) - 8).unflatten(-1, (-1, self.group)) * self.scale.to(dtype).unsqueeze(-1)
+        values: torch.Tensor = (self.codes().to(dtype) - 8).unflatten(-1, (-1, self.group)) * self.scale.to(dtype).unsqueeze(-1)
         out = values.flatten(-2)
         if self.rotated and rotate_back:
             out = out @ hadamard(out.shape[-1]).to(dtype)  # H is symmetric and orthonormal: H^-1 = H

@@ -237,7 +237,7 @@ def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None)
     if manifest is None:
         return loading.ggml_choice("this build has no VRAM Pilot manifest")
 
-    files = {Path(str(f)).name for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]
+    files = {Path(str(f)).name for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]  # the manifest's JSON list
     for backend in _BACKEND_ORDER:
         path = module_file(lib_dir, backend)
         if path.name in files and path.exists() and (backend != "vulkan" or loading.vulkan_usable()):

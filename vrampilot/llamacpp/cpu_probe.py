@@ -153,7 +153,7 @@ class _Page:
         size = max(mmap.PAGESIZE, len(code))
         self._keep: object
         if WINDOWS:
-            kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+            kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
             kernel32.VirtualAlloc.restype = ctypes.c_void_p
             kernel32.VirtualAlloc.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_ulong, ctypes.c_ulong)
             address = kernel32.VirtualAlloc(None, size, 0x3000, 0x40)  # MEM_COMMIT|MEM_RESERVE, RWX
@@ -169,8 +169,8 @@ class _Page:
             self.address = ctypes.addressof(view)
             self._keep = (page, view)
 
-    def function(self, restype: object, *argtypes: object) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-        fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address)  # type: ignore[arg-type]
+    def function(self, restype: object, *argtypes: object) -> ctypes._CFuncPtr:  # type: ignore[name-defined]  # typeshed's private name for a ctypes function pointer
+        fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address)  # type: ignore[arg-type]  # ctypes types passed as objects
         fn._vp_page = self  # type: ignore[attr-defined]  # the code must outlive every call
         return fn
 

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def _declare(lib: Any, name: str, restype: Any, *argtypes: Any) -> Callable[...,
     fn = getattr(lib, name)
     fn.restype = restype
     fn.argtypes = list(argtypes)
-    return fn
+    return cast(Callable[..., Any], fn)  # a ctypes function from a CDLL, which getattr types as Any
 
 
 class _Api:

@@ -31,7 +31,7 @@ GGML_LOG_LEVEL_ERROR = 4
 GGML_LOG_LEVEL_CONT = 5
 
 
-@llama_cpp.llama_log_callback
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # ctypes CFUNCTYPE: a C function pointer
 def _callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     msg = text.decode("utf-8", errors="replace")
     with _lock:

@@ -22,7 +22,8 @@ class HostReader:
 
     @property
     def pid(self) -> int:
-        return self._process.pid
+        pid: int = self._process.pid
+        return pid
 
     def read(self) -> HostSample:
         """Raises psutil.NoSuchProcess when a watched process has exited."""

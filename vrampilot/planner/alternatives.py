@@ -75,7 +75,7 @@ def neighbours(spec: ModelSpec, s: Settings, has_gpu: bool) -> list[tuple[str, S
 
 def next_ctx(n: int, up: bool) -> int:
     """The next power of two above `n`, or the one below (`n` itself rounded down when it is none)."""
-    p = 2 ** math.floor(math.log2(max(n, 1)))
+    p: int = 2 ** math.floor(math.log2(max(n, 1)))
     if up:
         return p * 2
     return p // 2 if p == n else p

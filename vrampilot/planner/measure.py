@@ -242,7 +242,7 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
     errors: list[str] = []
     last_level = _LOG_INFO
 
-    @llama_cpp.llama_log_callback
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]  # ctypes CFUNCTYPE, from a module loaded at run time
     def _capture(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         nonlocal last_level
         s = text.decode("utf-8", errors="replace")

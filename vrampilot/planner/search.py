@@ -8,8 +8,9 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.alternatives import neighbours
@@ -247,7 +248,7 @@ def _choose(
             partial_pairs = kv_pairs if (pins.type_k or pins.type_v) else [p for p in kv_pairs if p[0] != "q4_0"]
             best: tuple[float, Settings] | None = None
             for kv in partial_pairs:
-                ngl = _max_layers(spec, target, lambda n, kv=kv: make(kv, n, ubatch0), g)
+                ngl = _max_layers(spec, target, partial(make, kv, ubatch=ubatch0), g)
                 if ngl is None:
                     continue
                 s = make(kv, ngl, ubatch0)
@@ -365,7 +366,7 @@ def _rounded(shares: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(float(max(1, round(1000 * x / total))) for x in shares)
 
 
-def _max_layers(spec: ModelSpec, target: Target, build, g: GraphEstimate) -> int | None:
+def _max_layers(spec: ModelSpec, target: Target, build: Callable[[int], Settings], g: GraphEstimate) -> int | None:
     """Largest -ngl that fits, or None.
 
     VRAM use only grows with every layer moved to the GPU and host use only shrinks, so the
@@ -440,4 +441,4 @@ def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimat
 
 def replan_with(plan_: Plan, **pins: object) -> Plan:
     """The same request with more pins, e.g. when the user moves a slider."""
-    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]
+    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field

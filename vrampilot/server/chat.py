@@ -64,7 +64,7 @@ class ServerBackend:
         try:
             conn.request("POST", path, json.dumps(body), self._headers())
             resp = conn.getresponse()
-            data = json.loads(resp.read() or b"{}")
+            data: dict[str, Any] = json.loads(resp.read() or b"{}")
             if resp.status != 200:
                 raise ServerChatError(f"llama-server answered {resp.status} to {path}: {_error_text(data)}")
             return data
@@ -91,7 +91,8 @@ class ServerBackend:
         try:
             conn.request("GET", path, headers=self._headers())
             resp = conn.getresponse()
-            return json.loads(resp.read() or b"{}")
+            data: dict[str, Any] = json.loads(resp.read() or b"{}")
+            return data
         except OSError as exc:
             raise ServerChatError(f"llama-server does not answer ({exc})") from None
         finally:
@@ -181,7 +182,7 @@ class ServerBackend:
                 raise
             stopped = True  # the watcher shut the socket mid-read
         stopped = stopped or cancel.is_set()
-        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]
+        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]  # the dict's values are StopReason literals
         prompt_n = int(timings.get("prompt_n", 0))
         cached = int(timings.get("cache_n", 0))
         predicted = int(timings.get("predicted_n", len(pieces)))

@@ -192,7 +192,7 @@ class _WindowsJob:
         import ctypes
         from ctypes import wintypes
 
-        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
         kernel32.CreateJobObjectW.restype = wintypes.HANDLE
         kernel32.CreateJobObjectW.argtypes = [wintypes.LPVOID, wintypes.LPCWSTR]
         kernel32.SetInformationJobObject.argtypes = [wintypes.HANDLE, ctypes.c_int, wintypes.LPVOID, wintypes.DWORD]
@@ -200,7 +200,7 @@ class _WindowsJob:
         self._k = kernel32
         self.handle = kernel32.CreateJobObjectW(None, None)
         if not self.handle:
-            raise OSError(ctypes.get_last_error(), "CreateJobObjectW failed")  # type: ignore[attr-defined]
+            raise OSError(ctypes.get_last_error(), "CreateJobObjectW failed")  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
 
         class _Basic(ctypes.Structure):
             _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
@@ -222,7 +222,7 @@ class _WindowsJob:
         kernel32.SetInformationJobObject(self.handle, 9, ctypes.byref(info), ctypes.sizeof(info))
 
     def add(self, proc: subprocess.Popen[bytes]) -> None:
-        self._k.AssignProcessToJobObject(self.handle, int(proc._handle))  # type: ignore[attr-defined]
+        self._k.AssignProcessToJobObject(self.handle, int(proc._handle))  # type: ignore[attr-defined]  # Popen's Windows process handle, private and win32-only
 
 
 _job: _WindowsJob | None = None
@@ -249,7 +249,7 @@ class ServerProcess:
         if sys.platform.startswith("linux"):
             kwargs["preexec_fn"] = _parent_death_hook()
         if sys.platform == "win32":
-            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
         else:
             # Its own process group: a terminal's Ctrl+C reaches only this process, which passes
             # it on once (`interrupt`); a second SIGINT makes llama-server exit(1) from its
@@ -257,7 +257,7 @@ class ServerProcess:
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]
+            env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]  # kwargs holds only creationflags (Windows)
         )  # fmt: skip
         if sys.platform == "win32":
             with contextlib.suppress(OSError, AttributeError):
@@ -339,7 +339,7 @@ class ServerProcess:
             return proc.returncode if proc is not None else None
         with contextlib.suppress(OSError):
             if sys.platform == "win32":
-                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
             else:
                 proc.terminate()
         try:
@@ -354,7 +354,7 @@ class ServerProcess:
         """Pass on the user's Ctrl+C (the server shuts down cleanly on it)."""
         if self.running and self.proc is not None:
             with contextlib.suppress(OSError):
-                self.proc.send_signal(signal.SIGINT if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                self.proc.send_signal(signal.SIGINT if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
 
 
 def health(base_url: str, *, api_key: str | None = None, timeout_s: float = 2.0) -> int | None:
@@ -377,12 +377,12 @@ def is_alive(pid: int) -> bool:
     if sys.platform == "win32":
         import ctypes
 
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
         if not handle:
             return False
         code = ctypes.c_ulong()
-        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]
-        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]
+        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
+        ctypes.windll.kernel32.CloseHandle(handle)  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
         return code.value == 259  # STILL_ACTIVE
     try:
         os.kill(pid, 0)

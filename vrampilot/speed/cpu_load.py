@@ -33,7 +33,7 @@ def _own_seconds() -> float:
     ours, not another program's (the ones still running, and those already waited for)."""
     me = psutil.Process()
     t = me.cpu_times()
-    own = t.user + t.system + t.children_user + t.children_system
+    own: float = t.user + t.system + t.children_user + t.children_system
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):  # it may exit meanwhile: then it is in children_*
             c = child.cpu_times()

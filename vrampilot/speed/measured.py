@@ -430,7 +430,7 @@ def _median_factor(ratios: tuple[float, ...], prior_replies: float = 0.0) -> flo
     if not ratios:
         return 1.0
     n = len(ratios)
-    factor = statistics.median(ratios) ** (n / (n + prior_replies))
+    factor: float = statistics.median(ratios) ** (n / (n + prior_replies))
     return min(FACTOR_MAX, max(FACTOR_MIN, factor))
 
 

@@ -30,8 +30,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from vrampilot.speed.measured import ReferenceDecode, ReferencePrefill, ReferenceRun
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
 
 N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run faster on larger ones
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
@@ -69,13 +74,13 @@ def _prompt(n_vocab: int, n: int) -> list[int]:
     return [lo + (i * 7919) % span for i in range(n)]
 
 
-def decode_step_times(llm: object, tokens: list[int], n_steps: int) -> list[float]:
+def decode_step_times(llm: Llama, tokens: list[int], n_steps: int) -> list[float]:
     """The times of n_steps steps generating after `tokens` through the engine's per-token loop
     (llama-cpp-python's generate: sample, then decode); the cache keeps the longest prefix it
     already holds, as a chat turn does. The first token, which reads the prompt, is not timed."""
     times: list[float] = []
     last = 0.0
-    for n, _token in enumerate(llm.generate(tokens, **ENGINE_SAMPLING)):  # type: ignore[attr-defined]
+    for n, _token in enumerate(llm.generate(tokens, **ENGINE_SAMPLING)):  # type: ignore[arg-type]  # a dict of float sampling keywords
         now = time.perf_counter()
         if n:
             times.append(now - last)
@@ -89,7 +94,7 @@ def _no_check() -> None:
     return None
 
 
-def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]], threads: Sequence[int],
+def _decode(llama_cpp: ModuleType, depths: Sequence[tuple[Llama, list[int], bool]], threads: Sequence[int],
             most: int, check: Callable[[], None] = _no_check) -> dict[tuple[int, int], float]:  # fmt: skip
     """The median decode step, in seconds, per (thread count, depth): `depths` holds (a context, the
     tokens its steps follow, whether each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
@@ -102,7 +107,7 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
         # One thread count at a time, as a chat runs: switching every few steps made the steps
         # after a switch up to half as slow again here, which no reply sees.
         for llm, _, _ in depths:
-            llama_cpp.llama_set_n_threads(llm.ctx, t, most)  # type: ignore[attr-defined]
+            llama_cpp.llama_set_n_threads(llm.ctx, t, most)
         # One pass of each untimed first: the steps right after another thread count's work (the
         # prompt, read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
         # against 24-30 ms once warm (docs/speed-model.md), which no
@@ -111,7 +116,7 @@ def _decode(llama_cpp: object, depths: Sequence[tuple[object, list[int], bool]],
             for i, (llm, tokens, reset) in enumerate(depths):
                 check()
                 if reset:
-                    llm.reset()  # type: ignore[attr-defined]
+                    llm.reset()
                 times = decode_step_times(llm, tokens, DECODE_STEPS)
                 if n:
                     steps.setdefault((i, t), []).extend(times)
@@ -164,9 +169,9 @@ class ReferenceSession:
         self._shallow.close()
         self._deep.close()
 
-    def _ubatch_s(self, llm: object, ubatch: list[int]) -> float:
+    def _ubatch_s(self, llm: Llama, ubatch: list[int]) -> float:
         t0 = time.perf_counter()
-        llm.eval(ubatch)  # type: ignore[attr-defined]
+        llm.eval(ubatch)
         return time.perf_counter() - t0
 
     def read(self, check: Callable[[], None] = _no_check) -> None:

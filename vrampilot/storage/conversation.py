@@ -103,7 +103,7 @@ class ConversationService:
         out: list[Message] = []
         if chat.system_prompt.strip():
             out.append(Message("system", chat.system_prompt))
-        out += [Message(m.role, m.content) for m in chat.messages]  # type: ignore[arg-type]
+        out += [Message(m.role, m.content) for m in chat.messages]  # type: ignore[arg-type]  # stored roles are the Message role literals
         return out
 
     def _retitle_if_first(self, chat_id: int, position: int, old: str, new: str) -> None:

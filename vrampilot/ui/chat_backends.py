@@ -23,7 +23,7 @@ try:
     from vrampilot.hybrid import chat as _hybrid
     from vrampilot.hybrid.config import CONFIGS as _CONFIGS
 except ModuleNotFoundError:
-    _hybrid = None  # type: ignore[assignment]
+    _hybrid = None  # type: ignore[assignment]  # the optional module is absent: None stands for it
     _CONFIGS = {}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -160,10 +161,10 @@ class ChatList(QWidget):
         if cid is not None:
             self.chat_selected.emit(cid)
 
-    def _with_current(self, fn: object) -> None:
+    def _with_current(self, fn: Callable[[int], object]) -> None:
         cid = self.current_id()
         if cid is not None:
-            fn(cid)  # type: ignore[operator]
+            fn(cid)
 
     def _update_buttons(self) -> None:
         has = self.current_id() is not None

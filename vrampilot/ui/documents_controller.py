@@ -285,7 +285,7 @@ class DocumentsController(QObject):
             system_prompt,
             history,
             question,
-            mode=self.mode_for(n_ctx),  # type: ignore[arg-type]
+            mode=self.mode_for(n_ctx),  # type: ignore[arg-type]  # mode_for returns one of the mode literals
             n_ctx=n_ctx,
             reply_tokens=self.reply_tokens,
             recorded=recorded,

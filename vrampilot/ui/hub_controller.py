@@ -168,7 +168,7 @@ class HubController(QObject):
         self.search_started.emit()
 
         def work(_task: TaskHandle) -> list[RepoSummary]:
-            return search_models(text, sort=sort, architecture=architecture, min_params=min_params,  # type: ignore[arg-type]
+            return search_models(text, sort=sort, architecture=architecture, min_params=min_params,  # type: ignore[arg-type]  # sort: one of SORT_KEYS, from the view's combo box
                                  max_params=max_params)  # fmt: skip
 
         # A newer search supersedes this one: its results are dropped.

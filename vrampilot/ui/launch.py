@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PySide6.QtGui import QIcon
 
 CLI_HINT = "use the command line instead: vrampilot doctor | plan | chat (see vrampilot --help)"
 
@@ -29,7 +33,7 @@ def display_problem() -> str | None:
     return None
 
 
-def _window_icon():
+def _window_icon() -> QIcon | None:
     from PySide6.QtGui import QIcon
 
     from vrampilot.paths import resources_dir

@@ -4,6 +4,7 @@ which hold the state (the plan, chat, documents, server and hub controllers)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -284,7 +285,7 @@ class MainWindow(QMainWindow):
             self.documents.attach_files(docs)
         event.acceptProposedAction()
 
-    def _with_chat(self, fn) -> None:
+    def _with_chat(self, fn: Callable[[int], object]) -> None:
         if self.chats.chat_id is not None:
             fn(self.chats.chat_id)
 

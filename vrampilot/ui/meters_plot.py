@@ -31,7 +31,7 @@ def nice_ceiling(value: float) -> float:
     """The next 1-2-5 step at or above `value`, so axis labels read 2, 5, 10, 20..."""
     if value <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(value))
+    exp: float = 10 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
         if value <= step * exp:
             return step * exp

@@ -103,7 +103,7 @@ class PinControls(QWidget):
         return box
 
     def _add(self, name: str, label: str, control: QWidget) -> None:
-        grid: QGridLayout = self.layout()  # type: ignore[assignment]
+        grid: QGridLayout = self.layout()  # type: ignore[assignment]  # the layout this widget set in __init__ is a QGridLayout
         lab = QLabel(label)
         lab.setBuddy(control)
         auto = QToolButton()

@@ -170,7 +170,7 @@ class PlanController(QObject):
         use it, and the shown plan is made again with it."""
         if self.machine is None:
             return
-        self.machine = replace(self.machine, speed=speed)  # type: ignore[arg-type]
+        self.machine = replace(self.machine, speed=speed)  # type: ignore[arg-type]  # the probe's Signal(object) carries a MachineSpeed
         self.target = self._make_target(self.target_key)
         self.replan()
 
@@ -338,7 +338,7 @@ class PlanController(QObject):
 
     def use_alternative(self, alt: Alternative) -> None:
         if self.plan is not None:
-            self.set_pins(replace(self.pins, **changed_pins(self.plan.settings, alt.settings)))  # type: ignore[arg-type]
+            self.set_pins(replace(self.pins, **changed_pins(self.plan.settings, alt.settings)))  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
 
     def replan(self) -> None:
         if self.spec is None or self.target is None:
@@ -485,7 +485,7 @@ class PlanController(QObject):
             # Show what runs: pin what the back-off changed, and the cache types it kept.
             ran = result.plan.settings
             kept = {**changed_pins(self.plan.settings, ran), "type_k": ran.type_k, "type_v": ran.type_v}
-            pins = replace(self.pins, **kept)  # type: ignore[arg-type]
+            pins = replace(self.pins, **kept)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
             self.pins = pins
             self._loaded_for = (pins, self.target_key)
             if self.model_path is not None:

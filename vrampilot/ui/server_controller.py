@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -36,7 +37,7 @@ class ServerController(QObject):
     _log_line = Signal(str)  # from the log reader's thread, queued to the GUI thread
 
     def __init__(self, ctx: AppContext, panel: ServerPanel, plans: PlanController, sampler: Sampler,
-                 *, confirm: object, parent: QObject | None = None) -> None:  # fmt: skip
+                 *, confirm: Callable[[str, str], bool], parent: QObject | None = None) -> None:  # fmt: skip
         super().__init__(parent)
         self.ctx, self.panel, self.plans, self.sampler = ctx, panel, plans, sampler
         self.confirm = confirm
@@ -104,7 +105,7 @@ class ServerController(QObject):
             return
         if not plan.fits:
             reason = plan.refused or (plan.reasons[-1] if plan.reasons else "it does not fit")
-            if not self.confirm("Serve a plan that does not fit?", f"{reason}\n\nServe anyway?"):  # type: ignore[operator]
+            if not self.confirm("Serve a plan that does not fit?", f"{reason}\n\nServe anyway?"):
                 self.plans.serve_failed("Not served: the plan does not fit")
                 return
         config = self._config()

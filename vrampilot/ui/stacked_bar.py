@@ -186,9 +186,9 @@ class MemoryBar(UsageBar):
         super().__init__(parent)
         self._bar: BarData | None = None
 
-    def set_data(self, data: BarData | None) -> None:  # type: ignore[override]
+    def set_data(self, data: BarData | None) -> None:  # type: ignore[override]  # a MemoryBar takes BarData (segments), not UsageBar's UsageData
         self._bar = data
         self.set_usage(data.usage() if data is not None else None)
 
-    def data(self) -> BarData | None:  # type: ignore[override]
+    def data(self) -> BarData | None:  # type: ignore[override]  # BarData, as set_data took it
         return self._bar
