@@ -6,7 +6,6 @@ to a budget; the machine is the one the window was given, handed to the CLI as d
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -14,9 +13,11 @@ from pytestqt.qtbot import QtBot
 from testkit.machines import cpu_machine
 from tests import waits
 from tests.server.test_rpc import start_rpc_host
+from tests.ui.conftest import OpenWindow
 from vrampilot.cli import build_parser
 from vrampilot.planner.target import Target
 from vrampilot.server import free_port
+from vrampilot.speed.service import with_measured_speed
 
 
 def _without_round_trips(t: Target) -> Target:
@@ -24,7 +25,7 @@ def _without_round_trips(t: Target) -> Target:
     return replace(t, gpus=tuple(replace(g, rtt_ms=0.0) for g in t.gpus))
 
 
-def test_panel_and_cli_choose_the_same_target(open_window: Any, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_panel_and_cli_choose_the_same_target(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
     import vrampilot.commands.plan as plan_command
 
     hosts = [start_rpc_host(free_port()) for _ in range(2)]
@@ -33,7 +34,8 @@ def test_panel_and_cli_choose_the_same_target(open_window: Any, qtbot: QtBot, mo
     machine = cpu_machine()
     monkeypatch.setattr(plan_command, "detect_machine", lambda: machine)
     try:
-        w = open_window(wait_plan=False, machine=machine)
+        # The CLI adds this machine's speed record to what it detects; the window is handed the same.
+        w = open_window(wait_plan=False, machine=with_measured_speed(machine))
         waits.until(qtbot, lambda: w.plans.machine is not None, cpu_s=10)
         w.plans.set_rpc_hosts(rpc_text)
         waits.until(qtbot, lambda: len(w.plans.rpc_hosts) == 2, cpu_s=10)
