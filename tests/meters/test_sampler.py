@@ -20,6 +20,7 @@ from vrampilot.meters.sampler import Sampler
 
 def test_real_psutil_readings() -> None:
     no_gpu = FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
+    started = time.monotonic()
     with Sampler(nvml=no_gpu) as sampler:
         ballast = bytearray(64 * MIB)  # touched pages: RSS must grow by about this much
         ballast[::4096] = b"x" * len(ballast[::4096])
@@ -27,6 +28,7 @@ def test_real_psutil_readings() -> None:
         while time.process_time() < end:  # busy: CPU% must show it
             pass
         sample = sampler.sample_once()
+    wall_s = time.monotonic() - started
     me = psutil.Process()
     h = sample.host
     assert sample.pid == os.getpid()
@@ -35,7 +37,9 @@ def test_real_psutil_readings() -> None:
     assert h.ram_total_bytes == psutil.virtual_memory().total
     assert 0 < h.ram_available_bytes <= h.ram_total_bytes
     assert h.process_threads == me.num_threads()
-    assert h.process_cpu_pct > 30  # one core busy for most of the interval
+    # At least the 0.3 s of CPU this test spent, over the wall time it took (on a busy machine
+    # that is long, so the share is small: what counts is that the meter saw the work).
+    assert h.process_cpu_pct >= 0.9 * 100 * 0.3 / wall_s
     assert h.logical_cores == psutil.cpu_count()
     del ballast
 
