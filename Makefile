@@ -45,11 +45,13 @@ test: $(VENV)/.installed-test engine
 test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow" -x
 
-# ruff; the layers contract (import-linter, pyproject.toml) and no module cycles (a test in
+# ruff over the whole tree, the linter and the formatter as a check (`ruff format` fixes what it
+# reports); the layers contract (import-linter, pyproject.toml) and no module cycles (a test in
 # tests/test_layers.py); the type checker, strict over the package, tests, testkit and bench
 # (pyproject.toml), which also reports `type: ignore`s no longer needed.
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check vrampilot packaging/engine tests bench testkit
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 

@@ -83,10 +83,18 @@ def build_native(python: str) -> Path:
     llama_src = next(src.glob("*/vendor/llama.cpp"))
     build = out / "build"
     flags = [
-        "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=ON", "-DGGML_BACKEND_DL=OFF",
-        "-DGGML_RPC=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF",
-    ]  # fmt: skip
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DGGML_NATIVE=ON",
+        "-DGGML_BACKEND_DL=OFF",
+        "-DGGML_RPC=OFF",
+        "-DLLAMA_BUILD_COMMON=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_CURL=OFF",
+    ]
     started = time.monotonic()
     subprocess.run(["cmake", "-S", str(llama_src), "-B", str(build), *flags], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", str(build), "--target", "llama", "-j", str(os.cpu_count() or 2)], check=True)
@@ -106,10 +114,21 @@ def run_child(model: Path, lib: Path | None, args: argparse.Namespace) -> dict[s
         env["LLAMA_CPP_LIB_PATH"] = str(lib)
         env["LD_LIBRARY_PATH"] = str(lib)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT), str(model), str(args.threads), str(args.prompt_tokens),
-         str(args.gen_tokens)],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(ROOT),
+            str(model),
+            str(args.threads),
+            str(args.prompt_tokens),
+            str(args.gen_tokens),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"child failed ({'native' if lib else 'dispatched'}): {proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's JSON line
@@ -135,8 +154,10 @@ def main() -> None:
         order = ("dispatched", "native") if i % 2 == 0 else ("native", "dispatched")
         for name in order:
             runs[name].append(run_child(model, native_lib if name == "native" else None, args))
-    print(f"model {model.name}, {args.threads} threads, {args.prompt_tokens}-token prompt, "
-          f"{args.gen_tokens} generated tokens, {args.rounds} alternating rounds")  # fmt: skip
+    print(
+        f"model {model.name}, {args.threads} threads, {args.prompt_tokens}-token prompt, "
+        f"{args.gen_tokens} generated tokens, {args.rounds} alternating rounds"
+    )
     print(f"dispatched: {runs['dispatched'][0]['cpu']}")
     print(f"native:     {runs['native'][0]['system_info'].strip()}")
     worst = 1e9
@@ -149,8 +170,10 @@ def main() -> None:
         pairs = sorted(a / b for a, b in zip(ds, ns, strict=True))
         worst = min(worst, ratio)
         best = max(ds) / max(ns)  # best of N: the run least disturbed by the rest of the machine
-        print(f"{metric:12s} dispatched {d:8.1f}  native {n:8.1f}  ratio {ratio:.3f} (medians), "
-              f"{best:.3f} (best runs); per round {pairs[0]:.3f}-{pairs[-1]:.3f}")  # fmt: skip
+        print(
+            f"{metric:12s} dispatched {d:8.1f}  native {n:8.1f}  ratio {ratio:.3f} (medians), "
+            f"{best:.3f} (best runs); per round {pairs[0]:.3f}-{pairs[-1]:.3f}"
+        )
     print(f"worst ratio (dispatched / native): {worst:.3f} (target >= 0.97)")
 
 

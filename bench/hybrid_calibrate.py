@@ -33,24 +33,47 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--top", type=int, default=8, help="how many KV heads to print as a config tuple (config.py keeps 8)")
+    parser.add_argument(
+        "--top", type=int, default=8, help="how many KV heads to print as a config tuple (config.py keeps 8)"
+    )
     parser.add_argument("--budgets", action="store_true", help="per-head reach for the default config instead")
     parser.add_argument("--threads", type=int)
-    parser.add_argument("--jobs", type=int, default=1, help="--budgets: sequences measured side by side, one thread each")
-    parser.add_argument("--spread", type=int, default=0,
-                        help="--budgets: N calibration prompts of 7.5K tokens with depths in N equal bins of 5-95%% (8: "
-                        "needles 0.7K-7.1K back, as shipped) instead of four at random depths (3.1K-7.1K back)")
-    parser.add_argument("--aggregate", choices=("mean", "max"), default="mean",
-                        help="--budgets: combine the prompts' far mass by their mean or their maximum (shipped)")
-    parser.add_argument("--first-weight", type=float,
-                        help="--budgets: weight of the first answer position (the token before the key) among the answer's "
-                        "positions (default: all alike, as shipped)")
-    parser.add_argument("--reallocate", help="a hybrid-budgets.json of this script: allocate again from its far mass "
-                        "(with --aggregate, --first-weight), without measuring")
-    parser.add_argument("--select", help="a JSON file of candidate allocations ({\"variants\": {name: head_reach}}, as "
-                        "written by --reallocate runs): compare them and the shipped one by the answer "
-                        "margins the hybrid cache gives on prompts of their own seed, and name the best")
-    parser.add_argument("--prompts", type=int, default=8, help="--select: selection prompts (7.5K tokens, depths spread)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="--budgets: sequences measured side by side, one thread each"
+    )
+    parser.add_argument(
+        "--spread",
+        type=int,
+        default=0,
+        help="--budgets: N calibration prompts of 7.5K tokens with depths in N equal bins of 5-95%% (8: "
+        "needles 0.7K-7.1K back, as shipped) instead of four at random depths (3.1K-7.1K back)",
+    )
+    parser.add_argument(
+        "--aggregate",
+        choices=("mean", "max"),
+        default="mean",
+        help="--budgets: combine the prompts' far mass by their mean or their maximum (shipped)",
+    )
+    parser.add_argument(
+        "--first-weight",
+        type=float,
+        help="--budgets: weight of the first answer position (the token before the key) among the answer's "
+        "positions (default: all alike, as shipped)",
+    )
+    parser.add_argument(
+        "--reallocate",
+        help="a hybrid-budgets.json of this script: allocate again from its far mass "
+        "(with --aggregate, --first-weight), without measuring",
+    )
+    parser.add_argument(
+        "--select",
+        help='a JSON file of candidate allocations ({"variants": {name: head_reach}}, as '
+        "written by --reallocate runs): compare them and the shipped one by the answer "
+        "margins the hybrid cache gives on prompts of their own seed, and name the best",
+    )
+    parser.add_argument(
+        "--prompts", type=int, default=8, help="--select: selection prompts (7.5K tokens, depths spread)"
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
 
@@ -81,17 +104,26 @@ def main(argv: list[str] | None = None) -> int:
     cal = calibrate(model, cases, progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     ranking = cal.ranking()
     total = sum(sc for _, _, sc in ranking)
-    print(f"{model_path.name}: {len(cases)} calibration prompts ({', '.join(map(str, CAL_LENGTHS))} tokens), "
-          f"full cache answers {sum(cal.correct)}/{len(cases)}, {time.perf_counter() - t0:.0f} s")
+    print(
+        f"{model_path.name}: {len(cases)} calibration prompts ({', '.join(map(str, CAL_LENGTHS))} tokens), "
+        f"full cache answers {sum(cal.correct)}/{len(cases)}, {time.perf_counter() - t0:.0f} s"
+    )
     print("rank  layer.head  score  cumulative share")
     acc = 0.0
     for i, (il, h, sc) in enumerate(ranking[: max(args.top, 20)]):
         acc += sc
         print(f"{i + 1:>4}  {il:>5}.{h:<4} {sc:.4f}  {acc / total:.1%}")
     print(f"retrieval_heads={cal.top(args.top)}")
-    data = {"model": model_path.name, "seed": CAL_SEED, "lengths": list(CAL_LENGTHS),
-            "cases": [{"length": c.length, "depth": round(c.depth, 4), "key": c.key, "tokens": len(c.tokens)} for c in cases],
-            **cal.to_json(), f"top_{args.top}": [list(x) for x in cal.top(args.top)]}
+    data = {
+        "model": model_path.name,
+        "seed": CAL_SEED,
+        "lengths": list(CAL_LENGTHS),
+        "cases": [
+            {"length": c.length, "depth": round(c.depth, 4), "key": c.key, "tokens": len(c.tokens)} for c in cases
+        ],
+        **cal.to_json(),
+        f"top_{args.top}": [list(x) for x in cal.top(args.top)],
+    }
     (out / "hybrid-calibration.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     return 0
 
@@ -117,14 +149,20 @@ def budgets(model: object, tok: object, out: Path, model_path: Path, args: argpa
     assert isinstance(model, LlamaModel) and isinstance(tok, Tokenizer)
     t0 = time.perf_counter()
     longest = (max(CAL_LENGTHS),)
-    cases = (calibration_cases(tok.encode, lengths=longest, per_length=args.spread, seed=BUDGET_SEED, spread=True)
-             if args.spread else [c for c in calibration_cases(tok.encode) if c.length == longest[0]])
+    cases = (
+        calibration_cases(tok.encode, lengths=longest, per_length=args.spread, seed=BUDGET_SEED, spread=True)
+        if args.spread
+        else [c for c in calibration_cases(tok.encode) if c.length == longest[0]]
+    )
     dev = tok.encode(dev_text_path().read_text(encoding="utf-8"))[:BUDGET_LENGTH]
     sequences = [(c.tokens, c.answer_queries) for c in cases] + [(dev, list(range(1024, len(dev), 16)))]
     n_sink = budget_base().n_sink
     for c in cases:
-        print(f"  calibration prompt: {c.length} tokens, needle {c.answer_queries[0] - c.needle[0]} tokens back",
-              file=sys.stderr, flush=True)
+        print(
+            f"  calibration prompt: {c.length} tokens, needle {c.answer_queries[0] - c.needle[0]} tokens back",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.jobs > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -141,19 +179,36 @@ def budgets(model: object, tok: object, out: Path, model_path: Path, args: argpa
         rows = []
         for i, (t, w) in enumerate(sequences):
             rows.append(far_mass_rows(model, t, w, n_sink))
-            print(f"  far mass {i + 1}/{len(sequences)}: {len(t)} tokens, {len(w)} watched positions", file=sys.stderr, flush=True)
+            print(
+                f"  far mass {i + 1}/{len(sequences)}: {len(t)} tokens, {len(w)} watched positions",
+                file=sys.stderr,
+                flush=True,
+            )
     saved = {
         "distances": None,  # filled by allocate()
-        "passkey_cases": [{"key": c.key, "depth": round(c.depth, 4), "needle_back": c.answer_queries[0] - c.needle[0],
-                           "row_far_mass": r.tolist()} for c, r in zip(cases, rows, strict=False)],
+        "passkey_cases": [
+            {
+                "key": c.key,
+                "depth": round(c.depth, 4),
+                "needle_back": c.answer_queries[0] - c.needle[0],
+                "row_far_mass": r.tolist(),
+            }
+            for c, r in zip(cases, rows, strict=False)
+        ],
         "text_far_mass_rows_mean": rows[-1].mean(dim=2).tolist(),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     return allocate(model.config, saved, out, args)
 
 
-def _margins_job(model_path: str, threads: int, head_reach: list[Any] | None, tokens: list[int], needle: list[int],
-                 answer_queries: list[int]) -> list[float]:
+def _margins_job(
+    model_path: str,
+    threads: int,
+    head_reach: list[Any] | None,
+    tokens: list[int],
+    needle: list[int],
+    answer_queries: list[int],
+) -> list[float]:
     """One selection prompt under one allocation (None: the full cache), in a worker process."""
     from vrampilot.hybrid.cache import full_cache, hybrid_cache
     from vrampilot.hybrid.calibrate import CalibrationCase, answer_margins
@@ -185,27 +240,50 @@ def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -
 
     assert isinstance(tok, Tokenizer)
     saved = json.loads(Path(args.select).read_text(encoding="utf-8"))
-    candidates: dict[str, list[Any] | None] = {"full cache (reference)": None, "shipped": [list(x) for x in SMOLLM2_HEAD_REACH]}
+    candidates: dict[str, list[Any] | None] = {
+        "full cache (reference)": None,
+        "shipped": [list(x) for x in SMOLLM2_HEAD_REACH],
+    }
     candidates.update({name: v if isinstance(v, list) else v["head_reach"] for name, v in saved["variants"].items()})
     # The shipped allocation once: a rerun after it was chosen finds it among the variants too.
     shipped = candidates["shipped"]
-    if any(name != "shipped" and v is not None and [list(r[:3]) for r in v] == shipped for name, v in candidates.items()):
+    if any(
+        name != "shipped" and v is not None and [list(r[:3]) for r in v] == shipped for name, v in candidates.items()
+    ):
         del candidates["shipped"]
     cases = calibration_cases(tok.encode, lengths=(7680,), per_length=args.prompts, seed=SELECT_SEED, spread=True)
     backs = [c.answer_queries[0] - c.needle[0] for c in cases]
-    print(f"{len(cases)} selection prompts of 7.5K tokens, needles {', '.join(map(str, backs))} tokens back "
-          f"(seed {SELECT_SEED}); {len(candidates)} caches", file=sys.stderr, flush=True)
+    print(
+        f"{len(cases)} selection prompts of 7.5K tokens, needles {', '.join(map(str, backs))} tokens back "
+        f"(seed {SELECT_SEED}); {len(candidates)} caches",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     jobs = [(name, i) for name in candidates for i in range(len(cases))]
     with ProcessPoolExecutor(max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {job: pool.submit(_margins_job, str(model_path), 1, candidates[job[0]], cases[job[1]].tokens,
-                                    cases[job[1]].needle, cases[job[1]].answer_queries) for job in jobs}
+        futures = {
+            job: pool.submit(
+                _margins_job,
+                str(model_path),
+                1,
+                candidates[job[0]],
+                cases[job[1]].tokens,
+                cases[job[1]].needle,
+                cases[job[1]].answer_queries,
+            )
+            for job in jobs
+        }
         results: dict[str, list[AnswerMargins]] = {name: [] for name in candidates}
         for (name, i), f in futures.items():
             results[name].append(AnswerMargins(tuple(f.result())))
             r = results[name][-1]
-            print(f"  {name}, prompt {i + 1} ({backs[i]} back): first-token margin {r.first:+.3f}, "
-                  f"{'answers' if r.correct else 'misses'} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"  {name}, prompt {i + 1} ({backs[i]} back): first-token margin {r.first:+.3f}, "
+                f"{'answers' if r.correct else 'misses'} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     w = max(map(len, results)) + 1
     print(f"{'cache':<{w}} {'answers':>7} {'mean thinnest':>13}  first-token margin per prompt (needle back)")
     print(f"{'':<{w}} {'':>7} {'':>13}  " + " ".join(f"{b:>6}" for b in backs))
@@ -217,9 +295,14 @@ def select(tok: object, out: Path, model_path: Path, args: argparse.Namespace) -
             ranked.append(((n_ok, thin), name))
     best = max(ranked)[1]
     print(f"best allocation on the selection prompts: {best}")
-    data = {"seed": SELECT_SEED, "needles_back": backs, "seconds": round(time.perf_counter() - t0, 1), "best": best,
-            "results": {name: [list(r.margins) for r in rs] for name, rs in results.items()},
-            "head_reach": candidates[best]}
+    data = {
+        "seed": SELECT_SEED,
+        "needles_back": backs,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "best": best,
+        "results": {name: [list(r.margins) for r in rs] for name, rs in results.items()},
+        "head_reach": candidates[best],
+    }
     (out / "hybrid-select.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     return 0
 
@@ -256,18 +339,29 @@ def allocate(mc: object, saved: dict[str, Any], out: Path, args: argparse.Namesp
 
     chosen = allocate_reach(lost, FAR_DISTANCES, base.window, budget, head_bytes)
     used = sum(b.kv_bytes for b in chosen)
-    print(f"{len(cases)} calibration prompts + the development text ({saved['seconds']:.0f} s); "
-          f"{args.aggregate} over prompts, first answer position weighted {args.first_weight or 1 / n_rows:.2f}; "
-          f"budget {budget} B ({BUDGET_SHARE:.1%} of the f16 cache at {BUDGET_LENGTH}), used {used} B")
+    print(
+        f"{len(cases)} calibration prompts + the development text ({saved['seconds']:.0f} s); "
+        f"{args.aggregate} over prompts, first answer position weighted {args.first_weight or 1 / n_rows:.2f}; "
+        f"budget {budget} B ({BUDGET_SHARE:.1%} of the f16 cache at {BUDGET_LENGTH}), used {used} B"
+    )
     by_reach: dict[str, int] = {}
     for b in chosen:
         by_reach[str(b.reach)] = by_reach.get(str(b.reach), 0) + 1
     print("heads per reach:", by_reach)
     print("head_reach=" + repr(tuple((b.layer, b.head, b.reach) for b in chosen)))
-    data = {**saved, "distances": list(FAR_DISTANCES), "aggregate": args.aggregate, "first_weight": args.first_weight,
-            "passkey_far_mass": passkey.tolist(), "text_far_mass": text.tolist(), "budget_bytes": budget,
-            "used_bytes": used, "window": base.window, "n_sink": base.n_sink,
-            "head_reach": [[b.layer, b.head, b.reach, round(b.lost_mass, 5)] for b in chosen]}
+    data = {
+        **saved,
+        "distances": list(FAR_DISTANCES),
+        "aggregate": args.aggregate,
+        "first_weight": args.first_weight,
+        "passkey_far_mass": passkey.tolist(),
+        "text_far_mass": text.tolist(),
+        "budget_bytes": budget,
+        "used_bytes": used,
+        "window": base.window,
+        "n_sink": base.n_sink,
+        "head_reach": [[b.layer, b.head, b.reach, round(b.lost_mass, 5)] for b in chosen],
+    }
     (out / "hybrid-budgets.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     return 0
 

@@ -35,12 +35,53 @@ from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_cpu_only
 from vrampilot.speed.service import with_measured_speed
 
-SITES = ["Reservoir", "Pumping Station", "Substation", "Water Tower", "Treatment Plant", "Dam", "Wind Farm",
-         "Bus Depot", "Bridge", "Tunnel", "Solar Array", "Lighthouse", "Heat Plant", "Overpass", "Culvert"]  # fmt: skip
-PLACES = ["North", "Harbor", "Elm Street", "Quarry Hill", "Riverside", "Old Mill", "Cedar Valley", "Eastgate",
-          "Granite", "Lakeshore", "Southfield", "Maple", "Crescent", "Westbrook", "Beacon Point", "Foundry Lane"]  # fmt: skip
-NAMES = ["Lotte Varga", "Arjun Okonkwo", "Mireille Lindqvist", "Tomasz Castellanos", "Keiko Haverford",
-         "Obinna Nakamura", "Sunniva Petrov", "Rafael Oyelaran", "Ingrid Brandt", "Dmitri Quintero"]  # fmt: skip
+SITES = [
+    "Reservoir",
+    "Pumping Station",
+    "Substation",
+    "Water Tower",
+    "Treatment Plant",
+    "Dam",
+    "Wind Farm",
+    "Bus Depot",
+    "Bridge",
+    "Tunnel",
+    "Solar Array",
+    "Lighthouse",
+    "Heat Plant",
+    "Overpass",
+    "Culvert",
+]
+PLACES = [
+    "North",
+    "Harbor",
+    "Elm Street",
+    "Quarry Hill",
+    "Riverside",
+    "Old Mill",
+    "Cedar Valley",
+    "Eastgate",
+    "Granite",
+    "Lakeshore",
+    "Southfield",
+    "Maple",
+    "Crescent",
+    "Westbrook",
+    "Beacon Point",
+    "Foundry Lane",
+]
+NAMES = [
+    "Lotte Varga",
+    "Arjun Okonkwo",
+    "Mireille Lindqvist",
+    "Tomasz Castellanos",
+    "Keiko Haverford",
+    "Obinna Nakamura",
+    "Sunniva Petrov",
+    "Rafael Oyelaran",
+    "Ingrid Brandt",
+    "Dmitri Quintero",
+]
 FILLER = (
     "Routine inspections are carried out every spring by the municipal maintenance team, who record wear, "
     "corrosion and any damage in the asset register. The budget committee reviews the operating costs each "
@@ -150,15 +191,23 @@ def main() -> int:
         "reopen_evaluated_tokens": s3.evaluated_tokens,
         "reread_evaluated_tokens": s3b.evaluated_tokens,
     }
-    print(f"first question:  {s1.evaluated_tokens} tokens evaluated, prefill {s1.prefill_tps:.0f} tokens/s, "
-          f"TTFT {s1.ttft_s:.2f} s")  # fmt: skip
-    print(f"follow-up:       {s2.evaluated_tokens} tokens evaluated ({s2.reused_tokens} reused), "
-          f"TTFT {s2.ttft_s:.3f} s = {100 * s2.ttft_s / s1.ttft_s:.1f}% of the first (target < 5%)")  # fmt: skip
+    print(
+        f"first question:  {s1.evaluated_tokens} tokens evaluated, prefill {s1.prefill_tps:.0f} tokens/s, "
+        f"TTFT {s1.ttft_s:.2f} s"
+    )
+    print(
+        f"follow-up:       {s2.evaluated_tokens} tokens evaluated ({s2.reused_tokens} reused), "
+        f"TTFT {s2.ttft_s:.3f} s = {100 * s2.ttft_s / s1.ttft_s:.1f}% of the first (target < 5%)"
+    )
     print(f"saved state:     {saved.nbytes / 2**20:.1f} MiB written in {saved.seconds:.2f} s")
-    print(f"reopen (state):  restore {restored.seconds:.2f} s + TTFT {s3.ttft_s:.2f} s "
-          f"({s3.evaluated_tokens} tokens evaluated) = {reopen_s:.2f} s")  # fmt: skip
-    print(f"reopen (re-read): TTFT {s3b.ttft_s:.2f} s ({s3b.evaluated_tokens} tokens evaluated); "
-          f"the saved state takes {100 * reopen_s / s3b.ttft_s:.1f}% of that")  # fmt: skip
+    print(
+        f"reopen (state):  restore {restored.seconds:.2f} s + TTFT {s3.ttft_s:.2f} s "
+        f"({s3.evaluated_tokens} tokens evaluated) = {reopen_s:.2f} s"
+    )
+    print(
+        f"reopen (re-read): TTFT {s3b.ttft_s:.2f} s ({s3b.evaluated_tokens} tokens evaluated); "
+        f"the saved state takes {100 * reopen_s / s3b.ttft_s:.1f}% of that"
+    )
     if args.json:
         print(json.dumps(result))
     return 0

@@ -108,12 +108,14 @@ def run(
         t0 = time.perf_counter()
         preds = []
         for s in grid:
-            preds.append((
-                kv_refusal(spec, s),
-                kv_cache_bytes(spec, s).total_bytes,
-                compute_buffer_bytes(spec, s),
-                output_buffer_bytes(spec, s),
-            ))
+            preds.append(
+                (
+                    kv_refusal(spec, s),
+                    kv_cache_bytes(spec, s).total_bytes,
+                    compute_buffer_bytes(spec, s),
+                    output_buffer_bytes(spec, s),
+                )
+            )
         t_model = (time.perf_counter() - t0) / len(grid)
         timing[name] = {"spec_ms": t_spec * 1e3, "memory_model_ms": t_model * 1e3}
         if plan_fn is not None:
@@ -127,7 +129,9 @@ def run(
             g = graph_compute(path, s)
             exact_bytes = g.total_bytes if g is not None and not g.refused else None
             rows.append(
-                Row(name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused, exact_bytes)
+                Row(
+                    name, s, kv, m.kv_bytes, comp, m.compute_total, out, m.output_bytes, refusal, m.refused, exact_bytes
+                )
             )
         timing[name]["llama_dry_run_ms"] = (time.perf_counter() - t0) / len(grid) * 1e3
     return rows, timing
@@ -140,8 +144,10 @@ def _describe(s: Settings) -> str:
 
 
 def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
-    print(f"{'model':<18} {'settings':<42} {'KV pred':>10} {'err B':>7} {'compute pred':>12} {'meas':>10} "
-          f"{'err':>7} {'total err':>9} {'exact err':>9}")
+    print(
+        f"{'model':<18} {'settings':<42} {'KV pred':>10} {'err B':>7} {'compute pred':>12} {'meas':>10} "
+        f"{'err':>7} {'total err':>9} {'exact err':>9}"
+    )
     for r in rows:
         if r.refused_meas or r.refused_pred:
             same = "ok" if r.refused_meas == r.refused_pred else "MISMATCH"
@@ -154,11 +160,15 @@ def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
             + (f"{Row.pct(r.compute_exact, r.compute_meas):>+8.2f}%" if r.compute_exact is not None else f"{'-':>9}")
         )
     print()
-    print(f"{'model':<18} {'spec ms':>8} {'memory model ms/setting':>24} {'plan ms':>8} {'exact 1st':>9} "
-          f"{'exact ms':>8} {'llama.cpp dry run ms':>21}")
+    print(
+        f"{'model':<18} {'spec ms':>8} {'memory model ms/setting':>24} {'plan ms':>8} {'exact 1st':>9} "
+        f"{'exact ms':>8} {'llama.cpp dry run ms':>21}"
+    )
     for name, t in timing.items():
-        plans = "".join(f"{t[k]:{w}.1f}" if k in t else f"{'-':>{w}}"
-                        for k, w in (("plan_ms", 9), ("exact_first_ms", 10), ("exact_ms", 9)))
+        plans = "".join(
+            f"{t[k]:{w}.1f}" if k in t else f"{'-':>{w}}"
+            for k, w in (("plan_ms", 9), ("exact_first_ms", 10), ("exact_ms", 9))
+        )
         print(f"{name:<18} {t['spec_ms']:8.1f} {t['memory_model_ms']:24.3f}{plans} {t['llama_dry_run_ms']:21.1f}")
     ok = [r for r in rows if not (r.refused_meas or r.refused_pred)]
     mismatched = [r for r in rows if r.refused_meas != r.refused_pred]
@@ -172,25 +182,35 @@ def print_report(rows: list[Row], timing: dict[str, dict[str, float]]) -> float:
         wc = max(mine, key=lambda r: abs(Row.pct(r.compute_pred, r.compute_meas)))
         wk = max(mine, key=lambda r: abs(r.kv_pred - r.kv_meas))
         worst_compute = max(worst_compute, abs(Row.pct(wc.compute_pred, wc.compute_meas)))
-        print(f"  {name:<18} compute {Row.pct(wc.compute_pred, wc.compute_meas):+6.1f}% ({_describe(wc.settings)})"
-              f"   KV {wk.kv_pred - wk.kv_meas:+d} B")
+        print(
+            f"  {name:<18} compute {Row.pct(wc.compute_pred, wc.compute_meas):+6.1f}% ({_describe(wc.settings)})"
+            f"   KV {wk.kv_pred - wk.kv_meas:+d} B"
+        )
     if mismatched:
         print(f"REFUSAL MISMATCHES: {len(mismatched)}")
     wr = max(ok, key=lambda r: abs(Row.pct(r.compute_pred, r.compute_meas)))
     wt = max(ok, key=lambda r: abs(Row.pct(r.total_pred, r.total_meas)))
     wk = max(ok, key=lambda r: abs(r.kv_pred - r.kv_meas))
-    print(f"WORST KV error: {wk.kv_pred - wk.kv_meas:+d} bytes ({wk.model}, {_describe(wk.settings)}); "
-          f"print resolution is +-5243 bytes per cache line")
-    print(f"WORST total (KV+compute+output) error: {Row.pct(wt.total_pred, wt.total_meas):+.2f}% "
-          f"({wt.model}, {_describe(wt.settings)})")
-    print(f"WORST compute error (formula): {Row.pct(wr.compute_pred, wr.compute_meas):+.1f}% "
-          f"({wr.model}, {_describe(wr.settings)}: predicted {format_bytes(wr.compute_pred)}, "
-          f"llama.cpp {format_bytes(wr.compute_meas)})")
+    print(
+        f"WORST KV error: {wk.kv_pred - wk.kv_meas:+d} bytes ({wk.model}, {_describe(wk.settings)}); "
+        f"print resolution is +-5243 bytes per cache line"
+    )
+    print(
+        f"WORST total (KV+compute+output) error: {Row.pct(wt.total_pred, wt.total_meas):+.2f}% "
+        f"({wt.model}, {_describe(wt.settings)})"
+    )
+    print(
+        f"WORST compute error (formula): {Row.pct(wr.compute_pred, wr.compute_meas):+.1f}% "
+        f"({wr.model}, {_describe(wr.settings)}: predicted {format_bytes(wr.compute_pred)}, "
+        f"llama.cpp {format_bytes(wr.compute_meas)})"
+    )
     exact = [r for r in ok if r.compute_exact is not None]
     if exact:
         we = max(exact, key=lambda r: abs(Row.pct(r.compute_exact or 0, r.compute_meas)))
-        print(f"WORST compute error (exact plans, {len(exact)} of {len(ok)} settings): "
-              f"{Row.pct(we.compute_exact or 0, we.compute_meas):+.2f}% ({we.model}, {_describe(we.settings)})")
+        print(
+            f"WORST compute error (exact plans, {len(exact)} of {len(ok)} settings): "
+            f"{Row.pct(we.compute_exact or 0, we.compute_meas):+.2f}% ({we.model}, {_describe(we.settings)})"
+        )
     return worst_compute
 
 
@@ -203,10 +223,14 @@ def _random_shape(rng: random.Random, arch: str) -> dict[str, Any]:
     d = rng.choice([64, 128, 128])
     h = max(1, int(e * rng.choice([1, 1, 1, 1.5, 2]) // d))
     kw: dict[str, Any] = dict(
-        n_layer=rng.choice([2, 3]), n_embd=e, n_head=h, head_dim=d,
+        n_layer=rng.choice([2, 3]),
+        n_embd=e,
+        n_head=h,
+        head_dim=d,
         n_head_kv=rng.choice([x for x in (1, 2, 4, 8, 16) if x <= h and h % x == 0]),
         n_ff=int(e * rng.choice([2.7, 3.5, 4, 5.4]) // 64 * 64),
-        n_vocab=rng.choice([32000, 49152, 128256, 151936, 201088, 262144]), tied=rng.random() < 0.5,
+        n_vocab=rng.choice([32000, 49152, 128256, 151936, 201088, 262144]),
+        tied=rng.random() < 0.5,
     )
     if arch in ("llama", "mistral3", "gpt-oss"):
         kw["rope_dim"] = d
@@ -216,13 +240,24 @@ def _random_shape(rng: random.Random, arch: str) -> dict[str, Any]:
         kw.update(sliding_window=rng.choice([64, 128, 512, 1024]), n_layer=rng.choice([2, 4, 6, 7]))
     if arch in ("qwen3moe", "gpt-oss", "deepseek2"):
         ne = rng.choice([8, 32, 64, 128])
-        kw.update(n_expert=ne, n_expert_used=rng.choice([u for u in (1, 2, 4, 8) if u <= ne]),
-                  n_ff_expert=max(64, int(e * rng.choice([0.25, 0.5, 1]) // 64 * 64)))
+        kw.update(
+            n_expert=ne,
+            n_expert_used=rng.choice([u for u in (1, 2, 4, 8) if u <= ne]),
+            n_ff_expert=max(64, int(e * rng.choice([0.25, 0.5, 1]) // 64 * 64)),
+        )
     if arch == "deepseek2":
         rope, nope = rng.choice([32, 64]), rng.choice([32, 64, 128])
-        kw.update(head_dim=0, n_head_kv=1, kv_lora_rank=rng.choice([256, 512]), rope_dim=rope,
-                  head_dim_k_mla=rope + nope, head_dim_v_mla=rng.choice([32, 64, 128]),
-                  q_lora_rank=rng.choice([64, 256, 1536]), n_dense_lead=1, n_expert_shared=rng.choice([1, 2]))
+        kw.update(
+            head_dim=0,
+            n_head_kv=1,
+            kv_lora_rank=rng.choice([256, 512]),
+            rope_dim=rope,
+            head_dim_k_mla=rope + nope,
+            head_dim_v_mla=rng.choice([32, 64, 128]),
+            q_lora_rank=rng.choice([64, 256, 1536]),
+            n_dense_lead=1,
+            n_expert_shared=rng.choice([1, 2]),
+        )
     return kw
 
 
@@ -236,7 +271,9 @@ def refit(folder: Path, n_shapes: int = 10, seed: int = 21) -> None:
 
     def measure(path: Path, weight: float) -> None:
         spec = load_model_spec(path)
-        for c, u, fa, t in itertools.product([512, 2048, 8192, 32768], [128, 512, 2048], [False, True], ["f16", "q8_0"]):
+        for c, u, fa, t in itertools.product(
+            [512, 2048, 8192, 32768], [128, 512, 2048], [False, True], ["f16", "q8_0"]
+        ):
             s = Settings(n_ctx=c, n_ubatch=u, flash_attn=fa, type_k=t, type_v=t if fa else "f16")
             if kv_refusal(spec, s):
                 continue
@@ -256,16 +293,36 @@ def refit(folder: Path, n_shapes: int = 10, seed: int = 21) -> None:
     print("measured released shapes", file=sys.stderr)
     for family in ("dense", "moe", "mla"):
         mine = [(t, m, w) for t, m, w in samples if t.family == family]
-        cols = np.array([[t.n_tokens, t.n_vocab * t.n_outputs, t.mask_bytes / 4, t.kq_bytes / 4, t.fixed_bytes / 4,
-                          float(t.flash_attn), *t.features()] for t, _, _ in mine])
+        cols = np.array(
+            [
+                [
+                    t.n_tokens,
+                    t.n_vocab * t.n_outputs,
+                    t.mask_bytes / 4,
+                    t.kq_bytes / 4,
+                    t.fixed_bytes / 4,
+                    float(t.flash_attn),
+                    *t.features(),
+                ]
+                for t, _, _ in mine
+            ]
+        )
         meas = np.array([m for _, m, _ in mine], float)
         weight = np.array([w for _, _, w in mine], float)
         n_tok, logits, mask, kq, fixed, fa = cols[:, :6].T
         feats = cols[:, 6:].T
 
         # compute.graph_peak_bytes, vectorised: the heaviest of output, attention and FFN.
-        def pred(x: Any, n_tok: Any = n_tok, logits: Any = logits, mask: Any = mask, kq: Any = kq,
-                 fixed: Any = fixed, fa: Any = fa, feats: Any = feats) -> Any:
+        def pred(
+            x: Any,
+            n_tok: Any = n_tok,
+            logits: Any = logits,
+            mask: Any = mask,
+            kq: Any = kq,
+            fixed: Any = fixed,
+            fa: Any = fa,
+            feats: Any = feats,
+        ) -> Any:
             out = logits + n_tok * x[0] * feats[0]
             attn = np.where(fa > 0, n_tok * (mask + x[8:15] @ feats), n_tok * (mask + kq + x[1:8] @ feats) + fixed)
             return 4 * np.maximum(np.maximum(out, attn), n_tok * (x[15:22] @ feats))
@@ -275,15 +332,21 @@ def refit(folder: Path, n_shapes: int = 10, seed: int = 21) -> None:
             e = np.where(e < 0, -1.3 * e, e)  # under-prediction weighs more
             return float(np.log(np.average(np.exp(k * e), weights=weight)) / k + 0.5 * np.average(e, weights=weight))
 
-        flat = [*compute_model.FIT[family]["out"], *compute_model.FIT[family]["attn"],
-                *compute_model.FIT[family]["fa"], *compute_model.FIT[family]["ffn"]]
+        flat = [
+            *compute_model.FIT[family]["out"],
+            *compute_model.FIT[family]["attn"],
+            *compute_model.FIT[family]["fa"],
+            *compute_model.FIT[family]["ffn"],
+        ]
         x = np.array(flat, float)
         for k in (10.0, 30.0, 60.0):
             x = minimize(objective, x, args=(k,), method="Powell", bounds=[(0, 10)] * 22).x
         x = np.round(x * 4) / 4
         e = (pred(x) - meas) / meas
-        print(f"{family}: n={len(meas)} min {e.min() * 100:+.1f}% max {e.max() * 100:+.1f}% "
-              f"mean |e| {np.abs(e).mean() * 100:.1f}%")
+        print(
+            f"{family}: n={len(meas)} min {e.min() * 100:+.1f}% max {e.max() * 100:+.1f}% "
+            f"mean |e| {np.abs(e).mean() * 100:.1f}%"
+        )
         print(json.dumps({"out": [x[0]], "attn": x[1:8].tolist(), "fa": x[8:15].tolist(), "ffn": x[15:22].tolist()}))
 
 

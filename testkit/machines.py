@@ -42,9 +42,13 @@ def uniform_probe(
         cpu_variant="haswell",
         ram_read_gbps=at(decode_gbps * 2),
         # Steps of the tiny model that cost nothing: no fixed costs, only weights and attention.
-        steps=tuple(StepTiming(n, v, tuple(RateAt(t, 0.0) for t in threads)) for n, v in ((2, 256), (12, 256), (2, 32768))),
+        steps=tuple(
+            StepTiming(n, v, tuple(RateAt(t, 0.0) for t in threads)) for n, v in ((2, 256), (12, 256), (2, 32768))
+        ),
         kernels=tuple(
-            KernelRates(t, "CPU", at(decode_gbps), at(decode_gbps), at(prefill_gflops), at(moe_gflops or prefill_gflops))
+            KernelRates(
+                t, "CPU", at(decode_gbps), at(decode_gbps), at(prefill_gflops), at(moe_gflops or prefill_gflops)
+            )
             for t in types
         ),
         attention=tuple(AttentionRates(kv, d, at(v), at(v)) for kv, v in att.items() for d in (64, 256)),

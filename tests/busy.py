@@ -26,8 +26,13 @@ _LAUNCH = (
 @contextmanager
 def busy_loops(count: int = 2, limit_s: float = 600.0) -> Iterator[list[int]]:
     """`count` other programs each keeping one core busy; yields their process ids."""
-    out = subprocess.run([sys.executable, "-c", _LAUNCH, str(count), _SPIN, str(limit_s)],
-                         capture_output=True, text=True, check=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCH, str(count), _SPIN, str(limit_s)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     pids = [int(line) for line in out.split()]
     try:
         yield pids

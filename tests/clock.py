@@ -18,8 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAST = "1971-01-01 00:00:00"
 FUTURE = "2100-01-01 00:00:00"
-_SEARCH = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
-           "/usr/local/lib/faketime/libfaketime.so.1")  # fmt: skip
+_SEARCH = (
+    "/usr/lib/*/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+)
 
 
 def libfaketime() -> Path:
@@ -49,7 +52,13 @@ def env_at(when: str | None, base: dict[str, str] | None = None) -> dict[str, st
 
 def run_at(when: str | None, code: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     """Run Python `code` in a child whose clock says `when`; its stdout. Fails on a non-zero exit."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env_at(when, env), capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env_at(when, env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout

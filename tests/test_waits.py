@@ -11,15 +11,17 @@ from tests import waits
 
 
 def test_a_child_that_ends_gives_its_output_and_status() -> None:
-    r = waits.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
-                  cpu_s=60)  # fmt: skip
+    r = waits.run(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"], cpu_s=60
+    )
     assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
 
 
 def test_a_blocked_child_is_ended_after_doing_no_work_for_idle_s() -> None:
     with pytest.raises(waits.WorkBoundExceeded, match="did no work for 2 s"):
-        waits.run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"],
-                  cpu_s=60, idle_s=2)  # fmt: skip
+        waits.run(
+            [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"], cpu_s=60, idle_s=2
+        )
 
 
 def test_a_child_that_works_forever_is_ended_at_its_cpu_bound() -> None:

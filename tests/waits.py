@@ -44,8 +44,9 @@ def tree_cpu_s(proc: psutil.Process) -> float:
     return total
 
 
-def run(argv: Sequence[str], *, cpu_s: float, idle_s: float = IDLE_S, text: bool = True,
-        **popen: Any) -> subprocess.CompletedProcess[Any]:  # fmt: skip
+def run(
+    argv: Sequence[str], *, cpu_s: float, idle_s: float = IDLE_S, text: bool = True, **popen: Any
+) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run(argv, capture_output=True)` bounded by work: WorkBoundExceeded (the child
     tree killed) when it used over `cpu_s` of CPU, or did no work for `idle_s`."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, **popen)
@@ -94,7 +95,8 @@ def until(qtbot: Any, predicate: Callable[[], object], *, cpu_s: float, idle_s: 
         if used - last_used >= IDLE_CPU_S:
             last_used, last_work = used, now
         if used - start > cpu_s:
-            raise WorkBoundExceeded(f"waited while using {used - start:.0f} s of CPU, more than the {cpu_s:.0f} s "
-                                    "this work can need")  # fmt: skip
+            raise WorkBoundExceeded(
+                f"waited while using {used - start:.0f} s of CPU, more than the {cpu_s:.0f} s this work can need"
+            )
         if now - last_work > idle_s:
             raise WorkBoundExceeded(f"waited while doing no work for {idle_s:.0f} s (blocked)")

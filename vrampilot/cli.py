@@ -149,8 +149,9 @@ def _main(argv: list[str]) -> int:
     except OSError as exc:
         if exc.errno not in _CANNOT_WRITE or exc.filename is None:
             raise
-        print(f"vrampilot: cannot write {exc.filename}: {exc.strerror} ({_moved_by(str(exc.filename))})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"vrampilot: cannot write {exc.filename}: {exc.strerror} ({_moved_by(str(exc.filename))})", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)

@@ -51,8 +51,9 @@ def setup_logging(path: Path | None = None, level: int = logging.INFO) -> Path:
             _handler = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handler: logging.Handler = _RotatingLog(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8",
-                                                    delay=True)  # fmt: skip
+            handler: logging.Handler = _RotatingLog(
+                path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8", delay=True
+            )
         except OSError:
             handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"))

@@ -61,8 +61,11 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 def decode_tps(port: int, n: int = 128) -> float:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    body = {"prompt": [1, 2, 3, 4], "n_predict": n,  # token ids: the fixtures have no tokenizer to read text with "ignore_eos": True, "samplers": ["top_k"], "top_k": 1,
-            "cache_prompt": False}  # fmt: skip
+    body = {
+        "prompt": [1, 2, 3, 4],
+        "n_predict": n,  # token ids: the fixtures have no tokenizer to read text with "ignore_eos": True, "samplers": ["top_k"], "top_k": 1,
+        "cache_prompt": False,
+    }
     conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
     data = json.loads(conn.getresponse().read())
     conn.close()
@@ -71,8 +74,12 @@ def decode_tps(port: int, n: int = 128) -> float:
 
 def nvml_process_bytes(pid: int) -> int | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     for row in out.splitlines():
@@ -96,8 +103,10 @@ def main() -> int:
     if args.max_cases:
         cases = cases[: args.max_cases]
     results = []
-    print(f"{'model':<10} {'ngl':>4} {'ctx':>6} {'ub':>5} {'kv':<5} {'weights':>9} {'kv %':>7} {'compute %':>10} "
-          f"{'host %':>8} {'nvml/llama':>10}")  # fmt: skip
+    print(
+        f"{'model':<10} {'ngl':>4} {'ctx':>6} {'ub':>5} {'kv':<5} {'weights':>9} {'kv %':>7} {'compute %':>10} "
+        f"{'host %':>8} {'nvml/llama':>10}"
+    )
     for c in cases:
         model = args.payload / c["model"] if not Path(c["model"]).is_absolute() else Path(c["model"])
         port = free_port()
@@ -114,27 +123,53 @@ def main() -> int:
         host_compute = sum(v for k, v in real["compute"].items() if k != dev)
         held = sum(real[k].get(dev, 0) for k in ("model", "kv", "compute"))
         row = {
-            "case": c, "measured": real, "nvml_process_bytes": nvml,
+            "case": c,
+            "measured": real,
+            "nvml_process_bytes": nvml,
             "weights_diff_bytes": real["model"].get(dev, 0) - e["weights"],
-            "kv_pct": pct(real["kv"].get(dev, 0), e["kv"]), "compute_pct": pct(real["compute"].get(dev, 0), e["compute"]),
+            "kv_pct": pct(real["kv"].get(dev, 0), e["kv"]),
+            "compute_pct": pct(real["compute"].get(dev, 0), e["compute"]),
             "host_compute_pct": pct(host_compute, e["host_compute"]),
             "nvml_over_llama": (nvml / held) if nvml and held else None,
-        }  # fmt: skip
+        }
         results.append(row)
         s = c["settings"]
 
         def f(x: float | None) -> str:
             return "-" if x is None else f"{x:+.1f}"
 
-        print(f"{c['name']:<10} {s['n_gpu_layers']:>4} {s['n_ctx']:>6} {s['n_ubatch']:>5} {s['type_k']:<5} "
-              f"{row['weights_diff_bytes'] / MIB:>+8.2f}M {f(row['kv_pct']):>7} {f(row['compute_pct']):>10} "
-              f"{f(row['host_compute_pct']):>8} {row['nvml_over_llama'] or 0:>10.3f}", flush=True)  # fmt: skip
+        print(
+            f"{c['name']:<10} {s['n_gpu_layers']:>4} {s['n_ctx']:>6} {s['n_ubatch']:>5} {s['type_k']:<5} "
+            f"{row['weights_diff_bytes'] / MIB:>+8.2f}M {f(row['kv_pct']):>7} {f(row['compute_pct']):>10} "
+            f"{f(row['host_compute_pct']):>8} {row['nvml_over_llama'] or 0:>10.3f}",
+            flush=True,
+        )
     # Decode speed: the served model through the API against llama-bench, same build.
     speed = []
     for name in sorted({c["model"] for c in cases if c.get("serves")}):
         model = args.payload / name
-        bench = subprocess.run([str(args.bin / "llama-bench"), "-m", str(model), "-p", "0", "-n", "128", "-ngl", "99",
-                                "-fa", "1", "-r", "3", "-o", "json"], capture_output=True, text=True, timeout=600)  # fmt: skip
+        bench = subprocess.run(
+            [
+                str(args.bin / "llama-bench"),
+                "-m",
+                str(model),
+                "-p",
+                "0",
+                "-n",
+                "128",
+                "-ngl",
+                "99",
+                "-fa",
+                "1",
+                "-r",
+                "3",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         try:
             b = float(json.loads(bench.stdout)[0]["avg_ts"])
         except (ValueError, IndexError, KeyError):

@@ -45,10 +45,29 @@ from vrampilot.units import GIB  # noqa: E402
 OUT = ROOT / "bench" / "out" / "device"
 # Not needed to build ggml-cuda, llama-server and llama-bench (nor by CMake with tests, examples
 # and the other backends off).
-DROP = ("docs/", "media/", "models/", "examples/", "tests/", "gguf-py/", "scripts/", "ci/", "benches/",
-        "pocs/", "ggml/src/ggml-sycl/", "ggml/src/ggml-opencl/", "ggml/src/ggml-hexagon/", "ggml/src/ggml-metal/",
-        "ggml/src/ggml-et/", "ggml/src/ggml-vulkan/", "ggml/src/ggml-cann/", "ggml/src/ggml-musa/",
-        "tools/ui/node_modules/", "tools/ui/tests/", "tools/mtmd/test-")  # fmt: skip
+DROP = (
+    "docs/",
+    "media/",
+    "models/",
+    "examples/",
+    "tests/",
+    "gguf-py/",
+    "scripts/",
+    "ci/",
+    "benches/",
+    "pocs/",
+    "ggml/src/ggml-sycl/",
+    "ggml/src/ggml-opencl/",
+    "ggml/src/ggml-hexagon/",
+    "ggml/src/ggml-metal/",
+    "ggml/src/ggml-et/",
+    "ggml/src/ggml-vulkan/",
+    "ggml/src/ggml-cann/",
+    "ggml/src/ggml-musa/",
+    "tools/ui/node_modules/",
+    "tools/ui/tests/",
+    "tools/mtmd/test-",
+)
 GRID = [
     dict(n_gpu_layers=ngl, n_ctx=ctx, n_ubatch=ub, type_k=kv, type_v=kv, flash_attn=True)
     for ngl, ctx, ub, kv in itertools.product(("all", "half"), (4096, 16384), (512, 2048), ("f16", "q8_0"))
@@ -81,12 +100,21 @@ def main() -> int:
     sdist = recipe.fetch_sdist(sys.executable, recipe.pinned_llama_cpp_python(), recipe.cache_root() / "sdist")
     size = trimmed_source(sdist, OUT / "llama.cpp.tgz")
     models = {
-        "llama-q8": write_model(OUT / "models" / "llama-q8.gguf", "llama", weight_type="q8_0", n_layer=4, n_embd=512,
-                                n_head=8, n_head_kv=4, n_ff=1024, tokenizer="smollm2"),  # serves: the speed check
+        "llama-q8": write_model(
+            OUT / "models" / "llama-q8.gguf",
+            "llama",
+            weight_type="q8_0",
+            n_layer=4,
+            n_embd=512,
+            n_head=8,
+            n_head_kv=4,
+            n_ff=1024,
+            tokenizer="smollm2",
+        ),  # serves: the speed check
         "qwen2": write_model(OUT / "models" / "qwen2.gguf", "qwen2", n_layer=6),
         "gemma3": write_model(OUT / "models" / "gemma3.gguf", "gemma3", n_layer=6),
         "qwen3moe": write_model(OUT / "models" / "qwen3moe.gguf", "qwen3moe"),
-    }  # fmt: skip
+    }
     emb = embedded_model_path()
     if args.with_embedded and emb is not None:
         models["smollm2"] = emb
@@ -94,18 +122,30 @@ def main() -> int:
     vulkan = vulkan_payload(OUT / "vulkan.tar.xz")
     full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
     speed_args = llama_server_argv("MODEL", full)[3:]
-    (OUT / "expected.json").write_text(json.dumps({"cases": cases, "vulkan_cases": vulkan_cases,
-                                                   "speed_args": speed_args}, indent=1))  # fmt: skip
+    (OUT / "expected.json").write_text(
+        json.dumps({"cases": cases, "vulkan_cases": vulkan_cases, "speed_args": speed_args}, indent=1)
+    )
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
-    print(f"prepared {OUT}: source {size / 2**20:.1f} MiB, Vulkan build {vulkan / 2**20:.1f} MiB, {len(models)} models, "
-          f"{len(cases)} cases per backend, {total / 2**20:.1f} MiB in all (limit 64 MiB)")  # fmt: skip
+    print(
+        f"prepared {OUT}: source {size / 2**20:.1f} MiB, Vulkan build {vulkan / 2**20:.1f} MiB, {len(models)} models, "
+        f"{len(cases)} cases per backend, {total / 2**20:.1f} MiB in all (limit 64 MiB)"
+    )
     return 0 if total < 64 * 2**20 else 1
 
 
 # What the Vulkan check runs, from the engine's lib folder (vrampilot/server/binaries.py): the tools,
 # the libraries they link, the backend modules, and one CPU variant every x86-64 GPU host runs.
-VULKAN_FILES = ("llama-server", "llama-bench", "libllama*.so*", "libggml.so*", "libggml-base.so*", "libggml-vulkan.so",
-                "libggml-rpc.so", "libmtmd.so*", "cpu/libggml-cpu-haswell.so")  # fmt: skip
+VULKAN_FILES = (
+    "llama-server",
+    "llama-bench",
+    "libllama*.so*",
+    "libggml.so*",
+    "libggml-base.so*",
+    "libggml-vulkan.so",
+    "libggml-rpc.so",
+    "libmtmd.so*",
+    "cpu/libggml-cpu-haswell.so",
+)
 # Debian's Vulkan loader (libvulkan1), which the bundle never ships: the GPU machine may have none.
 SYSTEM_LOADER = Path("/usr/lib/x86_64-linux-gnu/libvulkan.so.1")
 
@@ -130,8 +170,15 @@ def vulkan_payload(into: Path) -> int:
 
 def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
     """The grid's cases for one GPU named `device` by llama.cpp (CUDA0, Vulkan0)."""
-    gpu = GpuTarget(name=device, memory_total_bytes=80 * GIB, memory_budget_bytes=80 * GIB, bandwidth_gbps=4800.0,
-                    fp16_tflops=900.0, llama_name=device, buffer_name=device)  # fmt: skip
+    gpu = GpuTarget(
+        name=device,
+        memory_total_bytes=80 * GIB,
+        memory_budget_bytes=80 * GIB,
+        bandwidth_gbps=4800.0,
+        fp16_tflops=900.0,
+        llama_name=device,
+        buffer_name=device,
+    )
     cases = []
     for name, path in models.items():
         spec = load_model_spec(path)
@@ -142,15 +189,24 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
             s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]  # a dict of Settings fields
             mem = memory_breakdown(spec, s, target)
             dev = mem.per_device[0]
-            cases.append({
-                "model": f"models/{path.name}" if path.parent == OUT / "models" else str(path), "name": name,
-                "settings": s.to_dict(), "layers_on_device": len(mem.device_layers(0)),
-                # The flags from the one builder (vrampilot.export), after `llama-server -m MODEL`.
-                "args": llama_server_argv("MODEL", s)[3:],
-                "serves": name in ("llama-q8", "smollm2"),  # has a tokenizer: llama-server can generate with it
-                "expected": {"weights": dev.weights_bytes, "kv": dev.kv_bytes, "compute": dev.compute_bytes,
-                             "host_compute": mem.host.compute_bytes, "host_kv": mem.host.kv_bytes},
-            })  # fmt: skip
+            cases.append(
+                {
+                    "model": f"models/{path.name}" if path.parent == OUT / "models" else str(path),
+                    "name": name,
+                    "settings": s.to_dict(),
+                    "layers_on_device": len(mem.device_layers(0)),
+                    # The flags from the one builder (vrampilot.export), after `llama-server -m MODEL`.
+                    "args": llama_server_argv("MODEL", s)[3:],
+                    "serves": name in ("llama-q8", "smollm2"),  # has a tokenizer: llama-server can generate with it
+                    "expected": {
+                        "weights": dev.weights_bytes,
+                        "kv": dev.kv_bytes,
+                        "compute": dev.compute_bytes,
+                        "host_compute": mem.host.compute_bytes,
+                        "host_kv": mem.host.kv_bytes,
+                    },
+                }
+            )
     return cases
 
 

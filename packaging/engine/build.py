@@ -110,11 +110,15 @@ GPU_ENV = "VRAMPILOT_ENGINE_GPU"
 CUDA_ARCH_ENV = "VRAMPILOT_CUDA_ARCHITECTURES"
 # Without a GPU to ask (`native`), the architectures of the cards users have: Turing to Hopper.
 PORTABLE_CUDA_ARCHITECTURES = "75-virtual;80-virtual;86-real;89-real;90-virtual"
-CUDA_HINT = ("install the CUDA toolkit (nvcc; https://developer.nvidia.com/cuda-downloads, or the distribution's "
-             "nvidia-cuda-toolkit) and run `python packaging/engine/build.py --install` again")
-VULKAN_HINT = ("install the Vulkan headers, glslc and the SPIR-V headers (Debian 13 / Ubuntu 24.10: "
-               "`apt install libvulkan-dev glslc spirv-headers`; Windows: the LunarG Vulkan SDK) and run "
-               "`python packaging/engine/build.py --install` again")
+CUDA_HINT = (
+    "install the CUDA toolkit (nvcc; https://developer.nvidia.com/cuda-downloads, or the distribution's "
+    "nvidia-cuda-toolkit) and run `python packaging/engine/build.py --install` again"
+)
+VULKAN_HINT = (
+    "install the Vulkan headers, glslc and the SPIR-V headers (Debian 13 / Ubuntu 24.10: "
+    "`apt install libvulkan-dev glslc spirv-headers`; Windows: the LunarG Vulkan SDK) and run "
+    "`python packaging/engine/build.py --install` again"
+)
 
 
 def find_nvcc() -> str | None:
@@ -145,8 +149,10 @@ def cuda_problem(*, need_gpu: bool) -> str | None:
     includes = [d for r in roots for d in (r / "include", r / "targets" / "x86_64-linux" / "include")]
     includes.append(Path("/usr/include"))
     if not any((d / "cublas_v2.h").is_file() for d in includes):
-        return (f"the CUDA toolkit at {root} has no cuBLAS (cublas_v2.h), which llama.cpp's CUDA backend needs: "
-                "install the toolkit's cuBLAS (libcublas-dev) too")  # fmt: skip
+        return (
+            f"the CUDA toolkit at {root} has no cuBLAS (cublas_v2.h), which llama.cpp's CUDA backend needs: "
+            "install the toolkit's cuBLAS (libcublas-dev) too"
+        )
     if need_gpu and not _nvidia_gpu_visible():
         return f"no NVIDIA GPU here (set {GPU_ENV}=cuda to build the CUDA backend anyway)"
     return None
@@ -195,7 +201,10 @@ def _with_library_dir(env: dict[str, str], library_dir: Path | None) -> dict[str
     its libshaderc there)."""
     if library_dir is None:
         return env
-    return {**env, "LD_LIBRARY_PATH": os.pathsep.join(x for x in (str(library_dir), env.get("LD_LIBRARY_PATH", "")) if x)}
+    return {
+        **env,
+        "LD_LIBRARY_PATH": os.pathsep.join(x for x in (str(library_dir), env.get("LD_LIBRARY_PATH", "")) if x),
+    }
 
 
 def _glslc_version(glslc: str, library_dir: Path | None = None) -> str | None:
@@ -217,8 +226,10 @@ def _system_vulkan() -> tuple[VulkanInputs | None, str]:
         return None, "no Vulkan headers (vulkan/vulkan_core.h)"
     version = _header_version(header)
     if "VK_EXT_layer_settings" not in header.read_text(encoding="utf-8", errors="replace"):
-        return None, (f"the Vulkan headers here ({version}) lack VK_EXT_layer_settings, which llama.cpp's Vulkan "
-                      "backend needs (1.3.261 or later)")  # fmt: skip
+        return None, (
+            f"the Vulkan headers here ({version}) lack VK_EXT_layer_settings, which llama.cpp's Vulkan "
+            "backend needs (1.3.261 or later)"
+        )
     glslc = shutil.which("glslc")
     if glslc is None:
         return None, "no glslc (the shader compiler)"
@@ -226,11 +237,17 @@ def _system_vulkan() -> tuple[VulkanInputs | None, str]:
         return None, "no SPIR-V headers (spirv/unified1/spirv.hpp)"
     # ggml-vulkan asks CMake for the SPIR-V headers' package (find_package(SPIRV-Headers CONFIG)),
     # which some installs of the headers lack.
-    prefixes = [r.parent for r in roots] + [Path(p) for p in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    prefixes = [r.parent for r in roots] + [
+        Path(p) for p in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p
+    ]
     configs = ("share/cmake", "lib/cmake", "lib/x86_64-linux-gnu/cmake", "lib64/cmake", "cmake")
-    if not any(list((prefix / c).glob("SPIRV-Headers*/SPIRV-HeadersConfig.cmake")) for prefix in prefixes for c in configs):
-        return None, ("the SPIR-V headers have no CMake package (SPIRV-HeadersConfig.cmake), which llama.cpp's "
-                      "Vulkan build asks for")  # fmt: skip
+    if not any(
+        list((prefix / c).glob("SPIRV-Headers*/SPIRV-HeadersConfig.cmake")) for prefix in prefixes for c in configs
+    ):
+        return None, (
+            "the SPIR-V headers have no CMake package (SPIRV-HeadersConfig.cmake), which llama.cpp's "
+            "Vulkan build asks for"
+        )
     return VulkanInputs(header.parent.parent, version, glslc, _glslc_version(glslc) or "unknown"), ""
 
 
@@ -247,18 +264,34 @@ DEBIAN_MIRROR_ENV = "VRAMPILOT_DEBIAN_MIRROR"  # another Debian mirror, if the d
 
 def _apt_options(state: Path, sources: Path) -> list[str]:
     return [
-        "-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/nonexistent",
-        "-o", "Dir::Etc::Preferences=/nonexistent", "-o", "Dir::Etc::PreferencesParts=/nonexistent",
-        "-o", f"Dir::State={state}", "-o", "Dir::State::status=/dev/null", "-o", f"Dir::Cache={state / 'cache'}",
-        "-o", "Acquire::Languages=none", "-o", "quiet=1",
+        "-o",
+        f"Dir::Etc::SourceList={sources}",
+        "-o",
+        "Dir::Etc::SourceParts=/nonexistent",
+        "-o",
+        "Dir::Etc::Preferences=/nonexistent",
+        "-o",
+        "Dir::Etc::PreferencesParts=/nonexistent",
+        "-o",
+        f"Dir::State={state}",
+        "-o",
+        "Dir::State::status=/dev/null",
+        "-o",
+        f"Dir::Cache={state / 'cache'}",
+        "-o",
+        "Acquire::Languages=none",
+        "-o",
+        "quiet=1",
         # As root apt drops to the _apt user to download, who cannot write into root's cache.
         *(["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []),
-    ]  # fmt: skip
+    ]
 
 
 def _apt_download(packages: tuple[str, ...], into: Path, options: list[str]) -> None:
     into.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["apt-get", *options, "download", *packages], cwd=into, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        ["apt-get", *options, "download", *packages], cwd=into, capture_output=True, text=True, timeout=600
+    )
     if r.returncode != 0:
         raise RuntimeError(f"apt-get download {' '.join(packages)}: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
 
@@ -350,9 +383,16 @@ def _debian_vulkan() -> tuple[VulkanInputs | None, str]:
         glslc_library_dir=library_dir,
         source=f"Debian 13 packages ({', '.join(f'{k} {v}' for k, v in sorted(versions.items()))})",
     )
-    missing = [p for p in (inputs.include_dir / "vulkan" / "vulkan_core.h", inputs.library, inputs.spirv_config_dir) if p and not p.exists()]
+    missing = [
+        p
+        for p in (inputs.include_dir / "vulkan" / "vulkan_core.h", inputs.library, inputs.spirv_config_dir)
+        if p and not p.exists()
+    ]
     if missing:
-        return None, f"Debian 13's packages in {dest} lack {', '.join(map(str, missing))}: delete that folder to fetch them again"
+        return (
+            None,
+            f"Debian 13's packages in {dest} lack {', '.join(map(str, missing))}: delete that folder to fetch them again",
+        )
     return inputs, ""
 
 
@@ -491,8 +531,14 @@ def compile_key() -> str:
 
 
 def _compile_key_for(args: list[str]) -> str:
-    return _hash({"llama_cpp_python": pinned_llama_cpp_python(), "cmake_args": _keyed_args(args), "platform": platform_tag(),
-                  **_vulkan_versions(args)})  # fmt: skip
+    return _hash(
+        {
+            "llama_cpp_python": pinned_llama_cpp_python(),
+            "cmake_args": _keyed_args(args),
+            "platform": platform_tag(),
+            **_vulkan_versions(args),
+        }
+    )
 
 
 def _failures_path() -> Path:
@@ -546,8 +592,19 @@ def fetch_sdist(python: str, version: str, into: Path) -> Path:
         return found[0]
     log(f"downloading the llama-cpp-python {version} source release")
     subprocess.run(
-        [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-cache-dir",
-         "-d", str(into), f"llama-cpp-python=={version}"],
+        [
+            python,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-cache-dir",
+            "-d",
+            str(into),
+            f"llama-cpp-python=={version}",
+        ],
         check=True,
     )
     found = sorted(into.glob(f"llama_cpp_python-{version}.tar.gz"))
@@ -764,8 +821,10 @@ def ensure_wheel(python: str) -> Path:
                     raise
                 # A toolkit that looked complete and still did not compile (a too-old compiler, a
                 # broken SDK): the user gets the CPU engine now and doctor says why.
-                why = (f"the build with {', '.join(backends)} failed here on {time.strftime('%Y-%m-%d')} "
-                       f"(pip exit {exc.returncode}; its output is above)")  # fmt: skip
+                why = (
+                    f"the build with {', '.join(backends)} failed here on {time.strftime('%Y-%m-%d')} "
+                    f"(pip exit {exc.returncode}; its output is above)"
+                )
                 record_gpu_build_failure(compile_key(), why)
                 log(f"{why}: building the CPU engine instead")
                 return ensure_wheel(python)
@@ -823,8 +882,17 @@ def install(python: str) -> None:
     )
     # llama-cpp-python's own requirements, from the registry as usual (they are pure Python/numpy).
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", "typing-extensions>=4.5.0", "numpy>=1.20.0", "diskcache>=5.6.1",
-         "jinja2>=2.11.3"],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "typing-extensions>=4.5.0",
+            "numpy>=1.20.0",
+            "diskcache>=5.6.1",
+            "jinja2>=2.11.3",
+        ],
         check=True,
     )
     manifest = installed_manifest(python)

@@ -21,7 +21,9 @@ _SKIP = re.compile(r"^(#|p\.\d+:\d+\s*$)")
 _HEADING = re.compile(r"^\[([^\]^][^\]]*)\]\s*$")
 # Running heads of the scanned pages ("SHAKE", "SPEARE 7 8 3") and a scanner's watermark, which the
 # OCR wrote into the text; prose always spells the name in lower case.
-_RUNNING_HEAD = re.compile(r"(?:\b\d ?\d ?\d\.?\s*-?\s*)?\b[A-Z'’\\>. ]{0,4}(?:SHAKE1?|S?PE ?ARE|SI-lAKEf?|SHA KES)\S*(?:\s*\d ?[\do] ?[\dg]\b\.?)?")
+_RUNNING_HEAD = re.compile(
+    r"(?:\b\d ?\d ?\d\.?\s*-?\s*)?\b[A-Z'’\\>. ]{0,4}(?:SHAKE1?|S?PE ?ARE|SI-lAKEf?|SHA KES)\S*(?:\s*\d ?[\do] ?[\dg]\b\.?)?"
+)
 _WATERMARK = re.compile(r"\S*\s*software\s*[—-]\s*http\S*")
 _WORD = re.compile(r"^[(\"“‘']?[A-Za-z][a-z'’-]*[.,;:!?)\"”’]*$")
 

@@ -52,9 +52,13 @@ def test_inspect_embedded_json() -> None:
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["architecture"] == "llama" and d["layers"] == 30 and d["kv_heads"] == 3
-    assert d["weights"]["total_bytes"] == sum(d["weights"]["per_layer_bytes"]) + d["weights"]["token_embd_bytes"] + d[
-        "weights"
-    ]["output_bytes"] + d["weights"]["other_bytes"]
+    assert (
+        d["weights"]["total_bytes"]
+        == sum(d["weights"]["per_layer_bytes"])
+        + d["weights"]["token_embd_bytes"]
+        + d["weights"]["output_bytes"]
+        + d["weights"]["other_bytes"]
+    )
 
 
 def test_inspect_text() -> None:

@@ -47,8 +47,13 @@ def test_out_of_range_values_get_one_clear_line(args: list[str], says: str) -> N
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="argv bytes that are not UTF-8 (POSIX)")
 def test_a_prompt_that_is_not_utf8_is_refused_in_one_line() -> None:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    r = subprocess.run([sys.executable, "-m", "vrampilot", "chat", "--prompt", b"caf\xe9"], capture_output=True,
-                       text=True, env=env, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "vrampilot", "chat", "--prompt", b"caf\xe9"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert "--prompt is not valid UTF-8 text" in one_line_error(r)
 
 
@@ -72,7 +77,9 @@ def test_save_keeps_the_turn_in_the_apps_chats_and_chat_continues_it(tmp_path: P
     r2 = vrampilot("chat", "--prompt", "And another one?", "--chat", str(chat_id), *common, env=env)
     assert r2.returncode == 0, r2.stderr
     out2 = json.loads(r2.stdout)
-    assert out2["chat_id"] == chat_id and out2["stats"]["prompt_tokens"] > json.loads(r1.stdout)["stats"]["prompt_tokens"]
+    assert (
+        out2["chat_id"] == chat_id and out2["stats"]["prompt_tokens"] > json.loads(r1.stdout)["stats"]["prompt_tokens"]
+    )
     store = ChatStore(Path(env["VRAMPILOT_HOME"]) / "data" / "vrampilot.sqlite3")  # the app's chats file
     roles = [m.role for m in store.messages(chat_id)]
     store.close()

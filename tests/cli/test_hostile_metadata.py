@@ -24,8 +24,13 @@ def _inert(text: str) -> bool:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("hostile")
-    return write_model(folder / f"name{ATTACK}.gguf", "llama", n_layer=1, name=f"Model {ATTACK}",
-                       extra_kv=(("rope.scaling.type", f"linear{ATTACK}"),))  # fmt: skip
+    return write_model(
+        folder / f"name{ATTACK}.gguf",
+        "llama",
+        n_layer=1,
+        name=f"Model {ATTACK}",
+        extra_kv=(("rope.scaling.type", f"linear{ATTACK}"),),
+    )
 
 
 @pytest.mark.parametrize("command", [("inspect",), ("plan", "--cpu-only", "--estimate")])
@@ -39,7 +44,9 @@ def test_escape_sequences_in_metadata_reach_the_terminal_inert(hostile: Path, co
 
 def test_an_error_quoting_a_hostile_key_is_inert_and_bounded(tmp_path: Path) -> None:
     key = ("k" * 2_000_000 + ATTACK).encode()
-    bad = write_raw_header(tmp_path / "bad.gguf", n_kv=1, body=struct.pack("<Q", len(key)) + key + struct.pack("<I", 99))
+    bad = write_raw_header(
+        tmp_path / "bad.gguf", n_kv=1, body=struct.pack("<Q", len(key)) + key + struct.pack("<I", 99)
+    )
     r = vrampilot("inspect", str(bad))
     assert r.returncode == 2
     assert _inert(r.stderr) and "unknown value type" not in r.stdout
@@ -47,8 +54,13 @@ def test_an_error_quoting_a_hostile_key_is_inert_and_bounded(tmp_path: Path) -> 
 
 
 def test_a_megabyte_model_name_is_shown_short(tmp_path: Path) -> None:
-    model = write_model(tmp_path / "big-name.gguf", "llama", n_layer=1, name="Big " + "x" * 4_000_000,
-                        extra_kv=(("rope.scaling.type", "y" * 1_000_000),))  # fmt: skip
+    model = write_model(
+        tmp_path / "big-name.gguf",
+        "llama",
+        n_layer=1,
+        name="Big " + "x" * 4_000_000,
+        extra_kv=(("rope.scaling.type", "y" * 1_000_000),),
+    )
     for command in (("inspect",), ("plan", "--cpu-only", "--estimate")):
         r = vrampilot(*command, str(model))
         assert r.returncode == 0, r.stderr

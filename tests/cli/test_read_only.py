@@ -34,18 +34,27 @@ def read_only(home: Path, argv: list[str], env: dict[str, str] | None = None) ->
         pytest.skip("needs Linux with unshare(1)")
     prefix = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-r", "-m"]
     script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" || exit 77; exec "$@"'
-    full = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen",
-            **(env or {})}  # fmt: skip
-    proc = subprocess.run([*prefix, "sh", "-c", script, str(home), *argv], env=full, capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)  # fmt: skip
+    full = {
+        **os.environ,
+        "VRAMPILOT_HOME": str(home),
+        "PYTHONPATH": str(ROOT),
+        "QT_QPA_PLATFORM": "offscreen",
+        **(env or {}),
+    }
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script, str(home), *argv], env=full, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount read-only here: {proc.stderr.strip()}")
     return proc
 
 
 def _files(home: Path) -> dict[str, str]:
-    return {str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(home.rglob("*"))
-            if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(home.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,9 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     text = vrampilot("doctor", env=env).stdout
     assert "Speed: measured " in text and "RAM read" in text and "q4_1" in text
     assert "the built-in model (SmolLM2" in text and "graph costs beyond the kernels" in text
-    assert "pace gauge" in text and {r["threads"] for r in probe["pace_ms"]} == {r["threads"] for r in probe["ram_read_gbps"]}
+    assert "pace gauge" in text and {r["threads"] for r in probe["pace_ms"]} == {
+        r["threads"] for r in probe["ram_read_gbps"]
+    }
 
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)
     assert d["speed"]["host_rates"] == f"measured {probe['measured_at']}"
@@ -54,8 +56,9 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert "a run of the built-in model here corrects the kernels' sum by x" in basis
 
     # A reply: predicted and measured side by side, remembered for the next plan of this model.
-    r = vrampilot("chat", *PINS, "--prompt", "Say hello.", "--max-tokens", "16", "--temperature", "0", "--save",
-                  "--json", env=env)  # fmt: skip
+    r = vrampilot(
+        "chat", *PINS, "--prompt", "Say hello.", "--max-tokens", "16", "--temperature", "0", "--save", "--json", env=env
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["speed"]["predicted_decode_tps"] > 0 and out["speed"]["predicted_prefill_tps"] > 0
@@ -65,8 +68,11 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     # A reply on a busy machine is shown and remembered, but not learned from: set aside, saying why.
     aside = out["speed"]["set_aside"]
     busy = aside is not None and aside.startswith("other programs used ") and out["speed"]["others_cpu_share"] > 0.25
-    assert busy or aside in (None, "too short to time",
-                             f"this machine ran at {out['speed']['pace_share']:.0%} of its usual pace")
+    assert busy or aside in (
+        None,
+        "too short to time",
+        f"this machine ran at {out['speed']['pace_share']:.0%} of its usual pace",
+    )
     # Learned into the backend's factors and into this model's own alike (the only model here).
     assert out["speed"]["learned_replies_of_model"] == out["speed"]["learned_replies"]
     d = json.loads(vrampilot("plan", *PINS, "--json", env=env).stdout)

@@ -32,8 +32,10 @@ def main() -> int:
     free = shutil.disk_usage(folder).free
     with contextlib.suppress(OSError), open(folder / "filler.bin", "wb") as f:
         f.write(b"\0" * max(0, free - 96 * 1024))
-    engine.chat([Message("user", "Tell me a long story about a dragon and a castle. " * 4)],
-                SamplingParams(temperature=0.0, max_tokens=8, seed=1))  # fmt: skip
+    engine.chat(
+        [Message("user", "Tell me a long story about a dragon and a castle. " * 4)],
+        SamplingParams(temperature=0.0, max_tokens=8, seed=1),
+    )
     error = ""
     try:
         store.save(engine, "good")

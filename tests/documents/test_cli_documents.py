@@ -17,8 +17,9 @@ FAST = ["--ctx", "1024", "--threads", "1", "--threads-batch", "1", "--cpu-only",
 def test_small_document_is_given_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nThe spare key is under the blue flower pot.\n")
-    code = main(["chat", "--prompt", "Where is the spare key?", "--document", str(note), "--max-tokens", "6",
-                 "--json", *FAST])  # fmt: skip
+    code = main(
+        ["chat", "--prompt", "Where is the spare key?", "--document", str(note), "--max-tokens", "6", "--json", *FAST]
+    )
     assert code == 0
     captured = capsys.readouterr()
     assert "vrampilot: note.md: " in captured.err and "fits: " in captured.err and "of 1K context" in captured.err
@@ -40,8 +41,21 @@ def test_long_pdf_and_a_second_file_use_retrieval_with_pages(
     extra = tmp_path / "extra.txt"
     extra.write_text("Unrelated notes about lunch.\n")
     q = next(x for x in report.questions if x.text.startswith("Who was the chief engineer"))
-    code = main(["chat", "--prompt", q.text, "--document", str(pdf), "--document", str(extra), "--max-tokens", "4",
-                 "--json", *FAST])  # fmt: skip
+    code = main(
+        [
+            "chat",
+            "--prompt",
+            q.text,
+            "--document",
+            str(pdf),
+            "--document",
+            str(extra),
+            "--max-tokens",
+            "4",
+            "--json",
+            *FAST,
+        ]
+    )
     assert code == 0
     captured = capsys.readouterr()
     assert f"review.pdf: {len(pages)} pages, " in captured.err

@@ -76,8 +76,9 @@ def test_progress_then_follow_up_evaluates_only_new_tokens(engine: Engine, docs:
 
 
 def test_cancel_during_the_prompt_keeps_what_was_read(engine: Engine, docs: DocumentSet) -> None:
-    composed = docs.compose("Answer in one line.", [], "Which district does the Old Mill Dam serve?",
-                            mode="full", n_ctx=1024)  # fmt: skip
+    composed = docs.compose(
+        "Answer in one line.", [], "Which district does the Old Mill Dam serve?", mode="full", n_ctx=1024
+    )
     cancel = threading.Event()
     seen: list[PromptProgress] = []
 

@@ -96,7 +96,12 @@ def _cut(path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("damage", "reason"),
-    [(_flip, "checksum mismatch"), (_zero_page, "checksum mismatch"), (_append, "bytes were saved"), (_cut, "bytes were saved")],
+    [
+        (_flip, "checksum mismatch"),
+        (_zero_page, "checksum mismatch"),
+        (_append, "bytes were saved"),
+        (_cut, "bytes were saved"),
+    ],
 )
 def test_damaged_files_are_refused_before_llama_cpp_sees_them(
     engine: Engine, saved: Path, tmp_path: Path, damage: Callable[[Path], None], reason: str
@@ -172,9 +177,14 @@ def test_a_save_cut_short_by_a_full_disk_is_refused(tmp_path: Path, embedded_mod
     child = Path(__file__).with_name("kvstate_full_disk_child.py")
     prefix = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-r", "-m"]
     script = f'mount -t tmpfs -o size=2m tmpfs "{mnt}" || exit 77; exec "{sys.executable}" "{child}" "$@"'
-    proc = subprocess.run([*prefix, "sh", "-c", script, "child", str(mnt), str(embedded_model)],
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "VRAMPILOT_HOME": str(tmp_path / "home")},
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script, "child", str(mnt), str(embedded_model)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "VRAMPILOT_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr

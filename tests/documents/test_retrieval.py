@@ -33,7 +33,9 @@ def report_doc(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, Docume
     return report, extract(path)
 
 
-def test_recall_at_k_on_the_written_test_set(report_doc: tuple[Report, Document], tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recall_at_k_on_the_written_test_set(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer, capsys: pytest.CaptureFixture[str]
+) -> None:
     report, doc = report_doc
     table = {}
     for size, overlap in RECALL_SETTINGS:
@@ -74,8 +76,10 @@ def test_long_paragraphs_are_cut_at_sentences(tmp_path: Path, tokenizer: Tokeniz
 
 
 def test_pdf_chunks_carry_pages_and_labels(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    pages = [[f"Page {p} paragraph {i}: the turbine inspection found item {p * 10 + i}." for i in range(6)]
-             for p in range(1, 5)]  # fmt: skip
+    pages = [
+        [f"Page {p} paragraph {i}: the turbine inspection found item {p * 10 + i}." for i in range(6)]
+        for p in range(1, 5)
+    ]
     doc = extract(write_pdf(tmp_path / "manual.pdf", pages))
     ds = DocumentSet(tokenizer.count, chunk_tokens=64, overlap_tokens=16)
     ds.attach(doc)
@@ -95,7 +99,9 @@ def test_bm25_terms_and_ranking() -> None:
     assert index.rank("unrelated words") == []
 
 
-def test_retrieval_compose_numbers_sources_and_respects_the_budget(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
+def test_retrieval_compose_numbers_sources_and_respects_the_budget(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer
+) -> None:
     report, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)
@@ -125,7 +131,9 @@ def test_earlier_turns_are_resent_exactly(report_doc: tuple[Report, Document], t
     assert second.messages[2] == history[1]
 
 
-def test_full_mode_puts_documents_in_the_system_message(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
+def test_full_mode_puts_documents_in_the_system_message(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer
+) -> None:
     _, doc = report_doc
     ds = DocumentSet(tokenizer.count)
     att = ds.attach(doc)
@@ -149,7 +157,9 @@ def test_citations_resolve_to_sources(report_doc: tuple[Report, Document], token
     assert sources_line("No citation.", given).startswith("Given [1]")
 
 
-def test_unmatched_question_falls_back_to_document_openings(report_doc: tuple[Report, Document], tokenizer: Tokenizer) -> None:
+def test_unmatched_question_falls_back_to_document_openings(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer
+) -> None:
     _, doc = report_doc
     ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
     ds.attach(doc)

@@ -48,8 +48,9 @@ def write_encrypted_pdf(path: Path, password: str = "secret", *, user_password: 
 
     plain = write_pdf(path.with_name("plain-" + path.name), [["Confidential numbers: 42."]])
     writer = PdfWriter(clone_from=PdfReader(str(plain)))
-    writer.encrypt(user_password=password if user_password else "", owner_password="owner-" + password,
-                   algorithm="AES-128")  # fmt: skip
+    writer.encrypt(
+        user_password=password if user_password else "", owner_password="owner-" + password, algorithm="AES-128"
+    )
     with path.open("wb") as f:
         writer.write(f)
     plain.unlink()
@@ -76,19 +77,75 @@ def write_docx(path: Path, sections: Sequence[tuple[str, Sequence[str]]], table:
 
 # -- a long report with known facts ------------------------------------------------------------
 FACILITIES = [
-    "North Reservoir", "Harbor Pumping Station", "Elm Street Substation", "Quarry Hill Water Tower",
-    "Riverside Treatment Plant", "Old Mill Dam", "Cedar Valley Wind Farm", "Eastgate Bus Depot",
-    "Granite Bridge", "Lakeshore Desalination Unit", "Southfield Landfill", "Maple Tunnel",
-    "Crescent Solar Array", "Westbrook Sewage Works", "Beacon Point Lighthouse", "Foundry Lane Heat Plant",
-    "Kingsway Overpass", "Willow Creek Culvert", "Summit Radio Mast", "Iron Gate Lock",
-    "Orchard Road Reservoir", "Pinecrest Gas Terminal", "Marsh End Flood Barrier", "Copper Hill Quarry",
-    "Glass Works Chimney", "Redfern Tram Depot", "Hollow Oak Pumping Station", "Stonebridge Aqueduct",
-    "Fairview Cable Car", "Ashford Grain Silo", "Bellwether Observatory", "Tidewater Ferry Terminal",
-]  # fmt: skip
-FIRST = ["Lotte", "Arjun", "Mireille", "Tomasz", "Keiko", "Obinna", "Sunniva", "Rafael", "Ingrid", "Dmitri",
-         "Amara", "Henrik", "Yusuf", "Colette", "Bartholomew", "Priya"]  # fmt: skip
-LAST = ["Varga", "Okonkwo", "Lindqvist", "Castellanos", "Haverford", "Nakamura", "Petrov", "Oyelaran",
-        "Brandt", "Quintero", "Fairweather", "Szabo", "Mbeki", "Delacroix", "Thorsen", "Iyer"]  # fmt: skip
+    "North Reservoir",
+    "Harbor Pumping Station",
+    "Elm Street Substation",
+    "Quarry Hill Water Tower",
+    "Riverside Treatment Plant",
+    "Old Mill Dam",
+    "Cedar Valley Wind Farm",
+    "Eastgate Bus Depot",
+    "Granite Bridge",
+    "Lakeshore Desalination Unit",
+    "Southfield Landfill",
+    "Maple Tunnel",
+    "Crescent Solar Array",
+    "Westbrook Sewage Works",
+    "Beacon Point Lighthouse",
+    "Foundry Lane Heat Plant",
+    "Kingsway Overpass",
+    "Willow Creek Culvert",
+    "Summit Radio Mast",
+    "Iron Gate Lock",
+    "Orchard Road Reservoir",
+    "Pinecrest Gas Terminal",
+    "Marsh End Flood Barrier",
+    "Copper Hill Quarry",
+    "Glass Works Chimney",
+    "Redfern Tram Depot",
+    "Hollow Oak Pumping Station",
+    "Stonebridge Aqueduct",
+    "Fairview Cable Car",
+    "Ashford Grain Silo",
+    "Bellwether Observatory",
+    "Tidewater Ferry Terminal",
+]
+FIRST = [
+    "Lotte",
+    "Arjun",
+    "Mireille",
+    "Tomasz",
+    "Keiko",
+    "Obinna",
+    "Sunniva",
+    "Rafael",
+    "Ingrid",
+    "Dmitri",
+    "Amara",
+    "Henrik",
+    "Yusuf",
+    "Colette",
+    "Bartholomew",
+    "Priya",
+]
+LAST = [
+    "Varga",
+    "Okonkwo",
+    "Lindqvist",
+    "Castellanos",
+    "Haverford",
+    "Nakamura",
+    "Petrov",
+    "Oyelaran",
+    "Brandt",
+    "Quintero",
+    "Fairweather",
+    "Szabo",
+    "Mbeki",
+    "Delacroix",
+    "Thorsen",
+    "Iyer",
+]
 DISTRICTS = ["Northgate", "Harborside", "Old Town", "Riverside", "Eastfield", "Westmarch", "Highcliff", "Lowmoor"]
 MATERIALS = ["reinforced concrete", "cast iron", "weathering steel", "brick masonry", "timber", "granite blocks"]
 FILLER = [
@@ -125,8 +182,12 @@ def long_report(seed: int = 7, n_sections: int = len(FACILITIES)) -> Report:
     leave the facility unnamed, asking by a fact instead; each answer is in exactly one section.
     """
     rng = random.Random(seed)
-    lines = ["# Municipal Infrastructure Review", "",
-             "This review lists the city's major structures, who built them and what they serve.", ""]  # fmt: skip
+    lines = [
+        "# Municipal Infrastructure Review",
+        "",
+        "This review lists the city's major structures, who built them and what they serve.",
+        "",
+    ]
     questions: list[Question] = []
     names = [(f, l) for f in FIRST for l in LAST]  # noqa: E741
     rng.shuffle(names)

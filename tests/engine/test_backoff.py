@@ -103,7 +103,13 @@ def test_a_backoff_step_keeps_what_the_failed_plan_chose(spec: ModelSpec, cpu_ta
     assert step is not None
     s, t = unpinned.settings, step.plan.settings
     assert t.n_ctx < s.n_ctx
-    assert (t.type_k, t.type_v, t.flash_attn, t.n_ubatch, t.n_batch) == (s.type_k, s.type_v, s.flash_attn, s.n_ubatch, s.n_batch)
+    assert (t.type_k, t.type_v, t.flash_attn, t.n_ubatch, t.n_batch) == (
+        s.type_k,
+        s.type_v,
+        s.flash_attn,
+        s.n_ubatch,
+        s.n_batch,
+    )
     assert _memory(step.plan) < _memory(unpinned)
     assert step.change == "context 4K -> 2K"
 

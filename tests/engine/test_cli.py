@@ -26,9 +26,17 @@ def test_chat_json_has_reply_stats_and_settings(capsys: pytest.CaptureFixture[st
     assert out["settings"]["n_ctx"] == 1024 and out["settings"]["n_threads"] == 1
     # Same keys as `vrampilot plan --json` settings.
     assert set(out["settings"]) == {
-        "n_ctx", "type_k", "type_v", "n_gpu_layers", "n_batch", "n_ubatch",
-        "n_threads", "n_threads_batch", "flash_attn", "swa_full",
-    }  # fmt: skip
+        "n_ctx",
+        "type_k",
+        "type_v",
+        "n_gpu_layers",
+        "n_batch",
+        "n_ubatch",
+        "n_threads",
+        "n_threads_batch",
+        "flash_attn",
+        "swa_full",
+    }
 
 
 def test_chat_streams_text_and_prints_stats(capsys: pytest.CaptureFixture[str]) -> None:

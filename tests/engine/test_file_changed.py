@@ -25,8 +25,9 @@ pytestmark = pytest.mark.slow
 
 def run_child(model: Path, change: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(CHILD), str(model), change], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), str(model), change], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert proc.returncode != -signal.SIGBUS, f"the child died of SIGBUS: {proc.stderr[-2000:]}"
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line is not None, (proc.returncode, proc.stderr[-3000:])

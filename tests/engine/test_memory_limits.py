@@ -36,10 +36,28 @@ def _limited(limit_bytes: int) -> Callable[[], None]:
 def test_under_an_address_space_limit_the_cli_backs_off_or_says_why(limit_mib: int, tmp_path: Path) -> None:
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "vrampilot", "chat", "--prompt", "Hi", "--max-tokens", "4", "--ctx", "65536",
-         "--threads", "1", "--temperature", "0"],
-        env=env, capture_output=True, text=True, timeout=300, preexec_fn=_limited(limit_mib * MIB),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "vrampilot",
+            "chat",
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "4",
+            "--ctx",
+            "65536",
+            "--threads",
+            "1",
+            "--temperature",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limited(limit_mib * MIB),
+    )
     for crash in ("Traceback", "GGML_ASSERT", "Aborted", "MemoryError"):
         assert crash not in proc.stderr, proc.stderr[-2000:]
     assert proc.returncode in (0, 2), (proc.returncode, proc.stderr[-2000:])

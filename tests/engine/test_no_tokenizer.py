@@ -18,8 +18,17 @@ def test_the_header_says_whether_a_file_has_a_tokenizer(tmp_path: Path, embedded
 
 def test_chat_with_a_file_without_a_tokenizer_says_so_in_one_line(tmp_path: Path) -> None:
     model = write_model(tmp_path / "weights only.gguf", "llama", n_layer=2)
-    r = vrampilot("chat", str(model), "--prompt", "hi", "--max-tokens", "4", "--threads", "1",
-                  env={"VRAMPILOT_HOME": str(tmp_path / "home")})  # fmt: skip
+    r = vrampilot(
+        "chat",
+        str(model),
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "1",
+        env={"VRAMPILOT_HOME": str(tmp_path / "home")},
+    )
     assert r.returncode == 2, r.stderr[-2000:]  # was 134: GGML_ASSERT "Tokenizer not initialized"
     assert r.stderr.strip().splitlines()[-1] == (
         "vrampilot: weights only.gguf has no tokenizer (no tokenizer.ggml.model in its header): it can be planned "

@@ -71,7 +71,7 @@ def test_type_ids_match_llama_cpp() -> None:
     assert GGML_TYPE_IDS["bf16"] == 30 and GGML_TYPE_IDS["iq4_nl"] == 20
 
 
-NASTY = ["llama-server", "-m", "/home/zoë/My Models/it's \"7B\" $HOME `x` %PATH% 100%.gguf", "-c", "4096"]
+NASTY = ["llama-server", "-m", '/home/zoë/My Models/it\'s "7B" $HOME `x` %PATH% 100%.gguf', "-c", "4096"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

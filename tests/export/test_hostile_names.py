@@ -26,7 +26,7 @@ HOSTILE = [
     "/models/zoë/模型.gguf",
     "/models/line\nbreak.gguf",
     "-x.gguf",
-    "/models/it's \"7B\".gguf",
+    '/models/it\'s "7B".gguf',
     "/models/$(touch CANARY).gguf",
     "/models/`touch CANARY`.gguf",
     "/models/%PATH%.gguf",
@@ -63,8 +63,7 @@ def test_bash_line_runs_with_argv_intact_and_nothing_else(tmp_path: Path, name: 
     # One printable line: no raw control character reaches the terminal that shows it.
     assert not re.search(r"[\x00-\x1f\x7f-\x9f]", line), line
     out = tmp_path / "argv"
-    subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "ARGV_OUT": str(out)}, check=True,
-                   timeout=60)  # fmt: skip
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "ARGV_OUT": str(out)}, check=True, timeout=60)
     assert out.read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv[1:]]
     assert not (tmp_path / "CANARY").exists()
 
@@ -162,13 +161,16 @@ def test_exported_bash_line_from_the_cli_runs_the_hostile_model_path(tmp_path: P
     dump = tmp_path / "dump.sh"
     dump.write_text(DUMP_ARGV)
     dump.chmod(0o755)
-    r = subprocess.run([sys.executable, "-m", "vrampilot", "export", "--cpu-only", "--estimate", "--server",
-                        str(dump), str(model)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "vrampilot", "export", "--cpu-only", "--estimate", "--server", str(dump), str(model)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     out = tmp_path / "argv"
-    subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "ARGV_OUT": str(out)}, check=True,
-                   timeout=60)  # fmt: skip
+    subprocess.run(["bash", "-c", line], cwd=tmp_path, env={**os.environ, "ARGV_OUT": str(out)}, check=True, timeout=60)
     args = out.read_bytes().split(b"\0")[:-1]
     assert args[:2] == [b"-m", os.fsencode(model)]
     assert not (tmp_path / "CANARY").exists() and not (folder / "CANARY").exists()

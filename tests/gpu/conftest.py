@@ -34,7 +34,10 @@ def need(why: str) -> None:
 def hiding_the_vulkan_loader() -> tuple[str, ...]:
     """A command prefix that runs its command with the system's Vulkan loader hidden for real: a
     private mount namespace with /dev/null over it (root and unshare, as in CI)."""
-    found = [Path(d) / loader_name() for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")]
+    found = [
+        Path(d) / loader_name()
+        for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
+    ]
     loaders = sorted({str(p.resolve()) for p in found if p.exists()})
     if os.geteuid() != 0 or shutil.which("unshare") is None or not loaders:
         need("hiding the Vulkan loader needs root, unshare (util-linux) and an installed loader")

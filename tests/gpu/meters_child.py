@@ -27,8 +27,12 @@ def main() -> int:
     path = embedded_model_path()
     assert path is not None
     target = target_from_machine(with_measured_speed(detect_machine()))
-    p = plan(load_model_spec(path), target, Pins(n_gpu_layers=int(sys.argv[1]), n_ctx=2048, n_threads=2,
-                                                 n_threads_batch=2), exact=True)  # fmt: skip
+    p = plan(
+        load_model_spec(path),
+        target,
+        Pins(n_gpu_layers=int(sys.argv[1]), n_ctx=2048, n_threads=2, n_threads_batch=2),
+        exact=True,
+    )
     state = MeterState()
     state.set_plan(p)
     sampler = Sampler(interval_s=0.25)
@@ -39,9 +43,17 @@ def main() -> int:
         readout = state.update(sample)
         if replying.is_set() and readout.vram:
             v = readout.vram[0]
-            during.append({"name": v.name, "total": v.total_bytes, "used": v.used_bytes, "free": v.free_bytes,
-                           "process": v.process_bytes, "source": v.process_source,
-                           "planned": v.planned.used_bytes if v.planned else None})  # fmt: skip
+            during.append(
+                {
+                    "name": v.name,
+                    "total": v.total_bytes,
+                    "used": v.used_bytes,
+                    "free": v.free_bytes,
+                    "process": v.process_bytes,
+                    "source": v.process_source,
+                    "planned": v.planned.used_bytes if v.planned else None,
+                }
+            )
 
     sampler.subscribe(on_sample)
     engine = Engine()
@@ -56,12 +68,20 @@ def main() -> int:
     after = sampler.sample_once()
     sampler.close()
     dev = p.memory.per_device[0]
-    print(json.dumps({
-        "devices": [{"name": d.name, "vendor": d.vendor, "total": d.memory_total_bytes} for d in sampler.devices],
-        "status": sampler.gpu_status, "during": during, "tokens": reply.stats.completion_tokens,
-        "plan_device_bytes": dev.weights_bytes + dev.kv_bytes + dev.compute_bytes + dev.output_bytes,
-        "after_process": after.gpus[0].process_memory_used_bytes if after.gpus else "no gpus",
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "devices": [
+                    {"name": d.name, "vendor": d.vendor, "total": d.memory_total_bytes} for d in sampler.devices
+                ],
+                "status": sampler.gpu_status,
+                "during": during,
+                "tokens": reply.stats.completion_tokens,
+                "plan_device_bytes": dev.weights_bytes + dev.kv_bytes + dev.compute_bytes + dev.output_bytes,
+                "after_process": after.gpus[0].process_memory_used_bytes if after.gpus else "no gpus",
+            }
+        )
+    )
     return 0
 
 

@@ -22,15 +22,23 @@ from vrampilot.llamacpp.vulkan_probe import probe_vulkan
 
 
 def doctor(env: dict[str, str], prefix: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
-    r = subprocess.run([*prefix, sys.executable, "-m", "vrampilot", "doctor", "--json"], capture_output=True,
-                       text=True, timeout=300, env={**os.environ, **env}, cwd=ROOT)  # fmt: skip
+    r = subprocess.run(
+        [*prefix, sys.executable, "-m", "vrampilot", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
     return json.loads(r.stdout)["llama_cpp"], r.stderr
 
 
 def icd_manifest(path: Path, library: str) -> Path:
-    path.write_text(json.dumps({"file_format_version": "1.0.0", "ICD": {"library_path": library, "api_version": "1.3.0"}}))
+    path.write_text(
+        json.dumps({"file_format_version": "1.0.0", "ICD": {"library_path": library, "api_version": "1.3.0"}})
+    )
     return path
 
 
@@ -39,9 +47,11 @@ def fake_driver(tmp_path: Path, body: str) -> Path:
     if shutil.which("gcc") is None:
         need("gcc is needed to build the broken drivers these tests load")
     src = tmp_path / "driver.c"
-    src.write_text("#include <stdlib.h>\n#include <unistd.h>\n"
-                   f"__attribute__((constructor)) static void on_load(void) {{ {body}; }}\n"
-                   "void *vk_icdGetInstanceProcAddr(void *i, const char *n) { return 0; }\n")  # fmt: skip
+    src.write_text(
+        "#include <stdlib.h>\n#include <unistd.h>\n"
+        f"__attribute__((constructor)) static void on_load(void) {{ {body}; }}\n"
+        "void *vk_icdGetInstanceProcAddr(void *i, const char *n) { return 0; }\n"
+    )
     lib = tmp_path / "libbroken_icd.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     return icd_manifest(tmp_path / "broken_icd.json", str(lib))

@@ -29,8 +29,14 @@ PRINT_MIB = 0.005 * MIB + 1
 
 
 def run_child(model: Path, **pins: object) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "vulkan_child.py"), str(model), json.dumps(pins)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / "vulkan_child.py"), str(model), json.dumps(pins)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     return result
@@ -43,8 +49,9 @@ def model_file(name: str, tmp_path: Path) -> Path:
         return path
     arch, _, weight_type = name.partition(":")
     shape: dict[str, Any] = {"n_layer": 6} if arch in ("qwen2", "llama") else {}
-    return write_model(tmp_path / f"{arch}-{weight_type or 'f16'}.gguf", arch, weight_type=weight_type or "f16",
-                       **shape)  # fmt: skip
+    return write_model(
+        tmp_path / f"{arch}-{weight_type or 'f16'}.gguf", arch, weight_type=weight_type or "f16", **shape
+    )
 
 
 CASES = [
@@ -64,10 +71,18 @@ CASES = [
 
 
 @pytest.mark.parametrize(("model", "ngl", "n_ctx", "ubatch", "kv_type", "fa"), CASES)
-def test_the_device_holds_what_the_plan_put_there(model: str, ngl: int, n_ctx: int, ubatch: int, kv_type: str,
-                                                  fa: bool | None, tmp_path: Path) -> None:  # fmt: skip
-    out = run_child(model_file(model, tmp_path), n_gpu_layers=ngl, n_ctx=n_ctx, n_ubatch=ubatch, type_k=kv_type,
-                    type_v=kv_type, flash_attn=fa)  # fmt: skip
+def test_the_device_holds_what_the_plan_put_there(
+    model: str, ngl: int, n_ctx: int, ubatch: int, kv_type: str, fa: bool | None, tmp_path: Path
+) -> None:
+    out = run_child(
+        model_file(model, tmp_path),
+        n_gpu_layers=ngl,
+        n_ctx=n_ctx,
+        n_ubatch=ubatch,
+        type_k=kv_type,
+        type_v=kv_type,
+        flash_attn=fa,
+    )
     assert "error" not in out, out
     name = str(out["device"])
     plan, measured = out["plan"], out["measured"]

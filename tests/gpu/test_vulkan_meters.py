@@ -20,8 +20,14 @@ PRINT_BYTES = 4 * (0.005 * 1024 * 1024 + 1)  # llama.cpp prints each of the four
 
 @pytest.mark.parametrize("ngl", [12, 31])
 def test_the_meters_read_the_vulkan_device_during_a_reply(ngl: int) -> None:
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "meters_child.py"), str(ngl)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / "meters_child.py"), str(ngl)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     device = next(d for d in probe_vulkan().devices)

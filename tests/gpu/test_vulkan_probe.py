@@ -37,8 +37,9 @@ for line in lines:
 
 
 def test_the_cpu_probe_runs_nothing_on_the_gpu() -> None:
-    r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ), cwd=ROOT)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Vulkan0" in r.stdout.splitlines()[0]  # the device is there to be (mis)used
     buffers = device_buffers(r.stdout.splitlines()[1:])

@@ -23,8 +23,14 @@ def test_the_window_plans_and_loads_layers_on_the_vulkan_device(tmp_path: Path) 
     shot.unlink(missing_ok=True)
     meters.unlink(missing_ok=True)
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "window_child.py"), str(shot), str(meters)], capture_output=True,
-                       text=True, timeout=600, env=env, cwd=ROOT)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / "window_child.py"), str(shot), str(meters)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["devices"] == ["Vulkan0"] and "llvmpipe" in out["target"]

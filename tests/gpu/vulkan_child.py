@@ -34,18 +34,39 @@ def main() -> int:
     p = plan(spec, target, pins, exact=True)
     m = measure_allocations(path, p.settings, dry_run=False)
     dev, host = p.memory.per_device[0], p.memory.host
-    out.update({
-        "device": target.gpus[0].buffer_name, "kind": target.gpus[0].kind, "fits": p.fits,
-        "budget": target.gpus[0].memory_budget_bytes - (int(margin) if margin is not None else 0),
-        "device_total": dev.total_bytes - dev.margin_bytes,
-        "settings": {"n_gpu_layers": p.settings.n_gpu_layers, "type_k": p.settings.type_k, "type_v": p.settings.type_v,
-                     "flash_attn": p.settings.flash_attn},
-        "plan": {"weights": dev.weights_bytes, "kv": dev.kv_bytes, "compute": dev.compute_bytes,
-                 "host_weights": host.weights_bytes, "host_compute": host.compute_bytes, "host_kv": host.kv_bytes},
-        "n_layer": spec.n_layer, "layers": list(p.memory.device_layers(0)), "output_on_device": p.memory.output_device == 0,
-        "measured": {"model": m.model_bytes, "kv": m.kv_buffer_bytes, "compute": m.compute_bytes, "refused": m.refused,
-                     "kv_buffers": len(m.kv_lines)},
-    })  # fmt: skip
+    out.update(
+        {
+            "device": target.gpus[0].buffer_name,
+            "kind": target.gpus[0].kind,
+            "fits": p.fits,
+            "budget": target.gpus[0].memory_budget_bytes - (int(margin) if margin is not None else 0),
+            "device_total": dev.total_bytes - dev.margin_bytes,
+            "settings": {
+                "n_gpu_layers": p.settings.n_gpu_layers,
+                "type_k": p.settings.type_k,
+                "type_v": p.settings.type_v,
+                "flash_attn": p.settings.flash_attn,
+            },
+            "plan": {
+                "weights": dev.weights_bytes,
+                "kv": dev.kv_bytes,
+                "compute": dev.compute_bytes,
+                "host_weights": host.weights_bytes,
+                "host_compute": host.compute_bytes,
+                "host_kv": host.kv_bytes,
+            },
+            "n_layer": spec.n_layer,
+            "layers": list(p.memory.device_layers(0)),
+            "output_on_device": p.memory.output_device == 0,
+            "measured": {
+                "model": m.model_bytes,
+                "kv": m.kv_buffer_bytes,
+                "compute": m.compute_bytes,
+                "refused": m.refused,
+                "kv_buffers": len(m.kv_lines),
+            },
+        }
+    )
     print(json.dumps(out))
     return 0
 

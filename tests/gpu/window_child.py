@@ -60,10 +60,19 @@ def main() -> int:
         p = w.plans.plan
         assert p is not None
         bars = [b.measured_bar.data() for b in w.meters_panel._gpu_bars.values()]
-        print(json.dumps({"n_gpu_layers": p.settings.n_gpu_layers, "n_layer": p.spec.n_layer,
-                          "target": p.target.description, "devices": [g.buffer_name for g in p.target.gpus],
-                          "vram_title": w.meters_panel.vram_box.title(), "status_bar": w.meters_status.label.text(),
-                          "vram_captions": [b.caption for b in bars if b is not None]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "n_gpu_layers": p.settings.n_gpu_layers,
+                    "n_layer": p.spec.n_layer,
+                    "target": p.target.description,
+                    "devices": [g.buffer_name for g in p.target.gpus],
+                    "vram_title": w.meters_panel.vram_box.title(),
+                    "status_bar": w.meters_status.label.text(),
+                    "vram_captions": [b.caption for b in bars if b is not None],
+                }
+            )
+        )
         return 0
     finally:
         w.shutdown()

@@ -87,8 +87,15 @@ def hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "hf-home"
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "vrampilot-home"))
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-                "HF_HUB_OFFLINE", "OLLAMA_MODELS"):
+    for var in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_TOKEN_PATH",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "OLLAMA_MODELS",
+    ):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -113,5 +120,7 @@ def tiny_repo(hub: FakeHub, models: Models) -> str:
     }
     for p in models.split_parts:
         files[f"Q4_0/{p.name}"] = p
-    hub.add_repo("test/tiny-llama-GGUF", files, downloads=500, likes=7, gguf={"architecture": "llama", "total": 4_000_000})
+    hub.add_repo(
+        "test/tiny-llama-GGUF", files, downloads=500, likes=7, gguf={"architecture": "llama", "total": 4_000_000}
+    )
     return "test/tiny-llama-GGUF"

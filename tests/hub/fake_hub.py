@@ -377,13 +377,15 @@ class _Handler(BaseHTTPRequestHandler):
             token = self._token()
             if token is None:
                 return self._error(
-                    401, "GatedRepo",
+                    401,
+                    "GatedRepo",
                     f"Access to model {repo_id} is restricted. You must have access to it and be authenticated "
                     "to access it. Please log in.",
                 )
             if token not in repo.granted_tokens:
                 return self._error(
-                    403, "GatedRepo",
+                    403,
+                    "GatedRepo",
                     f"Access to model {repo_id} is restricted and you are not in the authorized list. "
                     f"Visit {hub.endpoint}/{repo_id} to ask for access.",
                 )

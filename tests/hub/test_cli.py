@@ -83,8 +83,9 @@ def test_gated_repo_login_and_errors(
     assert "cannot reach the Hub" in capsys.readouterr().err
 
 
-def test_library_command(hub: FakeHub, tiny_repo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_library_command(
+    hub: FakeHub, tiny_repo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert main(["hub", "download", tiny_repo, "tiny-llama-Q8_0.gguf"]) == 0
     capsys.readouterr()

@@ -38,8 +38,9 @@ def _run_on_tmpfs(tmp_path: Path, size: str, args: list[str], env_extra: dict[st
     mnt.mkdir()
     script = f'mount -t tmpfs -o size={size} tmpfs "{mnt}" || exit 77; exec "{sys.executable}" "{CHILD}" "$@"'
     env = {**os.environ, **env_extra, "HF_HOME": str(mnt), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([*prefix, "sh", "-c", script, "child", *args], env=env, capture_output=True,
-                          text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script, "child", *args], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -50,8 +51,12 @@ def _run_on_tmpfs(tmp_path: Path, size: str, args: list[str], env_extra: dict[st
 def test_not_enough_space_is_refused_before_any_byte(
     hub: FakeHub, tiny_repo: str, models: Models, tmp_path: Path
 ) -> None:
-    out = _run_on_tmpfs(tmp_path, "4m", ["precheck", tiny_repo, "tiny-llama-F16.gguf"],
-                        {"HF_ENDPOINT": hub.endpoint, "VRAMPILOT_HOME": str(tmp_path / "vp")})
+    out = _run_on_tmpfs(
+        tmp_path,
+        "4m",
+        ["precheck", tiny_repo, "tiny-llama-F16.gguf"],
+        {"HF_ENDPOINT": hub.endpoint, "VRAMPILOT_HOME": str(tmp_path / "vp")},
+    )
     assert out["first"] == "NotEnoughSpaceError"
     assert "not enough disk space" in str(out["message"]) and "free" in str(out["message"])
     assert hub.served("tiny-llama-F16.gguf") == 0
@@ -63,8 +68,12 @@ def test_disk_filling_up_mid_download_keeps_the_bytes_and_resumes(
     name = "tiny-llama-F16.gguf"
     size = models.tiny_llama.stat().st_size
     hub.throttle_bps = 8_000_000  # the filler must win the race against a 2 MiB transfer
-    out = _run_on_tmpfs(tmp_path, "24m", ["fills-up", tiny_repo, name],
-                        {"HF_ENDPOINT": hub.endpoint, "VRAMPILOT_HOME": str(tmp_path / "vp")})
+    out = _run_on_tmpfs(
+        tmp_path,
+        "24m",
+        ["fills-up", tiny_repo, name],
+        {"HF_ENDPOINT": hub.endpoint, "VRAMPILOT_HOME": str(tmp_path / "vp")},
+    )
     assert out["first"] == "NotEnoughSpaceError", out
     assert "the disk filled up" in str(out["message"]) and "resume" in str(out["message"])
     have = out["part_bytes"]

@@ -41,8 +41,14 @@ def _env(tmp_path: Path, when: str | None = None) -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *args: str, when: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vrampilot", *args], env=_env(tmp_path, when), capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "vrampilot", *args],
+        env=_env(tmp_path, when),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def _parts(repo: str) -> list[Path]:
@@ -63,8 +69,13 @@ def _kill_at(
     What the Hub sent and the child had not yet written out is lost with it, as in a real kill."""
     hub.holding.clear()
     part = _part(repo, held)
-    child = subprocess.Popen([sys.executable, "-m", "vrampilot", "hub", "download", repo, filename],
-                             env=_env(tmp_path, when), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "hub", "download", repo, filename],
+        env=_env(tmp_path, when),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + WAIT_S
         while not (hub.holding.wait(0.05) and part.is_file() and part.stat().st_size >= at_least):
@@ -164,7 +175,9 @@ def test_split_model_killed_in_its_second_part_is_not_offered_until_whole(
     assert len(mine) == 1 and mine[0].usable and mine[0].verified and len(mine[0].parts) == 2
 
 
-@pytest.mark.parametrize(("started", "resumed"), [(PAST, FUTURE), (FUTURE, PAST)], ids=["1971-then-2100", "2100-then-1971"])
+@pytest.mark.parametrize(
+    ("started", "resumed"), [(PAST, FUTURE), (FUTURE, PAST)], ids=["1971-then-2100", "2100-then-1971"]
+)
 def test_killed_download_resumes_across_a_clock_jump(
     hub: FakeHub, tiny_repo: str, models: Models, tmp_path: Path, started: str, resumed: str
 ) -> None:

@@ -21,8 +21,11 @@ def test_download_into_a_read_only_folder_says_which_and_what_moves_it(
     homes = {"VRAMPILOT_HOME": tmp_path / "vp", "HF_HOME": tmp_path / "hf"}
     for home in homes.values():
         home.mkdir()
-    proc = read_only(homes[folder], [sys.executable, "-m", "vrampilot", "hub", "download", tiny_repo,
-                                     "tiny-llama-F16.gguf"], env={k: str(v) for k, v in homes.items()})  # fmt: skip
+    proc = read_only(
+        homes[folder],
+        [sys.executable, "-m", "vrampilot", "hub", "download", tiny_repo, "tiny-llama-F16.gguf"],
+        env={k: str(v) for k, v in homes.items()},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     errors = [x for x in proc.stderr.splitlines() if x.startswith("vrampilot: ")]
     assert len(errors) == 1 and str(homes[folder]) in errors[0] and "Read-only" in errors[0], errors

@@ -112,9 +112,7 @@ def test_server_gone(hub: FakeHub, models: Models) -> None:
         list_repo_files("a/b-GGUF")
 
 
-def test_offline_mode_uses_cached_headers_only(
-    hub: FakeHub, models: Models, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_offline_mode_uses_cached_headers_only(hub: FakeHub, models: Models, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.add_repo("a/c-GGUF", {"tiny-llama-F16.gguf": models.tiny_llama})
     listing = list_repo_files("a/c-GGUF")
     f = listing.models[0].first

@@ -15,12 +15,31 @@ from vrampilot.hub.search import params_from_name
 @pytest.fixture
 def catalogue(hub: FakeHub, models: Models) -> FakeHub:
     m = models
-    hub.add_repo("bartowski/Qwen2.5-7B-Instruct-GGUF", {"a-Q4_K_M.gguf": m.tiny_qwen2}, downloads=9000, likes=40,
-                 days_ago=30, gguf={"architecture": "qwen2", "total": 7_615_616_512, "context_length": 32768})
-    hub.add_repo("unsloth/gemma-3-27b-it-GGUF", {"b-Q4_K_M.gguf": m.tiny_llama}, downloads=5000, likes=90,
-                 days_ago=2, license="gemma", gguf={"architecture": "gemma3", "total": 27_009_002_240})
-    hub.add_repo("someone/Llama-3.1-8B-Instruct-GGUF", {"c-Q8_0.gguf": m.tiny_llama_q8}, downloads=100, likes=5,
-                 days_ago=1, gguf={"architecture": "llama", "total": 8_030_261_248})
+    hub.add_repo(
+        "bartowski/Qwen2.5-7B-Instruct-GGUF",
+        {"a-Q4_K_M.gguf": m.tiny_qwen2},
+        downloads=9000,
+        likes=40,
+        days_ago=30,
+        gguf={"architecture": "qwen2", "total": 7_615_616_512, "context_length": 32768},
+    )
+    hub.add_repo(
+        "unsloth/gemma-3-27b-it-GGUF",
+        {"b-Q4_K_M.gguf": m.tiny_llama},
+        downloads=5000,
+        likes=90,
+        days_ago=2,
+        license="gemma",
+        gguf={"architecture": "gemma3", "total": 27_009_002_240},
+    )
+    hub.add_repo(
+        "someone/Llama-3.1-8B-Instruct-GGUF",
+        {"c-Q8_0.gguf": m.tiny_llama_q8},
+        downloads=100,
+        likes=5,
+        days_ago=1,
+        gguf={"architecture": "llama", "total": 8_030_261_248},
+    )
     hub.add_repo("someone/tiny-qwen-0.5B-GGUF", {"d-F16.gguf": m.tiny_qwen2}, downloads=10, likes=1, days_ago=400)
     return hub
 

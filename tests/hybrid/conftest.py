@@ -37,8 +37,17 @@ def hf_to_gguf_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_llama(path: Path, *, seed: int = 0, n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
-                     n_head_kv: int = 2, n_ff: int = 96, n_vocab: int = 128) -> TinyLlama:
+def write_tiny_llama(
+    path: Path,
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 96,
+    n_vocab: int = 128,
+) -> TinyLlama:
     import gguf
 
     rng = np.random.default_rng(seed)

@@ -26,27 +26,64 @@ def bench() -> ModuleType:
 
 
 def _run(*, texts: list[dict[str, Any]], cases: list[dict[str, Any]], config: str = "default") -> dict[str, Any]:
-    return {"model_name": "m.gguf", "config": config, "config_description": "d", "config_fields": {"name": config},
-            "threads": 1, "lengths": [8192], "f16_full_kv_bytes": {"8192": 1000}, "texts": texts,
-            "passkey_cases": cases, "passkey_trials": 8, "seconds": 60.0}
+    return {
+        "model_name": "m.gguf",
+        "config": config,
+        "config_description": "d",
+        "config_fields": {"name": config},
+        "threads": 1,
+        "lengths": [8192],
+        "f16_full_kv_bytes": {"8192": 1000},
+        "texts": texts,
+        "passkey_cases": cases,
+        "passkey_trials": 8,
+        "seconds": 60.0,
+    }
 
 
 def _text(name: str, ppl: dict[str, float]) -> dict[str, Any]:
     bytes_ = {"full": 1000, "hybrid": 99, "window": 99, "q4": 98}
-    results = {m: {"ppl": {"8192": ppl[m]}, "kv_bytes": {"8192": bytes_[m]}, "decode_ms_per_token": 10.0,
-                   **({"window_tokens": {"8192": 800}} if m in ("window", "q4") else {})} for m in METHODS}
-    return {"name": name, "role": "r", "short": name.split(".")[0], "samples": 1, "results": results,
-            "loss_curves": {"bucket": 256, **{m: [1.0, 2.0] for m in METHODS}}}
+    results = {
+        m: {
+            "ppl": {"8192": ppl[m]},
+            "kv_bytes": {"8192": bytes_[m]},
+            "decode_ms_per_token": 10.0,
+            **({"window_tokens": {"8192": 800}} if m in ("window", "q4") else {}),
+        }
+        for m in METHODS
+    }
+    return {
+        "name": name,
+        "role": "r",
+        "short": name.split(".")[0],
+        "samples": 1,
+        "results": results,
+        "loss_curves": {"bucket": 256, **{m: [1.0, 2.0] for m in METHODS}},
+    }
 
 
 def _cases(n: int, right: dict[str, int]) -> list[dict[str, Any]]:
-    return [{"length": 8192, "depth": (i % 5) / 4, "key": f"{10000 + i}", "prompt_tokens": 8190,
-             **{m: i < right[m] for m in METHODS}, **{f"{m}_text": " 1" for m in METHODS}} for i in range(n)]
+    return [
+        {
+            "length": 8192,
+            "depth": (i % 5) / 4,
+            "key": f"{10000 + i}",
+            "prompt_tokens": 8190,
+            **{m: i < right[m] for m in METHODS},
+            **{f"{m}_text": " 1" for m in METHODS},
+        }
+        for i in range(n)
+    ]
 
 
 def test_split_runs_merge_into_one_report_with_intervals(bench: ModuleType, tmp_path: Path) -> None:
-    ppl = _run(texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9}),
-                      _text("dev.txt", {"full": 70.0, "hybrid": 72.0, "window": 73.0, "q4": 71.0})], cases=[])
+    ppl = _run(
+        texts=[
+            _text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9}),
+            _text("dev.txt", {"full": 70.0, "hybrid": 72.0, "window": 73.0, "q4": 71.0}),
+        ],
+        cases=[],
+    )
     pk = _run(texts=[], cases=_cases(40, {"full": 30, "hybrid": 28, "window": 5, "q4": 29}))
     data = bench.merge_runs([ppl, pk])
     assert len(data["texts"]) == 2 and len(data["passkey_cases"]) == 40 and data["seconds"] == 120.0
@@ -102,7 +139,8 @@ def _fields(cfg: Any) -> dict[str, Any]:
 
 
 def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at_least_its_bytes(
-        bench: ModuleType, tmp_path: Path) -> None:
+    bench: ModuleType, tmp_path: Path
+) -> None:
     from vrampilot.hybrid.config import SMOLLM2_135M, CacheShape, get_config
 
     shape = CacheShape(n_layer=30, n_head_kv=3, head_dim=64, model_shape=SMOLLM2_135M)
@@ -115,8 +153,10 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     def cases(right: dict[str, int]) -> list[dict[str, Any]]:  # the cases a run with these depths draws
         return [{**c, "depth": d, "key": k} for c, (d, k) in zip(_cases(10, right), keys, strict=True)]
 
-    saved = _run(texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9})],
-                 cases=cases({"full": 6, "hybrid": 2, "window": 0, "q4": 1}))
+    saved = _run(
+        texts=[_text("eval.txt", {"full": 26.0, "hybrid": 26.4, "window": 27.0, "q4": 26.9})],
+        cases=cases({"full": 6, "hybrid": 2, "window": 0, "q4": 1}),
+    )
     saved["config_fields"], saved["passkey_trials"] = _fields(old_cfg), 2
     args = ("m.gguf", [8192], ["eval.txt"], [8192], depths, 2)
     # Fewer bytes (shorter reaches everywhere): the baselines saved still hold at least the hybrid's bytes.
@@ -144,8 +184,10 @@ def test_a_new_config_reuses_the_full_cache_and_baselines_only_when_they_keep_at
     assert taken == () and "keys follow --depths in its order" in why
     assert bench.reusable(saved, fewer, shape, *args[:4], depths[:1], 2)[0] == ("full", "window", "q4")
 
-    new = _run(texts=[_text("eval.txt", {"full": 0.0, "hybrid": 26.1, "window": 0.0, "q4": 0.0})],
-               cases=cases({"full": 0, "hybrid": 5, "window": 0, "q4": 0}))
+    new = _run(
+        texts=[_text("eval.txt", {"full": 0.0, "hybrid": 26.1, "window": 0.0, "q4": 0.0})],
+        cases=cases({"full": 0, "hybrid": 5, "window": 0, "q4": 0}),
+    )
     new["passkey_trials"] = 2
     new["reused"] = {"from": "old.json", "methods": ["full", "window", "q4"], "note": why}
     bench.fill_reused(new, saved)

@@ -16,8 +16,10 @@ def _bytes(reach: int | None) -> int:
 
 
 def test_heads_that_read_far_get_the_bytes() -> None:
-    lost = [[[0.9, 0.9, 0.9, 0.9], [0.0, 0.0, 0.0, 0.0]],  # a retrieval-like head (the needle is far), a local one
-            [[0.5, 0.3, 0.1, 0.0], [0.2, 0.1, 0.05, 0.0]]]
+    lost = [
+        [[0.9, 0.9, 0.9, 0.9], [0.0, 0.0, 0.0, 0.0]],  # a retrieval-like head (the needle is far), a local one
+        [[0.5, 0.3, 0.1, 0.0], [0.2, 0.1, 0.05, 0.0]],
+    ]
     budget = 100 * 4 + 900 + 200
     chosen = allocate_reach(lost, DIST, 4, budget, _bytes)
     by = {(b.layer, b.head): b for b in chosen}
@@ -66,7 +68,9 @@ def test_far_mass_is_the_attention_beyond_each_distance(tiny_llama: TinyLlama) -
     assert k is not None
     hidden = model.tok_embd[toks]
     qkv = model._rms_norm(hidden, model.layers[0].attn_norm) @ model.layers[0].w_qkv.T
-    q = model.rope.apply(qkv[:, : mc.n_head * mc.head_dim].view(80, mc.n_head, mc.head_dim).transpose(0, 1), torch.arange(80))
+    q = model.rope.apply(
+        qkv[:, : mc.n_head * mc.head_dim].view(80, mc.n_head, mc.head_dim).transpose(0, 1), torch.arange(80)
+    )
     expected = 0.0
     for t in watch:
         p = torch.softmax(q[0, t] @ k[0, : t + 1].float().T / mc.head_dim**0.5, dim=-1)
@@ -91,7 +95,9 @@ def test_far_mass_per_watched_position_weights_each_position(tiny_llama: TinyLla
     assert rows.shape == (mc.n_layer, mc.n_head, 2, len(DIST))
     # Uniform weights are far_mass's mean; weights (1, 0) keep the first position alone, which is
     # what the sequence cut after it measures.
-    assert torch.allclose(kv_far_mass(rows, mc.n_head_kv), far_mass(model, [(toks, watch)], 2, distances=DIST), atol=1e-6)
+    assert torch.allclose(
+        kv_far_mass(rows, mc.n_head_kv), far_mass(model, [(toks, watch)], 2, distances=DIST), atol=1e-6
+    )
     first = kv_far_mass(rows, mc.n_head_kv, [1.0, 0.0])
     alone = far_mass(model, [(toks[:41], [40])], 2, distances=DIST)
     assert torch.allclose(first, alone, atol=1e-5)

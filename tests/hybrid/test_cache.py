@@ -31,8 +31,20 @@ from .conftest import TinyLlama
 
 H, G, D = 2, 2, 32  # KV heads, query heads per KV head, head size
 MC = ModelConfig(
-    n_layer=1, n_embd=H * G * D, n_head=H * G, n_head_kv=H, head_dim=D, n_ff=8, n_vocab=16, n_rot=D,
-    rope_base=10000.0, rms_eps=1e-5, n_ctx_train=4096, tied_embeddings=True, bos_token_id=None, eos_token_id=None,
+    n_layer=1,
+    n_embd=H * G * D,
+    n_head=H * G,
+    n_head_kv=H,
+    head_dim=D,
+    n_ff=8,
+    n_vocab=16,
+    n_rot=D,
+    rope_base=10000.0,
+    rms_eps=1e-5,
+    n_ctx_train=4096,
+    tied_embeddings=True,
+    bos_token_id=None,
+    eos_token_id=None,
 )
 ROPE = Rope(D, D, 10000.0)
 
@@ -48,7 +60,10 @@ def _layer(kind: str, **cfg: object) -> HybridLayer:
 
 
 def _run(layer: LayerCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
-    outs = [layer.attend(q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s) for s in range(0, q.shape[1], chunk)]
+    outs = [
+        layer.attend(q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s)
+        for s in range(0, q.shape[1], chunk)
+    ]
     return torch.cat(outs, dim=1)
 
 
@@ -77,8 +92,16 @@ def test_entries_appear_only_after_their_window_closes() -> None:
             assert 8 <= layer.tail_k.shape[1] <= 8 + 3
 
 
-def _reference_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int, n_sink: int, window: int, m: int,
-                      selected: set[int] | None = None) -> torch.Tensor:
+def _reference_output(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    t: int,
+    n_sink: int,
+    window: int,
+    m: int,
+    selected: set[int] | None = None,
+) -> torch.Tensor:
     """Query t by hand: sinks + raw c(t)..t, plus mean-pooled blocks with + log m, one softmax."""
     k16, v16 = k.half().float(), v.half().float()
     nb = max(0, (t - window - n_sink) // m)
@@ -150,8 +173,15 @@ def test_logits_equal_full_cache_when_compression_is_off(tiny_llama: TinyLlama) 
     assert not torch.allclose(on, ref, atol=1e-3)  # and the default does compress
 
 
-@pytest.mark.parametrize("cfg", [{}, {"csa_read": "raw", "indexer": "quest", "csa_ratio": 8, "top_k": 2},
-                                 {"key_pool": "rerope"}, {"layout_cycle": "W"}])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {},
+        {"csa_read": "raw", "indexer": "quest", "csa_ratio": 8, "top_k": 2},
+        {"key_pool": "rerope"},
+        {"layout_cycle": "W"},
+    ],
+)
 def test_chunked_prefill_equals_token_by_token(cfg: dict[str, object]) -> None:
     base: dict[str, object] = {"n_sink": 2, "window": 8, "csa_ratio": 4, "hca_ratio": 8, "top_k": 2}
     c = HybridConfig(**{**base, **cfg}).validate()  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
@@ -159,8 +189,15 @@ def test_chunked_prefill_equals_token_by_token(cfg: dict[str, object]) -> None:
     outs = []
     for chunk in (1, 6, 50):
         cache = hybrid_cache(MC, ROPE, c)
-        outs.append(torch.cat([cache.attend(0, q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s)
-                               for s in range(0, 50, chunk)], dim=1))
+        outs.append(
+            torch.cat(
+                [
+                    cache.attend(0, q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s)
+                    for s in range(0, 50, chunk)
+                ],
+                dim=1,
+            )
+        )
     assert torch.allclose(outs[0], outs[1], atol=1e-5)
     assert torch.allclose(outs[0], outs[2], atol=1e-5)
 
@@ -208,7 +245,12 @@ def test_bytes_of_each_layer_kind() -> None:
 def test_cache_bytes_add_up_and_window_for_bytes() -> None:
     mc = ModelConfig(**{**MC.__dict__, "n_layer": 4})
     cache = hybrid_cache(mc, ROPE, HybridConfig(n_sink=4, window=16, layout_head="FW", layout_cycle="CH"))
-    assert [type(layer).__name__ for layer in cache.layers] == ["FullLayer", "HybridLayer", "HybridLayer", "HybridLayer"]
+    assert [type(layer).__name__ for layer in cache.layers] == [
+        "FullLayer",
+        "HybridLayer",
+        "HybridLayer",
+        "HybridLayer",
+    ]
     q, k, v = _qkv(64, seed=8)
     for il in range(4):
         _run(cache.layers[il], q, k, v, 64)
@@ -309,4 +351,8 @@ def test_window_for_bytes_fits_both_storages() -> None:
     for storage in ("f16", "q4"):
         w = window_for_bytes(mc, budget, n_sink=2, storage=storage)
         cfg = HybridConfig(n_sink=2, window=w, layout_cycle="W", window_storage=storage)
-        assert config_kv_bytes(cfg, mc.cache_shape, 10_000) <= budget < config_kv_bytes(cfg.with_(window=w + 1), mc.cache_shape, 10_000)
+        assert (
+            config_kv_bytes(cfg, mc.cache_shape, 10_000)
+            <= budget
+            < config_kv_bytes(cfg.with_(window=w + 1), mc.cache_shape, 10_000)
+        )

@@ -28,8 +28,13 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 def engine(embedded_model: Path) -> Iterator[Engine]:
     e = Engine()
     # One thread: see tests/engine/conftest.py (busy 2-core machines).
-    e.load(plan(load_model_spec(embedded_model), target_cpu_only(with_measured_speed(detect_machine())),
-                Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)))
+    e.load(
+        plan(
+            load_model_spec(embedded_model),
+            target_cpu_only(with_measured_speed(detect_machine())),
+            Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
+        )
+    )
     yield e
     e.unload()
 
@@ -73,8 +78,9 @@ def test_turns_stream_extend_the_cache_and_stop(engine: Engine, embedded_model: 
     # Stop after the first piece: the text so far is the reply, marked cancelled.
     cancel = threading.Event()
     history += [Message("assistant", second.text), Message("user", "Write a long poem about the sea.")]
-    stopped = chat.chat(engine, history, SamplingParams(temperature=0.0, max_tokens=200),
-                        on_text=lambda _t: cancel.set(), cancel=cancel)
+    stopped = chat.chat(
+        engine, history, SamplingParams(temperature=0.0, max_tokens=200), on_text=lambda _t: cancel.set(), cancel=cancel
+    )
     assert stopped.stats.stop_reason == "cancelled" and stopped.stats.completion_tokens == 1
 
 

@@ -25,7 +25,9 @@ def test_parser_defaults() -> None:
     assert args.model is None and args.passkey and args.config == "quest" and args.lengths == "2048,4096,8192"
 
 
-def test_without_torch_the_command_explains_and_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_torch_the_command_explains_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     args = _parser().parse_args(["hybrid-eval"])
     assert cli.run(args) == 2
@@ -65,9 +67,26 @@ def test_json_output_shape(embedded_model: Path, tmp_path: Path, capsys: pytest.
     text = tmp_path / "t.txt"
     text.write_text(" ".join(["The quick brown fox jumps over the lazy dog."] * 40), encoding="utf-8")
     args = _parser().parse_args(
-        ["hybrid-eval", str(embedded_model), "--text", str(text), "--lengths", "64,128", "--samples", "1",
-         "--passkey", "--passkey-lengths", "64", "--passkey-depths", "1", "--passkey-trials", "2", "--decode-steps", "2",
-         "--json"]
+        [
+            "hybrid-eval",
+            str(embedded_model),
+            "--text",
+            str(text),
+            "--lengths",
+            "64,128",
+            "--samples",
+            "1",
+            "--passkey",
+            "--passkey-lengths",
+            "64",
+            "--passkey-depths",
+            "1",
+            "--passkey-trials",
+            "2",
+            "--decode-steps",
+            "2",
+            "--json",
+        ]
     )
     assert cli.run(args) == 0
     out = json.loads(capsys.readouterr().out)

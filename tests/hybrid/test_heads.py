@@ -63,8 +63,9 @@ def test_calibrated_heads_apply_only_to_their_model() -> None:
     for c in CONFIGS.values():
         if c.retrieval_heads:
             n_layer, _, n_head_kv, _, _ = c.retrieval_model
-            assert sum(k == c.retrieval_kind for row in c.head_kinds(n_layer, n_head_kv, c.retrieval_model) for k in row) \
-                == len(c.retrieval_heads)
+            assert sum(
+                k == c.retrieval_kind for row in c.head_kinds(n_layer, n_head_kv, c.retrieval_model) for k in row
+            ) == len(c.retrieval_heads)
             assert list(c.retrieval_heads) == sorted(c.retrieval_heads)
 
 
@@ -95,15 +96,31 @@ def test_mixed_layer_bytes_are_the_sum_of_its_heads() -> None:
 
 
 def test_chunked_prefill_equals_token_by_token_with_mixed_heads() -> None:
-    cfg = HybridConfig(n_sink=2, window=8, hca_ratio=8, csa_ratio=4, top_k=2, layout_cycle="CH",
-                       retrieval_heads=((0, 2), (1, 0)), retrieval_kind="R").validate()
+    cfg = HybridConfig(
+        n_sink=2,
+        window=8,
+        hca_ratio=8,
+        csa_ratio=4,
+        top_k=2,
+        layout_cycle="CH",
+        retrieval_heads=((0, 2), (1, 0)),
+        retrieval_kind="R",
+    ).validate()
     mc = replace(MC3, n_layer=2)
     q, k, v = _qkv3(50, seed=13)
     outs = []
     for chunk in (1, 6, 50):
         cache = hybrid_cache(mc, ROPE, cfg)
-        outs.append(torch.cat([cache.attend(il, q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s)
-                               for s in range(0, 50, chunk) for il in range(2)][1::2], dim=1))
+        outs.append(
+            torch.cat(
+                [
+                    cache.attend(il, q[:, s : s + chunk], k[:, s : s + chunk], v[:, s : s + chunk], s)
+                    for s in range(0, 50, chunk)
+                    for il in range(2)
+                ][1::2],
+                dim=1,
+            )
+        )
     assert torch.allclose(outs[0], outs[1], atol=1e-5)
     assert torch.allclose(outs[0], outs[2], atol=1e-5)
 
@@ -114,7 +131,9 @@ def test_logits_equal_full_cache_when_every_head_is_a_retrieval_head(tiny_llama:
     tokens = torch.randint(0, tiny_llama.n_vocab, (60,), generator=torch.Generator().manual_seed(14))
     ref = model.forward(tokens, 0, full_cache(mc), all_logits=True)
     every = tuple((il, h) for il in range(mc.n_layer) for h in range(mc.n_head_kv))
-    cfg = HybridConfig(window=4, hca_ratio=8, layout_cycle="H", retrieval_heads=every, retrieval_model=mc.shape).validate()
+    cfg = HybridConfig(
+        window=4, hca_ratio=8, layout_cycle="H", retrieval_heads=every, retrieval_model=mc.shape
+    ).validate()
     assert torch.equal(model.forward(tokens, 0, hybrid_cache(mc, model.rope, cfg), all_logits=True), ref)
     some = replace(cfg, retrieval_heads=every[:1])
     cache = hybrid_cache(mc, model.rope, some)
@@ -214,7 +233,6 @@ def test_calibration_prompts_are_not_the_evaluation_prompts(embedded_model: Path
         assert tok.decode(evaluation[:30]) != tok.decode(c.tokens[:30])
 
 
-
 def test_spread_calibration_prompts_put_one_needle_in_each_bin_of_depth() -> None:
     # bench/hybrid_calibrate.py --budgets --spread: needles at every distance a window might end at.
     from vrampilot.hybrid.calibrate import BUDGET_SEED, calibration_cases
@@ -262,7 +280,9 @@ def test_passkey_trials_add_keys_per_depth_and_keep_the_first_cases(embedded_mod
     from vrampilot.hybrid.evaluate import greedy, passkey_prompt
 
     for c in two:
-        alone = tok.decode(list(greedy(model, full_cache(model.config), passkey_prompt(tok, 64, c["depth"], c["key"]), 8)))
+        alone = tok.decode(
+            list(greedy(model, full_cache(model.config), passkey_prompt(tok, 64, c["depth"], c["key"]), 8))
+        )
         assert alone == c["full_text"]
     # A stopped run's cases are kept and the rest run: the same cases as one run, in the same order.
     seen: list[list[dict[str, object]]] = []

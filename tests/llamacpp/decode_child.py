@@ -30,18 +30,22 @@ def main() -> None:
         out.append(int(tok))
         if len(out) == n_tokens:
             break
-    print(json.dumps({
-        "mode": loaded.mode,
-        "variant": loaded.cpu_variant,
-        "dispatch": loaded.describe_cpu(),
-        "registered": list(loaded.registered),
-        "lib_dir": loaded.lib_dir,
-        "features": list(loaded.cpu_features),
-        # llama.cpp's own view of its registry, through libllama: what it really runs with.
-        "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
-        "tokens": out,
-        "text": llm.detokenize(out).decode("utf-8", "replace"),
-    }))
+    print(
+        json.dumps(
+            {
+                "mode": loaded.mode,
+                "variant": loaded.cpu_variant,
+                "dispatch": loaded.describe_cpu(),
+                "registered": list(loaded.registered),
+                "lib_dir": loaded.lib_dir,
+                "features": list(loaded.cpu_features),
+                # llama.cpp's own view of its registry, through libllama: what it really runs with.
+                "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+                "tokens": out,
+                "text": llm.detokenize(out).decode("utf-8", "replace"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,11 @@ sched_reserve:  CUDA_Host compute buffer size =    24.01 MiB
 
 def test_buffers_per_device_from_llama_servers_log() -> None:
     b = device_buffers(LOG.splitlines())
-    assert b["model"] == {"CPU_Mapped": round(28.69 * MIB), "RPC0[127.0.0.1:50052]": round(19.02 * MIB),
-                          "RPC0[127.0.0.1:50053]": round(73.08 * MIB)}  # fmt: skip
+    assert b["model"] == {
+        "CPU_Mapped": round(28.69 * MIB),
+        "RPC0[127.0.0.1:50052]": round(19.02 * MIB),
+        "RPC0[127.0.0.1:50053]": round(73.08 * MIB),
+    }
     assert b["kv"]["RPC0[127.0.0.1:50053]"] == round(31.5 * MIB)
     assert b["compute"]["CPU"] == round(13.67 * MIB) and b["compute"]["CUDA_Host"] == round(24.01 * MIB)
     assert b["output"] == {"CPU": round(0.19 * MIB)}

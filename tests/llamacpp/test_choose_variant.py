@@ -55,7 +55,9 @@ def cpu(advertised: set[str], runs: set[str], os_refused: AbstractSet[str] = fro
         if f in runs:
             results.append(FeatureResult(f, True, True, True, ""))
         elif f in os_refused:
-            results.append(FeatureResult(f, True, False, False, "advertised but not enabled by the OS (faults when run (SIGILL))"))
+            results.append(
+                FeatureResult(f, True, False, False, "advertised but not enabled by the OS (faults when run (SIGILL))")
+            )
         elif f in advertised:
             results.append(FeatureResult(f, True, True, False, "advertised but faults when run (SIGILL)"))
         else:
@@ -95,7 +97,9 @@ def test_amx_advertised_but_not_enabled_by_the_os_is_skipped_with_the_reason() -
 
 
 def test_avx512_without_the_os_zmm_state_falls_back_to_avx2() -> None:
-    choice = choose_variant(VARIANTS, cpu(AVX512_ALL, HASWELL, os_refused={"AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"}))
+    choice = choose_variant(
+        VARIANTS, cpu(AVX512_ALL, HASWELL, os_refused={"AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"})
+    )
     assert choice is not None and choice.name == "haswell"
     assert all("AVX512" in s.reason for s in choice.skipped)
 
@@ -108,7 +112,9 @@ def test_avx_advertised_but_disabled_by_a_vm_gets_sse42() -> None:
 
 def test_scores_are_llama_cpps_and_names_are_for_people() -> None:
     assert variant_score([]) == 1
-    assert variant_score(VARIANTS["sapphirerapids"]) > variant_score(VARIANTS["zen4"]) > variant_score(VARIANTS["icelake"])
+    assert (
+        variant_score(VARIANTS["sapphirerapids"]) > variant_score(VARIANTS["zen4"]) > variant_score(VARIANTS["icelake"])
+    )
     assert describe_features(tuple(VARIANTS["zen4"])) == "AVX-512 + VBMI + VNNI + BF16"
     assert describe_features(tuple(VARIANTS["haswell"])) == "AVX2"
     assert describe_features(()) == "baseline x86-64, SSE2"

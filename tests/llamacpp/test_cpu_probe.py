@@ -87,7 +87,9 @@ def test_probe_is_cached_per_cpu_and_redone_when_the_cpu_changes(tmp_path: Path)
     assert json.loads(cache.read_text())["fingerprint"] == first.fingerprint
 
     # A cache entry made on this CPU is believed as it is (the probe is not run again) ...
-    doctored = dataclasses.replace(first, results=tuple(dataclasses.replace(r, note="from cache") for r in first.results))
+    doctored = dataclasses.replace(
+        first, results=tuple(dataclasses.replace(r, note="from cache") for r in first.results)
+    )
     cache.write_text(json.dumps(dataclasses.asdict(doctored)))
     assert all(r.note == "from cache" for r in probe_cpu(cache).results)
 

@@ -57,7 +57,19 @@ def require_qemu() -> str:
 
 
 # Features llama.cpp's system info reports per CPU backend, named as in the variant table.
-REPORTED = ("AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_INT8")
+REPORTED = (
+    "AVX",
+    "F16C",
+    "FMA",
+    "AVX2",
+    "BMI2",
+    "AVX_VNNI",
+    "AVX512",
+    "AVX512_VBMI",
+    "AVX512_VNNI",
+    "AVX512_BF16",
+    "AMX_INT8",
+)
 
 
 def assert_llama_cpp_runs_the_variant(run: dict[str, Any]) -> None:

@@ -23,7 +23,9 @@ def test_installed_engine_carries_this_recipes_key() -> None:
     manifest = backends.read_manifest(LIB)
     assert manifest is not None, f"no {recipe.MANIFEST_NAME} in {LIB}: llama-cpp-python was not built by the recipe"
     assert recipe.MANIFEST_NAME == backends.MANIFEST_NAME
-    assert manifest["recipe_key"] == recipe.recipe_key(), "a stale engine: run python packaging/engine/build.py --install"
+    assert manifest["recipe_key"] == recipe.recipe_key(), (
+        "a stale engine: run python packaging/engine/build.py --install"
+    )
     assert manifest["recipe"] == recipe.recipe()
 
 
@@ -45,7 +47,9 @@ def _vulkan_sdk(root: Path) -> Path:
     """A Vulkan SDK that passes the recipe's checks (headers with VK_EXT_layer_settings, SPIR-V
     headers, a glslc on PATH) without being one: what a broken SDK looks like to it."""
     (root / "include" / "vulkan").mkdir(parents=True)
-    (root / "include" / "vulkan" / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 290\n#define VK_EXT_layer_settings 1\n")
+    (root / "include" / "vulkan" / "vulkan_core.h").write_text(
+        "#define VK_HEADER_VERSION 290\n#define VK_EXT_layer_settings 1\n"
+    )
     (root / "include" / "spirv" / "unified1").mkdir(parents=True)
     (root / "include" / "spirv" / "unified1" / "spirv.hpp").write_text("")
     (root / "share" / "cmake" / "SPIRV-Headers").mkdir(parents=True)
@@ -56,7 +60,9 @@ def _vulkan_sdk(root: Path) -> Path:
     return root
 
 
-def test_a_gpu_build_that_failed_here_is_not_retried_unless_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_build_that_failed_here_is_not_retried_unless_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sdk = _vulkan_sdk(tmp_path / "sdk")
     monkeypatch.setenv("VULKAN_SDK", str(sdk))
     monkeypatch.setenv("PATH", f"{sdk / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -76,7 +82,9 @@ def test_a_gpu_build_that_failed_here_is_not_retried_unless_asked_for(tmp_path: 
     assert recipe.gpu_backends()[0] == ["vulkan"]
 
 
-def test_vulkan_headers_without_the_spirv_cmake_package_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vulkan_headers_without_the_spirv_cmake_package_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sdk = _vulkan_sdk(tmp_path / "sdk")
     (sdk / "share" / "cmake" / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").unlink()
     monkeypatch.setenv("VULKAN_SDK", str(sdk))
@@ -98,8 +106,9 @@ def test_no_engine_file_points_into_the_build_machines_cache() -> None:
     assert not named
 
 
-def test_the_cache_entry_is_cut_from_a_runpath_and_nothing_else_is_touched(monkeypatch: pytest.MonkeyPatch,
-                                                                          tmp_path: Path) -> None:  # fmt: skip
+def test_the_cache_entry_is_cut_from_a_runpath_and_nothing_else_is_touched(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("VRAMPILOT_ENGINE_CACHE", str(tmp_path))
     lib = f"{tmp_path}/vulkan-build/root/usr/lib".encode()
     elf = b"\x7fELF" + b"\0" * 12 + b"libvulkan.so.1\0$ORIGIN:" + lib + b"\0tail"

@@ -93,8 +93,9 @@ def test_the_host_peak_is_the_measured_ram_read_rate_once_the_machine_was_measur
     from vrampilot.planner.target import target_cpu_only
 
     pins = Pins(n_ctx=4096)
-    measured = achieved_bandwidth(plan(qwen7b_spec, target_cpu_only(measured_machine(uniform_probe(12.5))), pins), 5.0,
-                                  time_s=0)  # fmt: skip
+    measured = achieved_bandwidth(
+        plan(qwen7b_spec, target_cpu_only(measured_machine(uniform_probe(12.5))), pins), 5.0, time_s=0
+    )
     assert measured.host_peak_gbps == 25.0  # the probe's best RAM read (uniform_probe: 2 x 12.5)
     assert measured.host_peak_source == "measured 2026-12-01"
     assumed = achieved_bandwidth(plan(qwen7b_spec, target_cpu_only(cpu_machine()), pins), 5.0, time_s=0)

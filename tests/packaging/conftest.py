@@ -44,7 +44,9 @@ _DESELECTED: list[int] = []
 def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
     if not _DESELECTED:
         return None
-    return f"{sum(_DESELECTED)} tests of built installers deselected: `make package-test` runs them after `make package`"
+    return (
+        f"{sum(_DESELECTED)} tests of built installers deselected: `make package-test` runs them after `make package`"
+    )
 
 
 def _artifact(var: str) -> Path:
@@ -119,9 +121,15 @@ def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str],
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([str(exe), "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

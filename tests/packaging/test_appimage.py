@@ -25,11 +25,19 @@ def test_appdir_layout(appimage_file: Path, run_exe: Runner) -> None:
     assert offset.returncode == 0, offset.stderr
     listing = subprocess.run(
         ["unsquashfs", "-o", offset.stdout.strip(), "-l", "-d", "", str(appimage_file)],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    for path in ("/AppRun", "/vrampilot.desktop", "/vrampilot.png", "/.DirIcon", "/opt/vrampilot/vrampilot",
-                 "/opt/vrampilot/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                 "/usr/share/mime/packages/vrampilot.xml"):  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for path in (
+        "/AppRun",
+        "/vrampilot.desktop",
+        "/vrampilot.png",
+        "/.DirIcon",
+        "/opt/vrampilot/vrampilot",
+        "/opt/vrampilot/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "/usr/share/mime/packages/vrampilot.xml",
+    ):
         assert path in listing, path
 
 

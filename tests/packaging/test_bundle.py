@@ -86,9 +86,21 @@ def test_plan_uses_the_embedded_model_inside_the_bundle(bundle_dir: Path, run_ex
 
 def test_chat_answers_one_turn(bundle_dir: Path, run_exe: Runner) -> None:
     result = run_exe(
-        exe(bundle_dir), "chat", "--prompt", "Say hello.", "--max-tokens", "8", "--seed", "1",
-        "--ctx", "512", "--threads", "1", "--json", timeout=600,
-    )  # fmt: skip
+        exe(bundle_dir),
+        "chat",
+        "--prompt",
+        "Say hello.",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "1",
+        "--ctx",
+        "512",
+        "--threads",
+        "1",
+        "--json",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     reply = json.loads(result.stdout)
     assert reply["reply"].strip()
@@ -100,17 +112,32 @@ def test_chat_reads_a_restricted_pdf(bundle_dir: Path, run_exe: Runner, tmp_path
     # which a bundle trimmed too far would lose.
     pdf = write_encrypted_pdf(tmp_path / "restricted.pdf", user_password=False)
     result = run_exe(
-        exe(bundle_dir), "chat", "--document", str(pdf), "--prompt", "What number is confidential?",
-        "--max-tokens", "4", "--seed", "1", "--ctx", "1024", "--threads", "1", "--json", timeout=600,
-    )  # fmt: skip
+        exe(bundle_dir),
+        "chat",
+        "--document",
+        str(pdf),
+        "--prompt",
+        "What number is confidential?",
+        "--max-tokens",
+        "4",
+        "--seed",
+        "1",
+        "--ctx",
+        "1024",
+        "--threads",
+        "1",
+        "--json",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
 
 
 TOOLS = ("llama-server", "ggml-rpc-server", "llama-bench")
 
 
-def test_the_bundle_serves_the_embedded_model_with_its_own_llama_server(bundle_dir: Path, clean_env: dict[str, str],
-                                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_the_bundle_serves_the_embedded_model_with_its_own_llama_server(
+    bundle_dir: Path, clean_env: dict[str, str], tmp_path: Path
+) -> None:
     lib = bundle_dir / "_internal" / "llama_cpp" / "lib"
     for tool in TOOLS:
         assert os.access(lib / tool, os.X_OK), f"{tool} is not in the bundle's llama_cpp/lib"

@@ -43,16 +43,32 @@ def test_doctor_lists_the_vulkan_device(bundle_dir: Path, run_exe: Runner, lavap
 
 
 def test_chat_with_layers_on_the_vulkan_device(bundle_dir: Path, run_exe: Runner, lavapipe: None) -> None:
-    result = run_exe(exe(bundle_dir), "chat", "--prompt", "Say hello.", "--max-tokens", "6", "--seed", "1",
-                     "--ctx", "512", "--threads", "1", "--json", timeout=600, env=GPU)  # fmt: skip
+    result = run_exe(
+        exe(bundle_dir),
+        "chat",
+        "--prompt",
+        "Say hello.",
+        "--max-tokens",
+        "6",
+        "--seed",
+        "1",
+        "--ctx",
+        "512",
+        "--threads",
+        "1",
+        "--json",
+        timeout=600,
+        env=GPU,
+    )
     assert result.returncode == 0, result.stderr
     reply = json.loads(result.stdout)
     assert reply["reply"].strip()
     assert reply["settings"]["n_gpu_layers"] > 0
 
 
-def test_the_bundled_llama_server_serves_with_layers_on_the_device(bundle_dir: Path, clean_env: dict[str, str],
-                                                                  tmp_path: Path, lavapipe: None) -> None:  # fmt: skip
+def test_the_bundled_llama_server_serves_with_layers_on_the_device(
+    bundle_dir: Path, clean_env: dict[str, str], tmp_path: Path, lavapipe: None
+) -> None:
     argv, reply = serve_and_ask(exe(bundle_dir), {**clean_env, **GPU}, tmp_path)
     flag = "-ngl" if "-ngl" in argv else "--n-gpu-layers"
     assert int(argv[argv.index(flag) + 1]) > 0, argv
@@ -62,7 +78,10 @@ def test_the_bundled_llama_server_serves_with_layers_on_the_device(bundle_dir: P
 def test_without_the_vulkan_loader_the_bundle_runs_on_the_cpu_and_says_why(bundle_dir: Path, run_exe: Runner) -> None:
     unshare, *hide = hiding_the_vulkan_loader()
     wrapped = Path(shutil.which(unshare) or unshare)
-    for args in (("doctor",), ("chat", "--prompt", "Hi", "--max-tokens", "3", "--ctx", "512", "--threads", "1", "--json")):
+    for args in (
+        ("doctor",),
+        ("chat", "--prompt", "Hi", "--max-tokens", "3", "--ctx", "512", "--threads", "1", "--json"),
+    ):
         result = run_exe(wrapped, *hide, str(exe(bundle_dir)), *args, timeout=600, env=GPU)
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr

@@ -111,11 +111,29 @@ def test_appimage_runtime_runs_an_appdir_by_extraction(tmp_path: Path) -> None:
         pytest.skip("squashfs-tools missing")
     runtime = tmp_path / "runtime"
     subprocess.run(
-        ["gcc", "-O2", "-static", "-o", str(runtime), str(LINUX / "appimage" / "runtime.c"),
-         "-I/usr/include/squashfuse", "-I/usr/include/fuse3", "-lsquashfuse_ll", "-lsquashfuse", "-lfuse3",
-         "-lzstd", "-llzma", "-llz4", "-llzo2", "-lz", "-lpthread", "-ldl"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "gcc",
+            "-O2",
+            "-static",
+            "-o",
+            str(runtime),
+            str(LINUX / "appimage" / "runtime.c"),
+            "-I/usr/include/squashfuse",
+            "-I/usr/include/fuse3",
+            "-lsquashfuse_ll",
+            "-lsquashfuse",
+            "-lfuse3",
+            "-lzstd",
+            "-llzma",
+            "-llz4",
+            "-llzo2",
+            "-lz",
+            "-lpthread",
+            "-ldl",
+        ],
+        check=True,
+        capture_output=True,
+    )
     appdir = tmp_path / "AppDir"
     (appdir / "sub").mkdir(parents=True)
     (appdir / "sub" / "hello.txt").write_text("hello from the image\n")
@@ -124,8 +142,11 @@ def test_appimage_runtime_runs_an_appdir_by_extraction(tmp_path: Path) -> None:
     apprun.write_text('#!/bin/sh\necho "args=$*"; cat "$APPDIR/link"; echo "image=$APPIMAGE"\n')
     apprun.chmod(0o755)
     image = tmp_path / "squash"
-    subprocess.run(["mksquashfs", str(appdir), str(image), "-root-owned", "-noappend", "-comp", "zstd",
-                    "-quiet", "-no-progress"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["mksquashfs", str(appdir), str(image), "-root-owned", "-noappend", "-comp", "zstd", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
     appimage = tmp_path / "Test.AppImage"
     data = bytearray(runtime.read_bytes())
     data[8:11] = b"AI\x02"

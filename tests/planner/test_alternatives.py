@@ -53,4 +53,7 @@ def test_the_pins_a_change_makes() -> None:
     assert set(alt.PINNABLE) >= {"n_ctx", "type_k", "type_v", "n_gpu_layers", "tensor_split"}
     held = alt.held_pins(Pins(n_threads=4), old, alt.VRAM_FIELDS, {"type_k": "q8_0"})
     assert held == Pins(n_ctx=32768, n_gpu_layers=29, n_ubatch=2048, n_batch=2048, n_threads=4, type_k="q8_0")
-    assert alt.describe_change(old, new.with_(n_ctx=16384)) == "GPU layers 29 -> 28, context 32K -> 16K, devices () -> ('CUDA0',)"
+    assert (
+        alt.describe_change(old, new.with_(n_ctx=16384))
+        == "GPU layers 29 -> 28, context 32K -> 16K, devices () -> ('CUDA0',)"
+    )

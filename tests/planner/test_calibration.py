@@ -77,8 +77,10 @@ def test_later_plans_move_towards_what_replies_measured(embedded_model: Path) ->
     assert later.speed.decode_tps == pytest.approx(0.8**0.6 * p.speed.decode_tps)
     assert later.speed.prefill_tps == pytest.approx(1.25**0.6 * p.speed.prefill_tps)
     assert later.speed.calibration_replies == 3
-    assert (f"corrected by 3 measured replies of {embedded_model.name} (generating x0.87, prompts x1.14)"
-            in later.reasons[-1])
+    assert (
+        f"corrected by 3 measured replies of {embedded_model.name} (generating x0.87, prompts x1.14)"
+        in later.reasons[-1]
+    )
     # A machine that keeps measuring the same goes most of the way: a full window of replies
     # against the probe's two.
     for _ in range(FACTOR_WINDOW):
@@ -107,7 +109,8 @@ def test_without_a_probe_replies_are_followed_whole(embedded_model: Path) -> Non
 
 
 def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_over_the_cache(
-        embedded_model: Path) -> None:  # fmt: skip
+    embedded_model: Path,
+) -> None:
     """Replies are shallow: what they teach about a decode step is the part that does not grow with
     the context. A deep step keeps the attention the model prices for it."""
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
@@ -150,7 +153,9 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     assert mixed.speed.calibration_replies == 0
 
 
-def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(embedded_model: Path, tmp_path: Path) -> None:
+def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
+    embedded_model: Path, tmp_path: Path
+) -> None:
     from vrampilot.speed.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
 
     assert MODEL_MIN_REPLIES == 2
@@ -260,10 +265,12 @@ def test_too_short_to_time_is_not_learned(embedded_model: Path) -> None:
     assert len(f.decode_ratios) == 1 and f.prefill_ratios == ()
     # A prompt under one ubatch (MIN_PREFILL_TOKENS) teaches generating only.
     f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=MIN_PREFILL_TOKENS - 1)).factors_for(
-        backend_key(p.target, p.settings))
+        backend_key(p.target, p.settings)
+    )
     assert len(f.decode_ratios) == 1 and f.prefill_ratios == ()
     f = learn_reply(speed, p, _reply(p, 0.5, 0.5, evaluated_tokens=MIN_PREFILL_TOKENS)).factors_for(
-        backend_key(p.target, p.settings))
+        backend_key(p.target, p.settings)
+    )
     assert len(f.prefill_ratios) == 1
 
 
@@ -300,9 +307,14 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     engine.load(p)
     try:
         # A prompt long enough to teach prefill (MIN_PREFILL_TOKENS) as well as decoding.
-        places = "Paris, Lyon, Vienna, Budapest, Prague, Krakow, Berlin, Hamburg, Amsterdam, Rotterdam, Brussels, Ghent, " * 20
-        reply = engine.chat([Message("user", f"I visited {places}and more. Name three rivers in Europe.")],
-                            SamplingParams(temperature=0.0, max_tokens=24, seed=1))  # fmt: skip
+        places = (
+            "Paris, Lyon, Vienna, Budapest, Prague, Krakow, Berlin, Hamburg, Amsterdam, Rotterdam, Brussels, Ghent, "
+            * 20
+        )
+        reply = engine.chat(
+            [Message("user", f"I visited {places}and more. Name three rivers in Europe.")],
+            SamplingParams(temperature=0.0, max_tokens=24, seed=1),
+        )
     finally:
         engine.unload()
     s = reply.stats

@@ -23,8 +23,17 @@ from vrampilot.speed.measured import HostProbe, RateAt
 
 @pytest.fixture(scope="module")
 def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
-    path = write_model(tmp_path_factory.mktemp("m") / "llama-q8.gguf", "llama", weight_type="q8_0", n_layer=4,
-                       n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_vocab=4096)  # fmt: skip
+    path = write_model(
+        tmp_path_factory.mktemp("m") / "llama-q8.gguf",
+        "llama",
+        weight_type="q8_0",
+        n_layer=4,
+        n_embd=256,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=512,
+        n_vocab=4096,
+    )
     return load_model_spec(path)
 
 
@@ -53,7 +62,9 @@ def test_each_mat_vec_of_a_decode_step_pays_its_cost_as_a_node_of_a_chain(q8_lla
     n_mats = sum(len(layer.matrices) for layer in table.layers) + 1
     for threads, us in ((1, 1.0), (2, 5.0)):
         pins = Pins(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
-        extra = _model(q8_llama, chained, pins, cores=2).decode_seconds(1) - _model(q8_llama, plain, pins, cores=2).decode_seconds(1)
+        extra = _model(q8_llama, chained, pins, cores=2).decode_seconds(1) - _model(
+            q8_llama, plain, pins, cores=2
+        ).decode_seconds(1)
         assert extra == pytest.approx(n_mats * us * 1e-6, rel=1e-6)
     # A record from before the probe timed it prices the products by their bytes alone.
     assert CpuRates(plain, 2).matvec_overhead_s("q8_0", 2) == 0.0
@@ -76,13 +87,18 @@ def test_query_heads_that_share_a_kv_head_stream_it_from_ram_once(tmp_path: Path
     from vrampilot.speed.measured import AttentionRates, RateAt
 
     # f16 attention at 20 GFLOP/s in the CPU's caches, 10 from RAM: streaming doubles a cell's cost.
-    probe = replace(uniform_probe(), attention=tuple(
-        AttentionRates("f16", d, (RateAt(1, 20.0),), (RateAt(1, 20.0),), (RateAt(1, 10.0),)) for d in (64, 256)))
+    probe = replace(
+        uniform_probe(),
+        attention=tuple(
+            AttentionRates("f16", d, (RateAt(1, 20.0),), (RateAt(1, 20.0),), (RateAt(1, 10.0),)) for d in (64, 256)
+        ),
+    )
     pins = Pins(n_ctx=4096, n_threads=1, n_threads_batch=1, type_k="f16", type_v="f16", flash_attn=True)
     growth = {}
     for n_kv in (4, 1):
-        spec = load_model_spec(write_model(tmp_path / f"kv{n_kv}.gguf", "llama", n_layer=2, n_embd=256, n_head=4,
-                                           n_head_kv=n_kv, n_ff=512))  # fmt: skip
+        spec = load_model_spec(
+            write_model(tmp_path / f"kv{n_kv}.gguf", "llama", n_layer=2, n_embd=256, n_head=4, n_head_kv=n_kv, n_ff=512)
+        )
         m = _model(spec, probe, pins)
         growth[n_kv] = m.decode_seconds(4000) - m.decode_seconds(256)
     # Per cell: 4 query heads' arithmetic, plus one RAM read per KV head (as costly as a head's
@@ -141,8 +157,17 @@ def test_a_short_prompt_costs_at_least_one_pass_over_the_weights(q8_llama: Model
 
 
 def test_experts_read_their_share_when_decoding_and_run_the_expert_kernel_for_prompts(tmp_path: Path) -> None:
-    spec = load_model_spec(write_model(tmp_path / "moe.gguf", "qwen3moe", weight_type="q8_0", n_expert=8,
-                                       n_expert_used=2, n_ff_expert=128, n_embd=256))  # fmt: skip
+    spec = load_model_spec(
+        write_model(
+            tmp_path / "moe.gguf",
+            "qwen3moe",
+            weight_type="q8_0",
+            n_expert=8,
+            n_expert_used=2,
+            n_ff_expert=128,
+            n_embd=256,
+        )
+    )
     table = weight_table(spec)
     experts = [m for layer in table.layers for m in layer.matrices if m.expert_share < 1]
     assert experts and all(m.bytes_active == pytest.approx(m.bytes_total / 4) for m in experts)

@@ -24,13 +24,22 @@ from vrampilot.speed.store import load_machine_speed, save_device_rates, update_
 from vrampilot.units import GIB
 
 LAVAPIPE = "llvmpipe (LLVM 15.0.6, 256 bits)"
-RATES = DeviceRates("Vulkan0", LAVAPIPE, "2026-12-04T22:00:00+00:00", "q8_0", decode_gbps=0.75,
-                    prefill_gflops=5.0, product_overhead_us=300.0)  # fmt: skip
+RATES = DeviceRates(
+    "Vulkan0",
+    LAVAPIPE,
+    "2026-12-04T22:00:00+00:00",
+    "q8_0",
+    decode_gbps=0.75,
+    prefill_gflops=5.0,
+    product_overhead_us=300.0,
+)
 
 
 def vulkan_machine(speed: MachineSpeed | None) -> Machine:
-    devices = (LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
-               LlamaDevice("Vulkan0", LAVAPIPE, "gpu", "Vulkan", 2 * GIB, 2 * GIB))  # fmt: skip
+    devices = (
+        LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
+        LlamaDevice("Vulkan0", LAVAPIPE, "gpu", "Vulkan", 2 * GIB, 2 * GIB),
+    )
     return replace(cpu_machine(), llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices), speed=speed)
 
 
@@ -64,7 +73,9 @@ def test_measuring_a_device_drops_what_its_replies_taught_and_keeps_the_others(t
     assert "(Vulkan0)" in key
 
     def taught(m: MachineSpeed) -> MachineSpeed:
-        return m.with_factors(SpeedFactors(key, (0.5,), (0.5,))).with_factors(SpeedFactors("cpu:zen4, 2 threads", (1.1,)))
+        return m.with_factors(SpeedFactors(key, (0.5,), (0.5,))).with_factors(
+            SpeedFactors("cpu:zen4, 2 threads", (1.1,))
+        )
 
     update_machine_speed("m", taught, tmp_path)
     saved = save_device_rates("m", (RATES,), tmp_path)

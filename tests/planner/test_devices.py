@@ -27,11 +27,25 @@ from vrampilot.units import GIB
 
 def _gpu(index: int, name: str, total_gib: float, bw: float) -> GpuInfo:
     total = int(total_gib * GIB)
-    return GpuInfo(index=index, name=name, uuid=None, vendor="NVIDIA", memory_total_bytes=total,
-                   memory_free_bytes=total - GIB // 2, memory_used_bytes=GIB // 2, driver_version="560.35",
-                   cuda_version="12.6", memory_bus_width_bits=192, memory_clock_max_mhz=7501,
-                   peak_bandwidth_gbps=bw, bandwidth_source="nvml", pcie_generation=4, pcie_width=16,
-                   display_active=False, fp16_tflops=25.0)  # fmt: skip
+    return GpuInfo(
+        index=index,
+        name=name,
+        uuid=None,
+        vendor="NVIDIA",
+        memory_total_bytes=total,
+        memory_free_bytes=total - GIB // 2,
+        memory_used_bytes=GIB // 2,
+        driver_version="560.35",
+        cuda_version="12.6",
+        memory_bus_width_bits=192,
+        memory_clock_max_mhz=7501,
+        peak_bandwidth_gbps=bw,
+        bandwidth_source="nvml",
+        pcie_generation=4,
+        pcie_width=16,
+        display_active=False,
+        fp16_tflops=25.0,
+    )
 
 
 def two_gpu_machine() -> Machine:
@@ -39,9 +53,20 @@ def two_gpu_machine() -> Machine:
     gpus = (_gpu(0, "NVIDIA GeForce RTX 3060", 12, 360.0), _gpu(1, "NVIDIA GeForce RTX 4060", 8, 272.0))
     devices = (
         LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
-        *(LlamaDevice(f"CUDA{g.index}", g.name, "gpu", "CUDA", g.memory_free_bytes or 0, g.memory_total_bytes,
-                      f"0000:0{g.index + 1}:00.0", True) for g in gpus),
-    )  # fmt: skip
+        *(
+            LlamaDevice(
+                f"CUDA{g.index}",
+                g.name,
+                "gpu",
+                "CUDA",
+                g.memory_free_bytes or 0,
+                g.memory_total_bytes,
+                f"0000:0{g.index + 1}:00.0",
+                True,
+            )
+            for g in gpus
+        ),
+    )
     base = cpu_machine()
     return replace(base, gpus=gpus, llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices))
 
@@ -87,8 +112,9 @@ def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Pa
     # What replies teach this plan is kept for this pair of cards, not for either alone.
     assert backend_key(target, p.settings) == "gpu:NVIDIA GeForce RTX 3060 (CUDA0)+NVIDIA GeForce RTX 4060 (CUDA1)"
     # Each card's bandwidth, and where it came from (no GPU has been measured: NVML's peak).
-    assert "NVIDIA GeForce RTX 3060 (CUDA0) 360 GB/s (peak from NVML or its profile), NVIDIA GeForce RTX 4060 " in (
-        p.reasons[-1]
+    assert (
+        "NVIDIA GeForce RTX 3060 (CUDA0) 360 GB/s (peak from NVML or its profile), NVIDIA GeForce RTX 4060 "
+        in (p.reasons[-1])
     )
 
 
@@ -115,8 +141,11 @@ def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwe
 def test_a_split_that_overfills_one_card_does_not_fit_although_the_sum_would(qwen7b: Path) -> None:
     target = target_from_machine(two_gpu_machine())
     spec = load_model_spec(qwen7b)
-    lopsided = plan(spec, target, Pins(n_ctx=65536, type_k="f16", type_v="f16", n_gpu_layers=spec.n_layer + 1,
-                                        tensor_split=(1.0, 9.0)))
+    lopsided = plan(
+        spec,
+        target,
+        Pins(n_ctx=65536, type_k="f16", type_v="f16", n_gpu_layers=spec.n_layer + 1, tensor_split=(1.0, 9.0)),
+    )
     mem = lopsided.memory
     assert mem.device.total_bytes < target.device_budget_bytes  # the pooled view would say yes
     assert mem.per_device[1].total_bytes > target.gpus[1].memory_budget_bytes
@@ -125,8 +154,10 @@ def test_a_split_that_overfills_one_card_does_not_fit_although_the_sum_would(qwe
 
 
 def test_rpc_hosts_come_first_with_their_pinned_budgets(qwen7b: Path) -> None:
-    hosts = [RpcHost("192.168.1.20:50052", "7.0.0", (RpcDeviceMemory(0, 30 * GIB, 32 * GIB),), rtt_ms=0.4),
-             RpcHost("192.168.1.21:50052", "7.0.0", (RpcDeviceMemory(0, 14 * GIB, 16 * GIB),), rtt_ms=0.6)]  # fmt: skip
+    hosts = [
+        RpcHost("192.168.1.20:50052", "7.0.0", (RpcDeviceMemory(0, 30 * GIB, 32 * GIB),), rtt_ms=0.4),
+        RpcHost("192.168.1.21:50052", "7.0.0", (RpcDeviceMemory(0, 14 * GIB, 16 * GIB),), rtt_ms=0.6),
+    ]
     target = target_from_machine(cpu_machine(), hosts, {"192.168.1.20:50052": 3 * GIB})
     assert [g.llama_name for g in target.gpus] == ["RPC0", "RPC1"]
     assert target.gpus[0].memory_budget_bytes == 3 * GIB and target.gpus[0].budget_pinned
@@ -148,8 +179,12 @@ def test_rpc_hosts_come_first_with_their_pinned_budgets(qwen7b: Path) -> None:
 def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
     base = cpu_machine(ram_gib=16)
     igpu = LlamaDevice("Vulkan0", "Intel(R) Iris(R) Xe Graphics", "igpu", "Vulkan", 12 * GIB, 16 * GIB)
-    machine = replace(base, llama=LlamaBackendInfo("0.3.36", True, None, None,
-                                                   devices=(LlamaDevice("CPU", "cpu", "cpu", "CPU", 16 * GIB, 16 * GIB), igpu)))  # fmt: skip
+    machine = replace(
+        base,
+        llama=LlamaBackendInfo(
+            "0.3.36", True, None, None, devices=(LlamaDevice("CPU", "cpu", "cpu", "CPU", 16 * GIB, 16 * GIB), igpu)
+        ),
+    )
     target = target_from_machine(machine)
     assert target.gpus[0].kind == "igpu"
     assert any("integrated GPU: its memory is system RAM" in n for n in target.notes)
@@ -166,11 +201,22 @@ def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
 
 
 def test_no_gpu_backend_says_so_and_plans_the_cpu() -> None:
-    machine = replace(two_gpu_machine(), llama=LlamaBackendInfo("0.3.36", False, None, None, devices=(
-        LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),), gpu_build_note="cuda: nvcc not found"))  # fmt: skip
+    machine = replace(
+        two_gpu_machine(),
+        llama=LlamaBackendInfo(
+            "0.3.36",
+            False,
+            None,
+            None,
+            devices=(LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),),
+            gpu_build_note="cuda: nvcc not found",
+        ),
+    )
     target = target_from_machine(machine)
     assert not target.gpus
-    assert any("this engine has no backend for NVIDIA GeForce RTX 3060 (cuda: nvcc not found)" in n for n in target.notes)
+    assert any(
+        "this engine has no backend for NVIDIA GeForce RTX 3060 (cuda: nvcc not found)" in n for n in target.notes
+    )
 
 
 def test_memory_per_device_adds_up_to_the_pooled_view(qwen7b: Path) -> None:

@@ -20,7 +20,9 @@ def test_why_lines_keep_the_planners_order_then_warnings_then_what_would_fit(tmp
     assert not p.fits and p.suggestion and p.warnings
     lines = explain.why_lines(p)
     assert [w.text for w in lines] == [*p.reasons, *p.warnings, p.suggestion]
-    assert [w.kind for w in lines] == [explain.REASON] * len(p.reasons) + [explain.WARNING] * len(p.warnings) + [explain.SUGGESTION]
+    assert [w.kind for w in lines] == [explain.REASON] * len(p.reasons) + [explain.WARNING] * len(p.warnings) + [
+        explain.SUGGESTION
+    ]
     assert explain.prompt_tokens(p) == 512 and explain.last_measured(p) is None  # no speed record on this target
 
 

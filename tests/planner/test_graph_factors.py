@@ -44,7 +44,9 @@ def spec(embedded_model: Path) -> ModelSpec:
     return load_model_spec(embedded_model)
 
 
-def _constant(decode: tuple[float, float], prefill: tuple[float, float], threads: tuple[int, ...] = (1, 2)) -> GraphFactors:
+def _constant(
+    decode: tuple[float, float], prefill: tuple[float, float], threads: tuple[int, ...] = (1, 2)
+) -> GraphFactors:
     def at(v: float) -> tuple[RateAt, ...]:
         return tuple(RateAt(t, v) for t in threads)
 
@@ -58,13 +60,16 @@ def _run(spec: ModelSpec, embedded: Path, probe: HostProbe, made_with: GraphFact
     att = attention_shapes(spec, lambda il: N_CTX)
     decode = tuple(
         ReferenceDecode(t, depth, decode_seconds(table, on, True, att, depth, "f16", t, rates))
-        for depth in (13, 778) for t in (1, 2)
-    )  # fmt: skip
+        for depth in (13, 778)
+        for t in (1, 2)
+    )
     # As the probe reads it: the first ubatch at 1 thread, then four at 2 threads.
     prefill = tuple(
-        ReferencePrefill(t, past, UBATCH, prefill_seconds(table, on, True, att, UBATCH, past, UBATCH, UBATCH, "f16", t, rates))
+        ReferencePrefill(
+            t, past, UBATCH, prefill_seconds(table, on, True, att, UBATCH, past, UBATCH, UBATCH, "f16", t, rates)
+        )
         for t, past in ((1, 0), (2, 0), (2, 256), (2, 512), (2, 768))
-    )  # fmt: skip
+    )
     return ReferenceRun(embedded.name, embedded.stat().st_size, N_CTX, UBATCH, "f16", decode, prefill)
 
 
@@ -112,12 +117,16 @@ def test_a_prompt_s_attention_is_learned_apart_from_its_weights(spec: ModelSpec,
     assert att == BEST_CASE_MIN and 1.2 < base < 1.5
 
 
-def test_attention_and_prompts_are_never_priced_faster_than_their_kernels_alone(spec: ModelSpec, embedded_model: Path) -> None:
+def test_attention_and_prompts_are_never_priced_faster_than_their_kernels_alone(
+    spec: ModelSpec, embedded_model: Path
+) -> None:
     # A run read at a fast moment against kernels read at a slow one: every part took 0.7 of what
     # the kernels say. A decode step's weights may (a small model's can come from the cache); a
     # kernel timed alone on its best shape is a floor for attention and a prompt's matrices.
     probe = uniform_probe(8.0, 40.0, threads=(1, 2), attention_gflops={"f16": 10.0})
-    got = factors_for_run(spec, _run(spec, embedded_model, probe, _constant((0.7, 0.7), (0.7, 0.7))), CpuRates(probe, 2))
+    got = factors_for_run(
+        spec, _run(spec, embedded_model, probe, _constant((0.7, 0.7), (0.7, 0.7))), CpuRates(probe, 2)
+    )
     for t in (1, 2):
         base, att = got.decode(t)
         assert base < 1.0 and att == BEST_CASE_MIN
@@ -133,8 +142,9 @@ def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: Mode
 
     def model(p: HostProbe) -> SpeedModel:
         target = target_cpu_only(measured_machine(p, cores=2))
-        pl = plan(spec, target, Pins(n_ctx=8192, n_threads=2, n_threads_batch=2, type_k="f16", type_v="f16",
-                                     flash_attn=True))  # fmt: skip
+        pl = plan(
+            spec, target, Pins(n_ctx=8192, n_threads=2, n_threads_batch=2, type_k="f16", type_v="f16", flash_attn=True)
+        )
         return SpeedModel(spec, pl.settings, target, pl.memory)
 
     raw, corrected = model(probe), model(with_run)
@@ -146,8 +156,9 @@ def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: Mode
     assert corrected.prefill_seconds(512) > 1.2 * raw.prefill_seconds(512)
 
 
-def test_one_thread_decode_weights_carry_only_to_the_built_in_model(spec: ModelSpec, embedded_model: Path,
-                                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_one_thread_decode_weights_carry_only_to_the_built_in_model(
+    spec: ModelSpec, embedded_model: Path, tmp_path: Path
+) -> None:
     # With one thread no thread waits at a node: what the built-in model's 1-thread steps cost
     # beyond its kernels is its own. Other models take x1 there, and every other factor as it is.
     from testkit.gguf_models import write_model
@@ -182,11 +193,14 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     run = host_probe.reference
     assert run is not None
     threads = sorted({d.threads for d in run.decode})
-    assert [(d.threads, d.depth > 500) for d in run.decode] == [(t, False) for t in threads] + [(t, True) for t in threads]
+    assert [(d.threads, d.depth > 500) for d in run.decode] == [(t, False) for t in threads] + [
+        (t, True) for t in threads
+    ]
     # The first ubatch at each smaller count, then the whole prompt with all threads.
     most = max(threads)
     assert [(p.threads, p.n_past) for p in run.prefill] == (
-        [(t, 0) for t in threads if t != most] + [(most, n) for n in (0, 512, 1024, 1536)])
+        [(t, 0) for t in threads if t != most] + [(most, n) for n in (0, 512, 1024, 1536)]
+    )
     assert all(p.seconds > 0 for p in run.prefill)
     assert not probe_outdated(host_probe)
     # A record from before the prompt was read this deep is measured again at the next start.
@@ -198,7 +212,9 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     # A record from before the probe timed the elementwise steps is measured again too.
     assert probe_outdated(replace(host_probe, elementwise=None))
     # ... and one from before it timed rows of 512.
-    assert probe_outdated(replace(host_probe, kernels=tuple(replace(k, decode_shortest_gbps=()) for k in host_probe.kernels)))
+    assert probe_outdated(
+        replace(host_probe, kernels=tuple(replace(k, decode_shortest_gbps=()) for k in host_probe.kernels))
+    )
     got = graph_factors(host_probe, max(threads))
     assert got is not None
     for t in threads:
@@ -210,7 +226,12 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
 def test_a_run_whose_weight_types_were_not_measured_gives_no_factors(spec: ModelSpec, embedded_model: Path) -> None:
     # The built-in model's Q4_1 priced as the probe's Q4_0 would charge the kernel's difference to
     # the graph and apply it to every model: no factors until Q4_1 is measured.
-    run = _run(spec, embedded_model, uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2)), _constant((1.2, 1.0), (1.1, 1.0)))
+    run = _run(
+        spec,
+        embedded_model,
+        uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2)),
+        _constant((1.2, 1.0), (1.1, 1.0)),
+    )
     without = replace(uniform_probe(8.0, 40.0, threads=(1, 2)), reference=run)
     assert graph_factors(without, 2) is None
     measured = replace(uniform_probe(8.0, 40.0, types=WITH_Q4_1, threads=(1, 2)), reference=run)

@@ -121,7 +121,9 @@ def test_swa_cells_follow_window_seqs_and_ubatch(models: dict[str, Path]) -> Non
 def test_embedded_model_kv_matches_llama_cpp() -> None:
     path = _embedded()
     spec = load_model_spec(path)
-    grid = itertools.product([100, 1000, 4097, 8192], [False, True], [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "f16")])
+    grid = itertools.product(
+        [100, 1000, 4097, 8192], [False, True], [("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "f16")]
+    )
     for n_ctx, fa, (tk, tv) in grid:
         s = Settings(n_ctx=n_ctx, flash_attn=fa, type_k=tk, type_v=tv)
         if kv_refusal(spec, s) is None:

@@ -187,7 +187,9 @@ def test_a_kv_cache_quantized_for_layers_says_so(embedded_model: Path) -> None:
     assert p.settings.type_k == "q8_0" and 0 < p.settings.n_gpu_layers < spec.n_layer + 1
     kv_reason = next(r for r in p.reasons if "KV cache (" in r)
     assert "full precision fits" not in kv_reason
-    m = re.search(r"quantized because a full-precision cache fits only with (\d+) layers on the GPU, (\d+) with", kv_reason)
+    m = re.search(
+        r"quantized because a full-precision cache fits only with (\d+) layers on the GPU, (\d+) with", kv_reason
+    )
     assert m and int(m.group(1)) < int(m.group(2)) == p.settings.n_gpu_layers
 
 

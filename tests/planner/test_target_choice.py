@@ -16,8 +16,10 @@ from vrampilot.units import GIB, MIB
 
 def gpu_machine() -> Machine:
     """A CUDA build on a machine with one 12 GB card: CUDA0 first, the CPU last (ggml's order)."""
-    devices = (LlamaDevice("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", "CUDA", 11 * GIB, 12 * GIB, "0000:01:00.0", True),
-               LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB))  # fmt: skip
+    devices = (
+        LlamaDevice("CUDA0", "NVIDIA GeForce RTX 3060", "gpu", "CUDA", 11 * GIB, 12 * GIB, "0000:01:00.0", True),
+        LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
+    )
     return replace(cpu_machine(), llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices))
 
 

@@ -102,7 +102,9 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
     p = plan(spec, target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1), exact=True)
     assert p.fits and p.settings.rpc_servers == tuple(hosts), p.reasons
     assert p.compute_source == "llama.cpp"  # per device, from llama.cpp's own allocator (a dry run)
-    argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=free_port(), server=str(tool_path("llama-server")))
+    argv = llama_server_argv(
+        path, p.settings, host="127.0.0.1", port=free_port(), server=str(tool_path("llama-server"))
+    )
     server, real = serve_and_read_buffers(argv)
     try:
         for d, g in enumerate(target.gpus):
@@ -119,9 +121,15 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
         if model != "smollm2":
             return  # the fixtures have no tokenizer to chat with
         # And it answers, across the two hosts.
-        conn_argv = ["curl", "-s", f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/v1/chat/completions",
-                     "-H", "Content-Type: application/json",
-                     "-d", json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})]  # fmt: skip
+        conn_argv = [
+            "curl",
+            "-s",
+            f"http://127.0.0.1:{argv[argv.index('--port') + 1]}/v1/chat/completions",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+        ]
         reply = json.loads(subprocess.run(conn_argv, capture_output=True, text=True, timeout=60).stdout)
         assert reply["choices"][0]["message"]["content"]
     finally:
@@ -129,8 +137,9 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vrampilot", *args], capture_output=True, text=True, timeout=240,
-                          cwd=ROOT, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "vrampilot", *args], capture_output=True, text=True, timeout=240, cwd=ROOT, env=env
+    )
 
 
 def test_plan_export_and_chat_on_the_command_line(hosts: list[str], tmp_path: Path) -> None:
@@ -142,8 +151,21 @@ def test_plan_export_and_chat_on_the_command_line(hosts: list[str], tmp_path: Pa
     assert [d["llama_name"] for d in out["devices"]] == ["RPC0", "RPC1"] and all(d["fits"] for d in out["devices"])
     assert out["devices"][0]["budget_bytes"] == 60 * MIB and out["devices"][0]["budget_pinned"]
     assert "--rpc" in out["llama_server"] and "-ts" in out["llama_server"]
-    r = _cli("chat", "--rpc", rpc, "--ctx", "2048", "--threads", "1", "--prompt", "Say hi.", "--max-tokens", "6",
-             "--json", env=env)  # fmt: skip
+    r = _cli(
+        "chat",
+        "--rpc",
+        rpc,
+        "--ctx",
+        "2048",
+        "--threads",
+        "1",
+        "--prompt",
+        "Say hi.",
+        "--max-tokens",
+        "6",
+        "--json",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     chat = json.loads(r.stdout)
     assert chat["served_by"] == "llama-server" and chat["reply"].strip() and chat["stats"]["completion_tokens"] > 0
@@ -173,8 +195,19 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
         try:
             server.wait_ready(f"http://127.0.0.1:{port}", timeout_s=60)
             # Loaded before the host went: the first request needs it, and the server ends then.
-            subprocess.run(["curl", "-s", "-m", "30", f"http://127.0.0.1:{port}/v1/completions", "-d",
-                            '{"prompt": "Hi", "max_tokens": 4}'], capture_output=True, timeout=60)  # fmt: skip
+            subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "-m",
+                    "30",
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    "-d",
+                    '{"prompt": "Hi", "max_tokens": 4}',
+                ],
+                capture_output=True,
+                timeout=60,
+            )
             deadline = time.monotonic() + 30
             while server.running and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -193,8 +226,14 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
 def test_rpc_host_command_shares_and_stops(tmp_path: Path) -> None:
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
@@ -207,8 +246,14 @@ def test_rpc_host_command_shares_and_stops(tmp_path: Path) -> None:
 
 
 def _rpc_host_cli(port: int, env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "rpc-host", "--port", str(port), "--threads", "1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdout is not None
     return proc, int(json.loads(proc.stdout.readline())["pid"])
 
@@ -236,10 +281,29 @@ def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tm
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path)}
     mine = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "chat", "--rpc", f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB",
-                             "--ctx", "1024", "--threads", "1", "--max-tokens", "300",
-                             "--prompt", "Write a long story about a mill by a river."],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vrampilot",
+            "chat",
+            "--rpc",
+            f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB",
+            "--ctx",
+            "1024",
+            "--threads",
+            "1",
+            "--max-tokens",
+            "300",
+            "--prompt",
+            "Write a long story about a mill by a river.",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.read(1)  # the reply has begun
         servers = [c.pid for c in psutil.Process(proc.pid).children() if "llama-server" in c.name()]
@@ -263,16 +327,47 @@ def test_a_host_killed_mid_stream_ends_serve_with_llama_cpps_reason_in_one_line(
     mine = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), "--rpc",
-                             f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB", "--ctx", "1024", "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vrampilot",
+            "serve",
+            "--json",
+            "--port",
+            str(port),
+            "--rpc",
+            f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB",
+            "--ctx",
+            "1024",
+            "--threads",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdout is not None
         server_pid = int(json.loads(proc.stdout.readline())["pid"])
         body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 300, "stream": True}
-        stream = subprocess.Popen(["curl", "-sN", "-m", "60", f"http://127.0.0.1:{port}/v1/chat/completions",
-                                   "-H", "Content-Type: application/json", "-d", json.dumps(body)],
-                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        stream = subprocess.Popen(
+            [
+                "curl",
+                "-sN",
+                "-m",
+                "60",
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                json.dumps(body),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert stream.stdout is not None and stream.stdout.readline().startswith("data: ")  # streaming
         mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # a started host has its process
         stream.wait(60)  # the client's stream ends (curl -m bounds it either way)

@@ -35,9 +35,28 @@ def test_the_api_key_is_on_no_command_line_printed_line_or_app_file(tmp_path: Pa
         key_file = tmp_path / "key"
         key_file.write_text("\nkey-from-a-file-0123456789abcdef\n")
         key_args = ["--api-key-file", str(key_file)]
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--host", "0.0.0.0", "--port", str(port),
-                             "--ctx", "1024", "--threads", "1", *key_args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vrampilot",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--ctx",
+            "1024",
+            "--threads",
+            "1",
+            *key_args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     try:
         shown = []
@@ -92,6 +111,12 @@ def test_a_model_file_cut_while_served_ends_serve_with_the_reason(tmp_path: Path
     assert "llama-server was killed by SIGBUS (its model file was probably truncated or rewritten" in err
     assert "Traceback" not in err
     # Started again, the file's header says what is wrong before llama-server runs.
-    again = subprocess.run([sys.executable, "-m", "vrampilot", "serve", str(model), "--port", str(free_port())],
-                           capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "-m", "vrampilot", "serve", str(model), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert again.returncode == 2 and "points past the end of the file" in again.stderr, again.stderr

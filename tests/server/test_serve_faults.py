@@ -51,9 +51,11 @@ def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_li
     proc, info = _serve_cli(["--port", str(free_port()), *SERVE], env)
     try:
         stream = client(ServerConfig(port=int(info["port"])), key=None).chat.completions.create(
-            model="x", messages=[{"role": "user", "content": "Write a long story about a mill."}], max_tokens=400,
+            model="x",
+            messages=[{"role": "user", "content": "Write a long story about a mill."}],
+            max_tokens=400,
             stream=True,
-        )  # fmt: skip
+        )
         chunks = 0
         with pytest.raises(openai.APIConnectionError):  # an error, not a quiet end and not a hang
             for _chunk in stream:
@@ -69,11 +71,15 @@ def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_li
 
 
 def test_the_apps_chat_never_takes_a_cut_reply_for_a_whole_one(embedded_model: Path) -> None:
-    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()),
-             Pins(n_ctx=1024, n_threads=1, n_threads_batch=1))  # fmt: skip
+    p = plan(
+        load_model_spec(embedded_model),
+        target_cpu_only(cpu_machine()),
+        Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
+    )
     config = ServerConfig("127.0.0.1", free_port())
-    argv = llama_server_argv(p.spec.path, p.settings, host=config.host, port=config.port,
-                             server=str(tool_path("llama-server")))  # fmt: skip
+    argv = llama_server_argv(
+        p.spec.path, p.settings, host=config.host, port=config.port, server=str(tool_path("llama-server"))
+    )
     server = ServerProcess(argv, tool_env())
     server.start()
     try:
@@ -91,8 +97,13 @@ def test_the_apps_chat_never_takes_a_cut_reply_for_a_whole_one(embedded_model: P
         # The second reply (the server's context already known, so nothing else asks the dead
         # server): the cut stream is an error, not a short answer saved as complete.
         with pytest.raises(ServerChatError, match="stopped midway"):
-            backend.reply(None, [Message("user", "Write a long story about a mill.")], SamplingParams(max_tokens=300),
-                          on_text=kill_after_three, **quiet)  # fmt: skip
+            backend.reply(
+                None,
+                [Message("user", "Write a long story about a mill.")],
+                SamplingParams(max_tokens=300),
+                on_text=kill_after_three,
+                **quiet,
+            )
         assert len(pieces) >= 3
     finally:
         server.stop()
@@ -115,9 +126,15 @@ def test_sigterm_stops_serve_and_its_server_before_it_exits(env: dict[str, str])
 def test_a_terminals_ctrl_c_reaches_the_server_once(env: dict[str, str]) -> None:
     # A terminal sends Ctrl+C to its whole foreground process group; the command passes it on.
     # Twice makes llama-server exit(1) from its signal handler without shutting down.
-    proc = subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(free_port()), *SERVE],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(free_port()), *SERVE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
@@ -139,8 +156,14 @@ def test_a_port_held_by_another_program_is_named_with_how_to_choose_another(env:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "vrampilot", "serve", "--port", str(port), *SERVE],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "vrampilot", "serve", "--port", str(port), *SERVE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env=env,
+        )
     assert r.returncode == 2
     line = r.stderr.strip().splitlines()
     assert len(line) == 1 and f"port {port} on 127.0.0.1 is in use by another program" in line[0], r.stderr
@@ -149,9 +172,11 @@ def test_a_port_held_by_another_program_is_named_with_how_to_choose_another(env:
 
 def test_a_port_taken_after_the_check_is_the_same_one_line() -> None:
     # What llama-server writes when another program bound the port between our check and its bind.
-    lines = ["0.00.040.635 E srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
-             "0.00.040.649 I srv    operator(): operator(): cleaning up before exit...",
-             "0.00.040.737 E srv  llama_server: exiting due to HTTP server error"]  # fmt: skip
+    lines = [
+        "0.00.040.635 E srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
+        "0.00.040.649 I srv    operator(): operator(): cleaning up before exit...",
+        "0.00.040.737 E srv  llama_server: exiting due to HTTP server error",
+    ]
     assert ServerExited(1, lines).port_taken
     said = "llama-server exited with status 1: port 8080 on 127.0.0.1 is in use by another program"
     assert exit_text(1, lines) == said
@@ -161,10 +186,13 @@ def test_a_port_taken_after_the_check_is_the_same_one_line() -> None:
 def test_a_server_that_cannot_bind_is_not_taken_for_the_one_that_answers(embedded_model: Path) -> None:
     # Another llama-server serves the port (a second serve won the race): its /health answers 200
     # while ours fails to bind. Ready means ours answers, never that something on the port does.
-    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()),
-             Pins(n_ctx=512, n_threads=1, n_threads_batch=1))  # fmt: skip
+    p = plan(
+        load_model_spec(embedded_model), target_cpu_only(cpu_machine()), Pins(n_ctx=512, n_threads=1, n_threads_batch=1)
+    )
     port = free_port()
-    argv = llama_server_argv(p.spec.path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))
+    argv = llama_server_argv(
+        p.spec.path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server"))
+    )
     first, second = ServerProcess(argv, tool_env()), ServerProcess(argv, tool_env())
     first.start()
     try:
@@ -180,8 +208,14 @@ def test_a_server_that_cannot_bind_is_not_taken_for_the_one_that_answers(embedde
 
 def test_two_serves_at_once_on_one_port_and_on_two(env: dict[str, str]) -> None:
     def serve(port: int) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), *SERVE],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "vrampilot", "serve", "--json", "--port", str(port), *SERVE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
 
     port = free_port()
     both = [serve(port), serve(port)]
@@ -236,9 +270,11 @@ def test_twenty_streaming_clients_are_all_answered_in_bounded_memory(env: dict[s
             for r in range(rounds):
                 try:
                     stream = c.chat.completions.create(
-                        model="x", messages=[{"role": "user", "content": f"Client {i}, round {r}: name a colour."}],
-                        max_tokens=8, stream=True,
-                    )  # fmt: skip
+                        model="x",
+                        messages=[{"role": "user", "content": f"Client {i}, round {r}: name a colour."}],
+                        max_tokens=8,
+                        stream=True,
+                    )
                     answered.append("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices))
                 except openai.APIError as exc:
                     errors.append(repr(exc))
@@ -256,8 +292,10 @@ def test_twenty_streaming_clients_are_all_answered_in_bounded_memory(env: dict[s
         # threads, not a second model.
         assert max(peak) < 2 * rss_before, (rss_before, max(peak))
         assert proc.poll() is None and server.is_running()
-        print(f"20 clients: {len(answered)} answered, llama-server RSS {rss_before / 2**20:.0f} MiB before, "
-              f"{max(peak) / 2**20:.0f} MiB at most, {server.memory_info().rss / 2**20:.0f} MiB after")
+        print(
+            f"20 clients: {len(answered)} answered, llama-server RSS {rss_before / 2**20:.0f} MiB before, "
+            f"{max(peak) / 2**20:.0f} MiB at most, {server.memory_info().rss / 2**20:.0f} MiB after"
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)

@@ -8,7 +8,9 @@ import sys
 from vrampilot.speed import cpu_load
 
 # A child that computes for a while and reports the CPU time it used.
-_BUSY_CHILD = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint(time.process_time())"
+_BUSY_CHILD = (
+    "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint(time.process_time())"
+)
 
 
 def test_a_child_s_cpu_time_counts_as_this_process_s() -> None:

@@ -48,13 +48,20 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     assert {r.threads for r in host_probe.ram_read_gbps} == set(threads)
     assert all(r.value > 0 for r in host_probe.ram_read_gbps)
     assert [(x.n_layer, x.n_vocab) for x in host_probe.steps] == [(2, 256), (12, 256), (2, 32768)]
-    assert all({r.threads for r in x.step_us} == set(threads) and all(r.value > 0 for r in x.step_us)
-               for x in host_probe.steps)  # fmt: skip
+    assert all(
+        {r.threads for r in x.step_us} == set(threads) and all(r.value > 0 for r in x.step_us) for x in host_probe.steps
+    )
     fixed = host_probe.fixed_costs(threads[-1])
     assert fixed.step_s >= 0 and fixed.layer_s >= 0 and fixed.vocab_entry_s >= 0
     assert {k.type_name for k in host_probe.kernels} == {"q4_0", "q4_1", "q8_0", "f16"}
     for k in host_probe.kernels:
-        for rates in (k.decode_gbps, k.decode_short_gbps, k.decode_shortest_gbps, k.prefill_gflops, k.prefill_moe_gflops):
+        for rates in (
+            k.decode_gbps,
+            k.decode_short_gbps,
+            k.decode_shortest_gbps,
+            k.prefill_gflops,
+            k.prefill_moe_gflops,
+        ):
             assert {r.threads for r in rates} == set(threads)
             assert all(r.value > 0 for r in rates)
         # Each product's cost in a chain beyond its bytes: measured, never negative.
@@ -75,8 +82,10 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     # The elementwise steps a prompt's tokens take, at each thread count.
     assert host_probe.elementwise is not None
     assert [e.op for e in host_probe.elementwise] == ["norm", "swiglu", "geglu", "rope"]
-    assert all({r.threads for r in e.ns_per_element} == set(threads) and all(r.value > 0 for r in e.ns_per_element)
-               for e in host_probe.elementwise)  # fmt: skip
+    assert all(
+        {r.threads for r in e.ns_per_element} == set(threads) and all(r.value > 0 for r in e.ns_per_element)
+        for e in host_probe.elementwise
+    )
     # The pace gauge's first reading, at each thread count (speed/pace.py), kept in the record.
     assert {r.threads for r in host_probe.pace_ms} == set(threads) and all(r.value > 0 for r in host_probe.pace_ms)
     assert HostProbe.from_dict(json.loads(json.dumps(host_probe.to_dict()))) == host_probe
@@ -98,9 +107,12 @@ def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(
     assert ref is not None and ref.model_name == embedded_model.name
     # Steps at two depths per thread count; the prompt's ubatches at the most threads, its first at
     # each smaller count.
-    assert sorted((d.threads, d.depth > 1000) for d in ref.decode) == sorted((t, deep) for t in threads for deep in (False, True))
+    assert sorted((d.threads, d.depth > 1000) for d in ref.decode) == sorted(
+        (t, deep) for t in threads for deep in (False, True)
+    )
     assert [(p.threads, p.n_past) for p in ref.prefill] == [(t, 0) for t in threads[:-1]] + [
-        (threads[-1], i * ref.n_ubatch) for i in range(PREFILL_UBATCHES)]  # fmt: skip
+        (threads[-1], i * ref.n_ubatch) for i in range(PREFILL_UBATCHES)
+    ]
     assert all(d.step_s > 0 for d in ref.decode) and all(p.seconds > 0 for p in ref.prefill)
     # A session not yet read has no run to give (a probe cancelled or failed before its first
     # reading keeps no reference, not an empty one).
@@ -121,7 +133,9 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     assert pace is not None and pace > 0
     # A CPU plan reads it at its own thread count.
     machine = measured_machine(host_probe)
-    p = plan(load_model_spec(embedded_model), target_cpu_only(machine), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1))
+    p = plan(
+        load_model_spec(embedded_model), target_cpu_only(machine), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
+    )
     again = reply_pace_ms(p)
     assert again is not None and again > 0
     # A plan generating on a GPU: the CPU's pace is not what its replies measure.
@@ -151,18 +165,24 @@ def test_each_figure_keeps_the_faster_of_two_passes() -> None:
     def rates(*values: float) -> tuple[RateAt, ...]:
         return tuple(RateAt(t, v) for t, v in zip((1, 2), values, strict=True))
 
-    first = [KernelRates("q4_1", "CPU", rates(5, 8), rates(6, 8), rates(25, 36), rates(20, 30)),
-             KernelRates("f16", "CPU", rates(20, 40), rates(20, 40), rates(60, 100))]
+    first = [
+        KernelRates("q4_1", "CPU", rates(5, 8), rates(6, 8), rates(25, 36), rates(20, 30)),
+        KernelRates("f16", "CPU", rates(20, 40), rates(20, 40), rates(60, 100)),
+    ]
     second = [KernelRates("q4_1", "CPU", rates(4, 9), rates(6, 7), rates(24, 59), rates(21, 29))]
     first[0] = replace(first[0], matvec_overhead_us=rates(1.0, 5.0))
     second[0] = replace(second[0], matvec_overhead_us=rates(1.5, 4.0))
     q41, f16 = faster_kernels(first, second)
     # Microseconds per product: the faster pass is the smaller figure.
-    assert q41 == KernelRates("q4_1", "CPU", rates(5, 9), rates(6, 8), rates(25, 59), rates(21, 30),
-                              matvec_overhead_us=rates(1.0, 4.0))  # fmt: skip
+    assert q41 == KernelRates(
+        "q4_1", "CPU", rates(5, 9), rates(6, 8), rates(25, 59), rates(21, 30), matvec_overhead_us=rates(1.0, 4.0)
+    )
     assert f16 == first[1]  # measured once: as it was
     a = [AttentionRates("f16", 64, rates(8, 16), rates(30, 60), rates(4, 8))]
-    b = [AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)), AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2))]
+    b = [
+        AttentionRates("f16", 64, rates(10, 12), rates(31, 50), rates(3, 9)),
+        AttentionRates("q8_0", 64, rates(1, 2), rates(1, 2)),
+    ]
     assert faster_attention(a, b) == [AttentionRates("f16", 64, rates(10, 16), rates(31, 60), rates(4, 9))]
     # Elementwise steps: nanoseconds, so the faster pass is the smaller figure.
     from vrampilot.speed.host_probe import faster_elementwise
@@ -170,7 +190,9 @@ def test_each_figure_keeps_the_faster_of_two_passes() -> None:
 
     e1 = [ElementwiseRates("geglu", rates(2.0, 1.1)), ElementwiseRates("norm", rates(0.6, 0.3))]
     assert faster_elementwise(e1, [ElementwiseRates("geglu", rates(1.9, 1.3))]) == [
-        ElementwiseRates("geglu", rates(1.9, 1.1)), e1[1]]
+        ElementwiseRates("geglu", rates(1.9, 1.1)),
+        e1[1],
+    ]
 
 
 def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostProbe, tmp_path: Path) -> None:
@@ -212,14 +234,18 @@ def test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu(host_prob
 def test_a_damaged_record_costs_a_measurement_not_a_start(tmp_path: Path) -> None:
     (tmp_path / FILE_NAME).write_text("{not json", encoding="utf-8")
     assert load_machine_speed("fp", tmp_path) == MachineSpeed("fp")
-    (tmp_path / FILE_NAME).write_text(json.dumps({"version": 1, "machines": {"fp": {"fingerprint": "fp", "probe": {"x": 1}}}}))
+    (tmp_path / FILE_NAME).write_text(
+        json.dumps({"version": 1, "machines": {"fp": {"fingerprint": "fp", "probe": {"x": 1}}}})
+    )
     assert load_machine_speed("fp", tmp_path) == MachineSpeed("fp")
     update_machine_speed("fp", lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
     assert load_machine_speed("fp", tmp_path).factors_for("cpu:x").decode_ratios == (0.8,)
 
 
 @pytest.mark.slow
-def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_probe: HostProbe, tmp_path: Path) -> None:
+def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(
+    host_probe: HostProbe, tmp_path: Path
+) -> None:
     """Two CPU-bound programs beside the probe (a desktop where something compiles): the probe says
     it measured while busy, its figures stand where there is nothing better (measuring again at
     every start would never end there), and they do not replace figures taken at a quiet moment."""
@@ -237,8 +263,15 @@ def test_a_probe_beside_busy_programs_says_so_and_keeps_the_quiet_figures(host_p
     # throwing each busy result away would measure at every start.
     readings = tuple(PaceReading(1, 3.0) for _ in range(PROBE_PACE_READINGS))
     # The ignore: m.probe is the one saved above, which a lambda cannot narrow.
-    slow = update_machine_speed("fp", lambda m: replace(m, probe=replace(m.probe, pace_ms=(RateAt(1, 4.0),)),  # type: ignore[type-var]  # see above
-                                                        paces=readings), tmp_path)  # fmt: skip
+    slow = update_machine_speed(
+        "fp",
+        lambda m: replace(
+            m,
+            probe=replace(m.probe, pace_ms=(RateAt(1, 4.0),)),  # type: ignore[type-var]  # see above
+            paces=readings,
+        ),
+        tmp_path,
+    )
     assert slow.probe_read_slow
     replaced = save_probe("fp", taken, tmp_path).probe
     assert replaced is not None and replaced.measured_at == taken.measured_at

@@ -33,7 +33,9 @@ def _probe(**kw: object) -> HostProbe:
             StepTiming(12, 256, (RateAt(1, 300.0),)),
             StepTiming(2, 32768, (RateAt(1, 425.2),)),
         ),
-        kernels=(KernelRates("q8_0", "CPU", (RateAt(1, 10.0),), (RateAt(1, 9.0),), (RateAt(1, 50.0),), (RateAt(1, 30.0),)),),
+        kernels=(
+            KernelRates("q8_0", "CPU", (RateAt(1, 10.0),), (RateAt(1, 9.0),), (RateAt(1, 50.0),), (RateAt(1, 30.0),)),
+        ),
         attention=(AttentionRates("f16", 64, (RateAt(1, 10.0),), (RateAt(1, 30.0),)),),
     )
     base.update(kw)

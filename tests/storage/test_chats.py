@@ -183,7 +183,7 @@ def test_the_backend_is_kept_per_chat(tmp_path: Path) -> None:
 
 
 def test_a_hybrid_chat_keeps_its_config(tmp_path: Path) -> None:
-    """"hybrid:NAME" keys name a hybrid config; storage checks their form, not the name."""
+    """ "hybrid:NAME" keys name a hybrid config; storage checks their form, not the name."""
     from vrampilot.storage import hybrid_config, is_hybrid
 
     store = ChatStore(tmp_path / DB_FILE)

@@ -11,7 +11,9 @@ from vrampilot.storage.db import DB_FILE
 
 
 def _create_at(when: str, path: Path, title: str) -> None:
-    out = run_at(when, f"""
+    out = run_at(
+        when,
+        f"""
         import time
         from pathlib import Path
         from vrampilot.storage import ChatStore
@@ -20,7 +22,8 @@ def _create_at(when: str, path: Path, title: str) -> None:
         store.add_message(chat.id, "user", "hello")
         store.close()
         print(time.gmtime().tm_year)
-    """)
+    """,
+    )
     assert out.split() == [when[:4]]  # the child did live at that time
 
 

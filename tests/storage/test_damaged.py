@@ -98,9 +98,26 @@ def test_the_cli_says_one_line_and_keeps_the_file(tmp_path: Path, damage: Callab
     before = _digests(path.parent)
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT)}
     for extra in ([], ["--chat", "1"]):
-        proc = subprocess.run([sys.executable, "-m", "vrampilot", "chat", str(model), "--prompt", "hi", "--save",
-                               "--max-tokens", "2", *extra], env=env, capture_output=True, text=True, timeout=300,
-                              cwd=ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vrampilot",
+                "chat",
+                str(model),
+                "--prompt",
+                "hi",
+                "--save",
+                "--max-tokens",
+                "2",
+                *extra,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         errors = [x for x in proc.stderr.splitlines() if x.startswith("vrampilot: ")]
         assert len(errors) == 1 and str(path) in errors[0] and "left as it is" in errors[0], proc.stderr

@@ -36,7 +36,9 @@ def main(model: Path) -> dict[str, object]:
     ctx = build_context()
     w = MainWindow(ctx, build_services(ctx), initial_model=str(model))
     w.show()
-    out: dict[str, object] = {"planned": wait(app, lambda: w.plans.plan is not None and w.plans.model_path == model, 60)}
+    out: dict[str, object] = {
+        "planned": wait(app, lambda: w.plans.plan is not None and w.plans.model_path == model, 60)
+    }
 
     def ask(text: str) -> bool:
         w.chat_view.input.setPlainText(text)

@@ -63,7 +63,6 @@ def chats(qtbot: QtBot, app_context: AppContext, answers: Answers) -> Iterator[C
     documents.shutdown()
 
 
-
 def test_a_question_loads_the_model_and_the_reply_is_stored_and_measured(qtbot: QtBot, chats: ChatController) -> None:
     states, measured = heard(chats.state_changed), heard(chats.reply_measured)
     chats.send("Name one colour.")
@@ -82,8 +81,9 @@ def test_a_question_loads_the_model_and_the_reply_is_stored_and_measured(qtbot: 
     assert not chats.busy and len(chats.ctx.conversations.chat(chats.chat_id).messages) == 2
 
 
-def test_rename_export_and_delete_ask_and_say_what_happened(qtbot: QtBot, chats: ChatController, answers: Answers,
-                                                           tmp_path: Path) -> None:  # fmt: skip
+def test_rename_export_and_delete_ask_and_say_what_happened(
+    qtbot: QtBot, chats: ChatController, answers: Answers, tmp_path: Path
+) -> None:
     chat = chats.ctx.conversations.create(model_path=None, system_prompt="", backend=chats.backend_key)
     chats.ctx.conversations.ask(chat.id, "What is a turbine?")
     chats.refresh_list()

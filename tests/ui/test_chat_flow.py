@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 
-
 def _reply_done(w: MainWindow) -> bool:
     return w.chats.state is ChatState.IDLE
 
@@ -139,7 +138,9 @@ def test_sending_first_loads_the_model_then_answers(open_window: OpenWindow, qtb
     assert not w.ctx.engine.engine.loaded
     w.chat_view.input.setPlainText("Hi!")
     qtbot.mouseClick(w.chat_view.send_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60)
+    waits.until(
+        qtbot, lambda: w.plans.load_result is not None and _reply_done(w) and len(w.chat_view.messages()) == 2, cpu_s=60
+    )
     assert w.ctx.store.messages(open_chat(w))[1].role == "assistant"
     # Ctrl+N starts a new chat; the old one stays in the list.
     old = w.chats.chat_id

@@ -25,7 +25,7 @@ GARBAGE = {
     "random-bytes": os.urandom(4096),
     "binary-zeros": b"[chat]\nenter_sends=true\n\0\0\0\0",
     "not-utf8": b"[chat]\nsystem_prompt=caf\xe9\n",
-    "not-ini": b"[model\nlast=/a/b.gguf\n[chat]\nsampling={\"temperature\": 0.5\n",
+    "not-ini": b'[model\nlast=/a/b.gguf\n[chat]\nsampling={"temperature": 0.5\n',
 }
 
 
@@ -94,8 +94,9 @@ def test_values_of_the_wrong_type_read_as_defaults(home: Path) -> None:
 
 def _start(home: Path) -> tuple[dict[str, Any], str]:
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"}
-    proc = subprocess.run([sys.executable, str(START_CHILD)], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(START_CHILD)], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, proc.stderr[-3000:]
     return json.loads(line[len("RESULT ") :]), proc.stderr
@@ -138,10 +139,14 @@ def _newer_chats(db: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "damage", "said"),
-    [("vrampilot.sqlite3", _damage_chats, "damaged"), ("documents.sqlite3", _damage_documents, "damaged"),
-     ("vrampilot.sqlite3", _damage_chats_inside, "damaged"), ("vrampilot.sqlite3", _newer_chats, "newer")],
+    [
+        ("vrampilot.sqlite3", _damage_chats, "damaged"),
+        ("documents.sqlite3", _damage_documents, "damaged"),
+        ("vrampilot.sqlite3", _damage_chats_inside, "damaged"),
+        ("vrampilot.sqlite3", _newer_chats, "newer"),
+    ],
     ids=["chats-garbage", "documents-garbage", "chats-damaged-inside", "chats-newer"],
-)  # fmt: skip
+)
 def test_the_window_refuses_a_damaged_or_newer_database_and_keeps_it(
     home: Path, name: str, damage: Callable[[Path], object], said: str
 ) -> None:

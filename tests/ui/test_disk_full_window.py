@@ -29,8 +29,9 @@ def run_on_tmpfs(tmp_path: Path, size: str, mode: str) -> tuple[dict[str, Any], 
     prefix = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-r", "-m"]
     script = f'mount -t tmpfs -o size={size} tmpfs "{home}" || exit 77; exec "{sys.executable}" "{CHILD}" "$@"'
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([*prefix, "sh", "-c", script, "child", mode], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script, "child", mode], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     if proc.returncode == 77 or "unshare failed" in proc.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)

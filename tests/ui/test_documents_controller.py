@@ -33,7 +33,6 @@ def small_plan(model: Path) -> Plan:
     return plan(load_model_spec(model), target_cpu_only(cpu_machine()), Pins(n_ctx=1024))
 
 
-
 def attach(qtbot: QtBot, docs: DocumentsController, path: Path) -> str:
     """Attach `path` and return what the controller said once it was read (or refused)."""
     with qtbot.waitSignal(docs.status, timeout=60000) as said:
@@ -41,8 +40,9 @@ def attach(qtbot: QtBot, docs: DocumentsController, path: Path) -> str:
     return str(said.args[0])
 
 
-def test_documents_are_read_counted_fitted_and_refused_in_words(qtbot: QtBot, docs: DocumentsController,
-                                                                tmp_path: Path, embedded_model: Path) -> None:  # fmt: skip
+def test_documents_are_read_counted_fitted_and_refused_in_words(
+    qtbot: QtBot, docs: DocumentsController, tmp_path: Path, embedded_model: Path
+) -> None:
     note = tmp_path / "note.txt"
     note.write_text("The north turbine was inspected on Monday; the blades need new coating.")
     docs.attach_files([note])  # no plan yet: no tokenizer to count in

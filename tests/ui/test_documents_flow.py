@@ -31,8 +31,9 @@ def shot(widget: QWidget, qtbot: QtBot, name: str) -> None:
 def drop(w: MainWindow, *paths: Path) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
-    event = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
-                       Qt.KeyboardModifier.NoModifier)  # fmt: skip
+    event = QDropEvent(
+        QPointF(20, 20), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    )
     w.dropEvent(event)
 
 
@@ -65,7 +66,9 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
 
     # One click: the planner pins 1.5K, the model loads with it, and the document fits.
     qtbot.mouseClick(panel.replan_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1536, cpu_s=60)
+    waits.until(
+        qtbot, lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 1536, cpu_s=60
+    )
     qtbot.waitUntil(lambda: w.documents.fit is not None and w.documents.fit.fits, timeout=20000)
     assert panel.fit_label.text().endswith("of 1.5K context") and not panel.replan_button.isVisible()
 
@@ -125,8 +128,11 @@ def test_document_fit_replan_progress_follow_up_restore_and_retrieval(
     big.write_text(long_report().markdown)
     drop(w2, big)
     p2 = w2.documents.panel
-    waits.until(qtbot, lambda: len(p2.chips()) == 2 and w2.documents.fit is not None
-                    and w2.documents.fit.status != "fits", cpu_s=30)  # fmt: skip
+    waits.until(
+        qtbot,
+        lambda: len(p2.chips()) == 2 and w2.documents.fit is not None and w2.documents.fit.status != "fits",
+        cpu_s=30,
+    )
     assert "the current plan has 1.5K" in p2.fit_label.text()
     ask(w2, qtbot, "Who was the chief engineer of the Granite Bridge?")
     waits.until(qtbot, lambda: done(w2) and len(w2.ctx.store.messages(chat_id)) == 8, cpu_s=120)

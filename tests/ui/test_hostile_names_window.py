@@ -41,19 +41,24 @@ def test_export_refuses_for_cmd_and_quotes_for_bash(open_window: OpenWindow, qtb
     server = str(tool_path("llama-server"))
     assert server in line
     out = tmp_path / "argv"
-    subprocess.run(["bash", "-c", line.replace(server, str(dump))], env={**os.environ, "ARGV_OUT": str(out)},
-                   check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        ["bash", "-c", line.replace(server, str(dump))],
+        env={**os.environ, "ARGV_OUT": str(out)},
+        check=True,
+        timeout=60,
+    )
     args = out.read_bytes().split(b"\0")[:-1]
     assert args[:2] == [b"-m", os.fsencode(model)]
 
 
-def test_a_megabyte_architecture_is_listed_on_one_short_line(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+def test_a_megabyte_architecture_is_listed_on_one_short_line(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     """The library lists each file's architecture: a header holding a megabyte there is shown cut,
     not laid out in full (which kept the window's thread busy for seconds)."""
     from testkit.gguf_models import kv_string, write_raw_header
 
-    hostile = write_raw_header(tmp_path / "arch.gguf", n_kv=1,
-                               body=kv_string("general.architecture", "x" * 1_000_000))  # fmt: skip
+    hostile = write_raw_header(tmp_path / "arch.gguf", n_kv=1, body=kv_string("general.architecture", "x" * 1_000_000))
     w: MainWindow = open_window()
     w.plans.add_models([hostile])
     tree = w.library_view.tree

@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.hub.conftest import Models, gpu_target, hf_env, hub, models, tiny_repo  # noqa: F401 - fixtures
+from tests.hub.conftest import Models, gpu_target
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import AccessDeniedError, Fit, list_pending
 from vrampilot.ui.context import AppContext, build_context
@@ -23,14 +23,14 @@ GATED = "meta-llama/Gated-GGUF"
 
 
 @pytest.fixture
-def ctx(hf_env: Path) -> Iterator[AppContext]:  # noqa: F811
+def ctx(hf_env: Path) -> Iterator[AppContext]:
     context = build_context()  # on the temporary VRAMPILOT_HOME hf_env set
     yield context
     context.close()
 
 
 @pytest.fixture
-def controller(ctx: AppContext, hub: FakeHub) -> Iterator[HubController]:  # noqa: F811
+def controller(ctx: AppContext, hub: FakeHub) -> Iterator[HubController]:
     c = HubController(ctx.tasks, target=gpu_target(vram_gib=8), n_ctx=4096, detect=False)
     yield c
     c.shutdown()
@@ -39,8 +39,20 @@ def controller(ctx: AppContext, hub: FakeHub) -> Iterator[HubController]:  # noq
 class Heard:
     """What the controller said, in order, as (signal name, arguments)."""
 
-    NAMES = ("status", "error", "state_changed", "pending_changed", "search_started", "search_ended", "badge_pending",
-             "download_discarded", "download_failed", "badge_failed", "token_accepted", "token_rejected")  # fmt: skip
+    NAMES = (
+        "status",
+        "error",
+        "state_changed",
+        "pending_changed",
+        "search_started",
+        "search_ended",
+        "badge_pending",
+        "download_discarded",
+        "download_failed",
+        "badge_failed",
+        "token_accepted",
+        "token_rejected",
+    )
 
     def __init__(self, c: HubController) -> None:
         self.events: list[tuple[str, tuple[Any, ...]]] = []
@@ -64,8 +76,9 @@ def open_listing(qtbot: QtBot, c: HubController, repo_id: str) -> None:
     waits.until(qtbot, lambda: all(r.badge or r.error for r in c.rows.values() if not r.model.is_mmproj), cpu_s=30)
 
 
-def test_search_then_files_with_badges_for_the_target_and_context(qtbot: QtBot, controller: HubController,
-                                                                  tiny_repo: str) -> None:  # noqa: F811
+def test_search_then_files_with_badges_for_the_target_and_context(
+    qtbot: QtBot, controller: HubController, tiny_repo: str
+) -> None:
     heard = Heard(controller)
     with qtbot.waitSignal(controller.results_ready, timeout=10000) as sig:
         controller.search("tiny", sort="downloads", architecture=None, min_params=None, max_params=None)
@@ -96,8 +109,13 @@ def test_search_then_files_with_badges_for_the_target_and_context(qtbot: QtBot, 
         controller.set_context(8192)  # the same context: nothing to do
 
 
-def test_download_pause_resume_and_one_at_a_time(qtbot: QtBot, controller: HubController, hub: FakeHub,  # noqa: F811
-                                                 tiny_repo: str, models: Models) -> None:  # noqa: F811
+def test_download_pause_resume_and_one_at_a_time(
+    qtbot: QtBot,
+    controller: HubController,
+    hub: FakeHub,
+    tiny_repo: str,
+    models: Models,
+) -> None:
     open_listing(qtbot, controller, tiny_repo)
     heard = Heard(controller)
     hub.throttle_bps = 1_000_000  # about two seconds for the tiny model: time to pause it
@@ -124,13 +142,22 @@ def test_download_pause_resume_and_one_at_a_time(qtbot: QtBot, controller: HubCo
     assert last.range != "bytes=0-"  # resumed where it stopped, not downloaded again
     assert state_of(controller) is HubState.IDLE and heard("pending_changed")[-1] == []
     assert heard("status")[-1] == f"Saved {controller.rows[TINY].model.name} to {path}"
-    assert heard("state_changed") == [HubState.DOWNLOADING, HubState.PAUSING, HubState.PAUSED,
-                                      HubState.DOWNLOADING, HubState.IDLE]  # fmt: skip
+    assert heard("state_changed") == [
+        HubState.DOWNLOADING,
+        HubState.PAUSING,
+        HubState.PAUSED,
+        HubState.DOWNLOADING,
+        HubState.IDLE,
+    ]
     assert heard("error") == []
 
 
-def test_cancelling_a_paused_download_discards_its_bytes(qtbot: QtBot, controller: HubController, hub: FakeHub,  # noqa: F811
-                                                         tiny_repo: str) -> None:  # noqa: F811
+def test_cancelling_a_paused_download_discards_its_bytes(
+    qtbot: QtBot,
+    controller: HubController,
+    hub: FakeHub,
+    tiny_repo: str,
+) -> None:
     heard = Heard(controller)
     hub.throttle_bps = 1_000_000
     controller.start_download(tiny_repo, TINY)
@@ -156,8 +183,13 @@ def test_cancelling_a_paused_download_discards_its_bytes(qtbot: QtBot, controlle
     assert list_pending() == []
 
 
-def test_errors_become_words_and_sign_in_unlocks_a_gated_repo(qtbot: QtBot, controller: HubController, hub: FakeHub,  # noqa: F811
-                                                              models: Models, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_errors_become_words_and_sign_in_unlocks_a_gated_repo(
+    qtbot: QtBot,
+    controller: HubController,
+    hub: FakeHub,
+    models: Models,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     hub.add_repo(GATED, {"l-Q8_0.gguf": models.tiny_llama_q8}, gated=True)
     heard = Heard(controller)
     open_listing(qtbot, controller, GATED)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.hub.conftest import Models, gpu_target, hf_env, hub, models, tiny_repo  # noqa: F401 - fixtures
+from tests.hub.conftest import Models, gpu_target
 from tests.hub.fake_hub import FakeHub
 from tests.ui.conftest import MAX_WORK_S, StallMeter
 from vrampilot.hub import Fit
@@ -30,7 +30,7 @@ def shot(widget: QWidget, name: str) -> Path:
 
 
 @pytest.fixture
-def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:  # noqa: F811
+def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:
     hub.add_repo(
         "bartowski/Mixed-7B-GGUF",
         {
@@ -57,7 +57,7 @@ def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:  # noqa: F8
     return "bartowski/Mixed-7B-GGUF"
 
 
-def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: str, models: Models) -> None:  # noqa: F811
+def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: str, models: Models) -> None:
     from vrampilot.ui.hub_controller import HubController
     from vrampilot.ui.hub_view import HubView
     from vrampilot.ui.workers import Tasks
@@ -124,7 +124,7 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
     view.shutdown()
 
 
-def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_env: Path) -> None:  # noqa: F811
+def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_env: Path) -> None:
     from vrampilot.ui.hub_controller import HubController
     from vrampilot.ui.hub_view import HubView
     from vrampilot.ui.workers import Tasks

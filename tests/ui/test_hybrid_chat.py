@@ -68,8 +68,10 @@ def test_hybrid_chat_streams_stops_and_meters_bytes_held(open_window: OpenWindow
     stats = stored[1].stats
     assert stats is not None and stats["backend"] == BACKEND_HYBRID
     assert 0 < stats["kv_bytes_held"] <= stats["kv_full_f16_bytes"] and stats["kv_tokens"] == stats["context_used"]
-    print(f"hybrid reply: {stats['completion_tokens']} tokens at {stats['decode_tps']} tokens/s, "
-          f"first token {stats['ttft_s']} s, KV held {stats['kv_bytes_held']} of {stats['kv_full_f16_bytes']} B")
+    print(
+        f"hybrid reply: {stats['completion_tokens']} tokens at {stats['decode_tps']} tokens/s, "
+        f"first token {stats['ttft_s']} s, KV held {stats['kv_bytes_held']} of {stats['kv_full_f16_bytes']} B"
+    )
     assert "hybrid cache (torch)" in view.messages()[1].stats.text()
     assert view.backend.isEnabled()
     # The meters show the session's own numbers, in the panel and the status bar.

@@ -190,8 +190,10 @@ def test_system_ram_bandwidth_is_against_the_measured_peak_and_says_so(qtbot: Qt
     feed = MetersFeed(sampler, start=False)
     panel = MetersPanel(feed)
     qtbot.addWidget(panel)
-    for machine, label in ((measured_machine(uniform_probe(12.5)), "of 25.0 GB/s measured peak, 2026-12-01 ("),
-                           (cpu_machine(), "of 50.0 GB/s assumed peak (")):  # fmt: skip
+    for machine, label in (
+        (measured_machine(uniform_probe(12.5)), "of 25.0 GB/s measured peak, 2026-12-01 ("),
+        (cpu_machine(), "of 50.0 GB/s assumed peak ("),
+    ):
         p = plan(spec, target_cpu_only(machine), Pins(n_ctx=4096))
         panel.set_plan(p)
         sampler.sample_once()

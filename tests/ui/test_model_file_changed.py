@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slow
 def test_a_model_file_cut_while_loaded_gets_a_banner_not_a_crash(tmp_path: Path, embedded_model: Path) -> None:
     model = Path(shutil.copy(embedded_model, tmp_path / "model.gguf"))
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(CHILD), str(model)], env=env, capture_output=True, text=True,
-                          timeout=480, cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), str(model)], env=env, capture_output=True, text=True, timeout=480, cwd=ROOT
+    )
     assert proc.returncode != -signal.SIGBUS, "the app died of SIGBUS"
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line is not None, (proc.returncode, proc.stderr[-3000:])
@@ -33,6 +34,8 @@ def test_a_model_file_cut_while_loaded_gets_a_banner_not_a_crash(tmp_path: Path,
     assert "model.gguf changed on disk after it was loaded" in out["banner"], out
     assert out["load_state"] == "unloaded"
     assert out["stored"] == ["user", "assistant", "user"]  # the new question is kept, waiting for a reply
-    assert "not within the file bounds" in out.get("retry_banner", "") or "past the end" in out.get("retry_banner", ""), out
+    assert "not within the file bounds" in out.get("retry_banner", "") or "past the end" in out.get(
+        "retry_banner", ""
+    ), out
     assert out["send_enabled"]
     assert "Traceback" not in proc.stderr

@@ -28,7 +28,9 @@ def test_hub_and_meters_tabs_are_there(open_window: OpenWindow) -> None:
     screenshot(w, "11-hub-and-meters-tabs")
 
 
-def test_a_download_from_the_hub_becomes_the_selected_model(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+def test_a_download_from_the_hub_becomes_the_selected_model(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     w = open_window()
     downloaded = tmp_path / "downloaded.gguf"
     shutil.copy(embedded_model_path(), downloaded)  # type: ignore[arg-type]  # the embedded model is installed here
@@ -51,7 +53,11 @@ def test_meters_follow_the_loaded_plan_and_replan_reloads(open_window: OpenWindo
     pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0")
     w.meters_panel.replan_requested.emit(pins)
     qtbot.waitUntil(
-        lambda: w.plans.load_result is not None and w.plans.load_result.plan.settings.n_ctx == 2048 and w.plans.load_result.plan.settings.type_k == "q8_0",
+        lambda: (
+            w.plans.load_result is not None
+            and w.plans.load_result.plan.settings.n_ctx == 2048
+            and w.plans.load_result.plan.settings.type_k == "q8_0"
+        ),
         timeout=60000,
     )
     assert w.plans.load_result is not None

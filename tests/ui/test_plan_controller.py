@@ -38,7 +38,6 @@ def plans(qtbot: QtBot, app_context: AppContext) -> Iterator[PlanController]:
     controller.shutdown()
 
 
-
 def start(qtbot: QtBot, plans: PlanController, model: Path | None = None) -> None:
     with qtbot.waitSignal(plans.plan_shown, timeout=20000):
         plans.start(model)
@@ -54,8 +53,9 @@ def test_start_plans_the_built_in_model_for_the_fixed_machine(qtbot: QtBot, plan
     qtbot.waitUntil(lambda: plans.library_view.entry(embedded_model_path()) is not None, timeout=20000)  # type: ignore[arg-type]  # the embedded model is installed with the app
 
 
-def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(qtbot: QtBot, plans: PlanController,
-                                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(
+    qtbot: QtBot, plans: PlanController, tmp_path: Path
+) -> None:
     start(qtbot, plans)
     tiny = write_model(tmp_path / "tiny-llama.gguf", "llama")
     shown = heard(plans.plan_shown)

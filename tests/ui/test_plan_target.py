@@ -25,7 +25,9 @@ def _without_round_trips(t: Target) -> Target:
     return replace(t, gpus=tuple(replace(g, rtt_ms=0.0) for g in t.gpus))
 
 
-def test_panel_and_cli_choose_the_same_target(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_panel_and_cli_choose_the_same_target(
+    open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import vrampilot.commands.plan as plan_command
 
     hosts = [start_rpc_host(free_port()) for _ in range(2)]

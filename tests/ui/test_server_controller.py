@@ -48,7 +48,6 @@ def server(qtbot: QtBot, app_context: AppContext, services: Services) -> Iterato
     plans.shutdown()
 
 
-
 def test_nothing_to_serve_before_a_plan_and_a_busy_port_is_named(qtbot: QtBot, server: ServerController) -> None:
     status = heard(server.status)
     server.start()

@@ -97,8 +97,10 @@ def test_a_crashed_server_says_so_and_the_chat_returns(open_window: OpenWindow, 
     qtbot.waitUntil(lambda: w.server.state == "crashed", timeout=10000)
     assert "llama-server was killed by SIGKILL (the system may have run out of memory)" in panel.status.text()
     assert w.chats.served is None and panel.start.isEnabled()
-    qtbot.waitUntil(lambda: w.sampler.pid == os.getpid() and (s := w.sampler.latest()) is not None
-                    and s.host.process_rss_bytes > 0, timeout=10000)  # fmt: skip
+    qtbot.waitUntil(
+        lambda: w.sampler.pid == os.getpid() and (s := w.sampler.latest()) is not None and s.host.process_rss_bytes > 0,
+        timeout=10000,
+    )
     w.right_tabs.setCurrentWidget(panel)
     screenshot(w, "17-server-crashed")
 

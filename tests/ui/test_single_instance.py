@@ -39,8 +39,9 @@ def test_a_second_app_start_exits_at_once_after_raising_the_first(tmp_path: Path
     try:
         first.serve(raised.set)
         env = {**os.environ, "VRAMPILOT_HOME": str(home), "QT_QPA_PLATFORM": "offscreen"}
-        proc = subprocess.run([sys.executable, "-m", "vrampilot", "gui"], env=env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "vrampilot", "gui"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 0, proc.stderr
         assert "already open for this data folder: its window was raised" in proc.stderr
         assert raised.wait(5)

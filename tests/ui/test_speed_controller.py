@@ -37,7 +37,6 @@ def speed(qtbot: QtBot, home: Path) -> Iterator[SpeedController]:
     ctx.close()
 
 
-
 def test_a_machine_measured_at_a_quiet_moment_is_not_measured_again(qtbot: QtBot, speed: SpeedController) -> None:
     machine = measured_machine()
     with qtbot.assertNotEmitted(speed.measuring, wait=300):
@@ -45,8 +44,9 @@ def test_a_machine_measured_at_a_quiet_moment_is_not_measured_again(qtbot: QtBot
     assert not speed.probing and speed.speed == machine.speed
 
 
-def test_weight_types_the_probe_lacks_are_measured_saved_and_reported(qtbot: QtBot, speed: SpeedController,
-                                                                      tmp_path: Path) -> None:  # fmt: skip
+def test_weight_types_the_probe_lacks_are_measured_saved_and_reported(
+    qtbot: QtBot, speed: SpeedController, tmp_path: Path
+) -> None:
     speed.machine_ready(measured_machine(), None)
     spec = load_model_spec(write_model(tmp_path / "tiny-q5_0.gguf", "llama", weight_type="q5_0"))
     assert speed.speed is not None and speed.speed.probe is not None
@@ -62,8 +62,9 @@ def test_weight_types_the_probe_lacks_are_measured_saved_and_reported(qtbot: QtB
         speed.model_selected(spec)  # nothing left to measure
 
 
-def test_a_probe_read_at_a_slow_moment_runs_again_says_why_and_stops_on_shutdown(qtbot: QtBot,
-                                                                                 speed: SpeedController) -> None:  # fmt: skip
+def test_a_probe_read_at_a_slow_moment_runs_again_says_why_and_stops_on_shutdown(
+    qtbot: QtBot, speed: SpeedController
+) -> None:
     fp = measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the session's probe made the record
 
     def slow(m: MachineSpeed) -> MachineSpeed:
@@ -76,7 +77,9 @@ def test_a_probe_read_at_a_slow_moment_runs_again_says_why_and_stops_on_shutdown
     measuring, status = heard(speed.measuring), heard(speed.status)
     speed.machine_ready(measured_machine(), None)
     assert speed.probing
-    why = f"measuring again now, about {before.probe.duration_s:.0f} s in the background: the last measurement ran at 75%"
+    why = (
+        f"measuring again now, about {before.probe.duration_s:.0f} s in the background: the last measurement ran at 75%"
+    )
     assert measuring[0].startswith(why) and status == [measuring[0][0].upper() + measuring[0][1:]]
     speed.shutdown()  # the window closes: the probe stops at its next check
     speed.ctx.tasks.shutdown()  # and the context's close waits for it

@@ -22,8 +22,9 @@ from vrampilot.ui.main_window import MainWindow
 pytestmark = pytest.mark.slow
 
 
-
-def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_first_start_measures_in_the_background_and_replies_teach_the_plan(
+    open_window: OpenWindow, qtbot: QtBot
+) -> None:
     (data_dir() / FILE_NAME).unlink()  # nobody measured this machine yet
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window(wait_plan=False)
@@ -38,8 +39,9 @@ def test_first_start_measures_in_the_background_and_replies_teach_the_plan(open_
     w.chats.new_chat()
     assert w.chats.chat_id is not None or len(w.chat_list.ids()) >= chats_before
     # The probe: about 30 s of two threads' work on a quiet 2-core machine, minutes beside a compile.
-    waits.until(qtbot, lambda: not speed.probing and speed.speed is not None and speed.speed.probe is not None,
-                cpu_s=1200)  # fmt: skip
+    waits.until(
+        qtbot, lambda: not speed.probing and speed.speed is not None and speed.speed.probe is not None, cpu_s=1200
+    )
     probe = speed.speed.probe  # type: ignore[union-attr]  # the machine has its speed record by now
     assert probe is not None and {"q4_1", "q8_0"} <= {k.type_name for k in probe.kernels}  # the embedded model's
     stored = load_machine_speed(speed.speed.fingerprint)  # type: ignore[union-attr]  # the machine has its speed record by now

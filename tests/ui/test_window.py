@@ -62,7 +62,9 @@ def test_a_pin_updates_the_plan_at_once_and_is_remembered(open_window: OpenWindo
     # Context slider: one step down.
     slider = pins.ctx_slider
     slider.setValue(slider.value() - 1)
-    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx < before.settings.n_ctx, timeout=5000)
+    qtbot.waitUntil(
+        lambda: w.plans.plan is not None and w.plans.plan.settings.n_ctx < before.settings.n_ctx, timeout=5000
+    )
     assert w.plans.plan is not None
     assert w.plans.plan.pins.n_ctx == w.plans.plan.settings.n_ctx
     assert w.plans.plan.memory.host.kv_bytes < before.memory.host.kv_bytes
@@ -114,9 +116,12 @@ def test_export_copies_the_llama_server_line_for_each_shell(open_window: OpenWin
     assert "Copied the llama-server command for cmd" in w.status.text()
 
 
-def test_a_plan_that_does_not_fit_needs_confirmation(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plan_that_does_not_fit_needs_confirmation(
+    open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w: MainWindow = open_window()
     asked: list[str] = []
+
     def refuse(title: str, text: str) -> bool:
         asked.append(text)
         return False
@@ -235,7 +240,9 @@ def test_seeded_prefs_are_what_the_window_uses(open_window: OpenWindow) -> None:
     assert w.chat_view.sampling.params().max_tokens == 7
 
 
-def test_chat_list_rename_delete_search_and_export(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chat_list_rename_delete_search_and_export(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w: MainWindow = open_window()
     a = w.ctx.store.create_chat()
     w.ctx.store.add_message(a.id, "user", "How do lighthouses work?")

@@ -61,7 +61,9 @@ def test_1_an_unreadable_last_model_is_skipped_at_start(open_window: OpenWindow,
     screenshot(w, "15-01-broken-last-model")
 
 
-def test_11_opening_a_broken_file_keeps_the_model_and_its_row(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+def test_11_opening_a_broken_file_keeps_the_model_and_its_row(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     w: MainWindow = open_window()
     before = w.plans.plan
     broken = broken_model(tmp_path)
@@ -89,7 +91,9 @@ def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: Op
 
 
 @pytest.mark.slow
-def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(
+    open_window: OpenWindow, qtbot: QtBot
+) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     w.plans.load()
@@ -136,9 +140,16 @@ def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_windo
     before, pins_before = box.currentText(), w.plans.pins
     box.clearFocus()
     for _ in range(3):
-        event = QWheelEvent(QPointF(5, 5), QPointF(box.mapToGlobal(QPoint(5, 5))), QPoint(0, 0), QPoint(0, -120),
-                            Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
-                            False)  # fmt: skip
+        event = QWheelEvent(
+            QPointF(5, 5),
+            QPointF(box.mapToGlobal(QPoint(5, 5))),
+            QPoint(0, 0),
+            QPoint(0, -120),
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
         QApplication.sendEvent(box, event)
     assert box.currentText() == before and w.plans.pins == pins_before
 
@@ -162,7 +173,9 @@ def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window: O
 
 
 @pytest.mark.parametrize("size", [(800, 600), (640, 480)])
-def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]) -> None:
+def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(
+    open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]
+) -> None:
     w: MainWindow = open_window()
     assert w.minimumSizeHint().width() <= size[0]  # the window can be that small at all
     w.resize(*size)
@@ -180,7 +193,9 @@ def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(open_windo
     screenshot(w, f"15-07-plan-panel-{size[0]}x{size[1]}")
 
 
-def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(
+    open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     monkeypatch.setenv("HF_ENDPOINT", "http://hub.no-such-host.invalid")
@@ -228,7 +243,9 @@ def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window: OpenW
     assert message.copy_button.focusPolicy() & Qt.FocusPolicy.TabFocus
 
 
-def test_low_items_copy_feedback_empty_search_and_folder_feedback(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+def test_low_items_copy_feedback_empty_search_and_folder_feedback(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     import shutil
 
     w: MainWindow = open_window()

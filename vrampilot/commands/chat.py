@@ -37,10 +37,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed, for repeatable replies")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (0 = greedy; default 0.7)")
     p.add_argument("--force", action="store_true", help="load even when the plan does not fit")
-    p.add_argument("--save", action="store_true",
-                   help="keep this turn in the app's chats (without it the CLI keeps no history)")  # fmt: skip
-    p.add_argument("--chat", type=int, metavar="ID", help="continue the saved chat ID (its turns are sent first; "
-                   "the new turn is saved to it); IDs are in `--json` output and the app")  # fmt: skip
+    p.add_argument(
+        "--save", action="store_true", help="keep this turn in the app's chats (without it the CLI keeps no history)"
+    )
+    p.add_argument(
+        "--chat",
+        type=int,
+        metavar="ID",
+        help="continue the saved chat ID (its turns are sent first; "
+        "the new turn is saved to it); IDs are in `--json` output and the app",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object: reply, stats, settings")
     p.add_argument(
         "--document",
@@ -74,7 +80,9 @@ def run_chat(args: argparse.Namespace) -> int:
     messages = history.messages(prompt)
     if plan.settings.uses_rpc:
         if args.document:
-            raise UserError("documents are read by the in-app engine, which never runs RPC hosts; drop --document or --rpc")
+            raise UserError(
+                "documents are read by the in-app engine, which never runs RPC hosts; drop --document or --rpc"
+            )
         return _chat_served(args, plan, history, prompt, messages, sampling)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
 
@@ -166,8 +174,14 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
     }
 
 
-def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt: str, messages: list[Message],
-                 sampling: SamplingParams) -> int:  # fmt: skip
+def _chat_served(
+    args: argparse.Namespace,
+    plan: Plan,
+    history: _History,
+    prompt: str,
+    messages: list[Message],
+    sampling: SamplingParams,
+) -> int:
     """One turn through a private llama-server (a plan across RPC hosts)."""
     import threading
 
@@ -178,8 +192,15 @@ def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt
         with private_server(plan) as backend:
             on_text = (lambda _t: None) if args.json else _print_piece
             started = cpu_load.snapshot()  # the server's CPU counts as ours (cpu_load._own_seconds)
-            reply = backend.reply(None, messages, sampling, on_text=on_text, on_report=lambda _x: None,
-                                  cancel=threading.Event(), trim=False)  # fmt: skip
+            reply = backend.reply(
+                None,
+                messages,
+                sampling,
+                on_text=on_text,
+                on_report=lambda _x: None,
+                cancel=threading.Event(),
+                trim=False,
+            )
             others = cpu_load.others_share(started)
     except ServerExited as exc:
         why = exit_text(exc.code, exc.lines)  # one line; llama.cpp's reason when it aborted
@@ -193,10 +214,15 @@ def _chat_served(args: argparse.Namespace, plan: Plan, history: _History, prompt
     chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
-            "chat_id": chat_id, "model": str(plan.spec.path), "reply": reply.text, "stats": reply.stats.to_dict(),
-            "settings": plan.settings.to_dict(), "backoff": [], "served_by": "llama-server",
+            "chat_id": chat_id,
+            "model": str(plan.spec.path),
+            "reply": reply.text,
+            "stats": reply.stats.to_dict(),
+            "settings": plan.settings.to_dict(),
+            "backoff": [],
+            "served_by": "llama-server",
             "speed": {k: v for k, v in speed.items() if k != "line"} if speed is not None else None,
-        }  # fmt: skip
+        }
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
 

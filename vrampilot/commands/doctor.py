@@ -48,14 +48,19 @@ def measure(machine: Machine) -> Machine:
     probed = save_taken(machine, taken)
     speed = probed.speed
     if speed.probe is not None and probed.kept_earlier:
-        print(f"The machine was busy ({taken.busy_cause()}): kept the measurement of {speed.probe.date}, "
-              "taken at a quiet moment", file=sys.stderr)  # fmt: skip
+        print(
+            f"The machine was busy ({taken.busy_cause()}): kept the measurement of {speed.probe.date}, "
+            "taken at a quiet moment",
+            file=sys.stderr,
+        )
     devices = machine.llama.offload_devices
     if devices:
         try:
             speed = measure_devices_and_save(speed, devices)
         except (GgmlError, OSError) as exc:
-            raise UserError(f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})") from None
+            raise UserError(
+                f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})"
+            ) from None
     return replace(machine, speed=speed)
 
 

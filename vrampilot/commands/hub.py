@@ -75,8 +75,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     lib.set_defaults(handler=run_library)
 
     li = hsub.add_parser("login", help="store a Hugging Face token (keyring, else the Hub's token file)")
-    li.add_argument("--token", help="the token (default: asked for, or read from standard input; other users "
-                    "of this machine can see a command line, so leave it out there)")
+    li.add_argument(
+        "--token",
+        help="the token (default: asked for, or read from standard input; other users "
+        "of this machine can see a command line, so leave it out there)",
+    )
     li.set_defaults(handler=run_login)
 
     lo = hsub.add_parser("logout", help="forget the stored Hugging Face token")
@@ -97,7 +100,11 @@ def _fmt_count(n: int | None) -> str:
 
 def run_search(args: argparse.Namespace) -> int:
     results = search_models(
-        args.query, sort=args.sort, architecture=args.arch, min_params=args.min_size, max_params=args.max_size,
+        args.query,
+        sort=args.sort,
+        architecture=args.arch,
+        min_params=args.min_size,
+        max_params=args.max_size,
         limit=args.limit,
     )
     if args.json:
@@ -149,9 +156,7 @@ def _target(args: argparse.Namespace) -> Target:
     return target_for_machine(machine, cpu_only=args.cpu_only)
 
 
-def model_badges(
-    listing: RepoFiles, target: Any, n_ctx: int
-) -> dict[str, Badge | str]:
+def model_badges(listing: RepoFiles, target: Any, n_ctx: int) -> dict[str, Badge | str]:
     """Badge per model (keyed by first file), or the reason there is none (gated, bad header)."""
     out: dict[str, Badge | str] = {}
     for m in listing.models:
@@ -173,7 +178,11 @@ def run_files(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_files_json(listing, badges, target, args.ctx), indent=2))
         return 0
-    print(f"{listing.repo_id}" + (f" @ {listing.commit[:12]}" if listing.commit else "") + (" (gated)" if listing.gated else ""))
+    print(
+        f"{listing.repo_id}"
+        + (f" @ {listing.commit[:12]}" if listing.commit else "")
+        + (" (gated)" if listing.gated else "")
+    )
     if target is not None:
         print(f"badges for {target.description} at {format_tokens(args.ctx)} context")
     if not listing.models and not listing.mmproj:

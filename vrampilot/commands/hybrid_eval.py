@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from vrampilot.hybrid.evaluate import MethodResult
 
 INSTALL_HINT = (
-    "the experimental hybrid backend needs torch: pip install 'vrampilot[hybrid]' "
-    "(`make test` installs the CPU build)"
+    "the experimental hybrid backend needs torch: pip install 'vrampilot[hybrid]' (`make test` installs the CPU build)"
 )
 
 
@@ -50,8 +49,13 @@ def add_parser(subparsers: Any) -> None:
 
 def _ints(text: str, what: str) -> list[int]:
     try:
-        values = sorted({int(v.strip().lower().removesuffix("k")) * (1024 if v.strip().lower().endswith("k") else 1)
-                         for v in text.split(",") if v.strip()})
+        values = sorted(
+            {
+                int(v.strip().lower().removesuffix("k")) * (1024 if v.strip().lower().endswith("k") else 1)
+                for v in text.split(",")
+                if v.strip()
+            }
+        )
     except ValueError:
         raise UserError(f"{what}: expected comma-separated token counts, e.g. 2048,4096,8192") from None
     if not values or values[0] < 16:
@@ -87,8 +91,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         depths = [float(d) for d in args.passkey_depths.split(",") if d.strip()]
         result = evaluate(
-            model, text, lengths, cfg, with_passkey=args.passkey, passkey_lengths=plens, passkey_depths=depths,
-            passkey_trials=max(1, args.passkey_trials), max_samples=args.samples, decode_steps=max(1, args.decode_steps), progress=progress,
+            model,
+            text,
+            lengths,
+            cfg,
+            with_passkey=args.passkey,
+            passkey_lengths=plens,
+            passkey_depths=depths,
+            passkey_trials=max(1, args.passkey_trials),
+            max_samples=args.samples,
+            decode_steps=max(1, args.decode_steps),
+            progress=progress,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -111,8 +124,10 @@ def run(args: argparse.Namespace) -> int:
     if result.passkey_cases:
         print(f"passkey: {len(result.passkey_cases)} cases, exact match of the 5-digit key; 95% Wilson intervals")
     for name in BASELINE_STORAGE:
-        print(f"{name} baseline sizes (no more bytes than the hybrid): "
-              + ", ".join(f"{format_tokens(n)}: {w} tokens" for n, w in result.methods[name].window_tokens.items()))
+        print(
+            f"{name} baseline sizes (no more bytes than the hybrid): "
+            + ", ".join(f"{format_tokens(n)}: {w} tokens" for n, w in result.methods[name].window_tokens.items())
+        )
     return 0
 
 

@@ -44,8 +44,12 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--gpu", metavar="NAME", help="plan for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
     where.add_argument("--vram", metavar="SIZE", help="plan for a hypothetical single GPU, e.g. 8GiB")
     where.add_argument("--cpu-only", action="store_true", help="plan without a GPU")
-    p.add_argument("--ctx", type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"), metavar="N",
-                   help=f"context length to reach (at least {MIN_CONTEXT})")  # fmt: skip
+    p.add_argument(
+        "--ctx",
+        type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
+        metavar="N",
+        help=f"context length to reach (at least {MIN_CONTEXT})",
+    )
     p.add_argument("--kv", choices=KV_CACHE_TYPES, help="K and V cache type")
     p.add_argument("--kv-k", choices=KV_CACHE_TYPES, help="K cache type")
     p.add_argument("--kv-v", choices=KV_CACHE_TYPES, help="V cache type")
@@ -57,11 +61,18 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
-    p.add_argument("--rpc", metavar="HOST:PORT[=SIZE],...",
-                   help="llama.cpp RPC hosts (ggml-rpc-server, `vrampilot rpc-host`) to spread layers over, "
-                   "each with the memory it may use, e.g. 192.168.1.20:50052=6GiB")  # fmt: skip
-    p.add_argument("--tensor-split", metavar="A,B,...", type=_split,
-                   help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)")  # fmt: skip
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[=SIZE],...",
+        help="llama.cpp RPC hosts (ggml-rpc-server, `vrampilot rpc-host`) to spread layers over, "
+        "each with the memory it may use, e.g. 192.168.1.20:50052=6GiB",
+    )
+    p.add_argument(
+        "--tensor-split",
+        metavar="A,B,...",
+        type=_split,
+        help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)",
+    )
     p.add_argument(
         "--estimate",
         action="store_true",
@@ -246,8 +257,10 @@ def run_export(args: argparse.Namespace) -> int:
 
     result = plan_from_args(args)
     if args.server:  # the user's own llama-server, as given
-        line = quote(llama_server_argv(result.spec.path, result.settings, host=args.host, port=args.port,
-                                       server=args.server), args.shell)  # fmt: skip
+        line = quote(
+            llama_server_argv(result.spec.path, result.settings, host=args.host, port=args.port, server=args.server),
+            args.shell,
+        )
     else:
         line = exported_command(result.spec.path, result.settings, args.shell, host=args.host, port=args.port)
     if not result.fits:

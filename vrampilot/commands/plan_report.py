@@ -25,12 +25,20 @@ def devices_to_dict(plan: Plan) -> list[dict[str, Any]]:
     mem = plan.memory
     out = []
     for d, (g, c) in enumerate(zip(plan.target.gpus, mem.per_device, strict=False)):
-        out.append({
-            "name": g.name, "kind": g.kind, "llama_name": g.llama_name, "endpoint": g.endpoint,
-            "budget_bytes": g.memory_budget_bytes, "budget_pinned": g.budget_pinned,
-            "layers": list(mem.device_layers(d)), "output_layer": mem.output_device == d,
-            "memory": c.as_dict(), "fits": c.total_bytes <= g.memory_budget_bytes,
-        })  # fmt: skip
+        out.append(
+            {
+                "name": g.name,
+                "kind": g.kind,
+                "llama_name": g.llama_name,
+                "endpoint": g.endpoint,
+                "budget_bytes": g.memory_budget_bytes,
+                "budget_pinned": g.budget_pinned,
+                "layers": list(mem.device_layers(d)),
+                "output_layer": mem.output_device == d,
+                "memory": c.as_dict(),
+                "fits": c.total_bytes <= g.memory_budget_bytes,
+            }
+        )
     return out
 
 
@@ -128,7 +136,10 @@ def format_plan(plan: Plan) -> str:
     lines.append(header)
     gpus = plan.target.gpus
     if len(plan.memory.per_device) > 1 or any(g.kind == "rpc" for g in gpus):
-        sides = [(g.llama_name or f"dev{i}", c, g.memory_budget_bytes) for i, (g, c) in enumerate(zip(gpus, plan.memory.per_device, strict=False))]  # fmt: skip
+        sides = [
+            (g.llama_name or f"dev{i}", c, g.memory_budget_bytes)
+            for i, (g, c) in enumerate(zip(gpus, plan.memory.per_device, strict=False))
+        ]
     else:
         sides = [("GPU", plan.memory.device, plan.device_budget_bytes)] if plan.target.has_gpu else []
     for name, comp, budget in (*sides, ("host", plan.memory.host, plan.host_budget_bytes)):

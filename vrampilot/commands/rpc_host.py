@@ -27,8 +27,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Start the bundled ggml-rpc-server so that another machine running VRAM Pilot (or "
         "llama-server --rpc) can put layers here. No authentication: use it on a network you trust.",
     )
-    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: this machine "
-                   "only; give the LAN address, or 0.0.0.0 for every network)")  # fmt: skip
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default 127.0.0.1: this machine "
+        "only; give the LAN address, or 0.0.0.0 for every network)",
+    )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads when the CPU is the shared device")
     p.add_argument("--cache", action="store_true", help="keep received weights in a local cache (faster reloads)")
@@ -79,16 +83,33 @@ def _announce(args: argparse.Namespace, host: object, pid: int | None) -> None:
     assert isinstance(host, RpcHost)
     local = args.host in LOOPBACK
     if args.json:
-        print(json.dumps({"endpoint": f"{args.host}:{args.port}", "pid": pid, "loopback_only": local,
-                          "devices": [{"index": d.index, "memory_free_bytes": d.memory_free_bytes,
-                                       "memory_total_bytes": d.memory_total_bytes} for d in host.devices]}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "endpoint": f"{args.host}:{args.port}",
+                    "pid": pid,
+                    "loopback_only": local,
+                    "devices": [
+                        {
+                            "index": d.index,
+                            "memory_free_bytes": d.memory_free_bytes,
+                            "memory_total_bytes": d.memory_total_bytes,
+                        }
+                        for d in host.devices
+                    ],
+                }
+            ),
+            flush=True,
+        )
         return
     sizes = ", ".join(format_bytes(d.memory_total_bytes) for d in host.devices)
     print(f"Sharing {len(host.devices)} device(s) ({sizes}) at {args.host}:{args.port} over llama.cpp RPC")
     if local:
         print("Listening on this machine only: give --host with this machine's LAN address to share it.")
     else:
-        print("Warning: RPC has no authentication or encryption. Anyone who can reach this port can use this "
-              "machine's device and memory: use it only on a network you trust.")  # fmt: skip
+        print(
+            "Warning: RPC has no authentication or encryption. Anyone who can reach this port can use this "
+            "machine's device and memory: use it only on a network you trust."
+        )
     print(f"On the main machine: vrampilot plan --rpc {args.host}:{args.port}=SIZE (SIZE: what it may use here)")
     print("Ctrl+C stops it.", flush=True)

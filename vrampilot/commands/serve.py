@@ -31,17 +31,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) until Ctrl+C.",
     )
     add_plan_options(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
-                   "only; 0.0.0.0 = every network, which needs an API key)")  # fmt: skip
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine "
+        "only; 0.0.0.0 = every network, which needs an API key)",
+    )
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     key = p.add_mutually_exclusive_group()
-    key.add_argument("--api-key", metavar="KEY", help="require this key (Authorization: Bearer KEY); generated "
-                     "and printed when --host is not loopback and none is given. Other users of this machine can "
-                     "see a command line: --api-key-file keeps the key out of it")  # fmt: skip
+    key.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="require this key (Authorization: Bearer KEY); generated "
+        "and printed when --host is not loopback and none is given. Other users of this machine can "
+        "see a command line: --api-key-file keeps the key out of it",
+    )
     key.add_argument("--api-key-file", metavar="FILE", type=Path, help="require the key on the first line of FILE")
     p.add_argument("--force", action="store_true", help="serve even when the plan does not fit")
-    p.add_argument("--json", action="store_true", help="print one JSON line once ready (base_url, api_key, pid, "
-                   "argv, settings), then the server's log on stderr")  # fmt: skip
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON line once ready (base_url, api_key, pid, argv, settings), then the server's log on stderr",
+    )
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="longest wait for the model to load")
     p.set_defaults(handler=run)
 
@@ -90,10 +101,20 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str) -> None:
     s = plan.settings
     if args.json:
-        out = {"base_url": config.base_url, "openai_base_url": config.base_url + "/v1", "api_key": config.api_key,
-               "api_key_generated": generated, "host": config.host, "port": config.port, "pid": server.pid,
-               "model": str(plan.spec.path), "model_id": plan.spec.path.stem, "argv": server.argv,
-               "settings": s.to_dict(), "fits": plan.fits}  # fmt: skip
+        out = {
+            "base_url": config.base_url,
+            "openai_base_url": config.base_url + "/v1",
+            "api_key": config.api_key,
+            "api_key_generated": generated,
+            "host": config.host,
+            "port": config.port,
+            "pid": server.pid,
+            "model": str(plan.spec.path),
+            "model_id": plan.spec.path.stem,
+            "argv": server.argv,
+            "settings": s.to_dict(),
+            "fits": plan.fits,
+        }
         print(json.dumps(out), flush=True)
         return
     where = "this machine only" if config.loopback_only else "the network: anyone who has the key can use it"
@@ -102,7 +123,9 @@ def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, gen
         print(f"API key: the one in {args.api_key_file}")
     elif config.api_key:
         print(f"API key{' (generated)' if generated else ''}: {config.api_key}")
-    print(f"Plan: {s.n_ctx} context, K/V {s.type_k}/{s.type_v}, {s.n_gpu_layers} GPU layers, batch {s.n_batch}/"
-          f"{s.n_ubatch}, {s.n_threads} threads; predicted {plan.speed.decode_tps:.1f} tokens/s")  # fmt: skip
+    print(
+        f"Plan: {s.n_ctx} context, K/V {s.type_k}/{s.type_v}, {s.n_gpu_layers} GPU layers, batch {s.n_batch}/"
+        f"{s.n_ubatch}, {s.n_threads} threads; predicted {plan.speed.decode_tps:.1f} tokens/s"
+    )
     print(f"Command: {line}")
     print("Ctrl+C stops the server.", flush=True)

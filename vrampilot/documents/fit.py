@@ -120,7 +120,9 @@ def _where(p: Plan) -> str:
 
 
 def _plan_at(current: Plan, n_ctx: int) -> Plan:
-    return plan(current.spec, current.target, replace(current.pins, n_ctx=n_ctx), alternatives=False, exact=current.exact)
+    return plan(
+        current.spec, current.target, replace(current.pins, n_ctx=n_ctx), alternatives=False, exact=current.exact
+    )
 
 
 def max_context(current: Plan, upto: int) -> int | None:

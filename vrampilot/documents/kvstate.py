@@ -33,10 +33,15 @@ def state_key(model_path: str | Path, settings: Settings, doc_hashes: Sequence[s
     st = p.stat()
     relevant = {k: v for k, v in settings.to_dict().items() if k not in _IGNORED_SETTINGS}
     blob = json.dumps(
-        {"model": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "settings": relevant,
-         "documents": list(doc_hashes)},
+        {
+            "model": str(p.resolve()),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "settings": relevant,
+            "documents": list(doc_hashes),
+        },
         sort_keys=True,
-    )  # fmt: skip
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -81,8 +86,13 @@ class KvStateStore:
         """Save to a `.part`, check and fsync it, put it in place, then write its record."""
         final, part = self.path(key), self.root / f"{key}.llstate.part"
         saved = engine.save_state_file(part)  # a short save raises here: the old state stays as it was
-        record = {"format": RECORD_FORMAT, "key": key, "bytes": saved.nbytes, "tokens": saved.tokens,
-                  "sha256": _sha256(part)}  # fmt: skip
+        record = {
+            "format": RECORD_FORMAT,
+            "key": key,
+            "bytes": saved.nbytes,
+            "tokens": saved.tokens,
+            "sha256": _sha256(part),
+        }
         self.record_path(key).unlink(missing_ok=True)  # an old record must never vouch for the new file
         os.replace(part, final)
         _write_synced(self.record_path(key), json.dumps(record).encode())

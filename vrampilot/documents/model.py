@@ -84,4 +84,3 @@ class Document:
             language=str(d.get("language", "")),
             warnings=tuple(str(w) for w in d.get("warnings", ())),  # type: ignore[attr-defined]  # a JSON dict we wrote (to_dict); its values are as written
         )
-

@@ -73,9 +73,19 @@ def decode_bytes(data: bytes, path: Path) -> tuple[str, str]:
 
 
 _LATIN_FAMILIES = (
-    "cp1250", "cp1254", "cp1257", "latin_1", "mac_roman", "mac_latin2", "mac_iceland", "mac_turkish", "cp775",
-    "cp850", "cp852", *(f"iso8859_{n}" for n in (1, 2, 3, 4, 9, 10, 13, 14, 15, 16)),
-)  # fmt: skip
+    "cp1250",
+    "cp1254",
+    "cp1257",
+    "latin_1",
+    "mac_roman",
+    "mac_latin2",
+    "mac_iceland",
+    "mac_turkish",
+    "cp775",
+    "cp850",
+    "cp852",
+    *(f"iso8859_{n}" for n in (1, 2, 3, 4, 9, 10, 13, 14, 15, 16)),
+)
 
 
 def _reads_as_cp1252(data: bytes) -> bool:

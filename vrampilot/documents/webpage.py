@@ -9,9 +9,32 @@ from html.parser import HTMLParser
 from vrampilot.documents.model import Block
 
 _BLOCK = {
-    "p", "div", "section", "article", "main", "li", "tr", "table", "ul", "ol", "pre", "blockquote",
-    "br", "hr", "dd", "dt", "figcaption", "caption", "h1", "h2", "h3", "h4", "h5", "h6", "body",
-}  # fmt: skip
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "li",
+    "tr",
+    "table",
+    "ul",
+    "ol",
+    "pre",
+    "blockquote",
+    "br",
+    "hr",
+    "dd",
+    "dt",
+    "figcaption",
+    "caption",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "body",
+}
 _SKIP = {"script", "style", "noscript", "template", "head", "nav", "svg"}
 _CELL = {"td", "th"}
 

@@ -36,8 +36,15 @@ ProgressFn = Callable[[float], None]
 class _Llama(llama_cpp.Llama):
     """A Llama whose model load reports progress and can be cancelled."""
 
-    def __init__(self, model_path: str, *, on_progress: Callable[[float], bool], n_outputs: int = 1,
-                 devices: tuple[str, ...] = (), **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        on_progress: Callable[[float], bool],
+        n_outputs: int = 1,
+        devices: tuple[str, ...] = (),
+        **kwargs: Any,
+    ) -> None:
         self._vp_outputs = n_outputs
         # The plan's devices, in its order (llama_model_params.devices, NULL-terminated): kept
         # alive with the instance, since llama.cpp reads the array while it loads.
@@ -118,15 +125,23 @@ def open_llama(
 
     if settings.uses_rpc:
         # ggml ends the whole process when an RPC host goes away: such plans run in llama-server.
-        raise ModelLoadError("this plan uses RPC hosts, which VRAM Pilot runs in llama-server (Server tab, or "
-                             "`vrampilot serve`), never in its own process")  # fmt: skip
+        raise ModelLoadError(
+            "this plan uses RPC hosts, which VRAM Pilot runs in llama-server (Server tab, or "
+            "`vrampilot serve`), never in its own process"
+        )
     kwargs = llama_cpp_kwargs(settings)
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
         # this load's error lines must reach llama_log, and its buffer lines must not reach them.
         with LOG_LOCK, llama_log.capturing() as lines:
-            llm = _Llama(str(model_path), on_progress=on_progress, n_outputs=settings.n_outputs_max,
-                         devices=settings.devices, verbose=False, **kwargs)  # fmt: skip
+            llm = _Llama(
+                str(model_path),
+                on_progress=on_progress,
+                n_outputs=settings.n_outputs_max,
+                devices=settings.devices,
+                verbose=False,
+                **kwargs,
+            )
         allocations.record(llm, lines)  # what the meters show of it on a device that reports no use
     except KeyError as exc:  # a device of the plan is not there (a card was removed, a driver failed)
         raise ModelLoadError(f"{exc.args[0]}; plan again for the devices this machine has now") from None

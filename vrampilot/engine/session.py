@@ -512,9 +512,13 @@ class Engine:
         )
         first = out.first_token_at if out.first_token_at is not None else out.last_token_at
         stats = self._stats(
-            llm, tokens, reused, out.completion_tokens, (times[0], times[1], first, out.last_token_at),
+            llm,
+            tokens,
+            reused,
+            out.completion_tokens,
+            (times[0], times[1], first, out.last_token_at),
             out.stop or "length",
-        )  # fmt: skip
+        )
         return Reply(out.text, stats)
 
     @staticmethod

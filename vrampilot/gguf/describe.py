@@ -90,11 +90,17 @@ def format_spec(spec: ModelSpec) -> str:
         ("Vocabulary", str(spec.n_vocab)),
     ]
     if spec.has_swa:
-        rows.append(("Sliding window", f"{spec.sliding_window} tokens on {sum(spec.swa_layers)} of {spec.n_layer} layers"))
+        rows.append(
+            ("Sliding window", f"{spec.sliding_window} tokens on {sum(spec.swa_layers)} of {spec.n_layer} layers")
+        )
     if spec.kv_lora_rank:
-        rows.append(("MLA", f"kv_lora_rank {spec.kv_lora_rank}, q_lora_rank {spec.q_lora_rank}, rope dims {spec.n_rot}"))
+        rows.append(
+            ("MLA", f"kv_lora_rank {spec.kv_lora_rank}, q_lora_rank {spec.q_lora_rank}, rope dims {spec.n_rot}")
+        )
     if spec.n_expert:
-        rows.append(("Experts", f"{spec.n_expert_used} of {spec.n_expert} used per token, {spec.n_expert_shared} shared"))
+        rows.append(
+            ("Experts", f"{spec.n_expert_used} of {spec.n_expert} used per token, {spec.n_expert_shared} shared")
+        )
     rope = f"{spec.n_rot} dims, base {spec.rope_freq_base:g}" if spec.rope_freq_base else f"{spec.n_rot} dims"
     if spec.rope_scaling_type and spec.rope_scaling_type != "none":
         rope += f", {one_line(spec.rope_scaling_type)} x{spec.rope_scaling_factor}"

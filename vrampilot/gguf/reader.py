@@ -134,7 +134,9 @@ class _Cursor:
     only when `buf` is a prefix (a remote header): running past `size` but not past `file_bytes`
     then means "fetch more", not "corrupt file"."""
 
-    def __init__(self, buf: mmap.mmap | bytes | memoryview, path: Path, size: int, file_bytes: int | None = None) -> None:
+    def __init__(
+        self, buf: mmap.mmap | bytes | memoryview, path: Path, size: int, file_bytes: int | None = None
+    ) -> None:
         self.buf = buf
         self.path = path
         self.size = size
@@ -251,7 +253,9 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
                 buf.close()
 
 
-def read_gguf_bytes(buf: bytes | bytearray | memoryview, name: str | os.PathLike[str], total_file_bytes: int) -> GGUFFile:
+def read_gguf_bytes(
+    buf: bytes | bytearray | memoryview, name: str | os.PathLike[str], total_file_bytes: int
+) -> GGUFFile:
     """Parse a header from the first `len(buf)` bytes of a file of `total_file_bytes` (a remote file
     read by range request). Tensor offsets are checked against the whole file's size.
 

@@ -309,8 +309,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     layer_bytes = [0] * n_layer
     active_bytes = [0.0] * n_layer
     active_params = [0.0] * n_layer
-    expert_share = (
-        int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(_arch_key(meta, arch, "expert_count", 1) or 1)
+    expert_share = int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(
+        _arch_key(meta, arch, "expert_count", 1) or 1
     )
     token_embd_bytes = output_bytes = other_bytes = 0
     n_params = 0

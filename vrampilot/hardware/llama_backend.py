@@ -76,7 +76,13 @@ def _devices() -> tuple[LlamaDevice, ...]:
         return ()
     return tuple(
         LlamaDevice(
-            d.name, d.description, d.kind, d.backend, d.memory_free_bytes, d.memory_total_bytes, d.device_id,
+            d.name,
+            d.description,
+            d.kind,
+            d.backend,
+            d.memory_free_bytes,
+            d.memory_total_bytes,
+            d.device_id,
             d.asynchronous,
         )
         for d in found

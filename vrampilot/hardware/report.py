@@ -135,16 +135,22 @@ def format_machine(m: Machine) -> str:
         if llama.cpu_dispatch:
             lines.append(f"  CPU code: {llama.cpu_dispatch}")
         if llama.backends:
-            recipe = f" (engine recipe {llama.recipe_key})" if llama.recipe_key else " (not built by VRAM Pilot's recipe)"
+            recipe = (
+                f" (engine recipe {llama.recipe_key})" if llama.recipe_key else " (not built by VRAM Pilot's recipe)"
+            )
             lines.append(f"  backends: {', '.join(llama.backends)}{recipe}")
         for failure in llama.backend_failures:
             lines.append(f"  not loaded: {failure}")
         if llama.vulkan_status:
             lines.append(f"  {llama.vulkan_status}")
         for d in llama.devices:
-            kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(d.kind, d.kind)
-            lines.append(f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "
-                         f"of {format_bytes(d.memory_total_bytes)}")  # fmt: skip
+            kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(
+                d.kind, d.kind
+            )
+            lines.append(
+                f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "
+                f"of {format_bytes(d.memory_total_bytes)}"
+            )
         if llama.gpu_build_note:
             lines.append(f"  GPU backends not in this engine: {llama.gpu_build_note}")
         if llama.system_info:

@@ -53,7 +53,7 @@ class RpcHost:
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    """"host:port" (or "[v6]:port") -> (host, port); RpcHostError says what is wrong."""
+    """ "host:port" (or "[v6]:port") -> (host, port); RpcHostError says what is wrong."""
     m = _ENDPOINT.match(text.strip())
     if not m:
         raise RpcHostError(f"{text!r} is not an RPC host: write host:port, e.g. 192.168.1.20:{DEFAULT_PORT}")
@@ -64,7 +64,7 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 
 
 def parse_hosts(text: str) -> list[tuple[str, int | None]]:
-    """"host:port[=SIZE],host:port" (the CLI's --rpc, the Plan panel's field) -> [(endpoint,
+    """ "host:port[=SIZE],host:port" (the CLI's --rpc, the Plan panel's field) -> [(endpoint,
     budget bytes or None)]. A budget caps what the plan puts on that host: ggml-rpc-server has no
     cap of its own and reports all its device's memory as free."""
     from vrampilot.units import parse_size
@@ -102,7 +102,9 @@ def query_host(endpoint: str, *, timeout_s: float = 3.0) -> RpcHost:
         raise RpcHostError(f"RPC host {endpoint} did not answer within {timeout_s:.0f} s") from None
     except OSError as exc:
         why = exc.strerror or str(exc)
-        raise RpcHostError(f"RPC host {endpoint} cannot be reached ({why}); is ggml-rpc-server running there?") from None
+        raise RpcHostError(
+            f"RPC host {endpoint} cannot be reached ({why}); is ggml-rpc-server running there?"
+        ) from None
     try:
         with sock:
             major, minor, patch = _hello(sock, endpoint)
@@ -111,7 +113,9 @@ def query_host(endpoint: str, *, timeout_s: float = 3.0) -> RpcHost:
             rtt_ms = (time.perf_counter() - t0) * 1000
             devices = []
             for i in range(count):
-                free, total = struct.unpack("<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16, endpoint))
+                free, total = struct.unpack(
+                    "<QQ", _call(sock, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16, endpoint)
+                )
                 devices.append(RpcDeviceMemory(i, int(free), int(total)))
     except TimeoutError:
         raise RpcHostError(
@@ -119,8 +123,10 @@ def query_host(endpoint: str, *, timeout_s: float = 3.0) -> RpcHost:
             "it serves one client at a time, and another one (a running model?) may be using it"
         ) from None
     except OSError as exc:
-        raise RpcHostError(f"RPC host {endpoint} dropped the connection ({exc.strerror or exc}): is it a "
-                           "ggml-rpc-server of this llama.cpp version?") from None  # fmt: skip
+        raise RpcHostError(
+            f"RPC host {endpoint} dropped the connection ({exc.strerror or exc}): is it a "
+            "ggml-rpc-server of this llama.cpp version?"
+        ) from None
     if not devices:
         raise RpcHostError(f"RPC host {endpoint} has no device (ggml-rpc-server found no backend to share)")
     return RpcHost(endpoint, f"{major}.{minor}.{patch}", tuple(devices), rtt_ms)

@@ -169,9 +169,13 @@ def hub_call(repo_id: str | None, *, token: str | None = None, filename: str | N
                 access_message(repo_id, status, bool(token)), repo_id=repo_id, signed_in=bool(token), status=status
             ) from None
         if status is not None and status >= 500:
-            raise HubUnreachableError(f"the Hub at {endpoint} answered HTTP {status} for {what}; try again later") from None
+            raise HubUnreachableError(
+                f"the Hub at {endpoint} answered HTTP {status} for {what}; try again later"
+            ) from None
         if status == 429:
-            raise HubUnreachableError(f"the Hub at {endpoint} asks to slow down (HTTP 429); try again in a minute") from None
+            raise HubUnreachableError(
+                f"the Hub at {endpoint} asks to slow down (HTTP 429); try again in a minute"
+            ) from None
         raise HubError(f"the Hub at {endpoint} refused the request for {what} (HTTP {status})") from None
     except (httpx2.TransportError, ConnectionError, TimeoutError) as exc:
         raise HubUnreachableError(

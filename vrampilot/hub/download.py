@@ -258,8 +258,13 @@ class _Digests:
         return None
 
 
-def _hash_file(path: Path, digests: _Digests, upto: int, on_bytes: Callable[[int], None] | None = None,
-               control: DownloadControl | None = None) -> bool:
+def _hash_file(
+    path: Path,
+    digests: _Digests,
+    upto: int,
+    on_bytes: Callable[[int], None] | None = None,
+    control: DownloadControl | None = None,
+) -> bool:
     """Feed the first `upto` bytes of `path` to `digests`; False when stopped by the control."""
     done = 0
     with open(path, "rb") as fh:
@@ -393,7 +398,12 @@ class Downloader:
                     if status == "cancelled":
                         self._discard(plans)
                     return DownloadResult(
-                        status, self.repo_id, model, (), self.fetched_bytes, total  # type: ignore[arg-type]  # status is "paused" or "cancelled" here
+                        status,  # type: ignore[arg-type]  # status is "paused" or "cancelled" here
+                        self.repo_id,
+                        model,
+                        (),
+                        self.fetched_bytes,
+                        total,
                     )
             self.cache.write_ref(self.revision, p.commit)
             done_before += p.size

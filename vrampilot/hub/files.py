@@ -96,9 +96,7 @@ class RemoteModel:
             "split_count": self.split_count,
             "complete": self.complete,
             "mmproj": self.is_mmproj,
-            "files": [
-                {"filename": f.filename, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in self.files
-            ],
+            "files": [{"filename": f.filename, "size_bytes": f.size_bytes, "sha256": f.sha256} for f in self.files],
         }
 
 

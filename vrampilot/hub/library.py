@@ -106,8 +106,13 @@ def inspect_file(path: Path) -> tuple[LocalStatus, str | None, str | None, str |
 
 
 def _model_entry(
-    files: list[Path], source: Source, *, name: str | None = None, repo_id: str | None = None,
-    verified: bool | None = None, split_count: int = 1,
+    files: list[Path],
+    source: Source,
+    *,
+    name: str | None = None,
+    repo_id: str | None = None,
+    verified: bool | None = None,
+    split_count: int = 1,
 ) -> LocalModel:
     """One entry for a single file or a split set (files sorted, first part first)."""
     first = files[0]
@@ -181,8 +186,15 @@ def hf_cache_models(root: Path | None = None) -> list[LocalModel]:
             first = files[0]
             if not first.exists():
                 out.append(
-                    LocalModel(first, first.name, Source.HF_CACHE, 0, LocalStatus.BROKEN,
-                               "the cache entry points to a file that is missing", repo_id=repo_id)
+                    LocalModel(
+                        first,
+                        first.name,
+                        Source.HF_CACHE,
+                        0,
+                        LocalStatus.BROKEN,
+                        "the cache entry points to a file that is missing",
+                        repo_id=repo_id,
+                    )
                 )
                 continue
             verified = all(verified_sha256(f.resolve()) is not None for f in files)
@@ -197,22 +209,41 @@ def hf_cache_models(root: Path | None = None) -> list[LocalModel]:
                 label = rec.filename if rec else n
                 total = f" of {format_bytes(rec.total_bytes)}" if rec else ""
                 out.append(
-                    LocalModel(blob, label, Source.HF_CACHE, _size(blob), LocalStatus.PARTIAL,
-                               f"download stopped at {format_bytes(_size(blob))}{total}: resume it in the Hub tab "
-                               "or with `vrampilot hub download`", repo_id=repo_id)
+                    LocalModel(
+                        blob,
+                        label,
+                        Source.HF_CACHE,
+                        _size(blob),
+                        LocalStatus.PARTIAL,
+                        f"download stopped at {format_bytes(_size(blob))}{total}: resume it in the Hub tab "
+                        "or with `vrampilot hub download`",
+                        repo_id=repo_id,
+                    )
                 )
             elif ORPHAN_RE.match(n):
                 out.append(
-                    LocalModel(blob, n, Source.HF_CACHE, _size(blob), LocalStatus.PARTIAL,
-                               "unfinished download left by another Hugging Face tool", repo_id=repo_id)
+                    LocalModel(
+                        blob,
+                        n,
+                        Source.HF_CACHE,
+                        _size(blob),
+                        LocalStatus.PARTIAL,
+                        "unfinished download left by another Hugging Face tool",
+                        repo_id=repo_id,
+                    )
                 )
             elif QUARANTINE_MARK in n and not n.endswith(".json"):
                 note = _read_json(blob.with_name(n + ".json")) or {}
                 out.append(
-                    LocalModel(blob, str(note.get("filename") or n), Source.HF_CACHE, _size(blob),
-                               LocalStatus.QUARANTINED,
-                               f"failed its checksum (expected {str(note.get('expected', '?'))[:16]}…); "
-                               "set aside, not used", repo_id=repo_id)
+                    LocalModel(
+                        blob,
+                        str(note.get("filename") or n),
+                        Source.HF_CACHE,
+                        _size(blob),
+                        LocalStatus.QUARANTINED,
+                        f"failed its checksum (expected {str(note.get('expected', '?'))[:16]}…); set aside, not used",
+                        repo_id=repo_id,
+                    )
                 )
     return out
 
@@ -265,8 +296,14 @@ def ollama_models(root: Path | None = None) -> list[LocalModel]:
             blob = root / "blobs" / digest.replace(":", "-")
             if not blob.is_file():
                 out.append(
-                    LocalModel(blob, name, Source.OLLAMA, 0, LocalStatus.PARTIAL,
-                               f"blob {digest[:19]}… is missing (pull the model again in Ollama)")
+                    LocalModel(
+                        blob,
+                        name,
+                        Source.OLLAMA,
+                        0,
+                        LocalStatus.PARTIAL,
+                        f"blob {digest[:19]}… is missing (pull the model again in Ollama)",
+                    )
                 )
                 continue
             out.append(_model_entry([blob], Source.OLLAMA, name=name))

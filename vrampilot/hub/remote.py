@@ -111,7 +111,9 @@ def fetch_remote_header(
             want = initial_bytes
         want = min(want, f.size_bytes)
         if want > MAX_HEADER_BYTES:
-            raise GGUFError(name, f"the header is larger than {MAX_HEADER_BYTES // (1024 * 1024)} MiB; not a model file")
+            raise GGUFError(
+                name, f"the header is larger than {MAX_HEADER_BYTES // (1024 * 1024)} MiB; not a model file"
+            )
         if want <= len(buf):
             raise GGUFError(name, "the file ends inside its header")
         with hub_call(repo_id, token=token, filename=f.filename):

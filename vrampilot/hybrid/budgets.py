@@ -24,7 +24,10 @@ class HeadBudget:
 
 
 def allocate_reach(
-    lost: Sequence[Sequence[Sequence[float]]], distances: Sequence[int], window: int, budget_bytes: int,
+    lost: Sequence[Sequence[Sequence[float]]],
+    distances: Sequence[int],
+    window: int,
+    budget_bytes: int,
     head_bytes: Callable[[int | None], int],
 ) -> list[HeadBudget]:
     """Choose a reach per KV head. `lost[layer][head][j]`: mass lost with a window ending
@@ -60,5 +63,7 @@ def allocate_reach(
         _, key, j = best
         used += costs[j] - costs[choice[key]]
         choice[key] = j
-    return [HeadBudget(il, h, options[choice[(il, h)]][0], options[choice[(il, h)]][1], loss[(il, h)][choice[(il, h)]])
-            for il, h in heads]
+    return [
+        HeadBudget(il, h, options[choice[(il, h)]][0], options[choice[(il, h)]][1], loss[(il, h)][choice[(il, h)]])
+        for il, h in heads
+    ]

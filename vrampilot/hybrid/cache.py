@@ -312,7 +312,9 @@ class HybridLayer(LayerCache):
         self._evict_until(int(p.first_block(next_pos)[0]))
         return out.reshape(h * g, n, d)
 
-    def _entry_logits(self, qg: torch.Tensor, qpos: torch.Tensor, nb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _entry_logits(
+        self, qg: torch.Tensor, qpos: torch.Tensor, nb: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Logits (h, g, n, E) and values (h, E, d) of the compressed branch, masked to what each
         query may read: visible entries (index < nb(t)), and for C layers the top-k per KV head.
         The third item, when not None, is the rotation that takes the branch's output back (its

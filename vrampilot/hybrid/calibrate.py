@@ -69,9 +69,14 @@ class CalibrationCase:
     depth: float
 
 
-def calibration_cases(encode: Callable[[str], list[int]], *, lengths: Sequence[int] = CAL_LENGTHS,
-                      per_length: int = CAL_CASES_PER_LENGTH, seed: int = CAL_SEED,
-                      spread: bool = False) -> list[CalibrationCase]:
+def calibration_cases(
+    encode: Callable[[str], list[int]],
+    *,
+    lengths: Sequence[int] = CAL_LENGTHS,
+    per_length: int = CAL_CASES_PER_LENGTH,
+    seed: int = CAL_SEED,
+    spread: bool = False,
+) -> list[CalibrationCase]:
     """Calibration prompts; `spread`: case i of a length takes its depth from the i-th of
     `per_length` equal bins of 5-95% (random within it) rather than anywhere in that range."""
     rng = random.Random(seed)
@@ -98,12 +103,16 @@ def calibration_cases(encode: Callable[[str], list[int]], *, lengths: Sequence[i
             cut = round(depth * len(filler))
             prefix = intro + [t for s in filler[:cut] for t in s]
             prompt = prefix + needle + [t for s in filler[cut:] for t in s] + question
-            cases.append(CalibrationCase(
-                tokens=prompt + answer,
-                needle=list(range(len(prefix), len(prefix) + len(needle))),
-                answer_queries=list(range(len(prompt) - 1, len(prompt) + len(answer) - 1)),
-                key=key, length=length, depth=depth,
-            ))
+            cases.append(
+                CalibrationCase(
+                    tokens=prompt + answer,
+                    needle=list(range(len(prefix), len(prefix) + len(needle))),
+                    answer_queries=list(range(len(prompt) - 1, len(prompt) + len(answer) - 1)),
+                    key=key,
+                    length=length,
+                    depth=depth,
+                )
+            )
     return cases
 
 
@@ -176,8 +185,13 @@ class Calibration:
         }
 
 
-def calibrate(model: LlamaModel, cases: Sequence[CalibrationCase], *, chunk: int = 256,
-              progress: Callable[[str], None] | None = None) -> Calibration:
+def calibrate(
+    model: LlamaModel,
+    cases: Sequence[CalibrationCase],
+    *,
+    chunk: int = 256,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
     mc = model.config
     total = torch.zeros(mc.n_layer, mc.n_head)
     correct = []
@@ -185,7 +199,9 @@ def calibrate(model: LlamaModel, cases: Sequence[CalibrationCase], *, chunk: int
         layers = [RecordingLayer(mc, case.answer_queries, case.needle) for _ in range(mc.n_layer)]
         cache = AttentionCache(layers, "calibration")
         tokens = torch.tensor(case.tokens)
-        hidden = torch.cat([model.forward_hidden(tokens[s : s + chunk], s, cache) for s in range(0, len(tokens), chunk)])
+        hidden = torch.cat(
+            [model.forward_hidden(tokens[s : s + chunk], s, cache) for s in range(0, len(tokens), chunk)]
+        )
         first, last = case.answer_queries[0], case.answer_queries[-1]
         with torch.inference_mode():
             pred = model.logits(hidden[first : last + 1]).argmax(dim=-1)
@@ -193,8 +209,10 @@ def calibrate(model: LlamaModel, cases: Sequence[CalibrationCase], *, chunk: int
         correct.append(ok)
         total += torch.stack([layer.mass for layer in layers]) / len(case.answer_queries)
         if progress:
-            progress(f"calibration case {i + 1}/{len(cases)}: {case.length} tokens, depth {case.depth:.2f}, "
-                     f"full cache {'answers' if ok else 'misses'}")
+            progress(
+                f"calibration case {i + 1}/{len(cases)}: {case.length} tokens, depth {case.depth:.2f}, "
+                f"full cache {'answers' if ok else 'misses'}"
+            )
     return Calibration(mc.n_layer, mc.n_head_kv, mc.n_group, total / len(cases), correct)
 
 
@@ -210,7 +228,9 @@ class FarMassLayer(_WatchingLayer):
     which every head keeps, excluded): what a head would lose with a window of that length. Its
     output is FullLayer's exactly."""
 
-    def __init__(self, mc: ModelConfig, watch: Sequence[int], n_sink: int, distances: Sequence[int] = FAR_DISTANCES) -> None:
+    def __init__(
+        self, mc: ModelConfig, watch: Sequence[int], n_sink: int, distances: Sequence[int] = FAR_DISTANCES
+    ) -> None:
         super().__init__(mc, watch)
         self.n_sink = n_sink
         self.distances = torch.tensor(list(distances), dtype=torch.long)
@@ -225,13 +245,22 @@ class FarMassLayer(_WatchingLayer):
     def record(self, rows: torch.Tensor, probs: torch.Tensor) -> None:
         kpos = torch.arange(probs.shape[-1])
         # far[n, j, t]: key t is not a sink and lies more than distances[j] tokens before query n.
-        far = (kpos[None, None, :] >= self.n_sink) & (kpos[None, None, :] < rows[:, None, None] - self.distances[None, :, None])
+        far = (kpos[None, None, :] >= self.n_sink) & (
+            kpos[None, None, :] < rows[:, None, None] - self.distances[None, :, None]
+        )
         self.row_mass[:, torch.searchsorted(self.watch, rows)] += torch.einsum("hnt,njt->hnj", probs, far.float())
         self.n_watched += int(rows.numel())
 
 
-def far_mass_rows(model: LlamaModel, tokens: list[int], watch: Sequence[int], n_sink: int, *,
-                  distances: Sequence[int] = FAR_DISTANCES, chunk: int = 256) -> torch.Tensor:
+def far_mass_rows(
+    model: LlamaModel,
+    tokens: list[int],
+    watch: Sequence[int],
+    n_sink: int,
+    *,
+    distances: Sequence[int] = FAR_DISTANCES,
+    chunk: int = 256,
+) -> torch.Tensor:
     """(n_layer, n_head, len(watch), len(distances)): every query head's mass beyond each distance at
     each watched position (sorted), full cache, one sequence."""
     mc = model.config
@@ -255,9 +284,15 @@ def kv_far_mass(rows: torch.Tensor, n_head_kv: int, weights: Sequence[float] | N
     return per_q.view(n_layer, n_head_kv, n_head // n_head_kv, n_dist).amax(dim=2)
 
 
-def far_mass(model: LlamaModel, sequences: Sequence[tuple[list[int], Sequence[int]]], n_sink: int, *,
-             distances: Sequence[int] = FAR_DISTANCES, chunk: int = 256,
-             progress: Callable[[str], None] | None = None) -> torch.Tensor:
+def far_mass(
+    model: LlamaModel,
+    sequences: Sequence[tuple[list[int], Sequence[int]]],
+    n_sink: int,
+    *,
+    distances: Sequence[int] = FAR_DISTANCES,
+    chunk: int = 256,
+    progress: Callable[[str], None] | None = None,
+) -> torch.Tensor:
     """(n_layer, n_head_kv, len(distances)): per KV head, the mean attention mass its query heads (the
     largest of them) put beyond each distance, over the watched positions of every (tokens, watched
     positions) sequence, full cache."""
@@ -297,7 +332,9 @@ class AnswerMargins:
         return self.margins[0]
 
 
-def answer_margins(model: LlamaModel, cache: AttentionCache, case: CalibrationCase, *, chunk: int = 256) -> AnswerMargins:
+def answer_margins(
+    model: LlamaModel, cache: AttentionCache, case: CalibrationCase, *, chunk: int = 256
+) -> AnswerMargins:
     """Prefill `case`'s prompt into `cache`, then its answer teacher-forced, and the margins there."""
     first = case.answer_queries[0]
     ids = torch.tensor(case.tokens)

@@ -79,9 +79,15 @@ def held_at(config: str, spec: ModelSpec, n_tokens: int) -> KvCacheUsage | None:
 
     if len(set(spec.n_head)) != 1 or len(set(spec.n_head_kv)) != 1 or spec.head_dim_k != spec.head_dim_v:
         return None
-    shape = CacheShape(spec.n_layer, spec.n_head_kv[0], spec.head_dim_k,
-                       (spec.n_layer, spec.n_head[0], spec.n_head_kv[0], spec.head_dim_k, spec.n_vocab))
-    return KvCacheUsage(config_kv_bytes(get_config(config), shape, n_tokens), n_tokens * shape.f16_kv_bytes_per_token, n_tokens)
+    shape = CacheShape(
+        spec.n_layer,
+        spec.n_head_kv[0],
+        spec.head_dim_k,
+        (spec.n_layer, spec.n_head[0], spec.n_head_kv[0], spec.head_dim_k, spec.n_vocab),
+    )
+    return KvCacheUsage(
+        config_kv_bytes(get_config(config), shape, n_tokens), n_tokens * shape.f16_kv_bytes_per_token, n_tokens
+    )
 
 
 def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
@@ -209,10 +215,13 @@ class HybridChat:
 
         t_eval = time.perf_counter()
         gen = session.generate(
-            tokens, sampling.max_tokens, temperature=sampling.temperature, seed=sampling.seed,
+            tokens,
+            sampling.max_tokens,
+            temperature=sampling.temperature,
+            seed=sampling.seed,
             stop_tokens=[],  # llama.cpp's end-of-generation set is wider than the file's one EOS id
             cancel=cancel.is_set,
-        )  # fmt: skip
+        )
         out = stream_tokens(
             gen,
             detokenize=engine.detokenize,
@@ -225,10 +234,13 @@ class HybridChat:
         )
         first = out.first_token_at if out.first_token_at is not None else out.last_token_at
         stats = GenerationStats.from_times(
-            len(tokens), reused, out.completion_tokens, (t0, t_eval, first, out.last_token_at),
+            len(tokens),
+            reused,
+            out.completion_tokens,
+            (t0, t_eval, first, out.last_token_at),
             (session.n_tokens, session.n_ctx),
             _stop_reason(out.stop, cancel.is_set(), session.n_tokens >= session.n_ctx),
-        )  # fmt: skip
+        )
         usage = self.usage()
         if on_usage is not None:
             on_usage(usage)
@@ -241,7 +253,9 @@ class HybridBackend:
 
     replan_cures_overflow = False  # its limit is the model's trained context, not the plan's
 
-    def __init__(self, model_path: str | os.PathLike[str], *, config: str = "default", threads: int | None = None) -> None:
+    def __init__(
+        self, model_path: str | os.PathLike[str], *, config: str = "default", threads: int | None = None
+    ) -> None:
         self.chat = HybridChat(model_path, config, threads=threads)
         # The storage key (vrampilot.storage): plain "hybrid" for the default config.
         self.key = "hybrid" if config == "default" else f"hybrid:{config}"

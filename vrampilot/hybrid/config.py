@@ -95,16 +95,21 @@ class HybridConfig:
 
     def applies_heads_to(self, model_shape: tuple[int, ...]) -> bool:
         return bool(self.retrieval_heads or self.head_reach) and (
-            not self.retrieval_model or tuple(self.retrieval_model) == tuple(model_shape))
+            not self.retrieval_model or tuple(self.retrieval_model) == tuple(model_shape)
+        )
 
-    def head_kinds(self, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()) -> tuple[tuple[LayerKind, ...], ...]:
+    def head_kinds(
+        self, n_layer: int, n_head_kv: int, model_shape: tuple[int, ...] = ()
+    ) -> tuple[tuple[LayerKind, ...], ...]:
         """The kind of every KV head, layer by layer: the layer's kind unless `retrieval_heads` names it
         (and the heads were calibrated on this model: see `retrieval_model`)."""
         chosen = set(self.retrieval_heads) if self.applies_heads_to(model_shape) else set()
         for il, h in chosen:
             if il >= n_layer or h >= n_head_kv:
-                raise UserError(f"hybrid config {self.name!r}: retrieval head ({il}, {h}) is outside the model's "
-                                f"{n_layer} layers x {n_head_kv} KV heads")
+                raise UserError(
+                    f"hybrid config {self.name!r}: retrieval head ({il}, {h}) is outside the model's "
+                    f"{n_layer} layers x {n_head_kv} KV heads"
+                )
         return tuple(
             tuple(self.retrieval_kind if (il, h) in chosen else kind for h in range(n_head_kv))
             for il, kind in enumerate(self.layer_kinds(n_layer))
@@ -114,8 +119,12 @@ class HybridConfig:
         bad = set(self.layout_head + self.layout_cycle + self.retrieval_kind) - _KINDS
         if bad or len(self.retrieval_kind) != 1:
             raise UserError(f"hybrid config {self.name!r}: unknown layer kind(s) {sorted(bad)}; use F, W, C, H, R")
-        if any(il < 0 or h < 0 for il, h in self.retrieval_heads) or len(set(self.retrieval_heads)) != len(self.retrieval_heads):
-            raise UserError(f"hybrid config {self.name!r}: retrieval heads must be distinct, non-negative (layer, head) pairs")
+        if any(il < 0 or h < 0 for il, h in self.retrieval_heads) or len(set(self.retrieval_heads)) != len(
+            self.retrieval_heads
+        ):
+            raise UserError(
+                f"hybrid config {self.name!r}: retrieval heads must be distinct, non-negative (layer, head) pairs"
+            )
         for what, value in (("window", self.window), ("csa_ratio", self.csa_ratio), ("hca_ratio", self.hca_ratio)):
             if value < 1:
                 raise UserError(f"hybrid config {self.name!r}: {what} must be at least 1")
@@ -201,7 +210,13 @@ BUDGET_SHARE = 0.099
 def budget_base() -> HybridConfig:
     """The default config before its per-head reaches: what the budget calibration sizes."""
     return HybridConfig(
-        name="budgets", n_sink=32, window=64, layout_cycle="R", storage="q4", rotate=True, reach=0,
+        name="budgets",
+        n_sink=32,
+        window=64,
+        layout_cycle="R",
+        storage="q4",
+        rotate=True,
+        reach=0,
     ).validate()
 
 
@@ -212,21 +227,96 @@ def budget_base() -> HybridConfig:
 # docs/hybrid-cache.md). Each KV head's reach, (layer, KV head, reach), None keeping
 # every token.
 SMOLLM2_HEAD_REACH: tuple[tuple[int, int, int | None], ...] = (
-    (0, 0, 4032), (0, 1, 3008), (0, 2, 4032), (1, 0, 3008), (1, 1, 1984), (1, 2, 1984),
-    (2, 0, 1472), (2, 1, 3008), (2, 2, 3008), (3, 0, 4032), (3, 1, 3008), (3, 2, 3008),
-    (4, 0, 4032), (4, 1, 4032), (4, 2, 4032), (5, 0, 3008), (5, 1, 3008), (5, 2, 3008),
-    (6, 0, 4032), (6, 1, 3008), (6, 2, 4032), (7, 0, 4032), (7, 1, 4032), (7, 2, None),
-    (8, 0, 4032), (8, 1, 4032), (8, 2, 3008), (9, 0, 3008), (9, 1, 3008), (9, 2, 3008),
-    (10, 0, 3008), (10, 1, 3008), (10, 2, 1984), (11, 0, 320), (11, 1, 1984), (11, 2, 704),
-    (12, 0, 960), (12, 1, 704), (12, 2, 192), (13, 0, 960), (13, 1, 64), (13, 2, 320),
-    (14, 0, 1472), (14, 1, 6080), (14, 2, 704), (15, 0, 3008), (15, 1, 960), (15, 2, 3008),
-    (16, 0, 704), (16, 1, 704), (16, 2, 960), (17, 0, 3008), (17, 1, None), (17, 2, 960),
-    (18, 0, 960), (18, 1, 448), (18, 2, None), (19, 0, 1984), (19, 1, 1472), (19, 2, 64),
-    (20, 0, 1984), (20, 1, 6080), (20, 2, None), (21, 0, 960), (21, 1, 3008), (21, 2, None),
-    (22, 0, 1472), (22, 1, 960), (22, 2, 960), (23, 0, None), (23, 1, 1472), (23, 2, 960),
-    (24, 0, 1472), (24, 1, 3008), (24, 2, 4032), (25, 0, 960), (25, 1, 448), (25, 2, 320),
-    (26, 0, 1984), (26, 1, 960), (26, 2, 448), (27, 0, 704), (27, 1, 960), (27, 2, 320),
-    (28, 0, 1472), (28, 1, 704), (28, 2, 1984), (29, 0, 1984), (29, 1, 1984), (29, 2, 1984),
+    (0, 0, 4032),
+    (0, 1, 3008),
+    (0, 2, 4032),
+    (1, 0, 3008),
+    (1, 1, 1984),
+    (1, 2, 1984),
+    (2, 0, 1472),
+    (2, 1, 3008),
+    (2, 2, 3008),
+    (3, 0, 4032),
+    (3, 1, 3008),
+    (3, 2, 3008),
+    (4, 0, 4032),
+    (4, 1, 4032),
+    (4, 2, 4032),
+    (5, 0, 3008),
+    (5, 1, 3008),
+    (5, 2, 3008),
+    (6, 0, 4032),
+    (6, 1, 3008),
+    (6, 2, 4032),
+    (7, 0, 4032),
+    (7, 1, 4032),
+    (7, 2, None),
+    (8, 0, 4032),
+    (8, 1, 4032),
+    (8, 2, 3008),
+    (9, 0, 3008),
+    (9, 1, 3008),
+    (9, 2, 3008),
+    (10, 0, 3008),
+    (10, 1, 3008),
+    (10, 2, 1984),
+    (11, 0, 320),
+    (11, 1, 1984),
+    (11, 2, 704),
+    (12, 0, 960),
+    (12, 1, 704),
+    (12, 2, 192),
+    (13, 0, 960),
+    (13, 1, 64),
+    (13, 2, 320),
+    (14, 0, 1472),
+    (14, 1, 6080),
+    (14, 2, 704),
+    (15, 0, 3008),
+    (15, 1, 960),
+    (15, 2, 3008),
+    (16, 0, 704),
+    (16, 1, 704),
+    (16, 2, 960),
+    (17, 0, 3008),
+    (17, 1, None),
+    (17, 2, 960),
+    (18, 0, 960),
+    (18, 1, 448),
+    (18, 2, None),
+    (19, 0, 1984),
+    (19, 1, 1472),
+    (19, 2, 64),
+    (20, 0, 1984),
+    (20, 1, 6080),
+    (20, 2, None),
+    (21, 0, 960),
+    (21, 1, 3008),
+    (21, 2, None),
+    (22, 0, 1472),
+    (22, 1, 960),
+    (22, 2, 960),
+    (23, 0, None),
+    (23, 1, 1472),
+    (23, 2, 960),
+    (24, 0, 1472),
+    (24, 1, 3008),
+    (24, 2, 4032),
+    (25, 0, 960),
+    (25, 1, 448),
+    (25, 2, 320),
+    (26, 0, 1984),
+    (26, 1, 960),
+    (26, 2, 448),
+    (27, 0, 704),
+    (27, 1, 960),
+    (27, 2, 320),
+    (28, 0, 1472),
+    (28, 1, 704),
+    (28, 2, 1984),
+    (29, 0, 1984),
+    (29, 1, 1984),
+    (29, 2, 1984),
 )
 # Heads of other models (or not named above) keep this many older tokens: the uniform reach that
 # fits BUDGET_SHARE at BUDGET_LENGTH for a head of 64 dims (9.85%).

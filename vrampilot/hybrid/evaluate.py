@@ -59,8 +59,14 @@ def setup_torch(threads: int | None = None) -> None:
 
 
 def run_tokens(
-    model: LlamaModel, cache: AttentionCache, tokens: torch.Tensor, *, chunk: int = PREFILL_CHUNK,
-    marks: Sequence[int] = (), on_mark: Callable[[int], None] | None = None, decode_tail: int = 0,
+    model: LlamaModel,
+    cache: AttentionCache,
+    tokens: torch.Tensor,
+    *,
+    chunk: int = PREFILL_CHUNK,
+    marks: Sequence[int] = (),
+    on_mark: Callable[[int], None] | None = None,
+    decode_tail: int = 0,
 ) -> tuple[torch.Tensor, float | None]:
     """Feed `tokens` in chunks; return the loss of each next-token prediction (len(tokens) - 1) and,
     with decode_tail, the milliseconds per token of feeding the last decode_tail tokens one at a time.
@@ -132,9 +138,14 @@ class MethodResult:
             "ppl": {str(k): round(v, 4) for k, v in self.ppl.items()},
             "kv_bytes": {str(k): v for k, v in self.kv_bytes.items()},
             "passkey_acc": None if self.passkey_acc is None else round(self.passkey_acc, 4),
-            "passkey": {str(n): {"correct": self.passkey_correct[n], "cases": c,
-                                 "ci95": [round(x, 4) for x in wilson_interval(self.passkey_correct[n], c)]}
-                        for n, c in self.passkey_cases.items()},
+            "passkey": {
+                str(n): {
+                    "correct": self.passkey_correct[n],
+                    "cases": c,
+                    "ci95": [round(x, 4) for x in wilson_interval(self.passkey_correct[n], c)],
+                }
+                for n, c in self.passkey_cases.items()
+            },
             "decode_ms_per_token": None if self.decode_ms_per_token is None else round(self.decode_ms_per_token, 2),
             **({"window_tokens": {str(k): v for k, v in self.window_tokens.items()}} if self.window_tokens else {}),
         }
@@ -178,8 +189,15 @@ def baseline_cache(model: LlamaModel, cfg: HybridConfig, method: str, n_tokens: 
 
 
 def perplexity(
-    model: LlamaModel, tokens: list[int], lengths: Sequence[int], cfg: HybridConfig, *, max_samples: int | None = None,
-    decode_steps: int = 16, progress: Progress | None = None, methods: Collection[str] = METHODS,
+    model: LlamaModel,
+    tokens: list[int],
+    lengths: Sequence[int],
+    cfg: HybridConfig,
+    *,
+    max_samples: int | None = None,
+    decode_steps: int = 16,
+    progress: Progress | None = None,
+    methods: Collection[str] = METHODS,
 ) -> tuple[dict[str, MethodResult], int]:
     """Perplexity at each length for every method in `methods` (of METHODS); fills kv_bytes, the loss
     curves, and decode ms/token at the longest length (the last decode_steps tokens of sample 1)."""
@@ -214,7 +232,11 @@ def perplexity(
             res = results[name]
             cache = make()
             losses, ms = run_tokens(
-                model, cache, sample, marks=lengths, decode_tail=decode_steps if s == 0 else 0,
+                model,
+                cache,
+                sample,
+                marks=lengths,
+                decode_tail=decode_steps if s == 0 else 0,
                 on_mark=partial(_record_bytes, res.kv_bytes, cache),
             )
             if ms is not None:
@@ -234,7 +256,10 @@ def perplexity(
                 cache, w = baseline_cache(model, cfg, name, length)
                 res.window_tokens[length] = w
                 losses, ms = run_tokens(
-                    model, cache, sample[:length], marks=[length],
+                    model,
+                    cache,
+                    sample[:length],
+                    marks=[length],
                     decode_tail=decode_steps if s == 0 and length == longest else 0,
                     on_mark=partial(_record_bytes, res.kv_bytes, cache),
                 )
@@ -244,7 +269,9 @@ def perplexity(
                 if length == longest:
                     curves[name].append(losses)
                 if progress:
-                    progress(f"sample {s + 1}/{n_samples} {name} W={w}: {length} tokens in {time.perf_counter() - t0:.0f} s")
+                    progress(
+                        f"sample {s + 1}/{n_samples} {name} W={w}: {length} tokens in {time.perf_counter() - t0:.0f} s"
+                    )
 
     for name, res in results.items():
         for length in lengths:
@@ -275,8 +302,9 @@ def passkey_prompt(tok: Tokenizer, length: int, depth: float, key: str) -> list[
     return intro + filler * before + needle + filler * (n_fill - before) + question
 
 
-def prefill(model: LlamaModel, cache: AttentionCache, tokens: Sequence[int], pos0: int = 0, *,
-            chunk: int = PREFILL_CHUNK) -> torch.Tensor | None:
+def prefill(
+    model: LlamaModel, cache: AttentionCache, tokens: Sequence[int], pos0: int = 0, *, chunk: int = PREFILL_CHUNK
+) -> torch.Tensor | None:
     """Feed tokens at positions pos0.. in chunks; the last chunk's hidden states (None if no tokens)."""
     ids = torch.tensor(list(tokens), dtype=torch.long)
     chunk = min(chunk, cache.max_chunk or chunk)
@@ -286,8 +314,15 @@ def prefill(model: LlamaModel, cache: AttentionCache, tokens: Sequence[int], pos
     return hidden
 
 
-def greedy(model: LlamaModel, cache: AttentionCache, prompt: list[int], max_tokens: int, *, chunk: int = PREFILL_CHUNK,
-           held: int = 0) -> Iterator[int]:
+def greedy(
+    model: LlamaModel,
+    cache: AttentionCache,
+    prompt: list[int],
+    max_tokens: int,
+    *,
+    chunk: int = PREFILL_CHUNK,
+    held: int = 0,
+) -> Iterator[int]:
     """Prefill `prompt` and yield greedy tokens; the cache must hold exactly its first `held` tokens."""
     hidden = prefill(model, cache, prompt[held:], held, chunk=chunk)
     assert hidden is not None
@@ -308,9 +343,17 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 
 def passkey(
-    model: LlamaModel, tok: Tokenizer, lengths: Sequence[int], methods: dict[str, Callable[[int], AttentionCache]],
-    *, depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, seed: int = 0, progress: Progress | None = None,
-    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
+    model: LlamaModel,
+    tok: Tokenizer,
+    lengths: Sequence[int],
+    methods: dict[str, Callable[[int], AttentionCache]],
+    *,
+    depths: Sequence[float] = PASSKEY_DEPTHS,
+    trials: int = 1,
+    seed: int = 0,
+    progress: Progress | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None,
+    done: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """`trials` cases per (length, depth), each with its own random 5-digit key; every method sees the
     same cases. `methods[name](prompt_len)` builds a fresh cache for a prompt of that many tokens.
@@ -352,15 +395,26 @@ def passkey(
             if on_cases is not None:
                 on_cases(list(cases))  # after each case: a long run that stops keeps what it measured
             if progress:
-                progress(f"passkey {length} depth {depth:.2f} key {trial + 1}/{trials}: "
-                         + ", ".join(f"{n}={'yes' if case[n] else 'no'}" for n in methods))
+                progress(
+                    f"passkey {length} depth {depth:.2f} key {trial + 1}/{trials}: "
+                    + ", ".join(f"{n}={'yes' if case[n] else 'no'}" for n in methods)
+                )
     return sorted(cases, key=lambda c: (c["length"], c["depth"], keys[(c["length"], c["depth"])].index(c["key"])))
 
 
 def evaluate(
-    model_path: str | os.PathLike[str], text_path: str | os.PathLike[str], lengths: Sequence[int], cfg: HybridConfig, *,
-    with_passkey: bool = False, passkey_lengths: Sequence[int] | None = None, passkey_depths: Sequence[float] = PASSKEY_DEPTHS,
-    passkey_trials: int = 1, max_samples: int | None = None, decode_steps: int = 16, progress: Progress | None = None,
+    model_path: str | os.PathLike[str],
+    text_path: str | os.PathLike[str],
+    lengths: Sequence[int],
+    cfg: HybridConfig,
+    *,
+    with_passkey: bool = False,
+    passkey_lengths: Sequence[int] | None = None,
+    passkey_depths: Sequence[float] = PASSKEY_DEPTHS,
+    passkey_trials: int = 1,
+    max_samples: int | None = None,
+    decode_steps: int = 16,
+    progress: Progress | None = None,
 ) -> EvalResult:
     t_start = time.perf_counter()
     setup_torch()
@@ -375,12 +429,20 @@ def evaluate(
         model, tokens, lengths, cfg, max_samples=max_samples, decode_steps=decode_steps, progress=progress
     )
     if progress:
-        progress(f"decode ms/token at {lengths[-1]}: " + ", ".join(
-            f"{name} {res.decode_ms_per_token:.1f}" for name, res in results.items() if res.decode_ms_per_token is not None))
+        progress(
+            f"decode ms/token at {lengths[-1]}: "
+            + ", ".join(
+                f"{name} {res.decode_ms_per_token:.1f}"
+                for name, res in results.items()
+                if res.decode_ms_per_token is not None
+            )
+        )
     cases: list[dict[str, Any]] = []
     if with_passkey:
         plens = sorted(passkey_lengths or [n for n in lengths if n <= 8192])
-        cases = run_passkey(model, tok, cfg, plens, results, depths=passkey_depths, trials=passkey_trials, progress=progress)
+        cases = run_passkey(
+            model, tok, cfg, plens, results, depths=passkey_depths, trials=passkey_trials, progress=progress
+        )
     return EvalResult(
         model=str(model_path),
         text=str(text_path),
@@ -395,9 +457,17 @@ def evaluate(
 
 
 def run_passkey(
-    model: LlamaModel, tok: Tokenizer, cfg: HybridConfig, lengths: Sequence[int], results: dict[str, MethodResult], *,
-    depths: Sequence[float] = PASSKEY_DEPTHS, trials: int = 1, progress: Progress | None = None,
-    on_cases: Callable[[list[dict[str, Any]]], None] | None = None, done: Sequence[dict[str, Any]] = (),
+    model: LlamaModel,
+    tok: Tokenizer,
+    cfg: HybridConfig,
+    lengths: Sequence[int],
+    results: dict[str, MethodResult],
+    *,
+    depths: Sequence[float] = PASSKEY_DEPTHS,
+    trials: int = 1,
+    progress: Progress | None = None,
+    on_cases: Callable[[list[dict[str, Any]]], None] | None = None,
+    done: Sequence[dict[str, Any]] = (),
     only: Collection[str] = METHODS,
 ) -> list[dict[str, Any]]:
     """Passkey cases for every method in `only` (of METHODS), counted into `results` per prompt length."""
@@ -408,8 +478,9 @@ def run_passkey(
         **{name: partial(lambda name, n: baseline_cache(model, cfg, name, n)[0], name) for name in BASELINE_STORAGE},
     }
     methods = {name: make for name, make in every.items() if name in only}
-    cases = passkey(model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases,
-                    done=done)
+    cases = passkey(
+        model, tok, lengths, methods, depths=depths, trials=trials, progress=progress, on_cases=on_cases, done=done
+    )
     for name in methods:
         res = results.setdefault(name, MethodResult())
         for n in lengths:

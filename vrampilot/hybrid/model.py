@@ -42,6 +42,7 @@ class AttentionCache(Protocol):
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos0: int) -> torch.Tensor: ...
 
+
 # Architectures whose graph is exactly "RMSNorm, Q/K/V without bias, NORM RoPE, SwiGLU MLP".
 SUPPORTED_ARCHITECTURES = frozenset({"llama"})
 
@@ -95,7 +96,9 @@ def config_from_spec(spec: ModelSpec, gg: GGUFFile) -> ModelConfig:
             f"{spec.path.name}: architecture {arch!r} is not supported by the hybrid backend (only Llama-family)"
         )
     if len(set(spec.n_head)) != 1 or len(set(spec.n_head_kv)) != 1 or len(set(spec.n_ff)) != 1:
-        raise HybridModelError(f"{spec.path.name}: per-layer head counts differ; the hybrid backend needs uniform layers")
+        raise HybridModelError(
+            f"{spec.path.name}: per-layer head counts differ; the hybrid backend needs uniform layers"
+        )
     if spec.head_dim_k != spec.head_dim_v:
         raise HybridModelError(f"{spec.path.name}: key and value head sizes differ")
     if spec.rope_scaling_type not in (None, "none"):
@@ -255,7 +258,9 @@ class LlamaModel:
         return hidden @ self.output.T
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, pos0: int, cache: AttentionCache, *, all_logits: bool = False) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, pos0: int, cache: AttentionCache, *, all_logits: bool = False
+    ) -> torch.Tensor:
         """Logits of the last token (n_vocab,), or of every token (n, n_vocab) with all_logits."""
         hidden = self.forward_hidden(tokens, pos0, cache)
         return self.logits(hidden if all_logits else hidden[-1])

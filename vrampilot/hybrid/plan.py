@@ -66,26 +66,77 @@ class LayerPlan:
 
     @staticmethod
     def for_kind(kind: LayerKind, cfg: HybridConfig, reach: int | None = None) -> LayerPlan:
-        store = {"storage": cfg.storage, "group": cfg.fp8_group, "rotate": cfg.rotate, "raw_storage": cfg.window_storage}
+        store = {
+            "storage": cfg.storage,
+            "group": cfg.fp8_group,
+            "rotate": cfg.rotate,
+            "raw_storage": cfg.window_storage,
+        }
         if kind == "W":
-            return LayerPlan("W", cfg.n_sink, cfg.window, 1, None, False, False, "mean", "mean", "rotated", 0.0, **store)  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+            return LayerPlan(
+                "W",
+                cfg.n_sink,
+                cfg.window,
+                1,
+                None,
+                False,
+                False,
+                "mean",
+                "mean",
+                "rotated",
+                0.0,
+                **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+            )
         if kind == "H":
             m = cfg.hca_ratio
             return LayerPlan(
-                "H", cfg.n_sink, cfg.window, m, None, True, False, "mean", cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias else 0.0, **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+                "H",
+                cfg.n_sink,
+                cfg.window,
+                m,
+                None,
+                True,
+                False,
+                "mean",
+                cfg.pooling,
+                cfg.key_pool,
+                math.log(m) if cfg.merge_bias else 0.0,
+                **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
             )
         if kind == "C":
             m = cfg.csa_ratio
             raw = cfg.csa_read == "raw"
             return LayerPlan(
-                "C", cfg.n_sink, cfg.window, m, cfg.top_k, True, raw, cfg.indexer, cfg.pooling, cfg.key_pool,
-                math.log(m) if cfg.merge_bias and not raw else 0.0, **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+                "C",
+                cfg.n_sink,
+                cfg.window,
+                m,
+                cfg.top_k,
+                True,
+                raw,
+                cfg.indexer,
+                cfg.pooling,
+                cfg.key_pool,
+                math.log(m) if cfg.merge_bias and not raw else 0.0,
+                **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
             )
         if kind == "R":
             blocks = None if reach is None else -(-reach // RAW_BLOCK)  # whole blocks, rounded up
-            return LayerPlan("R", cfg.n_sink, cfg.window, RAW_BLOCK, None, True, True, "none", "mean", "rotated", 0.0,
-                             reach=None if blocks is None else blocks * RAW_BLOCK, **store)  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+            return LayerPlan(
+                "R",
+                cfg.n_sink,
+                cfg.window,
+                RAW_BLOCK,
+                None,
+                True,
+                True,
+                "none",
+                "mean",
+                "rotated",
+                0.0,
+                reach=None if blocks is None else blocks * RAW_BLOCK,
+                **store,  # type: ignore[arg-type]  # store is a dict of LayerPlan's storage fields
+            )
         raise ValueError(f"layer kind {kind!r} has no hybrid plan")
 
     @property
@@ -148,8 +199,11 @@ def full_head_bytes(n_tokens: int, head_dim: int) -> int:
 
 def cache_bytes(plans: Sequence[Sequence[LayerPlan | None]], n_tokens: int, head_dim: int) -> int:
     """Bytes a whole cache holds after n_tokens: `plans[layer][kv_head]`, None for a full-cache head."""
-    return sum(full_head_bytes(n_tokens, head_dim) if p is None else p.kv_bytes(n_tokens, head_dim)
-               for layer in plans for p in layer)
+    return sum(
+        full_head_bytes(n_tokens, head_dim) if p is None else p.kv_bytes(n_tokens, head_dim)
+        for layer in plans
+        for p in layer
+    )
 
 
 def head_plans(
@@ -160,11 +214,15 @@ def head_plans(
     reach = {(il, h): r for il, h, r in cfg.head_reach} if cfg.applies_heads_to(model_shape) else {}
     for il, h in reach:
         if il >= n_layer or h >= n_head_kv:
-            raise UserError(f"hybrid config {cfg.name!r}: head ({il}, {h}) is outside the model's "
-                            f"{n_layer} layers x {n_head_kv} KV heads")  # fmt: skip
+            raise UserError(
+                f"hybrid config {cfg.name!r}: head ({il}, {h}) is outside the model's "
+                f"{n_layer} layers x {n_head_kv} KV heads"
+            )
     return tuple(
-        tuple(None if kind == "F" else LayerPlan.for_kind(kind, cfg, reach.get((il, h), cfg.reach))
-              for h, kind in enumerate(kinds))
+        tuple(
+            None if kind == "F" else LayerPlan.for_kind(kind, cfg, reach.get((il, h), cfg.reach))
+            for h, kind in enumerate(kinds)
+        )
         for il, kinds in enumerate(cfg.head_kinds(n_layer, n_head_kv, model_shape))
     )
 

@@ -61,7 +61,9 @@ class Q4Tensor:
     def dequantize(self, dtype: torch.dtype = torch.float32, *, rotate_back: bool = True) -> torch.Tensor:
         """The values; rotate_back=False leaves rotated ones in the rotated space, where a reader
         that rotates its queries (and its output) instead saves a d x d product per vector."""
-        values: torch.Tensor = (self.codes().to(dtype) - 8).unflatten(-1, (-1, self.group)) * self.scale.to(dtype).unsqueeze(-1)
+        values: torch.Tensor = (self.codes().to(dtype) - 8).unflatten(-1, (-1, self.group)) * self.scale.to(
+            dtype
+        ).unsqueeze(-1)
         out = values.flatten(-2)
         if self.rotated and rotate_back:
             out = out @ hadamard(out.shape[-1]).to(dtype)  # H is symmetric and orthonormal: H^-1 = H
@@ -69,8 +71,12 @@ class Q4Tensor:
 
     def narrow(self, dim: int, start: int, length: int) -> Q4Tensor:
         """A slice along a leading dimension (not the last one), sharing nothing with the original."""
-        return Q4Tensor(self.data.narrow(dim, start, length).clone(), self.scale.narrow(dim, start, length).clone(),
-                        self.group, self.rotated)
+        return Q4Tensor(
+            self.data.narrow(dim, start, length).clone(),
+            self.scale.narrow(dim, start, length).clone(),
+            self.group,
+            self.rotated,
+        )
 
 
 def quantize_q4(x: torch.Tensor, *, rotate: bool = False, group: int = Q4_GROUP) -> Q4Tensor:
@@ -95,5 +101,9 @@ def quantize_q4(x: torch.Tensor, *, rotate: bool = False, group: int = Q4_GROUP)
 def cat_q4(parts: list[Q4Tensor], dim: int) -> Q4Tensor:
     """Concatenate along a leading dimension (dim must not be the last one)."""
     first = parts[0]
-    return Q4Tensor(torch.cat([p.data for p in parts], dim=dim), torch.cat([p.scale for p in parts], dim=dim),
-                    first.group, first.rotated)
+    return Q4Tensor(
+        torch.cat([p.data for p in parts], dim=dim),
+        torch.cat([p.scale for p in parts], dim=dim),
+        first.group,
+        first.rotated,
+    )

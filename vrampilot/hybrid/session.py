@@ -25,8 +25,8 @@ class HybridSession:
     def __init__(self, model_path: str | os.PathLike[str], config: HybridConfig | str = "default") -> None:
         self.model = LlamaModel(model_path)
         # "full" gives the same torch path with the full cache, for side-by-side comparisons.
-        self.config: HybridConfig | None = None if config == "full" else (
-            get_config(config) if isinstance(config, str) else config.validate()
+        self.config: HybridConfig | None = (
+            None if config == "full" else (get_config(config) if isinstance(config, str) else config.validate())
         )
         self._tokens: list[int] = []
         self._cache = self._new_cache()
@@ -77,8 +77,14 @@ class HybridSession:
             self._tokens.extend(int(t) for t in part)
 
     def generate(
-        self, prompt_tokens: Sequence[int], max_tokens: int, *, temperature: float = 0.0, seed: int | None = None,
-        stop_tokens: Sequence[int] | None = None, cancel: Callable[[], bool] | None = None,
+        self,
+        prompt_tokens: Sequence[int],
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        stop_tokens: Sequence[int] | None = None,
+        cancel: Callable[[], bool] | None = None,
     ) -> Iterator[int]:
         """Yield up to max_tokens new token ids after the prompt (greedy at temperature 0).
 
@@ -94,7 +100,9 @@ class HybridSession:
         else:
             self.reset()
             new = prompt
-        stops = set(stop_tokens if stop_tokens is not None else ([self.eos_token_id] if self.eos_token_id is not None else []))
+        stops = set(
+            stop_tokens if stop_tokens is not None else ([self.eos_token_id] if self.eos_token_id is not None else [])
+        )
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         self._feed(new, cancel)
         for _ in range(max_tokens):

@@ -37,15 +37,37 @@ FORCE_ENV = "VRAMPILOT_CPU_VARIANT"
 # ggml's own score per feature (ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp), so that on an honest
 # CPU this picks exactly the variant ggml would. AMX_TILE has no weight there but is required.
 _SCORE = {
-    "FMA": 1, "F16C": 1 << 1, "SSE42": 1 << 2, "BMI2": 1 << 3, "AVX": 1 << 4, "AVX2": 1 << 5,
-    "AVX_VNNI": 1 << 6, "AVX512": 1 << 7, "AVX512_VBMI": 1 << 8, "AVX512_BF16": 1 << 9,
-    "AVX512_VNNI": 1 << 10, "AMX_INT8": 1 << 11, "AMX_TILE": 0,
-}  # fmt: skip
+    "FMA": 1,
+    "F16C": 1 << 1,
+    "SSE42": 1 << 2,
+    "BMI2": 1 << 3,
+    "AVX": 1 << 4,
+    "AVX2": 1 << 5,
+    "AVX_VNNI": 1 << 6,
+    "AVX512": 1 << 7,
+    "AVX512_VBMI": 1 << 8,
+    "AVX512_BF16": 1 << 9,
+    "AVX512_VNNI": 1 << 10,
+    "AMX_INT8": 1 << 11,
+    "AMX_TILE": 0,
+}
 # ggml_backend_load_all_from_path's order: other backends first, the CPU last.
 _BACKEND_ORDER = (
-    "blas", "zendnn", "cann", "cuda", "hip", "metal", "rpc", "sycl", "vulkan", "virtgpu", "opencl",
-    "hexagon", "musa", "openvino",
-)  # fmt: skip
+    "blas",
+    "zendnn",
+    "cann",
+    "cuda",
+    "hip",
+    "metal",
+    "rpc",
+    "sycl",
+    "vulkan",
+    "virtgpu",
+    "opencl",
+    "hexagon",
+    "musa",
+    "openvino",
+)
 
 
 @dataclass(frozen=True)
@@ -96,8 +118,16 @@ class EngineBackends:
 
 
 def describe_features(features: tuple[str, ...] | list[str]) -> str:
-    names = {"AVX512": "AVX-512", "AVX512_VBMI": "VBMI", "AVX512_VNNI": "VNNI", "AVX512_BF16": "BF16",
-             "AVX_VNNI": "AVX-VNNI", "AMX_TILE": "AMX", "AMX_INT8": "AMX-INT8", "SSE42": "SSE4.2"}  # fmt: skip
+    names = {
+        "AVX512": "AVX-512",
+        "AVX512_VBMI": "VBMI",
+        "AVX512_VNNI": "VNNI",
+        "AVX512_BF16": "BF16",
+        "AVX_VNNI": "AVX-VNNI",
+        "AMX_TILE": "AMX",
+        "AMX_INT8": "AMX-INT8",
+        "SSE42": "SSE4.2",
+    }
     if not features:
         return "baseline x86-64, SSE2"
     top = [f for f in features if f in ("AMX_TILE", "AVX512", "AVX2", "AVX", "SSE42")][-1:]

@@ -77,7 +77,12 @@ _AMX = ("AMX_TILE", "AMX_INT8")
 # cpuid(leaf, subleaf, uint32 out[4]); push rbx ... cpuid ... store eax, ebx, ecx, edx ... pop rbx; ret
 _CPUID = bytes.fromhex(
     ("5389c889d1" if WINDOWS else "534989d089f889f1")
-    + "0fa2" + "418900" + "41895804" + "41894808" + "4189500c" + "5bc3"
+    + "0fa2"
+    + "418900"
+    + "41895804"
+    + "41894808"
+    + "4189500c"
+    + "5bc3"
 )
 _XGETBV0 = bytes.fromhex("31c90f01d048c1e2204809d0c3")  # xor ecx,ecx; xgetbv; shl rdx,32; or rax,rdx; ret
 
@@ -229,9 +234,11 @@ def fingerprint(leaves: dict[tuple[int, int], tuple[int, int, int, int]], xcr0: 
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-_TILE_CONFIG = bytes([1, 0] + [0] * 14) + b"".join(
-    (4).to_bytes(2, "little") if i < 3 else b"\0\0" for i in range(16)
-) + bytes([1, 1, 1] + [0] * 13)  # palette 1; tiles 0-2: 1 row of 4 bytes
+_TILE_CONFIG = (
+    bytes([1, 0] + [0] * 14)
+    + b"".join((4).to_bytes(2, "little") if i < 3 else b"\0\0" for i in range(16))
+    + bytes([1, 1, 1] + [0] * 13)
+)  # palette 1; tiles 0-2: 1 row of 4 bytes
 
 
 def _request_tile_permission() -> bool:

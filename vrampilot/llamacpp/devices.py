@@ -25,14 +25,24 @@ DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 
 
 class _Caps(ctypes.Structure):
-    _fields_ = [("async_", ctypes.c_bool), ("host_buffer", ctypes.c_bool),
-                ("buffer_from_host_ptr", ctypes.c_bool), ("events", ctypes.c_bool)]  # fmt: skip
+    _fields_ = [
+        ("async_", ctypes.c_bool),
+        ("host_buffer", ctypes.c_bool),
+        ("buffer_from_host_ptr", ctypes.c_bool),
+        ("events", ctypes.c_bool),
+    ]
 
 
 class _Props(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("description", ctypes.c_char_p), ("memory_free", ctypes.c_size_t),
-                ("memory_total", ctypes.c_size_t), ("type", ctypes.c_int), ("device_id", ctypes.c_char_p),
-                ("caps", _Caps)]  # fmt: skip
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("description", ctypes.c_char_p),
+        ("memory_free", ctypes.c_size_t),
+        ("memory_total", ctypes.c_size_t),
+        ("type", ctypes.c_int),
+        ("device_id", ctypes.c_char_p),
+        ("caps", _Caps),
+    ]
 
 
 @dataclass(frozen=True)

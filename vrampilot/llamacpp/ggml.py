@@ -74,8 +74,9 @@ class _Api:
         self.swiglu_split = d(base, "ggml_swiglu_split", _vp, _vp, _vp, _vp)
         self.geglu_split = d(base, "ggml_geglu_split", _vp, _vp, _vp, _vp)
         f = ctypes.c_float
-        self.rope_ext = d(base, "ggml_rope_ext", _vp, _vp, _vp, _vp, _vp, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                          f, f, f, f, f, f)  # fmt: skip
+        self.rope_ext = d(
+            base, "ggml_rope_ext", _vp, _vp, _vp, _vp, _vp, ctypes.c_int, ctypes.c_int, ctypes.c_int, f, f, f, f, f, f
+        )
         self.flash_attn_ext = d(
             base, "ggml_flash_attn_ext", _vp, _vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float
         )
@@ -84,8 +85,9 @@ class _Api:
         self.nbytes = d(base, "ggml_nbytes", ctypes.c_size_t, _vp)
         self.row_size = d(base, "ggml_row_size", ctypes.c_size_t, ctypes.c_int, _i64)
         self.blck_size = d(base, "ggml_blck_size", _i64, ctypes.c_int)
-        self.quantize_chunk = d(base, "ggml_quantize_chunk", ctypes.c_size_t, ctypes.c_int, _vp, _vp, _i64, _i64,
-                                _i64, _vp)  # fmt: skip
+        self.quantize_chunk = d(
+            base, "ggml_quantize_chunk", ctypes.c_size_t, ctypes.c_int, _vp, _vp, _i64, _i64, _i64, _vp
+        )
         self.quantize_requires_imatrix = d(base, "ggml_quantize_requires_imatrix", ctypes.c_bool, ctypes.c_int)
         self.dev_by_type = d(registry, "ggml_backend_dev_by_type", _vp, ctypes.c_int)
         self.dev_init = d(base, "ggml_backend_dev_init", _vp, _vp, ctypes.c_char_p)
@@ -121,7 +123,9 @@ def _load_api() -> _Api:
             registry: Any = ggml_library()
             if registry is None:
                 raise GgmlError("llama.cpp's backends are not loaded")
-            base: Any = ctypes.CDLL(str(lib_dir_of(llama_cpp) / "ggml-base.dll")) if sys.platform == "win32" else registry
+            base: Any = (
+                ctypes.CDLL(str(lib_dir_of(llama_cpp) / "ggml-base.dll")) if sys.platform == "win32" else registry
+            )
             _api = _Api(base, registry)
         return _api
 
@@ -382,7 +386,9 @@ class CpuKernels(_Kernels):
         w_bytes = self.row_bytes(ggml_type, k) * n * n_expert
         return self._time_on_weights(ggml_type, w_bytes, (2, 8), build, threads, repeats)
 
-    def mul_vec_chain(self, ggml_type: int, k: int, n: int, count: int, threads: Sequence[int], repeats: int) -> list[OpTiming]:
+    def mul_vec_chain(
+        self, ggml_type: int, k: int, n: int, count: int, threads: Sequence[int], repeats: int
+    ) -> list[OpTiming]:
         """`count` distinct (k x n) weights of `ggml_type`, each times the same k-vector, as the
         nodes of one graph: a decode step's mat-vecs one after another (a barrier between them,
         the weights streamed from RAM), once per thread count. A model of small matrices pays per
@@ -514,7 +520,6 @@ class DeviceKernels(_Kernels):
             raise GgmlError(f"llama.cpp's {device_name} did not start")
         self.buft = self.api.dev_buffer_type(self.dev)
 
-
     def mul_mat(self, ggml_type: int, k: int, n: int, m: int, repeats: int, *, count: int = 1) -> float:
         """Best seconds of a (k x n) `ggml_type` weight times (k x m) f32 activations on the device,
         after one untimed run (pipelines compiled, buffers touched). `count` > 1: as many distinct
@@ -531,7 +536,9 @@ class DeviceKernels(_Kernels):
                 api.build_forward_expand(graph, out)
             buf = api.alloc_ctx_tensors_from_buft(c, self.buft)
             if not buf:
-                raise GgmlError(f"the device could not hold {count * self.row_bytes(ggml_type, k) * n >> 20} MiB of weights")
+                raise GgmlError(
+                    f"the device could not hold {count * self.row_bytes(ggml_type, k) * n >> 20} MiB of weights"
+                )
             if not api.dev_supports_op(self.dev, outs[0]):
                 raise GgmlError(f"the device has no product for ggml type {ggml_type}")
             for w in ws:

@@ -113,23 +113,41 @@ def loader_name() -> str:
 
 
 class _AppInfo(ctypes.Structure):
-    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
-                ("applicationVersion", ctypes.c_uint32), ("pEngineName", ctypes.c_char_p),
-                ("engineVersion", ctypes.c_uint32), ("apiVersion", ctypes.c_uint32)]  # fmt: skip
+    _fields_ = [
+        ("sType", ctypes.c_int32),
+        ("pNext", ctypes.c_void_p),
+        ("pApplicationName", ctypes.c_char_p),
+        ("applicationVersion", ctypes.c_uint32),
+        ("pEngineName", ctypes.c_char_p),
+        ("engineVersion", ctypes.c_uint32),
+        ("apiVersion", ctypes.c_uint32),
+    ]
 
 
 class _InstanceInfo(ctypes.Structure):
-    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
-                ("pApplicationInfo", ctypes.POINTER(_AppInfo)), ("enabledLayerCount", ctypes.c_uint32),
-                ("ppEnabledLayerNames", ctypes.c_void_p), ("enabledExtensionCount", ctypes.c_uint32),
-                ("ppEnabledExtensionNames", ctypes.c_void_p)]  # fmt: skip
+    _fields_ = [
+        ("sType", ctypes.c_int32),
+        ("pNext", ctypes.c_void_p),
+        ("flags", ctypes.c_uint32),
+        ("pApplicationInfo", ctypes.POINTER(_AppInfo)),
+        ("enabledLayerCount", ctypes.c_uint32),
+        ("ppEnabledLayerNames", ctypes.c_void_p),
+        ("enabledExtensionCount", ctypes.c_uint32),
+        ("ppEnabledExtensionNames", ctypes.c_void_p),
+    ]
 
 
 class _Properties(ctypes.Structure):
     # VkPhysicalDeviceProperties: the fields read here, then room for the limits that follow.
-    _fields_ = [("apiVersion", ctypes.c_uint32), ("driverVersion", ctypes.c_uint32), ("vendorID", ctypes.c_uint32),
-                ("deviceID", ctypes.c_uint32), ("deviceType", ctypes.c_int32), ("deviceName", ctypes.c_char * 256),
-                ("rest", ctypes.c_ubyte * 2048)]  # fmt: skip
+    _fields_ = [
+        ("apiVersion", ctypes.c_uint32),
+        ("driverVersion", ctypes.c_uint32),
+        ("vendorID", ctypes.c_uint32),
+        ("deviceID", ctypes.c_uint32),
+        ("deviceType", ctypes.c_int32),
+        ("deviceName", ctypes.c_char * 256),
+        ("rest", ctypes.c_ubyte * 2048),
+    ]
 
 
 class _MemoryType(ctypes.Structure):
@@ -145,8 +163,12 @@ class _ExtensionProperties(ctypes.Structure):
 
 
 class _MemoryProperties(ctypes.Structure):
-    _fields_ = [("memoryTypeCount", ctypes.c_uint32), ("memoryTypes", _MemoryType * 32),
-                ("memoryHeapCount", ctypes.c_uint32), ("memoryHeaps", _MemoryHeap * 16)]  # fmt: skip
+    _fields_ = [
+        ("memoryTypeCount", ctypes.c_uint32),
+        ("memoryTypes", _MemoryType * 32),
+        ("memoryHeapCount", ctypes.c_uint32),
+        ("memoryHeaps", _MemoryHeap * 16),
+    ]
 
 
 def _version(v: int) -> str:
@@ -167,8 +189,12 @@ def ask_vulkan() -> VulkanProbe:
     lib.vkGetPhysicalDeviceMemoryProperties.argtypes = (ctypes.c_void_p, ctypes.POINTER(_MemoryProperties))
     lib.vkDestroyInstance.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     lib.vkEnumerateDeviceExtensionProperties.restype = ctypes.c_int32
-    lib.vkEnumerateDeviceExtensionProperties.argtypes = (ctypes.c_void_p, ctypes.c_char_p,
-                                                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p)  # fmt: skip
+    lib.vkEnumerateDeviceExtensionProperties.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.POINTER(ctypes.c_uint32),
+        ctypes.c_void_p,
+    )
     app = _AppInfo(0, None, b"vrampilot", 1, b"vrampilot", 1, (1 << 22) | (2 << 12))  # Vulkan 1.2
     info = _InstanceInfo(1, None, 0, ctypes.pointer(app), 0, None, 0, None)
     instance = ctypes.c_void_p()
@@ -194,12 +220,17 @@ def ask_vulkan() -> VulkanProbe:
             lib.vkGetPhysicalDeviceMemoryProperties(handles[i], ctypes.byref(memory))
             heaps = [memory.memoryHeaps[h] for h in range(min(memory.memoryHeapCount, 16))]
             local = max((h.size for h in heaps if h.flags & _VK_MEMORY_HEAP_DEVICE_LOCAL), default=0)
-            devices.append(VulkanDevice(
-                index=i, name=props.deviceName.decode("utf-8", "replace"),
-                device_type=_DEVICE_TYPES.get(props.deviceType, "other"), vendor_id=int(props.vendorID),
-                api_version=_version(props.apiVersion), device_local_bytes=int(local),
-                memory_budget=b"VK_EXT_memory_budget" in _extensions(lib, handles[i]),
-            ))  # fmt: skip
+            devices.append(
+                VulkanDevice(
+                    index=i,
+                    name=props.deviceName.decode("utf-8", "replace"),
+                    device_type=_DEVICE_TYPES.get(props.deviceType, "other"),
+                    vendor_id=int(props.vendorID),
+                    api_version=_version(props.apiVersion),
+                    device_local_bytes=int(local),
+                    memory_budget=b"VK_EXT_memory_budget" in _extensions(lib, handles[i]),
+                )
+            )
         return VulkanProbe("ok", "", tuple(devices))
     finally:
         lib.vkDestroyInstance(instance, None)
@@ -210,7 +241,10 @@ def _extensions(lib: ctypes.CDLL, device: int | None) -> set[bytes]:
     if lib.vkEnumerateDeviceExtensionProperties(device, None, ctypes.byref(count), None) != 0 or not count.value:
         return set()
     found = (_ExtensionProperties * count.value)()
-    if lib.vkEnumerateDeviceExtensionProperties(device, None, ctypes.byref(count), found) not in (0, 5):  # 5: VK_INCOMPLETE
+    if lib.vkEnumerateDeviceExtensionProperties(device, None, ctypes.byref(count), found) not in (
+        0,
+        5,
+    ):  # 5: VK_INCOMPLETE
         return set()
     return {found[i].extensionName for i in range(count.value)}
 
@@ -285,7 +319,9 @@ def probe_vulkan(deadline_s: float = DEADLINE_S) -> VulkanProbe:
         os.close(read_fd)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        return VulkanProbe("driver-failed", f"asking the Vulkan driver killed the process (signal {os.WTERMSIG(status)})")
+        return VulkanProbe(
+            "driver-failed", f"asking the Vulkan driver killed the process (signal {os.WTERMSIG(status)})"
+        )
     try:
         return _from_json(b"".join(chunks).decode())
     except (ValueError, KeyError, TypeError):

@@ -44,20 +44,34 @@ class LlamaDeviceReader:
                 continue
             reports_use = budgets.get(d.description, False) if d.backend == "Vulkan" else True
             info = GpuInfo(
-                index=first_index + len(watched), name=d.description or d.name, uuid=d.device_id, vendor=d.backend,
-                memory_total_bytes=d.memory_total_bytes, memory_free_bytes=d.memory_free_bytes if reports_use else None,
-                memory_used_bytes=None, driver_version=None, cuda_version=None, memory_bus_width_bits=None,
-                memory_clock_max_mhz=None, peak_bandwidth_gbps=None, bandwidth_source="unknown",
-                pcie_generation=None, pcie_width=None, display_active=None, fp16_tflops=None,
-            )  # fmt: skip
+                index=first_index + len(watched),
+                name=d.description or d.name,
+                uuid=d.device_id,
+                vendor=d.backend,
+                memory_total_bytes=d.memory_total_bytes,
+                memory_free_bytes=d.memory_free_bytes if reports_use else None,
+                memory_used_bytes=None,
+                driver_version=None,
+                cuda_version=None,
+                memory_bus_width_bits=None,
+                memory_clock_max_mhz=None,
+                peak_bandwidth_gbps=None,
+                bandwidth_source="unknown",
+                pcie_generation=None,
+                pcie_width=None,
+                display_active=None,
+                fp16_tflops=None,
+            )
             watched.append(_Watched(info, d.name, reports_use))
         self._watched = tuple(watched)
         quiet = [w for w in watched if not w.reports_use]
         names = ", ".join(f"{w.info.name} ({w.llama_name})" for w in watched)
         self.status = f"llama.cpp devices: {names}" if watched else ""
         if quiet:
-            self.status += ("; " + ", ".join(w.llama_name for w in quiet) + ": the driver reports no memory use "
-                            "(no VK_EXT_memory_budget), this app's figure is llama.cpp's own buffers")  # fmt: skip
+            self.status += (
+                "; " + ", ".join(w.llama_name for w in quiet) + ": the driver reports no memory use "
+                "(no VK_EXT_memory_budget), this app's figure is llama.cpp's own buffers"
+            )
 
     @property
     def devices(self) -> tuple[GpuInfo, ...]:
@@ -75,11 +89,22 @@ class LlamaDeviceReader:
         for w in self._watched:
             free, total = memory.get(w.llama_name, (None, None))
             used = total - free if w.reports_use and free is not None and total is not None else None
-            out.append(GpuSample(
-                index=w.info.index, memory_total_bytes=total, memory_used_bytes=used,
-                memory_free_bytes=free if used is not None else None, utilization_gpu_pct=None, utilization_memory_pct=None,
-                pcie_rx_kb_per_s=None, pcie_tx_kb_per_s=None, clock_graphics_mhz=None, clock_memory_mhz=None,
-                temperature_c=None, power_w=None, process_memory_used_bytes=allocations.device_bytes(w.llama_name) if this_process else None,
-                process_memory_source="llama.cpp",
-            ))  # fmt: skip
+            out.append(
+                GpuSample(
+                    index=w.info.index,
+                    memory_total_bytes=total,
+                    memory_used_bytes=used,
+                    memory_free_bytes=free if used is not None else None,
+                    utilization_gpu_pct=None,
+                    utilization_memory_pct=None,
+                    pcie_rx_kb_per_s=None,
+                    pcie_tx_kb_per_s=None,
+                    clock_graphics_mhz=None,
+                    clock_memory_mhz=None,
+                    temperature_c=None,
+                    power_w=None,
+                    process_memory_used_bytes=allocations.device_bytes(w.llama_name) if this_process else None,
+                    process_memory_source="llama.cpp",
+                )
+            )
         return tuple(out)

@@ -123,8 +123,10 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
     if not set_aside and decode_ratio is None and prefill_ratio is None:
         set_aside = "too short to time"
     # Learned twice: into the backend's factors over every model, and into this model's own.
-    learned = [speed.factors_for(backend, m).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
-               for m in ("", plan.spec.path.name)]
+    learned = [
+        speed.factors_for(backend, m).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
+        for m in ("", plan.spec.path.name)
+    ]
     last = LastReply(
         model=plan.spec.path.name,
         backend=backend,

@@ -105,7 +105,8 @@ def compute_terms(spec: ModelSpec, settings: Settings) -> ComputeTerms:
     kv = kv_cache_bytes(spec, settings)
     n_main = spec.n_layer - spec.n_layer_nextn
     attn_layers = [
-        il for il in range(n_main)
+        il
+        for il in range(n_main)
         if not (spec.recurrent_layers and spec.recurrent_layers[il]) and (spec.n_head_kv[il] or spec.is_mla)
     ]
     has_full = any(not spec.swa_layers[il] for il in attn_layers) if spec.has_swa else bool(attn_layers)
@@ -188,8 +189,19 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
     (measured on RPC devices: the same at 2:1 and 1:3), and the search moves the split as the
     measurement moves the buffers, so a key with it would never settle."""
     s = settings
-    return (s.n_ctx, s.n_ubatch, s.n_seq, kv_unified(s), s.flash_attn, s.type_k, s.type_v, s.swa_full,
-            s.n_gpu_layers, s.devices, s.rpc_servers)  # fmt: skip
+    return (
+        s.n_ctx,
+        s.n_ubatch,
+        s.n_seq,
+        kv_unified(s),
+        s.flash_attn,
+        s.type_k,
+        s.type_v,
+        s.swa_full,
+        s.n_gpu_layers,
+        s.devices,
+        s.rpc_servers,
+    )
 
 
 def formula_graph_bytes(spec: ModelSpec, settings: Settings) -> int:
@@ -217,7 +229,9 @@ class GraphEstimate:
 
     scale: float = 1.0
     # graph_key -> buffer label -> bytes: "host" for the CPU's buffer, a device's buffer name else.
-    measured: dict[tuple[object, ...], dict[str, int]] = field(default_factory=dict, hash=False)  # a Plan stays hashable
+    measured: dict[tuple[object, ...], dict[str, int]] = field(
+        default_factory=dict, hash=False
+    )  # a Plan stays hashable
 
     def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
         """The whole graph in one buffer (a CPU plan's compute buffer)."""

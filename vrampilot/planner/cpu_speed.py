@@ -76,10 +76,28 @@ class _LayerCost:
 # Architectures whose feed-forward activation llama.cpp builds as GELU (LLM_FFN_GELU in its
 # src/models/*.cpp); every other one as SiLU. On the CPU it was measured on a gated GELU costs 1.9 ns per
 # element at one thread, a gated SiLU 0.15.
-GELU_ARCHITECTURES = frozenset({
-    "bert", "bloom", "codeshell", "falcon", "gemma", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding",
-    "gpt2", "gptneox", "grok", "mpt", "phi2", "starcoder", "starcoder2", "t5",
-})  # fmt: skip
+GELU_ARCHITECTURES = frozenset(
+    {
+        "bert",
+        "bloom",
+        "codeshell",
+        "falcon",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "gemma-embedding",
+        "gpt2",
+        "gptneox",
+        "grok",
+        "mpt",
+        "phi2",
+        "starcoder",
+        "starcoder2",
+        "t5",
+    }
+)
 
 
 def _elementwise(spec: ModelSpec, il: int) -> tuple[tuple[str, int], ...]:
@@ -97,8 +115,10 @@ def _elementwise(spec: ModelSpec, il: int) -> tuple[tuple[str, int], ...]:
             if width == spec.head_dim_k and name.startswith(("attn_q_norm", "attn_k_norm")):
                 width *= heads[0] if name.startswith("attn_q_norm") else heads[1]
             ops.append(("norm", width))
-        elif (name in ("ffn_gate.weight", "ffn_gate_shexp.weight", "ffn_gate_exps.weight")
-              or (not gated and name == "ffn_up.weight")) and len(t.shape) >= 2:  # fmt: skip
+        elif (
+            name in ("ffn_gate.weight", "ffn_gate_shexp.weight", "ffn_gate_exps.weight")
+            or (not gated and name == "ffn_up.weight")
+        ) and len(t.shape) >= 2:
             routed = spec.n_expert_used if name == "ffn_gate_exps.weight" else 1
             ops.append((act, t.shape[1] * routed))
     if spec.n_rot > 0 and heads[1] > 0 and spec.head_dim_k > 0:
@@ -142,8 +162,10 @@ def weight_table(spec: ModelSpec) -> WeightTable:
         per_layer[il].append(_Matrix(t.type_name.lower(), t.shape[0], t.n_bytes * s, t.n_elements * s, t.n_bytes, s))
     # About two working nodes per tensor (the product or norm, and what combines it) plus the
     # attention, the residual adds and the cache writes: 19 for a Llama block of 9 tensors.
-    layers = tuple(_LayerCost(tuple(m), 2 * n + 1, _elementwise(spec, il))
-                   for il, (m, n) in enumerate(zip(per_layer, n_tensors, strict=True)))  # fmt: skip
+    layers = tuple(
+        _LayerCost(tuple(m), 2 * n + 1, _elementwise(spec, il))
+        for il, (m, n) in enumerate(zip(per_layer, n_tensors, strict=True))
+    )
     return WeightTable(layers, output, spec.n_vocab)
 
 
@@ -251,7 +273,9 @@ class CpuRates:
 
     def prefill_gflops(self, type_name: str, threads: int, *, experts: bool = False) -> float:
         """Matrix throughput over a prompt's ubatch; `experts`: through the mixture-of-experts product."""
-        return self._cached(("prefill", type_name, threads, experts), lambda: self._prefill_gflops(type_name, threads, experts))
+        return self._cached(
+            ("prefill", type_name, threads, experts), lambda: self._prefill_gflops(type_name, threads, experts)
+        )
 
     def _prefill_gflops(self, type_name: str, threads: int, experts: bool) -> float:
         if self.probe is not None:
@@ -462,8 +486,11 @@ def decode_seconds(
         # 2 threads a model of 92-737 KB matrices ran its products at 0.7x the rate one large matrix
         # reads at (docs/speed-model.md), which the built-in model's graph factor,
         # fitted on other matrices, did not carry over.
-        t += sum(m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9)
-                 + rates.matvec_overhead_s(m.type_name, threads) for m in layer.matrices)  # fmt: skip
+        t += sum(
+            m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9)
+            + rates.matvec_overhead_s(m.type_name, threads)
+            for m in layer.matrices
+        )
         t += fixed.layer_s * layer.n_nodes / PROBE_LAYER_NODES
         if att is not None:
             cell = rates.attention_cell_seconds(kv_type, att.head_dim, threads, prefill=False)
@@ -472,8 +499,9 @@ def decode_seconds(
             # at the pace of the busiest thread.
             used = min(max(n_tokens, 1), att.cells)
             if att.sliding:
-                uneven = decode_attention_imbalance(max(n_tokens, 1) + 1, att.ring_cells, att.n_head, threads, kv_type,
-                                                    window=att.cells)  # fmt: skip
+                uneven = decode_attention_imbalance(
+                    max(n_tokens, 1) + 1, att.ring_cells, att.n_head, threads, kv_type, window=att.cells
+                )
             else:
                 uneven = decode_attention_imbalance(used + 1, att.cells, att.n_head, threads, kv_type)
             t_att += used * (att.n_head * cell + (att.n_head_kv or att.n_head) * ram) * uneven
@@ -517,9 +545,12 @@ def prefill_seconds(
     # Norms, activations and RoPE over every token: with fast matrix kernels a share worth pricing
     # (Gemma 3's gated GELU took 7% of its ubatch), and one the built-in model's factor cannot
     # carry to another model (a Llama block's SiLU costs an eighth of a GELU).
-    t += n_tokens * sum(rates.elementwise_s(op, threads) * n
-                        for layer, on in zip(table.layers, layers_on_cpu, strict=True) if on
-                        for op, n in layer.elementwise)  # fmt: skip
+    t += n_tokens * sum(
+        rates.elementwise_s(op, threads) * n
+        for layer, on in zip(table.layers, layers_on_cpu, strict=True)
+        if on
+        for op, n in layer.elementwise
+    )
     # Attention: the cells all queries of the full ubatches see, at one rate (their ubatch size
     # picks the kernel), then the last partial ubatch at its own; no loop over ubatches (a 16M
     # context has 32K of them).
@@ -535,7 +566,9 @@ def prefill_seconds(
     return f_base * t + f_att * t_att
 
 
-def _weights_seconds(table: WeightTable, layers_on_cpu: tuple[bool, ...], m: int, threads: int, rates: CpuRates) -> float:
+def _weights_seconds(
+    table: WeightTable, layers_on_cpu: tuple[bool, ...], m: int, threads: int, rates: CpuRates
+) -> float:
     """One ubatch of m tokens through the matrices of the layers on the CPU."""
     t = 0.0
     for on_cpu, layer in zip(layers_on_cpu, table.layers, strict=True):

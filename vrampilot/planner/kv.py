@@ -209,14 +209,12 @@ def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
         blck = block_size(settings.type_k)
         if n_main > 0 and spec.head_dim_k % blck:
             return (
-                f"K cache type {settings.type_k} with block size {blck} does not divide "
-                f"n_embd_head_k={spec.head_dim_k}"
+                f"K cache type {settings.type_k} with block size {blck} does not divide n_embd_head_k={spec.head_dim_k}"
             )
     if settings.flash_attn and settings.type_v in QUANTIZED_KV_TYPES:
         blck = block_size(settings.type_v)
         if n_main > 0 and spec.head_dim_v % blck:
             return (
-                f"V cache type {settings.type_v} with block size {blck} does not divide "
-                f"n_embd_head_v={spec.head_dim_v}"
+                f"V cache type {settings.type_v} with block size {blck} does not divide n_embd_head_v={spec.head_dim_v}"
             )
     return None

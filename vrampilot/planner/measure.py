@@ -262,8 +262,9 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
         llama_cpp.llama_log_set(prev_cb, prev_ud)
 
 
-def _load_model(llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str],
-                offload: _Offload | None = None) -> Any:  # fmt: skip
+def _load_model(
+    llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str], offload: _Offload | None = None
+) -> Any:
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
     if offload is not None:
@@ -388,7 +389,9 @@ def _file_key(p: Path, n_gpu_layers: int, offloaded: bool) -> tuple[str, int, in
     return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if offloaded else 0)
 
 
-def _graph_compute_in_child(path: str | os.PathLike[str], settings: Settings, devices: tuple[str, ...]) -> GraphCompute | None:
+def _graph_compute_in_child(
+    path: str | os.PathLike[str], settings: Settings, devices: tuple[str, ...]
+) -> GraphCompute | None:
     """graph_compute with the RPC hosts registered, in a spawned process: a host that goes away
     (or a protocol mismatch) aborts that process only, and the plan keeps its formula."""
     import multiprocessing as mp
@@ -467,8 +470,16 @@ def _graph_compute(
         with _held(_lock):
             _ensure_backend(llama_cpp)
             fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None), offload)
-            rkey = (fkey, settings.n_ctx, settings.n_ubatch, settings.n_seq, settings.flash_attn,
-                    settings.type_k, settings.type_v, settings.swa_full)
+            rkey = (
+                fkey,
+                settings.n_ctx,
+                settings.n_ubatch,
+                settings.n_seq,
+                settings.flash_attn,
+                settings.type_k,
+                settings.type_v,
+                settings.swa_full,
+            )
             if rkey in _results:
                 _results.move_to_end(rkey)
                 return _results[rkey]
@@ -480,7 +491,9 @@ def _graph_compute(
                 if model is None:
                     try:
                         devices = _Offload(*offload) if offload is not None else None
-                        model = _load_model(llama_cpp, p, settings.n_gpu_layers if offload else 0, True, errors, devices)
+                        model = _load_model(
+                            llama_cpp, p, settings.n_gpu_layers if offload else 0, True, errors, devices
+                        )
                     except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)
                         return None

@@ -120,8 +120,9 @@ def memory_breakdown(
             compute_bytes=compute_buffer_bytes(spec, settings, device="cpu", graph=graph),
             output_bytes=output,
         )
-        return MemoryBreakdown(Components(), host, kv, (False,) * spec.n_layer, False,
-                               layer_devices=(-1,) * spec.n_layer)  # fmt: skip
+        return MemoryBreakdown(
+            Components(), host, kv, (False,) * spec.n_layer, False, layer_devices=(-1,) * spec.n_layer
+        )
     shares = device_shares(target, settings)
     where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
     # llama.cpp pipelines ubatches across several devices when every layer is offloaded and each
@@ -138,10 +139,12 @@ def memory_breakdown(
                 weights += spec.token_embd_bytes
         holds = bool(mine) or out_dev == d
         compute = (
-            compute_buffer_bytes(spec, settings, device="gpu", graph=graph, pipelined=pipelined,
-                                 label=device_label(target, d))
-            if holds else 0
-        )  # fmt: skip
+            compute_buffer_bytes(
+                spec, settings, device="gpu", graph=graph, pipelined=pipelined, label=device_label(target, d)
+            )
+            if holds
+            else 0
+        )
         per_device.append(
             Components(
                 weights_bytes=weights,
@@ -152,7 +155,9 @@ def memory_breakdown(
             )
         )
     host_layers = [il for il, x in enumerate(where) if x < 0]
-    host_weights = spec.token_embd_bytes + spec.other_weight_bytes + sum(spec.layer_weight_bytes[il] for il in host_layers)
+    host_weights = (
+        spec.token_embd_bytes + spec.other_weight_bytes + sum(spec.layer_weight_bytes[il] for il in host_layers)
+    )
     if out_dev < 0:
         host_weights += spec.output_bytes
     host = Components(

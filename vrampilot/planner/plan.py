@@ -79,7 +79,7 @@ class Plan:
 
     @property
     def compute_source(self) -> str:
-        """"llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
+        """ "llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
         return "llama.cpp" if self.graph.is_measured(self.settings) else "estimate"
 
     @property
@@ -93,4 +93,3 @@ class Plan:
 
 class PlanError(UserError, ValueError):
     """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""
-

@@ -51,7 +51,9 @@ def plan_reasons(
     if pins.type_k and pins.type_v:
         r.append(f"{kv_text} KV cache: pinned by you ({format_bytes(mem.kv.total_bytes)}).")
     elif pins.type_k or pins.type_v:
-        which, pinned, other, other_t = ("K", s.type_k, "V", s.type_v) if pins.type_k else ("V", s.type_v, "K", s.type_k)
+        which, pinned, other, other_t = (
+            ("K", s.type_k, "V", s.type_v) if pins.type_k else ("V", s.type_v, "K", s.type_k)
+        )
         why = (
             "matches it: CUDA's flash-attention kernels need one type for both"
             if gpu and other_t == pinned
@@ -93,8 +95,11 @@ def plan_reasons(
             # for layers (a full-precision cache fits only with fewer of them on the GPU).
             full = [t for t, _m, ok in tried if ok and {t.type_k, t.type_v} <= FULL_PRECISION_KV]
             most = max((t.n_gpu_layers for t in full), default=None)
-            trade = (f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
-                     if most is not None and most < s.n_gpu_layers else "it keeps more of the model on the GPU")  # fmt: skip
+            trade = (
+                f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
+                if most is not None and most < s.n_gpu_layers
+                else "it keeps more of the model on the GPU"
+            )
             r.append(f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): quantized because {trade}.")
     if spec.has_swa:
         n_swa = sum(spec.swa_layers)
@@ -206,19 +211,27 @@ def _device_reasons(
     for d, (gpu, c) in enumerate(zip(target.gpus, mem.per_device, strict=False)):
         layers = mem.device_layers(d)
         what = _ranges(layers) + (" + output" if mem.output_device == d else "")
-        state = "" if c.total_bytes <= gpu.memory_budget_bytes else f", {format_bytes(c.total_bytes - gpu.memory_budget_bytes)} too much"
+        state = (
+            ""
+            if c.total_bytes <= gpu.memory_budget_bytes
+            else f", {format_bytes(c.total_bytes - gpu.memory_budget_bytes)} too much"
+        )
         budget = f"{format_bytes(gpu.memory_budget_bytes)}{' pinned' if gpu.budget_pinned else ''}"
         lines.append(f"{gpu.label}: {what or 'nothing'}, {format_bytes(c.total_bytes)} of {budget}{state}.")
     if s.tensor_split:
         shares = ", ".join(f"{x:g}" for x in s.tensor_split)
-        why = "pinned by you" if pins.tensor_split is not None else (
-            "each device's room for layers after its margin, compute buffer and (on the last) the output layer"
+        why = (
+            "pinned by you"
+            if pins.tensor_split is not None
+            else ("each device's room for layers after its margin, compute buffer and (on the last) the output layer")
         )
         lines.append(f"Split -ts {shares}: {why}.")
     share = network_share(spec, target, mem) if s.n_gpu_layers > 0 else 0.0
     if share > 0.005:
-        lines.append(f"Crossing to and from the RPC hosts takes {share:.0%} of each token's time "
-                     f"(a round trip per hop, {max(g.rtt_ms for g in target.gpus if g.kind == 'rpc'):.1f} ms measured).")  # fmt: skip
+        lines.append(
+            f"Crossing to and from the RPC hosts takes {share:.0%} of each token's time "
+            f"(a round trip per hop, {max(g.rtt_ms for g in target.gpus if g.kind == 'rpc'):.1f} ms measured)."
+        )
     return lines
 
 
@@ -238,4 +251,3 @@ def _ranges(layers: Sequence[int]) -> str:
 
 def _threads_text(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
-

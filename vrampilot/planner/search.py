@@ -84,8 +84,9 @@ def _devices_fit(mem: MemoryBreakdown, target: Target) -> bool:
 def _host_bytes(mem: MemoryBreakdown, target: Target) -> int:
     """What the plan takes from system RAM: the host's part, and an integrated GPU's, whose
     "VRAM" is that same RAM (counted once, here)."""
-    shared = sum(c.total_bytes - c.margin_bytes for c, g in zip(mem.per_device, target.gpus, strict=False)
-                 if g.kind == "igpu")  # fmt: skip
+    shared = sum(
+        c.total_bytes - c.margin_bytes for c, g in zip(mem.per_device, target.gpus, strict=False) if g.kind == "igpu"
+    )
     return mem.host.total_bytes + shared
 
 
@@ -345,8 +346,9 @@ def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gra
         return s.with_(tensor_split=tuple(pins.tensor_split))
     shares = tuple(float(max(gpu.memory_budget_bytes, 1)) for gpu in target.gpus)
     s = s.with_(tensor_split=_rounded(shares))
-    per_layer = max(spec.layer_weight_bytes, default=1) + max(memory_breakdown(spec, s, target, g).kv.per_layer_bytes,
-                                                               default=0)  # fmt: skip
+    per_layer = max(spec.layer_weight_bytes, default=1) + max(
+        memory_breakdown(spec, s, target, g).kv.per_layer_bytes, default=0
+    )
     for _ in range(2):
         mem = memory_breakdown(spec, s, target, g)
         room = []
@@ -411,7 +413,6 @@ def _alt(spec: ModelSpec, target: Target, label: str, s: Settings, g: GraphEstim
 
 def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Iterable[Alternative]:
     return [_alt(spec, target, label, cand, g) for label, cand in neighbours(spec, s, target.has_gpu)]
-
 
 
 def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:

@@ -196,9 +196,15 @@ class SpeedModel:
         elif dev and self.gpu_bw:
             t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + self.layer_overhead_s * self.n_gpu
         t_host = decode_seconds(
-            self.table, self.host_layers, not self.output_on_gpu, self.attention, n_tokens, self.kv_type,
-            self.settings.n_threads, self.rates,
-        )  # fmt: skip
+            self.table,
+            self.host_layers,
+            not self.output_on_gpu,
+            self.attention,
+            n_tokens,
+            self.kv_type,
+            self.settings.n_threads,
+            self.rates,
+        )
         return t_dev + t_host
 
     def prefill_seconds(self, n_tokens: int, n_past: int = 0) -> float:
@@ -208,9 +214,18 @@ class SpeedModel:
             return 0.0
         if not self.gpu:
             return prefill_seconds(
-                self.table, self.host_layers, True, self.attention, n_tokens, n_past, s.n_batch, s.n_ubatch,
-                self.kv_type, s.n_threads_batch, self.rates,
-            )  # fmt: skip
+                self.table,
+                self.host_layers,
+                True,
+                self.attention,
+                n_tokens,
+                n_past,
+                s.n_batch,
+                s.n_ubatch,
+                self.kv_type,
+                s.n_threads_batch,
+                self.rates,
+            )
         # GPU: matrix work at the card's throughput, plus attention over the cache and the ubatch,
         # plus the host layers' weights copied over PCIe once per ubatch (op offload). A ubatch's
         # time is affine in its work, so the full ubatches are priced at their mean work, times

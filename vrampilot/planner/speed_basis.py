@@ -18,8 +18,10 @@ def device_basis(g: GpuTarget) -> str:
     """Where one device's rates come from: measured here, or its peak and an assumed share."""
     m = g.measured
     if m is not None:
-        return (f"llama.cpp's kernels measured on this device {m.date} ({m.decode_gbps:.1f} GB/s reading {m.weight_type} "
-                f"weights, {m.prefill_gflops:.0f} GFLOP/s on a prompt, {m.product_overhead_us:.0f} us per kernel)")  # fmt: skip
+        return (
+            f"llama.cpp's kernels measured on this device {m.date} ({m.decode_gbps:.1f} GB/s reading {m.weight_type} "
+            f"weights, {m.prefill_gflops:.0f} GFLOP/s on a prompt, {m.product_overhead_us:.0f} us per kernel)"
+        )
     return f"{g.bandwidth_gbps:.0f} GB/s ({'assumed' if g.bandwidth_note else 'peak from NVML or its profile'})"
 
 
@@ -41,11 +43,14 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
     probe = target.host_probe
     if on_gpu:
         # Each device at its own rates (planner/speed.py): each says where its figures came from.
-        text = "GPU: " + ", ".join((f"{g.label} " if len(target.gpus) > 1 else "") + device_basis(g)
-                                   for g in target.gpus)  # fmt: skip
+        text = "GPU: " + ", ".join(
+            (f"{g.label} " if len(target.gpus) > 1 else "") + device_basis(g) for g in target.gpus
+        )
         if any(g.measured is None for g in target.gpus):
-            text += (f", of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (not measured on this device: "
-                     "`vrampilot doctor --measure`)")  # fmt: skip
+            text += (
+                f", of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (not measured on this device: "
+                "`vrampilot doctor --measure`)"
+            )
         parts.append(text)
     if not on_gpu or settings.n_gpu_layers <= spec.n_layer:  # layers on the CPU
         if probe is not None:
@@ -66,8 +71,10 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
                     f"x{da:.2f} (attention) when generating, x{pw:.2f} and x{pa:.2f} for prompts"
                 )
             elif probe.reference is not None:
-                note += ("; graph costs beyond the kernels are not counted until the built-in model's weight types "
-                         "are measured (with the next model planned)")
+                note += (
+                    "; graph costs beyond the kernels are not counted until the built-in model's weight types "
+                    "are measured (with the next model planned)"
+                )
             else:
                 note += "; the built-in model has not been run here, so graph costs beyond the kernels are not counted"
             parts.append(note)

@@ -166,8 +166,9 @@ def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
     return DEFAULT_HOST_BANDWIDTH_GBPS, "assumed"
 
 
-def target_from_machine(machine: Machine, rpc_hosts: Sequence[RpcHost] = (),
-                        rpc_budgets: Mapping[str, int] | None = None) -> Target:  # fmt: skip
+def target_from_machine(
+    machine: Machine, rpc_hosts: Sequence[RpcHost] = (), rpc_budgets: Mapping[str, int] | None = None
+) -> Target:
     """The machine as llama.cpp will use it: its offload devices (what llama.cpp itself lists;
     NVML adds an NVIDIA card's bandwidth), and `rpc_hosts` (queried with
     vrampilot.hardware.rpc.query_host) before them, as llama.cpp orders them. `rpc_budgets`:
@@ -177,8 +178,10 @@ def target_from_machine(machine: Machine, rpc_hosts: Sequence[RpcHost] = (),
     remote = _rpc_devices(rpc_hosts, rpc_budgets or {}, notes)
     gpus = (*remote, *local)
     if gpus:
-        desc = ", ".join(f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'})"
-                         for g in gpus)  # fmt: skip
+        desc = ", ".join(
+            f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'})"
+            for g in gpus
+        )
     else:
         desc = "CPU only" + ("" if machine.gpus else " (no GPU found)")
     target = _target(machine, desc, gpus, tuple(notes))
@@ -209,37 +212,68 @@ def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
             # Its "VRAM" is system RAM: the budget is the RAM llama.cpp may take, and the search
             # counts those bytes once, against the host (search._host_bytes).
             budget = min(d.memory_free_bytes, max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES))
-            notes.append(f"{d.description or d.name} ({d.name}) is an integrated GPU: its memory is system RAM, "
-                         "shared with the CPU's part of the plan")  # fmt: skip
+            notes.append(
+                f"{d.description or d.name} ({d.name}) is an integrated GPU: its memory is system RAM, "
+                "shared with the CPU's part of the plan"
+            )
             ram_gbps, ram_source = _ram_bandwidth(machine)  # the CPU's measurement holds for its RAM
-            out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
-                                 memory_budget_bytes=budget, bandwidth_gbps=ram_gbps,
-                                 fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS / 8, kind="igpu", llama_name=d.name,
-                                 buffer_name=d.name, asynchronous=d.asynchronous,
-                                 bandwidth_note=f"bandwidth of system RAM {ram_source}, {ram_gbps:.1f} GB/s"))  # fmt: skip
+            out.append(
+                GpuTarget(
+                    name=d.description or d.name,
+                    memory_total_bytes=d.memory_total_bytes,
+                    memory_budget_bytes=budget,
+                    bandwidth_gbps=ram_gbps,
+                    fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS / 8,
+                    kind="igpu",
+                    llama_name=d.name,
+                    buffer_name=d.name,
+                    asynchronous=d.asynchronous,
+                    bandwidth_note=f"bandwidth of system RAM {ram_source}, {ram_gbps:.1f} GB/s",
+                )
+            )
             continue
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
         measured = machine.speed.device(d.name, d.description) if machine.speed is not None else None
-        out.append(GpuTarget(name=d.description or d.name, memory_total_bytes=d.memory_total_bytes,
-                             memory_budget_bytes=d.memory_free_bytes, bandwidth_gbps=bw, fp16_tflops=tflops,
-                             bandwidth_note=note, kind="gpu", llama_name=d.name, buffer_name=d.name,
-                             asynchronous=d.asynchronous, measured=measured))  # fmt: skip
+        out.append(
+            GpuTarget(
+                name=d.description or d.name,
+                memory_total_bytes=d.memory_total_bytes,
+                memory_budget_bytes=d.memory_free_bytes,
+                bandwidth_gbps=bw,
+                fp16_tflops=tflops,
+                bandwidth_note=note,
+                kind="gpu",
+                llama_name=d.name,
+                buffer_name=d.name,
+                asynchronous=d.asynchronous,
+                measured=measured,
+            )
+        )
     return tuple(out)
 
 
 def _no_gpu_backend_note(machine: Machine) -> str:
     why = f" ({machine.llama.gpu_build_note})" if machine.llama.gpu_build_note else ""
-    return (f"this engine has no backend for {machine.gpus[0].name}{why}: planning for the CPU; "
-            "`vrampilot doctor` says what to install and how to rebuild the engine")  # fmt: skip
+    return (
+        f"this engine has no backend for {machine.gpus[0].name}{why}: planning for the CPU; "
+        "`vrampilot doctor` says what to install and how to rebuild the engine"
+    )
 
 
 def _nvml_target(g: GpuInfo) -> GpuTarget:
     bw = g.peak_bandwidth_gbps or HYPOTHETICAL_GPU_BANDWIDTH_GBPS
     note = "" if g.peak_bandwidth_gbps else f"bandwidth unknown, assuming {bw:.0f} GB/s"
     free = g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes
-    return GpuTarget(name=g.name, memory_total_bytes=g.memory_total_bytes, memory_budget_bytes=free, bandwidth_gbps=bw,
-                     fp16_tflops=g.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS, bandwidth_note=note,
-                     llama_name=f"CUDA{g.index}", buffer_name=f"CUDA{g.index}")  # fmt: skip
+    return GpuTarget(
+        name=g.name,
+        memory_total_bytes=g.memory_total_bytes,
+        memory_budget_bytes=free,
+        bandwidth_gbps=bw,
+        fp16_tflops=g.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
+        bandwidth_note=note,
+        llama_name=f"CUDA{g.index}",
+        buffer_name=f"CUDA{g.index}",
+    )
 
 
 def _nvml_match(d: LlamaDevice, gpus: Sequence[GpuInfo]) -> GpuInfo | None:
@@ -271,27 +305,45 @@ def _rpc_devices(hosts: Sequence[RpcHost], budgets: Mapping[str, int], notes: li
                 budget = min(pinned, dev.memory_free_bytes) // len(host.devices)
             else:
                 budget = max(0, dev.memory_free_bytes - DEFAULT_HOST_RESERVE_BYTES)
-            out.append(GpuTarget(
-                name=host.endpoint if len(host.devices) == 1 else f"{host.endpoint} #{dev.index}",
-                memory_total_bytes=dev.memory_total_bytes, memory_budget_bytes=budget,
-                bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS, fp16_tflops=RPC_DEVICE_TFLOPS,
-                bandwidth_note=(f"the host's device is assumed to be a CPU: {DEFAULT_HOST_BANDWIDTH_GBPS:.0f} GB/s, "
-                                f"{RPC_DEVICE_TFLOPS:g} TFLOP/s (ggml's RPC protocol does not say what it is)"),
-                kind="rpc", llama_name=f"RPC{k}", buffer_name=f"RPC{dev.index}[{host.endpoint}]",
-                endpoint=host.endpoint, budget_pinned=pinned is not None, asynchronous=True,
-                network_gbps=LOOPBACK_GBPS if loopback else LAN_GBPS, rtt_ms=host.rtt_ms,
-                # A pinned budget is what the host may hold; unpinned, keep llama.cpp's margin.
-                margin_override_bytes=0 if pinned is not None else None,
-            ))  # fmt: skip
+            out.append(
+                GpuTarget(
+                    name=host.endpoint if len(host.devices) == 1 else f"{host.endpoint} #{dev.index}",
+                    memory_total_bytes=dev.memory_total_bytes,
+                    memory_budget_bytes=budget,
+                    bandwidth_gbps=DEFAULT_HOST_BANDWIDTH_GBPS,
+                    fp16_tflops=RPC_DEVICE_TFLOPS,
+                    bandwidth_note=(
+                        f"the host's device is assumed to be a CPU: {DEFAULT_HOST_BANDWIDTH_GBPS:.0f} GB/s, "
+                        f"{RPC_DEVICE_TFLOPS:g} TFLOP/s (ggml's RPC protocol does not say what it is)"
+                    ),
+                    kind="rpc",
+                    llama_name=f"RPC{k}",
+                    buffer_name=f"RPC{dev.index}[{host.endpoint}]",
+                    endpoint=host.endpoint,
+                    budget_pinned=pinned is not None,
+                    asynchronous=True,
+                    network_gbps=LOOPBACK_GBPS if loopback else LAN_GBPS,
+                    rtt_ms=host.rtt_ms,
+                    # A pinned budget is what the host may hold; unpinned, keep llama.cpp's margin.
+                    margin_override_bytes=0 if pinned is not None else None,
+                )
+            )
             k += 1
         if pinned is None:
-            notes.append(f"RPC host {host.endpoint} reports all its memory as free and has no cap of its own: "
-                         f"pin what it may use (--rpc {host.endpoint}=6GiB)")  # fmt: skip
+            notes.append(
+                f"RPC host {host.endpoint} reports all its memory as free and has no cap of its own: "
+                f"pin what it may use (--rpc {host.endpoint}=6GiB)"
+            )
     return tuple(out)
 
 
-def target_for_machine(machine: Machine, *, cpu_only: bool = False, rpc_hosts: Sequence[RpcHost] = (),
-                       rpc_budgets: Mapping[str, int] | None = None) -> Target:  # fmt: skip
+def target_for_machine(
+    machine: Machine,
+    *,
+    cpu_only: bool = False,
+    rpc_hosts: Sequence[RpcHost] = (),
+    rpc_budgets: Mapping[str, int] | None = None,
+) -> Target:
     """The one rule for a plan on this machine's own hardware, the Plan panel's "This machine" and
     "CPU only" as the CLI's default and --cpu-only: RPC hosts join either. CPU only leaves this
     machine's GPUs out, never the hosts the user named; without hosts it is the plain CPU target."""

@@ -39,8 +39,9 @@ class ServerBackend:
     label = "the running llama-server"
     replan_cures_overflow = False  # the server's context is fixed until it is started again
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model_path: Path | None = None,
-                 timeout_s: float = 600.0) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, model_path: Path | None = None, timeout_s: float = 600.0
+    ) -> None:
         self.model_path = model_path  # what the server has loaded
         host_port = base_url.split("://", 1)[-1].rstrip("/")
         host, _, port = host_port.rpartition(":")
@@ -214,8 +215,18 @@ def _close_on_cancel(conn: http.client.HTTPConnection, cancel: threading.Event, 
 
 def _cancelled_stats(t0: float) -> GenerationStats:
     waited = time.perf_counter() - t0
-    return GenerationStats(prompt_tokens=0, evaluated_tokens=0, reused_tokens=0, completion_tokens=0, ttft_s=waited,
-                           prefill_s=waited, decode_s=0.0, context_used=0, n_ctx=0, stop_reason="cancelled")  # fmt: skip
+    return GenerationStats(
+        prompt_tokens=0,
+        evaluated_tokens=0,
+        reused_tokens=0,
+        completion_tokens=0,
+        ttft_s=waited,
+        prefill_s=waited,
+        decode_s=0.0,
+        context_used=0,
+        n_ctx=0,
+        stop_reason="cancelled",
+    )
 
 
 class StreamCut(http.client.HTTPException):

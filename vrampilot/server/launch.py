@@ -24,14 +24,25 @@ def prepare(plan: Plan, config: ServerConfig) -> ServerProcess:
     """llama-server for `plan`, not started. PortInUseError when the port is taken (checked first:
     a clear message before any work), ToolMissingError when the engine has no llama-server."""
     check_port(config.host, config.port)
-    argv = llama_server_argv(plan.spec.path, plan.settings, host=config.host, port=config.port,
-                             server=str(tool_path(config.binary)),
-                             alias=plan.spec.path.stem if config.public else None, metrics=config.public)  # fmt: skip
+    argv = llama_server_argv(
+        plan.spec.path,
+        plan.settings,
+        host=config.host,
+        port=config.port,
+        server=str(tool_path(config.binary)),
+        alias=plan.spec.path.stem if config.public else None,
+        metrics=config.public,
+    )
     return ServerProcess(argv, tool_env(api_key=config.api_key), on_log=config.on_log)
 
 
-def wait_ready(server: ServerProcess, config: ServerConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-               cancel: threading.Event | None = None) -> None:  # fmt: skip
+def wait_ready(
+    server: ServerProcess,
+    config: ServerConfig,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    cancel: threading.Event | None = None,
+) -> None:
     """Until the model is loaded. ServerExited when the server ends first; PortInUseError when it
     ended because another program bound the port between the check and the server's own bind."""
     try:

@@ -76,7 +76,7 @@ def exit_status(code: int | None) -> int:
 
 
 def killed_text(code: int | None, binary: str = "llama-server") -> str | None:
-    """"<binary> was killed by <signal> (the likely cause)" when a signal ended it, else None."""
+    """ "<binary> was killed by <signal> (the likely cause)" when a signal ended it, else None."""
     if code is None or code >= 0:
         return None
     name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
@@ -203,19 +203,30 @@ class _WindowsJob:
             raise OSError(ctypes.get_last_error(), "CreateJobObjectW failed")  # type: ignore[attr-defined]  # Windows-only ctypes API; typeshed has it on win32 only
 
         class _Basic(ctypes.Structure):
-            _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64), ("PerJobUserTimeLimit", ctypes.c_int64),
-                        ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
-                        ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", wintypes.DWORD),
-                        ("Affinity", ctypes.c_size_t), ("PriorityClass", wintypes.DWORD),
-                        ("SchedulingClass", wintypes.DWORD)]  # fmt: skip
+            _fields_ = [
+                ("PerProcessUserTimeLimit", ctypes.c_int64),
+                ("PerJobUserTimeLimit", ctypes.c_int64),
+                ("LimitFlags", wintypes.DWORD),
+                ("MinimumWorkingSetSize", ctypes.c_size_t),
+                ("MaximumWorkingSetSize", ctypes.c_size_t),
+                ("ActiveProcessLimit", wintypes.DWORD),
+                ("Affinity", ctypes.c_size_t),
+                ("PriorityClass", wintypes.DWORD),
+                ("SchedulingClass", wintypes.DWORD),
+            ]
 
         class _Io(ctypes.Structure):
             _fields_ = [(n, ctypes.c_uint64) for n in ("R", "W", "O", "RT", "WT", "OT")]
 
         class _Extended(ctypes.Structure):
-            _fields_ = [("Basic", _Basic), ("Io", _Io), ("ProcessMemoryLimit", ctypes.c_size_t),
-                        ("JobMemoryLimit", ctypes.c_size_t), ("PeakProcessMemoryUsed", ctypes.c_size_t),
-                        ("PeakJobMemoryUsed", ctypes.c_size_t)]  # fmt: skip
+            _fields_ = [
+                ("Basic", _Basic),
+                ("Io", _Io),
+                ("ProcessMemoryLimit", ctypes.c_size_t),
+                ("JobMemoryLimit", ctypes.c_size_t),
+                ("PeakProcessMemoryUsed", ctypes.c_size_t),
+                ("PeakJobMemoryUsed", ctypes.c_size_t),
+            ]
 
         info = _Extended()
         info.Basic.LimitFlags = 0x2000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
@@ -231,8 +242,14 @@ _job: _WindowsJob | None = None
 class ServerProcess:
     """llama-server (or ggml-rpc-server) as a child process with its log kept in memory."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, *, cwd: str | None = None,
-                 on_log: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        cwd: str | None = None,
+        on_log: Callable[[str], None] | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.env = env
         self.cwd = cwd
@@ -256,9 +273,14 @@ class ServerProcess:
             # signal handler without shutting down.
             kwargs["process_group"] = 0
         self.proc = subprocess.Popen(
-            self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env, cwd=self.cwd, **kwargs,  # type: ignore[call-overload]  # kwargs holds only creationflags (Windows)
-        )  # fmt: skip
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            **kwargs,  # type: ignore[call-overload]  # kwargs holds only creationflags (Windows)
+        )
         if sys.platform == "win32":
             with contextlib.suppress(OSError, AttributeError):
                 _job = _job or _WindowsJob()
@@ -292,8 +314,14 @@ class ServerProcess:
         with self._lock:
             return list(self._lines)
 
-    def wait_ready(self, base_url: str, *, timeout_s: float = 300.0, cancel: threading.Event | None = None,
-                   api_key: str | None = None) -> None:  # fmt: skip
+    def wait_ready(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        cancel: threading.Event | None = None,
+        api_key: str | None = None,
+    ) -> None:
         """Until GET /health says the model is loaded. ServerExited when the process ends first."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

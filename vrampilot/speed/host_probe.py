@@ -62,8 +62,24 @@ _log = logging.getLogger("vrampilot.speed.host_probe")
 CORE_WEIGHT_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
 # The weight types of released GGUF files (legacy, K-quants, IQ4, MXFP4, floats). A type not
 # measured is predicted from the measured one nearest in bits per weight, and the plan says so.
-ALL_WEIGHT_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-                    "iq4_xs", "mxfp4", "f16", "bf16", "f32")  # fmt: skip
+ALL_WEIGHT_TYPES = (
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q8_0",
+    "q2_k",
+    "q3_k",
+    "q4_k",
+    "q5_k",
+    "q6_k",
+    "iq4_nl",
+    "iq4_xs",
+    "mxfp4",
+    "f16",
+    "bf16",
+    "f32",
+)
 # The KV cache types the planner chooses between (planner/plan.py PREFERRED_KV).
 PROBE_KV_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -182,8 +198,10 @@ def _kernel_rates(cpu: CpuKernels, name: str, threads: Sequence[int], stream: in
     one = cpu.row_bytes(tid, k) * CHAIN_MATRIX_ROWS
     count = max(8, min(_CHAIN_MOST, stream // one))
     chain = cpu.mul_vec_chain(tid, k, CHAIN_MATRIX_ROWS, count, threads, repeats=3)
-    overhead = tuple(RateAt(t, round(max(0.0, (x.seconds / count - one / (r.value * 1e9)) * 1e6), 4))
-                     for t, x, r in zip(threads, chain, decode[1], strict=True))  # fmt: skip
+    overhead = tuple(
+        RateAt(t, round(max(0.0, (x.seconds / count - one / (r.value * 1e9)) * 1e6), 4))
+        for t, x, r in zip(threads, chain, decode[1], strict=True)
+    )
     k, n, m = _MATMUL_K, _MATMUL_N, _MATMUL_M
     mat = cpu.mul_mat(tid, k, n, m, threads, repeats=3)
     n_used = _MOE_EXPERTS[1]
@@ -222,14 +240,19 @@ def faster_kernels(a: Sequence[KernelRates], b: Sequence[KernelRates]) -> list[K
     out = []
     for k in a:
         o = second.get(k.type_name)
-        out.append(k if o is None else replace(
-            k, decode_gbps=_faster(k.decode_gbps, o.decode_gbps),
-            decode_short_gbps=_faster(k.decode_short_gbps, o.decode_short_gbps),
-            decode_shortest_gbps=_faster(k.decode_shortest_gbps, o.decode_shortest_gbps),
-            prefill_gflops=_faster(k.prefill_gflops, o.prefill_gflops),
-            prefill_moe_gflops=_faster(k.prefill_moe_gflops, o.prefill_moe_gflops),
-            matvec_overhead_us=_smaller(k.matvec_overhead_us, o.matvec_overhead_us),
-        ))  # fmt: skip
+        out.append(
+            k
+            if o is None
+            else replace(
+                k,
+                decode_gbps=_faster(k.decode_gbps, o.decode_gbps),
+                decode_short_gbps=_faster(k.decode_short_gbps, o.decode_short_gbps),
+                decode_shortest_gbps=_faster(k.decode_shortest_gbps, o.decode_shortest_gbps),
+                prefill_gflops=_faster(k.prefill_gflops, o.prefill_gflops),
+                prefill_moe_gflops=_faster(k.prefill_moe_gflops, o.prefill_moe_gflops),
+                matvec_overhead_us=_smaller(k.matvec_overhead_us, o.matvec_overhead_us),
+            )
+        )
     return out
 
 
@@ -239,11 +262,16 @@ def faster_attention(a: Sequence[AttentionRates], b: Sequence[AttentionRates]) -
     out = []
     for x in a:
         o = second.get((x.kv_type, x.head_dim))
-        out.append(x if o is None else replace(
-            x, decode_gflops=_faster(x.decode_gflops, o.decode_gflops),
-            prefill_gflops=_faster(x.prefill_gflops, o.prefill_gflops),
-            decode_ram_gflops=_faster(x.decode_ram_gflops, o.decode_ram_gflops),
-        ))  # fmt: skip
+        out.append(
+            x
+            if o is None
+            else replace(
+                x,
+                decode_gflops=_faster(x.decode_gflops, o.decode_gflops),
+                prefill_gflops=_faster(x.prefill_gflops, o.prefill_gflops),
+                decode_ram_gflops=_faster(x.decode_ram_gflops, o.decode_ram_gflops),
+            )
+        )
     return out
 
 
@@ -263,8 +291,11 @@ def _elementwise_rates(cpu: CpuKernels, threads: Sequence[int]) -> list[Elementw
     for op, width in _ELEMENTWISE_SHAPES:
         timings = cpu.elementwise(op, width, _ELEMENTWISE_ROWS, threads, repeats=3)
         n = width * _ELEMENTWISE_ROWS
-        out.append(ElementwiseRates(op, tuple(RateAt(t, round(x.seconds / n * 1e9, 4)) for t, x in
-                                              zip(threads, timings, strict=True))))  # fmt: skip
+        out.append(
+            ElementwiseRates(
+                op, tuple(RateAt(t, round(x.seconds / n * 1e9, 4)) for t, x in zip(threads, timings, strict=True))
+            )
+        )
     return out
 
 
@@ -326,9 +357,18 @@ def measure_steps(threads: Sequence[int]) -> tuple[StepTiming, ...]:
         for n_layer, n_vocab in _STEP_SHAPES:
             path = write_probe_model(Path(tmp) / f"probe-{n_layer}-{n_vocab}.gguf", n_layer, n_vocab)
             with LOG_LOCK:  # loading logs; the planner's dry runs read that log
-                llm = llama_cpp.Llama(str(path), n_ctx=512, n_batch=512, n_ubatch=512, n_threads=1,
-                                      n_threads_batch=1, flash_attn=True, verbose=False, n_gpu_layers=0,
-                                      op_offload=False)  # fmt: skip  # the CPU's steps, as the reference run
+                llm = llama_cpp.Llama(
+                    str(path),
+                    n_ctx=512,
+                    n_batch=512,
+                    n_ubatch=512,
+                    n_threads=1,
+                    n_threads_batch=1,
+                    flash_attn=True,
+                    verbose=False,
+                    n_gpu_layers=0,
+                    op_offload=False,
+                )  # the CPU's steps, as the reference run
             try:
                 rates = []
                 for t in threads:
@@ -440,8 +480,10 @@ def measure_host(
     )
     _log.info(
         "speed probe: %.2f s, RAM %.1f GB/s, other programs used %.0f%% of the CPU",
-        probe.duration_s, probe.ram_peak_gbps, 100 * probe.others_cpu_share,
-    )  # fmt: skip
+        probe.duration_s,
+        probe.ram_peak_gbps,
+        100 * probe.others_cpu_share,
+    )
     return probe
 
 
@@ -481,8 +523,7 @@ def probe_outdated(probe: HostProbe) -> bool:
     desktop that is always busy, and each run would take the CPU from the user's own work."""
     from vrampilot.paths import embedded_model_path
 
-    if probe.elementwise is None or any(not k.decode_shortest_gbps or not k.matvec_overhead_us
-                                                      for k in probe.kernels):  # fmt: skip
+    if probe.elementwise is None or any(not k.decode_shortest_gbps or not k.matvec_overhead_us for k in probe.kernels):
         return True
     if embedded_model_path() is None:
         return False

@@ -262,8 +262,12 @@ class ReferencePrefill:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "n_past": self.n_past, "n_tokens": self.n_tokens,
-                "seconds": round(self.seconds, 6)}  # fmt: skip
+        return {
+            "threads": self.threads,
+            "n_past": self.n_past,
+            "n_tokens": self.n_tokens,
+            "seconds": round(self.seconds, 6),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReferencePrefill:
@@ -338,7 +342,9 @@ class HostProbe:
         return self.app_busy or self.others_cpu_share > BUSY_SHARE
 
     def busy_cause(self) -> str:
-        return "a reply ran meanwhile" if self.app_busy else f"other programs used {self.others_cpu_share:.0%} of the CPU"
+        return (
+            "a reply ran meanwhile" if self.app_busy else f"other programs used {self.others_cpu_share:.0%} of the CPU"
+        )
 
     def busy_note(self) -> str:
         """What a busy probe's figures are, in one phrase ("" for a quiet one): the plan's basis,
@@ -573,8 +579,15 @@ class DeviceRates:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceRates:
-        return cls(str(d["llama_name"]), str(d["description"]), str(d["measured_at"]), str(d["weight_type"]),
-                   float(d["decode_gbps"]), float(d["prefill_gflops"]), float(d["product_overhead_us"]))  # fmt: skip
+        return cls(
+            str(d["llama_name"]),
+            str(d["description"]),
+            str(d["measured_at"]),
+            str(d["weight_type"]),
+            float(d["decode_gbps"]),
+            float(d["prefill_gflops"]),
+            float(d["product_overhead_us"]),
+        )
 
 
 @dataclass(frozen=True)

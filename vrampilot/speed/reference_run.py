@@ -94,8 +94,13 @@ def _no_check() -> None:
     return None
 
 
-def _decode(llama_cpp: ModuleType, depths: Sequence[tuple[Llama, list[int], bool]], threads: Sequence[int],
-            most: int, check: Callable[[], None] = _no_check) -> dict[tuple[int, int], float]:  # fmt: skip
+def _decode(
+    llama_cpp: ModuleType,
+    depths: Sequence[tuple[Llama, list[int], bool]],
+    threads: Sequence[int],
+    most: int,
+    check: Callable[[], None] = _no_check,
+) -> dict[tuple[int, int], float]:
     """The median decode step, in seconds, per (thread count, depth): `depths` holds (a context, the
     tokens its steps follow, whether each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
     shallow, ...), each depth in a context of its own that keeps its cache: the attention factor
@@ -120,8 +125,11 @@ def _decode(llama_cpp: ModuleType, depths: Sequence[tuple[Llama, list[int], bool
                 times = decode_step_times(llm, tokens, DECODE_STEPS)
                 if n:
                     steps.setdefault((i, t), []).extend(times)
-    return {(t, len(tokens) + 1 + DECODE_STEPS // 2): statistics.median(steps[i, t])
-            for i, (_, tokens, _) in enumerate(depths) for t in threads}  # fmt: skip
+    return {
+        (t, len(tokens) + 1 + DECODE_STEPS // 2): statistics.median(steps[i, t])
+        for i, (_, tokens, _) in enumerate(depths)
+        for t in threads
+    }
 
 
 class ReferenceSession:
@@ -139,9 +147,17 @@ class ReferenceSession:
         self.most = max(self.threads)
         # The CPU's run: llama.cpp would otherwise send a prompt's products to a GPU (op_offload) with
         # no layer on it, and the probe would time the GPU (minutes on lavapipe) as the CPU's.
-        params = {"n_ctx": N_CTX, "n_batch": N_UBATCH, "n_ubatch": N_UBATCH, "n_threads": self.most,
-                  "n_threads_batch": self.most, "flash_attn": True, "verbose": False, "n_gpu_layers": 0,
-                  "op_offload": False}  # fmt: skip
+        params = {
+            "n_ctx": N_CTX,
+            "n_batch": N_UBATCH,
+            "n_ubatch": N_UBATCH,
+            "n_threads": self.most,
+            "n_threads_batch": self.most,
+            "flash_attn": True,
+            "verbose": False,
+            "n_gpu_layers": 0,
+            "op_offload": False,
+        }
         with LOG_LOCK:  # loading logs; the planner's dry runs read that log
             self._deep = self._llama_cpp.Llama(str(model), **params)
         try:
@@ -211,9 +227,13 @@ class ReferenceSession:
         fewer = sorted(k for k in self._prefill_s if k[0] != self.most)
         most = sorted(k for k in self._prefill_s if k[0] == self.most)
         by_depth = sorted(self._step_s, key=lambda k: (k[1], k[0]))
-        decode = tuple(ReferenceDecode(t, depth, round(statistics.mean(self._step_s[t, depth]), 7)) for t, depth in by_depth)
-        prefill = tuple(ReferencePrefill(t, n_past, N_UBATCH, round(statistics.mean(self._prefill_s[t, n_past]), 6))
-                        for t, n_past in (*fewer, *most))  # fmt: skip
+        decode = tuple(
+            ReferenceDecode(t, depth, round(statistics.mean(self._step_s[t, depth]), 7)) for t, depth in by_depth
+        )
+        prefill = tuple(
+            ReferencePrefill(t, n_past, N_UBATCH, round(statistics.mean(self._prefill_s[t, n_past]), 6))
+            for t, n_past in (*fewer, *most)
+        )
         return ReferenceRun(
             model_name=self.model.name,
             model_bytes=self.model.stat().st_size,
@@ -223,4 +243,3 @@ class ReferenceSession:
             decode=decode,
             prefill=prefill,
         )
-

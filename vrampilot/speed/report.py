@@ -18,7 +18,8 @@ def _kernel_line(k: KernelRates) -> str:
     return (
         f"    {k.type_name + where:<18} generating {_pair(k.decode_gbps)} GB/s (rows of 1024 {_pair(k.decode_short_gbps)}"
         + (f", 512 {_pair(k.decode_shortest_gbps)}" if k.decode_shortest_gbps else "")
-        + (f"; +{_pair(k.matvec_overhead_us)} us per product in a chain" if k.matvec_overhead_us else "") + ")"
+        + (f"; +{_pair(k.matvec_overhead_us)} us per product in a chain" if k.matvec_overhead_us else "")
+        + ")"
         f", prompts {_pair(k.prefill_gflops, '{:.0f}')} GFLOP/s{moe}"
     )
 
@@ -36,9 +37,12 @@ def format_probe(probe: HostProbe) -> list[str]:
     fixed = [probe.fixed_costs(r.threads) for r in sorted(probe.ram_read_gbps, key=lambda r: r.threads)]
     lines.append(
         "  fixed costs of a decode step: "
-        + " / ".join(f"{f.step_s * 1e6:.0f}" for f in fixed) + " us per step, "
-        + " / ".join(f"{f.layer_s * 1e6:.1f}" for f in fixed) + " us per layer, "
-        + " / ".join(f"{f.vocab_entry_s * 1e9:.1f}" for f in fixed) + " ns per logit sampled"
+        + " / ".join(f"{f.step_s * 1e6:.0f}" for f in fixed)
+        + " us per step, "
+        + " / ".join(f"{f.layer_s * 1e6:.1f}" for f in fixed)
+        + " us per layer, "
+        + " / ".join(f"{f.vocab_entry_s * 1e9:.1f}" for f in fixed)
+        + " ns per logit sampled"
     )
     lines.append("  weights (per type, through llama.cpp's mat-vec and mat-mat kernels):")
     lines += [_kernel_line(k) for k in probe.kernels]
@@ -52,7 +56,9 @@ def format_probe(probe: HostProbe) -> list[str]:
         shallow, deep = min(d.depth for d in run.decode), max(d.depth for d in run.decode)
 
         def tps(depth: int) -> str:
-            return " / ".join(f"{1 / d.step_s:.1f}" for d in sorted(run.decode, key=lambda d: d.threads) if d.depth == depth)
+            return " / ".join(
+                f"{1 / d.step_s:.1f}" for d in sorted(run.decode, key=lambda d: d.threads) if d.depth == depth
+            )
 
         most = max(p.threads for p in run.prefill)
         first = " / ".join(f"{p.n_tokens / p.seconds:.0f}" for p in run.prefill if p.n_past == 0)
@@ -79,7 +85,9 @@ def format_speed(machine: Machine) -> list[str]:
     speed = machine.speed
     lines: list[str] = []
     if speed is None or speed.probe is None:
-        lines.append("Speed: not measured on this machine yet (planner rates are assumed): `vrampilot doctor --measure`")
+        lines.append(
+            "Speed: not measured on this machine yet (planner rates are assumed): `vrampilot doctor --measure`"
+        )
     else:
         lines += format_probe(speed.probe)
     if speed is not None:
@@ -87,12 +95,16 @@ def format_speed(machine: Machine) -> list[str]:
             usual = speed.usual_pace_ms(threads)
             n = sum(1 for r in speed.paces if r.threads == threads)
             if usual is not None:
-                lines.append(f"  pace gauge at {threads} thread{'s' if threads != 1 else ''}: usually {usual:.2f} ms "
-                             f"({n} reading{'s' if n != 1 else ''} after replies)")  # fmt: skip
+                lines.append(
+                    f"  pace gauge at {threads} thread{'s' if threads != 1 else ''}: usually {usual:.2f} ms "
+                    f"({n} reading{'s' if n != 1 else ''} after replies)"
+                )
         share = speed.probe_pace_share()
         if share is not None and speed.probe_read_slow:
-            lines.append(f"  the probe ran at {share:.0%} of this machine's usual pace (its gauge against the replies'): "
-                         "measured again at the app's next start, or now with `vrampilot doctor --measure`")  # fmt: skip
+            lines.append(
+                f"  the probe ran at {share:.0%} of this machine's usual pace (its gauge against the replies'): "
+                "measured again at the app's next start, or now with `vrampilot doctor --measure`"
+            )
         for stored in speed.factors:
             f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
             lines.append(
@@ -103,12 +115,16 @@ def format_speed(machine: Machine) -> list[str]:
     for d in machine.llama.offload_devices:
         m = speed.device(d.name, d.description) if speed is not None else None
         if m is None:
-            lines.append(f"  {d.name} ({d.description}): not measured (peak bandwidth from NVML or a profile, the share "
-                         "reached assumed): `vrampilot doctor --measure`")  # fmt: skip
+            lines.append(
+                f"  {d.name} ({d.description}): not measured (peak bandwidth from NVML or a profile, the share "
+                "reached assumed): `vrampilot doctor --measure`"
+            )
         else:
-            lines.append(f"  {d.name} ({d.description}) measured {m.date}: {m.decode_gbps:.2f} GB/s reading "
-                         f"{m.weight_type} weights, {m.prefill_gflops:.1f} GFLOP/s on a prompt, "
-                         f"{m.product_overhead_us:.0f} us per kernel")  # fmt: skip
+            lines.append(
+                f"  {d.name} ({d.description}) measured {m.date}: {m.decode_gbps:.2f} GB/s reading "
+                f"{m.weight_type} weights, {m.prefill_gflops:.1f} GFLOP/s on a prompt, "
+                f"{m.product_overhead_us:.0f} us per kernel"
+            )
     if machine.gpus and not machine.llama.offload_devices:
         lines.append("  GPU: not measured (peak bandwidth from NVML or a profile; the share reached is assumed)")
     return lines

@@ -134,7 +134,9 @@ def save_probe(fingerprint: str, probe: HostProbe, folder: Path | None = None, *
             return replace(m, probe=probe)
         if kept_quieter(m, probe):
             return m
-        return replace(m, probe=probe, factors=tuple(f for f in m.factors if not f.backend.startswith("cpu:")), paces=())
+        return replace(
+            m, probe=probe, factors=tuple(f for f in m.factors if not f.backend.startswith("cpu:")), paces=()
+        )
 
     return update_machine_speed(fingerprint, change, folder)
 
@@ -147,8 +149,13 @@ def kept_quieter(speed: MachineSpeed, taken: HostProbe) -> bool:
     from vrampilot.speed.host_probe import probe_outdated  # the probe's kernels, loaded only here
 
     stored = speed.probe
-    return (stored is not None and taken.busy and not stored.busy and not probe_outdated(stored)
-            and not speed.probe_read_slow)  # fmt: skip
+    return (
+        stored is not None
+        and taken.busy
+        and not stored.busy
+        and not probe_outdated(stored)
+        and not speed.probe_read_slow
+    )
 
 
 def add_kernels(fingerprint: str, added: tuple[KernelRates, ...], folder: Path | None = None) -> MachineSpeed:

@@ -156,8 +156,10 @@ class ChatController(QObject):
             return
         chat = self.chats.chat(chat_id)
         self.chat_id = chat.id
-        self._context_used = next((int(m.stats.get("context_used", 0)) for m in reversed(chat.messages)
-                                   if m.role == "assistant" and m.stats), 0)  # fmt: skip
+        self._context_used = next(
+            (int(m.stats.get("context_used", 0)) for m in reversed(chat.messages) if m.role == "assistant" and m.stats),
+            0,
+        )
         self.editing = None
         self.ctx.prefs.set_last_chat(chat.id)
         self.view.clear_messages()
@@ -224,9 +226,11 @@ class ChatController(QObject):
         try:
             if self.chat_id is None:
                 model = self.plans.model_path
-                chat = self.chats.create(model_path=str(model) if model else None,
-                                         system_prompt=self.view.system_prompt.toPlainText(),
-                                         backend=self.backend_key)  # fmt: skip
+                chat = self.chats.create(
+                    model_path=str(model) if model else None,
+                    system_prompt=self.view.system_prompt.toPlainText(),
+                    backend=self.backend_key,
+                )
                 self.chat_id = chat.id
                 self.ctx.prefs.set_last_chat(chat.id)
                 self.documents.bind_chat(chat.id)
@@ -361,10 +365,12 @@ class ChatController(QObject):
         self.status.emit(backend.status_text())
         messages = list(messages)
 
-        def job(engine: Engine, on_text: Callable[[str], None], on_report: Callable[[object], None],
-                cancel: threading.Event) -> Reply:  # fmt: skip
-            return backend.reply(engine, messages, sampling, on_text=on_text, on_report=on_report, cancel=cancel,
-                                 trim=trim)  # fmt: skip
+        def job(
+            engine: Engine, on_text: Callable[[str], None], on_report: Callable[[object], None], cancel: threading.Event
+        ) -> Reply:
+            return backend.reply(
+                engine, messages, sampling, on_text=on_text, on_report=on_report, cancel=cancel, trim=trim
+            )
 
         self.ctx.engine.run_chat(job)
 
@@ -459,15 +465,21 @@ class ChatController(QObject):
             if self.chat_id is not None and sum(1 for m in self.chats.for_model(self.chat_id) if m.role == "user") > 1:
                 actions.append(("drop_oldest", "Drop oldest turns", lambda: self._reply(trim=True)))
             if self.replying.replan_cures_overflow:
-                actions.append(("replan_bigger", f"Re-plan with {format_tokens(bigger)} context",
-                                lambda: self.replan_and_answer(bigger)))  # fmt: skip
+                actions.append(
+                    (
+                        "replan_bigger",
+                        f"Re-plan with {format_tokens(bigger)} context",
+                        lambda: self.replan_and_answer(bigger),
+                    )
+                )
             actions.append(("overflow_cancel", "Cancel", self.view.hide_banner))
             self.view.show_banner(f"This conversation would overflow the context: {exc}.", actions)
             self.status.emit("Context would overflow: nothing was sent")
             return
         text = describe_error(exc, context="replying")
-        self.view.show_banner(f"No reply: {text}", [("answer", "Try again", self.answer),
-                                                     ("banner_ok", "OK", self.view.hide_banner)])  # fmt: skip
+        self.view.show_banner(
+            f"No reply: {text}", [("answer", "Try again", self.answer), ("banner_ok", "OK", self.view.hide_banner)]
+        )
         self.status.emit(f"No reply: {text}")
 
     def replan_and_answer(self, n_ctx: int) -> None:
@@ -556,8 +568,9 @@ class ChatController(QObject):
             self.model_checks[key] = reason
             self._model_checked(path, reason)
 
-        self.ctx.tasks.submit(lambda _t: chat_backends.model_problem(self.backend_key, path), done=done,
-                              key="backend-check", owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda _t: chat_backends.model_problem(self.backend_key, path), done=done, key="backend-check", owner=self
+        )
 
     def _model_checked(self, path: object, reason: str | None) -> None:
         if reason is None or path != self.plans.model_path or self.backend_key == BACKEND_LLAMA:

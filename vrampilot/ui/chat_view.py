@@ -423,7 +423,9 @@ class ChatView(QWidget):
         self.backend.clear()
         for item in items:
             self.backend.addItem(item.label, item.key)
-            self.backend.setItemData(self.backend.count() - 1, item.unavailable or item.tooltip, Qt.ItemDataRole.ToolTipRole)
+            self.backend.setItemData(
+                self.backend.count() - 1, item.unavailable or item.tooltip, Qt.ItemDataRole.ToolTipRole
+            )
         for item in items:
             if item.unavailable:
                 self.set_backend_available(item.key, False, item.unavailable)

@@ -49,5 +49,8 @@ def export_path(parent: QWidget, title: str, fmt: str) -> Path | None:
 def about(parent: QWidget) -> None:
     from vrampilot import __version__
 
-    QMessageBox.about(parent, "About VRAM Pilot", f"VRAM Pilot {__version__}\\nPlans llama.cpp settings so a GGUF "
-                      "model fits, explains them, and runs them.")  # fmt: skip
+    QMessageBox.about(
+        parent,
+        "About VRAM Pilot",
+        f"VRAM Pilot {__version__}\\nPlans llama.cpp settings so a GGUF model fits, explains them, and runs them.",
+    )

@@ -91,9 +91,14 @@ class DocumentsController(QObject):
     def busy(self) -> bool:
         return self._busy
 
-    def _start(self, fn: Callable[[Callable[[float, str], None]], Any], done: Callable[[Any], None],
-               failed: Callable[[BaseException], None], progress: Callable[[float, str], None] | None = None,
-               key: str | None = None) -> None:  # fmt: skip
+    def _start(
+        self,
+        fn: Callable[[Callable[[float, str], None]], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[BaseException], None],
+        progress: Callable[[float, str], None] | None = None,
+        key: str | None = None,
+    ) -> None:
         def work(task: TaskHandle) -> Any:
             return fn(lambda fraction, text: task.progress((fraction, text)))
 
@@ -156,8 +161,13 @@ class DocumentsController(QObject):
             self.panel.set_fit(report)
             self.changed.emit()
 
-        self.ctx.tasks.submit(lambda _t: docs.fit(plan, reply_tokens=reply), done=done, failed=self._failed,
-                              key="documents-fit", owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda _t: docs.fit(plan, reply_tokens=reply),
+            done=done,
+            failed=self._failed,
+            key="documents-fit",
+            owner=self,
+        )
 
     def _replan_clicked(self) -> None:
         if self.fit is not None and self.fit.suggested_ctx:

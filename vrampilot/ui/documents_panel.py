@@ -68,8 +68,9 @@ class DocumentsPanel(QFrame):
         top = QHBoxLayout()
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setObjectName("attach_document")
-        self.attach_button.setToolTip("Attach documents to this chat (or drop them on the window): PDF, Word, "
-                                      "HTML, Markdown, text, source code")  # fmt: skip
+        self.attach_button.setToolTip(
+            "Attach documents to this chat (or drop them on the window): PDF, Word, HTML, Markdown, text, source code"
+        )
         self.attach_button.clicked.connect(self.attach_requested)
         top.addWidget(self.attach_button)
         self._chips = QHBoxLayout()

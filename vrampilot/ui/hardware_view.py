@@ -30,7 +30,9 @@ def hardware_summary_html(m: Machine) -> str:
         what = "integrated GPU, memory shared with the CPU" if d.kind == "igpu" else d.backend
         if is_software_name(d.description):
             what = f"software {d.backend} device, used: {SOFTWARE_GPU_ENV}=1"
-        lines.append(f"<b>{escape(d.name)}</b>: {escape(d.description)}, {format_bytes(d.memory_total_bytes)} ({escape(what)})")
+        lines.append(
+            f"<b>{escape(d.name)}</b>: {escape(d.description)}, {format_bytes(d.memory_total_bytes)} ({escape(what)})"
+        )
     if not lines:
         lines.append("<b>No GPU found: planning for the CPU</b>")
         if m.llama.vulkan_status:

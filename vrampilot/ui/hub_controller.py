@@ -134,8 +134,12 @@ class HubController(QObject):
         self.refresh_pending()
         # The app passes detect=False and sets the target the plan controller already detected.
         if self.target is None and detect:
-            self.tasks.submit(lambda _t: self._detect_target(), done=self.set_target,
-                              failed=lambda exc: self.error.emit(describe(exc)), owner=self)  # fmt: skip
+            self.tasks.submit(
+                lambda _t: self._detect_target(),
+                done=self.set_target,
+                failed=lambda exc: self.error.emit(describe(exc)),
+                owner=self,
+            )
 
     # -- target and context ----------------------------------------------------------------------
     @staticmethod
@@ -162,14 +166,20 @@ class HubController(QObject):
     def searching(self) -> bool:
         return self.tasks.is_running("hub-search")
 
-    def search(self, text: str, *, sort: str, architecture: str | None, min_params: int | None,
-               max_params: int | None) -> None:  # fmt: skip
+    def search(
+        self, text: str, *, sort: str, architecture: str | None, min_params: int | None, max_params: int | None
+    ) -> None:
         self.status.emit(f"Searching the Hub for {text or 'GGUF models'}…")
         self.search_started.emit()
 
         def work(_task: TaskHandle) -> list[RepoSummary]:
-            return search_models(text, sort=sort, architecture=architecture, min_params=min_params,  # type: ignore[arg-type]  # sort: one of SORT_KEYS, from the view's combo box
-                                 max_params=max_params)  # fmt: skip
+            return search_models(
+                text,
+                sort=sort,  # type: ignore[arg-type]  # one of SORT_KEYS, from the view's combo box
+                architecture=architecture,
+                min_params=min_params,
+                max_params=max_params,
+            )
 
         # A newer search supersedes this one: its results are dropped.
         self.tasks.submit(work, done=self._search_done, failed=self._search_failed, key="hub-search", owner=self)
@@ -195,8 +205,13 @@ class HubController(QObject):
         self.rows.clear()
         self.listing = None
         self.listing_started.emit(repo_id)
-        self.tasks.submit(lambda _t: list_repo_files(repo_id), done=self._files_done, failed=self._files_failed,
-                          key="hub-files", owner=self)  # fmt: skip
+        self.tasks.submit(
+            lambda _t: list_repo_files(repo_id),
+            done=self._files_done,
+            failed=self._files_failed,
+            key="hub-files",
+            owner=self,
+        )
 
     def _files_failed(self, exc: BaseException) -> None:
         self.listing_failed.emit()
@@ -231,9 +246,13 @@ class HubController(QObject):
                 return badge_for_spec(spec, target, n_ctx)
 
             # One key per file: a newer listing, target or context supersedes each badge.
-            self.tasks.submit(work, done=partial(self._badge_done, listing, n_ctx, key),
-                              failed=partial(self._badge_failed, listing, key), key=f"hub-badge:{key}",
-                              owner=self)  # fmt: skip
+            self.tasks.submit(
+                work,
+                done=partial(self._badge_done, listing, n_ctx, key),
+                failed=partial(self._badge_failed, listing, key),
+                key=f"hub-badge:{key}",
+                owner=self,
+            )
 
     def _badge_done(self, listing: RepoFiles, n_ctx: int, key: str, badge: Badge) -> None:
         row = self.rows.get(key)
@@ -296,8 +315,14 @@ class HubController(QObject):
 
         self.download_started.emit(repo_id, filename)
         self.status.emit(f"Downloading {filename} from {repo_id}…")
-        self._download = self.tasks.submit(work, done=self._download_done, failed=self._download_failed,
-                                           progress=self._progress, owner=self, long=True)  # type: ignore[arg-type]  # fmt: skip
+        self._download = self.tasks.submit(
+            work,
+            done=self._download_done,
+            failed=self._download_failed,
+            progress=self._progress,  # type: ignore[arg-type]  # submit types progress as taking object; the work reports DownloadProgress
+            owner=self,
+            long=True,
+        )
         self._set_state(HubState.DOWNLOADING)
 
     def _download_done(self, result: DownloadResult) -> None:
@@ -350,8 +375,9 @@ class HubController(QObject):
             self._set_state(HubState.IDLE)
 
     def refresh_pending(self) -> None:
-        self.pending = [p for p in list_pending()
-                        if (p.repo_id, p.filename) != self._download_key or not self.downloading]  # fmt: skip
+        self.pending = [
+            p for p in list_pending() if (p.repo_id, p.filename) != self._download_key or not self.downloading
+        ]
         self.pending_changed.emit(self.pending)
 
     def resume_pending(self) -> None:

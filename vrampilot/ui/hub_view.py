@@ -197,7 +197,9 @@ class HubView(QWidget):
         for n in sorted({*CONTEXTS, self.controller.n_ctx}):
             self.ctx_box.addItem(f"{format_tokens(n)} context", n)
         self.ctx_box.setCurrentIndex(self.ctx_box.findData(self.controller.n_ctx))
-        self.ctx_box.currentIndexChanged.connect(lambda _i: self.controller.set_context(int(self.ctx_box.currentData())))
+        self.ctx_box.currentIndexChanged.connect(
+            lambda _i: self.controller.set_context(int(self.ctx_box.currentData()))
+        )
         self.account = QPushButton("Sign in…")
         self.account.setObjectName("hub_sign_in")
         self.account.clicked.connect(self.sign_in)
@@ -298,8 +300,13 @@ class HubView(QWidget):
 
     def search(self) -> None:
         lo, hi = self.size_box.currentData()
-        self.controller.search(self.query.text().strip(), sort=str(self.sort.currentData()),
-                               architecture=self.arch.currentData(), min_params=lo, max_params=hi)  # fmt: skip
+        self.controller.search(
+            self.query.text().strip(),
+            sort=str(self.sort.currentData()),
+            architecture=self.arch.currentData(),
+            min_params=lo,
+            max_params=hi,
+        )
 
     def _searching(self, on: bool) -> None:
         self.search_b.setEnabled(not on)

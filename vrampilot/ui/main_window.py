@@ -65,10 +65,13 @@ class MainWindow(QMainWindow):
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
-        self.plans = PlanController(ctx, services.speed, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self)
+        self.plans = PlanController(
+            ctx, services.speed, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self
+        )
         self.documents = DocumentsController(ctx, parent=self)
-        self.chats = ChatController(ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask,
-                                    parent=self)  # fmt: skip
+        self.chats = ChatController(
+            ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask, parent=self
+        )
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
         self._build_menus()
@@ -136,7 +139,9 @@ class MainWindow(QMainWindow):
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
-        plans.model_failed.connect(lambda why: self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)]))  # fmt: skip
+        plans.model_failed.connect(
+            lambda why: self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)])
+        )
         plans.loaded.connect(self._loaded)
         plans.load_state_changed.connect(lambda _s: self.chats.update_hint())
         plans.unloaded.connect(lambda: self.meters_panel.set_plan(None))
@@ -164,44 +169,82 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         key = QKeySequence
         with_chat = self._with_chat
-        exports = [(f"for {label}", partial(self.export_command, shell), None, f"menu_export_{shell}")
-                   for shell, label in SHELL_NAMES.items()]  # fmt: skip
-        self.actions_by_name = build_menus(self, [
-            ("&File", [
-                ("Open GGUF…", self._open_files, key.StandardKey.Open, ""),
-                ("Add model folder…", self._add_folder, None, ""),
-                ("Attach documents…", self._attach_documents, None, "action_attach_documents"),
-                None,
-                ("Quit", self.close, key.StandardKey.Quit, ""),
-            ]),
-            ("&Chat", [
-                ("New chat", self.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
-                ("Search chats", self.chat_list.focus_search, key("Ctrl+F"), "action_search"),
-                ("Rename chat…", lambda: with_chat(self._rename_chat), key("F2"), "action_rename"),
-                ("Delete chat…", lambda: with_chat(self.chats.delete), key("Ctrl+Shift+Delete"), "action_delete"),
-                ("Next chat", lambda: self.chat_list.step(1), key("Ctrl+Tab"), "action_next_chat"),
-                ("Previous chat", lambda: self.chat_list.step(-1), key("Ctrl+Shift+Tab"), "action_previous_chat"),
-                None,
-                ("Focus input", self.chat_view.focus_input, key("Ctrl+L"), "action_focus"),
-                ("Stop generating", self.chats.stop, key(Qt.Key.Key_Escape), "action_stop"),
-                ("Regenerate", self.chats.regenerate, key("Ctrl+R"), "action_regenerate"),
-                ("Answer the last question", self.chats.answer, None, "action_answer"),
-                None,
-                ("Export as Markdown…", lambda: with_chat(lambda i: self._export_chat(i, "markdown")), None, ""),
-                ("Export as JSON…", lambda: with_chat(lambda i: self._export_chat(i, "json")), None, ""),
-            ]),
-            ("&Model", [
-                ("Load", lambda: self.plans.load(), None, "action_load"),
-                ("Unload", self.plans.unload, None, "action_unload"),
-                ("Copy llama-server command", exports),
-                ("Serve…", lambda: self.right_tabs.setCurrentWidget(self.server_panel), None, "action_serve"),
-            ]),
-            ("&View", [
-                ("Chat", lambda: self.center_tabs.setCurrentWidget(self.chat_view), key("Alt+1"), ""),
-                ("Hub", lambda: self.center_tabs.setCurrentWidget(self.hub), key("Alt+2"), ""),
-            ]),
-            ("&Help", [("Show log", self.show_log, None, "action_show_log"), ("About VRAM Pilot", lambda: dialogs.about(self), None, "")]),
-        ])  # fmt: skip
+        exports = [
+            (f"for {label}", partial(self.export_command, shell), None, f"menu_export_{shell}")
+            for shell, label in SHELL_NAMES.items()
+        ]
+        self.actions_by_name = build_menus(
+            self,
+            [
+                (
+                    "&File",
+                    [
+                        ("Open GGUF…", self._open_files, key.StandardKey.Open, ""),
+                        ("Add model folder…", self._add_folder, None, ""),
+                        ("Attach documents…", self._attach_documents, None, "action_attach_documents"),
+                        None,
+                        ("Quit", self.close, key.StandardKey.Quit, ""),
+                    ],
+                ),
+                (
+                    "&Chat",
+                    [
+                        ("New chat", self.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
+                        ("Search chats", self.chat_list.focus_search, key("Ctrl+F"), "action_search"),
+                        ("Rename chat…", lambda: with_chat(self._rename_chat), key("F2"), "action_rename"),
+                        (
+                            "Delete chat…",
+                            lambda: with_chat(self.chats.delete),
+                            key("Ctrl+Shift+Delete"),
+                            "action_delete",
+                        ),
+                        ("Next chat", lambda: self.chat_list.step(1), key("Ctrl+Tab"), "action_next_chat"),
+                        (
+                            "Previous chat",
+                            lambda: self.chat_list.step(-1),
+                            key("Ctrl+Shift+Tab"),
+                            "action_previous_chat",
+                        ),
+                        None,
+                        ("Focus input", self.chat_view.focus_input, key("Ctrl+L"), "action_focus"),
+                        ("Stop generating", self.chats.stop, key(Qt.Key.Key_Escape), "action_stop"),
+                        ("Regenerate", self.chats.regenerate, key("Ctrl+R"), "action_regenerate"),
+                        ("Answer the last question", self.chats.answer, None, "action_answer"),
+                        None,
+                        (
+                            "Export as Markdown…",
+                            lambda: with_chat(lambda i: self._export_chat(i, "markdown")),
+                            None,
+                            "",
+                        ),
+                        ("Export as JSON…", lambda: with_chat(lambda i: self._export_chat(i, "json")), None, ""),
+                    ],
+                ),
+                (
+                    "&Model",
+                    [
+                        ("Load", lambda: self.plans.load(), None, "action_load"),
+                        ("Unload", self.plans.unload, None, "action_unload"),
+                        ("Copy llama-server command", exports),
+                        ("Serve…", lambda: self.right_tabs.setCurrentWidget(self.server_panel), None, "action_serve"),
+                    ],
+                ),
+                (
+                    "&View",
+                    [
+                        ("Chat", lambda: self.center_tabs.setCurrentWidget(self.chat_view), key("Alt+1"), ""),
+                        ("Hub", lambda: self.center_tabs.setCurrentWidget(self.hub), key("Alt+2"), ""),
+                    ],
+                ),
+                (
+                    "&Help",
+                    [
+                        ("Show log", self.show_log, None, "action_show_log"),
+                        ("About VRAM Pilot", lambda: dialogs.about(self), None, ""),
+                    ],
+                ),
+            ],
+        )
 
     def _restore(self) -> None:
         prefs = self.ctx.prefs
@@ -245,8 +288,14 @@ class MainWindow(QMainWindow):
 
     def _chat_state(self, state: ChatState) -> None:
         # What cannot be done while a reply streams or a question waits for the model.
-        for name in ("action_new_chat", "action_regenerate", "action_answer", "action_delete", "action_load",
-                     "action_unload"):  # fmt: skip
+        for name in (
+            "action_new_chat",
+            "action_regenerate",
+            "action_answer",
+            "action_delete",
+            "action_load",
+            "action_unload",
+        ):
             self.actions_by_name[name].setEnabled(state is ChatState.IDLE)
 
     def _hub_downloaded(self, path: str) -> None:
@@ -272,8 +321,10 @@ class MainWindow(QMainWindow):
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         urls = event.mimeData().urls()
-        if any(u.isLocalFile() and (u.toLocalFile().lower().endswith(".gguf") or is_supported(Path(u.toLocalFile())))
-               for u in urls):  # fmt: skip
+        if any(
+            u.isLocalFile() and (u.toLocalFile().lower().endswith(".gguf") or is_supported(Path(u.toLocalFile())))
+            for u in urls
+        ):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:

@@ -133,8 +133,9 @@ class _GpuBars(QWidget):
             segments.append(Segment("spilled to shared RAM", shared_bytes, SPILLED_COLOR, hatched=True))
         if view.used_bytes is None and view.process_source == "llama.cpp":
             # The driver reports no use (no VK_EXT_memory_budget): what llama.cpp allocated is all we have.
-            caption = (f"This app: {format_bytes(view.process_bytes or 0)} of {format_bytes(total)} "
-                       "(llama.cpp's buffers)")  # fmt: skip
+            caption = (
+                f"This app: {format_bytes(view.process_bytes or 0)} of {format_bytes(total)} (llama.cpp's buffers)"
+            )
         else:
             used = format_bytes(view.used_bytes) if view.used_bytes is not None else "-"
             caption = f"Measured: {used} of {format_bytes(total)} used"

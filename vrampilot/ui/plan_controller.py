@@ -136,8 +136,12 @@ class PlanController(QObject):
         if self.ctx.machine is not None:
             self._machine_ready(self.ctx.machine)
         else:
-            self.ctx.tasks.submit(lambda _t: with_measured_speed(detect_machine()), done=self._machine_ready,
-                                  failed=self._failed("looking at this machine"), owner=self)  # fmt: skip
+            self.ctx.tasks.submit(
+                lambda _t: with_measured_speed(detect_machine()),
+                done=self._machine_ready,
+                failed=self._failed("looking at this machine"),
+                owner=self,
+            )
 
     def _machine_ready(self, machine: Machine) -> None:
         self.machine = machine
@@ -180,8 +184,9 @@ class PlanController(QObject):
             name = key[len(PROFILE_PREFIX) :]
             profile = next(p for p in load_profiles() if p.name == name)
             return target_from_profile(profile, self.machine)
-        return target_for_machine(self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts,
-                                  rpc_budgets=self.rpc_budgets)  # fmt: skip
+        return target_for_machine(
+            self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts, rpc_budgets=self.rpc_budgets
+        )
 
     def set_rpc_hosts(self, text: str) -> None:
         """Ask the hosts typed (in a worker: a host may take seconds to answer), then plan with them."""
@@ -259,8 +264,13 @@ class PlanController(QObject):
                     entries.append(describe_entry(p, target, embedded=is_embedded))
             return entries
 
-        self.ctx.tasks.submit(work, done=lambda entries: self.library_view.set_entries(entries, self.model_path),
-                              failed=self._failed("listing the models"), key="library", owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            work,
+            done=lambda entries: self.library_view.set_entries(entries, self.model_path),
+            failed=self._failed("listing the models"),
+            key="library",
+            owner=self,
+        )
 
     def add_models(self, paths: list[Path]) -> None:
         paths = [p for p in paths if p.suffix.lower() == ".gguf"]
@@ -353,8 +363,9 @@ class PlanController(QObject):
             self._show_load_state()
             self._fail_plan_waiters(why)
 
-        self.ctx.tasks.submit(lambda _t: plan(spec, target, pins, exact=True), done=self._show_plan,
-                              failed=failed, key="plan", owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda _t: plan(spec, target, pins, exact=True), done=self._show_plan, failed=failed, key="plan", owner=self
+        )
 
     def _show_plan(self, p: Plan) -> None:
         self.plan = p
@@ -435,7 +446,9 @@ class PlanController(QObject):
         p = self.plan
         if not p.fits:
             why = p.refused or (p.reasons[-1] if p.reasons else "it does not fit")
-            if not self.confirm("Load a plan that does not fit?", f"{why}\n\nLoading may fail or be slow. Load anyway?"):
+            if not self.confirm(
+                "Load a plan that does not fit?", f"{why}\n\nLoading may fail or be slow. Load anyway?"
+            ):
                 failed("Not loaded: the plan does not fit")
                 return
         if p.settings.uses_rpc:
@@ -529,14 +542,22 @@ class PlanController(QObject):
         self.view.show_loading(None)
         why = self.loadable()
         if self.load_state is LoadState.LOADED and r is not None:
-            same = self.plan is not None and r.plan.spec.path == self.plan.spec.path and r.plan.settings == self.plan.settings
+            same = (
+                self.plan is not None
+                and r.plan.spec.path == self.plan.spec.path
+                and r.plan.settings == self.plan.settings
+            )
             text = f"Loaded: {r.plan.spec.path.name}, {format_tokens(r.plan.settings.n_ctx)} context"
             if not same:
                 text += " — the plan above differs: press Load to apply it"
             self.view.show_load_state("loaded", text, can_load=why is None, why=why or "", reload=same)
         elif self._served and not failure:
-            self.view.show_load_state("unloaded", "Running in llama-server (Server tab): the chat replies through it",
-                                      can_load=why is None, why=why or "")  # fmt: skip
+            self.view.show_load_state(
+                "unloaded",
+                "Running in llama-server (Server tab): the chat replies through it",
+                can_load=why is None,
+                why=why or "",
+            )
         else:
             self.view.show_load_state("unloaded", failure or "Not loaded", can_load=why is None, why=why or "")
 

@@ -254,8 +254,13 @@ class PlanView(QWidget):
         s = plan.settings
         n_dev = len(t.gpus)
         rpc = sum(1 for g in t.gpus if g.kind == "rpc")
-        on = ("on the GPU" if n_dev == 1 else f"on {n_dev} devices") if not rpc else (
-            f"across {rpc} RPC host{'s' if rpc > 1 else ''}" + (f" and {n_dev - rpc} GPU(s)" if n_dev > rpc else ""))
+        on = (
+            ("on the GPU" if n_dev == 1 else f"on {n_dev} devices")
+            if not rpc
+            else (
+                f"across {rpc} RPC host{'s' if rpc > 1 else ''}" + (f" and {n_dev - rpc} GPU(s)" if n_dev > rpc else "")
+            )
+        )
         where = (
             on
             if t.has_gpu and s.n_gpu_layers > plan.spec.n_layer
@@ -282,8 +287,10 @@ class PlanView(QWidget):
             return []
         if len(mem.per_device) <= 1 and not any(g.kind == "rpc" for g in t.gpus):
             return [BarData("GPU", mem.device, plan.device_budget_bytes)]
-        return [BarData(g.llama_name or g.name, c, g.memory_budget_bytes)
-                for g, c in zip(t.gpus, mem.per_device, strict=False)]  # fmt: skip
+        return [
+            BarData(g.llama_name or g.name, c, g.memory_budget_bytes)
+            for g, c in zip(t.gpus, mem.per_device, strict=False)
+        ]
 
     def _show_alternatives(self, plan: Plan) -> None:
         rows = alternative_rows(plan)
@@ -369,8 +376,11 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
         basis = f"CPU measured {probe.date}" if probe is not None else "CPU rates assumed (not measured yet)"
     else:
         measured = [g.measured for g in plan.target.gpus if g.measured is not None]
-        basis = (f"GPU measured {measured[0].date}" if len(measured) == len(plan.target.gpus)
-                 else "GPU bandwidth efficiency assumed")  # fmt: skip
+        basis = (
+            f"GPU measured {measured[0].date}"
+            if len(measured) == len(plan.target.gpus)
+            else "GPU bandwidth efficiency assumed"
+        )
     if sp.calibration_replies:
         basis += f", corrected by {sp.calibration_replies} repl{'y' if sp.calibration_replies == 1 else 'ies'}"
         basis += " of this model" if sp.calibration_model else " on this machine"
@@ -387,7 +397,11 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
             f"Last measured: <b>{last.decode_tps}</b> tokens/s generating (predicted "
             f"{last.predicted_decode_tps} at its {last.context_tokens}-token context), {last.prefill_tps} "
             f"reading its {last.prompt_tokens}-token prompt (predicted {last.predicted_prefill_tps})"
-            + (f" <span style='color:gray'>(not learned from: {escape(last.set_aside)})</span>" if last.set_aside else "")
+            + (
+                f" <span style='color:gray'>(not learned from: {escape(last.set_aside)})</span>"
+                if last.set_aside
+                else ""
+            )
         )
     return "<br>".join(lines)
 

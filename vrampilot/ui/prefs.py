@@ -157,7 +157,6 @@ class Prefs:
     def set_last_chat(self, chat_id: int | None) -> None:
         self._s.setValue("chat/last", chat_id or 0)
 
-
     # -- window --------------------------------------------------------------------------------
     def geometry(self) -> QByteArray | None:
         value: Any = self._s.value("window/geometry")

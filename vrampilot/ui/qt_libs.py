@@ -28,7 +28,7 @@ def elf_needed(path: Path) -> list[str]:
         return []
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         return []
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     out: list[str] = []

@@ -36,8 +36,16 @@ class ServerController(QObject):
     status = Signal(str)
     _log_line = Signal(str)  # from the log reader's thread, queued to the GUI thread
 
-    def __init__(self, ctx: AppContext, panel: ServerPanel, plans: PlanController, sampler: Sampler,
-                 *, confirm: Callable[[str, str], bool], parent: QObject | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ctx: AppContext,
+        panel: ServerPanel,
+        plans: PlanController,
+        sampler: Sampler,
+        *,
+        confirm: Callable[[str, str], bool],
+        parent: QObject | None = None,
+    ) -> None:
         super().__init__(parent)
         self.ctx, self.panel, self.plans, self.sampler = ctx, panel, plans, sampler
         self.confirm = confirm
@@ -71,8 +79,9 @@ class ServerController(QObject):
 
     def _config(self) -> ServerConfig:
         host = "0.0.0.0" if self.panel.lan.isChecked() else "127.0.0.1"
-        return ServerConfig(host, self.panel.port.value(), self.panel.key.text() or None, public=True,
-                            on_log=self._log_line.emit)  # fmt: skip
+        return ServerConfig(
+            host, self.panel.port.value(), self.panel.key.text() or None, public=True, on_log=self._log_line.emit
+        )
 
     def _show_url(self) -> None:
         config = self._config()
@@ -133,10 +142,14 @@ class ServerController(QObject):
         server.start()  # here, on the GUI thread: it lives as long as the app
         self._set_state("starting", f"Starting: loading {plan.spec.path.name} in llama-server…")
         # The process's own wait: a port taken after the check reads as llama-server's words here.
-        self.ctx.tasks.submit(lambda task: server.wait_ready(config.base_url, cancel=task.cancelled,
-                                                             api_key=config.api_key),
-                              done=lambda _r: self._ready(server), failed=lambda e: self._failed(server, e),
-                              key="server-ready", owner=self, long=True)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda task: server.wait_ready(config.base_url, cancel=task.cancelled, api_key=config.api_key),
+            done=lambda _r: self._ready(server),
+            failed=lambda e: self._failed(server, e),
+            key="server-ready",
+            owner=self,
+            long=True,
+        )
 
     def _ready(self, server: ServerProcess) -> None:
         if server is not self.server or self.config is None:
@@ -186,8 +199,10 @@ class ServerController(QObject):
         m = parse_metrics(text)
         if not m:
             return
-        parts = [f"{int(m.get('tokens_predicted_total', 0))} tokens generated",
-                 f"{int(m.get('prompt_tokens_total', 0))} prompt tokens read"]  # fmt: skip
+        parts = [
+            f"{int(m.get('tokens_predicted_total', 0))} tokens generated",
+            f"{int(m.get('prompt_tokens_total', 0))} prompt tokens read",
+        ]
         if m.get("predicted_tokens_seconds"):
             parts.append(f"{m['predicted_tokens_seconds']:.1f} tokens/s generating")
         if m.get("requests_processing"):
@@ -201,8 +216,12 @@ class ServerController(QObject):
             return
         self._set_state("stopping", "Stopping…")
         self.ctx.tasks.cancel("server-ready")
-        self.ctx.tasks.submit(lambda _t: server.stop(), done=lambda code: self._stopped(server, code),
-                              failed=lambda e: self._stopped(server, None), owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda _t: server.stop(),
+            done=lambda code: self._stopped(server, code),
+            failed=lambda e: self._stopped(server, None),
+            owner=self,
+        )
 
     def _stopped(self, server: ServerProcess, code: object) -> None:
         if server is not self.server:

@@ -116,9 +116,13 @@ class SpeedController(QObject):
         or figures stored before the device probe existed): a few seconds, then plans re-price."""
         if not unmeasured_devices(machine, speed):
             return
-        self.ctx.tasks.submit(lambda _task: with_devices_measured(machine, speed), done=self._apply,
-                              failed=lambda exc: _log.warning("device probe: %s", exc), key="speed-devices",
-                              owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            lambda _task: with_devices_measured(machine, speed),
+            done=self._apply,
+            failed=lambda exc: _log.warning("device probe: %s", exc),
+            key="speed-devices",
+            owner=self,
+        )
 
     def model_selected(self, spec: ModelSpec) -> None:
         """Measure the weight types of `spec` the probe lacks (about 0.15 s each), then re-plan."""
@@ -133,8 +137,9 @@ class SpeedController(QObject):
         def work(_task: TaskHandle) -> MachineSpeed:
             return add_missing_kernels(machine, speed, missing)
 
-        self.ctx.tasks.submit(work, done=self._apply, failed=lambda exc: _log.warning("kernels: %s", exc),
-                              key="speed-kernels", owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            work, done=self._apply, failed=lambda exc: _log.warning("kernels: %s", exc), key="speed-kernels", owner=self
+        )
 
     def shutdown(self) -> None:
         """Stop measuring with the window: the probe stops at its next check and saves nothing (the
@@ -164,8 +169,9 @@ class SpeedController(QObject):
             # while the machine ran well below its usual pace is not learned from.
             return record_reply(speed, plan, stats.measurement(share, reply_pace_ms(plan)))
 
-        self.ctx.tasks.submit(work, done=self._apply,
-                              failed=lambda exc: _log.warning("learning from a reply: %s", exc), owner=self)  # fmt: skip
+        self.ctx.tasks.submit(
+            work, done=self._apply, failed=lambda exc: _log.warning("learning from a reply: %s", exc), owner=self
+        )
 
 
 def _measuring_why(speed: MachineSpeed, slow: float | None) -> str:
@@ -197,4 +203,3 @@ def _measured_status(new: MachineSpeed, taken: HostProbe, slow: float | None) ->
         f"Measured this machine in {taken.duration_s:.1f} s: RAM {taken.ram_peak_gbps:.1f} GB/s; "
         f"speed predictions now use llama.cpp's measured kernels{note}"
     )
-

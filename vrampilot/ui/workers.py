@@ -310,11 +310,13 @@ class EngineThread(QObject):
         """A llama.cpp reply; `trim`: drop the oldest turns to fit first."""
         messages = list(messages)
 
-        def job(engine: Engine, on_text: Callable[[str], None], _report: Callable[[object], None],
-                cancel: threading.Event) -> Reply:  # fmt: skip
+        def job(
+            engine: Engine, on_text: Callable[[str], None], _report: Callable[[object], None], cancel: threading.Event
+        ) -> Reply:
             if trim:  # counting tokens needs the tokenizer, so it happens here
-                return engine.chat(engine.fit_messages(messages, sampling.max_tokens), sampling, on_text=on_text,
-                                   cancel=cancel)  # fmt: skip
+                return engine.chat(
+                    engine.fit_messages(messages, sampling.max_tokens), sampling, on_text=on_text, cancel=cancel
+                )
             return engine.chat(messages, sampling, on_text=on_text, cancel=cancel)
 
         self.run_chat(job)
