@@ -1,12 +1,12 @@
 """The main window: chats on the left, the conversation in the middle, machine, models and plan on
-the right. It lays out the views, owns menus, dialogs and drag-drop, and wires the controllers,
-which hold the state (the plan, chat, documents, server and hub controllers)."""
+the right. It lays out the views, owns dialogs and drag-drop, and wires the controllers, which hold
+the state (the plan, chat, documents, server and hub controllers); its menus are the table in
+menus.window_menus."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -14,7 +14,6 @@ from PySide6.QtGui import (
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
-    QKeySequence,
     QResizeEvent,
 )
 from PySide6.QtWidgets import (
@@ -43,10 +42,10 @@ from vrampilot.ui.hardware_view import HardwareView
 from vrampilot.ui.hub_view import HubView
 from vrampilot.ui.library_view import LibraryView
 from vrampilot.ui.log_window import LogWindow
-from vrampilot.ui.menus import build_menus
+from vrampilot.ui.menus import window_menus
 from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
 from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
+from vrampilot.ui.plan_view import PlanView
 from vrampilot.ui.server_controller import ServerController
 from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.services import Services
@@ -74,7 +73,7 @@ class MainWindow(QMainWindow):
         )
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
-        self._build_menus()
+        self.actions_by_name = window_menus(self)
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
@@ -156,95 +155,15 @@ class MainWindow(QMainWindow):
         chat_layout = self.chat_view.layout()
         assert isinstance(chat_layout, QVBoxLayout)
         chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
-        docs.panel.attach_requested.connect(self._attach_documents)
+        docs.panel.attach_requested.connect(self.attach_documents)
         self.services.hub.model_downloaded.connect(self._hub_downloaded)
-        self.chat_list.rename_requested.connect(self._rename_chat)
+        self.chat_list.rename_requested.connect(self.rename_chat)
         self.chat_list.delete_requested.connect(self.chats.delete)
-        self.chat_list.export_requested.connect(self._export_chat)
-        self.library_view.open_files_requested.connect(self._open_files)
-        self.library_view.add_folder_requested.connect(self._add_folder)
+        self.chat_list.export_requested.connect(self.export_chat)
+        self.library_view.open_files_requested.connect(self.open_files)
+        self.library_view.add_folder_requested.connect(self.add_folder)
         self.library_view.remove_requested.connect(plans.remove_model)
         self.plan_view.export_requested.connect(self.export_command)
-
-    def _build_menus(self) -> None:
-        key = QKeySequence
-        with_chat = self._with_chat
-        exports = [
-            (f"for {label}", partial(self.export_command, shell), None, f"menu_export_{shell}")
-            for shell, label in SHELL_NAMES.items()
-        ]
-        self.actions_by_name = build_menus(
-            self,
-            [
-                (
-                    "&File",
-                    [
-                        ("Open GGUF…", self._open_files, key.StandardKey.Open, ""),
-                        ("Add model folder…", self._add_folder, None, ""),
-                        ("Attach documents…", self._attach_documents, None, "action_attach_documents"),
-                        None,
-                        ("Quit", self.close, key.StandardKey.Quit, ""),
-                    ],
-                ),
-                (
-                    "&Chat",
-                    [
-                        ("New chat", self.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
-                        ("Search chats", self.chat_list.focus_search, key("Ctrl+F"), "action_search"),
-                        ("Rename chat…", lambda: with_chat(self._rename_chat), key("F2"), "action_rename"),
-                        (
-                            "Delete chat…",
-                            lambda: with_chat(self.chats.delete),
-                            key("Ctrl+Shift+Delete"),
-                            "action_delete",
-                        ),
-                        ("Next chat", lambda: self.chat_list.step(1), key("Ctrl+Tab"), "action_next_chat"),
-                        (
-                            "Previous chat",
-                            lambda: self.chat_list.step(-1),
-                            key("Ctrl+Shift+Tab"),
-                            "action_previous_chat",
-                        ),
-                        None,
-                        ("Focus input", self.chat_view.focus_input, key("Ctrl+L"), "action_focus"),
-                        ("Stop generating", self.chats.stop, key(Qt.Key.Key_Escape), "action_stop"),
-                        ("Regenerate", self.chats.regenerate, key("Ctrl+R"), "action_regenerate"),
-                        ("Answer the last question", self.chats.answer, None, "action_answer"),
-                        None,
-                        (
-                            "Export as Markdown…",
-                            lambda: with_chat(lambda i: self._export_chat(i, "markdown")),
-                            None,
-                            "",
-                        ),
-                        ("Export as JSON…", lambda: with_chat(lambda i: self._export_chat(i, "json")), None, ""),
-                    ],
-                ),
-                (
-                    "&Model",
-                    [
-                        ("Load", lambda: self.plans.load(), None, "action_load"),
-                        ("Unload", self.plans.unload, None, "action_unload"),
-                        ("Copy llama-server command", exports),
-                        ("Serve…", lambda: self.right_tabs.setCurrentWidget(self.server_panel), None, "action_serve"),
-                    ],
-                ),
-                (
-                    "&View",
-                    [
-                        ("Chat", lambda: self.center_tabs.setCurrentWidget(self.chat_view), key("Alt+1"), ""),
-                        ("Hub", lambda: self.center_tabs.setCurrentWidget(self.hub), key("Alt+2"), ""),
-                    ],
-                ),
-                (
-                    "&Help",
-                    [
-                        ("Show log", self.show_log, None, "action_show_log"),
-                        ("About VRAM Pilot", lambda: dialogs.about(self), None, ""),
-                    ],
-                ),
-            ],
-        )
 
     def _restore(self) -> None:
         prefs = self.ctx.prefs
@@ -308,14 +227,14 @@ class MainWindow(QMainWindow):
         """Ask before something the user may not want (tests replace this)."""
         return dialogs.confirm(self, title, text)
 
-    def _open_files(self) -> None:
+    def open_files(self) -> None:
         self.plans.add_models(dialogs.gguf_files(self))
 
-    def _add_folder(self) -> None:
+    def add_folder(self) -> None:
         if (folder := dialogs.model_folder(self)) is not None:
             self.plans.add_folder(folder)
 
-    def _attach_documents(self) -> None:
+    def attach_documents(self) -> None:
         if files := dialogs.documents(self):
             self.documents.attach_files(files)
 
@@ -336,15 +255,15 @@ class MainWindow(QMainWindow):
             self.documents.attach_files(docs)
         event.acceptProposedAction()
 
-    def _with_chat(self, fn: Callable[[int], object]) -> None:
+    def with_chat(self, fn: Callable[[int], object]) -> None:
         if self.chats.chat_id is not None:
             fn(self.chats.chat_id)
 
-    def _rename_chat(self, chat_id: int) -> None:
+    def rename_chat(self, chat_id: int) -> None:
         if (title := dialogs.chat_title(self, self.ctx.conversations.chat(chat_id).title)) is not None:
             self.chats.rename(chat_id, title)
 
-    def _export_chat(self, chat_id: int, fmt: str) -> None:
+    def export_chat(self, chat_id: int, fmt: str) -> None:
         if (path := dialogs.export_path(self, self.ctx.conversations.chat(chat_id).title, fmt)) is not None:
             self.write_export(chat_id, fmt, path)
 
