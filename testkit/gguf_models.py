@@ -770,3 +770,179 @@ def kv_array_header(key: str, element_type: GGUFValueType, count: int) -> bytes:
     """Metadata array entry header claiming `count` elements (the elements are not written)."""
     k = key.encode()
     return struct.pack("<Q", len(k)) + k + struct.pack("<IIQ", GGUFValueType.ARRAY, element_type, count)
+
+
+# --------------------------------------------------------------------------------------------
+# DeepSeek-V4 (`deepseek4`): its own tensor layout and keys (src/models/deepseek4.cpp), so a writer
+# of its own rather than more branches in `tensor_table`.
+
+DSV4_GATING_SQRT_SOFTPLUS = 4  # llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
+
+
+@dataclass(frozen=True)
+class Dsv4Shape:
+    """Hyperparameters of a tiny DeepSeek-V4 file; defaults load on the CPU in well under a second.
+
+    `compress_ratios` is the per-layer pattern (0: window only, 4: CSA + indexer, 128: HCA), as long
+    as `n_layer` unless a test wants it otherwise. `omit` drops header keys (for bad-input tests).
+    """
+
+    n_layer: int = 4
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 1
+    head_dim: int = 64  # attention.key_length (= value_length): the one K row of a token
+    rope_dim: int = 16
+    q_lora_rank: int = 32
+    o_groups: int = 2
+    o_lora_rank: int = 32
+    hc_mult: int = 4  # llama.cpp asserts 4 when it builds the graph (src/models/deepseek4.cpp)
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_expert_shared: int = 1
+    n_ff_expert: int = 64
+    n_vocab: int = 512
+    n_ctx_train: int = 65536
+    sliding_window: int = 128
+    compress_ratios: tuple[int, ...] = (0, 4, 128, 4)
+    indexer_n_head: int = 2
+    indexer_head_dim: int = 64  # a multiple of 64: llama.cpp rotates indexer keys in blocks of 64
+    indexer_top_k: int = 16
+    gating_func: int = DSV4_GATING_SQRT_SOFTPLUS
+    omit: tuple[str, ...] = ()
+    name: str = "tiny-deepseek4"
+
+
+def dsv4_tensor_table(s: Dsv4Shape) -> list[TensorSpec]:
+    """The tensors llama_model_deepseek4::load_arch_tensors creates (no hash-routed layers, no MTP)."""
+    e, v, hd, qr = s.n_embd, s.n_vocab, s.head_dim, s.q_lora_rank
+    hc_dim, hc_mix = s.hc_mult * e, (2 + s.hc_mult) * s.hc_mult
+    ihd = s.indexer_head_dim
+    out = [
+        _t("token_embd.weight", (e, v), "embd"),
+        _t("output_norm.weight", (e,), "norm"),
+        _t("output.weight", (e, v), "output"),
+        _t("output_hc_fn.weight", (hc_dim, s.hc_mult), "norm"),
+        _t("output_hc_base.weight", (s.hc_mult,), "norm"),
+        _t("output_hc_scale.weight", (1,), "norm"),
+    ]
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+
+        def add(name: str, ne: Iterable[int], kind: str = "weight", _p: str = p, _i: int = i) -> None:
+            out.append(_t(_p + name, ne, kind, _i))
+
+        add("attn_norm.weight", (e,), "norm")
+        add("attn_sinks.weight", (s.n_head,), "norm")
+        add("attn_q_a.weight", (e, qr))
+        add("attn_q_a_norm.weight", (qr,), "norm")
+        add("attn_q_b.weight", (qr, s.n_head * hd))
+        add("attn_kv.weight", (e, hd))
+        add("attn_kv_a_norm.weight", (hd,), "norm")
+        add("attn_output_a.weight", (s.n_head * hd // s.o_groups, s.o_lora_rank * s.o_groups))
+        add("attn_output_b.weight", (s.o_groups * s.o_lora_rank, e))
+        for part in ("attn", "ffn"):
+            add(f"hc_{part}_fn.weight", (hc_dim, hc_mix), "norm")
+            add(f"hc_{part}_base.weight", (hc_mix,), "norm")
+            add(f"hc_{part}_scale.weight", (3,), "norm")
+        ratio = s.compress_ratios[i] if i < len(s.compress_ratios) else 0
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            add("attn_compressor_kv.weight", (e, coff * hd))
+            add("attn_compressor_gate.weight", (e, coff * hd))
+            add("attn_compressor_ape.weight", (coff * hd, ratio), "norm")
+            add("attn_compressor_norm.weight", (hd,), "norm")
+            if ratio == 4:
+                add("indexer.proj.weight", (e, s.indexer_n_head))
+                add("indexer.attn_q_b.weight", (qr, s.indexer_n_head * ihd))
+                add("indexer_compressor_kv.weight", (e, 2 * ihd))
+                add("indexer_compressor_gate.weight", (e, 2 * ihd))
+                add("indexer_compressor_ape.weight", (2 * ihd, ratio), "norm")
+                add("indexer_compressor_norm.weight", (ihd,), "norm")
+        add("ffn_gate_inp.weight", (e, s.n_expert), "norm")
+        add("exp_probs_b.bias", (s.n_expert,), "bias")
+        add("ffn_norm.weight", (e,), "norm")
+        ff, ne = s.n_ff_expert, s.n_expert
+        add("ffn_gate_exps.weight", (e, ff, ne), "expert")
+        add("ffn_down_exps.weight", (ff, e, ne), "expert")
+        add("ffn_up_exps.weight", (e, ff, ne), "expert")
+        add("ffn_gate_shexp.weight", (e, ff * s.n_expert_shared))
+        add("ffn_down_shexp.weight", (ff * s.n_expert_shared, e))
+        add("ffn_up_shexp.weight", (e, ff * s.n_expert_shared))
+    return out
+
+
+def dsv4_metadata(s: Dsv4Shape) -> list[tuple[str, Any, GGUFValueType]]:
+    """The keys convert_hf_to_gguf.py (conversion/deepseek.py, DeepseekV4Model) writes."""
+    a = "deepseek4"
+    U, F, S, B = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING, GGUFValueType.BOOL
+    A = GGUFValueType.ARRAY
+    kv: list[tuple[str, Any, GGUFValueType]] = [
+        ("general.name", s.name, S),
+        (f"{a}.context_length", s.n_ctx_train, U),
+        (f"{a}.embedding_length", s.n_embd, U),
+        (f"{a}.block_count", s.n_layer, U),
+        (f"{a}.feed_forward_length", s.n_ff_expert, U),
+        (f"{a}.attention.head_count", s.n_head, U),
+        (f"{a}.attention.head_count_kv", s.n_head_kv, U),
+        (f"{a}.attention.key_length", s.head_dim, U),
+        (f"{a}.attention.value_length", s.head_dim, U),
+        (f"{a}.attention.layer_norm_rms_epsilon", 1e-6, F),
+        (f"{a}.rope.freq_base", 10000.0, F),
+        (f"{a}.rope.dimension_count", s.rope_dim, U),
+        (f"{a}.attention.q_lora_rank", s.q_lora_rank, U),
+        (f"{a}.attention.sliding_window", s.sliding_window, U),
+        (f"{a}.expert_count", s.n_expert, U),
+        (f"{a}.expert_used_count", s.n_expert_used, U),
+        (f"{a}.expert_feed_forward_length", s.n_ff_expert, U),
+        (f"{a}.expert_shared_count", s.n_expert_shared, U),
+        (f"{a}.expert_weights_scale", 1.5, F),
+        (f"{a}.expert_weights_norm", True, B),
+        (f"{a}.expert_gating_func", s.gating_func, U),
+        (f"{a}.swiglu_clamp_exp", [10.0] * s.n_layer, A),
+        (f"{a}.swiglu_clamp_shexp", [10.0] * s.n_layer, A),
+        (f"{a}.attention.indexer.head_count", s.indexer_n_head, U),
+        (f"{a}.attention.indexer.key_length", s.indexer_head_dim, U),
+        (f"{a}.attention.indexer.top_k", s.indexer_top_k, U),
+        (f"{a}.attention.output_group_count", s.o_groups, U),
+        (f"{a}.attention.output_lora_rank", s.o_lora_rank, U),
+        (f"{a}.attention.compress_ratios", list(s.compress_ratios), A),
+        (f"{a}.attention.compress_rope_freq_base", 160000.0, F),
+        (f"{a}.hyper_connection.count", s.hc_mult, U),
+        (f"{a}.hyper_connection.sinkhorn_iterations", 20, U),
+        (f"{a}.hyper_connection.epsilon", 1e-6, F),
+        (f"{a}.hash_layer_count", 0, U),
+        ("tokenizer.ggml.model", "none", S),
+        (f"{a}.vocab_size", s.n_vocab, U),
+    ]
+    return [k for k in kv if k[0].removeprefix(f"{a}.") not in s.omit]
+
+
+def write_deepseek4(path: str | os.PathLike[str], *, weight_type: str = "f32", seed: int = 0, **overrides: Any) -> Path:
+    """Write a tiny DeepSeek-V4 model with random weights that llama.cpp 0.3.36 loads on the CPU.
+
+    `overrides` replace Dsv4Shape fields (n_layer=6, compress_ratios=(4, 128, ...), head_dim=...).
+    """
+    p = Path(path)
+    s = replace(Dsv4Shape(), **overrides)
+    w = GGUFWriter(p, "deepseek4")
+    for key, value, vtype in dsv4_metadata(s):
+        if vtype == GGUFValueType.ARRAY:
+            sub = GGUFValueType.FLOAT32 if isinstance(value[0], float) else GGUFValueType.UINT32
+            w.add_key_value(key, value, vtype, sub_type=sub)
+        else:
+            w.add_key_value(key, value, vtype)
+    rng = np.random.default_rng(seed)
+    wt = WEIGHT_TYPES[weight_type]
+    for t in dsv4_tensor_table(s):
+        qtype = _tensor_type(t, wt, wt, wt, wt)
+        data = _random_data(rng, t, qtype)
+        if qtype in (Q.F32, Q.F16):
+            w.add_tensor(t.name, data)
+        else:
+            w.add_tensor(t.name, data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return p
