@@ -29,6 +29,38 @@ _SWA_DEFAULTS: dict[str, tuple[int, int | None]] = {
 # phi3 files may carry a window, but llama.cpp disables Phi SWA (src/models/phi3.cpp).
 _SWA_DISABLED = {"phi3"}
 
+DSV4_ARCH = "deepseek4"
+# Keys llama_model_deepseek4::load_arch_hparams reads without a default (src/models/deepseek4.cpp):
+# llama.cpp refuses a file without any of them. The first four size its cache.
+DSV4_REQUIRED_KEYS = (
+    "attention.compress_ratios",
+    "attention.sliding_window",
+    "attention.indexer.key_length",
+    "attention.key_length",
+    "attention.layer_norm_rms_epsilon",
+    "attention.q_lora_rank",
+    "expert_feed_forward_length",
+    "expert_shared_count",
+    "expert_weights_scale",
+    "expert_weights_norm",
+    "swiglu_clamp_exp",
+    "attention.indexer.head_count",
+    "attention.indexer.top_k",
+    "attention.output_group_count",
+    "attention.output_lora_rank",
+    "attention.compress_rope_freq_base",
+    "hyper_connection.count",
+    "hyper_connection.sinkhorn_iterations",
+    "hyper_connection.epsilon",
+    "hash_layer_count",
+    "expert_gating_func",
+)
+DSV4_RATIOS = (0, 4, 128)  # window only, CSA (+ indexer), HCA: the only ones llama.cpp loads
+_DSV4_SQRT_SOFTPLUS = 4  # llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
+_DSV4_HC_MULT = 4  # src/models/deepseek4.cpp asserts hc == 4 when it builds the graph
+_DSV4_ROT_BLOCK = 64  # llama-kv-cache.cpp rotates the indexer keys in Hadamard blocks of 64
+_MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
+
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -90,6 +122,10 @@ class ModelSpec:
     # `tokenizer.ggml.model` ("gpt2", "llama", ...); None when the file has none, or says "none":
     # llama.cpp loads such a file (weights only) but aborts the process on its first tokenize.
     tokenizer_model: str | None = None
+    # DeepSeek-V4 (`deepseek4`) compressed cache: per layer 0 (window only), 4 (CSA + lightning
+    # indexer) or 128 (HCA); the indexer's key length. Empty / 0 for every other architecture.
+    compress_ratios: tuple[int, ...] = ()
+    indexer_head_size: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -240,7 +276,9 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     # Sliding window
     window = int(_arch_key(meta, arch, "attention.sliding_window", 0) or 0)
     swa_layers: tuple[bool, ...] = (False,) * n_layer
-    if arch in _SWA_DISABLED:
+    if arch == DSV4_ARCH:
+        swa_layers = (True,) * n_layer  # every layer attends over the raw window (set_swa_pattern(0))
+    elif arch in _SWA_DISABLED:
         window = 0
     elif arch in _SWA_DEFAULTS:
         period, default_window = _SWA_DEFAULTS[arch]
@@ -265,7 +303,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
             # for llama/qwen2/mistral ignores it, so plan the full cache and say so.
             unknown.append(f"sliding_window {window} present but no layer pattern: planned as full attention")
             window = 0
-    if not any(swa_layers):
+    if not any(swa_layers) and arch != DSV4_ARCH:
         window = 0
 
     # MLA
@@ -338,6 +376,16 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     template = meta.get("tokenizer.chat_template")
     tokenizer = meta.get("tokenizer.ggml.model")
 
+    n_layer_nextn = min(int(_arch_key(meta, arch, "nextn_predict_layers", 0) or 0), n_layer)
+    compress_ratios: tuple[int, ...] = ()
+    indexer_head_size = 0
+    if arch == DSV4_ARCH:
+        _check_dsv4_header(meta, path, n_layer, n_head, head_dim_k, head_dim_v, n_rot)
+        compress_ratios = tuple(int(r) for r in meta[f"{arch}.attention.compress_ratios"][:n_layer])
+        indexer_head_size = int(meta[f"{arch}.attention.indexer.key_length"])
+        if n_layer_nextn and f"blk.{n_layer - n_layer_nextn}.nextn.eh_proj.weight" not in by_name:
+            n_layer_nextn = 0  # llama.cpp drops MTP layers whose weights the file does not carry
+
     return ModelSpec(
         path=path,
         file_bytes=sum(p.file_bytes for p in parts),
@@ -388,5 +436,57 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         tensors=tensors,
         unknown=tuple(unknown),
         split_paths=tuple(p.path for p in parts) if len(parts) > 1 else (),
-        n_layer_nextn=min(int(_arch_key(meta, arch, "nextn_predict_layers", 0) or 0), n_layer),
+        n_layer_nextn=n_layer_nextn,
+        compress_ratios=compress_ratios,
+        indexer_head_size=indexer_head_size,
     )
+
+
+def _check_dsv4_header(
+    meta: dict[str, Any], path: Path, n_layer: int, n_head: tuple[int, ...], head_k: int, head_v: int, n_rot: int
+) -> None:
+    """Refuse, in one line, a DeepSeek-V4 header llama.cpp would refuse or crash on.
+
+    The checks are llama.cpp's (load_arch_hparams / load_arch_tensors throw, the graph and the
+    cache assert); an assert kills the process, so they are made here before anything loads.
+    """
+    a = DSV4_ARCH
+    for key in DSV4_REQUIRED_KEYS:
+        if f"{a}.{key}" not in meta:
+            raise GGUFError(path, f"{a}.{key} is missing: llama.cpp needs it to load a DeepSeek-V4 model")
+    ratios = meta[f"{a}.attention.compress_ratios"]
+    if not isinstance(ratios, list):
+        raise GGUFError(path, f"{a}.attention.compress_ratios is not a per-layer array")
+    if len(ratios) < n_layer:
+        raise GGUFError(path, f"{a}.attention.compress_ratios has {len(ratios)} entries for {n_layer} layers")
+    if len(ratios) > _MAX_LAYERS:
+        raise GGUFError(
+            path, f"{a}.attention.compress_ratios has {len(ratios)} entries; llama.cpp allows {_MAX_LAYERS}"
+        )
+    for il, r in enumerate(ratios[:n_layer]):
+        if int(r) not in DSV4_RATIOS:
+            raise GGUFError(path, f"compression ratio {r} at layer {il}: llama.cpp supports only 0, 4 and 128")
+    gating = int(meta[f"{a}.expert_gating_func"])
+    if gating != _DSV4_SQRT_SOFTPLUS:
+        raise GGUFError(
+            path, f"{a}.expert_gating_func is {gating}: llama.cpp's DeepSeek-V4 loader expects 4 (sqrtsoftplus)"
+        )
+    hc = int(meta[f"{a}.hyper_connection.count"])
+    if hc != _DSV4_HC_MULT:
+        raise GGUFError(path, f"{a}.hyper_connection.count is {hc}: llama.cpp's DeepSeek-V4 graph supports only 4")
+    if head_k != head_v:
+        raise GGUFError(path, f"key_length {head_k} and value_length {head_v} differ: DeepSeek-V4 needs them equal")
+    groups = int(meta[f"{a}.attention.output_group_count"])
+    if groups <= 0 or any(h % groups for h in n_head):
+        raise GGUFError(path, f"{a}.attention.output_group_count {groups} does not divide the head count")
+    if n_rot > head_k:
+        raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the head ({head_k})")
+    indexer = int(meta[f"{a}.attention.indexer.key_length"])
+    if any(int(r) == 4 for r in ratios[:n_layer]):  # only CSA layers have an indexer
+        if indexer <= 0 or indexer % _DSV4_ROT_BLOCK:
+            raise GGUFError(
+                path,
+                f"{a}.attention.indexer.key_length {indexer} is not a multiple of {_DSV4_ROT_BLOCK}, as llama.cpp needs",
+            )
+        if n_rot > indexer:
+            raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the indexer head ({indexer})")
