@@ -67,6 +67,11 @@ def test_a_header_llama_cpp_refuses_is_refused_first(tmp_path: Path, shape: dict
         ({"indexer_head_dim": 32}, "indexer.key_length 32 is not a multiple of 64"),
         ({"o_groups": 3}, "output_group_count 3 does not divide"),
         ({"rope_dim": 128}, "rope.dimension_count 128 is larger than the head"),
+        # an empty indexer cache (no ratio-4 layer) divides by zero in llama_kv_cache::build_input_k_rot
+        ({"compress_ratios": (0, 128, 128, 0)}, "no layer has compression ratio 4"),
+        ({"compress_ratios": (0, 0, 0, 0)}, "no layer has compression ratio 4"),
+        # so does an empty HCA cache when its key rows are as long as the indexer's (then it rotates too)
+        ({"compress_ratios": (4, 4, 0, 4)}, "no layer has compression ratio 128 and key_length equals"),
     ],
 )
 def test_a_header_llama_cpp_would_crash_on_is_refused(tmp_path: Path, shape: dict[str, Any], reason: str) -> None:
@@ -74,6 +79,6 @@ def test_a_header_llama_cpp_would_crash_on_is_refused(tmp_path: Path, shape: dic
     assert reason in _refusal(tmp_path, **shape)
 
 
-def test_no_indexer_needed_without_csa_layers(tmp_path: Path) -> None:
-    path = write_deepseek4(tmp_path / "hca.gguf", compress_ratios=(0, 128, 128, 0), indexer_head_dim=32)
-    assert load_model_spec(path).compress_ratios == (0, 128, 128, 0)
+def test_no_hca_layer_is_fine_when_the_heads_differ(tmp_path: Path) -> None:
+    path = write_deepseek4(tmp_path / "csa.gguf", compress_ratios=(4, 4, 0, 4), head_dim=128)
+    assert load_model_spec(path).compress_ratios == (4, 4, 0, 4)

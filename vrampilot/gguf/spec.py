@@ -479,14 +479,24 @@ def _check_dsv4_header(
     groups = int(meta[f"{a}.attention.output_group_count"])
     if groups <= 0 or any(h % groups for h in n_head):
         raise GGUFError(path, f"{a}.attention.output_group_count {groups} does not divide the head count")
+    # llama.cpp builds the CSA, HCA and indexer caches' Hadamard inputs even for an empty cache, and
+    # an empty one that rotates (the indexer's always; CSA/HCA when key_length equals the indexer's)
+    # divides by zero (llama_kv_cache::build_input_k_rot): such a pattern kills the process.
+    used = {int(r) for r in ratios[:n_layer]}
+    if 4 not in used:
+        raise GGUFError(path, "no layer has compression ratio 4: llama.cpp's DeepSeek-V4 cache needs one (it crashes)")
+    indexer = int(meta[f"{a}.attention.indexer.key_length"])
+    if 128 not in used and head_k == indexer:
+        raise GGUFError(
+            path,
+            f"no layer has compression ratio 128 and key_length equals the indexer's ({indexer}): llama.cpp crashes",
+        )
     if n_rot > head_k:
         raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the head ({head_k})")
-    indexer = int(meta[f"{a}.attention.indexer.key_length"])
-    if any(int(r) == 4 for r in ratios[:n_layer]):  # only CSA layers have an indexer
-        if indexer <= 0 or indexer % _DSV4_ROT_BLOCK:
-            raise GGUFError(
-                path,
-                f"{a}.attention.indexer.key_length {indexer} is not a multiple of {_DSV4_ROT_BLOCK}, as llama.cpp needs",
-            )
-        if n_rot > indexer:
-            raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the indexer head ({indexer})")
+    if indexer <= 0 or indexer % _DSV4_ROT_BLOCK:
+        raise GGUFError(
+            path,
+            f"{a}.attention.indexer.key_length {indexer} is not a multiple of {_DSV4_ROT_BLOCK}, as llama.cpp needs",
+        )
+    if n_rot > indexer:
+        raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the indexer head ({indexer})")
