@@ -29,3 +29,14 @@ def test_buffers_per_device_from_llama_servers_log() -> None:
     assert b["kv"]["RPC0[127.0.0.1:50053]"] == round(31.5 * MIB)
     assert b["compute"]["CPU"] == round(13.67 * MIB) and b["compute"]["CUDA_Host"] == round(24.01 * MIB)
     assert b["output"] == {"CPU": round(0.19 * MIB)}
+
+
+def test_deepseek4_compressor_states_count_as_kv_memory_of_their_device() -> None:
+    """llama_kv_cache_dsv4's f32 compressor states live in buffers of their own, beside its caches."""
+    log = [
+        "llama_kv_cache:      CUDA0 KV buffer size =     3.00 MiB",
+        "llama_dsv4_comp_state:      CUDA0 DSV4 csa state buffer size =     0.05 MiB",
+        "llama_dsv4_comp_state: csa ratio = 4, state = 8 x 256, streams = 1, rs_seq = 0, layers = 3, size =    0.05 MiB",
+        "llama_dsv4_comp_state:        CPU DSV4 hca state buffer size =     0.25 MiB",
+    ]
+    assert device_buffers(log)["kv"] == {"CUDA0": round(3.0 * MIB) + round(0.05 * MIB), "CPU": round(0.25 * MIB)}

@@ -16,6 +16,17 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
   size with swa_full (llama-kv-cache-iswa.cpp).
 - Multi-token-prediction layers (`nextn_predict_layers`) get no cache in the main context.
 - Recurrent layers hold f32 conv and SSM states of `max(1, n_seq)` cells (llama-memory-recurrent.cpp).
+- DeepSeek-V4 (`deepseek4`, llama-kv-cache-dsv4.cpp) has caches of its own, all K-only (K and V
+  types must be equal; type_k is used) and all with one stream per sequence even when the cache is
+  "unified" (its raw and compressed caches are built non-unified), each stream `n_ctx_seq` long
+  (= n_ctx when unified, else pad256(n_ctx / n_seq)):
+  window: every layer, `pad256(min(n_ctx_seq, window + ubatch))` cells (n_ctx_seq with swa_full) of
+  `key_length * head_count_kv`; CSA: layers of ratio 4, `pad256(max(1, ceil(n_ctx_seq / 4)))` cells of
+  the same row; HCA: layers of ratio 128, `pad256(max(1, ceil(n_ctx_seq / 128)))` cells; indexer:
+  ratio-4 layers, CSA's cells of `indexer.key_length`; compressor states (f32, llama_dsv4_comp_state),
+  `n_seq * (1 + n_rs_seq)` planes, a kv and a score tensor each: CSA `8 x 2*key_length`, HCA
+  `128 x key_length`, indexer `8 x 2*indexer.key_length`. States skip the MTP layers; the caches
+  cover every block (llama_kv_cache walks n_layer_all).
 """
 
 from __future__ import annotations
@@ -88,6 +99,17 @@ def effective_ubatch(spec: ModelSpec, settings: Settings) -> int:
 
 
 @dataclass(frozen=True)
+class KvPart:
+    """One cache of a family with several (DeepSeek-V4): as llama.cpp logs it, in its log order."""
+
+    name: str  # "window", "csa", "hca", "indexer", "csa state", "hca state", "indexer state"
+    cells: int  # cells per stream (states: rows per plane)
+    layers: int
+    streams: int  # streams (states: planes)
+    bytes: int
+
+
+@dataclass(frozen=True)
 class KvBreakdown:
     n_cells: int  # cells per stream of the full-attention cache (what llama.cpp logs)
     n_cells_swa: int  # cells per stream of the sliding-window cache (0 without SWA layers)
@@ -97,8 +119,10 @@ class KvBreakdown:
     base_bytes: int  # the full-attention cache (llama.cpp's first `size = ...` line)
     swa_bytes: int  # the sliding-window cache (its second line)
     recurrent_bytes: int
-    total_bytes: int  # k + v + recurrent
+    total_bytes: int  # k + v + recurrent + state
     per_layer_bytes: tuple[int, ...]  # K+V (+ recurrent state) of each layer, for the device split
+    parts: tuple[KvPart, ...] = ()  # DeepSeek-V4: each cache and compressor state
+    state_bytes: int = 0  # DeepSeek-V4's f32 compressor states
 
 
 def _kv_layers(spec: ModelSpec) -> list[int]:
@@ -126,6 +150,8 @@ def _recurrent_row_elems(spec: ModelSpec) -> int:
 
 def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
     """Bytes llama.cpp allocates for the KV cache (and recurrent state) with these settings."""
+    if spec.compress_ratios:
+        return _dsv4_cache_bytes(spec, settings)
     n_seq = max(1, settings.n_seq)
     unified = kv_unified(settings)
     n_streams = 1 if unified else n_seq
@@ -191,6 +217,76 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
     )
 
 
+DSV4_CSA_RATIO = 4
+DSV4_HCA_RATIO = 128
+_DSV4_CSA_STATE_ROWS = 2 * DSV4_CSA_RATIO  # overlapped compression keeps two blocks
+_F32 = 4
+
+
+def _dsv4_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
+    """DeepSeek-V4's caches and compressor states, as llama_kv_cache_dsv4's constructor builds them."""
+    n_seq = max(1, settings.n_seq)
+    n_ctx = effective_ctx(spec, settings)
+    cells = n_ctx if kv_unified(settings) else n_ctx // n_seq  # cparams.n_ctx_seq
+    streams = n_seq  # per sequence even when unified
+    planes = streams * (1 + int(getattr(settings, "n_rs_seq", 0)))
+    ubatch = effective_ubatch(spec, settings)
+    window = cells if settings.swa_full else _pad(min(cells, spec.sliding_window + ubatch), CTX_PAD)
+
+    def comp_cells(ratio: int) -> int:
+        return _pad(max(1, -(-cells // ratio)), CTX_PAD)
+
+    hd, ihd = spec.head_dim_k, spec.indexer_head_size
+    n_main = spec.n_layer - spec.n_layer_nextn
+    # (name, cells, the ratio of its layers (None: every layer), K row elements (0: one head row))
+    caches: list[tuple[str, int, int | None, int]] = [
+        ("window", window, None, 0),
+        ("csa", comp_cells(DSV4_CSA_RATIO), DSV4_CSA_RATIO, 0),
+        ("hca", comp_cells(DSV4_HCA_RATIO), DSV4_HCA_RATIO, 0),
+        ("indexer", comp_cells(DSV4_CSA_RATIO), DSV4_CSA_RATIO, ihd),
+    ]
+    # (name, rows, the ratio of its layers, f32 elements per row): llama_dsv4_comp_state
+    states = [
+        ("csa state", _DSV4_CSA_STATE_ROWS, DSV4_CSA_RATIO, 2 * hd),
+        ("hca state", DSV4_HCA_RATIO, DSV4_HCA_RATIO, hd),
+        ("indexer state", _DSV4_CSA_STATE_ROWS, DSV4_CSA_RATIO, 2 * ihd),
+    ]
+    per_layer = [0] * spec.n_layer
+    parts: list[KvPart] = []
+    for name, n_cells, ratio, row in caches:
+        total = n_layers = 0
+        for il in range(spec.n_layer):
+            if ratio is not None and spec.compress_ratios[il] != ratio:
+                continue
+            b = row_bytes(settings.type_k, row or hd * spec.n_head_kv[il]) * n_cells * streams
+            per_layer[il] += b
+            total += b
+            n_layers += 1
+        parts.append(KvPart(name, n_cells, n_layers, streams, total))
+    for name, rows, ratio, width in states:
+        layers = [il for il in range(n_main) if spec.compress_ratios[il] == ratio]
+        b = 2 * width * rows * _F32 * planes  # a kv and a score tensor
+        for il in layers:
+            per_layer[il] += b
+        parts.append(KvPart(name, rows, len(layers), planes, b * len(layers)))
+    k_bytes = sum(p.bytes for p in parts[:4])
+    state_bytes = sum(p.bytes for p in parts[4:])
+    return KvBreakdown(
+        n_cells=cells,
+        n_cells_swa=window,
+        n_streams=streams,
+        k_bytes=k_bytes,
+        v_bytes=0,
+        base_bytes=0,  # the raw cache's non-window half has no layer
+        swa_bytes=parts[0].bytes,
+        recurrent_bytes=0,
+        total_bytes=k_bytes + state_bytes,
+        per_layer_bytes=tuple(per_layer),
+        parts=tuple(parts),
+        state_bytes=state_bytes,
+    )
+
+
 def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
     """llama.cpp's own reason for refusing these cache settings, or None when it accepts them.
 
@@ -200,7 +296,7 @@ def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
     """
     for name in (settings.type_k, settings.type_v):
         ggml_type(name)  # ValueError for a type llama.cpp does not know
-    if spec.is_mla and settings.type_k != settings.type_v:
+    if (spec.is_mla or spec.compress_ratios) and settings.type_k != settings.type_v:
         return f"model does not support different K ({settings.type_k}) and V ({settings.type_v}) cache types"
     if settings.type_v in QUANTIZED_KV_TYPES and not settings.flash_attn:
         return "quantized V cache requires flash_attn to be enabled"

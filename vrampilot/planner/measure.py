@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
-from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE
+from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.planner.kv import ggml_type, kv_unified
 from vrampilot.planner.settings import Settings
@@ -52,6 +52,10 @@ _MODEL_RE, _OUTPUT_RE, _KVBUF_RE, _COMPUTE_RE = MODEL_RE, OUTPUT_RE, KVBUF_RE, C
 _KVSIZE_RE = re.compile(
     r"^llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/(\d+) seqs\), "
     r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB"
+)
+_STATE_RE = re.compile(
+    r"^llama_dsv4_comp_state: (\w+) ratio = (\d+), state = (\d+) x (\d+), streams = (\d+), rs_seq = (\d+), "
+    r"layers = (\d+), size =\s+([\d.]+) MiB"
 )
 _RS_RE = re.compile(r"^llama_memory_recurrent: size =\s+([\d.]+) MiB")
 _COMPUTE_EXACT_RE = re.compile(r"^~llama_context:\s+(\S+) compute buffer size (?:is|of)\s+([\d.]+) MiB")
@@ -98,6 +102,24 @@ class KvLine:
 
 
 @dataclass(frozen=True)
+class StateLine:
+    """One DeepSeek-V4 compressor-state line: `csa ratio = 4, state = 8 x 1024, streams = 1, ...`."""
+
+    name: str  # csa, hca, lid
+    ratio: int
+    rows: int
+    width: int
+    n_stream: int
+    rs_seq: int
+    layers: int
+    size_mib: float
+
+    @property
+    def size_bytes(self) -> int:
+        return round(self.size_mib * MIB)
+
+
+@dataclass(frozen=True)
 class MeasuredBuffers:
     model_bytes: dict[str, int]  # per buffer name (CPU, CPU_Mapped, CPU_REPACK, ...); 0 in a dry run
     kv_bytes: int  # sum of the KV `size =` lines (+ recurrent state), at print resolution
@@ -107,6 +129,7 @@ class MeasuredBuffers:
     refused: str | None  # llama.cpp's reason when it refused the context, else None
     kv_buffer_bytes: dict[str, int] = field(default_factory=dict)  # real runs only
     recurrent_bytes: int = 0
+    state_lines: list[StateLine] = field(default_factory=list)  # DeepSeek-V4 compressor states (in kv_bytes)
     n_ctx: int = 0  # as llama.cpp settled them
     n_ctx_seq: int = 0
     n_ubatch: int = 0
@@ -166,6 +189,7 @@ def _parse(lines: list[str], dry_run: bool, refused: str | None, seconds: float)
     compute: dict[str, int] = {}
     compute_exact: dict[str, int] = {}
     kv_lines: list[KvLine] = []
+    states: list[StateLine] = []
     cparams: dict[str, int] = {}
     output = recurrent = 0
     for line in lines:
@@ -173,8 +197,11 @@ def _parse(lines: list[str], dry_run: bool, refused: str | None, seconds: float)
             model[m[1]] = model.get(m[1], 0) + _mib(m[2])
         elif m := _OUTPUT_RE.match(line):
             output += _mib(m[2])
-        elif m := _KVBUF_RE.match(line):
+        elif m := (_KVBUF_RE.match(line) or STATE_BUF_RE.match(line)):
             kv_buf[m[1]] = kv_buf.get(m[1], 0) + _mib(m[2])
+        elif m := _STATE_RE.match(line):
+            ratio, rows, width, n_stream, rs_seq, layers = (int(m[i]) for i in range(2, 8))
+            states.append(StateLine(m[1], ratio, rows, width, n_stream, rs_seq, layers, float(m[8])))
         elif m := _KVSIZE_RE.match(line):
             kv_lines.append(
                 KvLine(float(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), m[6], float(m[7]), m[8], float(m[9]))
@@ -191,7 +218,7 @@ def _parse(lines: list[str], dry_run: bool, refused: str | None, seconds: float)
     if compute_exact and set(compute_exact) >= set(compute):
         compute = compute_exact
         resolution = int(0.00005 * MIB) + 1
-    kv_total = round(sum(k.size_mib for k in kv_lines) * MIB) + recurrent
+    kv_total = round(sum(k.size_mib for k in kv_lines) * MIB) + recurrent + sum(s.size_bytes for s in states)
     return MeasuredBuffers(
         model_bytes=model,
         kv_bytes=kv_total,
@@ -201,6 +228,7 @@ def _parse(lines: list[str], dry_run: bool, refused: str | None, seconds: float)
         refused=refused,
         kv_buffer_bytes=kv_buf,
         recurrent_bytes=recurrent,
+        state_lines=states,
         n_ctx=cparams.get("n_ctx", 0),
         n_ctx_seq=cparams.get("n_ctx_seq", 0),
         n_ubatch=cparams.get("n_ubatch", 0),
