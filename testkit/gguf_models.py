@@ -809,12 +809,13 @@ class Dsv4Shape:
     indexer_head_dim: int = 64  # a multiple of 64: llama.cpp rotates indexer keys in blocks of 64
     indexer_top_k: int = 16
     gating_func: int = DSV4_GATING_SQRT_SOFTPLUS
+    n_nextn: int = 0  # the last n_nextn of the n_layer blocks are MTP layers (nextn_predict_layers)
     omit: tuple[str, ...] = ()
     name: str = "tiny-deepseek4"
 
 
 def dsv4_tensor_table(s: Dsv4Shape) -> list[TensorSpec]:
-    """The tensors llama_model_deepseek4::load_arch_tensors creates (no hash-routed layers, no MTP)."""
+    """The tensors llama_model_deepseek4::load_arch_tensors creates (no hash-routed layers)."""
     e, v, hd, qr = s.n_embd, s.n_vocab, s.head_dim, s.q_lora_rank
     hc_dim, hc_mix = s.hc_mult * e, (2 + s.hc_mult) * s.hc_mult
     ihd = s.indexer_head_dim
@@ -869,6 +870,11 @@ def dsv4_tensor_table(s: Dsv4Shape) -> list[TensorSpec]:
         add("ffn_gate_shexp.weight", (e, ff * s.n_expert_shared))
         add("ffn_down_shexp.weight", (ff * s.n_expert_shared, e))
         add("ffn_up_shexp.weight", (e, ff * s.n_expert_shared))
+        if i >= s.n_layer - s.n_nextn:
+            add("nextn.eh_proj.weight", (2 * e, e))
+            add("nextn.enorm.weight", (e,), "norm")
+            add("nextn.hnorm.weight", (e,), "norm")
+            add("nextn.shared_head_norm.weight", (e,), "norm")
     return out
 
 
@@ -915,6 +921,8 @@ def dsv4_metadata(s: Dsv4Shape) -> list[tuple[str, Any, GGUFValueType]]:
         ("tokenizer.ggml.model", "none", S),
         (f"{a}.vocab_size", s.n_vocab, U),
     ]
+    if s.n_nextn:
+        kv.append((f"{a}.nextn_predict_layers", s.n_nextn, U))
     return [k for k in kv if k[0].removeprefix(f"{a}.") not in s.omit]
 
 

@@ -56,6 +56,8 @@ SHAPES: dict[str, dict[str, Any]] = {
         "rope_dim": 64,
     },
     "two-layers": {"n_layer": 2, "compress_ratios": (128, 4), "sliding_window": 200},
+    # an MTP block: in the main context it has window, CSA and indexer caches but no compressor state
+    "mtp": {"n_layer": 5, "compress_ratios": (0, 4, 128, 4, 4), "n_nextn": 1},
 }
 
 PART_LINES = ("window", "csa", "hca", "indexer")  # after the raw cache's empty first line
@@ -150,3 +152,11 @@ def test_different_k_and_v_types_are_refused_as_llama_cpp_does(files: dict[str, 
     reason = kv_refusal(spec, s)
     assert reason is not None
     assert measure_allocations(files["default"], s).refused == reason
+
+
+def test_an_mtp_block_has_caches_but_no_state(files: dict[str, Path]) -> None:
+    spec = load_model_spec(files["mtp"])
+    assert (spec.n_layer, spec.n_layer_nextn) == (5, 1)
+    parts = {p.name: p for p in kv_cache_bytes(spec, Settings(n_ctx=4096)).parts}
+    assert (parts["window"].layers, parts["csa"].layers, parts["indexer"].layers) == (5, 3, 3)
+    assert (parts["csa state"].layers, parts["indexer state"].layers) == (2, 2)
