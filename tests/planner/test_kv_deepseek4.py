@@ -31,6 +31,13 @@ class UnifiedSettings(Settings):
     kv_unified: bool = True
 
 
+@dataclass(frozen=True)
+class RollbackSettings(UnifiedSettings):
+    """With n_rs_seq rollback snapshots per sequence (llama-server's MTP drafting asks for them)."""
+
+    n_rs_seq: int = 0
+
+
 # Layer count, ratio pattern, window, head and indexer dims all move between shapes. Patterns
 # without a ratio-4 layer (or without a ratio-128 layer when key_length equals the indexer's) crash
 # llama.cpp; the spec refuses them (tests/gguf/test_deepseek4_header.py).
@@ -109,8 +116,9 @@ def assert_parts_match(spec: ModelSpec, settings: Settings, m: MeasuredBuffers) 
     assert len(m.state_lines) == 3, (settings, m.state_lines)
     for state in m.state_lines:
         p = parts[STATE_NAMES[state.name]]
-        assert (state.rows, state.n_stream, state.layers) == (p.cells, p.streams, p.layers), (settings, state, p)
-        assert 2 * state.rows * state.width * 4 * state.n_stream * state.layers == p.bytes, (settings, state, p)
+        planes = state.n_stream * (1 + state.rs_seq)  # each stream, and its rollback snapshots
+        assert (state.rows, planes, state.layers) == (p.cells, p.streams, p.layers), (settings, state, p)
+        assert 2 * state.rows * state.width * 4 * planes * state.layers == p.bytes, (settings, state, p)
         assert matches_print(p.bytes, state.size_bytes), (settings, state, p)
     n_lines = len(m.kv_lines) + len(m.state_lines)
     assert abs(kv.total_bytes - m.kv_bytes) <= n_lines * PRINT_RESOLUTION_BYTES, settings
@@ -160,3 +168,13 @@ def test_an_mtp_block_has_caches_but_no_state(files: dict[str, Path]) -> None:
     parts = {p.name: p for p in kv_cache_bytes(spec, Settings(n_ctx=4096)).parts}
     assert (parts["window"].layers, parts["csa"].layers, parts["indexer"].layers) == (5, 3, 3)
     assert (parts["csa state"].layers, parts["indexer state"].layers) == (2, 2)
+
+
+@pytest.mark.parametrize(("n_seq", "n_rs_seq"), [(1, 3), (2, 1)])
+def test_rollback_snapshots_multiply_the_states(files: dict[str, Path], n_seq: int, n_rs_seq: int) -> None:
+    spec = load_model_spec(files["wide"])
+    s = RollbackSettings(n_ctx=4096, n_seq=n_seq, kv_unified=False, n_rs_seq=n_rs_seq)
+    m = measure_allocations(files["wide"], s, dry_run=False)
+    assert {state.rs_seq for state in m.state_lines} == {n_rs_seq}
+    assert_parts_match(spec, s, m)
+    assert {p.streams for p in kv_cache_bytes(spec, s).parts[4:]} == {n_seq * (1 + n_rs_seq)}

@@ -342,6 +342,9 @@ def _context_params(llama_cpp: Any, settings: Settings) -> Any:
     cparams.type_v = int(ggml_type(settings.type_v))
     cparams.swa_full = settings.swa_full
     cparams.kv_unified = kv_unified(settings)
+    # Rollback snapshots of recurrent / DeepSeek-V4 compressor state: llama-server asks for them only
+    # when it drafts with MTP; settings may carry them (kv.py counts them), else none.
+    cparams.n_rs_seq = int(getattr(settings, "n_rs_seq", 0))
     cparams.offload_kqv = True
     cparams.no_perf = True
     return cparams
