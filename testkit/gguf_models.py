@@ -622,8 +622,15 @@ def write_model(
     s = _resolve(arch, overrides)
     plan = _plan(s, weight_type, expert_type, embd_type, output_type)
     rng = np.random.default_rng(seed)
-    w = _new_writer(p, s, tokenizer)
-    for t, qtype in plan.tensors:
+    _write_random_tensors(_new_writer(p, s, tokenizer), plan.tensors, rng)
+    return p
+
+
+def _write_random_tensors(
+    w: GGUFWriter, tensors: Iterable[tuple[TensorSpec, GGMLQuantizationType]], rng: np.random.Generator
+) -> None:
+    """Random data for each tensor in its type, then the whole file, and close it."""
+    for t, qtype in tensors:
         data = _random_data(rng, t, qtype)
         if qtype in (Q.F32, Q.F16):
             w.add_tensor(t.name, data)
@@ -633,7 +640,6 @@ def write_model(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return p
 
 
 # Q4_K_M as llama-quantize assigns it (src/llama-quant.cpp): Q4_K everywhere, Q6_K for the output
@@ -940,17 +946,7 @@ def write_deepseek4(path: str | os.PathLike[str], *, weight_type: str = "f32", s
             w.add_key_value(key, value, vtype, sub_type=sub)
         else:
             w.add_key_value(key, value, vtype)
-    rng = np.random.default_rng(seed)
     wt = WEIGHT_TYPES[weight_type]
-    for t in dsv4_tensor_table(s):
-        qtype = _tensor_type(t, wt, wt, wt, wt)
-        data = _random_data(rng, t, qtype)
-        if qtype in (Q.F32, Q.F16):
-            w.add_tensor(t.name, data)
-        else:
-            w.add_tensor(t.name, data, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    tensors = [(t, _tensor_type(t, wt, wt, wt, wt)) for t in dsv4_tensor_table(s)]
+    _write_random_tensors(w, tensors, np.random.default_rng(seed))
     return p
