@@ -74,7 +74,7 @@ STATE_NAMES = {"csa": "csa state", "hca": "hca state", "lid": "indexer state"}
 def _settings_grid() -> list[Settings]:
     out: list[Settings] = []
     seqs = ((1, True), (3, True), (3, False))
-    types = (("f16", True), ("f16", False), ("q8_0", True))
+    types = (("f16", True), ("f16", False), ("q8_0", True), ("q4_0", True), ("bf16", False))
     for i, (ctx, (n_seq, unified), swa_full, (kv_type, fa)) in enumerate(
         itertools.product((512, 4096, 70000), seqs, (False, True), types)
     ):
