@@ -84,6 +84,9 @@ class ArchShape:
     rope_dim: int = 0  # rope.dimension_count; 0: not written (deepseek2: the qk rope dim)
     head_dim_k_mla: int = 0  # deepseek2: qk_nope + qk_rope
     head_dim_v_mla: int = 0
+    indexer_n_head: int = 0  # deepseek32 (DSA): the lightning indexer's heads and key length
+    indexer_head_dim: int = 0
+    indexer_top_k: int = 0
     qkv_bias: bool = False
     tied: bool = True  # no output.weight: llama.cpp reuses token_embd
     extra_kv: tuple[tuple[str, Any], ...] = ()
@@ -340,7 +343,7 @@ def tensor_table(s: ArchShape) -> list[TensorSpec]:
             out.append(_t(_p + name, ne, kind, _i))
 
         add("attn_norm.weight", (e,), "norm")
-        if a == "deepseek2":
+        if a in ("deepseek2", "deepseek32"):
             _deepseek2_layer(s, i, add)
             continue
         nq = s.n_head * hk
@@ -408,6 +411,13 @@ def _deepseek2_layer(s: ArchShape, i: int, add: Any) -> None:
     add("attn_v_b.weight", (r, s.head_dim_v_mla, s.n_head))
     add("attn_output.weight", (s.n_head * s.head_dim_v_mla, e))
     add("ffn_norm.weight", (e,), "norm")
+    if s.arch == "deepseek32":  # src/models/deepseek32.cpp: the DSA indexer of every layer
+        ihd = s.indexer_head_dim
+        add("indexer.k_norm.weight", (ihd,), "norm")
+        add("indexer.k_norm.bias", (ihd,), "bias")
+        add("indexer.proj.weight", (e, s.indexer_n_head))
+        add("indexer.attn_k.weight", (e, ihd))
+        add("indexer.attn_q_b.weight", (s.q_lora_rank, s.indexer_n_head * ihd))
     if i < s.n_dense_lead:
         add("ffn_gate.weight", (e, s.n_ff))
         add("ffn_down.weight", (s.n_ff, e))
@@ -441,7 +451,7 @@ def _metadata(s: ArchShape, tokenizer: str) -> list[tuple[str, Any, GGUFValueTyp
         (f"{a}.attention.layer_norm_rms_epsilon", 1e-6, F),
         (f"{a}.rope.freq_base", s.rope_freq_base, F),
     ]
-    if a == "deepseek2":
+    if a in ("deepseek2", "deepseek32"):
         kv += [
             (f"{a}.attention.key_length", s.kv_lora_rank + s.rope_dim, U),
             (f"{a}.attention.value_length", s.kv_lora_rank, U),
@@ -454,6 +464,13 @@ def _metadata(s: ArchShape, tokenizer: str) -> list[tuple[str, Any, GGUFValueTyp
         ]
         if s.q_lora_rank:
             kv.append((f"{a}.attention.q_lora_rank", s.q_lora_rank, U))
+        if a == "deepseek32":
+            kv += [
+                (f"{a}.attention.indexer.head_count", s.indexer_n_head, U),
+                (f"{a}.attention.indexer.key_length", s.indexer_head_dim, U),
+                (f"{a}.attention.indexer.top_k", s.indexer_top_k, U),
+                (f"{a}.expert_gating_func", 2, U),  # sigmoid, as V3/V3.2 route
+            ]
     else:
         if s.head_dim:
             kv.append((f"{a}.attention.key_length", s.head_dim, U))
@@ -668,22 +685,22 @@ def _q4_k_m_type(t: TensorSpec, s: ArchShape) -> GGMLQuantizationType:
     return qtype
 
 
-QUANT_RECIPES = ("Q4_K_M", "Q8_0", "F16", "MXFP4")
+QUANT_RECIPES = ("Q4_K_M", "Q8_0", "F16", "BF16", "MXFP4")
 
 
 def header_tensor_types(s: ArchShape, recipe: str) -> list[tuple[TensorSpec, GGMLQuantizationType]]:
     table = tensor_table(s)
     if recipe == "Q4_K_M":
         return [(t, _q4_k_m_type(t, s)) for t in table]
-    if recipe in ("Q8_0", "F16"):
-        q = Q.Q8_0 if recipe == "Q8_0" else Q.F16
+    if recipe in ("Q8_0", "F16", "BF16"):
+        q = {"Q8_0": Q.Q8_0, "F16": Q.F16, "BF16": Q.BF16}[recipe]
         return [(t, _tensor_type(t, q, q, q, q)) for t in table]
     if recipe == "MXFP4":  # gpt-oss release layout: MXFP4 experts, the rest 8-bit
         return [(t, _tensor_type(t, Q.Q8_0, Q.MXFP4, Q.Q8_0, Q.Q8_0)) for t in table]
     raise ValueError(f"unknown recipe {recipe!r}; known: {QUANT_RECIPES}")
 
 
-_FILE_TYPES = {"Q4_K_M": 15, "Q8_0": 7, "F16": 1, "MXFP4": 38}
+_FILE_TYPES = {"Q4_K_M": 15, "Q8_0": 7, "F16": 1, "BF16": 32, "MXFP4": 38}
 
 
 def write_header_only(
@@ -701,13 +718,37 @@ def write_header_only(
     section; by default exactly what the tensor table needs (each tensor padded to the alignment).
     llama.cpp loads such a file with no_alloc (its dry run), which never reads tensor data.
     """
+    return write_shape_header_only(
+        path, _resolve(arch, overrides), recipe=recipe, data_bytes=data_bytes, tokenizer=tokenizer
+    )
+
+
+def write_shape_header_only(
+    path: str | os.PathLike[str],
+    s: ArchShape,
+    *,
+    recipe: str = "Q4_K_M",
+    data_bytes: int | None = None,
+    tokenizer: str = "none",
+) -> Path:
+    """`write_header_only` for a shape given whole (an architecture no TINY or BIG entry has)."""
     p = Path(path)
-    s = _resolve(arch, overrides)
     w = _new_writer(p, s, tokenizer)
     w.add_uint32("general.file_type", _FILE_TYPES[recipe])
+    _write_sparse(w, p, header_tensor_types(s, recipe), data_bytes)
+    return p
+
+
+def _write_sparse(
+    w: GGUFWriter,
+    path: Path,
+    tensors: Iterable[tuple[TensorSpec, GGMLQuantizationType]],
+    data_bytes: int | None = None,
+) -> None:
+    """The header and tensor table, then the data section as a hole: the file has its real size."""
     align = w.data_alignment
     need = 0
-    for t, qtype in header_tensor_types(s, recipe):
+    for t, qtype in tensors:
         nbytes = _nbytes(qtype, t.ne)
         w.add_tensor_info(t.name, tuple(reversed(t.ne)), np.dtype(np.float32), nbytes, raw_dtype=qtype)
         need += GGUFWriter.ggml_pad(nbytes, align)
@@ -722,9 +763,8 @@ def write_header_only(
     fout = w.fout[0]
     start = GGUFWriter.ggml_pad(fout.tell(), align)
     w.close()
-    with open(p, "r+b") as fh:
+    with open(path, "r+b") as fh:
         fh.truncate(start + data_bytes)  # sparse on every file system that matters here
-    return p
 
 
 def write_qwen25_7b_q4_k_m(path: str | os.PathLike[str]) -> Path:
@@ -932,10 +972,20 @@ def dsv4_metadata(s: Dsv4Shape) -> list[tuple[str, Any, GGUFValueType]]:
     return [k for k in kv if k[0].removeprefix(f"{a}.") not in s.omit]
 
 
-def write_deepseek4(path: str | os.PathLike[str], *, weight_type: str = "f32", seed: int = 0, **overrides: Any) -> Path:
+def write_deepseek4(
+    path: str | os.PathLike[str],
+    *,
+    weight_type: str = "f32",
+    expert_type: str | None = None,
+    sparse: bool = False,
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
     """Write a tiny DeepSeek-V4 model with random weights that llama.cpp 0.3.36 loads on the CPU.
 
     `overrides` replace Dsv4Shape fields (n_layer=6, compress_ratios=(4, 128, ...), head_dim=...).
+    `sparse` writes no weights: the data section is a hole (for real-dimension files that only
+    the planner and llama.cpp's dry run read).
     """
     p = Path(path)
     s = replace(Dsv4Shape(), **overrides)
@@ -947,6 +997,10 @@ def write_deepseek4(path: str | os.PathLike[str], *, weight_type: str = "f32", s
         else:
             w.add_key_value(key, value, vtype)
     wt = WEIGHT_TYPES[weight_type]
-    tensors = [(t, _tensor_type(t, wt, wt, wt, wt)) for t in dsv4_tensor_table(s)]
-    _write_random_tensors(w, tensors, np.random.default_rng(seed))
+    ex = WEIGHT_TYPES[expert_type] if expert_type else wt
+    tensors = [(t, _tensor_type(t, wt, ex, wt, wt)) for t in dsv4_tensor_table(s)]
+    if sparse:
+        _write_sparse(w, p, tensors)
+    else:
+        _write_random_tensors(w, tensors, np.random.default_rng(seed))
     return p

@@ -1,0 +1,64 @@
+"""Sparse GGUFs at published dimensions (testkit/real_shapes.py): what the planner reads from them,
+and DeepSeek-V4's 1M-token cache against llama.cpp's own dry run (no allocation, header only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testkit.real_shapes import FILES, disk_bytes, write_all
+from vrampilot.gguf.spec import load_model_spec
+from vrampilot.planner.kv import kv_cache_bytes
+from vrampilot.planner.measure import matches_print, measure_allocations
+from vrampilot.planner.settings import Settings
+
+GIB = 2**30
+CTX_1M = 1048576
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_all(tmp_path_factory.mktemp("real"))
+
+
+def test_files_are_sparse_at_their_real_size(real: dict[str, Path]) -> None:
+    assert set(real) == set(FILES)
+    for path in real.values():
+        assert path.stat().st_size > 100 * GIB
+        assert disk_bytes(path) < 4 * 2**20
+
+
+def test_model_spec_reads_the_published_dimensions(real: dict[str, Path]) -> None:
+    pro = load_model_spec(real["v4-pro"])
+    assert (pro.architecture, pro.n_layer, pro.n_embd, pro.head_dim_k, pro.indexer_head_size) == (
+        "deepseek4",
+        61,
+        7168,
+        512,
+        128,
+    )
+    assert pro.compress_ratios[:4] == (128, 128, 4, 128) and pro.n_ctx_train == CTX_1M
+    flash = load_model_spec(real["v4-flash"])
+    assert flash.n_layer == 43 and flash.compress_ratios[:4] == (0, 0, 4, 128)
+    v32 = load_model_spec(real["v3.2"])
+    assert v32.architecture == "deepseek32" and v32.is_mla and v32.head_dim_k == 576
+    llama = load_model_spec(real["llama-405b"])
+    assert llama.n_layer == 126 and set(llama.n_head_kv) == {8} and llama.head_dim_k == 128
+    assert 400e9 < llama.n_params < 410e9
+
+
+pytest.importorskip("llama_cpp")
+
+
+@pytest.mark.parametrize("key", ["v4-flash", "v4-pro", "llama-405b"])
+def test_cache_at_1m_equals_llama_cpps_dry_run(real: dict[str, Path], key: str) -> None:
+    settings = Settings(n_ctx=CTX_1M, n_threads=1, n_threads_batch=1)
+    ours = kv_cache_bytes(load_model_spec(real[key]), settings)
+    m = measure_allocations(real[key], settings, dry_run=True)
+    assert m.refused is None
+    n_lines = len(m.kv_lines) + len(m.state_lines)  # each printed to 0.01 MiB
+    assert abs(ours.total_bytes - m.kv_bytes) <= n_lines * 0.005 * 2**20
+    if ours.parts:
+        printed = [int(line.size_mib * 2**20) for line in m.kv_lines if line.layers]
+        assert all(matches_print(p.bytes, b) for p, b in zip(ours.parts[:4], printed, strict=True))
