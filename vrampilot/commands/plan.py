@@ -202,6 +202,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="also ask llama.cpp for the plan's KV, compute and output sizes (a dry run without weights)",
     )
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help="also show the KV cache by part at 8K, 32K, 128K and 1M tokens, beside what a plain "
+        "MHA, GQA and MLA cache of the same model would need",
+    )
     p.set_defaults(handler=run_plan)
 
     e = sub.add_parser("export", help="print the llama-server command for the plan")
@@ -214,7 +220,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from vrampilot.commands.plan_report import format_plan, plan_to_dict
+    from vrampilot.commands.plan_report import format_cache_table, format_plan, plan_to_dict
+    from vrampilot.planner.cache_table import cache_table
 
     result = plan_from_args(args)
     verification = None
@@ -222,15 +229,20 @@ def run_plan(args: argparse.Namespace) -> int:
         from vrampilot.planner.verify import verify_plan
 
         verification = verify_plan(result)
+    table = cache_table(result.spec, result.settings) if args.cache else None
     if args.json:
         d = plan_to_dict(result)
         if verification is not None:
             d["verify"] = verification.as_dict()
+        if table is not None:
+            d["cache"] = table.as_dict()
         print(json.dumps(d, indent=2))
     else:
         print(format_plan(result))
         if verification is not None:
             print(format_verification(verification))
+        if table is not None:
+            print("\n" + format_cache_table(table))
     return 0 if result.fits else 1
 
 

@@ -1,0 +1,137 @@
+"""The cache explained: a model's KV cache by part at a few context lengths, beside "what if" caches.
+
+The "what if" columns answer "what would the same model need with a plain cache?": each is the
+model's ModelSpec with its attention rewritten (every layer full attention, no compression, no
+sliding window, no recurrent state) and sized by the one memory model, `kv_cache_bytes`, never by
+a second formula. Their assumptions are part of the result, so every view prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vrampilot.gguf.spec import ModelSpec
+from vrampilot.planner.kv import KvBreakdown, kv_cache_bytes
+from vrampilot.planner.settings import Settings
+
+CONTEXTS = (8192, 32768, 131072, 1048576)
+WHAT_IF_TYPE = "f16"  # bf16 has the same size
+GQA_KV_HEADS = 8
+MLA_KV_LORA_RANK = 512
+MLA_ROPE_DIM = 64
+# DeepSeek-V4's 512-wide key is one shared row (MQA), not a head: a plain cache of the same model
+# is given heads of this size, the head size DeepSeek's own V4 report compares with.
+PLAIN_HEAD_DIM = 128
+
+
+@dataclass(frozen=True)
+class CacheRow:
+    n_ctx: int
+    parts: tuple[tuple[str, int], ...]  # (part name, bytes) for this model, as planned
+    total_bytes: int
+    what_if: tuple[tuple[str, int], ...]  # (variant name, bytes)
+
+
+@dataclass(frozen=True)
+class CacheTable:
+    type_k: str
+    type_v: str
+    rows: tuple[CacheRow, ...]
+    assumptions: tuple[str, ...]  # one line per what-if variant
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "type_k": self.type_k,
+            "type_v": self.type_v,
+            "what_if_type": WHAT_IF_TYPE,
+            "rows": [
+                {
+                    "n_ctx": r.n_ctx,
+                    "parts": dict(r.parts),
+                    "total_bytes": r.total_bytes,
+                    "what_if": dict(r.what_if),
+                }
+                for r in self.rows
+            ],
+            "assumptions": list(self.assumptions),
+        }
+
+
+def parts_of(kv: KvBreakdown) -> tuple[tuple[str, int], ...]:
+    """This cache's parts: DeepSeek-V4's caches and one line for its states, else the K/V split."""
+    if kv.parts:
+        caches = tuple((p.name, p.bytes) for p in kv.parts if not p.name.endswith(" state"))
+        return (*caches, ("state", kv.state_bytes))
+    out: list[tuple[str, int]] = [("K", kv.k_bytes), ("V", kv.v_bytes)]
+    if kv.recurrent_bytes:
+        out.append(("state", kv.recurrent_bytes))
+    return tuple(out)
+
+
+def _plain_dims(spec: ModelSpec) -> tuple[int, int]:
+    """The K and V head sizes a plain cache of this model would have."""
+    if spec.compress_ratios:
+        return PLAIN_HEAD_DIM, PLAIN_HEAD_DIM
+    if spec.is_mla:  # the heads MLA decompresses to
+        return spec.head_dim_k_mla, spec.head_dim_v_mla
+    return spec.head_dim_k, spec.head_dim_v
+
+
+def _full_attention(spec: ModelSpec) -> ModelSpec:
+    n = spec.n_layer
+    return replace(
+        spec,
+        compress_ratios=(),
+        indexer_head_size=0,
+        sliding_window=0,
+        swa_layers=(False,) * n,
+        recurrent_layers=(False,) * n,
+        kv_lora_rank=0,
+        head_dim_k_mla=0,
+        head_dim_v_mla=0,
+    )
+
+
+def what_if_specs(spec: ModelSpec) -> tuple[tuple[str, ModelSpec, str], ...]:
+    """(name, variant, assumption) for a plain MHA, GQA and MLA cache of this model."""
+    base = _full_attention(spec)
+    hk, hv = _plain_dims(spec)
+    heads = tuple(h or max(spec.n_head, default=0) for h in spec.n_head)
+    n_main = spec.n_layer - spec.n_layer_nextn
+    gqa = tuple(min(GQA_KV_HEADS, h) for h in heads)
+    mla_k = MLA_KV_LORA_RANK + MLA_ROPE_DIM
+    mha_spec = replace(base, n_head_kv=heads, head_dim_k=hk, head_dim_v=hv)
+    gqa_spec = replace(base, n_head_kv=gqa, head_dim_k=hk, head_dim_v=hv)
+    mla_spec = replace(
+        base,
+        n_head_kv=(1,) * spec.n_layer,
+        head_dim_k=mla_k,
+        head_dim_v=MLA_KV_LORA_RANK,
+        kv_lora_rank=MLA_KV_LORA_RANK,
+        head_dim_k_mla=hk + MLA_ROPE_DIM,
+        head_dim_v_mla=hv,
+    )
+    layers = f"{n_main} layers, all full attention, {WHAT_IF_TYPE} K and V, one sequence"
+    return (
+        ("MHA", mha_spec, f"MHA: {max(heads, default=0)} KV heads (one per query head) of {hk}/{hv} (K/V); {layers}"),
+        ("GQA", gqa_spec, f"GQA: {GQA_KV_HEADS} KV heads of {hk}/{hv} (K/V); {layers}"),
+        (
+            "MLA",
+            mla_spec,
+            f"MLA: one latent row of {mla_k} (kv_lora_rank {MLA_KV_LORA_RANK} + rope {MLA_ROPE_DIM}), K only; {layers}",
+        ),
+    )
+
+
+def cache_table(spec: ModelSpec, settings: Settings, contexts: tuple[int, ...] = CONTEXTS) -> CacheTable:
+    """This model's cache by part with `settings` (its cache types, sequences, window settings)
+    at each context, and the what-if caches at the same contexts."""
+    variants = what_if_specs(spec)
+    plain = Settings(n_ctx=0, type_k=WHAT_IF_TYPE, type_v=WHAT_IF_TYPE, flash_attn=True)
+    rows = []
+    for n_ctx in contexts:
+        kv = kv_cache_bytes(spec, replace(settings, n_ctx=n_ctx))
+        what_if = tuple((name, kv_cache_bytes(v, replace(plain, n_ctx=n_ctx)).total_bytes) for name, v, _ in variants)
+        rows.append(CacheRow(n_ctx, parts_of(kv), kv.total_bytes, what_if))
+    return CacheTable(settings.type_k, settings.type_v, tuple(rows), tuple(a for _, _, a in variants))
