@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrampilot.planner.cache_table import CacheTable
+from vrampilot.planner.cache_table import CacheTable, tokens_label
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.explain import REASON, WARNING, alternative_rows, last_measured, prompt_tokens, why_lines
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
-from vrampilot.units import format_bytes, format_tokens
+from vrampilot.units import format_bytes
 
 _COMPONENTS = ("weights", "kv", "compute", "output", "margin", "total")
 
@@ -216,10 +216,6 @@ def _row_field(label: str) -> set[str]:
     }.get(label, set())
 
 
-def _tokens(n: int) -> str:
-    return "1M" if n == 1048576 else format_tokens(n)
-
-
 def format_cache_table(table: CacheTable) -> str:
     """The cache by part at each context, then the labelled "what if" caches and their assumptions."""
     names = [name for name, _ in table.rows[0].parts] if table.rows else []
@@ -228,11 +224,11 @@ def format_cache_table(table: CacheTable) -> str:
     lines = [f"Cache by part (this model, K {table.type_k} / V {table.type_v}, as planned)", head]
     for r in table.rows:
         cells = "".join(f"{format_bytes(b):>12}" for _, b in r.parts)
-        lines.append(f"{_tokens(r.n_ctx):>7}{cells}{format_bytes(r.total_bytes):>12}")
+        lines.append(f"{tokens_label(r.n_ctx):>7}{cells}{format_bytes(r.total_bytes):>12}")
     lines += ["", "What if this model had a plain cache (not this model's cache; same layers, f16 K and V)"]
     lines.append(f"{'tokens':>7}{'this model':>12}" + "".join(f"{k:>12}{'this/' + k:>10}" for k in kinds))
     for r in table.rows:
         cells = "".join(f"{format_bytes(b):>12}{100.0 * r.total_bytes / b if b else 0.0:>9.1f}%" for _, b in r.what_if)
-        lines.append(f"{_tokens(r.n_ctx):>7}{format_bytes(r.total_bytes):>12}{cells}")
+        lines.append(f"{tokens_label(r.n_ctx):>7}{format_bytes(r.total_bytes):>12}{cells}")
     lines += ["Assumptions:"] + [f"  {a}" for a in table.assumptions]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from typing import Any
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.planner.kv import KvBreakdown, kv_cache_bytes
 from vrampilot.planner.settings import Settings
+from vrampilot.units import format_tokens
 
 CONTEXTS = (8192, 32768, 131072, 1048576)
 WHAT_IF_TYPE = "f16"  # bf16 has the same size
@@ -56,6 +57,11 @@ class CacheTable:
             ],
             "assumptions": list(self.assumptions),
         }
+
+
+def tokens_label(n_ctx: int) -> str:
+    """8K, 32K, 128K, 1M: the contexts as people say them."""
+    return "1M" if n_ctx == 1048576 else format_tokens(n_ctx)
 
 
 def parts_of(kv: KvBreakdown) -> tuple[tuple[str, int], ...]:

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.export import SHELLS
+from vrampilot.planner.cache_table import CacheTable, cache_table, tokens_label
 from vrampilot.planner.explain import (
     FITS,
     REASON,
@@ -188,6 +189,28 @@ class PlanView(QWidget):
         wl.addWidget(self.reasons)
         outer.addWidget(why)
 
+        # The cache explained: by part at 8K-1M tokens, beside "what if" plain caches. Collapsed
+        # by default; computed (a few ms, the memory model only) when shown.
+        cache_box = QGroupBox("Cache by part")
+        cache_box.setObjectName("cache_box")
+        cl = QVBoxLayout(cache_box)
+        self.cache_toggle = QToolButton()
+        self.cache_toggle.setObjectName("cache_toggle")
+        self.cache_toggle.setCheckable(True)
+        self.cache_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.cache_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.cache_toggle.setText("Show the KV cache by part at 8K-1M tokens, and what if it were MHA, GQA or MLA")
+        self.cache_toggle.toggled.connect(self._cache_toggled)
+        cl.addWidget(self.cache_toggle)
+        self.cache_table = QLabel()
+        self.cache_table.setObjectName("cache_table")
+        self.cache_table.setWordWrap(True)
+        self.cache_table.setTextFormat(Qt.TextFormat.RichText)
+        self.cache_table.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.cache_table.hide()
+        cl.addWidget(self.cache_table)
+        outer.addWidget(cache_box)
+
         alts = QGroupBox("Alternatives (double-click to use)")
         al = QVBoxLayout(alts)
         self.alternatives = QTableWidget(0, 4)
@@ -206,7 +229,7 @@ class PlanView(QWidget):
 
         # Inside the scrolling side panel: never squeeze a section below its natural height (the
         # panel scrolls instead).
-        for box in (settings_box, why, alts):
+        for box in (settings_box, why, cache_box, alts):
             box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         outer.addStretch(1)
 
@@ -277,7 +300,18 @@ class PlanView(QWidget):
         items = [f"<li{styles[w.kind]}>{escape(w.text)}</li>" for w in why_lines(plan)]
         self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
         self._show_alternatives(plan)
+        self._show_cache_table()
         self.load_button.setText("Load" if plan.fits else "Load anyway…")
+
+    def _cache_toggled(self, shown: bool) -> None:
+        self.cache_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.cache_table.setVisible(shown)
+        self._show_cache_table()
+
+    def _show_cache_table(self) -> None:
+        if self._plan is None or not self.cache_toggle.isChecked():
+            return
+        self.cache_table.setText(_cache_html(cache_table(self._plan.spec, self._plan.settings)))
 
     @staticmethod
     def _device_bar_data(plan: Plan) -> list[BarData]:
@@ -404,6 +438,34 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
             )
         )
     return "<br>".join(lines)
+
+
+def _cache_html(table: CacheTable) -> str:
+    """Two tables: this model's cache by part, then the labelled "what if" caches and assumptions."""
+
+    td = "<td align='right' style='padding:0 6px'>"
+    th = "<th align='right' style='padding:0 6px'>"
+    names = [name for name, _ in table.rows[0].parts] if table.rows else []
+    kinds = [name for name, _ in table.rows[0].what_if] if table.rows else []
+    parts = [f"<tr>{th}tokens</th>" + "".join(f"{th}{escape(n)}</th>" for n in names) + f"{th}total</th></tr>"]
+    for r in table.rows:
+        cells = "".join(f"{td}{format_bytes(b)}</td>" for _, b in r.parts)
+        parts.append(f"<tr>{td}{tokens_label(r.n_ctx)}</td>{cells}{td}<b>{format_bytes(r.total_bytes)}</b></td></tr>")
+    what = [f"<tr>{th}tokens</th>{th}this model</th>" + "".join(f"{th}{k}</th>" for k in kinds) + "</tr>"]
+    for r in table.rows:
+        cells = "".join(
+            f"{td}{format_bytes(b)} ({100.0 * r.total_bytes / b if b else 0.0:.1f}%)</td>" for _, b in r.what_if
+        )
+        what.append(f"<tr>{td}{tokens_label(r.n_ctx)}</td>{td}{format_bytes(r.total_bytes)}</td>{cells}</tr>")
+    notes = "".join(f"<li>{escape(a)}</li>" for a in table.assumptions)
+    return (
+        f"<p>This model, K {escape(table.type_k)} / V {escape(table.type_v)} as planned:</p>"
+        f"<table>{''.join(parts)}</table>"
+        "<p><b>What if</b> this model had a plain cache (<i>not</i> its cache: same layers, f16 K and V; "
+        "in brackets this model's share):</p>"
+        f"<table>{''.join(what)}</table>"
+        f"<ul style='margin-left:-20px; color:gray'>{notes}</ul>"
+    )
 
 
 def _is_windows() -> bool:
