@@ -205,6 +205,30 @@ TINY: dict[str, ArchShape] = {
         head_dim_v_mla=64,
         tied=False,
     ),
+    # DeepSeek-V3.2 (DSA): deepseek2's MLA plus a lightning indexer per layer (src/models/deepseek32.cpp)
+    "deepseek32": _d(
+        "deepseek32",
+        n_layer=3,
+        n_embd=256,
+        n_head=4,
+        n_head_kv=1,
+        n_ff=512,
+        n_vocab=1024,
+        n_dense_lead=1,
+        n_expert=4,
+        n_expert_used=2,
+        n_ff_expert=64,
+        n_expert_shared=1,
+        q_lora_rank=96,
+        kv_lora_rank=128,
+        rope_dim=32,
+        head_dim_k_mla=96,
+        head_dim_v_mla=64,
+        indexer_n_head=4,
+        indexer_head_dim=64,
+        indexer_top_k=64,
+        tied=False,
+    ),
     "gpt-oss": _d(
         "gpt-oss",
         n_layer=4,
@@ -596,9 +620,13 @@ def _plan(
     return _Plan(s, [(t, _tensor_type(t, w, ex, em, ou)) for t in tensor_table(s)])
 
 
-def _new_writer(path: Path, s: ArchShape, tokenizer: str) -> GGUFWriter:
+def _new_writer(path: Path, s: ArchShape, tokenizer: str, omit: Iterable[str] = ()) -> GGUFWriter:
+    """A writer with `s`'s metadata, less the keys named in `omit` (without the arch prefix)."""
     w = GGUFWriter(path, s.arch)
+    skip = {f"{s.arch}.{key}" for key in omit}
     for key, value, vtype in _metadata(s, tokenizer):
+        if key in skip:
+            continue
         if vtype == GGUFValueType.BOOL and isinstance(value, list):
             w.add_key_value(key, value, GGUFValueType.ARRAY, sub_type=GGUFValueType.BOOL)
         else:
@@ -640,6 +668,22 @@ def write_model(
     plan = _plan(s, weight_type, expert_type, embd_type, output_type)
     rng = np.random.default_rng(seed)
     _write_random_tensors(_new_writer(p, s, tokenizer), plan.tensors, rng)
+    return p
+
+
+def write_deepseek32(
+    path: str | os.PathLike[str], *, weight_type: str = "f32", omit: Iterable[str] = (), seed: int = 0, **overrides: Any
+) -> Path:
+    """Write a tiny DeepSeek-V3.2 (`deepseek32`, DSA) model that llama.cpp 0.3.36 loads on the CPU.
+
+    deepseek2's MLA layers plus each layer's lightning indexer; `overrides` replace ArchShape fields
+    (n_layer, kv_lora_rank, rope_dim, indexer_head_dim, ...); `omit` leaves keys out of the header
+    (names without the `deepseek32.` prefix), for the spec's refusals.
+    """
+    p = Path(path)
+    s = _resolve("deepseek32", overrides)
+    plan = _plan(s, weight_type, None, None, None)
+    _write_random_tensors(_new_writer(p, s, "none", omit), plan.tensors, np.random.default_rng(seed))
     return p
 
 

@@ -55,6 +55,22 @@ DSV4_REQUIRED_KEYS = (
     "hash_layer_count",
     "expert_gating_func",
 )
+DSA_ARCH = "deepseek32"
+# Keys llama_model_deepseek32::load_arch_hparams reads without a default (src/models/deepseek32.cpp),
+# and the MLA ones its cache is sized by: llama.cpp refuses a file without any of them.
+DSA_REQUIRED_KEYS = (
+    "attention.indexer.key_length",
+    "attention.kv_lora_rank",
+    "attention.key_length_mla",
+    "attention.value_length_mla",
+    "attention.layer_norm_rms_epsilon",
+    "attention.q_lora_rank",
+    "expert_feed_forward_length",
+    "expert_shared_count",
+    "attention.indexer.head_count",
+    "attention.indexer.top_k",
+    "expert_gating_func",
+)
 DSV4_RATIOS = (0, 4, 128)  # window only, CSA (+ indexer), HCA: the only ones llama.cpp loads
 _DSV4_SQRT_SOFTPLUS = 4  # llama-hparams.h LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
 _DSV4_HC_MULT = 4  # src/models/deepseek4.cpp asserts hc == 4 when it builds the graph
@@ -123,7 +139,8 @@ class ModelSpec:
     # llama.cpp loads such a file (weights only) but aborts the process on its first tokenize.
     tokenizer_model: str | None = None
     # DeepSeek-V4 (`deepseek4`) compressed cache: per layer 0 (window only), 4 (CSA + lightning
-    # indexer) or 128 (HCA); the indexer's key length. Empty / 0 for every other architecture.
+    # indexer) or 128 (HCA); the indexer's key length (also DeepSeek-V3.2's, `deepseek32`, whose
+    # DSA indexer caches one key per token). Empty / 0 for every other architecture.
     compress_ratios: tuple[int, ...] = ()
     indexer_head_size: int = 0
 
@@ -385,6 +402,9 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         indexer_head_size = int(meta[f"{arch}.attention.indexer.key_length"])
         if n_layer_nextn and f"blk.{n_layer - n_layer_nextn}.nextn.eh_proj.weight" not in by_name:
             n_layer_nextn = 0  # llama.cpp drops MTP layers whose weights the file does not carry
+    elif arch == DSA_ARCH:
+        _check_dsa_header(meta, path)
+        indexer_head_size = int(meta[f"{arch}.attention.indexer.key_length"])
 
     return ModelSpec(
         path=path,
@@ -500,3 +520,21 @@ def _check_dsv4_header(
         )
     if n_rot > indexer:
         raise GGUFError(path, f"rope.dimension_count {n_rot} is larger than the indexer head ({indexer})")
+
+
+def _check_dsa_header(meta: dict[str, Any], path: Path) -> None:
+    """Refuse, in one line, a DeepSeek-V3.2 (DSA) header llama.cpp would refuse or crash on."""
+    a = DSA_ARCH
+    for key in DSA_REQUIRED_KEYS:
+        if f"{a}.{key}" not in meta:
+            raise GGUFError(path, f"{a}.{key} is missing: llama.cpp needs it to load a DeepSeek-V3.2 model")
+    # The indexer's keys are rotated by one Hadamard matrix the size of the largest power of two
+    # (>= 64) dividing key_length (llama_kv_cache::build_input_k_rot), multiplied with the whole key
+    # (src/models/deepseek32.cpp): any other length fails a GGML_ASSERT, which kills the process.
+    indexer = int(meta[f"{a}.attention.indexer.key_length"])
+    if indexer < _DSV4_ROT_BLOCK or indexer & (indexer - 1):
+        raise GGUFError(
+            path,
+            f"{a}.attention.indexer.key_length {indexer} is not a power of two of at least {_DSV4_ROT_BLOCK}, "
+            "as llama.cpp needs",
+        )
