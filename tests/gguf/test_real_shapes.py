@@ -1,5 +1,5 @@
 """Sparse GGUFs at published dimensions (testkit/real_shapes.py): what the planner reads from them,
-and DeepSeek-V4's 1M-token cache against llama.cpp's own dry run (no allocation, header only)."""
+and the 1M-token caches against llama.cpp's own dry run (no allocation, header only)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def test_model_spec_reads_the_published_dimensions(real: dict[str, Path]) -> Non
     assert flash.n_layer == 43 and flash.compress_ratios[:4] == (0, 0, 4, 128)
     v32 = load_model_spec(real["v3.2"])
     assert v32.architecture == "deepseek32" and v32.is_mla and v32.head_dim_k == 576
+    assert v32.indexer_head_size == 128 and v32.compress_ratios == ()
     llama = load_model_spec(real["llama-405b"])
     assert llama.n_layer == 126 and set(llama.n_head_kv) == {8} and llama.head_dim_k == 128
     assert 400e9 < llama.n_params < 410e9
@@ -51,7 +52,7 @@ def test_model_spec_reads_the_published_dimensions(real: dict[str, Path]) -> Non
 pytest.importorskip("llama_cpp")
 
 
-@pytest.mark.parametrize("key", ["v4-flash", "v4-pro", "llama-405b"])
+@pytest.mark.parametrize("key", ["v4-flash", "v4-pro", "v3.2", "llama-405b"])
 def test_cache_at_1m_equals_llama_cpps_dry_run(real: dict[str, Path], key: str) -> None:
     settings = Settings(n_ctx=CTX_1M, n_threads=1, n_threads_batch=1)
     ours = kv_cache_bytes(load_model_spec(real[key]), settings)

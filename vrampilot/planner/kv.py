@@ -27,6 +27,10 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
   `n_seq * (1 + n_rs_seq)` planes, a kv and a score tensor each: CSA `8 x 2*key_length`, HCA
   `128 x key_length`, indexer `8 x 2*indexer.key_length`. States skip the MTP layers; the caches
   cover every block (llama_kv_cache walks n_layer_all).
+- DeepSeek-V3.2 (`deepseek32`, DSA; llama-kv-cache-dsa.cpp) keeps the MLA cache above and, beside
+  it, a lightning-indexer cache: a second llama_kv_cache of the same cells, streams and type_k over
+  the same (non-MTP) layers, K only, one head of `indexer.key_length`. llama.cpp logs it as a second
+  `llama_kv_cache: size = ...` line.
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def effective_ubatch(spec: ModelSpec, settings: Settings) -> int:
 class KvPart:
     """One cache of a family with several (DeepSeek-V4): as llama.cpp logs it, in its log order."""
 
-    name: str  # "window", "csa", "hca", "indexer", "csa state", "hca state", "indexer state"
+    name: str  # "window", "csa", "hca", "indexer", "csa state", "hca state", "indexer state"; DSA: "mla", "indexer"
     cells: int  # cells per stream (states: rows per plane)
     layers: int
     streams: int  # streams (states: planes)
@@ -121,7 +125,7 @@ class KvBreakdown:
     recurrent_bytes: int
     total_bytes: int  # k + v + recurrent + state
     per_layer_bytes: tuple[int, ...]  # K+V (+ recurrent state) of each layer, for the device split
-    parts: tuple[KvPart, ...] = ()  # DeepSeek-V4: each cache and compressor state
+    parts: tuple[KvPart, ...] = ()  # DeepSeek-V4: each cache and compressor state; V3.2: MLA and indexer
     state_bytes: int = 0  # DeepSeek-V4's f32 compressor states
 
 
@@ -195,6 +199,18 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
         else:
             base += k + v
 
+    parts: tuple[KvPart, ...] = ()
+    if spec.indexer_head_size:  # DSA: the lightning indexer's own cache (llama_kv_cache_dsa)
+        row = row_bytes(settings.type_k, spec.indexer_head_size) * cells * n_streams
+        for il in layers:
+            per_layer[il] += row
+        indexer = row * len(layers)
+        parts = (
+            KvPart("mla", cells, len(layers), n_streams, k_total),
+            KvPart("indexer", cells, len(layers), n_streams, indexer),
+        )
+        k_total += indexer
+
     recurrent = 0
     if any(spec.recurrent_layers):
         per_state = _recurrent_row_elems(spec) * RECURRENT_STATE_BYTES * n_seq
@@ -214,6 +230,7 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
         recurrent_bytes=recurrent,
         total_bytes=k_total + v_total + recurrent,
         per_layer_bytes=tuple(per_layer),
+        parts=parts,
     )
 
 
