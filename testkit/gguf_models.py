@@ -205,30 +205,6 @@ TINY: dict[str, ArchShape] = {
         head_dim_v_mla=64,
         tied=False,
     ),
-    # DeepSeek-V3.2 (DSA): deepseek2's MLA plus a lightning indexer per layer (src/models/deepseek32.cpp)
-    "deepseek32": _d(
-        "deepseek32",
-        n_layer=3,
-        n_embd=256,
-        n_head=4,
-        n_head_kv=1,
-        n_ff=512,
-        n_vocab=1024,
-        n_dense_lead=1,
-        n_expert=4,
-        n_expert_used=2,
-        n_ff_expert=64,
-        n_expert_shared=1,
-        q_lora_rank=96,
-        kv_lora_rank=128,
-        rope_dim=32,
-        head_dim_k_mla=96,
-        head_dim_v_mla=64,
-        indexer_n_head=4,
-        indexer_head_dim=64,
-        indexer_top_k=64,
-        tied=False,
-    ),
     "gpt-oss": _d(
         "gpt-oss",
         n_layer=4,
@@ -247,6 +223,16 @@ TINY: dict[str, ArchShape] = {
         rope_freq_base=150000.0,
     ),
 }
+
+# DeepSeek-V3.2 (DSA): deepseek2's MLA layers plus a lightning indexer each (src/models/deepseek32.cpp)
+TINY["deepseek32"] = replace(
+    TINY["deepseek2"],
+    arch="deepseek32",
+    name="tiny-deepseek32",
+    indexer_n_head=4,
+    indexer_head_dim=64,
+    indexer_top_k=64,
+)
 
 # Real shapes for header-only files (values from the models' config.json / GGUF headers).
 BIG: dict[str, ArchShape] = {

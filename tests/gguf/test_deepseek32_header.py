@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from testkit.gguf_models import write_deepseek32
-from vrampilot.gguf.reader import GGUFError
+from tests.gguf.refusals import one_line_refusal
 from vrampilot.gguf.spec import DSA_REQUIRED_KEYS, load_model_spec
 
 
@@ -20,12 +20,7 @@ def test_reads_the_indexer_key(tmp_path: Path) -> None:
 
 
 def _refusal(tmp_path: Path, **shape: Any) -> str:
-    path = write_deepseek32(tmp_path / "bad.gguf", **shape)
-    with pytest.raises(GGUFError) as err:
-        load_model_spec(path)
-    message = str(err.value)
-    assert "\n" not in message and message.startswith(str(path))
-    return message
+    return one_line_refusal(write_deepseek32(tmp_path / "bad.gguf", **shape))
 
 
 @pytest.mark.parametrize("key", DSA_REQUIRED_KEYS)

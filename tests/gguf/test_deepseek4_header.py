@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from testkit.gguf_models import write_deepseek4
-from vrampilot.gguf.reader import GGUFError
+from tests.gguf.refusals import one_line_refusal
 from vrampilot.gguf.spec import DSV4_REQUIRED_KEYS, load_model_spec
 
 
@@ -29,12 +29,7 @@ def test_reads_the_cache_keys(tmp_path: Path) -> None:
 
 
 def _refusal(tmp_path: Path, **shape: Any) -> str:
-    path = write_deepseek4(tmp_path / "bad.gguf", **shape)
-    with pytest.raises(GGUFError) as err:
-        load_model_spec(path)
-    message = str(err.value)
-    assert "\n" not in message and message.startswith(str(path))
-    return message
+    return one_line_refusal(write_deepseek4(tmp_path / "bad.gguf", **shape))
 
 
 @pytest.mark.parametrize("key", DSV4_REQUIRED_KEYS)
