@@ -657,6 +657,17 @@ def write_model(
     return p
 
 
+def write_renamed(path: str | os.PathLike[str], base: str, arch: str, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write the tiny `base` model (its tensors and keys) under another architecture name, `arch`:
+    one whose llama.cpp loader reads the same tensors and keys (nanbeige is llama's, maincoder
+    qwen3's), for plans of architectures the cache formula is not verified on."""
+    p = Path(path)
+    s = _resolve(base, overrides)
+    plan = _plan(s, "f16", None, None, None)
+    _write_random_tensors(_new_writer(p, replace(s, arch=arch), "none"), plan.tensors, np.random.default_rng(seed))
+    return p
+
+
 def write_deepseek32(
     path: str | os.PathLike[str], *, weight_type: str = "f32", omit: Iterable[str] = (), seed: int = 0, **overrides: Any
 ) -> Path:

@@ -6,7 +6,15 @@ from typing import Any
 
 from vrampilot.planner.cache_table import CacheTable, tokens_label
 from vrampilot.planner.calibration import last_reply_for
-from vrampilot.planner.explain import REASON, WARNING, alternative_rows, last_measured, prompt_tokens, why_lines
+from vrampilot.planner.explain import (
+    REASON,
+    WARNING,
+    alternative_rows,
+    cache_source_text,
+    last_measured,
+    prompt_tokens,
+    why_lines,
+)
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import backend_key
@@ -51,6 +59,8 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "memory": memory_to_dict(plan.memory),
         "devices": devices_to_dict(plan),
         "compute_source": plan.compute_source,
+        "kv_source": plan.kv_source,
+        "kv_source_text": cache_source_text(plan),
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
         "fits": plan.fits,
         "speed": _speed_dict(plan),
@@ -158,6 +168,7 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {name:<7}{vals}  {format_bytes(budget)}")
         lines.append(f"  {'':<7}{_bar(comp, budget)}")
     lines.append(f"  {_compute_source_line(plan)}")
+    lines.append(f"  {cache_source_text(plan)}")
     lines.append("")
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(

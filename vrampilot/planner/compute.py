@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
-from vrampilot.planner.kv import effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
+from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
 from vrampilot.planner.settings import Settings
 
 F32 = 4
@@ -233,6 +233,12 @@ class GraphEstimate:
         default_factory=dict, hash=False
     )  # a Plan stays hashable
 
+    # Architectures the cache formula is not verified on (planner/families.py): graph_key ->
+    # (KV cache bytes, output buffer bytes) as llama.cpp's dry run counted them, and the ratio of
+    # the last count to the formula's KV, which ranks the candidates not counted.
+    counted: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict, hash=False)
+    kv_scale: float = 1.0
+
     def graph_bytes(self, spec: ModelSpec, settings: Settings) -> int:
         """The whole graph in one buffer (a CPU plan's compute buffer)."""
         exact = self.measured.get(graph_key(settings), {}).get(GRAPH)
@@ -252,6 +258,64 @@ class GraphEstimate:
         ratio to the measurement corrects the formula for every configuration not measured."""
         scale = sum(buffers.values()) / formula_bytes if formula_bytes > 0 else 1.0
         return replace(self, scale=scale, measured={**self.measured, graph_key(settings): dict(buffers)})
+
+    def is_counted(self, settings: Settings) -> bool:
+        """True when llama.cpp counted the cache and output buffer of `settings` (a routed plan)."""
+        return graph_key(settings) in self.counted
+
+    def kv_breakdown(self, spec: ModelSpec, settings: Settings) -> KvBreakdown:
+        """The formula's cache, or, for a routed architecture, llama.cpp's count of it (the
+        formula's per-layer shares kept for the device split; scaled by the last count's ratio
+        where these settings were not counted)."""
+        kv = kv_cache_bytes(spec, settings)
+        count = self.counted.get(graph_key(settings))
+        if count is not None:
+            return _with_total(kv, count[0])
+        if self.counted and self.kv_scale != 1.0:
+            return _with_total(kv, round(kv.total_bytes * self.kv_scale))
+        return kv
+
+    def output_bytes(self, spec: ModelSpec, settings: Settings) -> int:
+        count = self.counted.get(graph_key(settings))
+        return count[1] if count is not None else output_buffer_bytes(spec, settings)
+
+    def count(
+        self, spec: ModelSpec, settings: Settings, kv_bytes: int, output_bytes: int, tolerance: int
+    ) -> GraphEstimate:
+        """Learn llama.cpp's count of the cache and output buffer of `settings` (a dry run's prints,
+        each sum within `tolerance`). Where the formula reads the same to the print it is kept,
+        being exact to the byte; else llama.cpp's count stands."""
+        kv_formula = kv_cache_bytes(spec, settings).total_bytes
+        out_formula = output_buffer_bytes(spec, settings)
+        kv = kv_formula if abs(kv_formula - kv_bytes) <= tolerance else kv_bytes
+        out = out_formula if abs(out_formula - output_bytes) <= tolerance else output_bytes
+        scale = kv / kv_formula if kv_formula > 0 else 1.0
+        return replace(self, kv_scale=scale, counted={**self.counted, graph_key(settings): (kv, out)})
+
+
+def _with_total(kv: KvBreakdown, total: int) -> KvBreakdown:
+    """`kv` with `total` bytes, shared among its layers as the formula shares them (evenly when the
+    formula has none), so that the device split still follows the layers."""
+    n = len(kv.per_layer_bytes)
+    if total == kv.total_bytes or n == 0:
+        return replace(kv, total_bytes=total)
+    base = sum(kv.per_layer_bytes)
+    weights = kv.per_layer_bytes if base > 0 else (1,) * n
+    per_layer = [total * w // sum(weights) for w in weights]
+    per_layer[-1] += total - sum(per_layer)
+    ratio = total / kv.total_bytes if kv.total_bytes else 0.0
+    return replace(
+        kv,
+        k_bytes=round(kv.k_bytes * ratio),
+        v_bytes=round(kv.v_bytes * ratio),
+        base_bytes=round(kv.base_bytes * ratio),
+        swa_bytes=round(kv.swa_bytes * ratio),
+        recurrent_bytes=round(kv.recurrent_bytes * ratio),
+        state_bytes=round(kv.state_bytes * ratio),
+        total_bytes=total,
+        per_layer_bytes=tuple(per_layer),
+        parts=(),
+    )
 
 
 FORMULA = GraphEstimate()

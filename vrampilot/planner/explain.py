@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vrampilot.planner.calibration import last_reply_for
+from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
 from vrampilot.speed.measured import LastReply
@@ -23,9 +24,25 @@ class WhyLine:
     text: str
 
 
+def cache_source_text(plan: Plan) -> str:
+    """How the plan's KV cache was sized: the verified formula, llama.cpp's count (an architecture
+    the formula is not verified on, planner/families.py), or the unverified formula."""
+    arch = plan.spec.architecture
+    if plan.kv_source == "llama.cpp":
+        return (
+            f"KV cache and output buffer: {COUNTED_BY_LLAMA_CPP} (its dry run at these settings; "
+            f"the cache formula is not verified on {arch!r})"
+        )
+    if plan.kv_source == "estimate":
+        return f"KV cache: estimated, the cache formula is not verified on {arch!r} and llama.cpp could not count it"
+    return f"KV cache: llama.cpp's cache layout for {arch!r}, verified exact against llama.cpp"
+
+
 def why_lines(plan: Plan) -> list[WhyLine]:
-    """The reasons in the planner's order, then the warnings, then what would fit (if nothing does)."""
-    lines = [WhyLine(REASON, r) for r in plan.reasons] + [WhyLine(WARNING, w) for w in plan.warnings]
+    """The reasons in the planner's order, then the warnings, then what would fit (if nothing does).
+    A routed architecture's plan says first where its cache comes from."""
+    lines = [WhyLine(REASON, cache_source_text(plan))] if plan.kv_source != "formula" else []
+    lines += [WhyLine(REASON, r) for r in plan.reasons] + [WhyLine(WARNING, w) for w in plan.warnings]
     if plan.suggestion:
         lines.append(WhyLine(SUGGESTION, plan.suggestion))
     return lines

@@ -408,6 +408,11 @@ class GraphCompute:
     compute_bytes: dict[str, int]  # per buffer (CPU on a CPU build; CUDA0, CUDA_Host, ... on others)
     refused: str | None
     seconds: float
+    # The same dry run's cache and output buffer, at print resolution (planner/families.py routes
+    # the architectures whose cache the formula is not verified on to these numbers).
+    kv_bytes: int = 0
+    kv_lines: int = 0  # printed lines kv_bytes sums (each exact to PRINT_RESOLUTION_BYTES)
+    output_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -506,6 +511,7 @@ def _graph_compute(
                 settings.n_ctx,
                 settings.n_ubatch,
                 settings.n_seq,
+                kv_unified(settings),
                 settings.flash_attn,
                 settings.type_k,
                 settings.type_v,
@@ -540,7 +546,14 @@ def _graph_compute(
                     llama_cpp.llama_free(ctx)
                 lines = "".join(chunks[start:]).splitlines()
             parsed = _parse(lines, True, refused, time.perf_counter() - t0)
-            result = GraphCompute(dict(parsed.compute_bytes), refused, parsed.seconds)
+            result = GraphCompute(
+                dict(parsed.compute_bytes),
+                refused,
+                parsed.seconds,
+                kv_bytes=parsed.kv_bytes,
+                kv_lines=len(parsed.kv_lines) + len(parsed.state_lines) + (1 if parsed.recurrent_bytes else 0),
+                output_bytes=parsed.output_bytes,
+            )
             _results[rkey] = result
             while len(_results) > _RESULTS_KEPT:
                 _results.popitem(last=False)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes, output_buffer_bytes
-from vrampilot.planner.kv import KvBreakdown, kv_cache_bytes
+from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
+from vrampilot.planner.kv import KvBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -111,8 +111,8 @@ def memory_breakdown(
     spec: ModelSpec, settings: Settings, target: Target, graph: GraphEstimate = FORMULA
 ) -> MemoryBreakdown:
     n_dev = len(target.gpus) if target.has_gpu and settings.n_gpu_layers > 0 else 0
-    kv = kv_cache_bytes(spec, settings)
-    output = output_buffer_bytes(spec, settings)
+    kv = graph.kv_breakdown(spec, settings)
+    output = graph.output_bytes(spec, settings)
     if n_dev == 0:
         host = Components(
             weights_bytes=spec.weight_bytes,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.families import is_routed
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import SpeedPrediction
@@ -81,6 +82,15 @@ class Plan:
     def compute_source(self) -> str:
         """ "llama.cpp" when the chosen settings' compute buffer is llama.cpp's own number."""
         return "llama.cpp" if self.graph.is_measured(self.settings) else "estimate"
+
+    @property
+    def kv_source(self) -> str:
+        """ "llama.cpp" when the chosen settings' KV cache is llama.cpp's count (an architecture the
+        formula is not verified on, planner/families.py), "formula" when the formula is verified on
+        this architecture, "estimate" when it is not and llama.cpp could not be asked."""
+        if self.graph.is_counted(self.settings):
+            return "llama.cpp"
+        return "estimate" if is_routed(self.spec.architecture) else "formula"
 
     @property
     def device_budget_bytes(self) -> int:

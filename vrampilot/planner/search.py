@@ -15,6 +15,7 @@ from functools import partial
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.alternatives import neighbours
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
 from vrampilot.planner.plan import (
@@ -141,12 +142,20 @@ def plan(
     search again with the formula corrected by what it said, and report the measured number. The
     first dry run of a file also loads its header (1-500 ms); later plans of the same file reuse it.
     Falls back to the formula when llama.cpp cannot read the file.
+
+    An architecture the cache formula is not verified on (planner/families.py) is routed: its KV
+    cache and output buffer come from the same dry runs, exact or not, so that the chosen settings
+    and the verdict rest on llama.cpp's count; the search ranks candidates with the formula scaled
+    by the last count. One llama.cpp does not know is refused in one line.
     """
     pins = pins or Pins()
     _validate(spec, pins)
+    if not loadable(spec.architecture):
+        arch = spec.architecture if len(spec.architecture) <= 64 else spec.architecture[:61] + "..."
+        raise PlanError(f"llama.cpp cannot load this model: unknown model architecture: '{arch}'")
     g = FORMULA
     chosen, fits, tried = _choose(spec, target, pins, g)
-    if exact:
+    if exact or is_routed(spec.architecture):
         # The measurement can move the choice (a tighter or looser compute buffer); a few rounds
         # settle it, each measuring the settings the previous one chose. Measurements accumulate,
         # so a choice that swings between two settings settles once both are measured; three
@@ -167,13 +176,15 @@ def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> 
     """Ask llama.cpp for the compute buffers of `s` (see measure.graph_compute): on the target's
     own devices when this machine has them, else the whole graph on the CPU."""
     from vrampilot.planner.compute import GRAPH, HOST, dry_run_surplus_bytes
-    from vrampilot.planner.measure import graph_compute
+    from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, graph_compute
 
     on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
     devices = tuple(gpu.llama_name or "" for gpu in target.gpus)
     m = graph_compute(spec.path, s, devices if on_devices else None)
     if m is None or m.refused:
         return None
+    if is_routed(spec.architecture):
+        g = g.count(spec, s, m.kv_bytes, m.output_bytes, PRINT_RESOLUTION_BYTES * max(m.kv_lines, 1))
     formula = memory_breakdown(spec, s, target, FORMULA)
     if not on_devices:
         whole = FORMULA.graph_bytes(spec, s)
