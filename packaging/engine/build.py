@@ -162,7 +162,7 @@ def _nvidia_gpu_visible() -> bool:
     if sys.platform != "win32" and Path("/dev/nvidia0").exists():
         return True
     smi = shutil.which("nvidia-smi")
-    return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+    return smi is not None and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -832,14 +832,14 @@ def ensure_wheel(python: str) -> Path:
             raw = raw_dir / built.name
             shutil.copyfile(built, raw.with_suffix(".part"))
             os.replace(raw.with_suffix(".part"), raw)
-    built, skipped = gpu_backends()
+    backends, skipped = gpu_backends()
     manifest: dict[str, object] = {
         "recipe_key": key,
         "recipe": recipe(),
         "cpu_variants": read_variant_table(sdist),
-        "gpu_backends": built,
+        "gpu_backends": backends,
         "gpu_skipped": skipped,  # why the build machine built without them (vrampilot doctor says it)
-        "vulkan_source": vulkan_inputs()[0].source if "vulkan" in built else None,  # type: ignore[union-attr]
+        "vulkan_source": vulkan_inputs()[0].source if "vulkan" in backends else None,  # type: ignore[union-attr]  # vulkan was built, so its inputs were found
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     target_dir.mkdir(parents=True, exist_ok=True)
@@ -929,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
         print(ensure_wheel(args.python))
     elif args.check:
         manifest = installed_manifest(args.python)
-        ok = bool(manifest) and manifest.get("recipe_key") == recipe_key()
+        ok = manifest is not None and manifest.get("recipe_key") == recipe_key()
         log("installed engine matches the recipe" if ok else "installed engine does not match the recipe")
         return 0 if ok else 1
     else:
