@@ -54,6 +54,11 @@ _ARGS: tuple[_Arg, ...] = (
     _Arg("tensor_split", "-ts", "tensor_split", _shares, list, when=bool),
     _Arg("rpc_servers", "--rpc", None, ",".join, list, when=bool),
     _Arg("devices", "--device", None, ",".join, list, when=bool),
+    # Tensors kept in host memory (planner/placement.py). llama-cpp-python takes no keyword for
+    # them: the engine sets llama_model_params.tensor_buft_overrides from cpu_override_patterns,
+    # the same list these two flags expand to in llama-server.
+    _Arg("n_cpu_moe", "--n-cpu-moe", None, str, int, when=bool),
+    _Arg("cpu_tensor_patterns", "-ot", None, lambda v: ",".join(f"{p}=CPU" for p in v), list, when=bool),
 )
 
 

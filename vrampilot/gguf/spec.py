@@ -78,6 +78,10 @@ _DSV4_ROT_BLOCK = 64  # llama-kv-cache.cpp rotates the indexer keys in Hadamard 
 _MAX_LAYERS = 512  # LLAMA_MAX_LAYERS
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+# llama.cpp's LLM_FFN_EXPS_REGEX (common/common.h): the routed experts' tensors, which
+# --n-cpu-moe / --cpu-moe keep in host memory. The router (ffn_gate_inp) and shared experts
+# (ffn_*_shexp) do not match.
+EXPERT_TENSOR_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -135,6 +139,9 @@ class ModelSpec:
     # Multi-token-prediction blocks counted in block_count (`nextn_predict_layers`): llama.cpp gives
     # them no KV cache in the main context and does not run them there.
     n_layer_nextn: int = 0
+    # Per repeating layer: bytes of its routed experts' tensors (EXPERT_TENSOR_RE), the part
+    # --n-cpu-moe moves to host memory; () for a file without experts.
+    layer_expert_bytes: tuple[int, ...] = ()
     # `tokenizer.ggml.model` ("gpt2", "llama", ...); None when the file has none, or says "none":
     # llama.cpp loads such a file (weights only) but aborts the process on its first tokenize.
     tokenizer_model: str | None = None
@@ -362,6 +369,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
 
     # Weights
     layer_bytes = [0] * n_layer
+    expert_bytes = [0] * n_layer
     active_bytes = [0.0] * n_layer
     active_params = [0.0] * n_layer
     expert_share = int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(
@@ -375,6 +383,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         if m and int(m.group(1)) < n_layer:
             il = int(m.group(1))
             layer_bytes[il] += t.n_bytes
+            if EXPERT_TENSOR_RE.search(t.name):
+                expert_bytes[il] += t.n_bytes
             share = expert_share if "_exps" in t.name and expert_share > 0 else 1.0
             active_bytes[il] += t.n_bytes * share
             active_params[il] += t.n_elements * share
@@ -457,6 +467,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         unknown=tuple(unknown),
         split_paths=tuple(p.path for p in parts) if len(parts) > 1 else (),
         n_layer_nextn=n_layer_nextn,
+        layer_expert_bytes=tuple(expert_bytes) if any(expert_bytes) else (),
         compress_ratios=compress_ratios,
         indexer_head_size=indexer_head_size,
     )

@@ -7,7 +7,9 @@ is the output layer. So the output layer is the first to move and layer 0 the la
 embedding always stays on the host. With several devices (GPUs, RPC hosts) the offloaded layers
 are cut by the split (-ts, by default each device's free memory) in order, and each device holds
 its layers' weights and KV cache and a compute buffer of its own; tests hold this against
-llama.cpp's per-device buffers with two RPC hosts on loopback.
+llama.cpp's per-device buffers with two RPC hosts on loopback. Tensors a CPU override matches
+(a MoE layer's routed experts under --n-cpu-moe, the user's -ot patterns; planner/placement.py)
+stay in host memory while the rest of their layer and its KV cache go to the layer's device.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
 from vrampilot.planner.kv import KvBreakdown
+from vrampilot.planner.placement import host_layer_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -60,6 +63,9 @@ class MemoryBreakdown:
     layer_devices: tuple[int, ...] = ()  # per repeating layer: the device's position, -1 on the CPU
     output_device: int = -1
     pipelined: bool = False  # llama.cpp pipelines the ubatch across the devices (see compute.py)
+    # Per repeating layer: bytes of its weights in host memory although the layer is offloaded
+    # (CPU overrides: experts under --n-cpu-moe, -ot patterns); all zero without overrides.
+    host_override_bytes: tuple[int, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -125,13 +131,15 @@ def memory_breakdown(
         )
     shares = device_shares(target, settings)
     where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
+    kept = host_layer_bytes(spec, settings)
+    moved = tuple(kept[il] if where[il] >= 0 else 0 for il in range(spec.n_layer))
     # llama.cpp pipelines ubatches across several devices when every layer is offloaded and each
     # device supports async compute and events (llama-context.cpp); RPC and CUDA devices do.
     pipelined = n_dev > 1 and settings.n_gpu_layers > spec.n_layer and all(g.asynchronous for g in target.gpus)
     per_device = []
     for d in range(n_dev):
         mine = [il for il, x in enumerate(where) if x == d]
-        weights = sum(spec.layer_weight_bytes[il] for il in mine)
+        weights = sum(spec.layer_weight_bytes[il] - moved[il] for il in mine)
         if out_dev == d:
             weights += spec.output_bytes
             if spec.tied_embeddings:
@@ -156,7 +164,10 @@ def memory_breakdown(
         )
     host_layers = [il for il, x in enumerate(where) if x < 0]
     host_weights = (
-        spec.token_embd_bytes + spec.other_weight_bytes + sum(spec.layer_weight_bytes[il] for il in host_layers)
+        spec.token_embd_bytes
+        + spec.other_weight_bytes
+        + sum(spec.layer_weight_bytes[il] for il in host_layers)
+        + sum(moved)
     )
     if out_dev < 0:
         host_weights += spec.output_bytes
@@ -176,6 +187,7 @@ def memory_breakdown(
         layer_devices=where,
         output_device=out_dev,
         pipelined=pipelined,
+        host_override_bytes=moved,
     )
 
 

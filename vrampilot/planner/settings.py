@@ -29,6 +29,13 @@ class Settings:
     # The devices, as llama-server names them (--device), and the RPC hosts they include (--rpc).
     devices: tuple[str, ...] = ()
     rpc_servers: tuple[str, ...] = ()
+    # Mixture of experts: the routed experts of the first n_cpu_moe layers stay in host memory
+    # (llama.cpp's --n-cpu-moe), while the rest of those layers (attention, norms, shared experts)
+    # and their KV cache go where -ngl puts them.
+    n_cpu_moe: int = 0
+    # Tensor-name patterns (std::regex, searched) whose tensors stay in host memory: the user's
+    # own `-ot PATTERN=CPU`. Experts are placed with n_cpu_moe; this is for anything else.
+    cpu_tensor_patterns: tuple[str, ...] = ()
 
     @property
     def n_outputs_max(self) -> int:
@@ -46,11 +53,13 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("n_seq")
-        for key in ("tensor_split", "devices", "rpc_servers"):
+        for key in ("tensor_split", "devices", "rpc_servers", "cpu_tensor_patterns"):
             if d[key]:
                 d[key] = list(d[key])
             else:
                 del d[key]  # one device: the JSON stays as it was
+        if not d["n_cpu_moe"]:
+            del d["n_cpu_moe"]
         return d
 
     @property
