@@ -62,6 +62,8 @@ def test_a_header_llama_cpp_refuses_is_refused_first(tmp_path: Path, shape: dict
         ({"indexer_head_dim": 32}, "indexer.key_length 32 is not a multiple of 64"),
         ({"o_groups": 3}, "output_group_count 3 does not divide"),
         ({"rope_dim": 128}, "rope.dimension_count 128 is larger than the head"),
+        # one shared KV head: with more, the graph's set_rows of one head's row into the wider cache asserts
+        ({"n_head_kv": 2}, "head_count_kv is 2: llama.cpp's DeepSeek-V4 graph supports only 1"),
         # an empty indexer cache (no ratio-4 layer) divides by zero in llama_kv_cache::build_input_k_rot
         ({"compress_ratios": (0, 128, 128, 0)}, "no layer has compression ratio 4"),
         ({"compress_ratios": (0, 0, 0, 0)}, "no layer has compression ratio 4"),

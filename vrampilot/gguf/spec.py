@@ -407,7 +407,7 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     compress_ratios: tuple[int, ...] = ()
     indexer_head_size = 0
     if arch == DSV4_ARCH:
-        _check_dsv4_header(meta, path, n_layer, n_head, head_dim_k, head_dim_v, n_rot)
+        _check_dsv4_header(meta, path, n_layer, n_head, n_head_kv, head_dim_k, head_dim_v, n_rot)
         compress_ratios = tuple(int(r) for r in meta[f"{arch}.attention.compress_ratios"][:n_layer])
         indexer_head_size = int(meta[f"{arch}.attention.indexer.key_length"])
         if n_layer_nextn and f"blk.{n_layer - n_layer_nextn}.nextn.eh_proj.weight" not in by_name:
@@ -474,7 +474,14 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
 
 
 def _check_dsv4_header(
-    meta: dict[str, Any], path: Path, n_layer: int, n_head: tuple[int, ...], head_k: int, head_v: int, n_rot: int
+    meta: dict[str, Any],
+    path: Path,
+    n_layer: int,
+    n_head: tuple[int, ...],
+    n_head_kv: tuple[int, ...],
+    head_k: int,
+    head_v: int,
+    n_rot: int,
 ) -> None:
     """Refuse, in one line, a DeepSeek-V4 header llama.cpp would refuse or crash on.
 
@@ -507,6 +514,12 @@ def _check_dsv4_header(
         raise GGUFError(path, f"{a}.hyper_connection.count is {hc}: llama.cpp's DeepSeek-V4 graph supports only 4")
     if head_k != head_v:
         raise GGUFError(path, f"key_length {head_k} and value_length {head_v} differ: DeepSeek-V4 needs them equal")
+    # V4 attends with one shared KV head: the cache is sized by head_count_kv but the graph writes
+    # one head's row into it (ggml_set_rows asserts in build_raw_attention and the process dies).
+    if any(h != 1 for h in n_head_kv[:n_layer]):
+        raise GGUFError(
+            path, f"{a}.attention.head_count_kv is {max(n_head_kv)}: llama.cpp's DeepSeek-V4 graph supports only 1"
+        )
     groups = int(meta[f"{a}.attention.output_group_count"])
     if groups <= 0 or any(h % groups for h in n_head):
         raise GGUFError(path, f"{a}.attention.output_group_count {groups} does not divide the head count")
