@@ -9,10 +9,13 @@ driver is installed the tests skip with the reason, except under VRAMPILOT_REQUI
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -71,3 +74,19 @@ def vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_child(script: str, *args: str, timeout: int = 600) -> dict[str, Any]:
+    """Run tests/gpu/<script> in a fresh interpreter (llama.cpp reads VRAMPILOT_SOFTWARE_GPU when
+    its backends load, once per process) and return the JSON object of its last output line."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return result
