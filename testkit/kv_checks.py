@@ -148,8 +148,26 @@ def assert_dsv4_parts_match(spec: ModelSpec, settings: Settings, m: MeasuredBuff
     for state in m.state_lines:
         assert_state_matches(settings, parts[DSV4_STATE_PARTS[state.name]], state)
     n_lines = len(m.kv_lines) + len(m.state_lines)
-    assert abs(kv.total_bytes - m.kv_bytes) <= n_lines * PRINT_RESOLUTION_BYTES, settings
-    assert sum(kv.per_layer_bytes) == kv.total_bytes == sum(p.bytes for p in kv.parts)
+    main = kv.total_bytes - (kv.draft.bytes if kv.draft else 0)
+    assert abs(main - m.kv_bytes) <= n_lines * PRINT_RESOLUTION_BYTES, settings
+    assert sum(kv.per_layer_bytes) == kv.total_bytes and main == sum(p.bytes for p in kv.parts)
+    assert_draft_matches(spec, settings, m)
+
+
+def assert_draft_matches(spec: ModelSpec, settings: Settings, m: MeasuredBuffers) -> None:
+    """With MTP drafting, the draft context's cache (its one non-empty line) is kv.py's "mtp draft"."""
+    draft = kv_cache_bytes(spec, settings).draft
+    if m.draft is None:
+        assert draft is None, (settings, draft)
+        return
+    assert draft is not None, settings
+    used = [line for line in m.draft.kv_lines if line.layers]
+    assert len(used) == 1, (settings, m.draft.kv_lines)
+    line = used[0]
+    assert (line.cells, line.layers, line.n_stream) == (draft.cells, draft.layers, draft.streams), (settings, line)
+    assert (line.type_k, line.type_v) == (settings.type_k, settings.type_v), (settings, line)
+    assert matches_print(draft.bytes, line.size_bytes), (settings, line, draft)
+    assert m.draft.refused is None and not m.draft.state_lines, settings
 
 
 def assert_state_matches(settings: Settings, p: KvPart, state: StateLine) -> None:

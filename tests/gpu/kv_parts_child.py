@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from testkit.gguf_models import write_deepseek4, write_deepseek32
-from testkit.kv_checks import UnifiedSettings, assert_dsa_parts_match, assert_dsv4_parts_match
+from testkit.kv_checks import DraftSettings, UnifiedSettings, assert_dsa_parts_match, assert_dsv4_parts_match
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.measure import measure_allocations
@@ -38,16 +38,22 @@ def main() -> int:
     device = target.gpus[0].buffer_name
     out = []
     for case in cases:
-        settings = UnifiedSettings(**case)
+        settings = DraftSettings(**case) if case.get("draft_mtp") else UnifiedSettings(**case)
         mem = memory_breakdown(spec, settings, target)
         m = measure_allocations(path, settings, dry_run=False)
+        measured = dict(m.kv_buffer_bytes)
+        log = list(m.log)
+        if m.draft is not None:  # the MTP draft context's cache buffers, beside the main context's
+            for name, size in m.draft.kv_buffer_bytes.items():
+                measured[name] = measured.get(name, 0) + size
+            log += m.draft.log
         try:
             check(spec, settings, m)
             parts_error = None
         except AssertionError as exc:
             parts_error = repr(exc)[:2000]
         lines: dict[str, int] = {}
-        for line in m.log:
+        for line in log:
             if b := BUFFER_RE.match(line):
                 lines[b[1]] = lines.get(b[1], 0) + 1
         out.append(
@@ -59,7 +65,8 @@ def main() -> int:
                 "plan_host_kv": mem.host.kv_bytes,
                 "plan_total_kv": mem.kv.total_bytes,
                 "device_layers": list(mem.device_layers(0)),
-                "measured": m.kv_buffer_bytes,
+                "measured": measured,
+                "draft_bytes": mem.kv.draft.bytes if mem.kv.draft else 0,
                 "buffer_lines": lines,
             }
         )

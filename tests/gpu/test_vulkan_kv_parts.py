@@ -31,6 +31,12 @@ SHAPES: dict[str, tuple[str, dict[str, Any], tuple[int, ...]]] = {
     "dsv4-no-hca": ("deepseek4", DSV4_SHAPES["no-hca"], (2, 4)),  # 3 layers, CSA only, window 64
     # an MTP block (ratio 0, the pattern a drafting MTP layer needs), placed as a layer
     "dsv4-mtp": ("deepseek4", {**DSV4_SHAPES["mtp"], "compress_ratios": (0, 4, 128, 4, 0)}, (1, 2, 6)),
+    # drafting with it: the MTP draft context's window cache follows the MTP layer too
+    "dsv4-mtp-draft": (
+        "deepseek4",
+        {**DSV4_SHAPES["mtp"], "compress_ratios": (0, 4, 128, 4, 0), "head_dim": 128},
+        (1, 2, 6),
+    ),
     "dsv32-default": ("deepseek32", DSA_SHAPES["default"], (1, 2, 4)),  # 3 layers (1 dense)
     "dsv32-wide": ("deepseek32", DSA_SHAPES["wide"], (2, 6)),  # 5 layers, latent 256 + 64
     "dsv32-v32-widths": ("deepseek32", DSA_SHAPES["v32-widths"], (3, 5)),  # latent 512 + 64, indexer 128
@@ -45,10 +51,16 @@ def _cases(arch: str) -> list[dict[str, Any]]:
     return [{k: getattr(s, k) for k in keys} for s in grid[::step]]
 
 
+def _shape_cases(name: str) -> list[dict[str, Any]]:
+    arch, _, ngls = SHAPES[name]
+    draft = {"draft_mtp": True} if name.endswith("-draft") else {}
+    return [dict(c, n_gpu_layers=ngl, **draft) for ngl in ngls for c in _cases(arch)]
+
+
 @pytest.mark.parametrize("name", SHAPES)
 def test_each_device_holds_the_cache_the_plan_put_there(name: str, tmp_path: Path) -> None:
-    arch, shape, ngls = SHAPES[name]
-    cases = [dict(c, n_gpu_layers=ngl) for ngl in ngls for c in _cases(arch)]
+    arch, shape, _ = SHAPES[name]
+    cases = _shape_cases(name)
     out = run_child("kv_parts_child.py", arch, json.dumps(shape), json.dumps(cases), str(tmp_path), timeout=900)
     assert "error" not in out, out
     device, n_layer = str(out["device"]), int(out["n_layer"])
@@ -65,4 +77,5 @@ def test_each_device_holds_the_cache_the_plan_put_there(name: str, tmp_path: Pat
         ngl = case["settings"]["n_gpu_layers"]
         assert case["device_layers"] == list(range(max(n_layer + 1 - ngl, 0), n_layer)), case
         partial |= 0 < len(case["device_layers"]) < n_layer
+        assert (case["draft_bytes"] > 0) == bool(case["settings"].get("draft_mtp")), case
     assert partial  # each shape is also split between the device and the host

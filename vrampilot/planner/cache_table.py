@@ -66,16 +66,17 @@ def tokens_label(n_ctx: int) -> str:
 
 def parts_of(kv: KvBreakdown) -> tuple[tuple[str, int], ...]:
     """This cache's parts: DeepSeek-V4's caches and one line for its states, DeepSeek-V3.2's MLA and
-    indexer caches, else the K/V split."""
+    indexer caches, else the K/V split; last, an MTP draft context's cache when the plan drafts."""
+    draft = ((kv.draft.name, kv.draft.bytes),) if kv.draft else ()
     if kv.parts:
         caches = tuple((p.name, p.bytes) for p in kv.parts if not p.name.endswith(" state"))
         if len(caches) == len(kv.parts):  # no compressor state (DSA)
-            return caches
-        return (*caches, ("state", kv.state_bytes))
+            return (*caches, *draft)
+        return (*caches, ("state", kv.state_bytes), *draft)
     out: list[tuple[str, int]] = [("K", kv.k_bytes), ("V", kv.v_bytes)]
     if kv.recurrent_bytes:
         out.append(("state", kv.recurrent_bytes))
-    return tuple(out)
+    return (*out, *draft)
 
 
 def _plain_dims(spec: ModelSpec) -> tuple[int, int]:

@@ -14,7 +14,11 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
 - Sliding-window layers live in a second cache of
   `pad256(min(cells, window * (n_seq if unified else 1) + ubatch))` cells per stream, or the full
   size with swa_full (llama-kv-cache-iswa.cpp).
-- Multi-token-prediction layers (`nextn_predict_layers`) get no cache in the main context.
+- Multi-token-prediction layers (`nextn_predict_layers`) get no cache in the main context. A plan
+  that drafts with them (settings carry `draft_mtp`: llama-server's `--spec-type draft-mtp`) has a
+  second context of type MTP whose cache is the family's plain cache over the MTP layers only
+  (llama-model.cpp create_memory, `il >= n_layer()`), with the target's n_ctx and sequences
+  (common/speculative.cpp): KvBreakdown.draft, on the MTP layer's device.
 - Recurrent layers hold f32 conv and SSM states of `max(1, n_seq)` cells (llama-memory-recurrent.cpp).
 - DeepSeek-V4 (`deepseek4`, llama-kv-cache-dsv4.cpp) has caches of its own, all K-only (K and V
   types must be equal; type_k is used) and all with one stream per sequence even when the cache is
@@ -36,7 +40,7 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -123,10 +127,11 @@ class KvBreakdown:
     base_bytes: int  # the full-attention cache (llama.cpp's first `size = ...` line)
     swa_bytes: int  # the sliding-window cache (its second line)
     recurrent_bytes: int
-    total_bytes: int  # k + v + recurrent + state
+    total_bytes: int  # k + v + recurrent + state (+ the MTP draft context's cache)
     per_layer_bytes: tuple[int, ...]  # K+V (+ recurrent state) of each layer, for the device split
     parts: tuple[KvPart, ...] = ()  # DeepSeek-V4: each cache and compressor state; V3.2: MLA and indexer
     state_bytes: int = 0  # DeepSeek-V4's f32 compressor states
+    draft: KvPart | None = None  # the MTP draft context's own cache, when the plan drafts with MTP
 
 
 def _kv_layers(spec: ModelSpec) -> list[int]:
@@ -152,10 +157,27 @@ def _recurrent_row_elems(spec: ModelSpec) -> int:
     return n_r + n_s
 
 
-def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
-    """Bytes llama.cpp allocates for the KV cache (and recurrent state) with these settings."""
-    if spec.compress_ratios:
-        return _dsv4_cache_bytes(spec, settings)
+def drafts_with_mtp(spec: ModelSpec, settings: Settings) -> bool:
+    """Whether the plan drafts with the model's own MTP block (llama-server's `--spec-type
+    draft-mtp`): settings may carry `draft_mtp`, and the file must have an MTP block to load."""
+    return bool(getattr(settings, "draft_mtp", False)) and spec.n_layer_nextn > 0
+
+
+@dataclass(frozen=True)
+class _AttentionCache:
+    """One llama_kv_cache (and its sliding-window twin) over some layers, as llama-kv-cache.cpp sizes it."""
+
+    cells: int
+    cells_swa: int
+    streams: int
+    per_layer: tuple[int, ...]
+    k_bytes: int
+    v_bytes: int
+    base_bytes: int
+    swa_bytes: int
+
+
+def _attention_cache(spec: ModelSpec, settings: Settings, layers: list[int]) -> _AttentionCache:
     n_seq = max(1, settings.n_seq)
     unified = kv_unified(settings)
     n_streams = 1 if unified else n_seq
@@ -163,7 +185,6 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
     cells = n_ctx if unified else n_ctx // n_seq
     ubatch = effective_ubatch(spec, settings)
 
-    layers = _kv_layers(spec)
     swa = spec.has_swa
     cells_swa = 0
     if swa:
@@ -198,6 +219,50 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
             swa_total += k + v
         else:
             base += k + v
+    return _AttentionCache(cells, cells_swa, n_streams, tuple(per_layer), k_total, v_total, base, swa_total)
+
+
+def _mtp_draft_cache(spec: ModelSpec, settings: Settings) -> tuple[KvPart, tuple[int, ...]] | None:
+    """The cache of the MTP draft context (llama_context_params.ctx_type = LLAMA_CONTEXT_TYPE_MTP,
+    the model loaded with load_mtp), when the plan drafts with it.
+
+    llama-model.cpp's create_memory gives that context the architecture's plain cache filtered to
+    the MTP layers (`il >= n_layer()`): DeepSeek-V4 a sliding-window cache with K and V (not its
+    compressed caches), V3.2 an MLA cache without the indexer, DeepSeek-V2/V3 and GLM-4.5 their MLA
+    or GQA cache. common/speculative.cpp creates it with the target's n_ctx and sequences and no
+    rollback snapshots, so cells and streams follow the main context's rules.
+    """
+    if not drafts_with_mtp(spec, settings):
+        return None
+    mtp = list(range(spec.n_layer - spec.n_layer_nextn, spec.n_layer))
+    c = _attention_cache(spec, settings, mtp)
+    cells = c.cells_swa if spec.has_swa and all(spec.swa_layers[il] for il in mtp) else c.cells
+    return KvPart("mtp draft", cells, len(mtp), c.streams, c.k_bytes + c.v_bytes), c.per_layer
+
+
+def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
+    """Bytes llama.cpp allocates for the KV cache (and recurrent state) with these settings; with
+    MTP drafting, the draft context's cache too (KvBreakdown.draft)."""
+    kv = _dsv4_cache_bytes(spec, settings) if spec.compress_ratios else _main_cache_bytes(spec, settings)
+    found = _mtp_draft_cache(spec, settings)
+    if found is None:
+        return kv
+    draft, per_layer = found
+    return replace(
+        kv,
+        per_layer_bytes=tuple(a + b for a, b in zip(kv.per_layer_bytes, per_layer, strict=True)),
+        total_bytes=kv.total_bytes + draft.bytes,
+        draft=draft,
+    )
+
+
+def _main_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
+    n_seq = max(1, settings.n_seq)
+    layers = _kv_layers(spec)
+    c = _attention_cache(spec, settings, layers)
+    cells, n_streams = c.cells, c.streams
+    per_layer = list(c.per_layer)
+    k_total, v_total = c.k_bytes, c.v_bytes
 
     parts: tuple[KvPart, ...] = ()
     if spec.indexer_head_size:  # DSA: the lightning indexer's own cache (llama_kv_cache_dsa)
@@ -221,12 +286,12 @@ def kv_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
 
     return KvBreakdown(
         n_cells=cells,
-        n_cells_swa=cells_swa,
+        n_cells_swa=c.cells_swa,
         n_streams=n_streams,
         k_bytes=k_total,
         v_bytes=v_total,
-        base_bytes=base,
-        swa_bytes=swa_total,
+        base_bytes=c.base_bytes,
+        swa_bytes=c.swa_bytes,
         recurrent_bytes=recurrent,
         total_bytes=k_total + v_total + recurrent,
         per_layer_bytes=tuple(per_layer),
@@ -310,6 +375,7 @@ def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
     Same checks, order and wording as llama_init_from_model (llama-context.cpp), without the
     "llama_init_from_model: " prefix of the log line. Flash attention is explicit (on/off), as the
     planner passes it; with `-fa auto` llama.cpp would turn it on for a quantized V instead.
+    An MTP draft context llama.cpp would crash on (DeepSeek-V4) is refused here in words of ours.
     """
     for name in (settings.type_k, settings.type_v):
         ggml_type(name)  # ValueError for a type llama.cpp does not know
@@ -318,6 +384,16 @@ def kv_refusal(spec: ModelSpec, settings: Settings) -> str | None:
     if settings.type_v in QUANTIZED_KV_TYPES and not settings.flash_attn:
         return "quantized V cache requires flash_attn to be enabled"
     n_main = spec.n_layer - spec.n_layer_nextn
+    if spec.compress_ratios and drafts_with_mtp(spec, settings):
+        # DeepSeek-V4's MTP draft graph attends through a plain window cache: a compressing MTP
+        # block asserts (deepseek4.cpp), and a key as long as the indexer's makes the draft cache's
+        # empty full-attention half rotate and divide by zero (build_input_k_rot). Both kill the
+        # process, so they are refused here although llama.cpp has no message for them.
+        ratio = spec.compress_ratios[n_main]
+        if ratio:
+            return f"the MTP block has compression ratio {ratio}; llama.cpp drafts only with an uncompressed one"
+        if spec.head_dim_k == spec.indexer_head_size:
+            return f"key_length equals the indexer's ({spec.head_dim_k}): llama.cpp's MTP draft context crashes"
     if settings.flash_attn and settings.type_k in QUANTIZED_KV_TYPES:
         blck = block_size(settings.type_k)
         if n_main > 0 and spec.head_dim_k % blck:

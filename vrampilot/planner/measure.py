@@ -32,7 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,8 @@ class MeasuredBuffers:
     compute_resolution_bytes: int = PRINT_RESOLUTION_BYTES
     seconds: float = 0.0
     log: tuple[str, ...] = field(default=(), repr=False)
+    # The MTP draft context's own buffers, when the settings draft with MTP (`draft_mtp`)
+    draft: MeasuredBuffers | None = None
 
     @property
     def compute_total(self) -> int:
@@ -291,10 +293,17 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
 
 
 def _load_model(
-    llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str], offload: _Offload | None = None
+    llama_cpp: Any,
+    p: Path,
+    n_gpu_layers: int,
+    dry_run: bool,
+    errors: list[str],
+    offload: _Offload | None = None,
+    load_mtp: bool = False,
 ) -> Any:
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    mparams.load_mtp = load_mtp  # the MTP block's weights, which only a drafting context uses
     if offload is not None:
         offload.apply(mparams)
     if dry_run:
@@ -374,12 +383,16 @@ def measure_allocations(
         with _captured_log(llama_cpp) as (chunks, errors):
             model = ctx = None
             refused: str | None = None
+            drafting = bool(getattr(settings, "draft_mtp", False))
+            draft_log: tuple[int, int] | None = None  # where the draft context's log starts and ends
             try:
-                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors)
+                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors, load_mtp=drafting)
                 n_errors_after_load = len(errors)
                 ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
                 if not ctx:
                     refused = _refusal(errors[n_errors_after_load:])
+                elif drafting:
+                    draft_log = _draft_context(llama_cpp, model, ctx, settings, chunks)
             finally:
                 if ctx:
                     llama_cpp.llama_free(ctx)  # logs the exact compute size of a real allocation
@@ -387,8 +400,27 @@ def measure_allocations(
                     llama_cpp.llama_model_free(model)
         seconds = time.perf_counter() - t0
 
-    lines = "".join(chunks).splitlines()
-    return _parse(lines, dry_run, refused, seconds)
+    if draft_log is None:
+        return _parse("".join(chunks).splitlines(), dry_run, refused, seconds)
+    start, end = draft_log
+    draft = _parse("".join(chunks[start:end]).splitlines(), dry_run, None, 0.0)
+    main = _parse("".join(chunks[:start] + chunks[end:]).splitlines(), dry_run, refused, seconds)
+    return replace(main, draft=draft)
+
+
+def _draft_context(llama_cpp: Any, model: Any, target: Any, settings: Settings, chunks: list[str]) -> tuple[int, int]:
+    """Create and free the MTP draft context llama-server drafts with (common/speculative.cpp:
+    ctx_type MTP, the target's n_ctx, no rollback snapshots); where its log lines are in `chunks`."""
+    start = len(chunks)
+    cparams = _context_params(llama_cpp, settings)
+    cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+    cparams.n_ctx = llama_cpp.llama_n_ctx(target)
+    cparams.n_rs_seq = 0
+    draft = llama_cpp.llama_init_from_model(model, cparams)
+    if not draft:
+        raise MeasureError("llama.cpp could not create the MTP draft context")
+    llama_cpp.llama_free(draft)
+    return start, len(chunks)
 
 
 # Dry runs the planner asks for while it plans. Loading a header costs 1-500 ms (llama.cpp builds

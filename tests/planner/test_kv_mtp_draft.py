@@ -1,0 +1,102 @@
+"""The MTP draft context's cache, against llama.cpp's own allocation of tiny deepseek4 fixtures.
+
+When llama-server drafts with a model's own MTP block (`--spec-type draft-mtp`) it loads the block
+(llama_model_params.load_mtp) and creates a second context of type LLAMA_CONTEXT_TYPE_MTP with the
+target's n_ctx and sequences (common/speculative.cpp). llama.cpp gives that context a cache of its
+own over the MTP layers only: for DeepSeek-V4 a plain sliding-window cache with K and V rows (not
+the compressed caches of the main context). Both contexts are created for real here, through
+llama-cpp-python's low-level API, and kv.py's "mtp draft" part is compared with the draft context's
+`llama_kv_cache: size = ...` line: cells, layers, streams and types exactly, bytes at the print
+resolution. The main context's parts are checked as in test_kv_deepseek4.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testkit.gguf_models import write_deepseek4
+from testkit.kv_checks import DSV4_SHAPES, DraftSettings, assert_dsv4_parts_match, settings_grid
+from vrampilot.gguf.spec import load_model_spec
+from vrampilot.planner.cache_table import parts_of
+from vrampilot.planner.kv import kv_cache_bytes, kv_refusal
+from vrampilot.planner.measure import measure_allocations
+from vrampilot.planner.settings import Settings
+
+pytest.importorskip("llama_cpp")
+
+# The MTP block must not compress and the key must differ from the indexer's for llama.cpp to
+# build the draft context at all (kv_refusal says so; DeepSeek-V4's own are 512 and 128 wide).
+SHAPES = {
+    "mtp": {**DSV4_SHAPES["mtp"], "compress_ratios": (0, 4, 128, 4, 0), "head_dim": 128},
+    "mtp-wide": {
+        **DSV4_SHAPES["wide"],
+        "n_layer": 7,
+        "compress_ratios": (4, 4, 128, 0, 128, 4, 0),
+        "n_nextn": 1,
+        "indexer_head_dim": 64,
+        "sliding_window": 200,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("mtp")
+    return {name: write_deepseek4(d / f"{name}.gguf", **shape) for name, shape in SHAPES.items()}
+
+
+def _drafting(s: Settings, n_rs_seq: int = 0) -> DraftSettings:
+    return DraftSettings(**{**s.__dict__, "n_rs_seq": n_rs_seq})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_draft_context_has_the_cache_kv_py_counts(files: dict[str, Path], shape: str) -> None:
+    spec = load_model_spec(files[shape])
+    assert spec.n_layer_nextn == 1
+    grid = settings_grid((512, 4096, 70000), (128, 512, 2048), swa_full=(False, True))
+    for i, plain in enumerate(grid[::3]):
+        s = _drafting(plain, n_rs_seq=i % 3)  # llama-server's main context keeps rollback snapshots
+        assert kv_refusal(spec, s) is None, s
+        m = measure_allocations(files[shape], s, dry_run=False)
+        assert m.draft is not None
+        assert_dsv4_parts_match(spec, s, m)  # the main context, and the draft's cache
+        draft = kv_cache_bytes(spec, s).draft
+        assert draft is not None and draft.layers == 1
+        # the draft's buffers: its cache only, on the device of the MTP layer (here the CPU)
+        assert abs(sum(m.draft.kv_buffer_bytes.values()) - draft.bytes) <= 5243
+
+
+def test_the_draft_cache_is_a_window_with_k_and_v(files: dict[str, Path]) -> None:
+    spec = load_model_spec(files["mtp"])
+    s = DraftSettings(n_ctx=65536, flash_attn=True)
+    kv = kv_cache_bytes(spec, s)
+    assert kv.draft is not None
+    # window 128 + ubatch 512 cells of a 128-wide f16 K row and V row, one layer
+    assert (kv.draft.cells, kv.draft.bytes) == (768, 768 * 2 * 128 * 2)
+    without = kv_cache_bytes(spec, Settings(n_ctx=65536, flash_attn=True))
+    assert without.draft is None
+    assert kv.total_bytes == without.total_bytes + kv.draft.bytes
+    assert kv.per_layer_bytes[4] == without.per_layer_bytes[4] + kv.draft.bytes
+    assert parts_of(kv) == (*parts_of(without), ("mtp draft", kv.draft.bytes))  # as the cache table lists it
+
+
+def test_no_draft_without_an_mtp_block(tmp_path: Path) -> None:
+    spec = load_model_spec(write_deepseek4(tmp_path / "plain.gguf"))
+    assert kv_cache_bytes(spec, DraftSettings(n_ctx=4096)).draft is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "reason"),
+    [
+        ({"compress_ratios": (0, 4, 128, 4, 4), "head_dim": 128}, "the MTP block has compression ratio 4"),
+        ({"compress_ratios": (0, 4, 128, 4, 0)}, "key_length equals the indexer's (64)"),
+    ],
+)
+def test_a_draft_llama_cpp_would_crash_on_is_refused(tmp_path: Path, shape: dict[str, Any], reason: str) -> None:
+    """llama.cpp asserts or divides by zero building these draft contexts (the process dies)."""
+    spec = load_model_spec(write_deepseek4(tmp_path / "bad.gguf", n_layer=5, n_nextn=1, **shape))
+    assert reason in (kv_refusal(spec, DraftSettings(n_ctx=4096)) or "")
+    assert kv_refusal(spec, Settings(n_ctx=4096)) is None  # without drafting the file is fine
