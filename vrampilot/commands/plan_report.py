@@ -232,7 +232,7 @@ def format_cache_table(table: CacheTable) -> str:
     names = [name for name, _ in table.rows[0].parts] if table.rows else []
     kinds = [name for name, _ in table.rows[0].what_if] if table.rows else []
     head = f"{'tokens':>7}" + "".join(f"{n:>12}" for n in names) + f"{'total':>12}"
-    lines = [f"Cache by part (this model, K {table.type_k} / V {table.type_v}, as planned)", head]
+    lines = [f"Cache by part (this model, K {table.type_k} / V {table.type_v}, {table.source_text})", head]
     for r in table.rows:
         cells = "".join(f"{format_bytes(b):>12}" for _, b in r.parts)
         lines.append(f"{tokens_label(r.n_ctx):>7}{cells}{format_bytes(r.total_bytes):>12}")

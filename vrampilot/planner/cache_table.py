@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vrampilot.gguf.spec import ModelSpec
+from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP, is_routed
 from vrampilot.planner.kv import KvBreakdown, kv_cache_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
@@ -34,17 +35,38 @@ class CacheRow:
     what_if: tuple[tuple[str, int], ...]  # (variant name, bytes)
 
 
+# Where a table's rows come from (CacheTable.source), as the plan says it for its own cache.
+FORMULA_SOURCE = "formula"  # planner/kv.py, verified on this architecture
+COUNTED_SOURCE = "llama.cpp"  # llama.cpp's dry run at each context (a routed architecture)
+ESTIMATE_SOURCE = "estimate"  # the formula on a routed architecture llama.cpp could not count
+
+
 @dataclass(frozen=True)
 class CacheTable:
     type_k: str
     type_v: str
     rows: tuple[CacheRow, ...]
     assumptions: tuple[str, ...]  # one line per what-if variant
+    source: str = FORMULA_SOURCE
+    architecture: str = ""
+
+    @property
+    def source_text(self) -> str:
+        if self.source == COUNTED_SOURCE:
+            return f"{COUNTED_BY_LLAMA_CPP}: its dry run at each context; K and V summed over its caches"
+        if self.source == ESTIMATE_SOURCE:
+            return (
+                f"estimated: the part split is the cache formula, not verified on {self.architecture!r}, "
+                "and llama.cpp could not count it"
+            )
+        return "as planned"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "type_k": self.type_k,
             "type_v": self.type_v,
+            "source": self.source,
+            "source_text": self.source_text,
             "what_if_type": WHAT_IF_TYPE,
             "rows": [
                 {
@@ -136,12 +158,44 @@ def what_if_specs(spec: ModelSpec) -> tuple[tuple[str, ModelSpec, str], ...]:
 
 def cache_table(spec: ModelSpec, settings: Settings, contexts: tuple[int, ...] = CONTEXTS) -> CacheTable:
     """This model's cache by part with `settings` (its cache types, sequences, window settings)
-    at each context, and the what-if caches at the same contexts."""
+    at each context, and the what-if caches at the same contexts.
+
+    An architecture the formula is not verified on (planner/families.py) gets llama.cpp's own
+    count at each context instead, as its plan does: the dry run's K, V and state, not a formula's
+    split. Where llama.cpp cannot count it, the formula's rows are labelled an estimate.
+    """
     variants = what_if_specs(spec)
     plain = Settings(n_ctx=0, type_k=WHAT_IF_TYPE, type_v=WHAT_IF_TYPE, flash_attn=True)
+    counted = _counted_parts(spec, settings, contexts) if is_routed(spec.architecture) else None
     rows = []
-    for n_ctx in contexts:
-        kv = kv_cache_bytes(spec, replace(settings, n_ctx=n_ctx))
+    for i, n_ctx in enumerate(contexts):
+        at = replace(settings, n_ctx=n_ctx)
+        parts = counted[i] if counted is not None else parts_of(kv_cache_bytes(spec, at))
         what_if = tuple((name, kv_cache_bytes(v, replace(plain, n_ctx=n_ctx)).total_bytes) for name, v, _ in variants)
-        rows.append(CacheRow(n_ctx, parts_of(kv), kv.total_bytes, what_if))
-    return CacheTable(settings.type_k, settings.type_v, tuple(rows), tuple(a for _, _, a in variants))
+        rows.append(CacheRow(n_ctx, parts, sum(b for _, b in parts), what_if))
+    if counted is not None:
+        source = COUNTED_SOURCE
+    else:
+        source = ESTIMATE_SOURCE if is_routed(spec.architecture) else FORMULA_SOURCE
+    assumptions = tuple(a for _, _, a in variants)
+    return CacheTable(settings.type_k, settings.type_v, tuple(rows), assumptions, source, spec.architecture)
+
+
+def _counted_parts(
+    spec: ModelSpec, settings: Settings, contexts: tuple[int, ...]
+) -> list[tuple[tuple[str, int], ...]] | None:
+    """llama.cpp's dry run (no allocation; the one the planner asks, headers and results kept) at
+    each context: K and V summed over the caches it logs, and its states; None when it cannot count
+    one of them (no llama.cpp here, a file it cannot load, its log held by a model loading)."""
+    from vrampilot.planner.measure import graph_compute
+
+    out = []
+    for n_ctx in contexts:
+        m = graph_compute(spec.path, replace(settings, n_ctx=n_ctx))
+        if m is None or m.refused is not None or not m.kv_lines:
+            return None
+        parts = [("K", m.k_bytes), ("V", m.v_bytes)]
+        if m.state_bytes:
+            parts.append(("state", m.state_bytes))
+        out.append(tuple(parts))
+    return out

@@ -445,6 +445,10 @@ class GraphCompute:
     kv_bytes: int = 0
     kv_lines: int = 0  # printed lines kv_bytes sums (each exact to PRINT_RESOLUTION_BYTES)
     output_bytes: int = 0
+    # kv_bytes as the log splits it: K and V over its caches, and recurrent or compressor states
+    k_bytes: int = 0
+    v_bytes: int = 0
+    state_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -585,6 +589,9 @@ def _graph_compute(
                 kv_bytes=parsed.kv_bytes,
                 kv_lines=len(parsed.kv_lines) + len(parsed.state_lines) + (1 if parsed.recurrent_bytes else 0),
                 output_bytes=parsed.output_bytes,
+                k_bytes=sum(line.k_bytes for line in parsed.kv_lines),
+                v_bytes=sum(line.v_bytes for line in parsed.kv_lines),
+                state_bytes=parsed.recurrent_bytes + sum(st.size_bytes for st in parsed.state_lines),
             )
             _results[rkey] = result
             while len(_results) > _RESULTS_KEPT:

@@ -459,7 +459,7 @@ def _cache_html(table: CacheTable) -> str:
         what.append(f"<tr>{td}{tokens_label(r.n_ctx)}</td>{td}{format_bytes(r.total_bytes)}</td>{cells}</tr>")
     notes = "".join(f"<li>{escape(a)}</li>" for a in table.assumptions)
     return (
-        f"<p>This model, K {escape(table.type_k)} / V {escape(table.type_v)} as planned:</p>"
+        f"<p>This model, K {escape(table.type_k)} / V {escape(table.type_v)}, {escape(table.source_text)}:</p>"
         f"<table>{''.join(parts)}</table>"
         "<p><b>What if</b> this model had a plain cache (<i>not</i> its cache: same layers, f16 K and V; "
         "in brackets this model's share):</p>"
