@@ -24,9 +24,10 @@ VERIFIED = frozenset(
         "phi3",
         "deepseek2",
         "gpt-oss",
-        # tests/planner/test_kv_deepseek4.py: 540 real CPU allocations, part by part
+        # tests/planner/test_kv_deepseek4.py: 540 real CPU allocations, part by part (MTP drafting:
+        # test_kv_mtp_draft.py; per device on Vulkan: tests/gpu/test_vulkan_kv_parts.py)
         "deepseek4",
-        # tests/planner/test_kv_deepseek32.py: 240 real CPU allocations, MLA and indexer
+        # tests/planner/test_kv_deepseek32.py: 240 real CPU allocations, MLA and indexer (Vulkan too)
         "deepseek32",
     }
 )
