@@ -87,6 +87,7 @@ class ArchShape:
     indexer_n_head: int = 0  # deepseek32 (DSA): the lightning indexer's heads and key length
     indexer_head_dim: int = 0
     indexer_top_k: int = 0
+    n_nextn: int = 0  # deepseek2/deepseek32: the last n_nextn blocks are MTP blocks (nextn_predict_layers)
     qkv_bias: bool = False
     tied: bool = True  # no output.weight: llama.cpp reuses token_embd
     extra_kv: tuple[tuple[str, Any], ...] = ()
@@ -441,6 +442,11 @@ def _deepseek2_layer(s: ArchShape, i: int, add: Any) -> None:
     add("ffn_gate_shexp.weight", (e, ff * s.n_expert_shared))
     add("ffn_down_shexp.weight", (ff * s.n_expert_shared, e))
     add("ffn_up_shexp.weight", (e, ff * s.n_expert_shared))
+    if i >= s.n_layer - s.n_nextn:  # an MTP block: a full layer plus its projection (deepseek2.cpp)
+        add("nextn.eh_proj.weight", (2 * e, e))
+        add("nextn.enorm.weight", (e,), "norm")
+        add("nextn.hnorm.weight", (e,), "norm")
+        add("nextn.shared_head_norm.weight", (e,), "norm")
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,6 +480,8 @@ def _metadata(s: ArchShape, tokenizer: str) -> list[tuple[str, Any, GGUFValueTyp
         ]
         if s.q_lora_rank:
             kv.append((f"{a}.attention.q_lora_rank", s.q_lora_rank, U))
+        if s.n_nextn:
+            kv.append((f"{a}.nextn_predict_layers", s.n_nextn, U))
         if a == "deepseek32":
             kv += [
                 (f"{a}.attention.indexer.head_count", s.indexer_n_head, U),

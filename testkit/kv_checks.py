@@ -187,5 +187,7 @@ def assert_dsa_parts_match(spec: ModelSpec, settings: Settings, m: MeasuredBuffe
     indexer = kv.parts[1]  # one key of indexer.key_length per cell and layer
     row = row_bytes(settings.type_k, spec.indexer_head_size)
     assert indexer.bytes == row * indexer.cells * indexer.streams * indexer.layers
-    assert abs(kv.total_bytes - m.kv_bytes) <= 2 * PRINT_RESOLUTION_BYTES, settings
-    assert sum(kv.per_layer_bytes) == kv.total_bytes == sum(p.bytes for p in kv.parts) == kv.k_bytes
+    main = kv.total_bytes - (kv.draft.bytes if kv.draft else 0)
+    assert abs(main - m.kv_bytes) <= 2 * PRINT_RESOLUTION_BYTES, settings
+    assert sum(kv.per_layer_bytes) == kv.total_bytes and main == sum(p.bytes for p in kv.parts) == kv.k_bytes
+    assert_draft_matches(spec, settings, m)

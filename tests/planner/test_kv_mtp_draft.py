@@ -17,8 +17,16 @@ from typing import Any
 
 import pytest
 
-from testkit.gguf_models import write_deepseek4
-from testkit.kv_checks import DSV4_SHAPES, DraftSettings, assert_dsv4_parts_match, settings_grid
+from testkit.gguf_models import write_deepseek4, write_deepseek32, write_model
+from testkit.kv_checks import (
+    DSV4_SHAPES,
+    DraftSettings,
+    assert_context_matches,
+    assert_draft_matches,
+    assert_dsa_parts_match,
+    assert_dsv4_parts_match,
+    settings_grid,
+)
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.planner.cache_table import parts_of
 from vrampilot.planner.kv import kv_cache_bytes, kv_refusal
@@ -67,6 +75,34 @@ def test_the_draft_context_has_the_cache_kv_py_counts(files: dict[str, Path], sh
         assert draft is not None and draft.layers == 1
         # the draft's buffers: its cache only, on the device of the MTP layer (here the CPU)
         assert abs(sum(m.draft.kv_buffer_bytes.values()) - draft.bytes) <= 5243
+
+
+@pytest.mark.parametrize("arch", ["deepseek2", "deepseek32"])
+def test_an_mla_draft_context_has_an_mla_cache_over_the_mtp_block(tmp_path: Path, arch: str) -> None:
+    """DeepSeek-V2/V3's and V3.2's MTP block drafts through a plain MLA cache of its own (V3.2's
+    without the indexer: llama-model.cpp says the draft head runs dense MLA)."""
+    path = tmp_path / f"{arch}.gguf"
+    if arch == "deepseek2":
+        write_model(path, arch, n_layer=4, n_nextn=1)
+    else:
+        write_deepseek32(path, n_layer=4, n_nextn=1)
+    spec = load_model_spec(path)
+    assert (spec.n_layer_nextn, spec.is_mla) == (1, True)
+    for plain in settings_grid((512, 4096, 70000), (128, 512))[::2]:
+        s = _drafting(plain)
+        assert kv_refusal(spec, s) is None, s
+        m = measure_allocations(path, s, dry_run=False)
+        if arch == "deepseek32":
+            assert_dsa_parts_match(spec, s, m)
+        else:
+            assert_context_matches(spec, s, m)
+            assert_draft_matches(spec, s, m)
+        kv = kv_cache_bytes(spec, s)
+        assert kv.draft is not None and kv.draft.layers == 1
+        # one latent row (kv_lora_rank + rope) per cell, K only: what each main MLA layer holds
+        main = kv_cache_bytes(spec, plain)
+        per_mla_layer = main.parts[0].bytes // main.parts[0].layers if main.parts else main.per_layer_bytes[0]
+        assert kv.draft.bytes == per_mla_layer
 
 
 def test_the_draft_cache_is_a_window_with_k_and_v(files: dict[str, Path]) -> None:
