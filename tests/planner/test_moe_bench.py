@@ -3,6 +3,7 @@ fitted by llama.cpp's own --fit through the bundled llama-server (real processes
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -68,3 +69,19 @@ def test_a_failed_or_cut_fit_is_a_reason_not_a_number(bench: ModuleType) -> None
     cut = "VRAMPILOT_FIT status=0 n_gpu_layers=20 n_ctx=8192\nVRAMPILOT_FIT override blk\\.3\\.ffn=CPU\n"
     assert bench.parse_fit_log(cut, 1.0) == "llama-server's fit report was cut short"
     assert bench.parse_fit_log("E llama_model_load: error loading model\n", 1.0).startswith("llama-server gave no fit")
+
+
+def test_the_page_is_regenerated_between_its_markers(bench: ModuleType, tmp_path: Path) -> None:
+    page = tmp_path / "moe.md"
+    page.write_text(f"# Title\n\n{bench.MOE_TABLE_START}\nold table\n{bench.MOE_TABLE_END}\n\n## After\n")
+    bench.write_moe_table(page, "| model |\n|---|\n| x |")
+    text = page.read_text()
+    assert "old table" not in text and text.startswith("# Title\n") and text.endswith("## After\n")
+    between = text[text.index(bench.MOE_TABLE_START) : text.index(bench.MOE_TABLE_END)]
+    assert "Measured on commit " in between and "| x |" in between
+    assert "--moe --write" in between
+    bench.write_moe_table(page, "| y |")  # a second run replaces the first
+    assert "| x |" not in page.read_text() and page.read_text().count(bench.MOE_TABLE_START) == 1
+    page.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no <!-- moe-table:start -->"):
+        bench.write_moe_table(page, "| y |")
