@@ -11,6 +11,29 @@ Two predictions are compared with it: the fitted formula alone (what `--estimate
 what the search starts from) and an exact plan's number (`plan(exact=True)`, the default of the CLI
 and the window: llama.cpp's allocator asked on a header kept loaded). Planning time per model is
 timed with the formula, and exact (first plan of the file, which loads the header, and later plans).
+
+    python bench/planner.py --moe      # MoE expert placement: our plan vs llama.cpp's own --fit (Markdown)
+    python bench/planner.py --moe --write docs/moe-placement.md   # and put it in that page
+
+The MoE table (docs/moe-placement.md) plans released mixture-of-experts models (testkit/real_shapes.py
+MOE_FILES: sparse files at their published dimensions, no download) on hypothetical 8/12/16/24 GiB
+GPUs (target_from_vram, host: MOE_HOST_RAM_GIB of RAM, 8 cores) at 8K and 32K context, pinning
+only the context: -ngl, --n-cpu-moe and the K/V types are the planner's. Each plan is timed
+(exact, as the CLI plans, after one untimed plan of the file loads its header) and given as a
+ratio to a dense model's plan (Llama-3.1-8B Q4_K_M, same kind of plan) timed in the same run.
+
+llama.cpp's own choice comes from its --fit (common/fit.cpp, common_fit_params), run by the
+bundled llama-server on the same file and budget: `--fit on --fit-target 0 -c CTX -np 1 -fa on`
+with one offload device, an RPC device (`--rpc` to a bundled ggml-rpc-server on loopback,
+`-dev RPC0`). A small LD_PRELOAD shim (bench/fit_shim.c, built here with the system's C compiler)
+makes that device report the profile's VRAM as free and total memory, prints the n_gpu_layers and
+tensor overrides common_fit_params chose, and exits before the weights would load: the fit runs
+llama.cpp's own no_alloc dry runs, so its numbers are llama.cpp's for a GPU of that size (an RPC
+device counts as a GPU and runs every op, as CUDA does; lavapipe would not do: it reports 2 GiB
+and leaves MXFP4 weights to the CPU). The fit's settings (its -ngl and -ot patterns, f16 K/V, the
+same context) are then costed with our memory and speed model, so both decode speeds are our
+model's prediction. Where the fit cannot be had (no C compiler, no bundled tools, not Linux, the
+fit failing) the row says n/a and why.
 """
 
 from __future__ import annotations
@@ -19,11 +42,16 @@ import argparse
 import itertools
 import json
 import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -354,17 +382,374 @@ def main(argv: list[str] | None = None, plan_fn: PlanFn | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer settings per model")
     ap.add_argument("--fit", action="store_true", help="re-fit the compute model's constants (needs scipy)")
+    ap.add_argument("--moe", action="store_true", help="MoE placement vs llama.cpp's --fit, as a Markdown table")
+    ap.add_argument(
+        "--write", type=Path, metavar="PAGE", help="with --moe: put the table into PAGE (docs/moe-placement.md)"
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vrampilot-bench-") as tmp:
         folder = Path(tmp)
         if args.fit:
             refit(folder)
             return 0
+        if args.moe:
+            report = moe_report(moe_rows(folder))
+            print(report)
+            if args.write is not None:
+                write_moe_table(args.write, report)
+            return 0
         t0 = time.perf_counter()
         rows, timing = run(build_models(folder), settings_grid(args.quick), plan_fn=plan_fn)
         worst = print_report(rows, timing)
         print(f"({len(rows)} configurations in {time.perf_counter() - t0:.1f} s)")
     return 0 if worst < 100 else 1
+
+
+# --------------------------------------------------------------------------------------------
+# MoE expert placement: our plan against llama.cpp's own --fit
+
+MOE_VRAM_GIB = (8, 12, 16, 24)
+MOE_CTXS = (8192, 32768)
+MOE_HOST_RAM_GIB = 192  # every MoE file of the set (V4-Flash: 145 GiB) fits in host memory
+BASELINE_MODEL = "llama-3.1-8b"  # testkit BIG, Q4_K_M: the dense plan every plan time is divided by
+_FIT_LINE = re.compile(r"^VRAMPILOT_FIT status=(-?\d+) n_gpu_layers=(-?\d+) n_ctx=(\d+)$")
+_FIT_OVERRIDE = re.compile(r"^VRAMPILOT_FIT override (.*)=([^=]*)$")
+_FIT_USED = re.compile(r"common_params_fit_impl:\s+- RPC0 .*?(\d+) MiB used")
+_FIT_FAILED = re.compile(r"common_fit_params: (?:failed to fit|encountered an error)[^:]*: (.*)$")
+
+
+@dataclass(frozen=True)
+class FitChoice:
+    """What llama.cpp's common_fit_params chose for one offload device."""
+
+    n_gpu_layers: int
+    cpu_patterns: tuple[str, ...]  # the -ot PATTERN=CPU overrides it set, in its order
+    device_mib: int | None  # its own projection of the device's use (None: it changed nothing)
+    fit_ms: float  # the llama-server process, start to exit after the fit
+
+
+@dataclass(frozen=True)
+class Costed:
+    """Settings costed with our memory and speed model."""
+
+    settings: Settings
+    fits: bool
+    device_bytes: int  # weights, KV, compute and output on the GPU; the device margin not counted
+    decode_tps: float
+    experts_in_ram: int  # MoE layers with routed-expert bytes in host memory
+    moe_layers: int
+
+
+@dataclass(frozen=True)
+class MoeRow:
+    model: str
+    vram_gib: int
+    n_ctx: int
+    ours: Costed
+    plan_ms: float
+    baseline_ms: float
+    fit: FitChoice | None
+    fit_costed: Costed | None
+    fit_why: str = ""  # why there is no fit (fit is None)
+
+
+class LlamaFit:
+    """llama.cpp's --fit through the bundled llama-server, one offload device of a chosen size
+    (see the module docstring); `why_not` says why it cannot run here."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.why_not = ""
+        self.shim: Path | None = None
+        self.rpc: subprocess.Popen[bytes] | None = None
+        self.endpoint = ""
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> LlamaFit:
+        from vrampilot.server.binaries import ToolMissingError, tool_env, tool_path
+
+        if not sys.platform.startswith("linux"):
+            self.why_not = "needs Linux (an LD_PRELOAD shim reads the fit)"
+            return self
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            self.why_not = "no C compiler to build bench/fit_shim.c"
+            return self
+        try:
+            self.server, rpc_server = tool_path("llama-server"), tool_path("ggml-rpc-server")
+        except ToolMissingError as exc:
+            self.why_not = str(exc)
+            return self
+        shim = self.folder / "fit_shim.so"
+        built = subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-o", str(shim), str(ROOT / "bench" / "fit_shim.c"), "-ldl"],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            self.why_not = f"bench/fit_shim.c did not build: {built.stderr.strip().splitlines()[-1:]}"
+            return self
+        self.shim = shim
+        self.env = tool_env()
+        port = _free_port()
+        self.endpoint = f"127.0.0.1:{port}"
+        self.rpc = subprocess.Popen(
+            [str(rpc_server), "-H", "127.0.0.1", "-p", str(port)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if not _wait_for_port(port, 15.0):
+            self.why_not = "the bundled ggml-rpc-server did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.rpc is not None:
+            self.rpc.terminate()
+            try:
+                self.rpc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.rpc.kill()
+                self.rpc.wait()
+
+    def choose(self, path: Path, vram_bytes: int, margin_bytes: int, n_ctx: int) -> FitChoice | str:
+        """llama.cpp's choice for `path` on a device of `vram_bytes` that keeps `margin_bytes`
+        free (--fit-target, whole MiB) at `n_ctx`, or why none."""
+        if self.why_not or self.shim is None:
+            return self.why_not
+        argv = [
+            str(self.server),
+            *("-m", str(path), "--rpc", self.endpoint, "-dev", "RPC0"),
+            *("--fit", "on", "--fit-target", str(margin_bytes // 2**20), "-c", str(n_ctx), "-np", "1", "-fa", "on"),
+            *("-b", "2048", "-ub", "512", "-lv", "4", "--host", "127.0.0.1", "--port", str(_free_port())),
+        ]
+        env = {**self.env, "LD_PRELOAD": str(self.shim), "VRAMPILOT_FIT_DEVICE_BYTES": str(vram_bytes)}
+        t0 = time.perf_counter()
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, errors="replace", timeout=300)
+        except subprocess.TimeoutExpired:
+            return "llama-server did not finish its fit in 300 s"
+        fit_ms = (time.perf_counter() - t0) * 1e3
+        return parse_fit_log(done.stdout + "\n" + done.stderr, fit_ms)
+
+
+def parse_fit_log(log: str, fit_ms: float) -> FitChoice | str:
+    """The shim's lines (and llama.cpp's own projection) from a llama-server log, or why none."""
+    status = n_gpu_layers = None
+    patterns: list[str] = []
+    used: int | None = None
+    failed = ""
+    ended = False
+    for line in log.splitlines():
+        line = line.strip()
+        if line == "VRAMPILOT_FIT end":
+            ended = True
+        elif m := _FIT_LINE.match(line):
+            status, n_gpu_layers = int(m.group(1)), int(m.group(2))
+        elif m := _FIT_OVERRIDE.match(line):
+            if m.group(2) != "CPU":
+                return f"llama.cpp overrode {m.group(1)} to {m.group(2)}, not the CPU"
+            patterns.append(m.group(1))
+        elif m := _FIT_USED.search(line):
+            used = int(m.group(1))
+        elif m := _FIT_FAILED.search(line):
+            failed = m.group(1)
+    if status is None or n_gpu_layers is None:
+        tail = [ln for ln in log.splitlines() if " E " in ln or "error" in ln.lower()][-1:]
+        return f"llama-server gave no fit ({tail[0].strip() if tail else 'no log line'})"
+    if status != 0:
+        return f"llama.cpp's fit failed: {failed or f'status {status}'}"
+    if not ended:
+        return "llama-server's fit report was cut short"
+    return FitChoice(n_gpu_layers, tuple(patterns), used, fit_ms)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(port: int, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def cost(spec: Any, target: Any, settings: Settings) -> Costed:
+    """`settings` through our memory and speed model (the numbers a plan reports for them)."""
+    from vrampilot.planner.memory import layer_placement, memory_breakdown
+    from vrampilot.planner.placement import host_layer_bytes
+    from vrampilot.planner.speed import predict_speed
+
+    mem = memory_breakdown(spec, settings, target)
+    speed = predict_speed(spec, settings, target, mem)
+    on_gpu, _ = layer_placement(spec, settings.n_gpu_layers)
+    host = host_layer_bytes(spec, settings)
+    moe = [il for il, b in enumerate(spec.layer_expert_bytes) if b]
+    in_ram = sum(1 for il in moe if not on_gpu[il] or host[il] > 0)
+    fits = all(c.total_bytes <= g.memory_budget_bytes for c, g in zip(mem.per_device, target.gpus, strict=False))
+    fits = fits and mem.host.total_bytes <= target.host_ram_bytes
+    used = mem.device.total_bytes - mem.device.margin_bytes
+    return Costed(settings, fits, used, speed.decode_tps, in_ram, len(moe))
+
+
+def moe_rows(
+    folder: Path,
+    keys: Iterable[str] | None = None,
+    vram_gib: Iterable[int] = MOE_VRAM_GIB,
+    ctxs: Iterable[int] = MOE_CTXS,
+    *,
+    with_fit: bool = True,
+) -> list[MoeRow]:
+    """Plan every MoE shape on every profile and context, with llama.cpp's fit beside it."""
+    from testkit.machines import cpu_machine
+    from testkit.real_shapes import MOE_FILES, write_real
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
+    from vrampilot.planner.target import target_from_vram
+    from vrampilot.units import GIB
+
+    machine = cpu_machine(ram_gib=MOE_HOST_RAM_GIB)
+    targets = {g: target_from_vram(g * GIB, machine) for g in vram_gib}
+    ctxs = tuple(ctxs)
+    # The baseline: a dense model's exact plan, timed here, median of five after the header loads.
+    dense = load_model_spec(write_header_only(folder / f"{BASELINE_MODEL}.gguf", BASELINE_MODEL))
+    first = next(iter(targets.values()))
+    plan(dense, first, Pins(n_ctx=ctxs[0]), exact=True)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        plan(dense, first, Pins(n_ctx=ctxs[0]), exact=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+    baseline_ms = statistics.median(times)
+
+    rows: list[MoeRow] = []
+    with LlamaFit(folder) as fitter:
+        if not with_fit:
+            fitter.why_not = "not asked for"
+        for key in keys if keys is not None else MOE_FILES:
+            path = write_real(key, folder)
+            spec = load_model_spec(path)
+            plan(spec, first, Pins(n_ctx=ctxs[0]), exact=True)  # loads the header: later plans are timed
+            for g, target in targets.items():
+                for ctx in ctxs:
+                    t0 = time.perf_counter()
+                    p = plan(spec, target, Pins(n_ctx=ctx), exact=True)
+                    plan_ms = (time.perf_counter() - t0) * 1e3
+                    # The plan's own numbers (its compute buffer is llama.cpp's), the expert count ours.
+                    ours = replace(
+                        cost(spec, target, p.settings),
+                        fits=p.fits,
+                        device_bytes=p.memory.device.total_bytes - p.memory.device.margin_bytes,
+                        decode_tps=p.speed.decode_tps,
+                    )
+                    # llama.cpp keeps the same margin free that our plan reserves on the device
+                    # (its own default --fit-target is 1024 MiB, ours DEFAULT_DEVICE_MARGIN_BYTES).
+                    margin = target.gpus[0].margin_bytes(target.device_margin_bytes)
+                    choice = fitter.choose(path, g * GIB, margin, ctx)
+                    fit_costed = None
+                    if isinstance(choice, FitChoice):
+                        ngl = choice.n_gpu_layers if choice.n_gpu_layers >= 0 else spec.n_layer + 1
+                        pins = Pins(n_ctx=ctx, type_k="f16", type_v="f16", n_gpu_layers=ngl, flash_attn=True)
+                        pinned = plan(spec, target, pins, alternatives=False).settings
+                        fit_costed = cost(
+                            spec,
+                            target,
+                            pinned.with_(
+                                n_batch=2048, n_ubatch=512, n_cpu_moe=0, cpu_tensor_patterns=choice.cpu_patterns
+                            ),
+                        )
+                    rows.append(
+                        MoeRow(
+                            key,
+                            g,
+                            ctx,
+                            ours,
+                            plan_ms,
+                            baseline_ms,
+                            choice if isinstance(choice, FitChoice) else None,
+                            fit_costed,
+                            choice if isinstance(choice, str) else "",
+                        )
+                    )
+    return rows
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f}"
+
+
+def moe_report(rows: list[MoeRow]) -> str:
+    """The rows as Markdown: one line per model, GPU size and context."""
+    out = [
+        "| model | GPU | ctx | ours: -ngl | --n-cpu-moe | K/V | experts in RAM | GPU GiB | decode t/s "
+        "| plan ms (x dense) | --fit: -ngl | experts in RAM | GPU GiB (ours / llama.cpp) | decode t/s "
+        "| ours / fit | fit ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        o = r.ours
+        s = o.settings
+        kv = s.type_k if s.type_k == s.type_v else f"{s.type_k}/{s.type_v}"
+        mine = (
+            f"| {r.model} | {r.vram_gib} GiB | {r.n_ctx // 1024}K | {s.n_gpu_layers} | {s.n_cpu_moe} | {kv} "
+            f"| {o.experts_in_ram}/{o.moe_layers} | {_gib(o.device_bytes)}{'' if o.fits else ' (no fit)'} "
+            f"| {o.decode_tps:.1f} | {r.plan_ms:.0f} ({r.plan_ms / r.baseline_ms:.1f}x) "
+        )
+        if r.fit is None or r.fit_costed is None:
+            out.append(mine + f"| n/a: {r.fit_why} | | | | | |")
+            continue
+        f = r.fit_costed
+        theirs = f"{r.fit.device_mib / 1024:.1f}" if r.fit.device_mib is not None else "-"
+        ratio = f"{o.decode_tps / f.decode_tps:.2f}" if f.decode_tps > 0 else "-"
+        out.append(
+            mine + f"| {f.settings.n_gpu_layers} | {f.experts_in_ram}/{f.moe_layers} "
+            f"| {_gib(f.device_bytes)}{'' if f.fits else ' (over)'} / {theirs} | {f.decode_tps:.1f} | {ratio} "
+            f"| {r.fit.fit_ms:.0f} |"
+        )
+    baseline = rows[0].baseline_ms if rows else 0.0
+    out.append("")
+    out.append(
+        f"Plan times are exact plans (as the CLI plans) after the file's header is loaded; x dense: "
+        f"divided by a dense {BASELINE_MODEL} Q4_K_M plan timed in the same run ({baseline:.0f} ms). "
+        f"Host: {MOE_HOST_RAM_GIB} GiB RAM, 8 cores; GPUs hypothetical (target_from_vram). "
+        "GPU GiB: weights, KV, compute and output buffers on the GPU, without the 1 GiB margin both keep free "
+        "(llama.cpp: --fit-target 1024); (over): our memory model puts the fit's settings past the budget. "
+        "--fit: llama.cpp's common_fit_params with f16 K/V; its decode t/s is our speed model's for its settings."
+    )
+    return "\n".join(out)
+
+
+MOE_TABLE_START = "<!-- moe-table:start -->"
+MOE_TABLE_END = "<!-- moe-table:end -->"
+
+
+def measured_on() -> str:
+    """The commit the bench runs on, and whether the tree differs from it."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return (head or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def write_moe_table(page: Path, report: str) -> None:
+    """Replace what stands between the page's moe-table markers with `report`, stamped with the
+    commit and the date: the page is regenerated by the one command, never edited by hand."""
+    text = page.read_text(encoding="utf-8")
+    start, end = text.find(MOE_TABLE_START), text.find(MOE_TABLE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{page} has no {MOE_TABLE_START} ... {MOE_TABLE_END} section to fill")
+    stamp = (
+        f"Measured on commit {measured_on()}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
+        f"by `python bench/planner.py --moe --write {page.as_posix()}`."
+    )
+    body = f"{MOE_TABLE_START}\n{stamp}\n\n{report}\n"
+    page.write_text(text[:start] + body + text[end:], encoding="utf-8")
 
 
 def plan_for_8gb(path: Path, exact: bool) -> None:

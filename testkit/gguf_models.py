@@ -78,7 +78,8 @@ class ArchShape:
     n_expert_used: int = 0
     n_ff_expert: int = 0
     n_expert_shared: int = 0
-    n_dense_lead: int = 0  # deepseek2 leading dense blocks
+    n_dense_lead: int = 0  # deepseek2 / glm4moe leading dense blocks
+    n_layer_nextn: int = 0  # glm4moe: multi-token-prediction blocks at the end, counted in n_layer
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     rope_dim: int = 0  # rope.dimension_count; 0: not written (deepseek2: the qk rope dim)
@@ -357,6 +358,9 @@ def tensor_table(s: ArchShape) -> list[TensorSpec]:
         if a in ("deepseek2", "deepseek32"):
             _deepseek2_layer(s, i, add)
             continue
+        if a == "glm4moe":
+            _glm4moe_layer(s, i, add)
+            continue
         nq = s.n_head * hk
         nk = s.n_head_kv * hk
         nv = s.n_head_kv * hv
@@ -449,6 +453,51 @@ def _deepseek2_layer(s: ArchShape, i: int, add: Any) -> None:
         add("nextn.shared_head_norm.weight", (e,), "norm")
 
 
+def _glm4moe_layer(s: ArchShape, i: int, add: Any) -> None:
+    # src/models/glm4-moe.cpp: biased Q/K/V, post_attention_norm before the FFN (no ffn_norm), the
+    # first n_dense_lead blocks dense, then routed experts with a selection bias and shared experts;
+    # the last n_layer_nextn blocks are MTP blocks (a full MoE block plus the nextn projections),
+    # which llama.cpp skips unless asked to load them.
+    e, hk = s.n_embd, s.key_length()
+    nq, nk, nv = s.n_head * hk, s.n_head_kv * hk, s.n_head_kv * s.value_length()
+    add("attn_q.weight", (e, nq))
+    add("attn_k.weight", (e, nk))
+    add("attn_v.weight", (e, nv))
+    add("attn_q.bias", (nq,), "bias")
+    add("attn_k.bias", (nk,), "bias")
+    add("attn_v.bias", (nv,), "bias")
+    add("attn_output.weight", (s.n_head * s.value_length(), e))
+    add("post_attention_norm.weight", (e,), "norm")
+    if i < s.n_dense_lead:
+        add("ffn_gate.weight", (e, s.n_ff))
+        add("ffn_down.weight", (s.n_ff, e))
+        add("ffn_up.weight", (e, s.n_ff))
+    else:
+        add("ffn_gate_inp.weight", (e, s.n_expert), "norm")
+        add("exp_probs_b.bias", (s.n_expert,), "bias")
+        _experts_and_shared(add, e, s.n_ff_expert, s.n_expert, s.n_expert_shared)
+    if i >= s.n_layer - s.n_layer_nextn:
+        _nextn_block(add, e)
+
+
+def _experts_and_shared(add: Any, e: int, ff: int, n_expert: int, n_shared: int) -> None:
+    """Routed experts (merged, one tensor per projection) and the shared experts beside them."""
+    add("ffn_gate_exps.weight", (e, ff, n_expert), "expert")
+    add("ffn_down_exps.weight", (ff, e, n_expert), "expert")
+    add("ffn_up_exps.weight", (e, ff, n_expert), "expert")
+    add("ffn_gate_shexp.weight", (e, ff * n_shared))
+    add("ffn_down_shexp.weight", (ff * n_shared, e))
+    add("ffn_up_shexp.weight", (e, ff * n_shared))
+
+
+def _nextn_block(add: Any, e: int) -> None:
+    """An MTP block's own tensors (the shared embedding and head are the model's)."""
+    add("nextn.eh_proj.weight", (2 * e, e))
+    add("nextn.enorm.weight", (e,), "norm")
+    add("nextn.hnorm.weight", (e,), "norm")
+    add("nextn.shared_head_norm.weight", (e,), "norm")
+
+
 # --------------------------------------------------------------------------------------------
 # metadata
 
@@ -490,6 +539,15 @@ def _metadata(s: ArchShape, tokenizer: str) -> list[tuple[str, Any, GGUFValueTyp
                 (f"{a}.expert_gating_func", 2, U),  # sigmoid, as V3/V3.2 route
             ]
     else:
+        if a == "glm4moe":  # conversion/glm.py Glm4MoeModel
+            kv += [
+                (f"{a}.leading_dense_block_count", s.n_dense_lead, U),
+                (f"{a}.expert_shared_count", s.n_expert_shared, U),
+                (f"{a}.expert_weights_scale", 1.0, F),
+                (f"{a}.expert_weights_norm", True, GGUFValueType.BOOL),
+                (f"{a}.expert_gating_func", 2, U),  # sigmoid
+                (f"{a}.nextn_predict_layers", s.n_layer_nextn, U),
+            ]
         if s.head_dim:
             kv.append((f"{a}.attention.key_length", s.head_dim, U))
             kv.append((f"{a}.attention.value_length", s.value_length(), U))
@@ -958,18 +1016,9 @@ def dsv4_tensor_table(s: Dsv4Shape) -> list[TensorSpec]:
         add("ffn_gate_inp.weight", (e, s.n_expert), "norm")
         add("exp_probs_b.bias", (s.n_expert,), "bias")
         add("ffn_norm.weight", (e,), "norm")
-        ff, ne = s.n_ff_expert, s.n_expert
-        add("ffn_gate_exps.weight", (e, ff, ne), "expert")
-        add("ffn_down_exps.weight", (ff, e, ne), "expert")
-        add("ffn_up_exps.weight", (e, ff, ne), "expert")
-        add("ffn_gate_shexp.weight", (e, ff * s.n_expert_shared))
-        add("ffn_down_shexp.weight", (ff * s.n_expert_shared, e))
-        add("ffn_up_shexp.weight", (e, ff * s.n_expert_shared))
+        _experts_and_shared(add, e, s.n_ff_expert, s.n_expert, s.n_expert_shared)
         if i >= s.n_layer - s.n_nextn:
-            add("nextn.eh_proj.weight", (2 * e, e))
-            add("nextn.enorm.weight", (e,), "norm")
-            add("nextn.hnorm.weight", (e,), "norm")
-            add("nextn.shared_head_norm.weight", (e,), "norm")
+            _nextn_block(add, e)
     return out
 
 

@@ -5,7 +5,8 @@ Each file carries the header and tensor table a conversion with llama.cpp's `con
 the data section is a hole, so the file's apparent size is the real model's and its disk use a
 few hundred KiB. The planner and llama.cpp's dry run (no allocation) read only the header.
 
-    python -m testkit.real_shapes OUTDIR     # writes the four files, prints their sizes
+    python -m testkit.real_shapes OUTDIR         # writes the four big files, prints their sizes
+    python -m testkit.real_shapes --moe OUTDIR   # the MoE set (MOE_FILES) instead
 
 Values are taken from each model's config.json (cited per model below); how each becomes a GGUF
 key follows the converter (conversion/deepseek.py DeepseekV4Model / DeepseekV2Model, llama.py).
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from testkit.gguf_models import ArchShape, write_deepseek4, write_shape_header_only
+from testkit.gguf_models import BIG, ArchShape, write_deepseek4, write_shape_header_only
 
 # Window only (0), CSA + lightning indexer (4), HCA (128), per layer.
 
@@ -132,6 +135,97 @@ LLAMA_405B: dict[str, Any] = {
     "name": "Llama-3.1-405B (sparse, real dimensions)",
 }
 
+# Released mixture-of-experts models in their usual quantizations, for expert placement
+# (bench/planner.py's MoE table). Q4_K_M is testkit's llama-quantize recipe (gguf_models
+# _q4_k_m_type); llama-quantize's MoE special cases (8-expert attn_v/attn_k at Q8_0) are not applied.
+
+# Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, num_hidden_layers 48, num_attention_heads 32,
+# num_key_value_heads 4, head_dim 128, intermediate_size 6144, moe_intermediate_size 768,
+# num_experts 128, num_experts_per_tok 8, vocab_size 151936, max_position_embeddings 40960,
+# rope_theta 1000000, tie_word_embeddings false.
+QWEN3_30B_A3B = ArchShape(
+    arch="qwen3moe",
+    name="Qwen3-30B-A3B (sparse, real dimensions)",
+    n_layer=48,
+    n_embd=2048,
+    n_head=32,
+    n_head_kv=4,
+    head_dim=128,
+    n_ff=6144,
+    n_vocab=151936,
+    n_ctx_train=40960,
+    rope_freq_base=1e6,
+    n_expert=128,
+    n_expert_used=8,
+    n_ff_expert=768,
+    tied=False,
+)
+
+# openai/gpt-oss-120b config.json: as gpt-oss-20b (hidden_size 2880, 64 heads of 64, 8 KV heads,
+# intermediate_size 2880, vocab 201088, sliding_window 128, rope_theta 150000) with
+# num_hidden_layers 36 and num_local_experts 128 (experts_per_token 4); gpt-oss-20b has 24 layers
+# and 32 experts (testkit.gguf_models.BIG). Released as MXFP4 experts, the rest 8-bit here.
+GPT_OSS_120B = replace(BIG["gpt-oss-20b"], name="gpt-oss-120b (sparse, real dimensions)", n_layer=36, n_expert=128)
+
+# zai-org/GLM-4.5-Air config.json: hidden_size 4096, num_hidden_layers 46, num_attention_heads 96,
+# num_key_value_heads 8, head_dim 128, partial_rotary_factor 0.5, attention_bias true,
+# use_qk_norm false, intermediate_size 10944, moe_intermediate_size 1408, n_routed_experts 128,
+# num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace 1, num_nextn_predict_layers 1,
+# vocab_size 151552, max_position_embeddings 131072, rope_theta 1000000. The converter
+# (conversion/glm.py Glm4MoeModel) counts the MTP block in block_count (47); its nextn tensors
+# here are eh_proj and the three norms (no separate embed_tokens / shared_head.head).
+GLM_45_AIR = ArchShape(
+    arch="glm4moe",
+    name="GLM-4.5-Air (sparse, real dimensions)",
+    n_layer=47,
+    n_layer_nextn=1,
+    n_embd=4096,
+    n_head=96,
+    n_head_kv=8,
+    head_dim=128,
+    rope_dim=64,
+    n_ff=10944,
+    n_vocab=151552,
+    n_ctx_train=131072,
+    rope_freq_base=1e6,
+    n_expert=128,
+    n_expert_used=8,
+    n_ff_expert=1408,
+    n_expert_shared=1,
+    n_dense_lead=1,
+    tied=False,
+)
+
+# mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: hidden_size 4096, num_hidden_layers 32,
+# num_attention_heads 32, num_key_value_heads 8, intermediate_size 14336, num_local_experts 8,
+# num_experts_per_tok 2, vocab_size 32000, max_position_embeddings 32768, rope_theta 1000000.
+# Converted as architecture `llama` with merged expert tensors (ffn_*_exps of n_ff rows).
+MIXTRAL_8X7B = ArchShape(
+    arch="llama",
+    name="Mixtral-8x7B-Instruct-v0.1 (sparse, real dimensions)",
+    n_layer=32,
+    n_embd=4096,
+    n_head=32,
+    n_head_kv=8,
+    n_ff=14336,
+    n_vocab=32000,
+    n_ctx_train=32768,
+    rope_freq_base=1e6,
+    n_expert=8,
+    n_expert_used=2,
+    n_ff_expert=14336,
+    tied=False,
+)
+
+# key: (shape, testkit quantization recipe)
+MOE_SHAPES: dict[str, tuple[ArchShape, str]] = {
+    "qwen3-30b-a3b": (QWEN3_30B_A3B, "Q4_K_M"),
+    "gpt-oss-20b": (BIG["gpt-oss-20b"], "MXFP4"),
+    "gpt-oss-120b": (GPT_OSS_120B, "MXFP4"),
+    "glm-4.5-air": (GLM_45_AIR, "Q4_K_M"),
+    "mixtral-8x7b": (MIXTRAL_8X7B, "Q4_K_M"),
+}
+
 
 FILES = {
     "v4-flash": "DeepSeek-V4-Flash.sparse.gguf",
@@ -140,10 +234,23 @@ FILES = {
     "llama-405b": "Llama-3.1-405B-bf16.sparse.gguf",
 }
 
+# The MoE set: the shapes above and DeepSeek-V4-Flash (MXFP4 experts, Q8_0 else).
+MOE_FILES = {
+    "qwen3-30b-a3b": "Qwen3-30B-A3B-Q4_K_M.sparse.gguf",
+    "gpt-oss-20b": "gpt-oss-20b-MXFP4.sparse.gguf",
+    "gpt-oss-120b": "gpt-oss-120b-MXFP4.sparse.gguf",
+    "glm-4.5-air": "GLM-4.5-Air-Q4_K_M.sparse.gguf",
+    "mixtral-8x7b": "Mixtral-8x7B-Q4_K_M.sparse.gguf",
+    "v4-flash": FILES["v4-flash"],
+}
+
 
 def write_real(key: str, out_dir: str | os.PathLike[str]) -> Path:
-    """Write one of FILES into `out_dir` (sparse) and return its path."""
-    path = Path(out_dir) / FILES[key]
+    """Write one of FILES or MOE_FILES into `out_dir` (sparse) and return its path."""
+    path = Path(out_dir) / (FILES.get(key) or MOE_FILES[key])
+    if key in MOE_SHAPES:
+        moe_shape, recipe = MOE_SHAPES[key]
+        return write_shape_header_only(path, moe_shape, recipe=recipe)
     if key in ("v4-flash", "v4-pro"):
         shape = V4_FLASH if key == "v4-flash" else V4_PRO
         return write_deepseek4(path, weight_type="q8_0", expert_type="mxfp4", sparse=True, **shape)
@@ -154,9 +261,9 @@ def write_real(key: str, out_dir: str | os.PathLike[str]) -> Path:
     raise KeyError(key)
 
 
-def write_all(out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+def write_all(out_dir: str | os.PathLike[str], keys: Iterable[str] = tuple(FILES)) -> dict[str, Path]:
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return {key: write_real(key, out_dir) for key in FILES}
+    return {key: write_real(key, out_dir) for key in keys}
 
 
 def disk_bytes(path: Path) -> int:
@@ -166,10 +273,12 @@ def disk_bytes(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    moe = args[:1] == ["--moe"]
+    args = args[1:] if moe else args
     if len(args) != 1:
-        print("usage: python -m testkit.real_shapes OUTDIR", file=sys.stderr)
+        print("usage: python -m testkit.real_shapes [--moe] OUTDIR", file=sys.stderr)
         return 2
-    for path in write_all(args[0]).values():
+    for path in write_all(args[0], tuple(MOE_FILES) if moe else tuple(FILES)).values():
         apparent = path.stat().st_size
         print(f"{path}  apparent {apparent / 2**30:,.1f} GiB  on disk {disk_bytes(path) / 2**10:,.0f} KiB")
     return 0

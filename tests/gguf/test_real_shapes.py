@@ -1,5 +1,6 @@
 """Sparse GGUFs at published dimensions (testkit/real_shapes.py): what the planner reads from them,
-and the 1M-token caches against llama.cpp's own dry run (no allocation, header only)."""
+the 1M-token caches against llama.cpp's own dry run (no allocation, header only), and the MoE set
+bench/planner.py --moe plans."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.real_shapes import FILES, disk_bytes, write_all
+from testkit.real_shapes import FILES, MOE_FILES, disk_bytes, write_all
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.planner.kv import kv_cache_bytes
 from vrampilot.planner.measure import matches_print, measure_allocations
@@ -63,3 +64,35 @@ def test_cache_at_1m_equals_llama_cpps_dry_run(real: dict[str, Path], key: str) 
     if ours.parts:
         printed = [int(line.size_mib * 2**20) for line in m.kv_lines if line.layers]
         assert all(matches_print(p.bytes, b) for p, b in zip(ours.parts[:4], printed, strict=True))
+
+
+# The MoE set (bench/planner.py --moe): each file loads in llama.cpp's dry run, the cache equals
+# llama.cpp's, and the routed experts the placement works with are where the config puts them.
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_all(tmp_path_factory.mktemp("moe"), tuple(MOE_FILES))
+
+
+MOE_LAYOUT = {  # key: (architecture, layers in block_count, MTP blocks, layers with routed experts)
+    "qwen3-30b-a3b": ("qwen3moe", 48, 0, 48),
+    "gpt-oss-20b": ("gpt-oss", 24, 0, 24),
+    "gpt-oss-120b": ("gpt-oss", 36, 0, 36),
+    "glm-4.5-air": ("glm4moe", 47, 1, 46),  # layer 0 dense; the MTP block 46 has experts too
+    "mixtral-8x7b": ("llama", 32, 0, 32),
+    "v4-flash": ("deepseek4", 43, 0, 43),
+}
+
+
+@pytest.mark.parametrize("key", list(MOE_FILES))
+def test_moe_shape_loads_in_llama_cpps_dry_run(moe: dict[str, Path], key: str) -> None:
+    spec = load_model_spec(moe[key])
+    arch, n_layer, n_nextn, n_moe = MOE_LAYOUT[key]
+    assert (spec.architecture, spec.n_layer, spec.n_layer_nextn) == (arch, n_layer, n_nextn)
+    assert sum(1 for b in spec.layer_expert_bytes if b) == n_moe
+    assert sum(spec.layer_expert_bytes) > 0.8 * spec.weight_bytes  # experts are most of a MoE file
+    settings = Settings(n_ctx=8192, n_threads=1, n_threads_batch=1)
+    m = measure_allocations(moe[key], settings, dry_run=True)
+    assert m.refused is None
+    ours = kv_cache_bytes(spec, settings)
+    n_lines = len(m.kv_lines) + len(m.state_lines)
+    assert abs(ours.total_bytes - m.kv_bytes) <= n_lines * 0.005 * 2**20

@@ -3,26 +3,20 @@ judged from the numbers (synthetic runs here: no model, no torch)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.benches import load_bench
+
 METHODS = ("full", "hybrid", "window", "q4")
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_hybrid", ROOT / "bench" / "hybrid.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_hybrid"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("hybrid")
 
 
 def _run(*, texts: list[dict[str, Any]], cases: list[dict[str, Any]], config: str = "default") -> dict[str, Any]:
