@@ -234,6 +234,11 @@ TINY["deepseek32"] = replace(
     indexer_top_k=64,
 )
 
+# Mixtral-style: the llama architecture with routed experts (llm_build_llama's MoE branch), as
+# Mixtral-8x7B files have; written under `general.architecture = llama`.
+# llama's loader sizes the experts with feed_forward_length itself.
+TINY["mixtral"] = replace(TINY["llama"], name="tiny-mixtral", n_ff=128, n_expert=4, n_expert_used=2, n_ff_expert=128)
+
 # Real shapes for header-only files (values from the models' config.json / GGUF headers).
 BIG: dict[str, ArchShape] = {
     "qwen2.5-7b": ArchShape(

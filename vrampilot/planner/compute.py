@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
+from vrampilot.planner.placement import offload_copy_bytes
 from vrampilot.planner.settings import Settings
 
 F32 = 4
@@ -201,6 +202,9 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
         s.n_gpu_layers,
         s.devices,
         s.rpc_servers,
+        # Tensors kept in host memory move their matmuls (and activations) to the host's buffer.
+        s.n_cpu_moe,
+        s.cpu_tensor_patterns,
     )
 
 
@@ -367,7 +371,9 @@ def compute_buffer_bytes(
     hidden = t.n_embd * F32
     copies = (SCHED_COPIES - 1) * t.n_tokens * (t.mask_bytes + 2 * hidden) if pipelined else 0
     if device == "gpu":
-        return graph.graph_bytes(spec, settings) + round(copies * graph.scale)
+        # Weights a CPU override keeps in host memory are copied in for the ubatch's matmuls.
+        held = offload_copy_bytes(spec, settings, t.n_tokens)
+        return graph.graph_bytes(spec, settings) + round(copies * graph.scale) + held
     if device == "host":
         n_main = spec.n_layer - spec.n_layer_nextn
         v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v

@@ -39,7 +39,9 @@ from typing import Any
 from vrampilot.errors import UserError
 from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
 from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.llamacpp.overrides import CpuOverrides
 from vrampilot.planner.kv import ggml_type, kv_unified
+from vrampilot.planner.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
 
 MIB = 1024 * 1024
@@ -291,15 +293,29 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
 
 
 def _load_model(
-    llama_cpp: Any, p: Path, n_gpu_layers: int, dry_run: bool, errors: list[str], offload: _Offload | None = None
+    llama_cpp: Any,
+    p: Path,
+    n_gpu_layers: int,
+    dry_run: bool,
+    errors: list[str],
+    offload: _Offload | None = None,
+    overrides: CpuOverrides | None = None,
+    mmap: bool = True,
 ) -> Any:
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
     if offload is not None:
         offload.apply(mparams)
+    if overrides is not None:
+        # The plan's CPU overrides, as the engine applies them: experts kept in host memory change
+        # what each device's compute buffer holds (llama.cpp reads the array during this call).
+        overrides.apply(mparams)
+    if dry_run or not mmap:
+        # With mmap the dry run aborts; a real load without it gets buffers of exactly the tensors
+        # (a mapped buffer spans the file range between its first and last tensor).
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     if dry_run:
         mparams.no_alloc = True
-        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
     model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
     if not model:
         reason = "; ".join(e for e in errors if e) or "no reason logged"
@@ -355,9 +371,11 @@ def measure_allocations(
     settings: Settings,
     *,
     dry_run: bool = True,
+    mmap: bool = True,
 ) -> MeasuredBuffers:
     """Load `path` with llama.cpp on the CPU with `settings` and report what it allocates.
 
+    `mmap=False` loads a real run without mapping the file (llama-server's --load-mode none).
     A context llama.cpp refuses (e.g. a quantized V cache without flash attention) is reported in
     `refused` with llama.cpp's reason; a model it cannot load raises MeasureError.
     """
@@ -375,7 +393,16 @@ def measure_allocations(
             model = ctx = None
             refused: str | None = None
             try:
-                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors)
+                model = _load_model(
+                    llama_cpp,
+                    p,
+                    settings.n_gpu_layers,
+                    dry_run,
+                    errors,
+                    None,
+                    CpuOverrides(cpu_override_patterns(settings)),
+                    mmap,
+                )
                 n_errors_after_load = len(errors)
                 ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
                 if not ctx:
@@ -419,10 +446,17 @@ class GraphCompute:
         return sum(self.compute_bytes.values())
 
 
-def _file_key(p: Path, n_gpu_layers: int, offloaded: bool) -> tuple[str, int, int, int]:
+def _file_key(p: Path, n_gpu_layers: int, offloaded: bool, patterns: tuple[str, ...]) -> tuple[object, ...]:
     st = p.stat()
-    # Measured on the CPU every layer stays there whatever -ngl says: one header serves all.
-    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if offloaded else 0)
+    # Measured on the CPU every layer stays there whatever -ngl says (and a CPU override moves
+    # nothing): one header serves all. Offloaded, the overrides are the model's, as -ngl is.
+    return (
+        str(p.resolve()),
+        st.st_size,
+        st.st_mtime_ns,
+        n_gpu_layers if offloaded else 0,
+        patterns if offloaded else (),
+    )
 
 
 def _graph_compute_in_child(
@@ -505,7 +539,8 @@ def _graph_compute(
     try:
         with _held(_lock):
             _ensure_backend(llama_cpp)
-            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None), offload)
+            patterns = cpu_override_patterns(settings)
+            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload)
             rkey = (
                 fkey,
                 settings.n_ctx,
@@ -529,7 +564,13 @@ def _graph_compute(
                     try:
                         devices = _Offload(*offload) if offload is not None else None
                         model = _load_model(
-                            llama_cpp, p, settings.n_gpu_layers if offload else 0, True, errors, devices
+                            llama_cpp,
+                            p,
+                            settings.n_gpu_layers if offload else 0,
+                            True,
+                            errors,
+                            devices,
+                            CpuOverrides(patterns) if offload else None,
                         )
                     except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)
