@@ -662,6 +662,29 @@ def write_model(
     return p
 
 
+def write_with_tensors_changed(
+    path: str | os.PathLike[str],
+    arch: str,
+    *,
+    drop: Iterable[str] = (),
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
+    """The tiny `arch` model (f16) with the tensors named in `drop` left out and those in `shapes`
+    written with another shape (ggml order): a broken file, for the spec's refusals."""
+    p = Path(path)
+    s = _resolve(arch, overrides)
+    dropped, reshaped = set(drop), shapes or {}
+    tensors = [
+        (replace(t, ne=reshaped.get(t.name, t.ne)), q)
+        for t, q in _plan(s, "f16", None, None, None).tensors
+        if t.name not in dropped
+    ]
+    _write_random_tensors(_new_writer(p, s, "none"), tensors, np.random.default_rng(seed))
+    return p
+
+
 def write_renamed(path: str | os.PathLike[str], base: str, arch: str, *, seed: int = 0, **overrides: Any) -> Path:
     """Write the tiny `base` model (its tensors and keys) under another architecture name, `arch`:
     one whose llama.cpp loader reads the same tensors and keys (nanbeige is llama's, maincoder

@@ -9,10 +9,13 @@ driver is installed the tests skip with the reason, except under VRAMPILOT_REQUI
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -71,3 +74,19 @@ def vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_json(script: str, *args: str) -> dict[str, Any]:
+    """Run tests/gpu/<script> in a fresh interpreter (llama.cpp picks its devices once per process,
+    so the software device must be allowed before it loads) and read the JSON its last line prints."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "gpu" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out

@@ -11,16 +11,13 @@ type the CPU backend repacks; on the device it is stored as it is).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testkit.gguf_models import write_model
-from tests.gpu.conftest import ROOT
+from tests.gpu.conftest import child_json
 from vrampilot.paths import embedded_model_path
 from vrampilot.units import MIB
 
@@ -29,17 +26,7 @@ PRINT_MIB = 0.005 * MIB + 1
 
 
 def run_child(model: Path, **pins: object) -> dict[str, Any]:
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "gpu" / "vulkan_child.py"), str(model), json.dumps(pins)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ),
-        cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    return result
+    return child_json("vulkan_child.py", str(model), json.dumps(pins))
 
 
 def model_file(name: str, tmp_path: Path) -> Path:
