@@ -38,7 +38,8 @@ def run_child(model: Path, cases: list[dict[str, Any]]) -> dict[str, Any]:
 def cases(n_layer: int) -> list[dict[str, Any]]:
     base = {"n_ctx": 2048, "n_ubatch": 256, "n_threads": 2, "n_threads_batch": 2}
     full = [{**base, "n_gpu_layers": n_layer + 1, "n_cpu_moe": k} for k in (1, 0, n_layer)]
-    return [*full, {**base, "n_gpu_layers": n_layer - 1, "n_cpu_moe": 1}]
+    small = {**base, "n_ubatch": 16, "n_gpu_layers": n_layer + 1, "n_cpu_moe": n_layer}  # the CPU runs the experts
+    return [*full, {**base, "n_gpu_layers": n_layer - 1, "n_cpu_moe": 1}, small]
 
 
 def assert_exact(predicted: dict[str, int], real: dict[str, int], kv_lines: int, where: str) -> None:
@@ -68,6 +69,7 @@ def test_each_device_holds_what_the_placement_put_there(name: str, tmp_path: Pat
         assert exact["devices"][0]["weights"] == r["formula"]["devices"][0]["weights"]
         if case["n_gpu_layers"] > spec.n_layer:
             assert r["formula"]["devices"][0]["compute"] >= real["devices"][0]["compute"] - 2 * PRINT, (where, r)
+            assert r["formula"]["host"]["compute"] >= real["host"]["compute"] - 2 * PRINT, (where, r)
         host_weights.append(real["host"]["weights"])
     # More experts in host memory, more host weights (the cases: n_cpu_moe 1, 0, all, then partial)
     assert host_weights[1] <= host_weights[0] <= host_weights[2]  # deepseek2's layer 0 has no experts

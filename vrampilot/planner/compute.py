@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
-from vrampilot.planner.placement import offload_copy_bytes
+from vrampilot.planner.placement import OP_OFFLOAD_MIN_BATCH, largest_held_offloaded_bytes, offload_copy_bytes
 from vrampilot.planner.settings import Settings
 
 F32 = 4
@@ -379,7 +379,10 @@ def compute_buffer_bytes(
         v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v
         inputs = 2 * hidden + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
         host = t.n_tokens * inputs + copies
-        if settings.n_gpu_layers <= n_main:
+        # Layers left on the CPU, or host-held experts of offloaded layers run by the CPU (a ubatch
+        # below the size at which the device takes their matmuls over): their activations live here.
+        cpu_runs_experts = t.n_tokens < OP_OFFLOAD_MIN_BATCH and largest_held_offloaded_bytes(spec, settings) > 0
+        if settings.n_gpu_layers <= n_main or cpu_runs_experts:
             host = max(host, graph.graph_bytes(spec, settings))
         return host
     raise ValueError(f"unknown device {device!r} (use 'cpu', 'gpu' or 'host')")

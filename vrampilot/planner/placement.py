@@ -93,17 +93,24 @@ def _kept_tensors(spec: ModelSpec, settings: Settings) -> list[tuple[int, int]]:
     return out
 
 
+def largest_held_offloaded_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """The largest tensor a CPU override keeps in host memory although its layer is offloaded
+    (0 when there is none): an expert whose matmul the host or the device must run for that layer."""
+    if not (settings.n_cpu_moe or settings.cpu_tensor_patterns):
+        return 0
+    first_offloaded = spec.n_layer + 1 - max(settings.n_gpu_layers, 0)  # -ngl counts the output layer first
+    return max((b for il, b in _kept_tensors(spec, settings) if il >= first_offloaded), default=0)
+
+
 def offload_copy_bytes(spec: ModelSpec, settings: Settings, n_tokens: int) -> int:
     """What a device's compute buffer gains for the weights kept in host memory of its offloaded
     layers: at a ubatch of OP_OFFLOAD_MIN_BATCH tokens or more the scheduler runs their matmuls on
     the device and copies the weight into its compute buffer, one at a time, so the largest such
     tensor. An upper bound: llama.cpp's allocator lays the copy over activations already dead
     where it can (measured on lavapipe: 1.75 of a 2 MiB expert tensor at ubatch 64, nothing at
-    512, where attention's peak is higher); a plan made exact measures the true buffer."""
-    if n_tokens < OP_OFFLOAD_MIN_BATCH or not (settings.n_cpu_moe or settings.cpu_tensor_patterns):
-        return 0
-    first_offloaded = spec.n_layer + 1 - max(settings.n_gpu_layers, 0)  # -ngl counts the output layer first
-    return max((b for il, b in _kept_tensors(spec, settings) if il >= first_offloaded), default=0)
+    512, where attention's peak is higher); a plan made exact measures the true buffer. Below
+    that ubatch the host runs them, and its compute buffer holds their activations instead."""
+    return largest_held_offloaded_bytes(spec, settings) if n_tokens >= OP_OFFLOAD_MIN_BATCH else 0
 
 
 def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str, ...]) -> None:
