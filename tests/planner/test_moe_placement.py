@@ -145,6 +145,7 @@ def test_a_pattern_fixed_plans_and_loads_with_its_tensors_on_the_cpu(models: dic
         ({"shapes": {"blk.2.ffn_gate_exps.weight": (128, 64, 4)}}, "blk.2.ffn_gate_exps.weight has shape [128, 64, 4]"),
         ({"shapes": {"blk.0.ffn_up_exps.weight": (128, 64 * 8)}}, "blk.0.ffn_up_exps.weight has shape [128, 512]"),
         ({"shapes": {"blk.1.ffn_down_exps.weight": (32, 128, 8)}}, "blk.1.ffn_down_exps.weight has shape [32, 128, 8]"),
+        ({"shapes": {"blk.0.ffn_gate_exps.weight": (128, 32, 8)}}, "blk.0.ffn_gate_exps.weight has shape [128, 32, 8]"),
     ],
 )
 def test_a_moe_file_with_broken_experts_is_refused_before_anything_loads(
