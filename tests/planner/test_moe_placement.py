@@ -114,6 +114,8 @@ def test_the_device_copy_of_a_host_expert_counts_only_where_llama_cpp_makes_it(m
         ({"cpu_tensor_patterns": ("attn_q=CPU",)}, "'attn_q=CPU' contains ',' or '='"),
         ({"cpu_tensor_patterns": ("blk\\.(0",)}, "'blk\\\\.(0' is not a valid regular expression"),
         ({"cpu_tensor_patterns": ("attn_qq",)}, "'attn_qq' matches no tensor of qwen3moe.gguf"),
+        ({"cpu_tensor_patterns": (r"(?<!x)blk\.0",)}, "uses '(?<', which llama.cpp's regular expressions"),
+        ({"cpu_tensor_patterns": ("(?i)ATTN_Q",)}, "uses '(?i', which llama.cpp's regular expressions"),
     ],
 )
 def test_a_placement_llama_cpp_would_not_run_as_planned_is_refused(

@@ -17,6 +17,10 @@ from vrampilot.gguf.spec import EXPERT_TENSOR_RE
 from vrampilot.planner.settings import Settings
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+# Python syntax that C++'s std::regex (ECMAScript grammar, what llama.cpp compiles patterns with)
+# lacks: named groups, lookbehind, comments, inline flags, \A and \Z. Python compiles them, llama.cpp
+# would throw regex_error in the middle of the load.
+_NOT_ECMASCRIPT = re.compile(r"\(\?(?:P|<|#|[aiLmsux])|\\[AZ]")
 # GGML_OP_OFFLOAD_MIN_BATCH's default (ggml-cuda, ggml-vulkan, ggml-metal): an op over at least
 # this many tokens whose weight sits in host memory runs on the GPU anyway, its weight copied into
 # the GPU's compute buffer for the ubatch (ggml-backend.cpp, the scheduler's offload_op pass).
@@ -135,5 +139,10 @@ def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str,
             re.compile(p)
         except re.error as exc:
             raise PlanError(f"tensor pattern {p!r} is not a valid regular expression ({exc})") from None
+        if m := _NOT_ECMASCRIPT.search(p):
+            raise PlanError(
+                f"tensor pattern {p!r} uses {m[0]!r}, which llama.cpp's regular expressions (C++ std::regex, "
+                "ECMAScript) do not know"
+            )
     for p in unmatched_patterns(spec, patterns):
         raise PlanError(f"tensor pattern {p!r} matches no tensor of {spec.path.name}; check the tensor names")
