@@ -42,6 +42,8 @@ class Pins:
     flash_attn: bool | None = None
     swa_full: bool | None = None
     tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
+    n_cpu_moe: int | None = None  # routed experts of layers 0..N-1 in host memory (0..n_layer)
+    cpu_tensor_patterns: tuple[str, ...] | None = None  # the user's own -ot PATTERN=CPU
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -18,6 +18,7 @@ from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.placement import check_placement
 from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
@@ -54,6 +55,7 @@ QUANT_BPW = (
 
 
 def _validate(spec: ModelSpec, pins: Pins) -> None:
+    check_placement(spec, pins.n_cpu_moe, pins.cpu_tensor_patterns or ())
     for name in ("type_k", "type_v"):
         v = getattr(pins, name)
         if v is not None and v not in KV_CACHE_TYPES:
