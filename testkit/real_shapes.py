@@ -5,7 +5,7 @@ Each file carries the header and tensor table a conversion with llama.cpp's `con
 the data section is a hole, so the file's apparent size is the real model's and its disk use a
 few hundred KiB. The planner and llama.cpp's dry run (no allocation) read only the header.
 
-    python -m testkit.real_shapes OUTDIR     # writes the four files, prints their sizes
+    python -m testkit.real_shapes OUTDIR     # writes the files, prints their sizes
 
 Values are taken from each model's config.json (cited per model below); how each becomes a GGUF
 key follows the converter (conversion/deepseek.py DeepseekV4Model / DeepseekV2Model, llama.py).
@@ -133,7 +133,31 @@ LLAMA_405B: dict[str, Any] = {
 }
 
 
+# Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, num_hidden_layers 48, num_attention_heads 32,
+# num_key_value_heads 4, head_dim 128, num_experts 128, num_experts_per_tok 8,
+# moe_intermediate_size 768, vocab_size 151936, max_position_embeddings 40960, rope_theta 1000000,
+# tie_word_embeddings false. The MoE shape the planner's expert placement is tried on (#39): 48
+# layers of 128 routed experts (about 0.36 GiB of them per layer at Q4_K_M) and a small attention.
+QWEN3_30B_A3B: dict[str, Any] = {
+    "n_layer": 48,
+    "n_embd": 2048,
+    "n_head": 32,
+    "n_head_kv": 4,
+    "head_dim": 128,
+    "n_ff": 6144,
+    "n_vocab": 151936,
+    "n_ctx_train": 40960,
+    "n_expert": 128,
+    "n_expert_used": 8,
+    "n_ff_expert": 768,
+    "rope_freq_base": 1e6,
+    "tied": False,
+    "name": "Qwen3-30B-A3B (sparse, real dimensions)",
+}
+
+
 FILES = {
+    "qwen3-30b-a3b": "Qwen3-30B-A3B-Q4_K_M.sparse.gguf",
     "v4-flash": "DeepSeek-V4-Flash.sparse.gguf",
     "v4-pro": "DeepSeek-V4-Pro.sparse.gguf",
     "v3.2": "DeepSeek-V3.2.sparse.gguf",
@@ -149,6 +173,8 @@ def write_real(key: str, out_dir: str | os.PathLike[str]) -> Path:
         return write_deepseek4(path, weight_type="q8_0", expert_type="mxfp4", sparse=True, **shape)
     if key == "v3.2":
         return write_shape_header_only(path, ArchShape(arch="deepseek32", **V32), recipe="Q8_0")
+    if key == "qwen3-30b-a3b":
+        return write_shape_header_only(path, ArchShape(arch="qwen3moe", **QWEN3_30B_A3B), recipe="Q4_K_M")
     if key == "llama-405b":
         return write_shape_header_only(path, ArchShape(arch="llama", **LLAMA_405B), recipe="BF16")
     raise KeyError(key)
