@@ -43,11 +43,12 @@ def test_the_plan_panel_shows_and_pins_the_experts_placement(qtbot: QtBot, tmp_p
     assert f"Experts of {n} of 48 layers in RAM" in view.reasons.text()
 
     # The placement alternatives lead the table, each with its generation and prompt speed.
-    rows = {
-        view.alternatives.item(r, 0).text(): [view.alternatives.item(r, c).text() for c in range(1, 5)]
+    table = [
+        [cell.text() if (cell := view.alternatives.item(r, c)) is not None else "" for c in range(5)]
         for r in range(view.alternatives.rowCount())
-    }
-    assert view.alternatives.item(0, 0).text().startswith("experts of ")
+    ]
+    rows = {row[0]: row[1:] for row in table}
+    assert table[0][0].startswith("experts of ")
     more = next(label for label in rows if label.startswith("experts of ") and int(label.split()[2]) > n)
     assert rows[more][3] == "yes" and float(rows[more][1]) < result.speed.decode_tps
     whole = next(label for label in rows if label.startswith("whole layers instead"))
@@ -74,7 +75,9 @@ def test_the_plan_panel_shows_and_pins_the_experts_placement(qtbot: QtBot, tmp_p
 
 
 def test_a_dense_model_has_no_experts_pin(qtbot: QtBot) -> None:
-    spec = load_model_spec(embedded_model_path())
+    model = embedded_model_path()
+    assert model is not None
+    spec = load_model_spec(model)
     view = PlanView()
     qtbot.addWidget(view)
     view.set_plan(plan(spec, target_from_vram(8 * GIB, cpu_machine()), alternatives=False))
