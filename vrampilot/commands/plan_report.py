@@ -152,7 +152,7 @@ def format_plan(plan: Plan) -> str:
     ]
     if plan.spec.has_swa:
         rows.append(("swa-full", "on" if s.swa_full else "off"))
-    if plan.target.has_gpu:
+    if plan.target.has_gpu and plan.spec.layer_expert_bytes:  # a dense model's GPU layers say it all
         moe = f" (--n-cpu-moe {s.n_cpu_moe})" if s.n_cpu_moe else ""
         rows.insert(3, ("placement", placement_text(plan.spec, s, plan.memory) + moe))
     pinned = plan.pins.pinned()
@@ -213,10 +213,12 @@ def format_plan(plan: Plan) -> str:
     alts = alternative_rows(plan)
     if alts:
         lines.append("")
-        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt (full ctx)")
+        # The label column as wide as the longest label (a MoE plan's placements are long).
+        w = max(30, *(len(a.label) for a in alts))
+        lines.append(f"{'Alternatives':<{w + 2}}{'memory':>12}  verdict   generate (full ctx)   prompt (full ctx)")
         for a in alts:
             lines.append(
-                f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {a.verdict:<8} "
+                f"  {a.label:<{w}} {format_bytes(a.memory_total_bytes):>11}  {a.verdict:<8} "
                 f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
                 f"{a.speed.prefill_tps:6.0f} ({a.speed.prefill_tps_full_ctx:5.0f}) tok/s"
             )
