@@ -8,6 +8,8 @@ batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
@@ -486,6 +488,8 @@ def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gra
         return s.with_(tensor_split=tuple(pins.tensor_split))
     shares = tuple(float(max(gpu.memory_budget_bytes, 1)) for gpu in target.gpus)
     s = s.with_(tensor_split=_rounded(shares))
+    if s.n_cpu_moe:
+        return _split_by_cost(spec, target, s, g)
     per_layer = max(spec.layer_weight_bytes, default=1) + max(
         memory_breakdown(spec, s, target, g).kv.per_layer_bytes, default=0
     )
@@ -499,6 +503,44 @@ def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gra
         if sum(room) <= 0:
             break
         s = s.with_(tensor_split=_rounded(tuple(room)))
+    return s
+
+
+def _split_by_cost(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Settings:
+    """The -ts when the layers differ in size on the devices (the experts of the first n_cpu_moe
+    layers are in RAM, so those layers weigh a fraction of the rest on their device): each
+    device gets the run of layers whose bytes fill the same share of the room its budget leaves
+    after what it holds whatever the split (margin, compute buffer). A split by layer count
+    would give the device of the light leading layers too few of them, and leave it room."""
+    for _ in range(2):
+        mem = memory_breakdown(spec, s, target, g)
+        kept = mem.host_override_bytes
+        costs = [
+            (il, spec.layer_weight_bytes[il] - kept[il] + mem.kv.per_layer_bytes[il])
+            for il, d in enumerate(mem.layer_devices)
+            if d >= 0
+        ]
+        if mem.output_device >= 0:
+            out = spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
+            costs.append((spec.n_layer, out))
+        room = []
+        for d, (c, gpu) in enumerate(zip(mem.per_device, target.gpus, strict=True)):
+            mine = sum(
+                b for il, b in costs if (mem.output_device if il == spec.n_layer else mem.layer_devices[il]) == d
+            )
+            room.append(max(gpu.memory_budget_bytes - (c.total_bytes - mine), 0))
+        total_room, total_cost = sum(room), sum(b for _, b in costs)
+        if total_room <= 0 or total_cost <= 0:
+            return s
+        # Where each device's run of layers ends: the (fractional) layer at which the bytes so far
+        # reach that device's share of the room, scaled to the bytes there are.
+        cum = list(itertools.accumulate((b for _, b in costs), initial=0))
+        ends = []
+        for want in itertools.accumulate(r / total_room * total_cost for r in room[:-1]):
+            k = min(max(bisect.bisect_right(cum, want) - 1, 0), len(costs) - 1)
+            ends.append(k + (want - cum[k]) / max(costs[k][1], 1))
+        shares = [b - a for a, b in itertools.pairwise([0.0, *ends, float(len(costs))])]
+        s = s.with_(tensor_split=_rounded(tuple(max(v, 0.0) for v in shares)))
     return s
 
 
