@@ -225,3 +225,23 @@ def test_two_cards_and_rpc_hosts_place_experts_too(qwen: ModelSpec) -> None:
     assert (
         plan(qwen, two, alternatives=False).settings.n_cpu_moe < plan(qwen, rpc, alternatives=False).settings.n_cpu_moe
     )
+
+
+def test_back_off_and_spill_advice_move_experts_before_context_or_layers(qwen: ModelSpec) -> None:
+    from vrampilot.meters.spill import suggest_replan
+    from vrampilot.planner.alternatives import backoff_cost, is_backoff
+
+    p = plan(qwen, card(8))
+    # After a failed allocation, more experts in RAM is a back-off (it needs less VRAM and gives
+    # up nothing else), and it costs less than half the context.
+    more = next(a for a in p.alternatives if a.settings == p.settings.with_(n_cpu_moe=a.settings.n_cpu_moe))
+    assert more.settings.n_cpu_moe > p.settings.n_cpu_moe and is_backoff(p, more)
+    half = next(a for a in p.alternatives if a.settings == p.settings.with_(n_ctx=p.settings.n_ctx // 2))
+    assert is_backoff(p, half) and backoff_cost(p, more) < backoff_cost(p, half)
+    # Spilling 300 MiB (plus the advice's headroom) on a q8_0 plan: a few more layers' experts in
+    # RAM free it (0.36 GiB each), before any context is given up.
+    advice = suggest_replan(p, 300 * 2**20)
+    assert advice is not None and advice.label.startswith("experts of ")
+    assert p.settings.n_cpu_moe < (advice.pins.n_cpu_moe or 0) <= p.settings.n_cpu_moe + 4
+    assert advice.pins.n_ctx == p.settings.n_ctx and advice.frees_bytes >= 300 * 2**20
+    assert plan(qwen, card(8), advice.pins, alternatives=False).settings.n_cpu_moe == advice.pins.n_cpu_moe

@@ -12,7 +12,8 @@ Three callers want another plan, and each gives up things in its own order, on p
   cache type and batch sizes (docs/data.md): re-planning freely at the smaller size would pick a
   larger KV cache type, and memory would barely drop from one step to the next (`cheapest_smaller`).
 - The spill advice (meters/spill.py) must free a known number of bytes: a q8_0 KV cache first
-  (~0.1% perplexity, planner.md), then half the context down to 4096, fewer layers last, since each
+  (~0.1% perplexity, planner.md), then a MoE plan's experts of more layers in RAM, then half the
+  context down to 4096, fewer layers last, since each
   layer on the CPU costs far more speed than its share (`freeing_changes`).
 Whichever applies, the window pins what changed (`changed_pins`) and says so (`describe_change`).
 """
@@ -143,25 +144,26 @@ def cheapest_smaller(plan: Plan) -> Alternative | None:
 
 
 # Freeing a known number of bytes
-def freeing_changes(s: Settings) -> Iterator[tuple[str, dict[str, object]]]:
-    """The changes that free VRAM, labelled, least costly first: q8_0 KV, then less context (each
-    with q8_0 KV first), then one GPU layer fewer at a time."""
+def freeing_changes(s: Settings, moe_layers: int = 0) -> Iterator[tuple[str, dict[str, object]]]:
+    """The changes that free VRAM, labelled, least costly first: q8_0 KV, then (a mixture of
+    experts on the GPU: `moe_layers`, its layer count) the experts of one more layer at a time in
+    RAM, then less context (each with q8_0 KV first), then one GPU layer fewer at a time."""
     kv_changes: dict[str, object] = {}
     if s.type_k in FULL_PRECISION_KV or s.type_v in FULL_PRECISION_KV:
         # q8_0 costs ~0.1% perplexity (planner.md) and needs flash attention for the V cache.
         kv_changes = {"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True}
         yield "q8_0 KV cache", kv_changes
+    # A layer's experts in RAM cost a few percent of the speed and nothing of the context; whole
+    # layers on the CPU cost far more speed than their share (the offload cliff).
+    if moe_layers and s.n_gpu_layers > moe_layers:
+        for n in range(s.n_cpu_moe + 1, min(moe_layers, s.n_cpu_moe + 8) + 1):
+            yield f"experts of {n} layers in RAM (--n-cpu-moe {n})", {"n_cpu_moe": n}
     ctx = s.n_ctx // 2
     while ctx >= MIN_SUGGESTED_CTX:
         if kv_changes:
             yield f"q8_0 KV cache, {format_tokens(ctx)} context", {**kv_changes, "n_ctx": ctx}
         yield f"{format_tokens(ctx)} context", {"n_ctx": ctx}
         ctx //= 2
-    # A MoE plan's experts to RAM, a layer's at a time (a few percent of the speed each), before
-    # whole layers: each layer on the CPU costs far more speed than its share (the offload cliff).
-    if s.n_cpu_moe:
-        for n in range(s.n_cpu_moe + 1, s.n_cpu_moe + 9):
-            yield f"experts of {n} layers in RAM (--n-cpu-moe {n})", {"n_cpu_moe": n}
     for ngl in range(s.n_gpu_layers - 1, 0, -1):
         moved = s.n_gpu_layers - ngl
         yield f"{moved} fewer GPU layer{'s' if moved > 1 else ''} ({ngl} on the GPU)", {"n_gpu_layers": ngl}
