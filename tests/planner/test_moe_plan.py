@@ -186,6 +186,11 @@ def test_deepseek_v4_decode_reads_the_compressed_attention_not_the_whole_cache(f
     # The indexer's work and the cache reads slow long contexts down.
     sp = predict_speed(flash, s, target, mem)
     assert sp.decode_tps_full_ctx < sp.decode_tps
+    # A prompt's attention too sees the window and the kept entries (CUDA gathers the top-k), not
+    # every cell: a ubatch 1M tokens deep costs a few times one at the start, not a thousand.
+    model = SpeedModel(flash, s, target, mem)
+    first, deep = model.prefill_seconds(2048, 0), model.prefill_seconds(2048, n2 - 2048)
+    assert first < deep < 3 * first
 
 
 def test_weight_table_marks_every_expert_tensor(qwen: ModelSpec) -> None:

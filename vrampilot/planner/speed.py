@@ -301,17 +301,32 @@ class SpeedModel:
         # plus the host layers' weights copied over PCIe once per ubatch (op offload). A ubatch's
         # time is affine in its work, so the full ubatches are priced at their mean work, times
         # their count (no loop over ubatches: a 16M context has 32K of them).
-        spec = self.spec
-        attn_per_cell = 4.0 * spec.n_layer * max(spec.n_head or (0,)) * spec.head_dim_k
         ub = max(1, min(s.n_ubatch, s.n_batch))
         full, rest = divmod(n_tokens, ub)
         t = 0.0
         for count, m, start in ((full, ub, n_past), (1 if rest else 0, rest, n_past + full * ub)):
             if count:
                 q = count * m  # the queries of these ubatches; on average each sees start + q/2 cells
-                work = q * self.flops_per_token + attn_per_cell * q * (start + q / 2)
+                work = q * self.flops_per_token + self._gpu_attention_flops(q, start + q / 2)
                 t += count * self._gpu_ubatch_seconds(m, work / count)
         return t
+
+    def _gpu_attention_flops(self, q: int, mean_cells: float) -> float:
+        """Attention FLOPs of q prompt queries that see `mean_cells` cells on average. DeepSeek-V4's
+        compressed layers attend to their raw window and the compressed entries a query keeps (CUDA's
+        flash attention gathers the top-k's unmasked cells, fattn.cu), and a CSA layer's indexer
+        scores every compressed key; every other model attends to every cell."""
+        spec = self.spec
+        if not spec.compress_ratios:
+            return 4.0 * spec.n_layer * max(spec.n_head or (0,)) * spec.head_dim_k * q * mean_cells
+        n = int(mean_cells)
+        total = 0.0
+        for att in self.attention:
+            if att is not None:
+                cells = att.attended_cells(n) if att.compress_ratio else min(n, att.cells)
+                total += 4.0 * att.n_head * att.head_dim * q * cells
+                total += 2.0 * att.indexer_heads * att.indexer_dim * q * att.indexer_cells(n)
+        return total
 
     def _gpu_ubatch_seconds(self, m: int, work: float) -> float:
         """One ubatch of m tokens, `work` FLOPs, on the offload devices."""
