@@ -1,9 +1,13 @@
 """Settings search: choose what the user did not pin, predict memory and speed; the reasons
 (planner/reasons.py) say why, and the plan's types live in planner/plan.py.
 
-Order of preference (planner.md): keep the whole model on the GPU at the context asked for; to get
-there, quantize the KV cache f16 -> q8_0 -> q4_0 before giving up layers; then take the largest
-batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are chosen unless pinned.
+Order of preference (docs/planner.md): keep the whole model on the GPU at the context asked for;
+to get there, quantize the KV cache f16 -> q8_0 (-> q4_0 for a dense model) before giving up
+anything else; then free GPU memory where it costs least speed: a mixture of experts keeps every
+layer's attention on the GPU and the routed experts of the fewest leading layers in RAM
+(--n-cpu-moe), weighed against whole layers on the CPU (a dense model's only way) by predicted
+decode speed; then take the largest batch the headroom allows. Only K/V pairs with CUDA
+flash-attention kernels are chosen unless pinned.
 """
 
 from __future__ import annotations
