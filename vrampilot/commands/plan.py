@@ -61,6 +61,30 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
+    moe = p.add_argument_group("mixture of experts and constraints")
+    experts = moe.add_mutually_exclusive_group()
+    experts.add_argument(
+        "--n-cpu-moe",
+        type=_at_least(0),
+        metavar="N",
+        help="keep the routed experts of the first N layers in RAM (llama.cpp's --n-cpu-moe; default: "
+        "the planner keeps every layer's attention on the GPU and as few experts in RAM as fit)",
+    )
+    experts.add_argument(
+        "--no-cpu-experts", action="store_true", help="no routed experts in RAM: the whole model on the GPU"
+    )
+    experts.add_argument("--cpu-moe", action="store_true", help="every layer's routed experts in RAM (--cpu-moe)")
+    moe.add_argument(
+        "--min-ctx",
+        type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
+        metavar="N",
+        help="plan at least this context (the planner may choose more)",
+    )
+    moe.add_argument(
+        "--keep-free",
+        metavar="SIZE",
+        help="leave this much memory unused on every GPU, e.g. 2GiB (a number alone is GiB); replaces --margin",
+    )
     p.add_argument(
         "--rpc",
         metavar="HOST:PORT[=SIZE],...",
@@ -129,7 +153,21 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
         swa_full=args.swa_full,
         tensor_split=getattr(args, "tensor_split", None),
+        n_cpu_moe=getattr(args, "n_cpu_moe", None),
+        cpu_experts=True
+        if getattr(args, "cpu_moe", False)
+        else (False if getattr(args, "no_cpu_experts", False) else None),
+        min_ctx=getattr(args, "min_ctx", None),
+        keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
     )
+
+
+def _gib_size(text: str) -> int:
+    """A size such as 2GiB or 512MiB; a bare number is GiB (what --keep-free means)."""
+    try:
+        return parse_size(text + "GiB" if text.strip().replace(".", "", 1).isdigit() else text)
+    except ValueError as exc:
+        raise UserError(f"--keep-free: {exc}") from None
 
 
 def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:

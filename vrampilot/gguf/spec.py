@@ -151,6 +151,10 @@ class ModelSpec:
     # DSA indexer caches one key per token). Empty / 0 for every other architecture.
     compress_ratios: tuple[int, ...] = ()
     indexer_head_size: int = 0
+    # The lightning indexer's heads and the compressed entries each query keeps (DeepSeek-V4's
+    # CSA layers, V3.2's DSA): what a decoded token's attention reads (planner/speed.py).
+    indexer_n_head: int = 0
+    indexer_top_k: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -409,7 +413,10 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
 
     n_layer_nextn = min(int(_arch_key(meta, arch, "nextn_predict_layers", 0) or 0), n_layer)
     compress_ratios: tuple[int, ...] = ()
-    indexer_head_size = 0
+    indexer_head_size = indexer_n_head = indexer_top_k = 0
+    if arch in (DSV4_ARCH, DSA_ARCH):
+        indexer_n_head = int(_arch_key(meta, arch, "attention.indexer.head_count", 0) or 0)
+        indexer_top_k = int(_arch_key(meta, arch, "attention.indexer.top_k", 0) or 0)
     if arch == DSV4_ARCH:
         _check_dsv4_header(meta, path, n_layer, n_head, n_head_kv, head_dim_k, head_dim_v, n_rot)
         compress_ratios = tuple(int(r) for r in meta[f"{arch}.attention.compress_ratios"][:n_layer])
@@ -474,6 +481,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         layer_expert_bytes=tuple(expert_bytes) if any(expert_bytes) else (),
         compress_ratios=compress_ratios,
         indexer_head_size=indexer_head_size,
+        indexer_n_head=indexer_n_head,
+        indexer_top_k=indexer_top_k,
     )
 
 

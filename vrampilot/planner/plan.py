@@ -42,7 +42,13 @@ class Pins:
     flash_attn: bool | None = None
     swa_full: bool | None = None
     tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
-    n_cpu_moe: int | None = None  # routed experts of layers 0..N-1 in host memory (0..n_layer)
+    # Mixture of experts: the routed experts of the first n_cpu_moe layers stay in RAM (--n-cpu-moe).
+    n_cpu_moe: int | None = None
+    # True: every layer's routed experts in RAM (llama.cpp's --cpu-moe); False: none of them (all
+    # on the GPU, no whole-layer split either); None: the planner places them.
+    cpu_experts: bool | None = None
+    min_ctx: int | None = None  # at least this context, when the planner chooses it
+    keep_free_bytes: int | None = None  # left unused on every offload device (its margin)
     cpu_tensor_patterns: tuple[str, ...] | None = None  # the user's own -ot PATTERN=CPU
 
     def pinned(self) -> dict[str, object]:
@@ -79,6 +85,9 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
     graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
     exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
+    # The target as asked, before a keep_free_bytes pin changed its margins (replan_with plans
+    # for it again, so that another pin starts from the same machine); None: `target` itself.
+    asked_target: Target | None = None
 
     @property
     def compute_source(self) -> str:
