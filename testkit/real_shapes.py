@@ -237,6 +237,7 @@ FILES = {
 
 # The MoE set: the shapes above and DeepSeek-V4-Flash (MXFP4 experts, Q8_0 else).
 MOE_FILES = {
+    "qwen3-30b-a3b": "Qwen3-30B-A3B-Q4_K_M.sparse.gguf",
     "gpt-oss-20b": "gpt-oss-20b-MXFP4.sparse.gguf",
     "gpt-oss-120b": "gpt-oss-120b-MXFP4.sparse.gguf",
     "glm-4.5-air": "GLM-4.5-Air-Q4_K_M.sparse.gguf",

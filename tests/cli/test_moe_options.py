@@ -70,3 +70,22 @@ def test_plan_help_lists_the_options() -> None:
     out = vrampilot("plan", "--help").stdout
     for option in ("--n-cpu-moe N", "--no-cpu-experts", "--cpu-moe", "--min-ctx N", "--keep-free SIZE"):
         assert option in out
+
+
+def test_override_tensor_patterns_are_planned_exported_and_checked(qwen_moe: Path) -> None:
+    # Layers 40-47's up-projection experts kept in RAM by the user's own -ot: the planner sizes
+    # the rest around them (fewer --n-cpu-moe layers than without) and the line carries both.
+    base = json.loads(vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "--json").stdout)
+    r = vrampilot(
+        "plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "--json", "-ot", r"blk\.4[0-7]\.ffn_up_exps=CPU"
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["settings"]["cpu_tensor_patterns"] == [r"blk\.4[0-7]\.ffn_up_exps"]
+    assert d["settings"]["n_cpu_moe"] < base["settings"]["n_cpu_moe"]
+    assert r"-ot 'blk\.4[0-7]\.ffn_up_exps=CPU'" in d["llama_server"]
+    typo = vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "-ot", "ffn_dwn=CPU")
+    assert typo.returncode != 0
+    assert "tensor pattern 'ffn_dwn' matches no tensor" in typo.stderr and len(typo.stderr.strip().splitlines()) == 1
+    other = vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "-ot", "ffn_up_exps=Vulkan0")
+    assert other.returncode != 0 and "only =CPU is planned" in other.stderr

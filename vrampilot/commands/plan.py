@@ -75,6 +75,15 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     experts.add_argument("--cpu-moe", action="store_true", help="every layer's routed experts in RAM (--cpu-moe)")
     moe.add_argument(
+        "-ot",
+        "--override-tensor",
+        dest="cpu_tensors",
+        action="append",
+        metavar="PATTERN[=CPU]",
+        help="keep the tensors whose names match this regular expression in RAM, as llama.cpp's "
+        "-ot PATTERN=CPU (repeatable); the plan sizes everything else around them",
+    )
+    moe.add_argument(
         "--min-ctx",
         type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
         metavar="N",
@@ -159,7 +168,23 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         else (False if getattr(args, "no_cpu_experts", False) else None),
         min_ctx=getattr(args, "min_ctx", None),
         keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
+        cpu_tensor_patterns=_cpu_patterns(getattr(args, "cpu_tensors", None)),
     )
+
+
+def _cpu_patterns(values: list[str] | None) -> tuple[str, ...] | None:
+    """-ot values as llama.cpp takes them (PATTERN=CPU, comma-separated) or bare patterns. Only the
+    CPU is a target here: another buffer type would be a device the plan does not choose."""
+    if not values:
+        return None
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            pattern, _, buft = item.partition("=")
+            if buft and buft.upper() != "CPU":
+                raise UserError(f"-ot {item}: only =CPU is planned (the plan places layers on its devices itself)")
+            out.append(pattern)
+    return tuple(out)
 
 
 def _gib_size(text: str) -> int:

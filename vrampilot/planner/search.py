@@ -338,6 +338,9 @@ def _choose(
             flash_attn=flash,
             swa_full=swa_full,
             n_cpu_moe=n_cpu_moe if has_gpu else 0,
+            # The user's -ot patterns hold in every candidate: they change where bytes live, so
+            # the search sizes everything else around them.
+            cpu_tensor_patterns=pins.cpu_tensor_patterns or (),
         )
         devices, rpc = _device_settings(target)
         return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)
