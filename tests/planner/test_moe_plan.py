@@ -133,7 +133,7 @@ def test_placement_pins(qwen: ModelSpec) -> None:
         plan(qwen, target, Pins(cpu_experts=False))
     with pytest.raises(PlanError, match="contradicts"):
         plan(qwen, target, Pins(cpu_experts=False, n_cpu_moe=3))
-    with pytest.raises(PlanError, match="more than the model's 48 layers"):
+    with pytest.raises(PlanError, match=r"n_cpu_moe 49 is outside 0\.\.48"):
         plan(qwen, target, Pins(n_cpu_moe=49))
     # A larger card has room for the whole model: the pin then holds.
     assert plan(qwen, card(24), Pins(cpu_experts=False), alternatives=False).settings.n_cpu_moe == 0
@@ -250,3 +250,19 @@ def test_back_off_and_spill_advice_move_experts_before_context_or_layers(qwen: M
     assert p.settings.n_cpu_moe < (advice.pins.n_cpu_moe or 0) <= p.settings.n_cpu_moe + 4
     assert advice.pins.n_ctx == p.settings.n_ctx and advice.frees_bytes >= 300 * 2**20
     assert plan(qwen, card(8), advice.pins, alternatives=False).settings.n_cpu_moe == advice.pins.n_cpu_moe
+
+
+def test_tensors_kept_in_ram_by_a_users_pattern_are_read_there(qwen: ModelSpec) -> None:
+    """-ot patterns that keep the same experts in RAM as --n-cpu-moe cost the same bytes and the
+    same speed: the speed model counts what is kept in RAM by name, whichever way it was asked."""
+    spec, target = qwen, card(24)
+    base = plan(spec, target, alternatives=False).settings
+    by_count = base.with_(n_cpu_moe=10)
+    by_pattern = base.with_(n_cpu_moe=0, cpu_tensor_patterns=(r"blk\.[0-9]\.ffn_(up|down|gate)_exps",))
+    mem_count, mem_pattern = memory_breakdown(spec, by_count, target), memory_breakdown(spec, by_pattern, target)
+    assert mem_count.device.weights_bytes == mem_pattern.device.weights_bytes
+    assert mem_count.host.weights_bytes == mem_pattern.host.weights_bytes
+    fast = predict_speed(spec, base, target, memory_breakdown(spec, base, target)).decode_tps
+    count_tps = predict_speed(spec, by_count, target, mem_count).decode_tps
+    pattern_tps = predict_speed(spec, by_pattern, target, mem_pattern).decode_tps
+    assert count_tps == pytest.approx(pattern_tps) and pattern_tps < fast

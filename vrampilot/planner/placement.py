@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from vrampilot.gguf import ModelSpec
+from vrampilot.gguf import ModelSpec, TensorInfo
 from vrampilot.gguf.spec import EXPERT_TENSOR_RE
 from vrampilot.planner.settings import Settings
 
@@ -84,6 +84,10 @@ def experts_in_ram(spec: ModelSpec, settings: Settings, gpu_layers: tuple[bool, 
 
 def _kept_tensors(spec: ModelSpec, settings: Settings) -> list[tuple[int, int]]:
     """(layer, bytes) of every tensor of a repeating layer that a CPU override keeps in host memory."""
+    return [(il, t.n_bytes) for il, t in _kept(spec, settings)]
+
+
+def _kept(spec: ModelSpec, settings: Settings) -> list[tuple[int, TensorInfo]]:
     n_moe = min(max(settings.n_cpu_moe, 0), spec.n_layer)
     patterns = [re.compile(p) for p in settings.cpu_tensor_patterns]
     out = []
@@ -93,8 +97,20 @@ def _kept_tensors(spec: ModelSpec, settings: Settings) -> list[tuple[int, int]]:
             continue
         il = int(m.group(1))
         if (il < n_moe and EXPERT_TENSOR_RE.search(t.name)) or any(p.search(t.name) for p in patterns):
-            out.append((il, t.n_bytes))
+            out.append((il, t))
     return out
+
+
+def host_layer_active_bytes(spec: ModelSpec, settings: Settings) -> tuple[float, ...]:
+    """Per repeating layer: what a decoded token reads of the tensors a CPU override keeps in
+    host memory (routed experts: their routed share, as ModelSpec.layer_active_bytes counts
+    them), whichever device holds the rest of the layer. The speed model reads these at the
+    host's rate; the user's -ot patterns count here as --n-cpu-moe's experts do."""
+    share = spec.n_expert_used / spec.n_expert if spec.n_expert else 0.0
+    out = [0.0] * spec.n_layer
+    for il, t in _kept(spec, settings):
+        out[il] += t.n_bytes * (share if "_exps" in t.name and share > 0 else 1.0)
+    return tuple(out)
 
 
 def largest_held_offloaded_bytes(spec: ModelSpec, settings: Settings) -> int:

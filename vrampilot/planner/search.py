@@ -93,13 +93,9 @@ def _validate_experts(spec: ModelSpec, pins: Pins) -> None:
     """The expert pins: a count llama.cpp can apply to this file, and no two that contradict."""
     moe = bool(spec.layer_expert_bytes)
     n = pins.n_cpu_moe
-    if n is not None:
-        if n < 0:
-            raise PlanError("layers with experts in RAM (--n-cpu-moe) must be 0 or more")
-        if n > 0 and not moe:
-            raise PlanError("this model has no routed experts: --n-cpu-moe would keep nothing in RAM")
-        if n > spec.n_layer:
-            raise PlanError(f"--n-cpu-moe {n} is more than the model's {spec.n_layer} layers")
+    # The count's range is placement.check_placement's (called first, in _validate).
+    if n is not None and n > 0 and not moe:
+        raise PlanError("this model has no routed experts: --n-cpu-moe would keep nothing in RAM")
     if pins.cpu_experts and not moe:
         raise PlanError("this model has no routed experts to keep in RAM")
     if pins.cpu_experts is not None and n is not None and n != (spec.n_layer if pins.cpu_experts else 0):

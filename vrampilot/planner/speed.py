@@ -31,6 +31,7 @@ from vrampilot.planner.cpu_speed import (
 from vrampilot.planner.graph_factors import factors_for_model
 from vrampilot.planner.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from vrampilot.planner.memory import MemoryBreakdown
+from vrampilot.planner.placement import host_layer_active_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
 from vrampilot.speed.measured import SpeedFactors
@@ -215,17 +216,16 @@ class SpeedModel:
         self.kv_type = settings.type_k if settings.flash_attn else "f16"
         layer_bytes, layer_params = spec.layer_active_bytes, spec.layer_active_params
         out_bytes, out_params = _output_read(spec)
-        # Layers on the GPU whose routed experts --n-cpu-moe keeps in RAM: a token reads its
-        # experts' routed share there, at the host's rate, and crosses to the CPU and back.
-        self.experts_on_host = tuple(
-            on and il < settings.n_cpu_moe and any(m.expert_share < 1.0 for m in self.table.layers[il].matrices)
-            for il, on in enumerate(self.on_gpu)
+        # Per layer: what a decoded token reads in RAM although the layer is on the GPU (experts
+        # --n-cpu-moe keeps there, tensors the user's -ot patterns keep there), and whether the
+        # layer hands its hidden state to the CPU and back for it.
+        held = (
+            host_layer_active_bytes(spec, settings)
+            if settings.n_cpu_moe or settings.cpu_tensor_patterns
+            else (0.0,) * spec.n_layer
         )
-        # Per layer: the bytes a decoded token reads in RAM although the layer is on the GPU.
-        self.moved_active = tuple(
-            sum(m.bytes_active for m in self.table.layers[il].matrices if m.expert_share < 1.0) if moved else 0.0
-            for il, moved in enumerate(self.experts_on_host)
-        )
+        self.moved_active = tuple(held[il] if on else 0.0 for il, on in enumerate(self.on_gpu))
+        self.experts_on_host = tuple(x > 0 for x in self.moved_active)
         self.dev_w = sum(b - x for b, x, on in zip(layer_bytes, self.moved_active, self.on_gpu, strict=True) if on)
         self.host_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if not on) + sum(self.moved_active)
         if self.output_on_gpu:
