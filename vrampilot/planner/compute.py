@@ -263,6 +263,10 @@ class GraphEstimate:
         scale = sum(buffers.values()) / formula_bytes if formula_bytes > 0 else 1.0
         return replace(self, scale=scale, measured={**self.measured, graph_key(settings): dict(buffers)})
 
+    def record(self, settings: Settings, buffers: dict[str, int]) -> GraphEstimate:
+        """Keep llama.cpp's buffers for `settings` as exact, without learning a ratio from them."""
+        return replace(self, measured={**self.measured, graph_key(settings): dict(buffers)})
+
     def is_counted(self, settings: Settings) -> bool:
         """True when llama.cpp counted the cache and output buffer of `settings` (a routed plan)."""
         return graph_key(settings) in self.counted
