@@ -17,11 +17,12 @@ from vrampilot.planner.explain import (
 )
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.plan import Plan
+from vrampilot.planner.projector import image_tokens_text
 from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
 
-_COMPONENTS = ("weights", "kv", "compute", "output", "margin", "total")
+_COMPONENTS = ("weights", "kv", "compute", "output", "margin", "projector", "total")
 
 
 def memory_to_dict(mem: MemoryBreakdown) -> dict[str, dict[str, int]]:
@@ -58,6 +59,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "settings": plan.settings.to_dict(),
         "memory": memory_to_dict(plan.memory),
         "devices": devices_to_dict(plan),
+        "projector": projector_to_dict(plan),
         "compute_source": plan.compute_source,
         "kv_source": plan.kv_source,
         "kv_source_text": cache_source_text(plan),
@@ -106,7 +108,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
 
 
 def _bar(parts: Components, budget: int, width: int = 40) -> str:
-    """A text bar: W weights, K KV, C compute, O output, M margin, . free."""
+    """A text bar: W weights, K KV, C compute, O output, M margin, P vision projector, . free."""
     if budget <= 0:
         return ""
     scale = width / max(budget, parts.total_bytes)
@@ -117,6 +119,7 @@ def _bar(parts: Components, budget: int, width: int = 40) -> str:
         ("C", parts.compute_bytes),
         ("O", parts.output_bytes),
         ("M", parts.margin_bytes),
+        ("P", parts.projector_bytes),
     ):
         cells += ch * round(n * scale)
     cells = cells[:width] if parts.total_bytes <= budget else cells
@@ -169,6 +172,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {'':<7}{_bar(comp, budget)}")
     lines.append(f"  {_compute_source_line(plan)}")
     lines.append(f"  {cache_source_text(plan)}")
+    if plan.memory.projector is not None:
+        lines.append(f"  {projector_text(plan)}")
     lines.append("")
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(
@@ -205,6 +210,43 @@ def format_plan(plan: Plan) -> str:
     lines.append("llama-server")
     lines.append("  " + exported_command(plan.spec.path, plan.settings, "bash"))
     return "\n".join(lines)
+
+
+def projector_text(plan: Plan) -> str:
+    """The vision projector in one line: its bytes, where they go, the tokens an image takes."""
+    proj = plan.memory.projector
+    if proj is None:
+        return ""
+    where = (
+        "CPU" if proj.device < 0 else (plan.target.gpus[proj.device].llama_name or plan.target.gpus[proj.device].name)
+    )
+    host = (
+        f" (+ {format_bytes(proj.host_compute_bytes)} CPU compute)"
+        if proj.device >= 0 and proj.host_compute_bytes
+        else ""
+    )
+    return (
+        f"vision projector {proj.spec.path.name} ({proj.spec.projector_type}) on {where}: weights "
+        f"{format_bytes(proj.weights_bytes)}, compute {format_bytes(proj.compute_bytes)}{host} ({proj.source}); "
+        f"{image_tokens_text(proj.spec)}"
+    )
+
+
+def projector_to_dict(plan: Plan) -> dict[str, Any] | None:
+    proj = plan.memory.projector
+    if proj is None:
+        return None
+    return {
+        "path": str(proj.spec.path),
+        "projector_type": proj.spec.projector_type,
+        "device": proj.device,
+        "weights_bytes": proj.weights_bytes,
+        "compute_bytes": proj.compute_bytes,
+        "host_compute_bytes": proj.host_compute_bytes,
+        "compute_source": proj.source,
+        "image_tokens": proj.spec.image_tokens,
+        "image_tokens_text": image_tokens_text(proj.spec),
+    }
 
 
 def _compute_source_line(plan: Plan) -> str:

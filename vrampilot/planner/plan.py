@@ -42,6 +42,8 @@ class Pins:
     flash_attn: bool | None = None
     swa_full: bool | None = None
     tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
+    mmproj_path: str | None = None  # a vision projector loaded with the model
+    mmproj_cpu: bool | None = None  # True: the projector stays on the CPU (--no-mmproj-offload)
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

@@ -29,6 +29,7 @@ from vrampilot.planner.plan import (
     Plan,
     PlanError,
 )
+from vrampilot.planner.projector import check_for_model
 from vrampilot.planner.reasons import plan_reasons
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import SpeedPrediction, predict_speed
@@ -150,6 +151,8 @@ def plan(
     """
     pins = pins or Pins()
     _validate(spec, pins)
+    if pins.mmproj_path:
+        check_for_model(spec, pins.mmproj_path)
     if not loadable(spec.architecture):
         arch = spec.architecture if len(spec.architecture) <= 64 else spec.architecture[:61] + "..."
         raise PlanError(f"llama.cpp cannot load this model: unknown model architecture: '{arch}'")
@@ -225,6 +228,8 @@ def _choose(
             n_threads_batch=pins.n_threads_batch or tb,
             flash_attn=flash,
             swa_full=swa_full,
+            mmproj_path=pins.mmproj_path or "",
+            mmproj_cpu=bool(pins.mmproj_cpu),
         )
         devices, rpc = _device_settings(target)
         return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)

@@ -1,0 +1,253 @@
+"""Vision projector (mmproj) files: what the header says, and whether it fits a model.
+
+A multimodal model ships as two GGUF files: the language model and a projector (a CLIP-style
+vision encoder plus the projection into the model's embedding space), which llama.cpp's
+tools/mtmd/clip.cpp loads. The header gives everything the plan needs: the projector type, the
+width of the embeddings it outputs (which must be the language model's input width, or llama.cpp's
+mtmd refuses it after loading both), the image and patch sizes that fix the tokens per image, and
+the tensor table whose bytes clip.cpp allocates. Keys and tensor names are clip-impl.h's.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vrampilot.errors import UserError
+from vrampilot.gguf.reader import GGUFError, GGUFFile, read_gguf
+from vrampilot.gguf.spec import ModelSpec
+
+# clip-impl.h PROJECTOR_TYPE_NAMES of the vendored llama.cpp: a type outside it is refused by
+# clip.cpp ("unknown projector type").
+LLAMA_CPP_PROJECTOR_TYPES = frozenset(
+    [
+        "mlp",
+        "ldp",
+        "ldpv2",
+        "resampler",
+        "adapter",
+        "qwen2vl_merger",
+        "qwen2.5vl_merger",
+        "qwen3vl_merger",
+        "ling3vl",
+        "step3vl",
+        "gemma3",
+        "gemma3nv",
+        "gemma3na",
+        "gemma4v",
+        "gemma4a",
+        "gemma4uv",
+        "gemma4ua",
+        "phi4",
+        "idefics3",
+        "pixtral",
+        "ultravox",
+        "internvl",
+        "llama4",
+        "qwen2a",
+        "qwen3a",
+        "glma",
+        "qwen2.5o",
+        "voxtral",
+        "meralion",
+        "musicflamingo",
+        "lfm2",
+        "kimivl",
+        "paddleocr",
+        "lightonocr",
+        "cogvlm",
+        "janus_pro",
+        "dots_ocr",
+        "dots3note_v",
+        "dots3note_a",
+        "deepseekocr",
+        "deepseekocr2",
+        "deepseek4v",
+        "lfm2a",
+        "glm4v",
+        "glm5v",
+        "youtuvl",
+        "yasa2",
+        "kimik25",
+        "nemotron_v2_vl",
+        "exaone4_5",
+        "hunyuanvl",
+        "minicpmv4_6",
+        "granite_speech",
+        "mimovl",
+        "minimax_m3",
+        "granite4_vision",
+        "mimo_audio",
+        "parakeet",
+        "qwen3tts_spkenc",
+        "qwen3tts_gen",
+        "pockettts_spkenc",
+        "pockettts_gen",
+        "muse-glimmer",
+    ]
+)
+
+# Where clip_n_mmproj_embd (clip.cpp) reads the output width: (tensor name, dimension).
+_OUTPUT_WIDTH: dict[str, tuple[str, int]] = {
+    **dict.fromkeys(("mlp", "phi4", "pixtral", "lightonocr", "dots_ocr", "janus_pro"), ("mm.2.weight", 1)),
+    "mlp_norm": ("mm.3.bias", 0),
+    "ldp": ("mm.model.mb_block.1.block.2.1.bias", 0),
+    "ldpv2": ("mm.model.peg.0.bias", 0),
+    "resampler": ("resampler.proj.weight", 0),
+    **dict.fromkeys(("qwen2vl_merger", "qwen2.5vl_merger", "exaone4_5", "youtuvl", "ling3vl"), ("mm.1.bias", 0)),
+    **dict.fromkeys(("gemma3", "gemma3nv"), ("mm.input_projection.weight", 0)),
+    "gemma4v": ("mm.input_projection.weight", 1),
+    "idefics3": ("mm.model.fc.weight", 1),
+    **dict.fromkeys(("internvl", "nemotron_v2_vl"), ("mm.3.weight", 1)),
+    **dict.fromkeys(("lfm2", "kimivl", "paddleocr", "kimik25", "yasa2", "deepseek4v"), ("mm.2.weight", 1)),
+}
+
+# Projector types whose tokens per image the plan counts (clip_n_output_tokens): one token per
+# patch; patches pooled by n_merge per side (fixed, or per tile for tiled ones); two-by-two merged
+# patches of a dynamic resolution up to image_max_pixels.
+_PER_PATCH = frozenset({"mlp", "mlp_norm", "phi4", "janus_pro"})
+_POOLED = frozenset({"gemma3", "gemma4v", "idefics3", "internvl", "nemotron_v2_vl", "llama4"})
+_TILED = frozenset({"idefics3", "internvl", "nemotron_v2_vl", "llama4"})
+_MERGED_2X2 = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "glm4v", "youtuvl", "exaone4_5"})
+
+
+@dataclass(frozen=True)
+class ProjectorSpec:
+    """What the plan needs from a projector file's header."""
+
+    path: Path
+    projector_type: str
+    has_vision: bool
+    output_embd: int  # width of the embeddings it hands the language model
+    image_size: int
+    patch_size: int
+    n_merge: int  # patches pooled (or merged) per side; 1 when none
+    image_max_pixels: int  # dynamic resolution's largest image; 0 for a fixed size
+    weight_bytes: int  # what clip.cpp allocates for the tensors (ggml_nbytes of each)
+    n_tensors: int
+
+    @property
+    def image_tokens(self) -> int | None:
+        """Tokens one image takes in the context at most (per tile for tiled projectors), from
+        clip.cpp's clip_n_output_tokens; None for a type whose rule the plan does not know."""
+        t = self.projector_type
+        if self.patch_size <= 0:
+            return None
+        if t in _MERGED_2X2 and self.image_max_pixels > 0:
+            return self.image_max_pixels // (self.patch_size * 2) ** 2
+        side = self.image_size // self.patch_size
+        if t in _PER_PATCH:
+            return side * side
+        if t in _POOLED and self.n_merge > 0:
+            return side * side // (self.n_merge * self.n_merge)
+        return None
+
+    @property
+    def tiled(self) -> bool:
+        """Large images are cut into tiles of image_size, each taking image_tokens."""
+        return self.projector_type in _TILED
+
+    @property
+    def dynamic(self) -> bool:
+        return self.projector_type in _MERGED_2X2 and self.image_max_pixels > 0
+
+
+def read_projector(path: str | os.PathLike[str], gguf: GGUFFile | None = None) -> ProjectorSpec:
+    """The projector in `path`; a one-line UserError when it is not one llama.cpp can load."""
+    f = gguf or read_gguf(path)
+    p = Path(path)
+    meta = f.metadata
+    if meta.get("general.architecture") != "clip":
+        raise GGUFError(
+            p, f"not a vision projector (architecture {meta.get('general.architecture')!r}, expected 'clip')"
+        )
+    ptype = meta.get("clip.projector_type") or meta.get("clip.vision.projector_type")
+    if not isinstance(ptype, str) or not ptype:
+        raise GGUFError(p, "projector file names no projector type (clip.projector_type)")
+    if ptype not in LLAMA_CPP_PROJECTOR_TYPES:
+        raise GGUFError(p, f"projector type {ptype!r} is not one this llama.cpp knows")
+    has_vision = bool(meta.get("clip.has_vision_encoder", False))
+    if not has_vision:
+        raise GGUFError(p, f"projector {ptype!r} has no vision encoder (an audio-only projector)")
+    by_name = {t.name: t for t in f.tensors}
+    width_at = _OUTPUT_WIDTH.get(ptype)
+    output_embd = 0
+    if width_at is not None and width_at[0] in by_name:
+        output_embd = by_name[width_at[0]].shape[width_at[1]]
+    else:
+        output_embd = int(meta.get("clip.vision.projection_dim", 0) or 0)
+    if ptype == "qwen3vl_merger" and "mm.1.bias" in by_name:
+        deep = sum(1 for n in by_name if n.startswith("v.deepstack.") and n.endswith("fc2.weight"))
+        output_embd = by_name["mm.1.bias"].shape[0] * (1 + deep)
+    image_size = int(meta.get("clip.vision.image_size", 0) or 0)
+    patch_size = int(meta.get("clip.vision.patch_size", 0) or 0)
+    if patch_size <= 0 or image_size <= 0:
+        raise GGUFError(p, "projector header lacks clip.vision.image_size or clip.vision.patch_size")
+    n_merge = int(
+        meta.get("clip.vision.projector.scale_factor", 0) or meta.get("clip.vision.spatial_merge_size", 0) or 0
+    )
+    if ptype == "gemma3" and n_merge == 0:
+        n_merge = 4  # clip.cpp's default for the Gemma 3 family
+    return ProjectorSpec(
+        path=p,
+        projector_type=ptype,
+        has_vision=has_vision,
+        output_embd=output_embd,
+        image_size=image_size,
+        patch_size=patch_size,
+        n_merge=max(n_merge, 1),
+        image_max_pixels=int(meta.get("clip.vision.image_max_pixels", 0) or 0),
+        weight_bytes=sum(t.n_bytes for t in f.tensors),
+        n_tensors=len(f.tensors),
+    )
+
+
+def model_input_embd(spec: ModelSpec) -> int:
+    """The width llama.cpp expects image embeddings in (llama_model_n_embd_inp): n_embd, times
+    one plus the deepstack layers of Qwen3-VL-style models (a key ModelSpec does not keep; the
+    header is read again, which takes milliseconds)."""
+    deep = read_gguf(spec.path).get(f"{spec.architecture}.n_deepstack_layers", 0) or 0
+    return spec.n_embd * (1 + int(deep))
+
+
+def check_projector(proj: ProjectorSpec, model_embd: int, model_name: str) -> None:
+    """Refuse, before anything loads, a projector whose embeddings the model cannot take (mtmd
+    refuses it only after loading both files)."""
+    if proj.output_embd <= 0:
+        raise UserError(
+            f"{proj.path.name}: cannot tell the width of the projector's embeddings ({proj.projector_type})"
+        )
+    if proj.output_embd != model_embd:
+        raise UserError(
+            f"{proj.path.name} does not fit {model_name}: the projector outputs embeddings of "
+            f"{proj.output_embd}, the model takes {model_embd}"
+        )
+
+
+def projectors_beside(model_path: str | os.PathLike[str]) -> list[Path]:
+    """mmproj*.gguf files in the model's folder (how Hub repos and llama.cpp's -hf name them)."""
+    folder = Path(model_path).parent
+    try:
+        found = [
+            q
+            for q in folder.iterdir()
+            if q.is_file() and q.name.lower().startswith("mmproj") and q.suffix.lower() == ".gguf"
+        ]
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def matching_projector(spec: ModelSpec) -> Path | None:
+    """The first projector beside the model that fits it; None when there is none. Files that are
+    not projectors or do not fit are passed over (a folder may hold several models' projectors)."""
+    want = model_input_embd(spec)
+    for candidate in projectors_beside(spec.path):
+        try:
+            proj = read_projector(candidate)
+            check_projector(proj, want, spec.path.name)
+        except UserError:
+            continue
+        return candidate
+    return None
