@@ -11,8 +11,10 @@ the tensor table whose bytes clip.cpp allocates. Keys and tensor names are clip-
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vrampilot.errors import UserError
 from vrampilot.gguf.reader import GGUFError, GGUFFile, read_gguf
@@ -203,11 +205,12 @@ def read_projector(path: str | os.PathLike[str], gguf: GGUFFile | None = None) -
     )
 
 
-def model_input_embd(spec: ModelSpec) -> int:
+def model_input_embd(spec: ModelSpec, metadata: Mapping[str, Any] | None = None) -> int:
     """The width llama.cpp expects image embeddings in (llama_model_n_embd_inp): n_embd, times
-    one plus the deepstack layers of Qwen3-VL-style models (a key ModelSpec does not keep; the
-    header is read again, which takes milliseconds)."""
-    deep = read_gguf(spec.path).get(f"{spec.architecture}.n_deepstack_layers", 0) or 0
+    one plus the deepstack layers of Qwen3-VL-style models (a key ModelSpec does not keep: the
+    header's metadata, or the local file's header read again, which takes milliseconds)."""
+    meta = metadata if metadata is not None else read_gguf(spec.path).metadata
+    deep = meta.get(f"{spec.architecture}.n_deepstack_layers", 0) or 0
     return spec.n_embd * (1 + int(deep))
 
 
