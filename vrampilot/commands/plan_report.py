@@ -145,7 +145,10 @@ def format_plan(plan: Plan) -> str:
         mark = " (pinned)" if _row_field(k) & set(pinned) else ""
         lines.append(f"  {k:<{width}}  {v}{mark}")
     lines.append("")
-    lines.append("Memory (W weights, K KV cache, C compute, O output, M margin)")
+    legend = "W weights, K KV cache, C compute, O output, M margin"
+    if plan.memory.projector is not None:
+        legend += ", P vision projector (in the totals)"
+    lines.append(f"Memory ({legend})")
     header = f"  {'':<7}{'weights':>11}{'KV':>11}{'compute':>11}{'output':>11}{'margin':>11}{'total':>11}  of"
     lines.append(header)
     gpus = plan.target.gpus
