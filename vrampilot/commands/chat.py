@@ -63,6 +63,12 @@ def run_chat(args: argparse.Namespace) -> int:
     from vrampilot.commands.plan import plan_from_args
     from vrampilot.engine import Engine, SamplingParams
 
+    if args.mmproj:
+        # The in-process engine does not load a projector yet: planning one it would not allocate
+        # would make the plan wrong.
+        raise UserError(
+            "vrampilot chat does not take images yet; serve the model with it: vrampilot serve --mmproj ..."
+        )
     prompt = _text_arg(args.prompt, "--prompt")
     system = _text_arg(args.system, "--system", allow_empty=True) if args.system is not None else None
     plan = plan_from_args(args)

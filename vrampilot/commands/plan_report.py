@@ -17,7 +17,6 @@ from vrampilot.planner.explain import (
 )
 from vrampilot.planner.memory import Components, MemoryBreakdown
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.projector import image_tokens_text
 from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
@@ -231,7 +230,7 @@ def projector_text(plan: Plan) -> str:
     return (
         f"vision projector {proj.spec.path.name} ({proj.spec.projector_type}) on {where}: weights "
         f"{format_bytes(proj.weights_bytes)}, compute {format_bytes(proj.compute_bytes)}{host} ({proj.source}); "
-        f"{image_tokens_text(proj.spec)}"
+        f"{proj.spec.tokens_text()}"
     )
 
 
@@ -248,7 +247,7 @@ def projector_to_dict(plan: Plan) -> dict[str, Any] | None:
         "host_compute_bytes": proj.host_compute_bytes,
         "compute_source": proj.source,
         "image_tokens": proj.spec.image_tokens,
-        "image_tokens_text": image_tokens_text(proj.spec),
+        "image_tokens_text": proj.spec.tokens_text(),
     }
 
 

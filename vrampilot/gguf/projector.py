@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,23 @@ class ProjectorSpec:
     @property
     def dynamic(self) -> bool:
         return self.projector_type in _MERGED_2X2 and self.image_max_pixels > 0
+
+    def tokens_text(self) -> str:
+        """How many context tokens an image takes, in words (plan, inspect)."""
+        n = self.image_tokens
+        if n is None:
+            return f"tokens per image not counted for projector type {self.projector_type}"
+        if self.dynamic:
+            return f"up to {n:,} tokens per image (dynamic resolution, {self.image_max_pixels:,} pixels at most)"
+        if self.tiled:
+            return f"{n:,} tokens per {self.image_size}x{self.image_size} tile (large images take several tiles)"
+        return f"{n:,} tokens per image ({self.image_size}x{self.image_size})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["has_vision"]  # always True: a projector without vision is refused
+        d.update(path=str(self.path), image_tokens=self.image_tokens, image_tokens_text=self.tokens_text())
+        return d
 
 
 def read_projector(path: str | os.PathLike[str], gguf: GGUFFile | None = None) -> ProjectorSpec:

@@ -191,15 +191,3 @@ def _present(name: str) -> bool:
     from vrampilot.llamacpp.devices import list_devices
 
     return any(d.name == name for d in list_devices())
-
-
-def image_tokens_text(spec: ProjectorSpec) -> str:
-    """How many context tokens an image takes, in words (the plan, inspect, the window)."""
-    n = spec.image_tokens
-    if n is None:
-        return f"tokens per image not counted for projector type {spec.projector_type}"
-    if spec.dynamic:
-        return f"up to {n:,} tokens per image (dynamic resolution, {spec.image_max_pixels:,} pixels at most)"
-    if spec.tiled:
-        return f"{n:,} tokens per {spec.image_size}x{spec.image_size} tile (large images take several tiles)"
-    return f"{n:,} tokens per image ({spec.image_size}x{spec.image_size})"
