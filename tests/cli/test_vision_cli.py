@@ -1,6 +1,6 @@
 """The vision projector on the command line, through the real entry point: inspect describes one,
-plan/export take it (or find it beside the model), and chat refuses it in one line until the
-in-process engine can take images."""
+plan/export take it (or find it beside the model), chat refuses images it cannot take in one line
+(the image turn itself: tests/engine/test_vision.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from testkit.gguf_models import write_model
 from testkit.mmproj import write_projector
+from tests.images import png_bytes
 from vrampilot.cli import main
 
 
@@ -54,6 +55,13 @@ def test_no_projector_beside_and_chat_are_refused_in_one_line(
     assert main(["plan", str(alone), "--cpu-only", "--mmproj", "auto"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"vrampilot: no vision projector that fits lm.gguf beside it (mmproj*.gguf in {alone.parent})"
-    assert main(["chat", str(folder / "lm.gguf"), "--mmproj", "auto", "--prompt", "hi"]) == 2
+    image = folder / "a.png"
+    image.write_bytes(png_bytes(8, 8))
+    assert main(["chat", str(folder / "lm.gguf"), "--image", str(image), "--prompt", "hi"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "vrampilot chat does not take images yet" in err
+    assert err == "vrampilot: --image needs the model's vision projector: add --mmproj FILE (or --mmproj auto)"
+    assert (
+        main(["chat", str(folder / "lm.gguf"), "--mmproj", "auto", "--image", str(image), "--save", "--prompt", "hi"])
+        == 2
+    )
+    assert "saved chats and documents do not keep images yet" in capsys.readouterr().err

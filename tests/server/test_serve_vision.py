@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-import struct
 import urllib.request
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pytest
 
 from testkit.machines import cpu_machine
 from testkit.mmproj import write_projector
+from tests.images import png_bytes
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.projector import clip_buffers
@@ -33,21 +32,6 @@ from vrampilot.units import MIB
 pytestmark = pytest.mark.slow
 Served = tuple[ServerConfig, list[str], Plan]
 PRINT_RESOLUTION = 0.005 * MIB + 1  # clip.cpp prints MiB with two decimals
-
-
-def png_bytes(width: int, height: int) -> bytes:
-    """A small RGB PNG (a gradient), written with zlib: no imaging library needed."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    raw = b"".join(
-        b"\x00"
-        + b"".join(bytes((x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), 96)) for x in range(width))
-        for y in range(height)
-    )
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 @pytest.fixture(params=[("mlp", 224), ("gemma3", 224)], ids=["mlp", "gemma3"])

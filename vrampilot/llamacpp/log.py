@@ -67,6 +67,7 @@ def install_mtmd(mtmd_cpp: Any) -> None:
     global _mtmd_installed
     if not _mtmd_installed:
         mtmd_cpp.mtmd_log_set(_callback, ctypes.c_void_p(0))
+        mtmd_cpp.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))  # its image decoding helpers
         _mtmd_installed = True
 
 
