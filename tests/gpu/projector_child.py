@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from testkit.projector_check import serve_and_read
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.engine.vision import projector_of
 from vrampilot.gguf import load_model_spec
@@ -23,8 +24,6 @@ from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.projector import ClipBuffers, clip_buffers
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_from_machine
-from vrampilot.server import ServerConfig, free_port
-from vrampilot.server.launch import prepare, wait_ready
 
 
 def main() -> int:
@@ -38,7 +37,8 @@ def main() -> int:
     p = plan(load_model_spec(model), target, Pins(n_threads=2, n_threads_batch=2, mmproj_path=mmproj, **asked))
     out: dict[str, Any] = {"device_name": target.gpus[0].llama_name}
     if mode == "server":
-        printed = _served(p, out)
+        served = serve_and_read(p)
+        out["argv"], printed = list(served.argv), served.printed
     else:
         printed, p = _in_process(p, sys.argv[4], out)
     proj = p.memory.projector
@@ -56,20 +56,6 @@ def main() -> int:
     out["printed"] = {"backend": printed.backend, "model": printed.model_bytes, "compute": printed.compute_bytes}
     print(json.dumps(out))
     return 0
-
-
-def _served(p: Plan, out: dict[str, Any]) -> ClipBuffers:
-    lines: list[str] = []
-    config = ServerConfig("127.0.0.1", free_port(), None, on_log=lines.append)
-    server = prepare(p, config)  # what `vrampilot serve` starts
-    out["argv"] = list(server.argv)
-    server.argv += ["-lv", "4"]  # clip.cpp's load report is logged at this verbosity
-    server.start()
-    try:
-        wait_ready(server, config, timeout_s=300)
-    finally:
-        server.stop()
-    return clip_buffers(lines)
 
 
 def _in_process(p: Plan, image: str, out: dict[str, Any]) -> tuple[ClipBuffers, Plan]:
