@@ -76,3 +76,20 @@ def test_settings_json_without_a_projector_is_unchanged() -> None:
     assert "mmproj_path" not in Settings(n_ctx=1024).to_dict()
     d = Settings(n_ctx=1024, mmproj_path="/m/mmproj.gguf", mmproj_cpu=True).to_dict()
     assert d["mmproj_path"] == "/m/mmproj.gguf" and d["mmproj_cpu"] is True
+
+
+def test_a_projector_llama_cpp_cannot_load_is_refused_in_one_line(tmp_path: Path) -> None:
+    lm = write_model(tmp_path / "lm.gguf", "llama")
+    mmproj = write_projector(tmp_path / "mmproj.gguf", "mlp", n_embd_text=128)
+    # The same tensors under another type's name: its header reads, clip.cpp misses a tensor.
+    data = mmproj.read_bytes()
+    key = b"clip.projector_type"
+    at = data.index(key) + len(key) + 4 + 8  # the value's type (u32) and length (u64)
+    assert data[at : at + 3] == b"mlp"
+    mmproj.write_bytes(data[:at] + b"ldp" + data[at + 3 :])  # same length: offsets hold
+    with pytest.raises(UserError) as err:
+        plan(load_model_spec(lm), target_cpu_only(cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("mmproj.gguf: llama.cpp cannot load this projector: ")
+    assert message.endswith("unable to find tensor mm.model.mlp.1.weight")

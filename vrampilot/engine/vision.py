@@ -21,6 +21,7 @@ from vrampilot.engine.errors import ModelLoadError
 from vrampilot.errors import UserError
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.planner.projector import clip_failure
 from vrampilot.planner.settings import Settings
 
 if TYPE_CHECKING:
@@ -74,10 +75,7 @@ class Projector:
         with LOG_LOCK, llama_log.capturing() as lines:
             ctx = self._mtmd.mtmd_init_from_file(settings.mmproj_path.encode(), llm.model, params)
         if not ctx:
-            errors = [ln.split(": ", 1)[-1] for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
-            raise ModelLoadError(
-                f"llama.cpp could not load the vision projector: {errors[-1] if errors else 'no reason logged'}"
-            )
+            raise ModelLoadError(f"llama.cpp could not load the vision projector: {clip_failure(lines)}")
         self.ctx = ctx
         self.log_lines = tuple(lines)  # clip.cpp's load report (backend, model size, compute buffers)
         self.marker = self._mtmd.mtmd_default_marker().decode("utf-8")

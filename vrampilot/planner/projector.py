@@ -61,6 +61,13 @@ def clip_buffers(lines: Iterable[str]) -> ClipBuffers:
     return ClipBuffers(backend, compute, model)
 
 
+def clip_failure(lines: Iterable[str]) -> str:
+    """Why clip.cpp refused a projector, from its log: its first failure line's own reason
+    ("unable to find tensor mm.2.weight"), not mtmd's closing "Failed to load CLIP model"."""
+    failed = [ln for ln in lines if "failed" in ln.lower() or "error" in ln.lower() or "unable" in ln.lower()]
+    return failed[0].strip().rsplit(": ", 1)[-1] if failed else "no reason logged"
+
+
 @dataclass(frozen=True)
 class ProjectorLoad:
     """The projector's bytes in the plan, by where llama.cpp puts them."""
@@ -147,9 +154,7 @@ def _load_and_report(p: Path, device: str | None, flash_attn: bool) -> ClipBuffe
         if ctx:
             mtmd.mtmd_free(ctx)
     if not ctx:
-        errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
-        reason = errors[-1].split(": ", 1)[-1] if errors else "no reason logged"
-        raise UserError(f"{p.name}: llama.cpp cannot load this projector: {reason}")
+        raise UserError(f"{p.name}: llama.cpp cannot load this projector: {clip_failure(lines)}")
     return clip_buffers(lines)
 
 
