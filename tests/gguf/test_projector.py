@@ -101,3 +101,43 @@ def test_the_matching_projector_beside_the_model_is_found(tmp_path: Path) -> Non
         "mmproj-c.gguf",
     ]
     assert matching_projector(lm) == good
+
+
+def _header_with_tensors(path: Path, ptype: str, tensors: dict[str, tuple[int, ...]]) -> Path:
+    """A projector header of `ptype` with these tensors (ggml order), zero-filled."""
+    import numpy as np
+
+    w = GGUFWriter(str(path), "clip")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", ptype)
+    w.add_uint32("clip.vision.image_size", 448)
+    w.add_uint32("clip.vision.patch_size", 14)
+    w.add_uint32("clip.vision.image_max_pixels", 448 * 448)
+    for name, ne in tensors.items():
+        w.add_tensor(name, np.zeros(tuple(reversed(ne)), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_qwen_vl_width_is_read_from_the_mergers_last_layer(tmp_path: Path) -> None:
+    # clip.cpp binds mm_1_b to mm.2.bias for the Qwen-VL mergers; mm.0 is the merger's wide layer.
+    p = _header_with_tensors(
+        tmp_path / "mmproj.gguf",
+        "qwen2.5vl_merger",
+        {"mm.0.weight": (64, 256), "mm.0.bias": (256,), "mm.2.weight": (256, 96), "mm.2.bias": (96,)},
+    )
+    spec = read_projector(p)
+    assert spec.output_embd == 96
+    assert spec.dynamic and spec.image_tokens == 448 * 448 // 28**2
+
+
+def test_a_type_whose_width_is_unknown_is_left_to_llama_cpp(tmp_path: Path) -> None:
+    p = _header_with_tensors(tmp_path / "mmproj-x.gguf", "cogvlm", {"mm.model.fc.weight": (64, 96)})
+    spec = read_projector(p)
+    assert spec.output_embd == 0
+    check_projector(spec, 128, "lm.gguf")  # not refused here: llama.cpp checks it at load
+    lm = load_model_spec(write_model(tmp_path / "lm.gguf", "llama"))
+    assert matching_projector(lm) is None  # but never picked among others as a match

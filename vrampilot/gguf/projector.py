@@ -90,25 +90,32 @@ LLAMA_CPP_PROJECTOR_TYPES = frozenset(
     ]
 )
 
-# Where clip_n_mmproj_embd (clip.cpp) reads the output width: (tensor name, dimension).
+# Where clip_n_mmproj_embd (clip.cpp) reads the output width: (tensor name, dimension), with the
+# tensor each type's loader (load_tensors) binds to that field. Types not listed are not checked
+# here: llama.cpp checks them when it loads both files.
 _OUTPUT_WIDTH: dict[str, tuple[str, int]] = {
-    **dict.fromkeys(("mlp", "phi4", "pixtral", "lightonocr", "dots_ocr", "janus_pro"), ("mm.2.weight", 1)),
-    "mlp_norm": ("mm.3.bias", 0),
+    **dict.fromkeys(
+        ("mlp", "phi4", "pixtral", "lightonocr", "dots_ocr", "lfm2", "kimivl", "paddleocr", "kimik25", "yasa2"),
+        ("mm.2.weight", 1),
+    ),
     "ldp": ("mm.model.mb_block.1.block.2.1.bias", 0),
     "ldpv2": ("mm.model.peg.0.bias", 0),
     "resampler": ("resampler.proj.weight", 0),
-    **dict.fromkeys(("qwen2vl_merger", "qwen2.5vl_merger", "exaone4_5", "youtuvl", "ling3vl"), ("mm.1.bias", 0)),
+    # mm_1_b is bound to mm.2.bias for these (the merger's second linear layer)
+    **dict.fromkeys(
+        ("qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "exaone4_5", "youtuvl", "ling3vl"), ("mm.2.bias", 0)
+    ),
+    "janus_pro": ("mm.1.bias", 0),
     **dict.fromkeys(("gemma3", "gemma3nv"), ("mm.input_projection.weight", 0)),
     "gemma4v": ("mm.input_projection.weight", 1),
     "idefics3": ("mm.model.fc.weight", 1),
-    **dict.fromkeys(("internvl", "nemotron_v2_vl"), ("mm.3.weight", 1)),
-    **dict.fromkeys(("lfm2", "kimivl", "paddleocr", "kimik25", "yasa2", "deepseek4v"), ("mm.2.weight", 1)),
+    **dict.fromkeys(("internvl", "nemotron_v2_vl"), ("mm.model.mlp.3.weight", 1)),
 }
 
 # Projector types whose tokens per image the plan counts (clip_n_output_tokens): one token per
 # patch; patches pooled by n_merge per side (fixed, or per tile for tiled ones); two-by-two merged
 # patches of a dynamic resolution up to image_max_pixels.
-_PER_PATCH = frozenset({"mlp", "mlp_norm", "phi4", "janus_pro"})
+_PER_PATCH = frozenset({"mlp", "phi4", "janus_pro"})
 _POOLED = frozenset({"gemma3", "gemma4v", "idefics3", "internvl", "nemotron_v2_vl", "llama4"})
 _TILED = frozenset({"idefics3", "internvl", "nemotron_v2_vl", "llama4"})
 _MERGED_2X2 = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "glm4v", "youtuvl", "exaone4_5"})
@@ -191,14 +198,11 @@ def read_projector(path: str | os.PathLike[str], gguf: GGUFFile | None = None) -
         raise GGUFError(p, f"projector {ptype!r} has no vision encoder (an audio-only projector)")
     by_name = {t.name: t for t in f.tensors}
     width_at = _OUTPUT_WIDTH.get(ptype)
-    output_embd = 0
+    output_embd = 0  # unknown: not checked here
     if width_at is not None and width_at[0] in by_name:
         output_embd = by_name[width_at[0]].shape[width_at[1]]
-    else:
-        output_embd = int(meta.get("clip.vision.projection_dim", 0) or 0)
-    if ptype == "qwen3vl_merger" and "mm.1.bias" in by_name:
-        deep = sum(1 for n in by_name if n.startswith("v.deepstack.") and n.endswith("fc2.weight"))
-        output_embd = by_name["mm.1.bias"].shape[0] * (1 + deep)
+        if ptype == "qwen3vl_merger":  # the main path and each deepstack layer's, side by side
+            output_embd *= 1 + sum(1 for n in by_name if n.startswith("v.deepstack.") and n.endswith(".fc2.weight"))
     image_size = int(meta.get("clip.vision.image_size", 0) or 0)
     patch_size = int(meta.get("clip.vision.patch_size", 0) or 0)
     if patch_size <= 0 or image_size <= 0:
@@ -235,9 +239,7 @@ def check_projector(proj: ProjectorSpec, model_embd: int, model_name: str) -> No
     """Refuse, before anything loads, a projector whose embeddings the model cannot take (mtmd
     refuses it only after loading both files)."""
     if proj.output_embd <= 0:
-        raise UserError(
-            f"{proj.path.name}: cannot tell the width of the projector's embeddings ({proj.projector_type})"
-        )
+        return  # a type whose width this reader does not know: llama.cpp checks it at load
     if proj.output_embd != model_embd:
         raise UserError(
             f"{proj.path.name} does not fit {model_name}: the projector outputs embeddings of "
@@ -259,15 +261,19 @@ def projectors_beside(model_path: str | os.PathLike[str]) -> list[Path]:
     return sorted(found)
 
 
+def fits(proj: ProjectorSpec, model_embd: int) -> bool:
+    """Known to fit: what picking a projector among several needs (an unknown width is no match)."""
+    return proj.output_embd == model_embd
+
+
 def matching_projector(spec: ModelSpec) -> Path | None:
     """The first projector beside the model that fits it; None when there is none. Files that are
     not projectors or do not fit are passed over (a folder may hold several models' projectors)."""
     want = model_input_embd(spec)
     for candidate in projectors_beside(spec.path):
         try:
-            proj = read_projector(candidate)
-            check_projector(proj, want, spec.path.name)
+            if fits(read_projector(candidate), want):
+                return candidate
         except UserError:
             continue
-        return candidate
     return None

@@ -16,7 +16,7 @@ from huggingface_hub import hf_hub_url
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import GGUFError, GGUFFile, ModelSpec, spec_from_gguf
-from vrampilot.gguf.projector import ProjectorSpec, check_projector, model_input_embd, read_projector
+from vrampilot.gguf.projector import ProjectorSpec, fits, model_input_embd, read_projector
 from vrampilot.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
 from vrampilot.hub.client import default_token, hub_call, raise_for_status, request_headers, transfer_client
 from vrampilot.hub.env import hub_endpoint
@@ -165,12 +165,10 @@ def matching_remote_projector(
     want = model_input_embd(spec, metadata)
     for m in listing.mmproj:
         try:
-            check_projector(
-                remote_projector(listing.repo_id, m, revision=listing.commit, token=token), want, spec.path.name
-            )
+            if fits(remote_projector(listing.repo_id, m, revision=listing.commit, token=token), want):
+                return m
         except HubError:
             raise  # the Hub could not be asked: not the same as "does not fit"
         except UserError:
             continue
-        return m
     return None
