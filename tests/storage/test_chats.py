@@ -132,14 +132,11 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 def test_a_version_2_database_gains_the_backend_column_and_keeps_its_chats(tmp_path: Path) -> None:
     """A database written before chats had a backend (schema 2) opens, migrates, and reads as llama.cpp."""
-    from vrampilot.storage.db import _MIGRATIONS, _statements
+    from tests.storage.old_db import old_database
+    from vrampilot.storage.db import _MIGRATIONS
 
     path = tmp_path / DB_FILE
-    raw = sqlite3.connect(path)
-    for script in _MIGRATIONS[:2]:
-        for statement in _statements(script):
-            raw.execute(statement)
-    raw.execute("PRAGMA user_version = 2")
+    raw = old_database(path, 2)
     raw.execute(
         "INSERT INTO chats (title, model_path, system_prompt, created_at, updated_at) "
         "VALUES ('Old chat', '/m/a.gguf', '', 1.0, 2.0)"

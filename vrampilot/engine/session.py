@@ -40,10 +40,11 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate
-from vrampilot.engine.vision import MAX_IMAGE_BYTES, ImageError, projector_of
+from vrampilot.engine.vision import ImageError, projector_of
 from vrampilot.message import Message, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
+from vrampilot.storage.images import ImageFileError, read_image
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
     import llama_cpp
@@ -564,12 +565,8 @@ class Engine:
 
 
 def _read_image(path: str) -> bytes:
-    """An image file's bytes, refused in one line when missing or too large to hand over."""
-    p = Path(path)
+    """An image file's bytes, refused in one line when missing, too large or no image."""
     try:
-        size = p.stat().st_size
-        if size > MAX_IMAGE_BYTES:
-            raise ImageError(f"{p.name}: {size / 2**20:.1f} MiB is too large (at most {MAX_IMAGE_BYTES // 2**20} MiB)")
-        return p.read_bytes()
-    except OSError as exc:
-        raise ImageError(f"{p.name}: cannot read the image ({exc.strerror or exc})") from None
+        return read_image(path)
+    except ImageFileError as exc:
+        raise ImageError(str(exc)) from None

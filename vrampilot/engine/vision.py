@@ -23,22 +23,17 @@ from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.planner.projector import clip_failure
 from vrampilot.planner.settings import Settings
+from vrampilot.storage.images import DAMAGED, MAX_IMAGE_BYTES, image_problem
 
 if TYPE_CHECKING:
     import llama_cpp
 else:
     llama_cpp = llamacpp.load()
 
-# An image is decoded into RGB in memory (stb_image, in mtmd's helper): refuse files that would
-# take more than this before handing them over.
-MAX_IMAGE_BYTES = 32 * 1024 * 1024
+__all__ = ["MAX_IMAGE_BYTES", "ImageError", "ImagePrompt", "Projector", "attach_projector", "projector_of"]
+
 FLASH_ATTN_DISABLED = 0  # llama_flash_attn_type
 FLASH_ATTN_ENABLED = 1
-
-
-# What the engine hands to mtmd's decoder (stb_image). Anything else is refused before: mtmd would
-# otherwise try it as audio, then as video by launching ffprobe.
-_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 
 
 class ImageError(UserError):
@@ -91,16 +86,14 @@ class Projector:
         out = []
         try:
             for name, data in images:
-                if len(data) > MAX_IMAGE_BYTES:
-                    raise ImageError(
-                        f"{name}: {len(data) / 2**20:.1f} MiB is too large (at most {MAX_IMAGE_BYTES // 2**20} MiB)"
-                    )
-                if not data.startswith(_IMAGE_MAGIC):
-                    raise ImageError(f"{name}: not an image this engine reads (PNG, JPEG, GIF or BMP)")
+                # The size and format rules the window also applies when an image is attached.
+                problem = image_problem(name, data)
+                if problem:
+                    raise ImageError(problem)
                 buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
                 bitmap = self._mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
                 if not bitmap:
-                    raise ImageError(f"{name}: the image is damaged or cut short (it could not be decoded)")
+                    raise ImageError(f"{name}: {DAMAGED}")
                 out.append(bitmap)
         except BaseException:
             for b in out:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.storage.db import StorageError, connect
+from vrampilot.storage.images import StoredImage
 
 ROLES = ("system", "user", "assistant")
 # What replies a chat: llama.cpp (the engine), or the experimental hybrid-cache backend on torch
@@ -43,6 +44,7 @@ class StoredMessage:
     role: str
     content: str
     stats: dict[str, Any] | None = None
+    images: tuple[StoredImage, ...] = ()  # shown to the model before the text (storage/images.py)
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ class ChatStore:
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
         rows = self._conn.execute(
-            "SELECT id, position, role, content, stats_json FROM messages WHERE chat_id = ? ORDER BY position",
+            "SELECT id, position, role, content, stats_json, images_json FROM messages WHERE chat_id = ? "
+            "ORDER BY position",
             (chat_id,),
         ).fetchall()
         return [
@@ -178,6 +181,7 @@ class ChatStore:
                 r["role"],
                 r["content"],
                 json.loads(r["stats_json"]) if r["stats_json"] else None,
+                _images_from(r["images_json"]),
             )
             for r in rows
         ]
@@ -209,7 +213,14 @@ class ChatStore:
             raise KeyError(f"no chat {chat_id}")
 
     # -- messages ------------------------------------------------------------------------------
-    def add_message(self, chat_id: int, role: str, content: str, stats: dict[str, Any] | None = None) -> StoredMessage:
+    def add_message(
+        self,
+        chat_id: int,
+        role: str,
+        content: str,
+        stats: dict[str, Any] | None = None,
+        images: Sequence[StoredImage] = (),
+    ) -> StoredMessage:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
         now = time.time()
@@ -218,22 +229,35 @@ class ChatStore:
                 "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)
             ).fetchone()[0]
             cur = self._conn.execute(
-                "INSERT INTO messages (chat_id, position, role, content, stats_json, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (chat_id, pos, role, content, json.dumps(stats) if stats else None, now),
+                "INSERT INTO messages (chat_id, position, role, content, stats_json, created_at, images_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (chat_id, pos, role, content, json.dumps(stats) if stats else None, now, _images_json(images)),
             )
             row = self._conn.execute("SELECT title FROM chats WHERE id = ?", (chat_id,)).fetchone()
             if row is not None and row["title"] == DEFAULT_TITLE and role == "user":
                 self._conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title_from(content), chat_id))
             self._conn.execute(f"UPDATE chats SET updated_at = {_TOUCHED} WHERE id = ?", (now, chat_id))
-        return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats)
+        return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats, tuple(images))
 
-    def update_message(self, message_id: int, content: str, stats: dict[str, Any] | None = None) -> None:
+    def update_message(
+        self,
+        message_id: int,
+        content: str,
+        stats: dict[str, Any] | None = None,
+        images: Sequence[StoredImage] | None = None,
+    ) -> None:
+        """`images`: None keeps the message's images as they are."""
         with _writing("the message"):
-            cur = self._conn.execute(
-                "UPDATE messages SET content = ?, stats_json = ? WHERE id = ?",
-                (content, json.dumps(stats) if stats else None, message_id),
-            )
+            if images is None:
+                cur = self._conn.execute(
+                    "UPDATE messages SET content = ?, stats_json = ? WHERE id = ?",
+                    (content, json.dumps(stats) if stats else None, message_id),
+                )
+            else:
+                cur = self._conn.execute(
+                    "UPDATE messages SET content = ?, stats_json = ?, images_json = ? WHERE id = ?",
+                    (content, json.dumps(stats) if stats else None, _images_json(images), message_id),
+                )
         if cur.rowcount == 0:
             raise KeyError(f"no message {message_id}")
 
@@ -276,7 +300,13 @@ class ChatStore:
             "created_at": chat.created_at,
             "updated_at": chat.updated_at,
             "messages": [
-                {"role": m.role, "content": m.content, **({"stats": m.stats} if m.stats else {})} for m in chat.messages
+                {
+                    "role": m.role,
+                    "content": m.content,
+                    **({"images": [i.to_dict() for i in m.images]} if m.images else {}),
+                    **({"stats": m.stats} if m.stats else {}),
+                }
+                for m in chat.messages
             ],
         }
 
@@ -291,7 +321,8 @@ class ChatStore:
             lines += ["## System", "", chat.system_prompt, ""]
         names = {"user": "User", "assistant": "Assistant", "system": "System"}
         for m in chat.messages:
-            lines += [f"## {names[m.role]}", "", m.content, ""]
+            shown = [f"[image: {i.name or i.file_name}]" for i in m.images]
+            lines += [f"## {names[m.role]}", "", *shown, *([""] if shown else []), m.content, ""]
         return "\n".join(lines).rstrip() + "\n"
 
     def _tx(self) -> _Transaction:
@@ -317,6 +348,19 @@ class _Transaction:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
+
+
+def _images_json(images: Sequence[StoredImage]) -> str | None:
+    return json.dumps([i.to_dict() for i in images]) if images else None
+
+
+def _images_from(raw: str | None) -> tuple[StoredImage, ...]:
+    if not raw:
+        return ()
+    try:
+        return tuple(StoredImage.from_dict(d) for d in json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        return ()  # written by a newer build in a form this one does not know: shown without images
 
 
 def _snippet(text: str, needle: str, width: int = 40) -> str:

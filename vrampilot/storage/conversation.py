@@ -6,18 +6,23 @@ rules hold wherever a turn comes from:
   stopped or crashed reply leaves one); the new text joins it, or answers it when it is the same;
 - editing a question drops it and everything after it; a title made from the first question
   follows its edit, one the user chose stays;
-- regenerate drops the last reply and nothing else.
+- regenerate drops the last reply and nothing else;
+- a question's images are copied into the data folder (storage/images.py) before it is stored, and
+  the conversation hands the model those copies, so a chat reopened after a restart (or
+  regenerated, or answered later) shows the model the same pictures.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vrampilot.message import Message
 from vrampilot.storage.chats import BACKEND_LLAMA, Chat, ChatStore, ChatSummary, StoredMessage, title_from
+from vrampilot.storage.images import ImageStore, StoredImage
 
 EXPORT_FORMATS = ("markdown", "json")
 
@@ -31,8 +36,9 @@ class Question:
 
 
 class ConversationService:
-    def __init__(self, store: ChatStore) -> None:
+    def __init__(self, store: ChatStore, images: ImageStore | None = None) -> None:
         self.store = store
+        self.images = images or ImageStore()
 
     # -- chats ---------------------------------------------------------------------------------
     def create(self, *, model_path: str | None, system_prompt: str = "", backend: str = BACKEND_LLAMA) -> Chat:
@@ -66,25 +72,35 @@ class ConversationService:
         msgs = self.store.messages(chat_id)
         return msgs[-1] if msgs and msgs[-1].role == "user" else None
 
-    def ask(self, chat_id: int, text: str) -> Question:
+    def keep_images(self, paths: Sequence[str | Path]) -> tuple[StoredImage, ...]:
+        """Copy images into the data folder (refused in one line, before anything is stored, when
+        one is missing, too large or no image)."""
+        return tuple(self.images.add(p) for p in paths)
+
+    def ask(self, chat_id: int, text: str, images: Sequence[StoredImage] = ()) -> Question:
         """Store a question; after an unanswered one, join it instead of adding a second in a row."""
         pending = self.unanswered(chat_id)
         if pending is None:
-            return Question(self.store.add_message(chat_id, "user", text), joined=False)
-        if text.strip() == pending.content.strip():
+            return Question(self.store.add_message(chat_id, "user", text, images=images), joined=False)
+        if text.strip() == pending.content.strip() and not images:
             return Question(pending, joined=False)  # asked again as it was: answer it
-        merged = f"{pending.content.rstrip()}\n\n{text.strip()}"
-        self.store.update_message(pending.id, merged)
+        merged = f"{pending.content.rstrip()}\n\n{text.strip()}".strip()
+        joined = (*pending.images, *images)
+        self.store.update_message(pending.id, merged, images=joined)
         self._retitle_if_first(chat_id, pending.position, pending.content, merged)
-        return Question(StoredMessage(pending.id, pending.position, "user", merged), joined=True)
+        return Question(StoredMessage(pending.id, pending.position, "user", merged, None, joined), joined=True)
 
-    def replace_from(self, chat_id: int, position: int, text: str) -> Question:
-        """An edited question: it and everything after it are replaced by the new text."""
+    def replace_from(
+        self, chat_id: int, position: int, text: str, images: Sequence[StoredImage] | None = None
+    ) -> Question:
+        """An edited question: it and everything after it are replaced by the new text (and its
+        images; None keeps the edited question's own)."""
         old = next((m for m in self.store.messages(chat_id) if m.position == position), None)
         if old is not None:
             self._retitle_if_first(chat_id, position, old.content, text)
+        kept = images if images is not None else (old.images if old is not None else ())
         self.store.truncate(chat_id, position)
-        return self.ask(chat_id, text)
+        return self.ask(chat_id, text, kept)
 
     def drop_last_reply(self, chat_id: int) -> bool:
         """For regenerate: remove the last reply; False when the chat does not end in one."""
@@ -103,7 +119,10 @@ class ConversationService:
         out: list[Message] = []
         if chat.system_prompt.strip():
             out.append(Message("system", chat.system_prompt))
-        out += [Message(m.role, m.content) for m in chat.messages]  # type: ignore[arg-type]  # stored roles are the Message role literals
+        out += [
+            Message(m.role, m.content, tuple(str(self.images.path(i)) for i in m.images))  # type: ignore[arg-type]  # stored roles are the Message role literals
+            for m in chat.messages
+        ]
         return out
 
     def _retitle_if_first(self, chat_id: int, position: int, old: str, new: str) -> None:

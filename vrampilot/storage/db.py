@@ -66,6 +66,12 @@ _MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE chats ADD COLUMN backend TEXT NOT NULL DEFAULT 'llama.cpp';
     """,
+    # 4: the images a message shows the model (storage/images.py: a JSON list of the copies kept in
+    # the data folder by content hash). NULL for messages without images, and for every message
+    # written by older builds, which kept none.
+    """
+    ALTER TABLE messages ADD COLUMN images_json TEXT;
+    """,
 )
 
 
