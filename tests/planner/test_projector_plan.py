@@ -3,6 +3,7 @@ projector the model cannot take refused before the search."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,37 @@ def test_a_projector_llama_cpp_cannot_load_is_refused_in_one_line(tmp_path: Path
     assert "\n" not in message
     assert message.startswith("mmproj.gguf: llama.cpp cannot load this projector: ")
     assert message.endswith("unable to find tensor mm.model.mlp.1.weight")
+
+
+def test_the_reasons_say_where_the_projector_went_and_what_it_cost(files: tuple[Path, Path]) -> None:
+    """One line of "why these settings" for the projector: its device, bytes and tokens per image,
+    and its cost: RAM only on the CPU; on a GPU, the layers its VRAM would otherwise have held,
+    which a plan without it at the same budget confirms."""
+    lm, mmproj = files
+    spec = load_model_spec(lm)
+    pins = Pins(n_ctx=1024, n_ubatch=512, type_k="f16", type_v="f16")
+    cpu = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+    (line,) = [r for r in cpu.reasons if r.startswith("Vision projector")]
+    assert line.startswith("Vision projector mmproj.gguf (gemma3) on the CPU, no GPU in this plan: weights ")
+    assert "16 tokens per image (224x224)" in line and "no VRAM" in line
+
+    roomy = target_from_vram(8 * GIB, cpu_machine())
+    kept = plan(spec, roomy, Pins(n_ctx=1024, mmproj_path=str(mmproj), mmproj_cpu=True))
+    assert any(
+        r.startswith("Vision projector mmproj.gguf (gemma3) on the CPU, kept there by you") for r in kept.reasons
+    )
+    on_gpu = plan(spec, roomy, Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+    (line,) = [r for r in on_gpu.reasons if r.startswith("Vision projector")]
+    assert "the first offload device" in line and "every layer still fits on the GPU beside its" in line
+
+    # A budget where the projector takes a layer's room: the plan without it holds that layer.
+    without = plan(spec, target_from_vram(8 * GIB, cpu_machine()), pins)
+    projector = on_gpu.memory.projector
+    assert projector is not None
+    tight = target_from_vram(without.memory.device.total_bytes + projector.device_bytes // 2, cpu_machine())
+    with_it = plan(spec, tight, replace(pins, mmproj_path=str(mmproj)))
+    without_it = plan(spec, tight, pins)
+    lost = without_it.settings.n_gpu_layers - with_it.settings.n_gpu_layers
+    assert lost >= 1
+    (line,) = [r for r in with_it.reasons if r.startswith("Vision projector")]
+    assert f"would hold about {lost} more layer" in line

@@ -157,6 +157,8 @@ def plan_reasons(
         )
     if gpu and (len(target.gpus) > 1 or any(g.kind == "rpc" for g in target.gpus)):
         r.extend(_device_reasons(spec, target, pins, s, mem, speed))
+    if mem.projector is not None:
+        r.append(_projector_reason(spec, target, s, mem))
     # Batch
     if pins.n_ubatch is not None:
         r.append(f"ubatch {s.n_ubatch}: pinned by you; batch {s.n_batch}.")
@@ -220,6 +222,58 @@ def plan_reasons(
             else "Does not fit in system RAM."
         )
     return r
+
+
+def _projector_reason(spec: ModelSpec, target: Target, s: Settings, mem: MemoryBreakdown) -> str:
+    """Where the vision projector is, what it holds, what an image takes, and what it cost the
+    model: RAM only, or the VRAM that would otherwise have held layers."""
+    proj = mem.projector
+    assert proj is not None
+    held = proj.weights_bytes + proj.compute_bytes
+    head = f"Vision projector {proj.spec.path.name} ({proj.spec.projector_type})"
+    bytes_text = (
+        f"weights {format_bytes(proj.weights_bytes)} + compute {format_bytes(proj.compute_bytes)} ({proj.source})"
+    )
+    if proj.device < 0:
+        why = (
+            "kept there by you (--no-mmproj-offload)"
+            if s.mmproj_cpu
+            else (
+                "no layer is on the GPU, so it is kept off the GPU too (--no-mmproj-offload)"
+                if target.has_gpu
+                else "no GPU in this plan"
+            )
+        )
+        return (
+            f"{head} on the CPU, {why}: {bytes_text}; {proj.spec.tokens_text()}. It costs "
+            f"{format_bytes(held)} of RAM and no VRAM; images are encoded at CPU speed."
+        )
+    gpu_dev = target.gpus[proj.device]
+    where = gpu_dev.llama_name or gpu_dev.name
+    beside = f", + {format_bytes(proj.host_compute_bytes)} CPU buffer beside it" if proj.host_compute_bytes else ""
+    cpu_layers = [il for il, on in enumerate(mem.gpu_layers) if not on]
+    if not cpu_layers:
+        cost = f"every layer still fits on the GPU beside its {format_bytes(held)}"
+    else:
+        # llama.cpp offloads the last layers first: the next to move are the highest on the CPU.
+        kv_per_layer = mem.kv.total_bytes // max(spec.n_layer, 1)
+        room, n = held, 0
+        for il in reversed(cpu_layers):
+            need = spec.layer_weight_bytes[il] + kv_per_layer
+            if need > room:
+                break
+            room -= need
+            n += 1
+        cost = (
+            f"its {format_bytes(held)} of VRAM would hold about {n} more layer{'s' if n != 1 else ''} "
+            "(their weights and cache) without it"
+            if n
+            else f"its {format_bytes(held)} of VRAM is less than one more layer would take"
+        )
+    return (
+        f"{head} on {where}, the first offload device, where llama.cpp puts it: {bytes_text}{beside}; "
+        f"{proj.spec.tokens_text()}; {cost}."
+    )
 
 
 def _experts_reason(

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, detect_machine, load_profiles
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
 from vrampilot.log import describe_error
@@ -308,6 +309,7 @@ class PlanController(QObject):
             self.ctx.prefs.set_last_model(path)
             self.library_view.select(path)
             self.replan()
+            self._find_projector(spec)
             self.speed.model_selected(spec)
 
         def failed(exc: BaseException) -> None:
@@ -340,8 +342,20 @@ class PlanController(QObject):
 
         self.ctx.tasks.submit(lambda _t: load_model_spec(path), done=done, failed=failed, key="spec", owner=self)
 
+    def _find_projector(self, spec: ModelSpec) -> None:
+        """The vision projector beside the model that fits it, for the Plan panel's control (read
+        off the GUI thread: it opens each mmproj*.gguf's header)."""
+        self.view.projector.set_found(None, spec.path.name)
+
+        def done(found: Path | None) -> None:
+            if self.spec is spec:
+                self.view.projector.set_found(found, spec.path.name)
+
+        self.ctx.tasks.submit(lambda _t: matching_projector(spec), done=done, key="mmproj-find", owner=self)
+
     def set_pins(self, pins: Pins) -> None:
         self.pins = pins
+        self.view.projector.show_pins(pins)
         if self.model_path is not None:
             self.ctx.prefs.set_pins_for(self.model_path, pins)
         self.replan()

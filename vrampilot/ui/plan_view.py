@@ -4,6 +4,7 @@ the planner's reason, the alternatives with their cost, and the pins that change
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from html import escape
 
 from PySide6.QtCore import Qt, Signal
@@ -43,6 +44,7 @@ from vrampilot.planner.explain import (
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.reasons import placement_text
 from vrampilot.ui.pin_controls import PinControls
+from vrampilot.ui.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens
@@ -181,9 +183,18 @@ class PlanView(QWidget):
         self.pins = PinControls()
         self.pins.pins_changed.connect(self.pins_changed)
         sl.addWidget(self.pins)
+        self.projector = ProjectorControl()
+        self.projector.setObjectName("projector")
+        self.projector.changed.connect(self._projector_changed)
+        sl.addWidget(self.projector)
         reset = QPushButton("Let the planner choose everything")
         reset.setObjectName("reset_pins")
-        reset.clicked.connect(lambda: self.pins_changed.emit(Pins()))
+        # The projector is the user's choice, not the planner's: it stays.
+        reset.clicked.connect(
+            lambda: self.pins_changed.emit(
+                Pins(mmproj_path=self.pins.pins().mmproj_path, mmproj_cpu=self.pins.pins().mmproj_cpu)
+            )
+        )
         sl.addWidget(reset, 0, Qt.AlignmentFlag.AlignLeft)
         outer.addWidget(settings_box)
 
@@ -266,6 +277,7 @@ class PlanView(QWidget):
             plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores, bool(plan.spec.layer_expert_bytes)
         )
         self.pins.show_settings(plan.settings, plan.pins)
+        self.projector.show_pins(plan.pins)
         mem = plan.memory
         bars = self._device_bar_data(plan)
         if bars:
@@ -316,6 +328,10 @@ class PlanView(QWidget):
         self._show_alternatives(plan)
         self._show_cache_table()
         self.load_button.setText("Load" if plan.fits else "Load anyway…")
+
+    def _projector_changed(self, path: object, cpu: bool) -> None:
+        pins = replace(self.pins.pins(), mmproj_path=str(path) if path else None, mmproj_cpu=True if cpu else None)
+        self.pins_changed.emit(pins)
 
     def _cache_toggled(self, shown: bool) -> None:
         self.cache_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
