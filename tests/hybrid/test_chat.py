@@ -88,3 +88,25 @@ def test_the_engine_must_hold_the_same_file(tmp_path: Path) -> None:
     chat = HybridChat(tmp_path / "other.gguf")
     with pytest.raises(EngineError, match=r"load other\.gguf first"):
         chat.chat(Engine(), [Message("user", "hi")], GREEDY)
+
+
+def test_the_hybrid_backend_refuses_images_in_one_line(embedded_model: Path, tmp_path: Path) -> None:
+    """The torch model has no vision tower: a conversation with an image is refused, not answered
+    as if the image were not there (the window shows the message; the chat stays usable)."""
+    from tests.images import png_bytes
+    from vrampilot.errors import UserError
+    from vrampilot.hybrid.chat import HybridBackend
+
+    (tmp_path / "a.png").write_bytes(png_bytes(8, 8))
+    backend = HybridBackend(embedded_model, threads=1)
+    with pytest.raises(UserError, match="the experimental hybrid backend reads no images: switch this chat's backend"):
+        backend.reply(
+            Engine(),
+            [Message("user", "What is this?", images=(str(tmp_path / "a.png"),))],
+            SamplingParams(max_tokens=4),
+            on_text=lambda _t: None,
+            on_report=lambda _r: None,
+            cancel=threading.Event(),
+            trim=False,
+        )
+    assert not backend.chat.prepared  # refused before reading the model into torch

@@ -113,3 +113,40 @@ def _post(config: ServerConfig, path: str, body: dict[str, Any]) -> Any:
     )
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.load(r)
+
+
+def test_the_windows_server_backend_sends_images_as_content_parts(served: Served, tmp_path: Path) -> None:
+    """The chat's backend while the window serves the model (server/chat.py): a message's images go
+    to llama-server as OpenAI image parts, and the reply's prompt counts their tokens."""
+    import threading
+
+    from vrampilot.engine import SamplingParams
+    from vrampilot.message import Message
+    from vrampilot.server.chat import ServerBackend
+
+    config, _, p = served
+    assert p.memory.projector is not None and p.memory.projector.spec.image_tokens is not None
+    (tmp_path / "a.png").write_bytes(png_bytes(48, 32))
+    backend = ServerBackend(config.base_url)
+    sampling = SamplingParams(temperature=0.0, max_tokens=4, seed=1)
+
+    def ask(message: Message) -> int:
+        reply = backend.reply(
+            None,
+            [message],
+            sampling,
+            on_text=lambda _t: None,
+            on_report=lambda _r: None,
+            cancel=threading.Event(),
+            trim=False,
+        )
+        assert reply.stats.completion_tokens > 0
+        return reply.stats.prompt_tokens
+
+    plain = ask(Message("user", "What is in this picture?"))
+    seen = ask(Message("user", "What is in this picture?", images=(str(tmp_path / "a.png"),)))
+    markers = sum(
+        len(_post(config, "/tokenize", {"content": m})["tokens"])
+        for m in MARKERS.get(p.memory.projector.spec.projector_type, ())
+    )
+    assert seen - plain == p.memory.projector.spec.image_tokens + markers

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from vrampilot.engine import ContextOverflow, Engine, EngineError, GenerationStats, Message, Reply, SamplingParams
 from vrampilot.engine.stats import StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
+from vrampilot.errors import UserError
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.message import drop_oldest_turns
 from vrampilot.meters.kvcache import KvCacheUsage
@@ -98,7 +99,6 @@ def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
     """
     if not torch_available():
         return INSTALL_HINT
-    from vrampilot.errors import UserError
     from vrampilot.gguf.reader import read_gguf
     from vrampilot.gguf.spec import load_model_spec
     from vrampilot.hybrid.model import config_from_spec
@@ -279,6 +279,12 @@ class HybridBackend:
         cancel: threading.Event,
         trim: bool,
     ) -> Reply:
+        if any(m.images for m in messages):
+            # The torch model has no vision tower: an image would be silently dropped.
+            raise UserError(
+                "the experimental hybrid backend reads no images: switch this chat's backend to llama.cpp "
+                "(with the vision projector on in the Plan panel) to ask about them"
+            )
         return self.chat.chat(engine, messages, sampling, on_text=on_text, on_usage=on_report, cancel=cancel, trim=trim)
 
     def status_text(self) -> str:

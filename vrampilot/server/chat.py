@@ -9,6 +9,7 @@ new tokens as in-process. Standard library only: http.client, one connection per
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -24,6 +25,7 @@ from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Repl
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.storage.images import ImageFileError, image_suffix, read_image
 
 TextFn = Callable[[str], None]
 
@@ -119,7 +121,7 @@ class ServerBackend:
         if trim:
             messages = self.fit_messages(messages, sampling.max_tokens)
         body: dict[str, Any] = {
-            "messages": [m.as_dict() for m in messages],
+            "messages": [_api_message(m) for m in messages],
             "stream": True,
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
@@ -201,6 +203,27 @@ class ServerBackend:
             stop_reason=stop,
         )
         return Reply("".join(pieces), stats)
+
+
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".gif": "image/gif", ".bmp": "image/bmp"}
+
+
+def _api_message(m: Message) -> dict[str, Any]:
+    """A message as the OpenAI API takes it: plain text, or (with images) content parts, each
+    image inline as a data URL, which llama-server hands to its projector."""
+    if not m.images:
+        return dict(m.as_dict())
+    parts: list[dict[str, Any]] = []
+    for path in m.images:
+        try:
+            data = read_image(path)
+        except ImageFileError as exc:
+            raise ServerChatError(str(exc)) from None
+        url = f"data:{_MIME[image_suffix(data) or '.png']};base64,{base64.b64encode(data).decode('ascii')}"
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    if m.content:
+        parts.append({"type": "text", "text": m.content})
+    return {"role": m.role, "content": parts}
 
 
 def _close_on_cancel(conn: http.client.HTTPConnection, cancel: threading.Event, done: threading.Event) -> None:

@@ -29,6 +29,9 @@ IMAGE_SUFFIXES = {
     b"GIF89a": ".gif",
     b"BM": ".bmp",
 }
+# The file names the window treats as images (dropped, or offered by the file dialog); the bytes
+# decide in the end (a .png that is text is refused as "not an image").
+IMAGE_FILE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 IMAGES_DIR = "images"
 # Said of an image whose first bytes are right but whose pixels cannot be decoded (cut short, or
 # damaged), by the window when it makes the thumbnail and by the engine when mtmd decodes it.

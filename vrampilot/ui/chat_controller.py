@@ -14,6 +14,7 @@ import enum
 import math
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from vrampilot.log import describe_error
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
 from vrampilot.storage.chats import StoredMessage
+from vrampilot.storage.images import DAMAGED, ImageFileError, read_image
 from vrampilot.ui import chat_backends
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
@@ -104,6 +106,7 @@ class ChatController(QObject):
         view.sampling_changed.connect(ctx.prefs.set_sampling)
         view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
         view.backend_changed.connect(self.set_backend)
+        view.images_attached.connect(self.attach)
         # Unavailable backends are listed greyed (chat_backends.choices): the user learns they exist.
         self.refresh_backend_choices()
         chat_list.chat_selected.connect(self.open_chat)
@@ -169,7 +172,7 @@ class ChatController(QObject):
         self._show_backend(chat.backend)
         self.documents.set_chat(chat.id)
         for m in chat.messages:
-            self.view.add_message(m.position, m.role, m.content, summary_line(m.stats))
+            self._add_stored(m)
         self.status.emit("")
         self._offer_answer()
         self.refresh_list()
@@ -219,11 +222,62 @@ class ChatController(QObject):
             return
         self.status.emit(f"Exported to {path}")
 
+    # -- images --------------------------------------------------------------------------------
+    def attach(self, paths: Sequence[Path]) -> None:
+        """Images for the next message: each checked as the engine would (size, format) and decoded
+        for its thumbnail now, so a bad one is refused here, in one line, with nothing else lost."""
+        from PySide6.QtGui import QImage
+
+        refused: list[str] = []
+        for path in paths:
+            try:
+                data = read_image(path)
+            except ImageFileError as exc:
+                refused.append(str(exc))
+                continue
+            image = QImage.fromData(data)
+            if image.isNull():
+                refused.append(f"{Path(path).name}: {DAMAGED}")
+                continue
+            if Path(path) not in self.view.attachments.paths():
+                self.view.attachments.add(Path(path), image)
+        if refused:
+            text = "Not attached: " + "; ".join(refused)
+            self.view.show_banner(text, [("banner_ok", "OK", self.view.hide_banner)])
+            self.status.emit(text)
+        self.view.focus_input()
+
+    def _images_refused(self) -> str | None:
+        """Why the open chat cannot show the model images now (None: it can): the hybrid backend
+        reads none, and the in-app engine needs the plan's vision projector. A served model is the
+        server's to judge (it answers without a projector in one line)."""
+        if is_hybrid(self.backend_key):
+            return (
+                "the experimental hybrid backend reads no images: switch this chat's backend to llama.cpp "
+                "to ask about them"
+            )
+        if self._served_backend() is not None:
+            return None
+        p = self.plans.plan
+        if p is None or not p.settings.mmproj_path:
+            return (
+                "images need the model's vision projector: turn on “Vision projector” in the Plan panel's "
+                "settings (it finds the mmproj file beside the model)"
+            )
+        return None
+
     # -- turns ---------------------------------------------------------------------------------
     def send(self, text: str) -> None:
-        if self.busy or not text.strip():
+        attached = self.view.attachments.paths()
+        if self.busy or not (text.strip() or attached):
+            return
+        if attached and (why := self._images_refused()):
+            # Nothing is stored: the text and the images stay where they are.
+            self.view.show_banner(f"Not sent: {why}.", [("banner_ok", "OK", self.view.hide_banner)])
+            self.status.emit(f"Not sent: {why}")
             return
         try:
+            images = self.chats.keep_images(attached)
             if self.chat_id is None:
                 model = self.plans.model_path
                 chat = self.chats.create(
@@ -235,11 +289,11 @@ class ChatController(QObject):
                 self.ctx.prefs.set_last_chat(chat.id)
                 self.documents.bind_chat(chat.id)
             if self.editing is not None:
-                question = self.chats.replace_from(self.chat_id, self.editing, text)
+                question = self.chats.replace_from(self.chat_id, self.editing, text, images or None)
                 self.editing = None
             else:
-                question = self.chats.ask(self.chat_id, text)
-        except StorageError as exc:
+                question = self.chats.ask(self.chat_id, text, images)
+        except (StorageError, ImageFileError) as exc:
             # Nothing was stored: the text stays in the input, and the banner says why.
             self.view.show_banner(f"Not sent: {exc}", [("banner_ok", "OK", self.view.hide_banner)])
             self.status.emit(f"Not sent: {exc}")
@@ -296,7 +350,11 @@ class ChatController(QObject):
         self.view.clear_messages()
         self.view.set_title(chat.title)
         for m in chat.messages:
-            self.view.add_message(m.position, m.role, m.content, summary_line(m.stats))
+            self._add_stored(m)
+
+    def _add_stored(self, m: StoredMessage) -> None:
+        images = [(self.chats.images.path(i), i.name or i.file_name) for i in m.images]
+        self.view.add_message(m.position, m.role, m.content, summary_line(m.stats), images=images)
 
     def _offer_answer(self) -> None:
         if self.chat_id is not None and self.chats.unanswered(self.chat_id) is not None:
@@ -348,7 +406,10 @@ class ChatController(QObject):
             self.documents.reply_tokens = sampling.max_tokens
             system = messages[0].content if messages and messages[0].role == "system" else ""
             turns = [m for m in messages if m.role != "system"]
-            messages = self.documents.compose(system, turns[:-1], turns[-1].content).messages
+            composed = list(self.documents.compose(system, turns[:-1], turns[-1].content).messages)
+            if turns[-1].images and composed:  # the question's images go with its composed text
+                composed[-1] = replace(composed[-1], images=turns[-1].images)
+            messages = composed
         if served is not None:
             backend = served
         else:
@@ -356,7 +417,8 @@ class ChatController(QObject):
             backend = self.backend
         self.replying = backend
         # In-process llama.cpp replies teach the speed model (a served or hybrid one runs elsewhere).
-        self._learn_speed = served is None and self.backend_key == BACKEND_LLAMA
+        # Nor does one with images: encoding an image is not reading a prompt.
+        self._learn_speed = served is None and self.backend_key == BACKEND_LLAMA and not any(m.images for m in messages)
         if self._learn_speed:
             self.plans.speed.reply_started()
         position = len(self.chats.messages(self.chat_id))
@@ -484,8 +546,6 @@ class ChatController(QObject):
 
     def replan_and_answer(self, n_ctx: int) -> None:
         """Re-plan with a larger context, load it, and answer the waiting question."""
-        from dataclasses import replace
-
         self.view.hide_banner()
         self.plans.set_pins(replace(self.plans.pins, n_ctx=n_ctx))
         self._reply()

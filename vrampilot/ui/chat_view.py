@@ -5,14 +5,28 @@ Views only: the main window decides what happens on send, stop, edit and regener
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette, QResizeEvent, QStandardItemModel
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
+    QGuiApplication,
+    QImage,
+    QKeyEvent,
+    QPalette,
+    QPixmap,
+    QResizeEvent,
+    QStandardItemModel,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
@@ -28,6 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.engine import SamplingParams
+from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 from vrampilot.ui import chat_backends
 from vrampilot.ui.chat_backends import BackendChoice
 from vrampilot.ui.markdown_view import MarkdownView
@@ -35,13 +50,46 @@ from vrampilot.ui.markdown_view import MarkdownView
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
 COPIED_MS = 1500  # how long a Copy button says "Copied"
+THUMB_PX = 96  # an image's thumbnail in a message fits this square
+ATTACHED_THUMB_PX = 64  # and one waiting under the input, this one
+IMAGE_FILTER = f"Images ({' '.join('*' + s for s in IMAGE_FILE_SUFFIXES)})"
+
+
+def thumbnail(image: QImage, size: int = THUMB_PX) -> QPixmap:
+    return QPixmap.fromImage(
+        image.scaled(QSize(size, size), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+    )
+
+
+def image_label(path: Path, name: str, size: int = THUMB_PX) -> QLabel:
+    """An image's thumbnail (its name in the tooltip), or its name when the file cannot be shown."""
+    label = QLabel()
+    label.setObjectName("thumbnail")
+    label.setToolTip(name)
+    image = QImage(str(path))
+    if image.isNull():
+        label.setText(f"[image missing: {name}]")
+        label.setEnabled(False)
+    else:
+        label.setPixmap(thumbnail(image, size))
+        label.setFrameShape(QFrame.Shape.StyledPanel)
+    label.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+    return label
 
 
 class MessageWidget(QFrame):
     edit_requested = Signal(int)
     regenerate_requested = Signal()
 
-    def __init__(self, position: int, role: str, content: str, stats_text: str = "", parent: QWidget | None = None):
+    def __init__(
+        self,
+        position: int,
+        role: str,
+        content: str,
+        stats_text: str = "",
+        parent: QWidget | None = None,
+        images: Sequence[tuple[Path, str]] = (),
+    ):
         super().__init__(parent)
         self.position = position
         self.role = role
@@ -80,6 +128,16 @@ class MessageWidget(QFrame):
             # Tool buttons take no keyboard focus by default: Tab and Shift+Tab would skip them.
             b.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         lay.addLayout(head)
+        # The message's images (the copies kept in the data folder), above its text.
+        self.thumbnails: list[QLabel] = []
+        if images:
+            row = QHBoxLayout()
+            for path, name in images:
+                label = image_label(path, name)
+                self.thumbnails.append(label)
+                row.addWidget(label)
+            row.addStretch(1)
+            lay.addLayout(row)
         self.body = MarkdownView()
         self.body.setObjectName("body")
         self.body.set_markdown(content)
@@ -141,6 +199,7 @@ class InputEdit(QPlainTextEdit):
 
     send = Signal()
     escape = Signal()
+    files_dropped = Signal(list)  # list[Path]: files dropped onto the input (images to attach)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -161,6 +220,93 @@ class InputEdit(QPlainTextEdit):
                 self.send.emit()
                 return
         super().keyPressEvent(e)
+
+    # Images dropped here are attached; other files go on to the window (documents, models); text
+    # dropped is inserted, as usual.
+    @staticmethod
+    def _files(e: QDragEnterEvent | QDragMoveEvent | QDropEvent) -> list[Path] | None:
+        """The local files dragged (None: not files); images among them, or [] when none is one."""
+        mime = e.mimeData()
+        if not mime.hasUrls() or not any(u.isLocalFile() for u in mime.urls()):
+            return None
+        files = [Path(u.toLocalFile()) for u in mime.urls() if u.isLocalFile()]
+        return [f for f in files if f.suffix.lower() in IMAGE_FILE_SUFFIXES]
+
+    def dragEnterEvent(self, e: QDragEnterEvent) -> None:
+        self._drag(e, super().dragEnterEvent)
+
+    def dragMoveEvent(self, e: QDragMoveEvent) -> None:
+        self._drag(e, super().dragMoveEvent)
+
+    def _drag(self, e: QDragEnterEvent | QDragMoveEvent, default: Callable[[Any], None]) -> None:
+        files = self._files(e)
+        if files is None:
+            default(e)
+        elif files:
+            e.acceptProposedAction()
+        else:
+            e.ignore()  # the window takes them
+
+    def dropEvent(self, e: QDropEvent) -> None:
+        files = self._files(e)
+        if files is None:
+            super().dropEvent(e)
+        elif files:
+            e.acceptProposedAction()
+            self.files_dropped.emit(files)
+        else:
+            e.ignore()
+
+
+class AttachmentStrip(QWidget):
+    """The images waiting to be sent with the next message: thumbnails, each with a remove button."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._row = QHBoxLayout(self)
+        self._row.setContentsMargins(0, 0, 0, 0)
+        self._row.addStretch(1)
+        self._items: list[tuple[Path, QWidget]] = []
+        self.hide()
+
+    def paths(self) -> list[Path]:
+        return [p for p, _ in self._items]
+
+    def add(self, path: Path, image: QImage) -> None:
+        box = QFrame()
+        box.setObjectName("attachment")
+        box.setFrameShape(QFrame.Shape.StyledPanel)
+        lay = QVBoxLayout(box)
+        lay.setContentsMargins(2, 2, 2, 2)
+        pic = QLabel()
+        pic.setObjectName("attachment_thumbnail")
+        pic.setPixmap(thumbnail(image, ATTACHED_THUMB_PX))
+        pic.setToolTip(path.name)
+        lay.addWidget(pic, 0, Qt.AlignmentFlag.AlignHCenter)
+        remove = QToolButton()
+        remove.setObjectName("remove_attachment")
+        remove.setText("Remove")
+        remove.setToolTip(f"Do not send {path.name}")
+        remove.clicked.connect(lambda: self.remove(path))
+        lay.addWidget(remove, 0, Qt.AlignmentFlag.AlignHCenter)
+        self._row.insertWidget(self._row.count() - 1, box)
+        self._items.append((path, box))
+        self.show()
+        self.changed.emit()
+
+    def remove(self, path: Path) -> None:
+        for item in [i for i in self._items if i[0] == path]:
+            self._items.remove(item)
+            item[1].setParent(None)
+            item[1].deleteLater()
+        self.setVisible(bool(self._items))
+        self.changed.emit()
+
+    def clear(self) -> None:
+        for path in self.paths():
+            self.remove(path)
 
 
 class SamplingPanel(QFrame):
@@ -242,6 +388,7 @@ class ChatView(QWidget):
     sampling_changed = Signal(object)
     enter_sends_changed = Signal(bool)
     backend_changed = Signal(str)  # the user picked another backend for this chat
+    images_attached = Signal(list)  # list[Path]: chosen with the button or dropped onto the input
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -344,14 +491,26 @@ class ChatView(QWidget):
         self.banner.hide()
         lay.addWidget(self.banner)
 
+        self.attachments = AttachmentStrip()
+        self.attachments.setObjectName("attachments")
+        lay.addWidget(self.attachments)
         bottom = QHBoxLayout()
         self.input = InputEdit()
         self.input.setObjectName("input")
         self.input.setMaximumHeight(self.fontMetrics().height() * 6)
         self.input.send.connect(self._send)
         self.input.escape.connect(self.stop_requested)
+        self.input.files_dropped.connect(self.images_attached)
         bottom.addWidget(self.input, 1)
         buttons = QVBoxLayout()
+        self.attach_button = QPushButton("Image…")
+        self.attach_button.setObjectName("attach_image")
+        self.attach_button.setToolTip(
+            "Attach an image (PNG, JPEG, GIF or BMP) to show the model with your message; you can also drop "
+            "images onto the input. Needs the vision projector on in the Plan panel."
+        )
+        self.attach_button.clicked.connect(self.choose_images)
+        buttons.addWidget(self.attach_button)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
         self.send_button.clicked.connect(self._send)
@@ -400,11 +559,17 @@ class ChatView(QWidget):
 
     def _send(self) -> None:
         text = self.input.toPlainText().strip()
-        if text and not self.busy:
+        if (text or self.attachments.paths()) and not self.busy:
             self.send_requested.emit(text)
 
     def clear_input(self) -> None:
         self.input.clear()
+        self.attachments.clear()
+
+    def choose_images(self) -> None:
+        names, _ = QFileDialog.getOpenFileNames(self, "Attach images", "", IMAGE_FILTER)
+        if names:
+            self.images_attached.emit([Path(n) for n in names])
 
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
@@ -498,8 +663,11 @@ class ChatView(QWidget):
     def messages(self) -> list[MessageWidget]:
         return list(self._messages)
 
-    def add_message(self, position: int, role: str, content: str, stats_text: str = "") -> MessageWidget:
-        w = MessageWidget(position, role, content, stats_text)
+    def add_message(
+        self, position: int, role: str, content: str, stats_text: str = "", images: Sequence[tuple[Path, str]] = ()
+    ) -> MessageWidget:
+        """`images`: (file, name) of each image the message shows the model, as thumbnails."""
+        w = MessageWidget(position, role, content, stats_text, images=images)
         w.edit_requested.connect(self.edit_requested)
         w.regenerate_requested.connect(self.regenerate_requested)
         self._list.insertWidget(self._list.count() - 1, w)
@@ -550,6 +718,7 @@ class ChatView(QWidget):
         self.busy = busy
         self.backend.setEnabled(not busy)
         self.send_button.setEnabled(not busy)
+        self.attach_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)
         self._update_actions()
 
@@ -592,4 +761,4 @@ class ChatView(QWidget):
         return not self.banner.isHidden()
 
 
-__all__ = ["ChatView", "MessageWidget", "SamplingPanel"]
+__all__ = ["AttachmentStrip", "ChatView", "MessageWidget", "SamplingPanel"]

@@ -32,6 +32,7 @@ from vrampilot.documents import is_supported
 from vrampilot.engine import GenerationStats, LoadResult
 from vrampilot.log import describe_error
 from vrampilot.planner.plan import Plan
+from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController, ChatState
 from vrampilot.ui.chat_list import ChatList
@@ -244,16 +245,23 @@ class MainWindow(QMainWindow):
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         urls = event.mimeData().urls()
         if any(
-            u.isLocalFile() and (u.toLocalFile().lower().endswith(".gguf") or is_supported(Path(u.toLocalFile())))
+            u.isLocalFile()
+            and (
+                u.toLocalFile().lower().endswith((".gguf", *IMAGE_FILE_SUFFIXES)) or is_supported(Path(u.toLocalFile()))
+            )
             for u in urls
         ):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        """GGUF files join the model library; anything else is attached to the chat as a document."""
+        """GGUF files join the model library; images wait to be sent with the next message; anything
+        else is attached to the chat as a document."""
         paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
         self.plans.add_models([p for p in paths if p.suffix.lower() == ".gguf"])
-        docs = [p for p in paths if p.suffix.lower() != ".gguf"]
+        images = [p for p in paths if p.suffix.lower() in IMAGE_FILE_SUFFIXES]
+        if images:
+            self.chats.attach(images)
+        docs = [p for p in paths if p.suffix.lower() != ".gguf" and p not in images]
         if docs:
             self.documents.attach_files(docs)
         event.acceptProposedAction()
