@@ -78,6 +78,12 @@ def test_a_question_keeps_its_images_and_the_model_gets_the_copies(
     q = service.ask(chat.id, "And this?", more)
     assert q.joined and q.message.images == (*images, *more)
     assert service.messages(chat.id)[0].images == (*images, *more)
+    # Images alone (or with the same text) join it without repeating its text.
+    (tmp_path / "c.png").write_bytes(png_bytes(7, 7))
+    last = service.keep_images([tmp_path / "c.png"])
+    q = service.ask(chat.id, "", last)
+    assert q.message.content == "What is this?\n\nAnd this?" and q.message.images == (*images, *more, *last)
+    service.store.update_message(q.message.id, q.message.content, images=(*images, *more))
     # Regenerate keeps the question's images; an edit without new images keeps them too.
     service.add_reply(chat.id, "Two gradients.")
     assert service.drop_last_reply(chat.id)

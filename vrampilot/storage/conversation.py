@@ -84,7 +84,8 @@ class ConversationService:
             return Question(self.store.add_message(chat_id, "user", text, images=images), joined=False)
         if text.strip() == pending.content.strip() and not images:
             return Question(pending, joined=False)  # asked again as it was: answer it
-        merged = f"{pending.content.rstrip()}\n\n{text.strip()}".strip()
+        same = text.strip() in ("", pending.content.strip())  # only images added to the question
+        merged = pending.content if same else f"{pending.content.rstrip()}\n\n{text.strip()}".strip()
         joined = (*pending.images, *images)
         self.store.update_message(pending.id, merged, images=joined)
         self._retitle_if_first(chat_id, pending.position, pending.content, merged)
