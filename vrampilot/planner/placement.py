@@ -14,6 +14,7 @@ import re
 
 from vrampilot.gguf import ModelSpec, TensorInfo
 from vrampilot.gguf.spec import EXPERT_TENSOR_RE
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.settings import Settings
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -139,8 +140,6 @@ def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str,
     parsing (it splits the list at ',' and each item at '='), do not compile as a regular
     expression (llama.cpp throws std::regex_error mid-load), or match no tensor (a typo that
     keeps nothing on the CPU while the plan counted it there)."""
-    from vrampilot.planner.plan import PlanError  # plan.py imports the memory model, which imports this
-
     if n_cpu_moe is not None and not 0 <= n_cpu_moe <= spec.n_layer:
         raise PlanError(f"n_cpu_moe {n_cpu_moe} is outside 0..{spec.n_layer} (this model has {spec.n_layer} layers)")
     for p in patterns:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.errors import PlanError as PlanError  # where callers have always found it
 from vrampilot.planner.families import is_routed
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
@@ -112,7 +112,3 @@ class Plan:
     @property
     def host_budget_bytes(self) -> int:
         return self.target.host_ram_bytes
-
-
-class PlanError(UserError, ValueError):
-    """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""
