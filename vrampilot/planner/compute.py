@@ -201,6 +201,7 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
         s.n_gpu_layers,
         s.devices,
         s.rpc_servers,
+        s.n_outputs_max,  # logit rows: the verify batch of speculative decoding asks for more
     )
 
 
