@@ -130,7 +130,18 @@ def draft_memory(
 def draft_graph(draft: ModelSpec, settings: Settings, target: Target) -> GraphEstimate:
     """The draft's compute buffers as llama.cpp reserves them (a no_alloc dry run of the draft with
     its own settings on its own devices); the formula when llama.cpp cannot be asked."""
-    return _measure(draft, draft_target(target, settings), draft_settings(settings), FORMULA) or FORMULA
+    ds = draft_settings(settings)
+    if settings.draft_device == "none" and target.devices_here:
+        # -devd none: llama-server gives the draft no device at all, so its scheduler has no
+        # device to send large matmuls to (a dry run with this machine's default devices would).
+        from vrampilot.planner.compute import GRAPH
+        from vrampilot.planner.measure import graph_compute
+
+        m = graph_compute(draft.path, ds, ())
+        if m is None or m.refused:
+            return FORMULA
+        return FORMULA.learn(ds, {GRAPH: m.total_bytes}, FORMULA.graph_bytes(draft, ds))
+    return _measure(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
 
 
 # -- speed-up ---------------------------------------------------------------------------------
