@@ -10,6 +10,8 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vrampilot.commands.common import resolve_model
 from vrampilot.errors import UserError
@@ -26,6 +28,9 @@ from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import exported_command
 from vrampilot.speed.service import with_measured_speed
 from vrampilot.units import parse_size
+
+if TYPE_CHECKING:
+    from vrampilot.planner.draft import DraftRequest
 
 
 def _on_off(value: str) -> bool:
@@ -72,6 +77,19 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         metavar="A,B,...",
         type=_split,
         help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)",
+    )
+    p.add_argument(
+        "--draft",
+        metavar="PATH|ngram",
+        help="speculative decoding: a draft model of the same tokenizer (GGUF), or 'ngram' to draft "
+        "from the context itself (prompt lookup)",
+    )
+    p.add_argument("--draft-tokens", type=_at_least(1), metavar="N", help="tokens drafted per step (default: planned)")
+    p.add_argument(
+        "--draft-on", choices=("gpu", "cpu"), help="where the draft model goes (default: where decoding is faster)"
+    )
+    p.add_argument(
+        "--draft-kv", choices=KV_CACHE_TYPES, default="f16", help="the draft's K and V cache type (-ctkd/-ctvd)"
     )
     p.add_argument(
         "--estimate",
@@ -132,6 +150,30 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
     )
 
 
+def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
+    """--draft and its options as the planner takes them; None without --draft."""
+    from vrampilot.planner.draft import DraftRequest
+
+    draft = getattr(args, "draft", None)
+    if not draft:
+        for option in ("draft_tokens", "draft_on"):
+            if getattr(args, option, None) is not None:
+                raise UserError(f"--{option.replace('_', '-')} needs --draft PATH or --draft ngram")
+        return None
+    on = getattr(args, "draft_on", None)
+    kind = "ngram" if draft.lower() == "ngram" else "draft"
+    if kind == "ngram" and on is not None:
+        raise UserError("--draft-on places a draft model: n-gram drafting has none")
+    return DraftRequest(
+        kind=kind,
+        model_path=None if kind == "ngram" else Path(draft).expanduser(),
+        n_draft=getattr(args, "draft_tokens", None),
+        on_gpu=None if on is None else on == "gpu",
+        type_k=getattr(args, "draft_kv", "f16"),
+        type_v=getattr(args, "draft_kv", "f16"),
+    )
+
+
 def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
     """The machine with the weight types of `spec` measured, when its speed probe ran but lacked
     them (about 0.15 s per type, once per machine)."""
@@ -188,7 +230,14 @@ def _rpc_hosts(args: argparse.Namespace) -> tuple[list[RpcHost], dict[str, int]]
 def plan_from_args(args: argparse.Namespace) -> Plan:
     spec = load_model_spec(resolve_model(args.model))
     try:
-        return plan(spec, target_from_args(args, spec), pins_from_args(args), exact=not args.estimate)
+        target, pins = target_from_args(args, spec), pins_from_args(args)
+        request = draft_request_from_args(args)
+        if request is not None:
+            from vrampilot.planner.draft import plan_with_draft, stored_acceptance
+
+            acceptance = stored_acceptance(spec.path, request)
+            return plan_with_draft(spec, target, pins, request, acceptance=acceptance, exact=not args.estimate)
+        return plan(spec, target, pins, exact=not args.estimate)
     except PlanError as exc:
         raise UserError(str(exc)) from None
 

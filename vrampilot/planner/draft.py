@@ -33,7 +33,7 @@ from vrampilot.planner.search import _measure, plan  # _measure: the search's ow
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import predict_speed
 from vrampilot.planner.target import Target
-from vrampilot.speed.acceptance import Acceptance, prior_acceptance
+from vrampilot.speed.acceptance import Acceptance, load_acceptance, pair_key, prior_acceptance, record_reply
 from vrampilot.units import format_bytes
 
 MAX_DRAFT_TOKENS = 16  # the planner never drafts more per step (the speed-up flattens well before)
@@ -340,6 +340,12 @@ def _plan_placed(
         else (),
     )
     reasons = list(p2.reasons) + draft_reasons(dplan, speed_plain.decode_tps)
+    warnings = list(p2.warnings)
+    if speedup < 1.0:
+        warnings.append(
+            f"drafting is predicted to slow decoding ({speedup:.2f}x): the draft costs more than its "
+            "accepted tokens save (a draft should be several times faster than the model)"
+        )
     return replace(
         p2,
         target=target,
@@ -349,6 +355,7 @@ def _plan_placed(
         fits=fits,
         draft=dplan,
         reasons=tuple(reasons),
+        warnings=tuple(warnings),
         graph=graph,
     )
 
@@ -393,7 +400,31 @@ def draft_reasons(d: DraftPlan, plain_tps: float) -> list[str]:
     else:
         lines.append("N-gram drafting: tokens proposed from the context itself, no draft model and no memory")
     lines.append(
-        f"Drafts {d.n_draft} tokens per step: acceptance {acc.p:.0%} per token ({source}) predicts "
+        f"Drafts {d.n_draft} token{'s' if d.n_draft != 1 else ''} per step: acceptance {acc.p:.0%} per token ({source}) predicts "
         f"{d.speedup:.2f}x decoding, {plain_tps:.1f} -> {d.decode_tps:.1f} tok/s"
     )
     return lines
+
+
+# -- learning -----------------------------------------------------------------------------------
+
+
+def acceptance_key(model_path: str | Path, kind: str, draft_path: str | Path | None) -> str:
+    return pair_key(str(model_path), str(draft_path) if kind == "draft" and draft_path else "ngram")
+
+
+def stored_acceptance(model_path: str | Path, request: DraftRequest, folder: Path | None = None) -> Acceptance:
+    """What this machine's replies taught for this pair (the prior until one did)."""
+    return load_acceptance(acceptance_key(model_path, request.kind, request.model_path), request.kind, folder)
+
+
+def learn_acceptance(plan_: Plan, drafted: int, accepted: int, folder: Path | None = None) -> Acceptance | None:
+    """Keep one reply's drafting for the plan's pair; the pair's new figure (None: nothing drafted).
+
+    A drafted reply teaches the acceptance only, never the speed model: its decode speed is the
+    drafting's, not the plan's own (planner/calibration.py would learn a wrong factor from it)."""
+    s = plan_.settings
+    if not s.drafting:
+        return None
+    key = acceptance_key(plan_.spec.path, s.spec_type, s.draft_model)
+    return record_reply(key, s.draft_n_max, drafted, accepted, folder)
