@@ -52,6 +52,16 @@ class DraftRequest:
     type_v: str = "f16"
 
 
+def request_from_text(text: str) -> DraftRequest | None:
+    """What a user typed for drafting: "" or "off" for none, "ngram", or a draft model's path."""
+    t = text.strip()
+    if not t or t.lower() == "off":
+        return None
+    if t.lower() in ("ngram", "n-gram"):
+        return DraftRequest("ngram")
+    return DraftRequest("draft", Path(t).expanduser())
+
+
 @dataclass(frozen=True)
 class DraftPlan:
     """The draft a plan carries: its memory per device, and the speed-up it predicts."""
