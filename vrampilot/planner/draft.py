@@ -13,14 +13,16 @@ drafted one (Settings.n_outputs_max), which grows its compute buffer a little.
 
 The speed-up follows the usual analysis of speculative sampling (Leviathan et al. 2023): with a
 per-token acceptance probability p and n drafted tokens, a verify step yields 1 + p + ... + p^n
-tokens and costs n draft steps plus one target step over n + 1 tokens. The target step is the
-plan's own decode time plus the n extra tokens at its prompt rate; a draft step is the draft
-model's own predicted decode time (n-gram drafting costs nothing). p is learned from this
+tokens and costs n draft steps plus one target pass over n + 1 tokens. That pass is the speed
+model's own estimate for a batch of n + 1 (memory-bound on a GPU: about one step; on a CPU with
+few threads nearly n + 1 steps, which is why drafting rarely pays there); a draft step is the
+draft model's own predicted decode time (n-gram drafting costs nothing). p is learned from this
 machine's replies (speed/acceptance.py) and assumed until then, which the plan says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from vrampilot.planner.memory import Components, MemoryBreakdown, memory_breakdo
 from vrampilot.planner.plan import Pins, Plan, PlanError
 from vrampilot.planner.search import _measure, plan  # _measure: the search's own dry run
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import predict_speed
+from vrampilot.planner.speed import SpeedModel, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.speed.acceptance import Acceptance, load_acceptance, pair_key, prior_acceptance, record_reply
 from vrampilot.units import format_bytes
@@ -162,20 +164,23 @@ def tokens_per_step(p: float, n: int) -> float:
     return sum(p**i for i in range(n + 1))
 
 
-def predicted_speedup(p: float, n: int, t_target_s: float, t_draft_s: float, t_extra_token_s: float) -> float:
-    """Decode speed with drafting over without: tokens per step over the step's cost in target
-    decode steps (n draft steps, one target step, n more tokens in the verify batch)."""
+def predicted_speedup(p: float, n: int, t_target_s: float, t_draft_s: float, t_verify_s: float) -> float:
+    """Decode speed with drafting over without: tokens per step over the step's cost (n draft
+    steps and one target pass over the n + 1 tokens, `t_verify_s`) in target decode steps."""
     if n <= 0 or t_target_s <= 0:
         return 1.0
-    step_s = n * t_draft_s + t_target_s + n * t_extra_token_s
+    step_s = n * t_draft_s + max(t_verify_s, t_target_s)
     return tokens_per_step(p, n) * t_target_s / step_s
 
 
-def best_n_draft(p: float, t_target_s: float, t_draft_s: float, t_extra_token_s: float, floor: int = 1) -> int:
-    """The draft length with the highest predicted speed-up (ties: the shorter)."""
+def best_n_draft(
+    p: float, t_target_s: float, t_draft_s: float, verify_s: Callable[[int], float], floor: int = 1
+) -> int:
+    """The draft length with the highest predicted speed-up (ties: the shorter); `verify_s(n)`:
+    the target's pass over n + 1 tokens."""
     best, best_s = floor, -1.0
     for n in range(floor, MAX_DRAFT_TOKENS + 1):
-        s = predicted_speedup(p, n, t_target_s, t_draft_s, t_extra_token_s)
+        s = predicted_speedup(p, n, t_target_s, t_draft_s, verify_s(n))
         if s > best_s + 1e-9:
             best, best_s = n, s
     return best
@@ -311,7 +316,14 @@ def _plan_placed(
     mem_plain = memory_breakdown(spec, plain, target, p2.graph)
     speed_plain = predict_speed(spec, plain, target, mem_plain)
     t_target = 1.0 / speed_plain.decode_tps if speed_plain.decode_tps > 0 else 0.0
-    t_extra = 1.0 / speed_plain.prefill_tps if speed_plain.prefill_tps > 0 else 0.0
+    # The verify pass over n + 1 tokens, by the speed model's own small-batch estimate, in units
+    # of its single-token step (so what replies taught the step applies to it as well).
+    model = SpeedModel(spec, plain, target, mem_plain)
+    t_step = model.decode_seconds(1)
+
+    def verify_s(n: int) -> float:
+        return t_target * model.prefill_seconds(n + 1, 1) / t_step if t_step > 0 else t_target
+
     draft_tps = 0.0
     t_draft = 0.0
     if dspec is not None:
@@ -320,7 +332,7 @@ def _plan_placed(
         draft_tps = predict_speed(dspec, draft_settings(probe), draft_target(target, probe), probe_mem).decode_tps
         t_draft = 1.0 / draft_tps if draft_tps > 0 else 0.0
     floor = NGRAM_MIN_DRAFT if dspec is None else 1
-    n = request.n_draft or best_n_draft(acceptance.p, t_target, t_draft, t_extra, floor)
+    n = request.n_draft or best_n_draft(acceptance.p, t_target, t_draft, verify_s, floor)
     final = _with_draft(plain, request, dspec, n, on_gpu, dev)
     graph = p2.graph
     if exact and not graph.is_measured(final):
@@ -331,7 +343,7 @@ def _plan_placed(
     dmem: MemoryBreakdown | None = None
     if dspec is not None:
         dmem = draft_memory(dspec, final, target, draft_graph(dspec, final, target) if exact else FORMULA)
-    speedup = predicted_speedup(acceptance.p, n, t_target, t_draft, t_extra)
+    speedup = predicted_speedup(acceptance.p, n, t_target, t_draft, verify_s(n))
     fits = p2.fits and _fits_together(mem, dmem, final, target)
     dplan = DraftPlan(
         kind=request.kind,
