@@ -19,8 +19,10 @@ from vrampilot.planner.draft import (
     DraftRequest,
     best_n_draft,
     draft_settings,
+    learn_acceptance,
     plan_with_draft,
     predicted_speedup,
+    stored_acceptance,
     tokens_per_step,
 )
 from vrampilot.planner.measure import matches_print
@@ -251,3 +253,21 @@ def test_ngram_drafting_drafts_on_a_repetitive_prompt(embedded_model: Path) -> N
         _assert_host_matches(p.memory.host, target_buffers, "target")
         timings = served.complete("red green blue, red green blue, red green blue, red green blue, red", 32)["timings"]
     assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
+
+
+def test_a_replys_speed_corrects_the_predicted_speedup(embedded_model: Path, tmp_path: Path) -> None:
+    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    request = DraftRequest("ngram", n_draft=6)
+    p = plan_with_draft(spec, target, PINS, request)
+    d = p.draft
+    assert d is not None and d.acceptance.speed_factor == 1.0
+    # A reply that accepted every draft and decoded at half what the arithmetic says for that.
+    full = predicted_speedup(1.0, 6, d.t_target_s, d.t_draft_s, d.t_verify_s) / d.t_target_s
+    learned = learn_acceptance(p, 60, 60, tmp_path, decode_tps=full / 2)
+    assert learned is not None and learned.speed_factor == pytest.approx(0.5, rel=1e-3)
+    stored = stored_acceptance(spec.path, request, tmp_path)
+    assert stored.measured and stored.p > 0.99 and stored.speed_factor == pytest.approx(0.5, rel=1e-3)
+    again = plan_with_draft(spec, target, PINS, request, acceptance=stored)
+    assert again.draft is not None
+    assert again.draft.speedup == pytest.approx(full * d.t_target_s * 0.5, rel=1e-3)
+    assert any("speed corrected by 0.50" in r for r in again.reasons)

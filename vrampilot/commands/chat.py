@@ -181,7 +181,7 @@ def _learn_drafting(plan: Plan, stats: GenerationStats) -> dict[str, Any] | None
     from vrampilot.planner.draft import learn_acceptance
 
     try:
-        learned = learn_acceptance(plan, stats.draft_tokens, stats.draft_accepted)
+        learned = learn_acceptance(plan, stats.draft_tokens, stats.draft_accepted, decode_tps=stats.decode_tps)
     except OSError as exc:
         print(f"vrampilot: the reply's drafting was not kept: {exc}", file=sys.stderr)
         return None

@@ -35,7 +35,14 @@ from vrampilot.planner.search import _measure, plan  # _measure: the search's ow
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import SpeedModel, predict_speed
 from vrampilot.planner.target import Target
-from vrampilot.speed.acceptance import Acceptance, load_acceptance, pair_key, prior_acceptance, record_reply
+from vrampilot.speed.acceptance import (
+    Acceptance,
+    load_acceptance,
+    p_from_rate,
+    pair_key,
+    prior_acceptance,
+    record_reply,
+)
 from vrampilot.units import format_bytes
 
 MAX_DRAFT_TOKENS = 16  # the planner never drafts more per step (the speed-up flattens well before)
@@ -80,6 +87,11 @@ class DraftPlan:
     device: str = "CPU"  # where the draft's layers are: "CPU" or the device's label
     extra_target_compute_bytes: int = 0  # the target's compute buffer grown by the verify batch
     device_names: tuple[str, ...] = ()  # llama.cpp's buffer names of memory.per_device
+    # The arithmetic's terms (seconds, calibrated target steps): a reply's speed is judged by them
+    # with its own acceptance (learn_acceptance).
+    t_target_s: float = 0.0
+    t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
 
     def bytes_by_device(self) -> dict[str, int]:
         """The draft model's bytes per device, as llama.cpp names them ("CPU", "CUDA0", ...):
@@ -343,7 +355,8 @@ def _plan_placed(
     dmem: MemoryBreakdown | None = None
     if dspec is not None:
         dmem = draft_memory(dspec, final, target, draft_graph(dspec, final, target) if exact else FORMULA)
-    speedup = predicted_speedup(acceptance.p, n, t_target, t_draft, verify_s(n))
+    # What replies measured of drafting's own speed against this arithmetic corrects it.
+    speedup = predicted_speedup(acceptance.p, n, t_target, t_draft, verify_s(n)) * acceptance.speed_factor
     fits = p2.fits and _fits_together(mem, dmem, final, target)
     dplan = DraftPlan(
         kind=request.kind,
@@ -357,6 +370,9 @@ def _plan_placed(
         memory=dmem,
         device=(target.gpus[gpu_pos].label if on_gpu else "CPU") if dspec is not None else "none (n-gram lookup)",
         extra_target_compute_bytes=_extra_compute(spec, plain, final, target, p2),
+        t_target_s=t_target,
+        t_draft_s=t_draft,
+        t_verify_s=verify_s(n),
         device_names=tuple(g.buffer_name or g.llama_name or g.name for g in draft_target(target, final).gpus)
         if dspec is not None
         else (),
@@ -409,6 +425,7 @@ def draft_reasons(d: DraftPlan, plain_tps: float) -> list[str]:
     acc = d.acceptance
     source = (
         f"measured over {acc.replies} replies here"
+        + (f", speed corrected by {acc.speed_factor:.2f} from them" if acc.speed_factor != 1.0 else "")
         if acc.measured
         else "assumed until replies measure it on this machine"
     )
@@ -440,8 +457,11 @@ def stored_acceptance(model_path: str | Path, request: DraftRequest, folder: Pat
     return load_acceptance(acceptance_key(model_path, request.kind, request.model_path), request.kind, folder)
 
 
-def learn_acceptance(plan_: Plan, drafted: int, accepted: int, folder: Path | None = None) -> Acceptance | None:
+def learn_acceptance(
+    plan_: Plan, drafted: int, accepted: int, folder: Path | None = None, *, decode_tps: float = 0.0
+) -> Acceptance | None:
     """Keep one reply's drafting for the plan's pair; the pair's new figure (None: nothing drafted).
+    `decode_tps`: the reply's measured decode speed, against the plan's prediction with drafting.
 
     A drafted reply teaches the acceptance only, never the speed model: its decode speed is the
     drafting's, not the plan's own (planner/calibration.py would learn a wrong factor from it)."""
@@ -449,4 +469,12 @@ def learn_acceptance(plan_: Plan, drafted: int, accepted: int, folder: Path | No
     if not s.drafting:
         return None
     key = acceptance_key(plan_.spec.path, s.spec_type, s.draft_model)
-    return record_reply(key, s.draft_n_max, drafted, accepted, folder)
+    ratio = 0.0
+    d = plan_.draft
+    if d is not None and d.t_target_s > 0 and decode_tps > 0 and drafted > 0:
+        # The arithmetic with this reply's own acceptance, without the factor the plan applied:
+        # what it misses is what the factor learns (not the acceptance, learned above).
+        p = p_from_rate(accepted / drafted, s.draft_n_max)
+        arithmetic = predicted_speedup(p, s.draft_n_max, d.t_target_s, d.t_draft_s, d.t_verify_s) / d.t_target_s
+        ratio = decode_tps / arithmetic if arithmetic > 0 else 0.0
+    return record_reply(key, s.draft_n_max, drafted, accepted, folder, speed_ratio=ratio)

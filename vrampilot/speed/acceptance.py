@@ -39,6 +39,9 @@ class Acceptance:
     replies: int = 0  # measured replies it rests on; 0: the prior
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    # Measured decode speed with drafting over what the plan predicted for it (the median over the
+    # replies that had both): what the arithmetic misses, such as the drafting loop's own cost.
+    speed_factor: float = 1.0
 
     @property
     def measured(self) -> bool:
@@ -89,13 +92,15 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _summarise(replies: list[list[int]]) -> Acceptance | None:
-    good = [r for r in replies if isinstance(r, list) and len(r) == 3 and r[1] > 0 and r[0] > 0]
+def _summarise(replies: list[list[float]]) -> Acceptance | None:
+    good = [r for r in replies if isinstance(r, list) and len(r) in (3, 4) and r[1] > 0 and r[0] > 0]
     if not good:
         return None
     weight = sum(r[1] for r in good)
-    p = sum(p_from_rate(r[2] / r[1], r[0]) * r[1] for r in good) / weight
-    return Acceptance(p, len(good), weight, sum(r[2] for r in good))
+    p = sum(p_from_rate(r[2] / r[1], int(r[0])) * r[1] for r in good) / weight
+    ratios = sorted(r[3] for r in good if len(r) == 4 and r[3] > 0)
+    factor = ratios[len(ratios) // 2] if ratios else 1.0
+    return Acceptance(p, len(good), int(weight), int(sum(r[2] for r in good)), factor)
 
 
 def load_acceptance(key: str, kind: str, folder: Path | None = None) -> Acceptance:
@@ -104,8 +109,11 @@ def load_acceptance(key: str, kind: str, folder: Path | None = None) -> Acceptan
     return _summarise(replies if isinstance(replies, list) else []) or prior_acceptance(kind)
 
 
-def record_reply(key: str, n_draft: int, drafted: int, accepted: int, folder: Path | None = None) -> Acceptance | None:
-    """Store one reply's drafting (nothing when it drafted nothing); returns the pair's new figure."""
+def record_reply(
+    key: str, n_draft: int, drafted: int, accepted: int, folder: Path | None = None, *, speed_ratio: float = 0.0
+) -> Acceptance | None:
+    """Store one reply's drafting (nothing when it drafted nothing); returns the pair's new figure.
+    `speed_ratio`: its decode speed over the one the plan predicted with drafting (0: unknown)."""
     if drafted <= 0 or n_draft <= 0:
         return None
     path = _path(folder)
@@ -114,7 +122,10 @@ def record_reply(key: str, n_draft: int, drafted: int, accepted: int, folder: Pa
         data = _read(path)
         pairs: dict[str, Any] = data["pairs"]
         replies = pairs.pop(key, [])
-        replies = [*(replies if isinstance(replies, list) else []), [n_draft, drafted, min(accepted, drafted)]]
+        entry: list[float] = [n_draft, drafted, min(accepted, drafted)]
+        if speed_ratio > 0:
+            entry.append(round(speed_ratio, 4))
+        replies = [*(replies if isinstance(replies, list) else []), entry]
         pairs[key] = replies[-REPLIES_KEPT:]  # most recent last: the oldest pairs go first
         for old in list(pairs)[:-PAIRS_KEPT]:
             del pairs[old]

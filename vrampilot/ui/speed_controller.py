@@ -167,9 +167,9 @@ class SpeedController(QObject):
             # acceptance (planner/draft.py), never the speed model.
             from vrampilot.planner.draft import learn_acceptance
 
-            drafted, accepted = stats.draft_tokens, stats.draft_accepted
+            drafted, accepted, tps = stats.draft_tokens, stats.draft_accepted, stats.decode_tps
             self.ctx.tasks.submit(
-                lambda _task: learn_acceptance(plan, drafted, accepted),
+                lambda _task: learn_acceptance(plan, drafted, accepted, decode_tps=tps),
                 failed=lambda exc: _log.warning("learning the draft's acceptance: %s", exc),
                 owner=self,
             )
