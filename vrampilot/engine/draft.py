@@ -24,9 +24,10 @@ from vrampilot.export.args import NGRAM_SIZE
 if TYPE_CHECKING:
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
-else:
+else:  # the binding's drafters, from the binding llamacpp.load() made ready
     llama_cpp = llamacpp.load()
-    from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+    LlamaDraftModel = llama_cpp.llama_speculative.LlamaDraftModel
+    LlamaPromptLookupDecoding = llama_cpp.llama_speculative.LlamaPromptLookupDecoding
 
 Tokens = npt.NDArray[np.intc]
 

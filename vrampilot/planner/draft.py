@@ -29,7 +29,8 @@ from pathlib import Path
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
-from vrampilot.planner.memory import Components, MemoryBreakdown, memory_breakdown
+from vrampilot.planner.draft_plan import DraftPlan, without_margin
+from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
 from vrampilot.planner.plan import Pins, Plan, PlanError
 from vrampilot.planner.search import _measure, plan  # _measure: the search's own dry run
 from vrampilot.planner.settings import Settings
@@ -69,51 +70,6 @@ def request_from_text(text: str) -> DraftRequest | None:
     if t.lower() in ("ngram", "n-gram"):
         return DraftRequest("ngram")
     return DraftRequest("draft", Path(t).expanduser())
-
-
-@dataclass(frozen=True)
-class DraftPlan:
-    """The draft a plan carries: its memory per device, and the speed-up it predicts."""
-
-    kind: str
-    n_draft: int
-    acceptance: Acceptance  # measured on this machine, or the prior (acceptance.measured says which)
-    speedup: float  # predicted decode speed with drafting over the plan's own, same context
-    decode_tps: float  # the plan's decode speed with drafting
-    draft_tps: float  # the draft model's own decode speed (0 for n-gram drafting)
-    spec: ModelSpec | None = None  # the draft model (None for n-gram drafting)
-    settings: Settings | None = None  # the draft context's own settings
-    memory: MemoryBreakdown | None = None
-    device: str = "CPU"  # where the draft's layers are: "CPU" or the device's label
-    extra_target_compute_bytes: int = 0  # the target's compute buffer grown by the verify batch
-    device_names: tuple[str, ...] = ()  # llama.cpp's buffer names of memory.per_device
-    # The arithmetic's terms (seconds, calibrated target steps): a reply's speed is judged by them
-    # with its own acceptance (learn_acceptance).
-    t_target_s: float = 0.0
-    t_draft_s: float = 0.0
-    t_verify_s: float = 0.0
-
-    def bytes_by_device(self) -> dict[str, int]:
-        """The draft model's bytes per device, as llama.cpp names them ("CPU", "CUDA0", ...):
-        weights, KV, compute and output, without any margin (the target's device keeps its own)."""
-        if self.memory is None:
-            return {}
-        out: dict[str, int] = {}
-        host = _without_margin(self.memory.host)
-        if host:
-            out["CPU"] = host
-        for i, c in enumerate(self.memory.per_device):
-            name = self.device_names[i] if i < len(self.device_names) else f"GPU{i}"
-            out[name] = out.get(name, 0) + _without_margin(c)
-        return out
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.bytes_by_device().values())
-
-
-def _without_margin(c: Components) -> int:
-    return c.total_bytes - c.margin_bytes
 
 
 def draft_settings(settings: Settings) -> Settings:
@@ -313,7 +269,7 @@ def _plan_placed(
         dm = draft_memory(dspec, first, target)
         host_take = dm.host.total_bytes
         if on_gpu:
-            per_dev = _without_margin(dm.per_device[0]) if dm.per_device else 0
+            per_dev = without_margin(dm.per_device[0]) if dm.per_device else 0
             gpus = list(target.gpus)
             gpus[gpu_pos] = replace(
                 gpus[gpu_pos], memory_budget_bytes=max(0, gpus[gpu_pos].memory_budget_bytes - per_dev - extra)
@@ -414,7 +370,7 @@ def _fits_together(mem: MemoryBreakdown, dmem: MemoryBreakdown | None, s: Settin
     dt = draft_target(target, s)
     where = target.gpus.index(dt.gpus[0])
     for i, (c, g) in enumerate(zip(mem.per_device, target.gpus, strict=False)):
-        used = c.total_bytes + (_without_margin(dmem.per_device[0]) if i == where else 0)
+        used = c.total_bytes + (without_margin(dmem.per_device[0]) if i == where else 0)
         if used > g.memory_budget_bytes:
             return False
     return True

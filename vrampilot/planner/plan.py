@@ -17,8 +17,8 @@ from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import SpeedPrediction
 from vrampilot.planner.target import Target
 
-if TYPE_CHECKING:  # planner/draft.py builds on this module; a plan only names its type
-    from vrampilot.planner.draft import DraftPlan
+if TYPE_CHECKING:
+    from vrampilot.planner.draft_plan import DraftPlan
 
 # The defaults a plan is chosen and explained against (the search, the reasons and the
 # alternatives all read them).
