@@ -7,12 +7,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from testkit.gguf_models import write_model
-from tests.ui.conftest import screenshot
+from tests import waits
+from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from tests.ui.test_plan_controller import plans, start  # noqa: F401 - the controller fixture
 from vrampilot.paths import embedded_model_path
+from vrampilot.planner.draft import request_from_text, stored_acceptance
+from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import PlanController
 
 
@@ -64,3 +70,31 @@ def _shown(view: object) -> str:
 
     assert isinstance(view, QWidget)
     return " ".join(lbl.text() for lbl in view.findChildren(QLabel))
+
+
+@pytest.mark.slow
+def test_the_window_chats_with_a_draft_and_shows_its_acceptance(open_window: OpenWindow, qtbot: QtBot) -> None:
+    """The whole path in the window: drafting typed in the Plan panel, Load, a reply, its stats
+    line with the drafted tokens accepted, and the acceptance learned for the next plan."""
+    seed_prefs(max_tokens=24)
+    w: MainWindow = open_window()
+    model = embedded_model_path()
+    assert model is not None
+    w.plan_view.draft.setText(str(model))
+    with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
+        w.plan_view.draft.editingFinished.emit()
+    assert w.plans.plan is not None and w.plans.plan.settings.drafting
+    qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.plans.load_result is not None, cpu_s=60)
+    view = w.chat_view
+    view.input.setPlainText("Count from one to ten in words.")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=60)
+    stats = view.messages()[1].stats.text()
+    assert "drafts " in stats and "accepted (" in stats
+    stored = w.ctx.store.messages(open_chat(w))[1].stats
+    assert stored is not None and stored["draft_tokens"] > 0
+    # The reply taught the pair's acceptance: the next plan says it is measured.
+    request = request_from_text(str(model))
+    assert request is not None
+    waits.until(qtbot, lambda: stored_acceptance(model, request).measured, cpu_s=10)
