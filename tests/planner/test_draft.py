@@ -29,8 +29,9 @@ from vrampilot.planner.measure import matches_print
 from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import target_cpu_only, target_from_vram
 from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, prior_acceptance, record_reply
+from vrampilot.units import GIB
 
 PINS = Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
 
@@ -271,3 +272,28 @@ def test_a_replys_speed_corrects_the_predicted_speedup(embedded_model: Path, tmp
     assert again.draft is not None
     assert again.draft.speedup == pytest.approx(full * d.t_target_s * 0.5, rel=1e-3)
     assert any("speed corrected by 0.50" in r for r in again.reasons)
+
+
+def test_the_drafts_bytes_are_set_aside_on_its_device_before_the_model_is_planned(embedded_model: Path) -> None:
+    """A GPU whose budget the model alone would fill with context: with the draft beside it, the
+    model gets a shorter context, and model plus draft stay within the device's budget."""
+    spec = load_model_spec(embedded_model)
+    target = target_from_vram(int(1.45 * GIB), cpu_machine())  # the model alone: its full 8K context
+    pins = Pins(n_ctx=None, n_threads=1, n_threads_batch=1)
+    alone = plan_with_draft(spec, target, pins, DraftRequest("ngram"))
+    drafted = plan_with_draft(spec, target, pins, DraftRequest("draft", embedded_model, on_gpu=True))
+    d = drafted.draft
+    assert d is not None and d.memory is not None and d.memory.per_device
+    assert drafted.settings.draft_gpu_layers == spec.n_layer + 1 and drafted.fits
+    on_device = drafted.memory.per_device[0].total_bytes + d.memory.per_device[0].total_bytes
+    on_device -= d.memory.per_device[0].margin_bytes
+    assert on_device <= target.gpus[0].memory_budget_bytes
+    assert list(d.bytes_by_device()) == ["CPU", target.gpus[0].buffer_name or target.gpus[0].name]
+    # The model's plan alone and the draft beside it would not fit: the set-aside is what makes room.
+    draft_on_device = d.bytes_by_device()[target.gpus[0].buffer_name or target.gpus[0].name]
+    assert alone.fits and alone.memory.per_device[0].total_bytes + draft_on_device > target.gpus[0].memory_budget_bytes
+    assert drafted.memory.per_device[0].kv_bytes < alone.memory.per_device[0].kv_bytes  # the room went to the draft
+    # Kept on the CPU instead, the draft leaves the device to the model and says so to llama-server.
+    on_cpu = plan_with_draft(spec, target, pins, DraftRequest("draft", embedded_model, on_gpu=False))
+    assert on_cpu.settings.draft_gpu_layers == 0 and on_cpu.settings.draft_device == "none"
+    assert on_cpu.draft is not None and list(on_cpu.draft.bytes_by_device()) == ["CPU"]
