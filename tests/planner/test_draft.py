@@ -22,6 +22,7 @@ from vrampilot.planner.draft import (
     learn_acceptance,
     plan_with_draft,
     predicted_speedup,
+    replan_keeping_draft,
     stored_acceptance,
     tokens_per_step,
 )
@@ -297,3 +298,19 @@ def test_the_drafts_bytes_are_set_aside_on_its_device_before_the_model_is_planne
     on_cpu = plan_with_draft(spec, target, pins, DraftRequest("draft", embedded_model, on_gpu=False))
     assert on_cpu.settings.draft_gpu_layers == 0 and on_cpu.settings.draft_device == "none"
     assert on_cpu.draft is not None and list(on_cpu.draft.bytes_by_device()) == ["CPU"]
+
+
+def test_a_replan_and_a_back_off_keep_drafting(embedded_model: Path) -> None:
+    from vrampilot.engine.backoff import next_backoff
+
+    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    p = plan_with_draft(
+        spec, target, PINS, DraftRequest("draft", embedded_model, n_draft=3, type_k="q8_0", type_v="q8_0")
+    )
+    smaller = replan_keeping_draft(p, n_ctx=512)
+    assert smaller.settings.n_ctx == 512 and smaller.draft is not None
+    kept = ("spec_type", "draft_model", "draft_n_max", "draft_type_k", "draft_type_v")
+    assert all(getattr(smaller.settings, k) == getattr(p.settings, k) for k in kept)
+    step = next_backoff(replan_keeping_draft(p, n_ctx=4096))  # offers a smaller context
+    assert step is not None and step.plan.settings.drafting and step.plan.settings.draft_model == str(embedded_model)
+    assert replan_keeping_draft(plan_with_draft(spec, target, PINS, DraftRequest("ngram")), n_ctx=512).draft is not None

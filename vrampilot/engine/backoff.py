@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vrampilot.planner.alternatives import PINNABLE, changed_pins, cheapest_smaller, describe_change
+from vrampilot.planner.draft import replan_keeping_draft
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.search import replan_with
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,6 @@ def next_backoff(plan: Plan) -> BackoffStep | None:
         return None
     # Hold everything the failed plan chose, and pin what the back-off changes.
     held = {name: getattr(plan.settings, name) for name in PINNABLE}
-    new_plan = replan_with(plan, **{**held, **changed_pins(plan.settings, best.settings)})
+    new_plan = replan_keeping_draft(plan, **{**held, **changed_pins(plan.settings, best.settings)})
     # The re-plan may re-choose unpinned settings; what was loaded is what the user is told about.
     return BackoffStep(new_plan, describe_change(plan.settings, new_plan.settings))

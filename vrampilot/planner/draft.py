@@ -31,7 +31,7 @@ from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.draft_plan import DraftPlan, without_margin
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
-from vrampilot.planner.plan import Pins, Plan, PlanError
+from vrampilot.planner.plan import Alternative, Pins, Plan, PlanError
 from vrampilot.planner.search import _measure, plan  # _measure: the search's own dry run
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import SpeedModel, predict_speed
@@ -340,8 +340,17 @@ def _plan_placed(
             f"drafting is predicted to slow decoding ({speedup:.2f}x): the draft costs more than its "
             "accepted tokens save (a draft should be several times faster than the model)"
         )
+
+    # The alternatives draft as the plan does (a back-off changes the context or layers, never
+    # the drafting), their memory counted with it.
+    def drafting(a: Alternative) -> Alternative:
+        settings = _with_draft(a.settings, request, dspec, n, on_gpu, dev)
+        return replace(a, settings=settings, memory=memory_breakdown(spec, settings, target, graph))
+
+    alts = tuple(drafting(a) for a in p2.alternatives)
     return replace(
         p2,
+        alternatives=alts,
         target=target,
         settings=final,
         memory=mem,
@@ -434,3 +443,25 @@ def learn_acceptance(
         arithmetic = predicted_speedup(p, s.draft_n_max, d.t_target_s, d.t_draft_s, d.t_verify_s) / d.t_target_s
         ratio = decode_tps / arithmetic if arithmetic > 0 else 0.0
     return record_reply(key, s.draft_n_max, drafted, accepted, folder, speed_ratio=ratio)
+
+
+def replan_keeping_draft(plan_: Plan, **pins: object) -> Plan:
+    """planner.search.replan_with for a plan that may draft: the same request with more pins,
+    drafting as it did (same draft, same tokens per step and placement, the acceptance it had)."""
+    from vrampilot.planner.search import replan_with
+
+    s, d = plan_.settings, plan_.draft
+    if d is None or not s.drafting:
+        return replan_with(plan_, **pins)
+    request = DraftRequest(
+        kind=s.spec_type,
+        model_path=Path(s.draft_model) if s.spec_type == "draft" else None,
+        n_draft=s.draft_n_max,
+        on_gpu=(s.draft_gpu_layers > 0 and s.draft_device != "none")
+        if s.spec_type == "draft" and plan_.target.has_gpu
+        else None,
+        type_k=s.draft_type_k,
+        type_v=s.draft_type_v,
+    )
+    more = replace(plan_.pins, **pins)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
+    return plan_with_draft(plan_.spec, plan_.target, more, request, acceptance=d.acceptance, exact=plan_.exact)
