@@ -609,7 +609,8 @@ def moe_rows(
     """Plan every MoE shape on every profile and context, with llama.cpp's fit beside it."""
     from testkit.machines import cpu_machine
     from testkit.real_shapes import MOE_FILES, write_real
-    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.placement import unmatched_patterns
+    from vrampilot.planner.plan import Pins, PlanError
     from vrampilot.planner.search import plan
     from vrampilot.planner.target import target_from_vram
     from vrampilot.units import GIB
@@ -655,15 +656,51 @@ def moe_rows(
                     fit_costed = None
                     if isinstance(choice, FitChoice):
                         ngl = choice.n_gpu_layers if choice.n_gpu_layers >= 0 else spec.n_layer + 1
-                        pins = Pins(n_ctx=ctx, type_k="f16", type_v="f16", n_gpu_layers=ngl, flash_attn=True)
-                        pinned = plan(spec, target, pins, alternatives=False).settings
-                        fit_costed = cost(
-                            spec,
-                            target,
-                            pinned.with_(
-                                n_batch=2048, n_ubatch=512, n_cpu_moe=0, cpu_tensor_patterns=choice.cpu_patterns
+                        # The fit's settings, every one pinned, planned exactly as ours is (its
+                        # compute buffer asked of llama.cpp's dry run, not the formula's bound).
+                        pins = Pins(
+                            n_ctx=ctx,
+                            type_k="f16",
+                            type_v="f16",
+                            n_gpu_layers=ngl,
+                            flash_attn=True,
+                            n_batch=2048,
+                            n_ubatch=512,
+                            n_cpu_moe=0,
+                            # The fit also names the layer past the last (blk.N), which matches
+                            # nothing (and which our planner refuses from a user as a typo).
+                            cpu_tensor_patterns=tuple(
+                                x for x in choice.cpu_patterns if x not in unmatched_patterns(spec, (x,))
                             ),
                         )
+                        try:
+                            fp = plan(spec, target, pins, exact=True, alternatives=False)
+                            fit_costed = replace(
+                                cost(spec, target, fp.settings),
+                                fits=fp.fits,
+                                device_bytes=fp.memory.device.total_bytes - fp.memory.device.margin_bytes,
+                                decode_tps=fp.speed.decode_tps,
+                            )
+                        except PlanError:
+                            # Past the budget by our exact count: the pins are refused, so cost
+                            # the same settings with the formula (shown "over").
+                            unpinned = plan(
+                                spec,
+                                target,
+                                replace(pins, n_cpu_moe=None, cpu_tensor_patterns=None),
+                                alternatives=False,
+                            ).settings
+                            fit_costed = cost(
+                                spec,
+                                target,
+                                unpinned.with_(
+                                    n_gpu_layers=ngl,
+                                    n_batch=2048,
+                                    n_ubatch=512,
+                                    n_cpu_moe=0,
+                                    cpu_tensor_patterns=pins.cpu_tensor_patterns or (),
+                                ),
+                            )
                     rows.append(
                         MoeRow(
                             key,

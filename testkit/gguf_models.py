@@ -236,6 +236,11 @@ TINY["deepseek32"] = replace(
     indexer_top_k=64,
 )
 
+# Mixtral-style: the llama architecture with routed experts (llm_build_llama's MoE branch), as
+# Mixtral-8x7B files have; written under `general.architecture = llama`.
+# llama's loader sizes the experts with feed_forward_length itself.
+TINY["mixtral"] = replace(TINY["llama"], name="tiny-mixtral", n_ff=128, n_expert=4, n_expert_used=2, n_ff_expert=128)
+
 # Real shapes for header-only files (values from the models' config.json / GGUF headers).
 BIG: dict[str, ArchShape] = {
     "qwen2.5-7b": ArchShape(
@@ -720,6 +725,29 @@ def write_model(
     plan = _plan(s, weight_type, expert_type, embd_type, output_type)
     rng = np.random.default_rng(seed)
     _write_random_tensors(_new_writer(p, s, tokenizer), plan.tensors, rng)
+    return p
+
+
+def write_with_tensors_changed(
+    path: str | os.PathLike[str],
+    arch: str,
+    *,
+    drop: Iterable[str] = (),
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
+    """The tiny `arch` model (f16) with the tensors named in `drop` left out and those in `shapes`
+    written with another shape (ggml order): a broken file, for the spec's refusals."""
+    p = Path(path)
+    s = _resolve(arch, overrides)
+    dropped, reshaped = set(drop), shapes or {}
+    tensors = [
+        (replace(t, ne=reshaped.get(t.name, t.ne)), q)
+        for t, q in _plan(s, "f16", None, None, None).tensors
+        if t.name not in dropped
+    ]
+    _write_random_tensors(_new_writer(p, s, "none"), tensors, np.random.default_rng(seed))
     return p
 
 

@@ -5,7 +5,7 @@ Each file carries the header and tensor table a conversion with llama.cpp's `con
 the data section is a hole, so the file's apparent size is the real model's and its disk use a
 few hundred KiB. The planner and llama.cpp's dry run (no allocation) read only the header.
 
-    python -m testkit.real_shapes OUTDIR         # writes the four big files, prints their sizes
+    python -m testkit.real_shapes OUTDIR         # writes FILES, prints their sizes
     python -m testkit.real_shapes --moe OUTDIR   # the MoE set (MOE_FILES) instead
 
 Values are taken from each model's config.json (cited per model below); how each becomes a GGUF
@@ -228,6 +228,7 @@ MOE_SHAPES: dict[str, tuple[ArchShape, str]] = {
 
 
 FILES = {
+    "qwen3-30b-a3b": "Qwen3-30B-A3B-Q4_K_M.sparse.gguf",
     "v4-flash": "DeepSeek-V4-Flash.sparse.gguf",
     "v4-pro": "DeepSeek-V4-Pro.sparse.gguf",
     "v3.2": "DeepSeek-V3.2.sparse.gguf",

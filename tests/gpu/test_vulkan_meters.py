@@ -4,14 +4,9 @@ compared with the plan."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.gpu.conftest import ROOT
+from tests.gpu.conftest import run_child
 from vrampilot.llamacpp.vulkan_probe import probe_vulkan
 
 pytestmark = pytest.mark.slow
@@ -20,16 +15,7 @@ PRINT_BYTES = 4 * (0.005 * 1024 * 1024 + 1)  # llama.cpp prints each of the four
 
 @pytest.mark.parametrize("ngl", [12, 31])
 def test_the_meters_read_the_vulkan_device_during_a_reply(ngl: int) -> None:
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "gpu" / "meters_child.py"), str(ngl)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ),
-        cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = run_child("meters_child.py", str(ngl))
     device = next(d for d in probe_vulkan().devices)
     assert out["devices"] == [{"name": device.name, "vendor": "Vulkan", "total": out["devices"][0]["total"]}]
     assert out["devices"][0]["total"] > 0

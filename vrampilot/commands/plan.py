@@ -66,6 +66,39 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
     p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
+    moe = p.add_argument_group("mixture of experts and constraints")
+    experts = moe.add_mutually_exclusive_group()
+    experts.add_argument(
+        "--n-cpu-moe",
+        type=_at_least(0),
+        metavar="N",
+        help="keep the routed experts of the first N layers in RAM (llama.cpp's --n-cpu-moe; default: "
+        "the planner keeps every layer's attention on the GPU and as few experts in RAM as fit)",
+    )
+    experts.add_argument(
+        "--no-cpu-experts", action="store_true", help="no routed experts in RAM: the whole model on the GPU"
+    )
+    experts.add_argument("--cpu-moe", action="store_true", help="every layer's routed experts in RAM (--cpu-moe)")
+    moe.add_argument(
+        "-ot",
+        "--override-tensor",
+        dest="cpu_tensors",
+        action="append",
+        metavar="PATTERN[=CPU]",
+        help="keep the tensors whose names match this regular expression in RAM, as llama.cpp's "
+        "-ot PATTERN=CPU (repeatable); the plan sizes everything else around them",
+    )
+    moe.add_argument(
+        "--min-ctx",
+        type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
+        metavar="N",
+        help="plan at least this context (the planner may choose more)",
+    )
+    moe.add_argument(
+        "--keep-free",
+        metavar="SIZE",
+        help="leave this much memory unused on every GPU, e.g. 2GiB (a number alone is GiB); replaces --margin",
+    )
     p.add_argument(
         "--rpc",
         metavar="HOST:PORT[=SIZE],...",
@@ -147,6 +180,13 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
         swa_full=args.swa_full,
         tensor_split=getattr(args, "tensor_split", None),
+        n_cpu_moe=getattr(args, "n_cpu_moe", None),
+        cpu_experts=True
+        if getattr(args, "cpu_moe", False)
+        else (False if getattr(args, "no_cpu_experts", False) else None),
+        min_ctx=getattr(args, "min_ctx", None),
+        keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
+        cpu_tensor_patterns=_cpu_patterns(getattr(args, "cpu_tensors", None)),
     )
 
 
@@ -172,6 +212,29 @@ def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
         type_k=getattr(args, "draft_kv", "f16"),
         type_v=getattr(args, "draft_kv", "f16"),
     )
+
+
+def _cpu_patterns(values: list[str] | None) -> tuple[str, ...] | None:
+    """-ot values as llama.cpp takes them (PATTERN=CPU, comma-separated) or bare patterns. Only the
+    CPU is a target here: another buffer type would be a device the plan does not choose."""
+    if not values:
+        return None
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            pattern, _, buft = item.partition("=")
+            if buft and buft.upper() != "CPU":
+                raise UserError(f"-ot {item}: only =CPU is planned (the plan places layers on its devices itself)")
+            out.append(pattern)
+    return tuple(out)
+
+
+def _gib_size(text: str) -> int:
+    """A size such as 2GiB or 512MiB; a bare number is GiB (what --keep-free means)."""
+    try:
+        return parse_size(text + "GiB" if text.strip().replace(".", "", 1).isdigit() else text)
+    except ValueError as exc:
+        raise UserError(f"--keep-free: {exc}") from None
 
 
 def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:

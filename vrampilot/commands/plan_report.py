@@ -16,7 +16,9 @@ from vrampilot.planner.explain import (
     why_lines,
 )
 from vrampilot.planner.memory import Components, MemoryBreakdown
+from vrampilot.planner.placement import experts_in_ram
 from vrampilot.planner.plan import Plan
+from vrampilot.planner.reasons import placement_text
 from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
@@ -51,11 +53,25 @@ def devices_to_dict(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def placement_to_dict(plan: Plan) -> dict[str, Any]:
+    """Where the model runs: GPU layers, and a MoE file's routed experts (n_cpu_moe: the leading
+    layers whose experts stay in RAM; experts_in_ram_layers counts those of CPU layers too)."""
+    in_ram, n_moe = experts_in_ram(plan.spec, plan.settings, plan.memory.gpu_layers)
+    return {
+        "n_gpu_layers": plan.settings.n_gpu_layers,
+        "n_cpu_moe": plan.settings.n_cpu_moe,
+        "experts_in_ram_layers": in_ram,
+        "moe_layers": n_moe,
+        "text": placement_text(plan.spec, plan.settings, plan.memory),
+    }
+
+
 def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
     return {
         "model": str(plan.spec.path),
         "target": plan.target.description,
         "settings": plan.settings.to_dict(),
+        "placement": placement_to_dict(plan),
         "memory": memory_to_dict(plan.memory),
         "devices": devices_to_dict(plan),
         "compute_source": plan.compute_source,
@@ -158,6 +174,9 @@ def format_plan(plan: Plan) -> str:
     ]
     if plan.spec.has_swa:
         rows.append(("swa-full", "on" if s.swa_full else "off"))
+    if plan.target.has_gpu and plan.spec.layer_expert_bytes:  # a dense model's GPU layers say it all
+        moe = f" (--n-cpu-moe {s.n_cpu_moe})" if s.n_cpu_moe else ""
+        rows.insert(3, ("placement", placement_text(plan.spec, s, plan.memory) + moe))
     pinned = plan.pins.pinned()
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -216,10 +235,12 @@ def format_plan(plan: Plan) -> str:
     alts = alternative_rows(plan)
     if alts:
         lines.append("")
-        lines.append("Alternatives                       memory  verdict   generate (full ctx)   prompt (full ctx)")
+        # The label column as wide as the longest label (a MoE plan's placements are long).
+        w = max(30, *(len(a.label) for a in alts))
+        lines.append(f"{'Alternatives':<{w + 2}}{'memory':>12}  verdict   generate (full ctx)   prompt (full ctx)")
         for a in alts:
             lines.append(
-                f"  {a.label:<30} {format_bytes(a.memory_total_bytes):>11}  {a.verdict:<8} "
+                f"  {a.label:<{w}} {format_bytes(a.memory_total_bytes):>11}  {a.verdict:<8} "
                 f"{a.speed.decode_tps:6.1f} ({a.speed.decode_tps_full_ctx:5.1f}) tok/s "
                 f"{a.speed.prefill_tps:6.0f} ({a.speed.prefill_tps_full_ctx:5.0f}) tok/s"
             )
@@ -246,6 +267,7 @@ def _row_field(label: str) -> set[str]:
         "threads / batch threads": {"n_threads", "n_threads_batch"},
         "flash attention": {"flash_attn"},
         "swa-full": {"swa_full"},
+        "placement": {"n_cpu_moe", "cpu_experts"},
     }.get(label, set())
 
 

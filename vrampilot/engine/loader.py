@@ -24,6 +24,8 @@ from vrampilot.export import llama_cpp_kwargs
 from vrampilot.llamacpp import allocations
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.llamacpp.overrides import CpuOverrides
+from vrampilot.planner.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
@@ -44,6 +46,7 @@ class _Llama(llama_cpp.Llama):
         on_progress: Callable[[float], bool],
         n_outputs: int = 1,
         devices: tuple[str, ...] = (),
+        cpu_patterns: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         self._vp_outputs = n_outputs
@@ -54,6 +57,9 @@ class _Llama(llama_cpp.Llama):
             from vrampilot.llamacpp.devices import device_handle
 
             self._vp_devices = (ctypes.c_void_p * (len(devices) + 1))(*[device_handle(n) for n in devices], None)
+        # Tensors the plan keeps in host memory (llama_model_params.tensor_buft_overrides):
+        # llama.cpp keeps the pointer, so the array lives as long as the instance.
+        self._vp_overrides = CpuOverrides(cpu_patterns)
 
         def _progress(value: float, _user_data: object) -> bool:
             try:
@@ -126,6 +132,7 @@ class _Llama(llama_cpp.Llama):
         params.progress_callback_user_data = None  # type: ignore[assignment]  # ctypes takes None for NULL
         if self._vp_devices is not None:
             params.devices = ctypes.cast(self._vp_devices, ctypes.c_void_p).value  # type: ignore[assignment]  # the binding types an array; llama.cpp takes its address
+        self._vp_overrides.apply(params)
         self._vp_model_params = params
 
 
@@ -168,6 +175,7 @@ def open_llama(
                 on_progress=on_progress,
                 n_outputs=settings.n_outputs_max,
                 devices=settings.devices,
+                cpu_patterns=cpu_override_patterns(settings),
                 verbose=False,
                 **kwargs,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,10 @@ class ModelSpec:
     # DSA indexer caches one key per token). Empty / 0 for every other architecture.
     compress_ratios: tuple[int, ...] = ()
     indexer_head_size: int = 0
+    # The lightning indexer's heads and the compressed entries each query keeps (DeepSeek-V4's
+    # CSA layers, V3.2's DSA): what a decoded token's attention reads (planner/speed.py).
+    indexer_n_head: int = 0
+    indexer_top_k: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -367,6 +372,9 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
             unknown.append("vocabulary size" + (" (taken from token_embd)" if n_vocab else ""))
     n_vocab = int(n_vocab)
 
+    if n_expert > 1:
+        _check_experts(path, tensors, n_layer, n_expert)
+
     # Weights
     layer_bytes = [0] * n_layer
     expert_bytes = [0] * n_layer
@@ -405,7 +413,10 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
 
     n_layer_nextn = min(int(_arch_key(meta, arch, "nextn_predict_layers", 0) or 0), n_layer)
     compress_ratios: tuple[int, ...] = ()
-    indexer_head_size = 0
+    indexer_head_size = indexer_n_head = indexer_top_k = 0
+    if arch in (DSV4_ARCH, DSA_ARCH):
+        indexer_n_head = int(_arch_key(meta, arch, "attention.indexer.head_count", 0) or 0)
+        indexer_top_k = int(_arch_key(meta, arch, "attention.indexer.top_k", 0) or 0)
     if arch == DSV4_ARCH:
         _check_dsv4_header(meta, path, n_layer, n_head, n_head_kv, head_dim_k, head_dim_v, n_rot)
         compress_ratios = tuple(int(r) for r in meta[f"{arch}.attention.compress_ratios"][:n_layer])
@@ -470,7 +481,54 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         layer_expert_bytes=tuple(expert_bytes) if any(expert_bytes) else (),
         compress_ratios=compress_ratios,
         indexer_head_size=indexer_head_size,
+        indexer_n_head=indexer_n_head,
+        indexer_top_k=indexer_top_k,
     )
+
+
+_EXPERT_WEIGHT_RE = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.weight$")
+
+
+def _check_experts(path: Path, tensors: Sequence[TensorInfo], n_layer: int, n_expert: int) -> None:
+    """A mixture-of-experts file whose routed experts llama.cpp would refuse (check_tensor_dims,
+    "missing tensor") only after it started loading, refused here in one line: every layer with a
+    router (ffn_gate_inp) has a down projection and an up (or fused gate-up) projection of its
+    experts, and each expert matrix is 3-D with one slice per expert and agreeing widths.
+    The placement (--n-cpu-moe) counts these tensors, so a plan of a broken file would be wrong too.
+    Chunked experts (`_chexps`, GroveMoE) have their own count along the third dimension."""
+    by_layer: dict[int, dict[str, TensorInfo]] = {}
+    routed: set[int] = set()
+    for t in tensors:
+        if (m := _EXPERT_WEIGHT_RE.match(t.name)) and int(m[1]) < n_layer:
+            by_layer.setdefault(int(m[1]), {})[m[2] + ("_ch" if m[3] else "")] = t
+        elif (m := _LAYER_RE.match(t.name)) and t.name.endswith(".ffn_gate_inp.weight") and int(m[1]) < n_layer:
+            routed.add(int(m[1]))
+    for il in sorted(routed | set(by_layer)):
+        mats = by_layer.get(il, {})
+        if il in routed and ("down" not in mats or not ({"up", "gate_up"} & set(mats))):
+            need = "ffn_down_exps" if "down" not in mats else "ffn_up_exps"
+            raise GGUFError(path, f"blk.{il}.{need}.weight is missing: layer {il} routes to experts it does not have")
+        for key, t in mats.items():
+            if len(t.shape) != 3 or (not key.endswith("_ch") and t.shape[2] != n_expert):
+                raise GGUFError(
+                    path,
+                    f"{t.name} has shape {list(t.shape)}: expected one matrix per expert "
+                    f"({n_expert} in the header) along its third dimension",
+                )
+        for ch in ("", "_ch"):
+            down, gate, up, fused = (mats.get(k + ch) for k in ("down", "gate", "up", "gate_up"))
+            wide = up or fused
+            if down is not None and wide is not None:
+                ff = wide.shape[1] // (1 if up is not None else 2)
+                if (down.shape[0], down.shape[1]) != (ff, wide.shape[0]):
+                    raise GGUFError(
+                        path,
+                        f"{down.name} has shape {list(down.shape)}, which does not match {wide.name} {list(wide.shape)}",
+                    )
+            if gate is not None and up is not None and gate.shape != up.shape:
+                raise GGUFError(
+                    path, f"{gate.name} has shape {list(gate.shape)}, {up.name} {list(up.shape)}: they must match"
+                )
 
 
 def _check_dsv4_header(

@@ -105,6 +105,7 @@ class _Api:
         self.tensor_set = d(base, "ggml_backend_tensor_set", None, _vp, _vp, ctypes.c_size_t, ctypes.c_size_t)
         self.graph_compute = d(base, "ggml_backend_graph_compute", ctypes.c_int, _vp, _vp)
         self.backend_free = d(base, "ggml_backend_free", None, _vp)
+        self.cpu_buffer_type = d(base, "ggml_backend_cpu_buffer_type", _vp)
 
 
 _api: _Api | None = None
@@ -128,6 +129,15 @@ def _load_api() -> _Api:
             )
             _api = _Api(base, registry)
         return _api
+
+
+def cpu_buffer_type() -> int:
+    """ggml's CPU buffer type (a process-wide singleton in ggml-base): the handle llama.cpp's
+    loader compares a tensor override's buffer type with to keep that tensor in host memory."""
+    handle = _load_api().cpu_buffer_type()
+    if not handle:
+        raise GgmlError("ggml_backend_cpu_buffer_type returned NULL")
+    return int(handle)
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,8 @@ def suggest_replan(plan: Plan, deficit_bytes: int) -> Replan | None:
         return None
     need = deficit_bytes + REPLAN_HEADROOM_BYTES
     now = plan.memory.device.total_bytes
-    for label, changes in freeing_changes(plan.settings):
+    moe_layers = plan.spec.n_layer if plan.spec.layer_expert_bytes else 0
+    for label, changes in freeing_changes(plan.settings, moe_layers):
         frees = now - _device_total(plan, plan.settings.with_(**changes))
         if frees >= need:
             return Replan(held_pins(plan.pins, plan.settings, VRAM_FIELDS, changes), label, frees)

@@ -3,14 +3,17 @@ the pins that a change makes.
 
 Three callers want another plan, and each gives up things in its own order, on purpose:
 - The search lists the plan's neighbours in both directions (more or less context, another KV
-  cache type, a GPU layer more or less, another ubatch, flash attention off) for the user to pick
+  cache type, a GPU layer more or less, a MoE file's experts of more or fewer layers in RAM or
+  whole layers instead, another ubatch, flash attention off) for the user to pick
   (`neighbours`); the search then prices each one.
-- The back-off after a failed allocation (engine/backoff.py) gives up only GPU layers or context,
+- The back-off after a failed allocation (engine/backoff.py) gives up only GPU layers, context or
+  (MoE) experts kept on the GPU,
   whichever of the plan's alternatives costs less (speed lost plus context lost), and keeps the
   cache type and batch sizes (docs/data.md): re-planning freely at the smaller size would pick a
   larger KV cache type, and memory would barely drop from one step to the next (`cheapest_smaller`).
 - The spill advice (meters/spill.py) must free a known number of bytes: a q8_0 KV cache first
-  (~0.1% perplexity, planner.md), then half the context down to 4096, fewer layers last, since each
+  (~0.1% perplexity, planner.md), then a MoE plan's experts of more layers in RAM, then half the
+  context down to 4096, fewer layers last, since each
   layer on the CPU costs far more speed than its share (`freeing_changes`).
 Whichever applies, the window pins what changed (`changed_pins`) and says so (`describe_change`).
 """
@@ -28,11 +31,12 @@ from vrampilot.units import format_tokens
 
 # The settings a user can pin (Pins' fields that are also Settings' fields).
 PINNABLE = tuple(f.name for f in fields(Pins) if f.name in {g.name for g in fields(Settings)})
-# What a back-off may reduce; everything else the failed plan chose stays.
-BACKOFF_FIELDS = ("n_gpu_layers", "n_ctx")
+# What a back-off may change (fewer GPU layers, less context, more layers' experts in RAM);
+# everything else the failed plan chose stays.
+BACKOFF_FIELDS = ("n_gpu_layers", "n_ctx", "n_cpu_moe")
 # The settings that decide VRAM, held by a spill re-plan so that the planner does not spend what
 # the change frees on a larger ubatch or more layers.
-VRAM_FIELDS = ("n_ctx", "n_gpu_layers", "n_ubatch", "n_batch")
+VRAM_FIELDS = ("n_ctx", "n_gpu_layers", "n_ubatch", "n_batch", "n_cpu_moe")
 # llama.cpp's own --fit does not go below this context; neither do the spill suggestions.
 MIN_SUGGESTED_CTX = 4096
 
@@ -48,6 +52,16 @@ def neighbours(spec: ModelSpec, s: Settings, has_gpu: bool) -> list[tuple[str, S
             seen.add(cand)
             out.append((label, cand))
 
+    if has_gpu and spec.layer_expert_bytes and s.n_gpu_layers > spec.n_layer:
+        # A MoE plan's main choice first: its experts' placement, more of them in RAM (room
+        # for context or a larger cache) or fewer (faster, if it fits); the search adds whole
+        # layers on the CPU after these, sized by itself.
+        step = moe_step(spec)
+        if s.n_cpu_moe < spec.n_layer:
+            n = min(spec.n_layer, s.n_cpu_moe + step)
+            emit(experts_label(spec, n), s.with_(n_cpu_moe=n))
+        if s.n_cpu_moe > 0:
+            emit(experts_label(spec, s.n_cpu_moe - 1), s.with_(n_cpu_moe=s.n_cpu_moe - 1))
     up = next_ctx(s.n_ctx, up=True)
     down = next_ctx(s.n_ctx, up=False)
     emit(f"{format_tokens(up)} context", s.with_(n_ctx=up))
@@ -71,6 +85,18 @@ def neighbours(spec: ModelSpec, s: Settings, has_gpu: bool) -> list[tuple[str, S
     if s.flash_attn and s.type_v not in QUANTIZED_KV_TYPES:
         emit("flash attention off", s.with_(flash_attn=False))
     return out
+
+
+def moe_step(spec: ModelSpec) -> int:
+    """Layers of experts an alternative moves at once: about a twelfth of the model (4 of 48)."""
+    return max(1, round(spec.n_layer / 12))
+
+
+def experts_label(spec: ModelSpec, n_cpu_moe: int) -> str:
+    """An alternative's label for experts of n_cpu_moe layers in RAM (every attention on the GPU)."""
+    if n_cpu_moe <= 0:
+        return "no experts in RAM"
+    return f"experts of {min(n_cpu_moe, spec.n_layer)} of {spec.n_layer} layers in RAM"
 
 
 def next_ctx(n: int, up: bool) -> int:
@@ -101,7 +127,12 @@ def is_backoff(plan: Plan, alt: Alternative) -> bool:
     if not changed or not changed <= set(BACKOFF_FIELDS):
         return False
     s, t = plan.settings, alt.settings
-    return t.n_gpu_layers <= s.n_gpu_layers and t.n_ctx <= s.n_ctx and alt.memory_total_bytes < _memory_bytes(plan)
+    return (
+        t.n_gpu_layers <= s.n_gpu_layers
+        and t.n_ctx <= s.n_ctx
+        and t.n_cpu_moe >= s.n_cpu_moe
+        and alt.memory_total_bytes < _memory_bytes(plan)
+    )
 
 
 def cheapest_smaller(plan: Plan) -> Alternative | None:
@@ -113,21 +144,26 @@ def cheapest_smaller(plan: Plan) -> Alternative | None:
 
 
 # Freeing a known number of bytes
-def freeing_changes(s: Settings) -> Iterator[tuple[str, dict[str, object]]]:
-    """The changes that free VRAM, labelled, least costly first: q8_0 KV, then less context (each
-    with q8_0 KV first), then one GPU layer fewer at a time."""
+def freeing_changes(s: Settings, moe_layers: int = 0) -> Iterator[tuple[str, dict[str, object]]]:
+    """The changes that free VRAM, labelled, least costly first: q8_0 KV, then (a mixture of
+    experts on the GPU: `moe_layers`, its layer count) the experts of one more layer at a time in
+    RAM, then less context (each with q8_0 KV first), then one GPU layer fewer at a time."""
     kv_changes: dict[str, object] = {}
     if s.type_k in FULL_PRECISION_KV or s.type_v in FULL_PRECISION_KV:
         # q8_0 costs ~0.1% perplexity (planner.md) and needs flash attention for the V cache.
         kv_changes = {"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True}
         yield "q8_0 KV cache", kv_changes
+    # A layer's experts in RAM cost a few percent of the speed and nothing of the context; whole
+    # layers on the CPU cost far more speed than their share (the offload cliff).
+    if moe_layers and s.n_gpu_layers > moe_layers:
+        for n in range(s.n_cpu_moe + 1, min(moe_layers, s.n_cpu_moe + 8) + 1):
+            yield f"experts of {n} layers in RAM (--n-cpu-moe {n})", {"n_cpu_moe": n}
     ctx = s.n_ctx // 2
     while ctx >= MIN_SUGGESTED_CTX:
         if kv_changes:
             yield f"q8_0 KV cache, {format_tokens(ctx)} context", {**kv_changes, "n_ctx": ctx}
         yield f"{format_tokens(ctx)} context", {"n_ctx": ctx}
         ctx //= 2
-    # Fewer layers last: each layer on the CPU costs far more speed than its share (the offload cliff).
     for ngl in range(s.n_gpu_layers - 1, 0, -1):
         moved = s.n_gpu_layers - ngl
         yield f"{moved} fewer GPU layer{'s' if moved > 1 else ''} ({ngl} on the GPU)", {"n_gpu_layers": ngl}
@@ -144,8 +180,10 @@ def changed_pins(old: Settings, new: Settings) -> dict[str, object]:
 
 
 def held_pins(pins: Pins, s: Settings, hold: Iterable[str], changes: Mapping[str, object]) -> Pins:
-    """`pins` with `s`'s values of `hold` pinned, then `changes`."""
-    return replace(pins, **{**{name: getattr(s, name) for name in hold}, **changes})
+    """`pins` with `s`'s values of `hold` pinned, then `changes`. No experts in RAM is not held:
+    the planner cannot keep fewer there, and a file without experts has nothing to pin."""
+    held = {name: getattr(s, name) for name in hold if not (name == "n_cpu_moe" and not s.n_cpu_moe)}
+    return replace(pins, **{**held, **changes})
 
 
 def describe_change(old: Settings, new: Settings) -> str:
@@ -155,6 +193,8 @@ def describe_change(old: Settings, new: Settings) -> str:
         parts.append(f"GPU layers {old.n_gpu_layers} -> {new.n_gpu_layers}")
     if new.n_ctx != old.n_ctx:
         parts.append(f"context {format_tokens(old.n_ctx)} -> {format_tokens(new.n_ctx)}")
+    if new.n_cpu_moe != old.n_cpu_moe:
+        parts.append(f"layers with experts in RAM {old.n_cpu_moe} -> {new.n_cpu_moe}")
     for name in sorted(changed_settings(old, new) - set(BACKOFF_FIELDS)):
         parts.append(f"{name} {getattr(old, name)} -> {getattr(new, name)}")
     return ", ".join(parts)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
+from vrampilot.planner.placement import OP_OFFLOAD_MIN_BATCH, largest_held_offloaded_bytes, offload_copy_bytes
 from vrampilot.planner.settings import Settings
 
 F32 = 4
@@ -201,6 +202,9 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
         s.n_gpu_layers,
         s.devices,
         s.rpc_servers,
+        # Tensors kept in host memory move their matmuls (and activations) to the host's buffer.
+        s.n_cpu_moe,
+        s.cpu_tensor_patterns,
         s.n_outputs_max,  # logit rows: the verify batch of speculative decoding asks for more
     )
 
@@ -259,6 +263,10 @@ class GraphEstimate:
         ratio to the measurement corrects the formula for every configuration not measured."""
         scale = sum(buffers.values()) / formula_bytes if formula_bytes > 0 else 1.0
         return replace(self, scale=scale, measured={**self.measured, graph_key(settings): dict(buffers)})
+
+    def record(self, settings: Settings, buffers: dict[str, int]) -> GraphEstimate:
+        """Keep llama.cpp's buffers for `settings` as exact, without learning a ratio from them."""
+        return replace(self, measured={**self.measured, graph_key(settings): dict(buffers)})
 
     def is_counted(self, settings: Settings) -> bool:
         """True when llama.cpp counted the cache and output buffer of `settings` (a routed plan)."""
@@ -368,13 +376,18 @@ def compute_buffer_bytes(
     hidden = t.n_embd * F32
     copies = (SCHED_COPIES - 1) * t.n_tokens * (t.mask_bytes + 2 * hidden) if pipelined else 0
     if device == "gpu":
-        return graph.graph_bytes(spec, settings) + round(copies * graph.scale)
+        # Weights a CPU override keeps in host memory are copied in for the ubatch's matmuls.
+        held = offload_copy_bytes(spec, settings, t.n_tokens)
+        return graph.graph_bytes(spec, settings) + round(copies * graph.scale) + held
     if device == "host":
         n_main = spec.n_layer - spec.n_layer_nextn
         v_rows = 1 if settings.flash_attn else max(spec.n_head_kv, default=0) * spec.head_dim_v
         inputs = 2 * hidden + 4 + 4 + t.mask_bytes + 8 + 8 * max(v_rows, 1)
         host = t.n_tokens * inputs + copies
-        if settings.n_gpu_layers <= n_main:
+        # Layers left on the CPU, or host-held experts of offloaded layers run by the CPU (a ubatch
+        # below the size at which the device takes their matmuls over): their activations live here.
+        cpu_runs_experts = t.n_tokens < OP_OFFLOAD_MIN_BATCH and largest_held_offloaded_bytes(spec, settings) > 0
+        if settings.n_gpu_layers <= n_main or cpu_runs_experts:
             host = max(host, graph.graph_bytes(spec, settings))
         return host
     raise ValueError(f"unknown device {device!r} (use 'cpu', 'gpu' or 'host')")

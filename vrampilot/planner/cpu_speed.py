@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.kv import DSV4_CSA_RATIO
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
 from vrampilot.speed.host_probe import bits_per_weight
 from vrampilot.speed.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
@@ -45,6 +46,9 @@ ASSUMED_FIXED = FixedCosts(step_s=100e-6, layer_s=20e-6, vocab_entry_s=5e-9)
 # blocks cost in proportion to their own node count.
 PROBE_LAYER_NODES = 19
 
+# Graph nodes of a layer's routed experts (three expert products, the activation, the weighting by
+# the router, the sum): what a layer whose experts are in RAM runs on the CPU beside the products.
+EXPERT_NODES = 6
 # The tiled flash-attention kernel needs this many queries (GGML_FA_TILE_Q); fewer run the vector
 # kernel at the decoding rate.
 FA_TILE_QUERIES = 64
@@ -379,10 +383,34 @@ class AttentionShape:
     # A sliding-window layer's whole cache (the window plus a ubatch, padded), a ring its positions
     # go round; 0 for a layer that sees every cell it holds.
     ring_cells: int = 0
+    # DeepSeek-V4's compressed attention (0 elsewhere): the layer's compression ratio (4: CSA with
+    # the lightning indexer, 128: HCA), the raw window every query sees, the compressed entries a
+    # CSA query keeps (the indexer's top-k), and the indexer's heads and key length.
+    compress_ratio: int = 0
+    raw_window: int = 0
+    top_k: int = 0
+    indexer_heads: int = 0
+    indexer_dim: int = 0
 
     @property
     def sliding(self) -> bool:
-        return self.ring_cells > 0
+        return self.ring_cells > 0 and not self.compress_ratio
+
+    def attended_cells(self, n_tokens: int) -> int:
+        """Cells one decoded query reads with n_tokens in the context: all it may see, or for
+        DeepSeek-V4 the raw window, then a CSA layer's top-k compressed entries or an HCA
+        layer's every compressed entry."""
+        n = max(n_tokens, 1)
+        if not self.compress_ratio:
+            return min(n, self.cells)
+        comp = n // self.compress_ratio
+        if self.indexer_heads:
+            comp = min(comp, self.top_k)
+        return min(n, self.raw_window) + comp
+
+    def indexer_cells(self, n_tokens: int) -> int:
+        """Indexer keys one decoded query scores (DeepSeek-V4's CSA layers: every compressed one)."""
+        return max(n_tokens, 1) // self.compress_ratio if self.indexer_heads else 0
 
 
 def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[AttentionShape | None, ...]:
@@ -401,6 +429,23 @@ def attention_shapes(spec: ModelSpec, cells_of: Callable[[int], int]) -> tuple[A
         # MLA's latent is one cache row that every head reads.
         n_kv = 1 if spec.is_mla else spec.n_head_kv[il]
         cells = ring = cells_of(il)
+        if spec.compress_ratios and spec.compress_ratios[il]:
+            ratio = spec.compress_ratios[il]
+            csa = ratio == DSV4_CSA_RATIO
+            out.append(
+                AttentionShape(
+                    spec.n_head[il],
+                    (dk + dv) / 2,
+                    cells,
+                    n_kv,
+                    compress_ratio=ratio,
+                    raw_window=spec.sliding_window,
+                    top_k=spec.indexer_top_k if csa else 0,
+                    indexer_heads=spec.indexer_n_head if csa else 0,
+                    indexer_dim=spec.indexer_head_size if csa else 0,
+                )
+            )
+            continue
         if spec.swa_layers[il] and spec.sliding_window:
             # A sliding-window layer's cache holds the window plus a ubatch, but a query sees the
             # window only, and the CPU kernel skips the masked rest.
@@ -475,12 +520,24 @@ def decode_seconds(
     kv_type: str,
     threads: int,
     rates: CpuRates,
+    experts_on_cpu: tuple[bool, ...] = (),
 ) -> float:
-    """Seconds the CPU spends on one decoded token with n_tokens in the cache."""
+    """Seconds the CPU spends on one decoded token with n_tokens in the cache. `experts_on_cpu`:
+    per layer, whether the routed experts of a layer otherwise on the GPU run here (--n-cpu-moe)."""
     t = t_att = 0.0
     fixed = rates.fixed(threads)
-    for on_cpu, layer, att in zip(layers_on_cpu, table.layers, attention, strict=True):
+    for il, (on_cpu, layer, att) in enumerate(zip(layers_on_cpu, table.layers, attention, strict=True)):
         if not on_cpu:
+            if il < len(experts_on_cpu) and experts_on_cpu[il]:
+                # Only the expert products run here: the routed share of each expert tensor, and
+                # their graph nodes (the three expert products, the activation, the weighting).
+                t += sum(
+                    m.bytes_active / (rates.decode_gbps(m.type_name, threads, m.row) * 1e9)
+                    + rates.matvec_overhead_s(m.type_name, threads)
+                    for m in layer.matrices
+                    if m.expert_share < 1.0
+                )
+                t += fixed.layer_s * EXPERT_NODES / PROBE_LAYER_NODES
             continue
         # Each product at its kernel's rate, plus what it costs as one node of a chain of them: with
         # 2 threads a model of 92-737 KB matrices ran its products at 0.7x the rate one large matrix
@@ -497,8 +554,15 @@ def decode_seconds(
             ram = rates.attention_ram_cell_seconds(kv_type, att.head_dim, threads)
             # The kernel skips the masked cells of llama.cpp's padded view: only those in use cost,
             # at the pace of the busiest thread.
-            used = min(max(n_tokens, 1), att.cells)
-            if att.sliding:
+            used = att.attended_cells(n_tokens)
+            if att.indexer_heads:
+                # DeepSeek-V4's lightning indexer scores every compressed key with its own heads
+                # before the top-k are kept: attention-like work over a quarter of the context.
+                idx = rates.attention_cell_seconds(kv_type, att.indexer_dim, threads, prefill=False)
+                t_att += att.indexer_cells(n_tokens) * att.indexer_heads * idx
+            if att.compress_ratio:
+                uneven = 1.0
+            elif att.sliding:
                 uneven = decode_attention_imbalance(
                     max(n_tokens, 1) + 1, att.ring_cells, att.n_head, threads, kv_type, window=att.cells
                 )

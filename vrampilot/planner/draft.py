@@ -280,6 +280,17 @@ def _plan_placed(
     elif extra:
         reduced = replace(target, host_ram_bytes=max(0, target.host_ram_bytes - extra))
     p2 = plan(spec, reduced, pins, alternatives=alternatives, exact=exact)
+    # From here on: the machine as the model was planned on it (a keep-free pin's margins
+    # applied), with its whole budgets again, the draft's part included.
+    asked = target if p2.asked_target is not None else None
+    target = replace(
+        p2.target,
+        host_ram_bytes=target.host_ram_bytes,
+        gpus=tuple(
+            replace(g, memory_budget_bytes=o.memory_budget_bytes)
+            for g, o in zip(p2.target.gpus, target.gpus, strict=True)
+        ),
+    )
     plain = p2.settings
     mem_plain = memory_breakdown(spec, plain, target, p2.graph)
     speed_plain = predict_speed(spec, plain, target, mem_plain)
@@ -352,6 +363,7 @@ def _plan_placed(
         p2,
         alternatives=alts,
         target=target,
+        asked_target=asked,
         settings=final,
         memory=mem,
         speed=speed,
@@ -464,4 +476,5 @@ def replan_keeping_draft(plan_: Plan, **pins: object) -> Plan:
         type_v=s.draft_type_v,
     )
     more = replace(plan_.pins, **pins)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
-    return plan_with_draft(plan_.spec, plan_.target, more, request, acceptance=d.acceptance, exact=plan_.exact)
+    target = plan_.asked_target or plan_.target  # the machine as asked, before a keep-free pin
+    return plan_with_draft(plan_.spec, target, more, request, acceptance=d.acceptance, exact=plan_.exact)

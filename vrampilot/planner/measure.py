@@ -39,7 +39,9 @@ from typing import Any
 from vrampilot.errors import UserError
 from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
 from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.llamacpp.overrides import CpuOverrides
 from vrampilot.planner.kv import ggml_type, kv_unified
+from vrampilot.planner.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
 
 MIB = 1024 * 1024
@@ -299,6 +301,8 @@ def _load_model(
     dry_run: bool,
     errors: list[str],
     offload: _Offload | None = None,
+    overrides: CpuOverrides | None = None,
+    mmap: bool = True,
     load_mtp: bool = False,
 ) -> Any:
     mparams = llama_cpp.llama_model_default_params()
@@ -306,9 +310,16 @@ def _load_model(
     mparams.load_mtp = load_mtp  # the MTP block's weights, which only a drafting context uses
     if offload is not None:
         offload.apply(mparams)
+    if overrides is not None:
+        # The plan's CPU overrides, as the engine applies them: experts kept in host memory change
+        # what each device's compute buffer holds (llama.cpp reads the array during this call).
+        overrides.apply(mparams)
+    if dry_run or not mmap:
+        # With mmap the dry run aborts; a real load without it gets buffers of exactly the tensors
+        # (a mapped buffer spans the file range between its first and last tensor).
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     if dry_run:
         mparams.no_alloc = True
-        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE  # with mmap the dry run aborts
     model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
     if not model:
         reason = "; ".join(e for e in errors if e) or "no reason logged"
@@ -364,9 +375,11 @@ def measure_allocations(
     settings: Settings,
     *,
     dry_run: bool = True,
+    mmap: bool = True,
 ) -> MeasuredBuffers:
     """Load `path` with llama.cpp on the CPU with `settings` and report what it allocates.
 
+    `mmap=False` loads a real run without mapping the file (llama-server's --load-mode none).
     A context llama.cpp refuses (e.g. a quantized V cache without flash attention) is reported in
     `refused` with llama.cpp's reason; a model it cannot load raises MeasureError.
     """
@@ -386,7 +399,17 @@ def measure_allocations(
             drafting = bool(getattr(settings, "draft_mtp", False))
             draft_log: tuple[int, int] | None = None  # where the draft context's log starts and ends
             try:
-                model = _load_model(llama_cpp, p, settings.n_gpu_layers, dry_run, errors, load_mtp=drafting)
+                model = _load_model(
+                    llama_cpp,
+                    p,
+                    settings.n_gpu_layers,
+                    dry_run,
+                    errors,
+                    None,
+                    CpuOverrides(cpu_override_patterns(settings)),
+                    mmap,
+                    load_mtp=drafting,
+                )
                 n_errors_after_load = len(errors)
                 ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
                 if not ctx:
@@ -455,10 +478,17 @@ class GraphCompute:
         return sum(self.compute_bytes.values())
 
 
-def _file_key(p: Path, n_gpu_layers: int, offloaded: bool) -> tuple[str, int, int, int]:
+def _file_key(p: Path, n_gpu_layers: int, offloaded: bool, patterns: tuple[str, ...]) -> tuple[object, ...]:
     st = p.stat()
-    # Measured on the CPU every layer stays there whatever -ngl says: one header serves all.
-    return (str(p.resolve()), st.st_size, st.st_mtime_ns, n_gpu_layers if offloaded else 0)
+    # Measured on the CPU every layer stays there whatever -ngl says (and a CPU override moves
+    # nothing): one header serves all. Offloaded, the overrides are the model's, as -ngl is.
+    return (
+        str(p.resolve()),
+        st.st_size,
+        st.st_mtime_ns,
+        n_gpu_layers if offloaded else 0,
+        patterns if offloaded else (),
+    )
 
 
 def _graph_compute_in_child(
@@ -541,7 +571,8 @@ def _graph_compute(
     try:
         with _held(_lock):
             _ensure_backend(llama_cpp)
-            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None), offload)
+            patterns = cpu_override_patterns(settings)
+            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload)
             rkey = (
                 fkey,
                 settings.n_ctx,
@@ -566,7 +597,13 @@ def _graph_compute(
                     try:
                         devices = _Offload(*offload) if offload is not None else None
                         model = _load_model(
-                            llama_cpp, p, settings.n_gpu_layers if offload else 0, True, errors, devices
+                            llama_cpp,
+                            p,
+                            settings.n_gpu_layers if offload else 0,
+                            True,
+                            errors,
+                            devices,
+                            CpuOverrides(patterns) if offload else None,
                         )
                     except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)

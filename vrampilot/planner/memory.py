@@ -22,7 +22,7 @@ import numpy as np
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
-from vrampilot.planner.kv import KvBreakdown
+from vrampilot.planner.kv import KvBreakdown, drafts_with_mtp
 from vrampilot.planner.placement import host_layer_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
@@ -113,15 +113,27 @@ def layer_placement(spec: ModelSpec, n_gpu_layers: int) -> tuple[tuple[bool, ...
     return tuple(d >= 0 for d in layers), output >= 0
 
 
+def loaded_layer_bytes(spec: ModelSpec, settings: Settings) -> tuple[int, ...]:
+    """Per repeating layer, the weight bytes llama.cpp loads: a multi-token-prediction block
+    (the last `nextn_predict_layers` blocks) is created with TENSOR_SKIP unless the model is
+    loaded to draft with it (llama_model_params.load_mtp), in every architecture the vendored
+    llama.cpp gives one (src/models/*.cpp), so its weights take no memory in a plain plan."""
+    if not spec.n_layer_nextn or drafts_with_mtp(spec, settings):
+        return spec.layer_weight_bytes
+    first_mtp = spec.n_layer - spec.n_layer_nextn
+    return tuple(b if il < first_mtp else 0 for il, b in enumerate(spec.layer_weight_bytes))
+
+
 def memory_breakdown(
     spec: ModelSpec, settings: Settings, target: Target, graph: GraphEstimate = FORMULA
 ) -> MemoryBreakdown:
     n_dev = len(target.gpus) if target.has_gpu and settings.n_gpu_layers > 0 else 0
     kv = graph.kv_breakdown(spec, settings)
     output = graph.output_bytes(spec, settings)
+    layer_bytes = loaded_layer_bytes(spec, settings)
     if n_dev == 0:
         host = Components(
-            weights_bytes=spec.weight_bytes,
+            weights_bytes=spec.weight_bytes - sum(spec.layer_weight_bytes) + sum(layer_bytes),
             kv_bytes=kv.total_bytes,
             compute_bytes=compute_buffer_bytes(spec, settings, device="cpu", graph=graph),
             output_bytes=output,
@@ -132,14 +144,14 @@ def memory_breakdown(
     shares = device_shares(target, settings)
     where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
     kept = host_layer_bytes(spec, settings)
-    moved = tuple(kept[il] if where[il] >= 0 else 0 for il in range(spec.n_layer))
+    moved = tuple(kept[il] if where[il] >= 0 and layer_bytes[il] else 0 for il in range(spec.n_layer))
     # llama.cpp pipelines ubatches across several devices when every layer is offloaded and each
     # device supports async compute and events (llama-context.cpp); RPC and CUDA devices do.
     pipelined = n_dev > 1 and settings.n_gpu_layers > spec.n_layer and all(g.asynchronous for g in target.gpus)
     per_device = []
     for d in range(n_dev):
         mine = [il for il, x in enumerate(where) if x == d]
-        weights = sum(spec.layer_weight_bytes[il] - moved[il] for il in mine)
+        weights = sum(layer_bytes[il] - moved[il] for il in mine)
         if out_dev == d:
             weights += spec.output_bytes
             if spec.tied_embeddings:
@@ -164,10 +176,7 @@ def memory_breakdown(
         )
     host_layers = [il for il, x in enumerate(where) if x < 0]
     host_weights = (
-        spec.token_embd_bytes
-        + spec.other_weight_bytes
-        + sum(spec.layer_weight_bytes[il] for il in host_layers)
-        + sum(moved)
+        spec.token_embd_bytes + spec.other_weight_bytes + sum(layer_bytes[il] for il in host_layers) + sum(moved)
     )
     if out_dev < 0:
         host_weights += spec.output_bytes

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import re
 
-from vrampilot.gguf import ModelSpec
+from vrampilot.gguf import ModelSpec, TensorInfo
 from vrampilot.gguf.spec import EXPERT_TENSOR_RE
 from vrampilot.planner.settings import Settings
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+# Python syntax that C++'s std::regex (ECMAScript grammar, what llama.cpp compiles patterns with)
+# lacks: named groups, lookbehind, comments, inline flags, \A and \Z. Python compiles them, llama.cpp
+# would throw regex_error in the middle of the load.
+_NOT_ECMASCRIPT = re.compile(r"\(\?(?:P|<|#|[aiLmsux])|\\[AZ]")
+# GGML_OP_OFFLOAD_MIN_BATCH's default (ggml-cuda, ggml-vulkan, ggml-metal): an op over at least
+# this many tokens whose weight sits in host memory runs on the GPU anyway, its weight copied into
+# the GPU's compute buffer for the ubatch (ggml-backend.cpp, the scheduler's offload_op pass).
+OP_OFFLOAD_MIN_BATCH = 32
 
 
 def expert_layer_pattern(il: int) -> str:
@@ -72,3 +80,85 @@ def experts_in_ram(spec: ModelSpec, settings: Settings, gpu_layers: tuple[bool, 
     moe = [il for il, b in enumerate(spec.layer_expert_bytes) if b]
     on_host = sum(1 for il in moe if il < settings.n_cpu_moe or not (il < len(gpu_layers) and gpu_layers[il]))
     return on_host, len(moe)
+
+
+def _kept_tensors(spec: ModelSpec, settings: Settings) -> list[tuple[int, int]]:
+    """(layer, bytes) of every tensor of a repeating layer that a CPU override keeps in host memory."""
+    return [(il, t.n_bytes) for il, t in _kept(spec, settings)]
+
+
+def _kept(spec: ModelSpec, settings: Settings) -> list[tuple[int, TensorInfo]]:
+    n_moe = min(max(settings.n_cpu_moe, 0), spec.n_layer)
+    patterns = [re.compile(p) for p in settings.cpu_tensor_patterns]
+    out = []
+    for t in spec.tensors:
+        m = _LAYER_RE.match(t.name)
+        if not m or int(m.group(1)) >= spec.n_layer:
+            continue
+        il = int(m.group(1))
+        if (il < n_moe and EXPERT_TENSOR_RE.search(t.name)) or any(p.search(t.name) for p in patterns):
+            out.append((il, t))
+    return out
+
+
+def host_layer_active_bytes(spec: ModelSpec, settings: Settings) -> tuple[float, ...]:
+    """Per repeating layer: what a decoded token reads of the tensors a CPU override keeps in
+    host memory (routed experts: their routed share, as ModelSpec.layer_active_bytes counts
+    them), whichever device holds the rest of the layer. The speed model reads these at the
+    host's rate; the user's -ot patterns count here as --n-cpu-moe's experts do."""
+    share = spec.n_expert_used / spec.n_expert if spec.n_expert else 0.0
+    out = [0.0] * spec.n_layer
+    for il, t in _kept(spec, settings):
+        out[il] += t.n_bytes * (share if "_exps" in t.name and share > 0 else 1.0)
+    return tuple(out)
+
+
+def largest_held_offloaded_bytes(spec: ModelSpec, settings: Settings) -> int:
+    """The largest tensor a CPU override keeps in host memory although its layer is offloaded
+    (0 when there is none): an expert whose matmul the host or the device must run for that layer."""
+    if not (settings.n_cpu_moe or settings.cpu_tensor_patterns):
+        return 0
+    first_offloaded = spec.n_layer + 1 - max(settings.n_gpu_layers, 0)  # -ngl counts the output layer first
+    return max((b for il, b in _kept_tensors(spec, settings) if il >= first_offloaded), default=0)
+
+
+def offload_copy_bytes(spec: ModelSpec, settings: Settings, n_tokens: int) -> int:
+    """What a device's compute buffer gains for the weights kept in host memory of its offloaded
+    layers: at a ubatch of OP_OFFLOAD_MIN_BATCH tokens or more the scheduler runs their matmuls on
+    the device and copies the weight into its compute buffer, one at a time, so the largest such
+    tensor. An upper bound: llama.cpp's allocator lays the copy over activations already dead
+    where it can (measured on lavapipe: 1.75 of a 2 MiB expert tensor at ubatch 64, nothing at
+    512, where attention's peak is higher); a plan made exact measures the true buffer. Below
+    that ubatch the host runs them, and its compute buffer holds their activations instead."""
+    return largest_held_offloaded_bytes(spec, settings) if n_tokens >= OP_OFFLOAD_MIN_BATCH else 0
+
+
+def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str, ...]) -> None:
+    """Refuse, in one line, a placement llama.cpp or llama-server would not run as planned: a
+    --n-cpu-moe outside 0..n_layer, and user patterns that would not survive llama-server's -ot
+    parsing (it splits the list at ',' and each item at '='), do not compile as a regular
+    expression (llama.cpp throws std::regex_error mid-load), or match no tensor (a typo that
+    keeps nothing on the CPU while the plan counted it there)."""
+    from vrampilot.planner.plan import PlanError  # plan.py imports the memory model, which imports this
+
+    if n_cpu_moe is not None and not 0 <= n_cpu_moe <= spec.n_layer:
+        raise PlanError(f"n_cpu_moe {n_cpu_moe} is outside 0..{spec.n_layer} (this model has {spec.n_layer} layers)")
+    for p in patterns:
+        if not p:
+            raise PlanError("an empty tensor pattern would keep every tensor on the CPU; remove it")
+        if "," in p or "=" in p:
+            raise PlanError(
+                f"tensor pattern {p!r} contains ',' or '=', which llama-server's -ot splits on; "
+                r"write them as \x2c and \x3d (the regular expression reads the same)"
+            )
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise PlanError(f"tensor pattern {p!r} is not a valid regular expression ({exc})") from None
+        if m := _NOT_ECMASCRIPT.search(p):
+            raise PlanError(
+                f"tensor pattern {p!r} uses {m[0]!r}, which llama.cpp's regular expressions (C++ std::regex, "
+                "ECMAScript) do not know"
+            )
+    for p in unmatched_patterns(spec, patterns):
+        raise PlanError(f"tensor pattern {p!r} matches no tensor of {spec.path.name}; check the tensor names")

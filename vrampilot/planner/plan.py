@@ -46,6 +46,14 @@ class Pins:
     flash_attn: bool | None = None
     swa_full: bool | None = None
     tensor_split: tuple[float, ...] | None = None  # shares per offload device, in the target's order
+    # Mixture of experts: the routed experts of the first n_cpu_moe layers stay in RAM (--n-cpu-moe).
+    n_cpu_moe: int | None = None
+    # True: every layer's routed experts in RAM (llama.cpp's --cpu-moe); False: none of them (all
+    # on the GPU, no whole-layer split either); None: the planner places them.
+    cpu_experts: bool | None = None
+    min_ctx: int | None = None  # at least this context, when the planner chooses it
+    keep_free_bytes: int | None = None  # left unused on every offload device (its margin)
+    cpu_tensor_patterns: tuple[str, ...] | None = None  # the user's own -ot PATTERN=CPU
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -82,6 +90,9 @@ class Plan:
     graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
     exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
     draft: DraftPlan | None = None  # speculative decoding (planner/draft.py), None without
+    # The target as asked, before a keep_free_bytes pin changed its margins (replan_with plans
+    # for it again, so that another pin starts from the same machine); None: `target` itself.
+    asked_target: Target | None = None
 
     @property
     def compute_source(self) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.memory import MemoryBreakdown
+from vrampilot.planner.placement import experts_in_ram
 from vrampilot.planner.plan import DEFAULT_MAX_CTX, DEFAULT_UBATCH, FULL_PRECISION_KV, Pins
 from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
@@ -64,7 +65,10 @@ def plan_reasons(
         rejected = [
             (t, m)
             for t, m, ok in tried
-            if not ok and (t.type_k, t.type_v) != (s.type_k, s.type_v) and t.n_gpu_layers == s.n_gpu_layers
+            if not ok
+            and (t.type_k, t.type_v) != (s.type_k, s.type_v)
+            and t.n_gpu_layers == s.n_gpu_layers
+            and t.n_cpu_moe == s.n_cpu_moe
         ]
         seen_types: set[str] = set()
         parts = []
@@ -95,11 +99,18 @@ def plan_reasons(
             # for layers (a full-precision cache fits only with fewer of them on the GPU).
             full = [t for t, _m, ok in tried if ok and {t.type_k, t.type_v} <= FULL_PRECISION_KV]
             most = max((t.n_gpu_layers for t in full), default=None)
-            trade = (
-                f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
-                if most is not None and most < s.n_gpu_layers
-                else "it keeps more of the model on the GPU"
-            )
+            fewest_moe = min((t.n_cpu_moe for t in full if t.n_gpu_layers == s.n_gpu_layers), default=None)
+            if fewest_moe is not None and fewest_moe > s.n_cpu_moe:
+                trade = (
+                    f"a full-precision cache fits only with the experts of {fewest_moe} layers in RAM, "
+                    f"{s.n_cpu_moe} with this one"
+                )
+            elif most is not None and most < s.n_gpu_layers:
+                trade = (
+                    f"a full-precision cache fits only with {most} layers on the GPU, {s.n_gpu_layers} with this one"
+                )
+            else:
+                trade = "it keeps more of the model on the GPU"
             r.append(f"{kv_text} KV cache ({format_bytes(mem.kv.total_bytes)}): quantized because {trade}.")
     if spec.has_swa:
         n_swa = sum(spec.swa_layers)
@@ -113,7 +124,12 @@ def plan_reasons(
     # GPU layers
     if gpu:
         max_ngl = spec.n_layer + 1
-        if pins.n_gpu_layers is not None:
+        if spec.layer_expert_bytes:
+            r.append(_experts_reason(spec, pins, s, mem, speed, target.device_budget_bytes))
+            r[-1] += _other_placement(spec, target, s, mem, tried)
+        if s.n_cpu_moe and s.n_gpu_layers >= max_ngl and pins.n_gpu_layers is None:
+            pass  # the experts' sentence said where everything is
+        elif pins.n_gpu_layers is not None:
             r.append(f"{s.n_gpu_layers} of {max_ngl} layers on the GPU: pinned by you.")
         elif s.n_gpu_layers >= max_ngl:
             r.append(
@@ -162,6 +178,11 @@ def plan_reasons(
     # Threads
     if pins.n_threads is not None:
         r.append(f"{_threads_text(s.n_threads)}: pinned by you.")
+    elif gpu and s.n_gpu_layers >= spec.n_layer + 1 and s.n_cpu_moe:
+        r.append(
+            f"{_threads_text(s.n_threads)}: one per physical core ({target.cpu_physical_cores}); the CPU runs the "
+            f"experts of {min(s.n_cpu_moe, spec.n_layer)} layers, reading them at system-memory speed."
+        )
     elif gpu and s.n_gpu_layers >= spec.n_layer + 1:
         r.append(
             f"{_threads_text(s.n_threads)} for generation: everything runs on the GPU, and more CPU threads only "
@@ -199,6 +220,57 @@ def plan_reasons(
             else "Does not fit in system RAM."
         )
     return r
+
+
+def _experts_reason(
+    spec: ModelSpec, pins: Pins, s: Settings, mem: MemoryBreakdown, speed: SpeedPrediction, budget: int
+) -> str:
+    """Where the routed experts are and why: what was pinned, or what the search traded."""
+    in_ram, n_moe = experts_in_ram(spec, s, mem.gpu_layers)
+    routed = f"a token reads {spec.n_expert_used} of {spec.n_expert} routed experts per layer"
+    ram_read = f"{format_bytes(speed.host_bytes_per_token)} of them from RAM per token" if in_ram else ""
+    where = placement_text(spec, s, mem)
+    if pins.cpu_experts is not None or pins.n_cpu_moe is not None:
+        return f"{where[0].upper()}{where[1:]}: pinned by you ({routed}{'; ' + ram_read if ram_read else ''})."
+    if not in_ram:
+        return f"{where[0].upper()}{where[1:]}: the whole model fits, so no expert is read from RAM ({routed})."
+    if s.n_cpu_moe and s.n_gpu_layers > spec.n_layer:
+        return (
+            f"Experts of {in_ram} of {n_moe} layers in RAM (--n-cpu-moe {s.n_cpu_moe}, layers 0-{s.n_cpu_moe - 1}), "
+            f"every layer's attention, norms, shared experts and KV cache on the GPU: with {s.n_cpu_moe - 1} the GPU "
+            f"would pass its {format_bytes(budget)}; {routed}, {ram_read}, at system-memory speed "
+            f"({speed.decode_tps:.1f} tokens/s)."
+        )
+    return (
+        f"{where[0].upper()}{where[1:]}: whole layers on the CPU, their experts with them; {routed}, "
+        f"{ram_read} ({speed.decode_tps:.1f} tokens/s)."
+    )
+
+
+def _other_placement(
+    spec: ModelSpec,
+    target: Target,
+    s: Settings,
+    mem: MemoryBreakdown,
+    tried: list[tuple[Settings, MemoryBreakdown, bool]],
+) -> str:
+    """What the other way of freeing the GPU would have given (the search priced both): whole
+    layers on the CPU beside experts in RAM, or the reverse; "" when it did not try it."""
+    from vrampilot.planner.speed import predict_speed
+
+    if not experts_in_ram(spec, s, mem.gpu_layers)[0]:
+        return ""
+    whole = s.n_gpu_layers <= spec.n_layer
+    others = [(t, m) for t, m, ok in tried if ok and (t.n_gpu_layers <= spec.n_layer) != whole]
+    # The same cache types first: the placement is what differs.
+    others.sort(key=lambda tm: (tm[0].type_k, tm[0].type_v) != (s.type_k, s.type_v))
+    if not others:
+        return ""
+    t, m = others[0]
+    return (
+        f" The other way, {placement_text(spec, t, m)}, would decode at "
+        f"{predict_speed(spec, t, target, m).decode_tps:.1f} tokens/s."
+    )
 
 
 def _device_reasons(
@@ -251,3 +323,20 @@ def _ranges(layers: Sequence[int]) -> str:
 
 def _threads_text(n: int) -> str:
     return f"{n} thread" if n == 1 else f"{n} threads"
+
+
+def placement_text(spec: ModelSpec, s: Settings, mem: MemoryBreakdown) -> str:
+    """Where the model runs, in words: "every layer's attention on the GPU, experts of 14 of 48
+    layers in RAM", "30 of 49 layers on the GPU", "everything on the GPU"."""
+    max_ngl = spec.n_layer + 1
+    in_ram, n_moe = experts_in_ram(spec, s, mem.gpu_layers)
+    on_gpu = sum(mem.gpu_layers) + (1 if mem.output_on_gpu else 0)
+    if on_gpu == 0:
+        return "everything in RAM (no layer on the GPU)"
+    experts = f"experts of {in_ram} of {n_moe} layers in RAM" if n_moe else ""
+    if on_gpu >= max_ngl:
+        if not in_ram:
+            return "everything on the GPU" + (" (experts too)" if n_moe else "")
+        return f"every layer's attention on the GPU, {experts}"
+    layers = f"{on_gpu} of {max_ngl} layers on the GPU"
+    return f"{layers}, {experts}" if n_moe else layers

@@ -1,23 +1,30 @@
 """Settings search: choose what the user did not pin, predict memory and speed; the reasons
 (planner/reasons.py) say why, and the plan's types live in planner/plan.py.
 
-Order of preference (planner.md): keep the whole model on the GPU at the context asked for; to get
-there, quantize the KV cache f16 -> q8_0 -> q4_0 before giving up layers; then take the largest
-batch the headroom allows. Only K/V pairs with CUDA flash-attention kernels are chosen unless pinned.
+Order of preference (docs/planner.md): keep the whole model on the GPU at the context asked for;
+to get there, quantize the KV cache f16 -> q8_0 (-> q4_0 for a dense model) before giving up
+anything else; then free GPU memory where it costs least speed: a mixture of experts keeps every
+layer's attention on the GPU and the routed experts of the fewest leading layers in RAM
+(--n-cpu-moe), weighed against whole layers on the CPU (a dense model's only way) by predicted
+decode speed; then take the largest batch the headroom allows. Only K/V pairs with CUDA
+flash-attention kernels are chosen unless pinned.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.alternatives import neighbours
+from vrampilot.planner.alternatives import experts_label, neighbours
 from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.placement import check_placement
 from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
@@ -29,7 +36,7 @@ from vrampilot.planner.plan import (
     Plan,
     PlanError,
 )
-from vrampilot.planner.reasons import plan_reasons
+from vrampilot.planner.reasons import placement_text, plan_reasons
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
@@ -54,6 +61,7 @@ QUANT_BPW = (
 
 
 def _validate(spec: ModelSpec, pins: Pins) -> None:
+    check_placement(spec, pins.n_cpu_moe, pins.cpu_tensor_patterns or ())
     for name in ("type_k", "type_v"):
         v = getattr(pins, name)
         if v is not None and v not in KV_CACHE_TYPES:
@@ -71,6 +79,44 @@ def _validate(spec: ModelSpec, pins: Pins) -> None:
             raise PlanError(f"{name} must be at most {MAX_THREADS} (llama.cpp's limit)")
     if pins.n_gpu_layers is not None and pins.n_gpu_layers < 0:
         raise PlanError("GPU layers must be 0 or more")
+    if pins.min_ctx is not None:
+        if pins.min_ctx < 1:
+            raise PlanError("the least context must be positive")
+        if pins.n_ctx is not None and pins.n_ctx < pins.min_ctx:
+            raise PlanError(f"context {pins.n_ctx} is less than the least context {pins.min_ctx} asked for")
+    if pins.keep_free_bytes is not None and pins.keep_free_bytes < 0:
+        raise PlanError("the memory kept free per device must be 0 or more")
+    _validate_experts(spec, pins)
+
+
+def _validate_experts(spec: ModelSpec, pins: Pins) -> None:
+    """The expert pins: a count llama.cpp can apply to this file, and no two that contradict."""
+    moe = bool(spec.layer_expert_bytes)
+    n = pins.n_cpu_moe
+    # The count's range is placement.check_placement's (called first, in _validate).
+    if n is not None and n > 0 and not moe:
+        raise PlanError("this model has no routed experts: --n-cpu-moe would keep nothing in RAM")
+    if pins.cpu_experts and not moe:
+        raise PlanError("this model has no routed experts to keep in RAM")
+    if pins.cpu_experts is not None and n is not None and n != (spec.n_layer if pins.cpu_experts else 0):
+        which = "every layer's experts in RAM" if pins.cpu_experts else "no experts in RAM"
+        raise PlanError(f"--n-cpu-moe {n} contradicts the pin of {which}")
+    if pins.cpu_experts is False and moe and pins.n_gpu_layers is not None and pins.n_gpu_layers <= spec.n_layer:
+        raise PlanError(
+            f"no experts in RAM needs every layer on the GPU (-ngl {spec.n_layer + 1}); "
+            f"-ngl {pins.n_gpu_layers} leaves some layers' experts on the CPU"
+        )
+
+
+def _pinned_cpu_moe(spec: ModelSpec, pins: Pins) -> int | None:
+    """n_cpu_moe when the pins decide it, None when the planner places the experts."""
+    if pins.cpu_experts:
+        return spec.n_layer
+    if pins.n_cpu_moe is not None:
+        return pins.n_cpu_moe
+    if pins.cpu_experts is False or not spec.layer_expert_bytes:
+        return 0
+    return None
 
 
 def _fits(mem: MemoryBreakdown, target: Target) -> bool:
@@ -94,7 +140,8 @@ def _host_bytes(mem: MemoryBreakdown, target: Target) -> int:
 def _threads(target: Target, full_offload: bool) -> tuple[int, int]:
     phys = target.cpu_physical_cores
     if full_offload:
-        # The CPU only schedules GPU work and samples; more threads just spin and slow decoding.
+        # The CPU only schedules GPU work and samples (nothing of the model is in RAM: no layer,
+        # no experts); more threads just spin and slow decoding.
         return min(2, phys), phys
     return phys, phys
 
@@ -129,7 +176,19 @@ def _kv_candidates(pins: Pins, flash_attn: bool | None, has_gpu: bool) -> list[t
 def _ctx_target(spec: ModelSpec, pins: Pins) -> int:
     if pins.n_ctx is not None:
         return pins.n_ctx
-    return max(MIN_CTX, min(spec.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX))
+    return max(MIN_CTX, min(spec.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX), pins.min_ctx or 0)
+
+
+def _kept_free(target: Target, pins: Pins) -> Target:
+    """The target with the pinned bytes kept free on every offload device (its margin)."""
+    if pins.keep_free_bytes is None or not target.gpus:
+        return target
+    keep = pins.keep_free_bytes
+    return replace(
+        target,
+        device_margin_bytes=keep,
+        gpus=tuple(replace(gpu, margin_override_bytes=keep) for gpu in target.gpus),
+    )
 
 
 def plan(
@@ -153,6 +212,8 @@ def plan(
     if not loadable(spec.architecture):
         arch = spec.architecture if len(spec.architecture) <= 64 else spec.architecture[:61] + "..."
         raise PlanError(f"llama.cpp cannot load this model: unknown model architecture: '{arch}'")
+    asked = target
+    target = _kept_free(target, pins)
     g = FORMULA
     chosen, fits, tried = _choose(spec, target, pins, g)
     if exact or is_routed(spec.architecture):
@@ -169,13 +230,58 @@ def plan(
                 break
             g = learned
             chosen, fits, tried = _choose(spec, target, pins, g)
-    return _finish(spec, target, pins, chosen, fits, tried, g, alternatives, exact)
+    p = _finish(spec, target, pins, chosen, fits, tried, g, alternatives, exact)
+    if not p.fits and not p.refused:
+        _refuse_placement_pins(spec, asked, pins, p)
+    return p if asked is target else replace(p, asked_target=asked)
+
+
+# The pins that only constrain the search: when the plan they leave does not fit, the planner says
+# which of them, and what it would choose without them, instead of a plan that cannot load.
+_CONSTRAINTS = ("n_cpu_moe", "cpu_experts", "min_ctx", "keep_free_bytes")
+_EXPERT_PINS = ("n_cpu_moe", "cpu_experts")
+
+
+def _refuse_placement_pins(spec: ModelSpec, target: Target, pins: Pins, p: Plan) -> None:
+    """A PlanError naming the constraint pins that made the plan not fit, with what fits without them."""
+    moe = bool(spec.layer_expert_bytes)
+    # On a file without experts, "none in RAM" constrains nothing.
+    set_ = [name for name in _CONSTRAINTS if getattr(pins, name) is not None and (moe or name not in _EXPERT_PINS)]
+    if not set_:
+        return
+    free = replace(pins, **dict.fromkeys(_CONSTRAINTS))
+    try:
+        without = plan(spec, target, free, alternatives=False)
+    except PlanError:
+        return
+    if not without.fits:
+        return  # nothing fits either way: the plan's own "does not fit" and suggestion say it
+    dev = p.memory.device.total_bytes
+    need = (
+        f"needs {format_bytes(dev)} of the {format_bytes(p.target.device_budget_bytes)} VRAM" if dev else "does not fit"
+    )
+    raise PlanError(
+        f"no plan fits with {', '.join(_pin_text(spec, pins, n) for n in set_)}: {need}. "
+        f"Without {'it' if len(set_) == 1 else 'them'}: {placement_text(spec, without.settings, without.memory)}, "
+        f"{format_tokens(without.settings.n_ctx)} context, {without.settings.type_k} KV, "
+        f"{without.speed.decode_tps:.1f} tokens/s."
+    )
+
+
+def _pin_text(spec: ModelSpec, pins: Pins, name: str) -> str:
+    if name == "n_cpu_moe":
+        return f"experts of {pins.n_cpu_moe} of {spec.n_layer} layers in RAM (--n-cpu-moe {pins.n_cpu_moe})"
+    if name == "cpu_experts":
+        return "every layer's experts in RAM" if pins.cpu_experts else "no experts in RAM"
+    if name == "min_ctx":
+        return f"at least {format_tokens(pins.min_ctx or 0)} context"
+    return f"{format_bytes(pins.keep_free_bytes or 0)} kept free per device"
 
 
 def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> GraphEstimate | None:
     """Ask llama.cpp for the compute buffers of `s` (see measure.graph_compute): on the target's
     own devices when this machine has them, else the whole graph on the CPU."""
-    from vrampilot.planner.compute import GRAPH, HOST, dry_run_surplus_bytes
+    from vrampilot.planner.compute import GRAPH
     from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, graph_compute
 
     on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
@@ -185,18 +291,41 @@ def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> 
         return None
     if is_routed(spec.architecture):
         g = g.count(spec, s, m.kv_bytes, m.output_bytes, PRINT_RESOLUTION_BYTES * max(m.kv_lines, 1))
-    formula = memory_breakdown(spec, s, target, FORMULA)
     if not on_devices:
         whole = FORMULA.graph_bytes(spec, s)
         return g.learn(s, {GRAPH: m.total_bytes}, whole)
+    buffers, formula_bytes = _device_buffers(spec, target, s, m.compute_bytes)
+    plain = s.with_(n_cpu_moe=0, cpu_tensor_patterns=())
+    if plain != s and any(c.compute_bytes > 0 for c in memory_breakdown(spec, s, target, FORMULA).per_device):
+        # Weights kept in host memory are copied into a device's compute buffer for prefill, in
+        # part: llama.cpp's allocator lays some of the copy over dead activations (94 MiB of a
+        # 1 GiB expert tensor stay on DeepSeek-V2-Lite, none on gpt-oss-20b). The formula adds the
+        # whole tensor as a bound, unscaled; the ratio that corrects the graph for every other
+        # configuration comes from the same settings without the overrides, and `s` keeps its own
+        # measured buffers.
+        mp = graph_compute(spec.path, plain, devices)
+        if mp is not None and not mp.refused:
+            g = g.learn(plain, *_device_buffers(spec, target, plain, mp.compute_bytes))
+            return g.record(s, buffers)
+    return g.learn(s, buffers, formula_bytes)
+
+
+def _device_buffers(
+    spec: ModelSpec, target: Target, s: Settings, compute_bytes: dict[str, int]
+) -> tuple[dict[str, int], int]:
+    """A dry run's compute buffers by the planner's labels (each device's buffer name, HOST for
+    the host side), and the formula's total for the same buffers."""
+    from vrampilot.planner.compute import HOST, dry_run_surplus_bytes
+
+    formula = memory_breakdown(spec, s, target, FORMULA)
     names = [gpu.buffer_name or gpu.name for gpu in target.gpus]
     buffers: dict[str, int] = {}
-    for name, n in m.compute_bytes.items():
+    for name, n in compute_bytes.items():
         label = name if name in names else HOST  # CPU, CUDA_Host, ...: the host side
         if formula.pipelined and label in names[1:]:
             n -= dry_run_surplus_bytes(spec, s)  # the dry run's over-count on later devices
         buffers[label] = buffers.get(label, 0) + n
-    return g.learn(s, buffers, formula.device.compute_bytes + formula.host.compute_bytes)
+    return buffers, formula.device.compute_bytes + formula.host.compute_bytes
 
 
 def _choose(
@@ -210,8 +339,10 @@ def _choose(
     swa_full = bool(pins.swa_full) if pins.swa_full is not None else False
     ubatch0 = pins.n_ubatch or DEFAULT_UBATCH
 
-    def make(kv: tuple[str, str], ngl: int, ubatch: int) -> Settings:
-        full = has_gpu and ngl >= max_ngl
+    pinned_moe = _pinned_cpu_moe(spec, pins)
+
+    def make(kv: tuple[str, str], ngl: int, ubatch: int, n_cpu_moe: int = pinned_moe or 0) -> Settings:
+        full = has_gpu and ngl >= max_ngl and n_cpu_moe == 0
         t, tb = _threads(target, full)
         s = Settings(
             n_ctx=n_ctx,
@@ -225,6 +356,10 @@ def _choose(
             n_threads_batch=pins.n_threads_batch or tb,
             flash_attn=flash,
             swa_full=swa_full,
+            n_cpu_moe=n_cpu_moe if has_gpu else 0,
+            # The user's -ot patterns hold in every candidate: they change where bytes live, so
+            # the search sizes everything else around them.
+            cpu_tensor_patterns=pins.cpu_tensor_patterns or (),
         )
         devices, rpc = _device_settings(target)
         return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)
@@ -244,7 +379,12 @@ def _choose(
     else:
         ngl_options = [pins.n_gpu_layers] if pins.n_gpu_layers is not None else [max_ngl]
         ub_options = [ubatch0] if pins.n_ubatch else [DEFAULT_UBATCH, 256]
-        for kv in kv_pairs:
+        full_pairs = kv_pairs
+        if pinned_moe is None and not (pins.type_k or pins.type_v):
+            # Experts the planner may move: one layer's experts in RAM costs a few percent of the
+            # speed, less than a q4_0 cache costs in quality, so q4_0 is not bought for them.
+            full_pairs = [p for p in kv_pairs if p[0] != "q4_0"]
+        for kv in full_pairs:
             for ub in ub_options:
                 s = make(kv, min(ngl_options[0], max_ngl), ub)
                 mem, ok, _ = _evaluate(spec, s, target, g)
@@ -254,20 +394,39 @@ def _choose(
                     break
             if chosen:
                 break
-        if chosen is None and pins.n_gpu_layers is None:
-            # Give up layers: the most layers that fit, for each acceptable KV pair; q4_0 only if
-            # pinned, since it hurts quality and a CPU layer costs more than it saves.
+        if chosen is None:
+            # Give up GPU memory where it costs least speed. A MoE file keeps every layer's
+            # attention, norms, shared experts and KV cache (and the output) on the GPU and moves
+            # the routed experts of the fewest leading layers to RAM (--n-cpu-moe) that fit; whole
+            # layers to the CPU are the other way, and the dense model's only one. Each is sized
+            # for each acceptable KV pair (q4_0 only if pinned: it hurts quality, and what it
+            # frees buys little speed), and the fastest decoding wins; an earlier candidate (more
+            # precise cache, experts before layers) stays unless a later one is 2% faster.
             partial_pairs = kv_pairs if (pins.type_k or pins.type_v) else [p for p in kv_pairs if p[0] != "q4_0"]
-            best: tuple[float, Settings] | None = None
-            for kv in partial_pairs:
-                ngl = _max_layers(spec, target, partial(make, kv, ubatch=ubatch0), g)
-                if ngl is None:
-                    continue
-                s = make(kv, ngl, ubatch0)
+            candidates: list[Settings] = []
+            ngl_moe = min(pins.n_gpu_layers if pins.n_gpu_layers is not None else max_ngl, max_ngl)
+            if pinned_moe is None:
+                for kv in partial_pairs:
+                    n_moe = _min_cpu_moe(spec, target, partial(make, kv, ngl_moe, ubatch0), g)
+                    if n_moe is not None:
+                        candidates.append(make(kv, ngl_moe, ubatch0, n_moe))
+            if pins.n_gpu_layers is None and pins.cpu_experts is not False:
+                # Whole layers to the CPU, with the pinned experts placement (none by default);
+                # with every layer's experts in RAM too when even the attention alone is too big.
+                moe_options = [pinned_moe or 0]
+                if pinned_moe is None and not candidates and spec.layer_expert_bytes:
+                    moe_options.append(spec.n_layer)
+                for n_moe in moe_options:
+                    for kv in partial_pairs:
+                        ngl = _max_layers(spec, target, partial(make, kv, ubatch=ubatch0, n_cpu_moe=n_moe), g)
+                        if ngl is not None:
+                            candidates.append(make(kv, ngl, ubatch0, n_moe))
+            best: tuple[SpeedPrediction, Settings] | None = None
+            for s in dict.fromkeys(candidates):
                 mem, ok, sp = _evaluate(spec, s, target, g)
                 tried.append((s, mem, ok))
-                if ok and (best is None or sp.decode_tps > best[0] * 1.02):
-                    best = (sp.decode_tps, s)
+                if ok and (best is None or _faster(sp, best[0])):
+                    best = (sp, s)
             if best:
                 chosen = best[1]
 
@@ -277,7 +436,7 @@ def _choose(
     fits = chosen is not None
     if chosen is None:
         chosen = tried[0][0] if tried else make(kv_pairs[0], 0, ubatch0)
-        if has_gpu and pins.n_gpu_layers is None:
+        if has_gpu and pins.n_gpu_layers is None and pins.cpu_experts is not False:
             chosen = make((chosen.type_k, chosen.type_v), 0, ubatch0)
     return chosen, fits, tried
 
@@ -315,7 +474,7 @@ def _finish(
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "
             "the model was trained for: quality drops past it"
         )
-    alts = tuple(_alternatives(spec, target, chosen, g)) if alternatives else ()
+    alts = tuple(_alternatives(spec, target, chosen, g, pins)) if alternatives else ()
     return Plan(
         spec=spec,
         target=target,
@@ -357,6 +516,8 @@ def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gra
         return s.with_(tensor_split=tuple(pins.tensor_split))
     shares = tuple(float(max(gpu.memory_budget_bytes, 1)) for gpu in target.gpus)
     s = s.with_(tensor_split=_rounded(shares))
+    if s.n_cpu_moe:
+        return _split_by_cost(spec, target, s, g)
     per_layer = max(spec.layer_weight_bytes, default=1) + max(
         memory_breakdown(spec, s, target, g).kv.per_layer_bytes, default=0
     )
@@ -370,6 +531,44 @@ def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: Gra
         if sum(room) <= 0:
             break
         s = s.with_(tensor_split=_rounded(tuple(room)))
+    return s
+
+
+def _split_by_cost(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Settings:
+    """The -ts when the layers differ in size on the devices (the experts of the first n_cpu_moe
+    layers are in RAM, so those layers weigh a fraction of the rest on their device): each
+    device gets the run of layers whose bytes fill the same share of the room its budget leaves
+    after what it holds whatever the split (margin, compute buffer). A split by layer count
+    would give the device of the light leading layers too few of them, and leave it room."""
+    for _ in range(2):
+        mem = memory_breakdown(spec, s, target, g)
+        kept = mem.host_override_bytes
+        costs = [
+            (il, spec.layer_weight_bytes[il] - kept[il] + mem.kv.per_layer_bytes[il])
+            for il, d in enumerate(mem.layer_devices)
+            if d >= 0
+        ]
+        if mem.output_device >= 0:
+            out = spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
+            costs.append((spec.n_layer, out))
+        room = []
+        for d, (c, gpu) in enumerate(zip(mem.per_device, target.gpus, strict=True)):
+            mine = sum(
+                b for il, b in costs if (mem.output_device if il == spec.n_layer else mem.layer_devices[il]) == d
+            )
+            room.append(max(gpu.memory_budget_bytes - (c.total_bytes - mine), 0))
+        total_room, total_cost = sum(room), sum(b for _, b in costs)
+        if total_room <= 0 or total_cost <= 0:
+            return s
+        # Where each device's run of layers ends: the (fractional) layer at which the bytes so far
+        # reach that device's share of the room, scaled to the bytes there are.
+        cum = list(itertools.accumulate((b for _, b in costs), initial=0))
+        ends = []
+        for want in itertools.accumulate(r / total_room * total_cost for r in room[:-1]):
+            k = min(max(bisect.bisect_right(cum, want) - 1, 0), len(costs) - 1)
+            ends.append(k + (want - cum[k]) / max(costs[k][1], 1))
+        shares = [b - a for a, b in itertools.pairwise([0.0, *ends, float(len(costs))])]
+        s = s.with_(tensor_split=_rounded(tuple(max(v, 0.0) for v in shares)))
     return s
 
 
@@ -400,6 +599,37 @@ def _max_layers(spec: ModelSpec, target: Target, build: Callable[[int], Settings
     return lo if _fits(memory_breakdown(spec, build(lo), target, g), target) else None
 
 
+def _faster(a: SpeedPrediction, b: SpeedPrediction) -> bool:
+    """`a` beats the earlier candidate `b`: 2% faster decoding, or as fast and a fifth faster
+    reading prompts (ties keep the earlier: the more precise cache, experts before layers)."""
+    if a.decode_tps > b.decode_tps * 1.02:
+        return True
+    return a.decode_tps >= b.decode_tps * 0.98 and a.prefill_tps > b.prefill_tps * 1.2
+
+
+def _min_cpu_moe(spec: ModelSpec, target: Target, build: Callable[[int], Settings], g: GraphEstimate) -> int | None:
+    """Fewest leading layers whose routed experts go to RAM for the settings to fit, or None.
+
+    Each layer's experts moved to RAM only shrinks what the devices hold and only grows what the
+    host holds, so the counts that fit the devices are one range: find its bottom by bisection
+    (7 evaluations for 128 layers, not a dry run each), then check the host there.
+    """
+
+    def device_fits(n: int) -> bool:
+        return _devices_fit(memory_breakdown(spec, build(n), target, g), target)
+
+    lo, hi = 0, spec.n_layer
+    if not device_fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if device_fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if _fits(memory_breakdown(spec, build(lo), target, g), target) else None
+
+
 def _grow_ubatch(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: GraphEstimate) -> Settings:
     # Larger ubatches speed prompts up; take the largest the headroom allows. On the CPU the gain
     # is small and the compute buffer grows, so stay at the default there.
@@ -422,8 +652,49 @@ def _alt(spec: ModelSpec, target: Target, label: str, s: Settings, g: GraphEstim
     return Alternative(label, s, mem, ok and not refused, sp, refused)
 
 
-def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Iterable[Alternative]:
-    return [_alt(spec, target, label, cand, g) for label, cand in neighbours(spec, s, target.has_gpu)]
+def _alternatives(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate, pins: Pins) -> Iterable[Alternative]:
+    alts = [_alt(spec, target, label, cand, g) for label, cand in neighbours(spec, s, target.has_gpu)]
+    placement = _placement_alternatives(spec, target, s, g, pins, {a.settings for a in alts})
+    # Beside the experts' own neighbours, which lead the list (alternatives.neighbours).
+    lead = sum(1 for a in alts if a.settings.n_cpu_moe != s.n_cpu_moe and a.settings.n_gpu_layers == s.n_gpu_layers)
+    return alts[:lead] + placement + alts[lead:]
+
+
+def _placement_alternatives(
+    spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate, pins: Pins, seen: set[Settings]
+) -> list[Alternative]:
+    """A MoE plan's other way of freeing the GPU, sized by the search: whole layers on the CPU
+    (the most that fit, experts with them) beside experts in RAM, or the reverse."""
+    if not (target.has_gpu and spec.layer_expert_bytes):
+        return []
+    max_ngl = spec.n_layer + 1
+    out: list[Alternative] = []
+    if s.n_gpu_layers >= max_ngl and s.n_cpu_moe:
+        ngl = _max_layers(spec, target, lambda n: _with_placement(spec, target, s, g, pins, n, 0), g)
+        if ngl is not None and ngl < max_ngl:
+            cand = _with_placement(spec, target, s, g, pins, ngl, 0)
+            out.append(_alt(spec, target, f"whole layers instead: {ngl} of {max_ngl} on the GPU", cand, g))
+    elif s.n_gpu_layers < max_ngl:
+        n = _min_cpu_moe(spec, target, lambda k: _with_placement(spec, target, s, g, pins, max_ngl, k), g)
+        if n is not None:
+            cand = _with_placement(spec, target, s, g, pins, max_ngl, n)
+            out.append(_alt(spec, target, f"every attention on the GPU, {experts_label(spec, n)}", cand, g))
+    return [a for a in out if a.settings not in seen and a.settings != s]
+
+
+def _with_placement(
+    spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate, pins: Pins, ngl: int, n_cpu_moe: int
+) -> Settings:
+    """`s` with another placement: -ngl, --n-cpu-moe, the threads that go with them (unless
+    pinned) and the split."""
+    t, tb = _threads(target, ngl >= spec.n_layer + 1 and n_cpu_moe == 0)
+    cand = s.with_(
+        n_gpu_layers=ngl,
+        n_cpu_moe=n_cpu_moe,
+        n_threads=pins.n_threads or t,
+        n_threads_batch=pins.n_threads_batch or tb,
+    )
+    return _with_split(spec, target, cand, pins, g)
 
 
 def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:
@@ -453,4 +724,5 @@ def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimat
 
 def replan_with(plan_: Plan, **pins: object) -> Plan:
     """The same request with more pins, e.g. when the user moves a slider."""
-    return plan(plan_.spec, plan_.target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
+    target = plan_.asked_target or plan_.target  # the machine as asked, before a keep-free pin
+    return plan(plan_.spec, target, replace(plan_.pins, **pins), exact=plan_.exact)  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field

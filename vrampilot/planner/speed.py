@@ -29,7 +29,9 @@ from vrampilot.planner.cpu_speed import (
     weight_table,
 )
 from vrampilot.planner.graph_factors import factors_for_model
+from vrampilot.planner.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO
 from vrampilot.planner.memory import MemoryBreakdown
+from vrampilot.planner.placement import host_layer_active_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
 from vrampilot.speed.measured import SpeedFactors
@@ -45,6 +47,9 @@ GPU_TOKEN_OVERHEAD_S = 3e-4
 GPU_LAYER_OVERHEAD_S = 2e-5
 # The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
 HEADLINE_PROMPT_TOKENS = 512
+# A layer on the GPU whose routed experts are in RAM hands its hidden state to the CPU and back
+# for each token: two small copies and a synchronisation (assumed, not measured on a GPU here).
+HOST_EXPERTS_HOP_S = 3e-5
 # Kernels a decoder layer's graph runs (7 products, norms, rope, cache writes, attention, the
 # residual adds, the gated activation), each paying the device probe's per-product cost.
 DEVICE_KERNELS_PER_LAYER = 16
@@ -118,13 +123,62 @@ def _kv_read_on(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, device: in
 
 
 def _kv_read(mem: MemoryBreakdown, spec: ModelSpec, n_tokens: int, layer_is_here: Callable[[int], bool]) -> float:
-    """Each layer's cache is read up to the tokens it holds: all of them, or its sliding window."""
+    """Each layer's cache is read up to the tokens it holds: all of them, or its sliding window
+    (DeepSeek-V4: what its compressed attention reads, `_dsv4_read`)."""
     total = 0.0
     for il, layer_bytes in enumerate(mem.kv.per_layer_bytes):
+        if not layer_bytes or not layer_is_here(il):
+            continue
+        if spec.compress_ratios:
+            total += _dsv4_read(mem, spec, il, n_tokens)
+            continue
         cells = _cells(mem, spec, il)
-        if layer_bytes and cells and layer_is_here(il):
+        if cells:
             total += layer_bytes * min(n_tokens, cells) / cells
     return total
+
+
+# Which DeepSeek-V4 layers hold each cache part (None: every layer).
+_DSV4_PART_RATIO = {"window": None, "csa": DSV4_CSA_RATIO, "indexer": DSV4_CSA_RATIO, "hca": DSV4_HCA_RATIO}
+
+
+def _dsv4_read(mem: MemoryBreakdown, spec: ModelSpec, il: int, n_tokens: int) -> float:
+    """Cache bytes DeepSeek-V4's layer il reads for one decoded token with n_tokens in the
+    context (llama-kv-cache-dsv4.cpp's caches, the deepseek4 graph): the raw window's last
+    sliding_window entries; a CSA layer's top-k compressed entries and every lightning-indexer key
+    (the indexer scores them all to choose the top-k); an HCA layer's every compressed entry; and
+    the layer's compressor states, read and rewritten each token. MTP blocks do not run."""
+    if il >= spec.n_layer - spec.n_layer_nextn:
+        return 0.0
+    n = max(n_tokens, 1)
+    ratio = spec.compress_ratios[il]
+    reads = {
+        "window": min(n, spec.sliding_window),
+        "csa": min(n // DSV4_CSA_RATIO, spec.indexer_top_k),
+        "indexer": n // DSV4_CSA_RATIO,
+        "hca": n // DSV4_HCA_RATIO,
+    }
+    total = caches = 0.0
+    for part in mem.kv.parts:
+        if part.name not in reads:
+            continue  # a compressor state, counted below
+        want = _DSV4_PART_RATIO[part.name]
+        if want is not None and ratio != want:
+            continue
+        per_cell = part.bytes / max(part.layers * part.cells * part.streams, 1)  # one layer, one cell
+        caches += per_cell * part.cells * part.streams
+        total += per_cell * min(reads[part.name], part.cells)
+    return total + max(0.0, mem.kv.per_layer_bytes[il] - caches)
+
+
+def indexer_flops(spec: ModelSpec, on_layer: Callable[[int], bool], n_tokens: int) -> float:
+    """FLOPs of DeepSeek-V4's lightning indexer for one decoded token on the layers `on_layer`
+    picks: each CSA layer's heads score every compressed key (a product of the key length)."""
+    if not spec.compress_ratios or not spec.indexer_n_head:
+        return 0.0
+    n_main = spec.n_layer - spec.n_layer_nextn
+    csa = sum(1 for il in range(n_main) if spec.compress_ratios[il] == DSV4_CSA_RATIO and on_layer(il))
+    return 2.0 * csa * spec.indexer_n_head * spec.indexer_head_size * (max(n_tokens, 1) // DSV4_CSA_RATIO)
 
 
 def backend_key(target: Target, settings: Settings) -> str:
@@ -162,8 +216,18 @@ class SpeedModel:
         self.kv_type = settings.type_k if settings.flash_attn else "f16"
         layer_bytes, layer_params = spec.layer_active_bytes, spec.layer_active_params
         out_bytes, out_params = _output_read(spec)
-        self.dev_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if on)
-        self.host_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if not on)
+        # Per layer: what a decoded token reads in RAM although the layer is on the GPU (experts
+        # --n-cpu-moe keeps there, tensors the user's -ot patterns keep there), and whether the
+        # layer hands its hidden state to the CPU and back for it.
+        held = (
+            host_layer_active_bytes(spec, settings)
+            if settings.n_cpu_moe or settings.cpu_tensor_patterns
+            else (0.0,) * spec.n_layer
+        )
+        self.moved_active = tuple(held[il] if on else 0.0 for il, on in enumerate(self.on_gpu))
+        self.experts_on_host = tuple(x > 0 for x in self.moved_active)
+        self.dev_w = sum(b - x for b, x, on in zip(layer_bytes, self.moved_active, self.on_gpu, strict=True) if on)
+        self.host_w = sum(b for b, on in zip(layer_bytes, self.on_gpu, strict=True) if not on) + sum(self.moved_active)
         if self.output_on_gpu:
             self.dev_w += out_bytes
         else:
@@ -192,9 +256,15 @@ class SpeedModel:
         t_dev = 0.0
         if self.gpu and (len(self.mem.per_device) > 1 or any(g.kind == "rpc" for g in self.target.gpus)):
             # Each device at its own bandwidth, plus the hops to and from RPC hosts.
-            t_dev = _device_decode_seconds(self.spec, self.target, self.mem, n_tokens)
+            t_dev = _device_decode_seconds(self.spec, self.target, self.mem, n_tokens, self.moved_active)
         elif dev and self.gpu_bw:
             t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + self.layer_overhead_s * self.n_gpu
+            flops = indexer_flops(self.spec, lambda il: self.on_gpu[il], n_tokens)
+            if flops:
+                # The indexer's heads make its scores a small matrix product, not a pure read.
+                t_dev += flops / sum(device_flops(g, self.spec.indexer_n_head) for g in self.target.gpus)
+        # Each layer whose experts are in RAM hands its hidden state to the CPU and back.
+        t_dev += sum(self.experts_on_host) * HOST_EXPERTS_HOP_S
         t_host = decode_seconds(
             self.table,
             self.host_layers,
@@ -204,6 +274,7 @@ class SpeedModel:
             self.kv_type,
             self.settings.n_threads,
             self.rates,
+            self.experts_on_host,
         )
         return t_dev + t_host
 
@@ -230,17 +301,32 @@ class SpeedModel:
         # plus the host layers' weights copied over PCIe once per ubatch (op offload). A ubatch's
         # time is affine in its work, so the full ubatches are priced at their mean work, times
         # their count (no loop over ubatches: a 16M context has 32K of them).
-        spec = self.spec
-        attn_per_cell = 4.0 * spec.n_layer * max(spec.n_head or (0,)) * spec.head_dim_k
         ub = max(1, min(s.n_ubatch, s.n_batch))
         full, rest = divmod(n_tokens, ub)
         t = 0.0
         for count, m, start in ((full, ub, n_past), (1 if rest else 0, rest, n_past + full * ub)):
             if count:
                 q = count * m  # the queries of these ubatches; on average each sees start + q/2 cells
-                work = q * self.flops_per_token + attn_per_cell * q * (start + q / 2)
+                work = q * self.flops_per_token + self._gpu_attention_flops(q, start + q / 2)
                 t += count * self._gpu_ubatch_seconds(m, work / count)
         return t
+
+    def _gpu_attention_flops(self, q: int, mean_cells: float) -> float:
+        """Attention FLOPs of q prompt queries that see `mean_cells` cells on average. DeepSeek-V4's
+        compressed layers attend to their raw window and the compressed entries a query keeps (CUDA's
+        flash attention gathers the top-k's unmasked cells, fattn.cu), and a CSA layer's indexer
+        scores every compressed key; every other model attends to every cell."""
+        spec = self.spec
+        if not spec.compress_ratios:
+            return 4.0 * spec.n_layer * max(spec.n_head or (0,)) * spec.head_dim_k * q * mean_cells
+        n = int(mean_cells)
+        total = 0.0
+        for att in self.attention:
+            if att is not None:
+                cells = att.attended_cells(n) if att.compress_ratio else min(n, att.cells)
+                total += 4.0 * att.n_head * att.head_dim * q * cells
+                total += 2.0 * att.indexer_heads * att.indexer_dim * q * att.indexer_cells(n)
+        return total
 
     def _gpu_ubatch_seconds(self, m: int, work: float) -> float:
         """One ubatch of m tokens, `work` FLOPs, on the offload devices."""
@@ -248,18 +334,40 @@ class SpeedModel:
             t = _devices_prefill_seconds(self.spec, self.target, self.mem, m, work)
         else:
             t = work / sum(device_flops(g, m) for g in self.target.gpus)
-        return t + self.host_w / (PCIE_GBPS * 1e9)
+        return t + self.host_copy_bytes(m) / (PCIE_GBPS * 1e9)
+
+    def host_copy_bytes(self, m: int) -> float:
+        """Weight bytes in RAM a ubatch of m tokens copies to the GPU. llama.cpp's scheduler runs
+        a big ubatch's products on the GPU (op offload, ggml-backend.cpp; CUDA from 32 tokens)
+        and copies the weights over, of an expert tensor only the experts the ubatch's tokens
+        were routed to (1 - (1 - used/all)^m of them, spread evenly)."""
+        total = 0.0
+        for layer, on, moved in zip(self.table.layers, self.on_gpu, self.experts_on_host, strict=True):
+            if on and not moved:
+                continue
+            for mat in layer.matrices:
+                if on and mat.expert_share >= 1.0:
+                    continue  # the GPU holds the rest of a layer whose experts are in RAM
+                total += mat.bytes_total * (1.0 - (1.0 - mat.expert_share) ** m)
+        out = self.table.output
+        if not self.output_on_gpu and out is not None:
+            total += out.bytes_total
+        return total
 
 
-def _device_decode_seconds(spec: ModelSpec, target: Target, mem: MemoryBreakdown, n_tokens: int) -> float:
-    """One token on the offload devices: each reads its layers' weights and KV at its own
-    bandwidth, one after the other (a single sequence does not overlap them); where the token
-    crosses to or from an RPC host it pays a round trip and the activations over the network."""
+def _device_decode_seconds(
+    spec: ModelSpec, target: Target, mem: MemoryBreakdown, n_tokens: int, moved_active: tuple[float, ...] = ()
+) -> float:
+    """One token on the offload devices: each reads its layers' weights (less `moved_active`, per
+    layer what it reads in RAM: experts --n-cpu-moe keeps there) and KV at its own bandwidth, one
+    after the other (a single sequence does not overlap them); where the token crosses to or
+    from an RPC host it pays a round trip and the activations over the network."""
     out_bytes, _ = _output_read(spec)
     total = 0.0
     for d, gpu in enumerate(target.gpus[: len(mem.per_device)]):
         layers = mem.device_layers(d)
-        read = sum(spec.layer_active_bytes[il] for il in layers) + _kv_read_on(mem, spec, n_tokens, d)
+        read = sum(spec.layer_active_bytes[il] - (moved_active[il] if moved_active else 0.0) for il in layers)
+        read += _kv_read_on(mem, spec, n_tokens, d)
         if mem.output_device == d:
             read += out_bytes
         if not read:

@@ -75,6 +75,18 @@ class PinControls(QWidget):
         self._add("n_gpu_layers", "GPU layers", self.ngl)
         self.ngl.valueChanged.connect(lambda v: self._user_set("n_gpu_layers", int(v)))
 
+        # A MoE file's routed experts: how many leading layers keep theirs in RAM (--n-cpu-moe).
+        self.n_cpu_moe = QSpinBox()
+        self.n_cpu_moe.setObjectName("pin_n_cpu_moe")
+        self.n_cpu_moe.setRange(0, 1000)
+        self.n_cpu_moe.setSuffix(" layers")
+        self.n_cpu_moe.setToolTip(
+            "Routed experts of the first N layers stay in RAM (llama.cpp's --n-cpu-moe); every layer's "
+            "attention and KV cache stay on the GPU. Auto: as few as fit."
+        )
+        self._add("n_cpu_moe", "Experts in RAM", self.n_cpu_moe)
+        self.n_cpu_moe.valueChanged.connect(lambda v: self._user_set("n_cpu_moe", int(v)))
+
         self.batch = self._combo("n_batch", [str(b) for b in BATCH_CHOICES])
         self._add("n_batch", "Batch", self.batch)
         self.ubatch = self._combo("n_ubatch", [str(b) for b in UBATCH_CHOICES])
@@ -154,7 +166,9 @@ class PinControls(QWidget):
     def pins(self) -> Pins:
         return self._pins
 
-    def set_model(self, n_ctx_train: int, n_layer: int, has_gpu: bool, logical_cores: int) -> None:
+    def set_model(
+        self, n_ctx_train: int, n_layer: int, has_gpu: bool, logical_cores: int, has_experts: bool = False
+    ) -> None:
         self._ctx_steps = context_steps(n_ctx_train)
         self.ctx_slider.blockSignals(True)
         self.ctx_slider.setRange(0, len(self._ctx_steps) - 1)
@@ -165,6 +179,17 @@ class PinControls(QWidget):
         self.ngl.setEnabled(has_gpu)
         self._auto["n_gpu_layers"].setEnabled(has_gpu)
         self.ngl.setToolTip("" if has_gpu else "No GPU in this plan: every layer runs on the CPU")
+        self.n_cpu_moe.blockSignals(True)
+        self.n_cpu_moe.setRange(0, n_layer)
+        self.n_cpu_moe.setSuffix(f" of {n_layer} layers")
+        self.n_cpu_moe.blockSignals(False)
+        moe = has_gpu and has_experts
+        self.n_cpu_moe.setEnabled(moe)
+        self._auto["n_cpu_moe"].setEnabled(moe)
+        if not moe:
+            self.n_cpu_moe.setToolTip(
+                "No routed experts in this model" if has_gpu else "No GPU in this plan: everything is in RAM"
+            )
         for box in (self.threads, self.threads_batch):
             box.blockSignals(True)
             box.setRange(1, max(1, logical_cores))
@@ -180,6 +205,7 @@ class PinControls(QWidget):
             self.type_k,
             self.type_v,
             self.ngl,
+            self.n_cpu_moe,
             self.batch,
             self.ubatch,
             self.threads,
@@ -197,6 +223,7 @@ class PinControls(QWidget):
             self.type_k.setCurrentText(settings.type_k)
             self.type_v.setCurrentText(settings.type_v)
             self.ngl.setValue(settings.n_gpu_layers)
+            self.n_cpu_moe.setValue(settings.n_cpu_moe)
             _set_number(self.batch, settings.n_batch)
             _set_number(self.ubatch, settings.n_ubatch)
             self.threads.setValue(settings.n_threads)

@@ -41,6 +41,7 @@ from vrampilot.planner.explain import (
     why_lines,
 )
 from vrampilot.planner.plan import Alternative, Pins, Plan
+from vrampilot.planner.reasons import placement_text
 from vrampilot.ui.pin_controls import PinControls
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
@@ -122,6 +123,13 @@ class PlanView(QWidget):
         self.verdict.setWordWrap(True)
         self.verdict.setTextFormat(Qt.TextFormat.RichText)
         outer.addWidget(self.verdict)
+        # Where the model runs, in words: "every layer's attention on the GPU, experts of 14 of
+        # 48 layers in RAM".
+        self.placement = QLabel()
+        self.placement.setObjectName("placement")
+        self.placement.setWordWrap(True)
+        self.placement.setTextFormat(Qt.TextFormat.RichText)
+        outer.addWidget(self.placement)
         self.gpu_bar = MemoryBar()
         self.gpu_bar.setObjectName("gpu_bar")
         self.ram_bar = MemoryBar()
@@ -234,15 +242,15 @@ class PlanView(QWidget):
 
         alts = QGroupBox("Alternatives (double-click to use)")
         al = QVBoxLayout(alts)
-        self.alternatives = QTableWidget(0, 4)
+        self.alternatives = QTableWidget(0, 5)
         self.alternatives.setObjectName("alternatives")
-        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Tokens/s", "Fits"])
+        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Generate t/s", "Prompt t/s", "Fits"])
         self.alternatives.verticalHeader().hide()
         self.alternatives.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.alternatives.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         hdr = self.alternatives.horizontalHeader()
         hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for c in (1, 2, 3):
+        for c in (1, 2, 3, 4):
             hdr.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         self.alternatives.cellDoubleClicked.connect(self._alt_clicked)
         al.addWidget(self.alternatives)
@@ -275,7 +283,9 @@ class PlanView(QWidget):
         self.model_label.setText(f"<b>{escape(name)}</b> · {escape(plan.target.description)}")
         self.model_label.setToolTip(str(plan.spec.path))
         t = plan.target
-        self.pins.set_model(plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores)
+        self.pins.set_model(
+            plan.spec.n_ctx_train, plan.spec.n_layer, t.has_gpu, t.cpu_logical_cores, bool(plan.spec.layer_expert_bytes)
+        )
         self.pins.show_settings(plan.settings, plan.pins)
         mem = plan.memory
         bars = self._device_bar_data(plan)
@@ -305,6 +315,8 @@ class PlanView(QWidget):
                 f"across {rpc} RPC host{'s' if rpc > 1 else ''}" + (f" and {n_dev - rpc} GPU(s)" if n_dev > rpc else "")
             )
         )
+        if s.n_cpu_moe and t.has_gpu:
+            on += f", experts of {min(s.n_cpu_moe, plan.spec.n_layer)} layers in RAM"
         where = (
             on
             if t.has_gpu and s.n_gpu_layers > plan.spec.n_layer
@@ -316,6 +328,8 @@ class PlanView(QWidget):
             color, word = OVER_BUDGET, "Does not fit"
         detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
+        self.placement.setText(_placement_html(plan))
+        self.placement.setVisible(t.has_gpu)
         self.speed.setText(_speed_text(plan, self._measuring))
         self.draft_info.setText(_draft_text(plan))
         self.draft_info.setVisible(plan.draft is not None)
@@ -357,11 +371,14 @@ class PlanView(QWidget):
                 a.label,
                 f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})",
                 f"{a.speed.decode_tps:.1f}",
+                f"{a.speed.prefill_tps:.0f}",
                 {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if c == 3:
+                if c in (2, 3):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if c == 4:
                     item.setForeground(QColor(OK_GREEN if a.verdict == FITS else OVER_BUDGET))
                 if a.refused:
                     item.setToolTip(a.refused)
@@ -421,6 +438,21 @@ class PlanView(QWidget):
             self.load_button.setText("Reload" if reload else "Load")
         elif self._plan is not None:
             self.load_button.setText("Load" if self._plan.fits else "Load anyway…")
+
+
+def _placement_html(plan: Plan) -> str:
+    """Where the model runs, and for a MoE file how many layers' experts are in RAM and whether
+    the planner chose that or the user pinned it."""
+    s = plan.settings
+    text = placement_text(plan.spec, s, plan.memory)
+    flags = f" (--n-cpu-moe {s.n_cpu_moe})" if s.n_cpu_moe else ""
+    pinned = plan.pins.n_cpu_moe is not None or plan.pins.cpu_experts is not None
+    who = "pinned by you" if pinned else "chosen by the planner"
+    if not plan.spec.layer_expert_bytes:
+        who = ""
+    return f"Placement: <b>{escape(text)}</b>{escape(flags)}" + (
+        f" <span style='color:gray'>({who})</span>" if who else ""
+    )
 
 
 def _speed_text(plan: Plan, measuring: str = "") -> str:
