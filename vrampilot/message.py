@@ -15,6 +15,8 @@ Role = Literal["system", "user", "assistant"]
 class Message:
     role: Role
     content: str
+    # Image files shown to the model before the text (a plan with a vision projector only).
+    images: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}

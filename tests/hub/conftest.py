@@ -12,6 +12,7 @@ from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from testkit.gguf_models import write_header_only, write_model
 from testkit.machines import cpu_machine as machine
+from testkit.mmproj import write_projector
 from tests.hub.fake_hub import FakeHub
 from vrampilot.planner.target import Target, target_from_vram
 from vrampilot.units import GIB
@@ -124,3 +125,26 @@ def tiny_repo(hub: FakeHub, models: Models) -> str:
         "test/tiny-llama-GGUF", files, downloads=500, likes=7, gguf={"architecture": "llama", "total": 4_000_000}
     )
     return "test/tiny-llama-GGUF"
+
+
+VISION_REPO = "test/tiny-vision-GGUF"
+
+
+@pytest.fixture
+def vision_repo(hub: FakeHub, models: Models, tmp_path_factory: pytest.TempPathFactory) -> str:
+    d = tmp_path_factory.mktemp("vision")
+    hub.add_repo(
+        VISION_REPO,
+        {
+            "tiny-llama-F16.gguf": models.tiny_llama,  # n_embd 128
+            # Named to come first: a projector for another model size, and a file named mmproj
+            # that is no projector at all.
+            "mmproj-a-large-F16.gguf": write_projector(d / "large.gguf", "mlp", n_embd_text=256),
+            "mmproj-b-notclip.gguf": write_model(d / "notclip.gguf", "llama", n_layer=1),
+            "mmproj-F16.gguf": write_projector(
+                d / "fits.gguf", "gemma3", n_embd_text=128, image_size=224, n_embd=256, n_ff=1024, n_layer=4
+            ),
+        },
+        gguf={"architecture": "llama", "total": 4_000_000},
+    )
+    return VISION_REPO

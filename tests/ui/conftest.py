@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from testkit.machines import cpu_machine
-from tests.hub.conftest import hf_env, hub, models, tiny_repo  # noqa: F401 - the Hub tab's tests use the Hub's fixtures
+from tests.hub.conftest import hf_env, hub, models, tiny_repo, vision_repo  # noqa: F401 - the Hub tab's tests use the Hub's fixtures
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins

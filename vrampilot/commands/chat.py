@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="attach a document (repeatable): PDF, DOCX, TXT, Markdown, HTML or source code. The whole text is "
         "given when it fits the plan's context, else the passages most relevant to the prompt (retrieval)",
     )
+    p.add_argument(
+        "--image",
+        action="append",
+        type=Path,
+        metavar="FILE",
+        help="show the model an image with the prompt (repeatable; PNG, JPEG, GIF or BMP): needs the "
+        "model's vision projector (--mmproj), planned and loaded with it",
+    )
     p.set_defaults(handler=run_chat)
 
 
@@ -63,6 +72,11 @@ def run_chat(args: argparse.Namespace) -> int:
     from vrampilot.commands.plan import plan_from_args
     from vrampilot.engine import Engine, SamplingParams
 
+    images = tuple(str(p) for p in args.image or ())
+    if images and not args.mmproj:
+        raise UserError("--image needs the model's vision projector: add --mmproj FILE (or --mmproj auto)")
+    if images and (args.save or args.chat is not None or args.document):
+        raise UserError("--image is for one turn: saved chats and documents do not keep images yet")
     prompt = _text_arg(args.prompt, "--prompt")
     system = _text_arg(args.system, "--system", allow_empty=True) if args.system is not None else None
     plan = plan_from_args(args)
@@ -78,7 +92,11 @@ def run_chat(args: argparse.Namespace) -> int:
 
     history = _History(args.chat, args.save or args.chat is not None, plan, system)
     messages = history.messages(prompt)
+    if images:
+        messages[-1] = replace(messages[-1], images=images)
     if plan.settings.uses_rpc:
+        if images:
+            raise UserError("images are read by the in-app engine, which never runs RPC hosts; serve the plan instead")
         if args.document:
             raise UserError(
                 "documents are read by the in-app engine, which never runs RPC hosts; drop --document or --rpc"
@@ -120,7 +138,8 @@ def run_chat(args: argparse.Namespace) -> int:
             print(reply.stats.summary(), file=sys.stderr)
     finally:
         engine.unload()
-    speed = _learn(loaded.plan, reply.stats, cpu_load.others_share(started))
+    # An image's encoding is no prompt reading: such a reply would teach the speed model wrong.
+    speed = None if images else _learn(loaded.plan, reply.stats, cpu_load.others_share(started))
     if speed is not None and not args.json:
         print(f"vrampilot: {speed['line']}", file=sys.stderr)
     chat_id = history.save(prompt, reply.text, reply.stats.to_dict())

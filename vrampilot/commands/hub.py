@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
-from vrampilot.gguf import GGUFError
+from vrampilot.gguf import GGUFError, load_model_spec
 from vrampilot.hub.auth import current_token, forget_token, save_token
 from vrampilot.hub.badge import DEFAULT_TARGET_CTX, Badge, badge_for_spec
 from vrampilot.hub.client import validate_token
@@ -19,7 +19,7 @@ from vrampilot.hub.download import DownloadProgress, download_model
 from vrampilot.hub.errors import HubError
 from vrampilot.hub.files import RemoteModel, RepoFiles, list_repo_files
 from vrampilot.hub.library import scan_library
-from vrampilot.hub.remote import remote_spec
+from vrampilot.hub.remote import matching_remote_projector, remote_spec
 from vrampilot.hub.search import SORT_KEYS, RepoSummary, search_models
 from vrampilot.units import format_bytes, format_tokens
 
@@ -67,6 +67,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     d.add_argument("repo", help="repository")
     d.add_argument("file", help="GGUF file in the repository (any part of a split model fetches all parts)")
     d.add_argument("--revision", help="branch, tag or commit (default: main)")
+    d.add_argument(
+        "--with-mmproj",
+        action="store_true",
+        help="also download the repository's vision projector (mmproj) that fits the model, into the same folder",
+    )
     d.set_defaults(handler=run_download)
 
     lib = hsub.add_parser("library", help="GGUF models on this machine (HF cache, LM Studio, Ollama, folders)")
@@ -270,6 +275,10 @@ def run_download(args: argparse.Namespace) -> int:
     progress = _StderrProgress()
     try:
         result = download_model(args.repo, args.file, revision=args.revision, on_progress=progress)
+        if args.with_mmproj and result.status == "done" and result.path is not None:
+            code = _download_projector(args, result.path, progress)
+            if code:
+                return code
     except KeyboardInterrupt:
         if progress.tty:
             sys.stderr.write("\n")
@@ -284,6 +293,28 @@ def run_download(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     print(result.path)
+    return 0
+
+
+def _download_projector(args: argparse.Namespace, model_path: Path, progress: _StderrProgress) -> int:
+    """After the model: the projector that fits it, from the same listing (so the same commit and
+    the same snapshot folder, where `--mmproj auto` finds it)."""
+    listing = list_repo_files(args.repo, revision=args.revision)
+    if not listing.mmproj:
+        print(f"vrampilot: {args.repo} has no vision projector (mmproj) files", file=sys.stderr)
+        return 1
+    match = matching_remote_projector(listing, load_model_spec(model_path))
+    if match is None:
+        names = ", ".join(m.first.filename for m in listing.mmproj)
+        print(f"vrampilot: no projector in {args.repo} fits {model_path.name} (tried {names})", file=sys.stderr)
+        return 1
+    result = download_model(
+        args.repo, match.first.filename, revision=listing.commit, on_progress=progress, listing=listing
+    )
+    if result.status != "done" or result.path is None:
+        print(f"vrampilot: projector download {result.status}", file=sys.stderr)
+        return 1
+    print(f"vision projector verified and saved beside the model: {result.path}", file=sys.stderr)
     return 0
 
 

@@ -6,8 +6,9 @@ import argparse
 import json
 
 from vrampilot.commands.common import resolve_model
-from vrampilot.gguf import load_model_spec
-from vrampilot.gguf.describe import format_spec, spec_to_dict
+from vrampilot.gguf import load_model_spec, read_gguf
+from vrampilot.gguf.describe import format_projector, format_spec, spec_to_dict
+from vrampilot.gguf.projector import ProjectorSpec, matching_projector, read_projector
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,9 +19,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_model_spec(resolve_model(args.model))
+    path = resolve_model(args.model)
+    header = read_gguf(path)
+    if header.get("general.architecture") == "clip":
+        return _run_projector(args, read_projector(path, gguf=header))
+    spec = load_model_spec(path)
+    beside = matching_projector(spec)
     if args.json:
-        print(json.dumps(spec_to_dict(spec), indent=2))
+        d = spec_to_dict(spec)
+        d["vision_projector"] = str(beside) if beside else None
+        print(json.dumps(d, indent=2))
     else:
-        print(format_spec(spec))
+        extra = [("Vision projector", f"{beside.name} beside it fits (plan, serve: --mmproj auto)")] if beside else []
+        print(format_spec(spec, extra))
+    return 0
+
+
+def _run_projector(args: argparse.Namespace, proj: ProjectorSpec) -> int:
+    print(json.dumps({"projector": proj.to_dict()}, indent=2) if args.json else format_projector(proj))
     return 0

@@ -17,6 +17,7 @@ from vrampilot.commands.common import resolve_model
 from vrampilot.errors import UserError
 from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, detect_machine
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_hosts
@@ -125,6 +126,17 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         "--draft-kv", choices=KV_CACHE_TYPES, default="f16", help="the draft's K and V cache type (-ctkd/-ctvd)"
     )
     p.add_argument(
+        "--mmproj",
+        metavar="FILE|auto",
+        help="a vision projector (mmproj GGUF) to load with the model; 'auto': the one beside the "
+        "model that fits it (mmproj*.gguf in the model's folder)",
+    )
+    p.add_argument(
+        "--no-mmproj-offload",
+        action="store_true",
+        help="keep the vision projector on the CPU (llama.cpp's --no-mmproj-offload)",
+    )
+    p.add_argument(
         "--estimate",
         action="store_true",
         help="size the compute buffer with the formula only, without asking llama.cpp (a dry run, ~5-200 ms)",
@@ -187,6 +199,7 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         min_ctx=getattr(args, "min_ctx", None),
         keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
         cpu_tensor_patterns=_cpu_patterns(getattr(args, "cpu_tensors", None)),
+        mmproj_cpu=True if getattr(args, "no_mmproj_offload", False) else None,
     )
 
 
@@ -292,8 +305,19 @@ def _rpc_hosts(args: argparse.Namespace) -> tuple[list[RpcHost], dict[str, int]]
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     spec = load_model_spec(resolve_model(args.model))
+    pins = pins_from_args(args)
+    mmproj = getattr(args, "mmproj", None)
+    if mmproj == "auto":
+        found = matching_projector(spec)
+        if found is None:
+            raise UserError(
+                f"no vision projector that fits {spec.path.name} beside it (mmproj*.gguf in {spec.path.parent})"
+            )
+        mmproj = str(found)
+    if mmproj:
+        pins = replace(pins, mmproj_path=str(Path(mmproj).expanduser()))
     try:
-        target, pins = target_from_args(args, spec), pins_from_args(args)
+        target = target_from_args(args, spec)
         request = draft_request_from_args(args)
         if request is not None:
             from vrampilot.planner.draft import plan_with_draft, stored_acceptance

@@ -23,7 +23,7 @@ from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import exported_command
 from vrampilot.units import format_bytes
 
-_COMPONENTS = ("weights", "kv", "compute", "output", "margin", "total")
+_COMPONENTS = ("weights", "kv", "compute", "output", "margin", "projector", "total")
 
 
 def memory_to_dict(mem: MemoryBreakdown) -> dict[str, dict[str, int]]:
@@ -74,6 +74,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "placement": placement_to_dict(plan),
         "memory": memory_to_dict(plan.memory),
         "devices": devices_to_dict(plan),
+        "projector": projector_to_dict(plan),
         "compute_source": plan.compute_source,
         "kv_source": plan.kv_source,
         "kv_source_text": cache_source_text(plan),
@@ -144,7 +145,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
 
 
 def _bar(parts: Components, budget: int, width: int = 40) -> str:
-    """A text bar: W weights, K KV, C compute, O output, M margin, . free."""
+    """A text bar: W weights, K KV, C compute, O output, M margin, P vision projector, . free."""
     if budget <= 0:
         return ""
     scale = width / max(budget, parts.total_bytes)
@@ -155,6 +156,7 @@ def _bar(parts: Components, budget: int, width: int = 40) -> str:
         ("C", parts.compute_bytes),
         ("O", parts.output_bytes),
         ("M", parts.margin_bytes),
+        ("P", parts.projector_bytes),
     ):
         cells += ch * round(n * scale)
     cells = cells[:width] if parts.total_bytes <= budget else cells
@@ -183,7 +185,10 @@ def format_plan(plan: Plan) -> str:
         mark = " (pinned)" if _row_field(k) & set(pinned) else ""
         lines.append(f"  {k:<{width}}  {v}{mark}")
     lines.append("")
-    lines.append("Memory (W weights, K KV cache, C compute, O output, M margin)")
+    legend = "W weights, K KV cache, C compute, O output, M margin"
+    if plan.memory.projector is not None:
+        legend += ", P vision projector (in the totals)"
+    lines.append(f"Memory ({legend})")
     header = f"  {'':<7}{'weights':>11}{'KV':>11}{'compute':>11}{'output':>11}{'margin':>11}{'total':>11}  of"
     lines.append(header)
     gpus = plan.target.gpus
@@ -210,6 +215,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {'':<7}{_bar(comp, budget)}")
     lines.append(f"  {_compute_source_line(plan)}")
     lines.append(f"  {cache_source_text(plan)}")
+    if plan.memory.projector is not None:
+        lines.append(f"  {projector_text(plan)}")
     lines.append("")
     verdict = "fits" if plan.fits else "DOES NOT FIT"
     lines.append(
@@ -248,6 +255,43 @@ def format_plan(plan: Plan) -> str:
     lines.append("llama-server")
     lines.append("  " + exported_command(plan.spec.path, plan.settings, "bash"))
     return "\n".join(lines)
+
+
+def projector_text(plan: Plan) -> str:
+    """The vision projector in one line: its bytes, where they go, the tokens an image takes."""
+    proj = plan.memory.projector
+    if proj is None:
+        return ""
+    where = (
+        "CPU" if proj.device < 0 else (plan.target.gpus[proj.device].llama_name or plan.target.gpus[proj.device].name)
+    )
+    host = (
+        f" (+ {format_bytes(proj.host_compute_bytes)} CPU compute)"
+        if proj.device >= 0 and proj.host_compute_bytes
+        else ""
+    )
+    return (
+        f"vision projector {proj.spec.path.name} ({proj.spec.projector_type}) on {where}: weights "
+        f"{format_bytes(proj.weights_bytes)}, compute {format_bytes(proj.compute_bytes)}{host} ({proj.source}); "
+        f"{proj.spec.tokens_text()}"
+    )
+
+
+def projector_to_dict(plan: Plan) -> dict[str, Any] | None:
+    proj = plan.memory.projector
+    if proj is None:
+        return None
+    return {
+        "path": str(proj.spec.path),
+        "projector_type": proj.spec.projector_type,
+        "device": proj.device,
+        "weights_bytes": proj.weights_bytes,
+        "compute_bytes": proj.compute_bytes,
+        "host_compute_bytes": proj.host_compute_bytes,
+        "compute_source": proj.source,
+        "image_tokens": proj.spec.image_tokens,
+        "image_tokens_text": proj.spec.tokens_text(),
+    }
 
 
 def _compute_source_line(plan: Plan) -> str:

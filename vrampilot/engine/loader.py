@@ -199,6 +199,14 @@ def open_llama(
     if cancel.is_set():
         llm.close()
         raise LoadCancelled()
+    if settings.mmproj_path:
+        from vrampilot.engine.vision import attach_projector
+
+        try:
+            attach_projector(llm, settings)  # where the plan counted it (engine/vision.py)
+        except BaseException:
+            llm.close()
+            raise
     if progress is not None:
         progress(1.0)
     return llm

@@ -41,6 +41,7 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate
+from vrampilot.engine.vision import MAX_IMAGE_BYTES, ImageError, projector_of
 from vrampilot.message import Message, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
@@ -320,6 +321,8 @@ class Engine:
             llm = self._require()
             self._cancel = cancel if cancel is not None else threading.Event()
             t0 = time.perf_counter()
+            if any(m.images for m in messages):
+                return self._chat_with_images(llm, messages, sampling, on_text, allow_overflow, t0)
             tokens = self.tokenize_prompt(messages)
             n_ctx = llm.n_ctx()
             if len(tokens) >= n_ctx or (not allow_overflow and len(tokens) + sampling.max_tokens > n_ctx):
@@ -332,6 +335,32 @@ class Engine:
                 now = time.perf_counter()
                 return Reply("", self._stats(llm, tokens, reused, 0, (t0, t_eval, now, now), "cancelled"))
             return self._decode(llm, tokens, reused, sampling, on_text, (t0, t_eval))
+
+    def _chat_with_images(
+        self,
+        llm: llama_cpp.Llama,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        on_text: TextFn | None,
+        allow_overflow: bool,
+        t0: float,
+    ) -> Reply:
+        """A conversation with images: evaluated whole through the projector (the cache keeps no
+        prefix across such turns: an image's positions hold no token ids to compare)."""
+        projector = projector_of(llm)
+        if projector is None:
+            raise ImageError("this plan has no vision projector: plan the model with one (--mmproj) to send images")
+        images = [(Path(p).name, _read_image(p)) for m in messages for p in m.images]
+        marked = [replace(m, content=projector.marker * len(m.images) + m.content) if m.images else m for m in messages]
+        n_ctx = llm.n_ctx()
+        t_eval = time.perf_counter()
+        room = 1 if allow_overflow else sampling.max_tokens
+        shape = projector.evaluate(llm, self.render(marked), images, n_ctx, room)
+        if shape.n_tokens + room > n_ctx:
+            raise ContextOverflow(shape.n_tokens, sampling.max_tokens, n_ctx)
+        # Stats count the prompt's tokens; an image's are its positions (no ids).
+        prompt = [t for chunk in shape.text_tokens for t in chunk] + [-1] * sum(shape.image_tokens)
+        return self._decode(llm, prompt, 0, sampling, on_text, (t0, t_eval))
 
     def _keep_prefix(self, llm: llama_cpp.Llama, tokens: list[int]) -> int:
         """Keep the cached tokens shared with `tokens`; returns how many are reused."""
@@ -538,3 +567,15 @@ class Engine:
     ) -> GenerationStats:
         """`times`: request start, prompt evaluation start, first token, last token."""
         return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)
+
+
+def _read_image(path: str) -> bytes:
+    """An image file's bytes, refused in one line when missing or too large to hand over."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            raise ImageError(f"{p.name}: {size / 2**20:.1f} MiB is too large (at most {MAX_IMAGE_BYTES // 2**20} MiB)")
+        return p.read_bytes()
+    except OSError as exc:
+        raise ImageError(f"{p.name}: cannot read the image ({exc.strerror or exc})") from None

@@ -59,6 +59,9 @@ _ARGS: tuple[_Arg, ...] = (
     # the same list these two flags expand to in llama-server.
     _Arg("n_cpu_moe", "--n-cpu-moe", None, str, int, when=bool),
     _Arg("cpu_tensor_patterns", "-ot", None, lambda v: ",".join(f"{p}=CPU" for p in v), list, when=bool),
+    # The vision projector: llama-cpp-python takes no keyword for it (the engine loads it with the
+    # mtmd binding, on the device planner/projector.py names).
+    _Arg("mmproj_path", "--mmproj", None, str, str, when=bool),
 )
 
 
@@ -86,6 +89,8 @@ def llama_server_argv(
         argv.append(a.flag)
         if not a.switch:
             argv.append(a.to_flag(value))
+    if settings.mmproj_path and settings.projector_on_cpu:
+        argv.append("--no-mmproj-offload")
     # One sequence, as the app runs it: llama-server's default of 4 slots would share the context
     # four ways and change the sliding-window cache size the plan counted.
     argv += ["-np", str(settings.n_seq)]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.gguf.spec import ModelSpec, one_line
 from vrampilot.units import format_bytes
 
@@ -73,7 +75,7 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def format_spec(spec: ModelSpec) -> str:
+def format_spec(spec: ModelSpec, extra: Sequence[tuple[str, str]] = ()) -> str:
     d = spec_to_dict(spec)
     rows: list[tuple[str, str]] = [
         ("File", f"{spec.path} ({format_bytes(spec.file_bytes)})"),
@@ -118,5 +120,23 @@ def format_spec(spec: ModelSpec) -> str:
     )
     if spec.unknown:
         rows.append(("Could not determine", "; ".join(spec.unknown)))
+    return _format_rows([*rows, *extra])
+
+
+def format_projector(proj: ProjectorSpec) -> str:
+    """A vision projector, as the plan reads it (planner/projector.py counts its memory)."""
+    return _format_rows(
+        [
+            ("File", str(proj.path)),
+            ("Vision projector", one_line(proj.projector_type)),
+            ("Output width", f"{proj.output_embd} (the model's n_embd must match)"),
+            ("Image / patch", f"{proj.image_size} px / {proj.patch_size} px"),
+            ("Image tokens", proj.tokens_text()),
+            ("Weights", f"{format_bytes(proj.weight_bytes)} in {proj.n_tensors} tensors"),
+        ]
+    )
+
+
+def _format_rows(rows: Sequence[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

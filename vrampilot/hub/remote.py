@@ -14,11 +14,14 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_url
 
+from vrampilot.errors import UserError
 from vrampilot.gguf import GGUFError, GGUFFile, ModelSpec, spec_from_gguf
+from vrampilot.gguf.projector import ProjectorSpec, fits, model_input_embd, read_projector
 from vrampilot.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
 from vrampilot.hub.client import default_token, hub_call, raise_for_status, request_headers, transfer_client
 from vrampilot.hub.env import hub_endpoint
-from vrampilot.hub.files import RemoteFile, RemoteModel
+from vrampilot.hub.errors import HubError
+from vrampilot.hub.files import RemoteFile, RemoteModel, RepoFiles
 from vrampilot.paths import cache_dir
 
 INITIAL_HEADER_BYTES = 1024 * 1024
@@ -143,3 +146,29 @@ def remote_spec(
         for f in model.files
     ]
     return spec_from_gguf(parts[0], parts)
+
+
+def remote_projector(
+    repo_id: str, model: RemoteModel, *, revision: str | None = None, token: str | None = None
+) -> ProjectorSpec:
+    """A remote vision projector's header, read like any remote GGUF header."""
+    header = fetch_remote_header(repo_id, model.first, revision=revision, token=token)
+    return read_projector(f"{repo_id}/{model.first.filename}", gguf=header)
+
+
+def matching_remote_projector(
+    listing: RepoFiles, spec: ModelSpec, metadata: dict[str, object] | None = None, *, token: str | None = None
+) -> RemoteModel | None:
+    """The repository's first projector whose embeddings the model takes (its header read by
+    range request), None when none does: a repository may hold projectors of several widths (one
+    per model size) or files named mmproj that are not projectors."""
+    want = model_input_embd(spec, metadata)
+    for m in listing.mmproj:
+        try:
+            if fits(remote_projector(listing.repo_id, m, revision=listing.commit, token=token), want):
+                return m
+        except HubError:
+            raise  # the Hub could not be asked: not the same as "does not fit"
+        except UserError:
+            continue
+    return None

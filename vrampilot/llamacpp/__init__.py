@@ -35,3 +35,15 @@ def load() -> ModuleType:
                 load_backends(llama_cpp, paths.cache_dir() / "cpu-probe.json")
                 _ready.set()
     return llama_cpp
+
+
+def load_mtmd() -> ModuleType:
+    """llama_cpp.mtmd_cpp (libmtmd: the vision projector), with llama.cpp loaded first and mtmd's
+    own log (a logger separate from llama.cpp's) routed to `log`."""
+    load()
+    from llama_cpp import mtmd_cpp
+
+    from vrampilot.llamacpp import log
+
+    log.install_mtmd(mtmd_cpp)
+    return mtmd_cpp

@@ -13,6 +13,7 @@ import ctypes
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import llama_cpp
 
@@ -56,6 +57,18 @@ def install() -> None:
     if not _installed:
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
         _installed = True
+
+
+_mtmd_installed = False
+
+
+def install_mtmd(mtmd_cpp: Any) -> None:
+    """Route libmtmd's log (clip.cpp's load report, its errors) here too (idempotent)."""
+    global _mtmd_installed
+    if not _mtmd_installed:
+        mtmd_cpp.mtmd_log_set(_callback, ctypes.c_void_p(0))
+        mtmd_cpp.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))  # its image decoding helpers
+        _mtmd_installed = True
 
 
 def recent_errors(limit: int = 2) -> list[str]:

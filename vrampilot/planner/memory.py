@@ -10,6 +10,8 @@ its layers' weights and KV cache and a compute buffer of its own; tests hold thi
 llama.cpp's per-device buffers with two RPC hosts on loopback. Tensors a CPU override matches
 (a MoE layer's routed experts under --n-cpu-moe, the user's -ot patterns; planner/placement.py)
 stay in host memory while the rest of their layer and its KV cache go to the layer's device.
+A vision projector (Settings.mmproj_path) is one more component, on the device planner/projector.py
+says clip.cpp puts it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
 from vrampilot.planner.kv import KvBreakdown, drafts_with_mtp
 from vrampilot.planner.placement import host_layer_bytes
+from vrampilot.planner.projector import ProjectorLoad, projector_load
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -35,10 +38,19 @@ class Components:
     compute_bytes: int = 0
     output_bytes: int = 0
     margin_bytes: int = 0
+    # The vision projector's weights and compute buffer (planner/projector.py), where clip.cpp puts them.
+    projector_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.output_bytes + self.margin_bytes
+        return (
+            self.weights_bytes
+            + self.kv_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.margin_bytes
+            + self.projector_bytes
+        )
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -47,6 +59,7 @@ class Components:
             "compute": self.compute_bytes,
             "output": self.output_bytes,
             "margin": self.margin_bytes,
+            "projector": self.projector_bytes,
             "total": self.total_bytes,
         }
 
@@ -66,6 +79,7 @@ class MemoryBreakdown:
     # Per repeating layer: bytes of its weights in host memory although the layer is offloaded
     # (CPU overrides: experts under --n-cpu-moe, -ot patterns); all zero without overrides.
     host_override_bytes: tuple[int, ...] = ()
+    projector: ProjectorLoad | None = None  # the vision projector, when the plan loads one
 
     @property
     def total_bytes(self) -> int:
@@ -131,15 +145,17 @@ def memory_breakdown(
     kv = graph.kv_breakdown(spec, settings)
     output = graph.output_bytes(spec, settings)
     layer_bytes = loaded_layer_bytes(spec, settings)
+    proj = projector_load(settings, target)
     if n_dev == 0:
         host = Components(
             weights_bytes=spec.weight_bytes - sum(spec.layer_weight_bytes) + sum(layer_bytes),
             kv_bytes=kv.total_bytes,
             compute_bytes=compute_buffer_bytes(spec, settings, device="cpu", graph=graph),
             output_bytes=output,
+            projector_bytes=proj.host_bytes if proj else 0,
         )
         return MemoryBreakdown(
-            Components(), host, kv, (False,) * spec.n_layer, False, layer_devices=(-1,) * spec.n_layer
+            Components(), host, kv, (False,) * spec.n_layer, False, layer_devices=(-1,) * spec.n_layer, projector=proj
         )
     shares = device_shares(target, settings)
     where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
@@ -172,6 +188,7 @@ def memory_breakdown(
                 kv_bytes=sum(kv.per_layer_bytes[il] for il in mine),
                 compute_bytes=compute,
                 margin_bytes=target.gpus[d].margin_bytes(target.device_margin_bytes),
+                projector_bytes=proj.device_bytes if proj and proj.device == d else 0,
             )
         )
     host_layers = [il for il, x in enumerate(where) if x < 0]
@@ -185,6 +202,7 @@ def memory_breakdown(
         kv_bytes=sum(kv.per_layer_bytes[il] for il in host_layers),
         compute_bytes=compute_buffer_bytes(spec, settings, device="host", graph=graph, pipelined=pipelined),
         output_bytes=output,
+        projector_bytes=proj.host_bytes if proj else 0,
     )
     return MemoryBreakdown(
         device=_sum(per_device),
@@ -197,6 +215,7 @@ def memory_breakdown(
         output_device=out_dev,
         pipelined=pipelined,
         host_override_bytes=moved,
+        projector=proj,
     )
 
 
@@ -222,4 +241,5 @@ def _sum(parts: Sequence[Components]) -> Components:
         compute_bytes=sum(p.compute_bytes for p in parts),
         output_bytes=sum(p.output_bytes for p in parts),
         margin_bytes=sum(p.margin_bytes for p in parts),
+        projector_bytes=sum(p.projector_bytes for p in parts),
     )

@@ -54,6 +54,8 @@ class Pins:
     min_ctx: int | None = None  # at least this context, when the planner chooses it
     keep_free_bytes: int | None = None  # left unused on every offload device (its margin)
     cpu_tensor_patterns: tuple[str, ...] | None = None  # the user's own -ot PATTERN=CPU
+    mmproj_path: str | None = None  # a vision projector loaded with the model
+    mmproj_cpu: bool | None = None  # True: the projector stays on the CPU (--no-mmproj-offload)
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}

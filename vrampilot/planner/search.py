@@ -36,6 +36,7 @@ from vrampilot.planner.plan import (
     Plan,
     PlanError,
 )
+from vrampilot.planner.projector import check_for_model
 from vrampilot.planner.reasons import placement_text, plan_reasons
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import SpeedPrediction, predict_speed
@@ -209,6 +210,8 @@ def plan(
     """
     pins = pins or Pins()
     _validate(spec, pins)
+    if pins.mmproj_path:
+        check_for_model(spec, pins.mmproj_path)
     if not loadable(spec.architecture):
         arch = spec.architecture if len(spec.architecture) <= 64 else spec.architecture[:61] + "..."
         raise PlanError(f"llama.cpp cannot load this model: unknown model architecture: '{arch}'")
@@ -360,6 +363,8 @@ def _choose(
             # The user's -ot patterns hold in every candidate: they change where bytes live, so
             # the search sizes everything else around them.
             cpu_tensor_patterns=pins.cpu_tensor_patterns or (),
+            mmproj_path=pins.mmproj_path or "",
+            mmproj_cpu=bool(pins.mmproj_cpu),
         )
         devices, rpc = _device_settings(target)
         return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)

@@ -48,6 +48,10 @@ class Settings:
     # Tensor-name patterns (std::regex, searched) whose tensors stay in host memory: the user's
     # own `-ot PATTERN=CPU`. Experts are placed with n_cpu_moe; this is for anything else.
     cpu_tensor_patterns: tuple[str, ...] = ()
+    # A vision projector (mmproj GGUF) loaded beside the model, and whether it stays on the CPU
+    # (llama.cpp's --no-mmproj-offload); planner/projector.py counts it where llama.cpp puts it.
+    mmproj_path: str = ""
+    mmproj_cpu: bool = False
     # Speculative decoding (planner/draft.py): "" none, "draft" a draft model (draft_model, a GGUF
     # path), "ngram" prompt-lookup drafting from the tokens already in the context. llama.cpp
     # creates the draft's context with the target's n_ctx, n_batch, n_ubatch and flash attention
@@ -96,10 +100,18 @@ class Settings:
                 del d[key]  # one device: the JSON stays as it was
         if not d["n_cpu_moe"]:
             del d["n_cpu_moe"]
+        if not d["mmproj_path"]:
+            del d["mmproj_path"], d["mmproj_cpu"]  # no projector: the JSON stays as it was
         if not self.drafting:  # without drafting the JSON stays as it was
             for key in DRAFT_FIELDS:
                 del d[key]
         return d
+
+    @property
+    def projector_on_cpu(self) -> bool:
+        """The projector stays on the CPU: asked for, or a plan that offloads no layer (llama.cpp
+        would otherwise put it on the first GPU even with -ngl 0, so a CPU plan says so)."""
+        return self.mmproj_cpu or self.n_gpu_layers <= 0
 
     @property
     def uses_rpc(self) -> bool:

@@ -13,10 +13,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from vrampilot.gguf import GGUFError
+from vrampilot.gguf import GGUFError, load_model_spec
 from vrampilot.hub import (
     DEFAULT_TARGET_CTX,
     AccessDeniedError,
@@ -43,6 +44,7 @@ from vrampilot.hub import (
     validate_token,
 )
 from vrampilot.hub.auth import TokenInfo
+from vrampilot.hub.remote import matching_remote_projector
 from vrampilot.planner.target import Target, target_from_machine
 from vrampilot.ui.workers import TaskHandle, Tasks
 
@@ -107,6 +109,7 @@ class HubController(QObject):
     token_accepted = Signal(str, str)  # account name, where the token was stored
     token_rejected = Signal(str)
     model_downloaded = Signal(str)  # path of the downloaded model (first part of a split model)
+    projector_downloaded = Signal(str)  # path of a downloaded vision projector (not a model to plan)
 
     def __init__(
         self,
@@ -129,6 +132,8 @@ class HubController(QObject):
         self._download: TaskHandle | None = None
         self._control: DownloadControl | None = None
         self._download_key: tuple[str, str] | None = None  # what a Resume or Cancel applies to
+        # The listing whose vision projector follows the model being downloaded (None: no projector).
+        self._projector_from: RepoFiles | None = None
         self.progress: DownloadProgress | None = None  # the running download's latest report
         self._progress_listeners: list[Callable[[DownloadProgress], None]] = []
         self.refresh_pending()
@@ -299,11 +304,20 @@ class HubController(QObject):
         self.state_changed.emit(state)
 
     def start_download(
-        self, repo_id: str, filename: str, *, revision: str | None = None, listing: RepoFiles | None = None
+        self,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str | None = None,
+        listing: RepoFiles | None = None,
+        with_projector: bool = False,
     ) -> None:
+        """Download a model; with_projector: then the listing's vision projector that fits it (its
+        header read by range request), into the same snapshot folder, where the plan finds it."""
         if self.downloading:
             self.status.emit("One download at a time: pause or cancel the current one first.")
             return
+        self._projector_from = listing if with_projector and listing is not None and listing.mmproj else None
         self._control = DownloadControl()
         self._download_key = (repo_id, filename)
         self.progress = None
@@ -331,12 +345,36 @@ class HubController(QObject):
         self.download_finished.emit(result)
         if result.status == "done" and result.path is not None:
             self.status.emit(f"Saved {result.model.name} to {result.path}")
-            self.model_downloaded.emit(str(result.path))
+            if result.model.is_mmproj:
+                self.projector_downloaded.emit(str(result.path))
+            else:
+                self.model_downloaded.emit(str(result.path))
+            follow, self._projector_from = self._projector_from, None
+            if follow is not None and not result.model.is_mmproj:
+                self._download_ended()
+                self._find_projector(follow, result.path)
+                return
         elif result.status == "paused":
             self.status.emit("Paused: the bytes received are kept. Resume now or after a restart.")
         else:
             self.status.emit("Download cancelled; the partial file was removed.")
         self._download_ended()
+
+    def _find_projector(self, listing: RepoFiles, model_path: Path) -> None:
+        self.status.emit(f"Looking for the vision projector that fits {model_path.name}…")
+
+        def work(_task: TaskHandle) -> RemoteModel | None:
+            return matching_remote_projector(listing, load_model_spec(model_path))
+
+        def found(match: RemoteModel | None) -> None:
+            if match is None:
+                self.status.emit(f"No vision projector in {listing.repo_id} fits {model_path.name}.")
+                return
+            self.start_download(listing.repo_id, match.first.filename, revision=listing.commit, listing=listing)
+
+        self.tasks.submit(
+            work, done=found, failed=lambda exc: self.error.emit(describe(exc)), key="hub-projector", owner=self
+        )
 
     def _download_failed(self, exc: BaseException) -> None:
         if not isinstance(exc, (DownloadInterruptedError, NotEnoughSpaceError, HubUnreachableError)):

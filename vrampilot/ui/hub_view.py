@@ -11,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -272,8 +273,17 @@ class HubView(QWidget):
         self.progress.setFormat("")
         self.progress_label = QLabel("")
         self.progress_label.setObjectName("hub_progress_label")
-        for w in (self.download_b, self.pause_b, self.cancel_b):
-            dl.addWidget(w)
+        # Offered with a model of a repository that has projectors: the one that fits follows it.
+        self.with_projector = QCheckBox("with its vision projector")
+        self.with_projector.setObjectName("hub_with_projector")
+        self.with_projector.setToolTip(
+            "After the model, download this repository's vision projector (mmproj) that fits it, "
+            "into the same folder, where `vrampilot plan/serve --mmproj auto` finds it."
+        )
+        self.with_projector.setChecked(True)
+        self.with_projector.setVisible(False)
+        for button in (self.download_b, self.with_projector, self.pause_b, self.cancel_b):
+            dl.addWidget(button)
         dl.addWidget(self.progress, 1)
         dl.addWidget(self.progress_label, 1)
         lay.addLayout(dl)
@@ -342,6 +352,7 @@ class HubView(QWidget):
                 self.controller.open_repo(str(item.data(_ROLE)))
 
     def _listing_started(self, repo_id: str) -> None:
+        self.with_projector.setVisible(False)
         self.files.clear()
         self.items.clear()
         self.repo_label.setText(f"<b>{repo_id}</b> — listing files…")
@@ -363,6 +374,7 @@ class HubView(QWidget):
                 item = self._add_model_item(group, m)
                 item.setText(2, "for image input")
             group.setExpanded(True)
+        self.with_projector.setVisible(bool(listing.mmproj))
         self._update_buttons()
 
     def _update_repo_label(self) -> None:
@@ -456,7 +468,9 @@ class HubView(QWidget):
         filename, listing = self.selected_file(), self.controller.listing
         if filename is None or listing is None:
             return
-        self.controller.start_download(listing.repo_id, filename, listing=listing)
+        self.controller.start_download(
+            listing.repo_id, filename, listing=listing, with_projector=self.with_projector.isChecked()
+        )
 
     def _download_started(self, _repo_id: str, _filename: str) -> None:
         self.progress.setValue(0)

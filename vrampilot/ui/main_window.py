@@ -157,6 +157,9 @@ class MainWindow(QMainWindow):
         chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
         docs.panel.attach_requested.connect(self.attach_documents)
         self.services.hub.model_downloaded.connect(self._hub_downloaded)
+        self.services.hub.projector_downloaded.connect(
+            lambda path: self.set_status(f"Downloaded and verified the vision projector {Path(path).name}")
+        )
         self.chat_list.rename_requested.connect(self.rename_chat)
         self.chat_list.delete_requested.connect(self.chats.delete)
         self.chat_list.export_requested.connect(self.export_chat)

@@ -29,6 +29,7 @@ _COMPONENT_LABELS = (
     ("compute", "compute"),
     ("output", "output"),
     ("margin", "margin"),
+    ("projector", "vision projector"),
 )
 
 

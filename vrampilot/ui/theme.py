@@ -17,6 +17,7 @@ COMPONENT_COLORS = {
     "compute": "#b07aa1",
     "output": "#59a14f",
     "margin": "#9c9c9c",
+    "projector": "#edc948",
 }
 OVER_BUDGET = "#e15759"
 OK_GREEN = "#2e9d57"
