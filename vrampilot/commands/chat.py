@@ -164,6 +164,8 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
     """Teach the speed model this reply (planner/calibration.py); what it predicted and measured."""
     from vrampilot.planner.calibration import record_reply, reply_pace_ms
 
+    if plan.settings.drafting:
+        return _learn_drafting(plan, stats)
     if plan.target.speed is None:
         return None
     reply = stats.measurement(others_share, reply_pace_ms(plan))
@@ -191,6 +193,26 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
         "learned_replies_of_model": own,
         "line": line,
     }
+
+
+def _learn_drafting(plan: Plan, stats: GenerationStats) -> dict[str, Any] | None:
+    """A drafted reply teaches the draft's acceptance (planner/draft.py), never the speed model."""
+    from vrampilot.planner.draft import learn_acceptance
+
+    try:
+        learned = learn_acceptance(plan, stats.draft_tokens, stats.draft_accepted, decode_tps=stats.decode_tps)
+    except OSError as exc:
+        print(f"vrampilot: the reply's drafting was not kept: {exc}", file=sys.stderr)
+        return None
+    if learned is None:
+        return None
+    predicted = plan.draft.acceptance.p if plan.draft is not None else learned.p
+    line = (
+        f"drafting: {stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted; acceptance per token "
+        f"now {learned.p:.0%} over {learned.replies} repl{'y' if learned.replies == 1 else 'ies'} "
+        f"(the plan assumed {predicted:.0%})"
+    )
+    return {"acceptance": round(learned.p, 4), "acceptance_replies": learned.replies, "line": line}
 
 
 def _chat_served(

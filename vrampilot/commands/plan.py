@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vrampilot.commands.common import resolve_model
 from vrampilot.errors import UserError
@@ -28,6 +29,9 @@ from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import exported_command
 from vrampilot.speed.service import with_measured_speed
 from vrampilot.units import parse_size
+
+if TYPE_CHECKING:
+    from vrampilot.planner.draft import DraftRequest
 
 
 def _on_off(value: str) -> bool:
@@ -109,6 +113,19 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)",
     )
     p.add_argument(
+        "--draft",
+        metavar="PATH|ngram",
+        help="speculative decoding: a draft model of the same tokenizer (GGUF), or 'ngram' to draft "
+        "from the context itself (prompt lookup)",
+    )
+    p.add_argument("--draft-tokens", type=_at_least(1), metavar="N", help="tokens drafted per step (default: planned)")
+    p.add_argument(
+        "--draft-on", choices=("gpu", "cpu"), help="where the draft model goes (default: where decoding is faster)"
+    )
+    p.add_argument(
+        "--draft-kv", choices=KV_CACHE_TYPES, default="f16", help="the draft's K and V cache type (-ctkd/-ctvd)"
+    )
+    p.add_argument(
         "--mmproj",
         metavar="FILE|auto",
         help="a vision projector (mmproj GGUF) to load with the model; 'auto': the one beside the "
@@ -183,6 +200,30 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
         keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
         cpu_tensor_patterns=_cpu_patterns(getattr(args, "cpu_tensors", None)),
         mmproj_cpu=True if getattr(args, "no_mmproj_offload", False) else None,
+    )
+
+
+def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
+    """--draft and its options as the planner takes them; None without --draft."""
+    from vrampilot.planner.draft import DraftRequest
+
+    draft = getattr(args, "draft", None)
+    if not draft:
+        for option in ("draft_tokens", "draft_on"):
+            if getattr(args, option, None) is not None:
+                raise UserError(f"--{option.replace('_', '-')} needs --draft PATH or --draft ngram")
+        return None
+    on = getattr(args, "draft_on", None)
+    kind = "ngram" if draft.lower() == "ngram" else "draft"
+    if kind == "ngram" and on is not None:
+        raise UserError("--draft-on places a draft model: n-gram drafting has none")
+    return DraftRequest(
+        kind=kind,
+        model_path=None if kind == "ngram" else Path(draft).expanduser(),
+        n_draft=getattr(args, "draft_tokens", None),
+        on_gpu=None if on is None else on == "gpu",
+        type_k=getattr(args, "draft_kv", "f16"),
+        type_v=getattr(args, "draft_kv", "f16"),
     )
 
 
@@ -276,7 +317,14 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if mmproj:
         pins = replace(pins, mmproj_path=str(Path(mmproj).expanduser()))
     try:
-        return plan(spec, target_from_args(args, spec), pins, exact=not args.estimate)
+        target = target_from_args(args, spec)
+        request = draft_request_from_args(args)
+        if request is not None:
+            from vrampilot.planner.draft import plan_with_draft, stored_acceptance
+
+            acceptance = stored_acceptance(spec.path, request)
+            return plan_with_draft(spec, target, pins, request, acceptance=acceptance, exact=not args.estimate)
+        return plan(spec, target, pins, exact=not args.estimate)
     except PlanError as exc:
         raise UserError(str(exc)) from None
 

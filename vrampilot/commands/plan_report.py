@@ -98,6 +98,28 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
             for a in plan.alternatives
         ],
         "llama_server": exported_command(plan.spec.path, plan.settings, shell),
+        "draft": draft_to_dict(plan),
+    }
+
+
+def draft_to_dict(plan: Plan) -> dict[str, Any] | None:
+    """The plan's speculative decoding: the draft's bytes per device and the speed-up predicted."""
+    d = plan.draft
+    if d is None:
+        return None
+    return {
+        "kind": d.kind,
+        "model": str(d.spec.path) if d.spec is not None else None,
+        "device": d.device,
+        "n_draft": d.n_draft,
+        "bytes_by_device": d.bytes_by_device(),
+        "memory": memory_to_dict(d.memory) if d.memory is not None else None,
+        "acceptance": round(d.acceptance.p, 4),
+        "acceptance_measured": d.acceptance.measured,
+        "acceptance_replies": d.acceptance.replies,
+        "predicted_speedup": round(d.speedup, 3),
+        "decode_tps": round(d.decode_tps, 2),
+        "draft_tps": round(d.draft_tps, 2),
     }
 
 

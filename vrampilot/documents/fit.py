@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from vrampilot.planner.draft import replan_keeping_draft
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.search import plan, replan_with
+from vrampilot.planner.search import plan
 from vrampilot.units import format_tokens
 
 # fits: the current plan holds it; replan: a plan with more context holds it (offered);
@@ -159,7 +160,7 @@ def analyze_fit(current: Plan, doc_tokens: int, *, reply_tokens: int = DEFAULT_R
     beyond = trained > 0 and suggested > trained
     if beyond and needed <= trained:
         suggested, beyond = trained, False
-    new = replan_with(current, n_ctx=suggested)
+    new = replan_keeping_draft(current, n_ctx=suggested)
     if new.fits:
         offer = (
             f"At {_kv_text(new)} KV, {ctx_text(suggested)} fits {_where(new)} at about "

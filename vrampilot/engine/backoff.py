@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vrampilot.planner.alternatives import PINNABLE, changed_pins, cheapest_smaller, describe_change
+from vrampilot.planner.draft import replan_keeping_draft
 from vrampilot.planner.plan import Plan, PlanError
-from vrampilot.planner.search import replan_with
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def next_backoff(plan: Plan) -> BackoffStep | None:
     # Hold everything the failed plan chose, and pin what the back-off changes.
     held = {name: getattr(plan.settings, name) for name in PINNABLE}
     try:
-        new_plan = replan_with(plan, **{**held, **changed_pins(plan.settings, best.settings)})
+        new_plan = replan_keeping_draft(plan, **{**held, **changed_pins(plan.settings, best.settings)})
     except PlanError:
         # A held placement that no longer fits anywhere (more experts in RAM than RAM allows):
         # nothing smaller on offer, so the allocation's own error stands.

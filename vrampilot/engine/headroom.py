@@ -29,7 +29,12 @@ def host_allocation_bytes(plan: Plan) -> int:
     buffers, and llama-cpp-python's logits array (n_batch x n_vocab floats, freed right after)."""
     host = plan.memory.host
     s = plan.settings
-    return host.kv_bytes + host.compute_bytes + host.output_bytes + 4 * s.n_batch * plan.spec.n_vocab + 4 * s.n_ctx
+    total = host.kv_bytes + host.compute_bytes + host.output_bytes + 4 * s.n_batch * plan.spec.n_vocab + 4 * s.n_ctx
+    if plan.draft is not None and plan.draft.memory is not None and plan.draft.spec is not None:
+        # A draft model is a second load: its own host buffers and llama-cpp-python's arrays.
+        d = plan.draft.memory.host
+        total += d.kv_bytes + d.compute_bytes + d.output_bytes + 4 * s.n_batch * plan.draft.spec.n_vocab + 4 * s.n_ctx
+    return total
 
 
 def _address_space_left() -> int | None:
@@ -48,6 +53,8 @@ def check_headroom(plan: Plan) -> None:
     """Raise AllocationError when this process cannot grow enough to load `plan`."""
     alloc = host_allocation_bytes(plan) + SLACK_BYTES
     mapped = plan.spec.file_bytes  # every part of a split model is mapped
+    if plan.draft is not None and plan.draft.spec is not None:
+        mapped += plan.draft.spec.file_bytes
     left = _address_space_left()
     if left is not None and alloc + mapped > left:
         raise AllocationError(

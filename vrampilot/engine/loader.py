@@ -11,13 +11,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vrampilot import llamacpp
+from vrampilot.engine.draft import CountingDraft, ModelDraft, ngram_draft
 from vrampilot.engine.errors import AllocationError, LoadCancelled, ModelLoadError
 from vrampilot.export import llama_cpp_kwargs
 from vrampilot.llamacpp import allocations
@@ -74,6 +75,9 @@ class _Llama(llama_cpp.Llama):
             stack = getattr(self, "_stack", None)
             if stack is not None:
                 stack.close()
+            draft = kwargs.get("draft_model")
+            if isinstance(draft, CountingDraft):
+                draft.close()  # nor the draft loaded for it
             raise
         if not kwargs.get("logits_all"):
             # llama-cpp-python keeps an n_batch x n_vocab float array for logits it only fills with
@@ -83,7 +87,30 @@ class _Llama(llama_cpp.Llama):
 
     def close(self) -> None:
         allocations.forget(self)
+        draft = getattr(self, "draft_model", None)
+        if isinstance(draft, CountingDraft):
+            draft.close()  # a draft model is this instance's: it goes with it
+            self.draft_model = None
         super().close()
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """With a draft, llama-cpp-python asks logits for every token it evaluates (and keeps them
+        in an n_ctx x n_vocab array); only a verify batch (the sampled token and its drafts, at
+        most n_outputs tokens) needs them, and the engine samples inside llama.cpp. So a prompt
+        chunk asks its last row only and nothing is copied out: llama.cpp reserves exactly the
+        n_outputs rows the plan counted (Settings.n_outputs_max, as llama-server does)."""
+        if self.draft_model is None:
+            super().eval(tokens)
+            return
+        self._ctx.kv_cache_seq_rm(-1, self.n_tokens, -1)
+        for i in range(0, len(tokens), self.n_batch):
+            batch = list(tokens[i : i + self.n_batch])
+            n_past = self.n_tokens
+            self._batch.set_batch(batch=batch, n_past=n_past, logits_all=len(batch) <= self._vp_outputs)
+            self._ctx.decode(self._batch)
+            self.input_ids[n_past : n_past + len(batch)] = batch
+            self.n_tokens += len(batch)
+            self._requires_eval = False
 
     @property
     def context_params(self) -> llama_cpp.llama_context_params:
@@ -137,6 +164,8 @@ def open_llama(
             "`vrampilot serve`), never in its own process"
         )
     kwargs = llama_cpp_kwargs(settings)
+    if settings.drafting:
+        kwargs["draft_model"] = _open_draft(settings, on_progress, cancel)
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
         # this load's error lines must reach llama_log, and its buffer lines must not reach them.
@@ -181,3 +210,32 @@ def open_llama(
     if progress is not None:
         progress(1.0)
     return llm
+
+
+def _open_draft(settings: Settings, on_progress: Callable[[float], bool], cancel: threading.Event) -> CountingDraft:
+    """The plan's drafter: prompt lookup, or the draft model loaded (before the model, with the
+    same cancel) with the context llama-server gives it (planner/draft.py draft_settings)."""
+    if settings.spec_type == "ngram":
+        return ngram_draft(settings.draft_n_max)
+    from vrampilot.planner.draft import draft_settings
+
+    ds = draft_settings(settings)
+    try:
+        with LOG_LOCK, llama_log.capturing() as lines:
+            llm = _Llama(
+                settings.draft_model,
+                on_progress=on_progress,
+                n_outputs=ds.n_outputs_max,
+                devices=ds.devices,
+                verbose=False,
+                **llama_cpp_kwargs(ds),
+            )
+    except ValueError:
+        if cancel.is_set():
+            raise LoadCancelled() from None
+        detail = "; ".join(llama_log.recent_errors()) or "no reason logged"
+        raise ModelLoadError(
+            f"llama.cpp could not load the draft model {Path(settings.draft_model).name}: {detail}"
+        ) from None
+    buffers = allocations.record(llm, lines)
+    return CountingDraft(ModelDraft(llm, settings.draft_n_max, buffers), settings.draft_n_max)

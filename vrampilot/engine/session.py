@@ -25,6 +25,7 @@ import numpy as np
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
+from vrampilot.engine.draft import CountingDraft
 from vrampilot.engine.errors import (
     AllocationError,
     ContextOverflow,
@@ -517,6 +518,9 @@ class Engine:
         times: tuple[float, float],
     ) -> Reply:
         llm.set_seed(sampling.seed if sampling.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
+        draft = llm.draft_model if isinstance(llm.draft_model, CountingDraft) else None
+        if draft is not None:
+            draft.begin_reply()
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         n_ctx = llm.n_ctx()
         # The prompt is already evaluated: generate() with no tokens and reset=False samples from
@@ -549,6 +553,8 @@ class Engine:
             (times[0], times[1], first, out.last_token_at),
             out.stop or "length",
         )
+        if draft is not None:
+            stats = replace(stats, draft_tokens=draft.drafted_tokens, draft_accepted=draft.accepted_tokens)
         return Reply(out.text, stats)
 
     @staticmethod

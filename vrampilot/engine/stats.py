@@ -23,6 +23,9 @@ class GenerationStats:
     context_used: int  # tokens in the KV cache after the reply
     n_ctx: int
     stop_reason: StopReason
+    # Speculative decoding: drafted tokens the reply judged, and how many the model kept.
+    draft_tokens: int = 0
+    draft_accepted: int = 0
 
     @classmethod
     def from_times(
@@ -54,6 +57,11 @@ class GenerationStats:
         return self.evaluated_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
+    def draft_acceptance(self) -> float | None:
+        """Accepted share of the drafted tokens; None when the reply drafted nothing."""
+        return self.draft_accepted / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
     def decode_tps(self) -> float:
         # The first token belongs to the prefill; the rate counts the ones after it.
         n = self.completion_tokens - 1
@@ -74,7 +82,7 @@ class GenerationStats:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "ttft_s": round(self.ttft_s, 4),
@@ -86,6 +94,10 @@ class GenerationStats:
             "n_ctx": self.n_ctx,
             "stop_reason": self.stop_reason,
         }
+        if self.draft_tokens:  # without drafting the dict stays as it was
+            d["draft_tokens"] = self.draft_tokens
+            d["draft_accepted"] = self.draft_accepted
+        return d
 
     def summary(self) -> str:
         """One line for the chat view and the CLI."""
@@ -105,6 +117,10 @@ def format_summary(d: dict[str, Any]) -> str:
     extra = {"cancelled": "stopped", "length": "max tokens reached", "context": "context full"}.get(
         str(d.get("stop_reason", ""))
     )
+    drafted = d.get("draft_tokens", 0)
+    if drafted:
+        accepted = d.get("draft_accepted", 0)
+        parts.append(f"drafts {accepted}/{drafted} accepted ({accepted / drafted:.0%})")
     if extra:
         parts.append(extra)
     return " · ".join(parts)

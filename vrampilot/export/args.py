@@ -96,6 +96,7 @@ def llama_server_argv(
     argv += ["-np", str(settings.n_seq)]
     # The plan already fits these settings; llama-server's --fit would only second-guess them.
     argv += ["--fit", "off"]
+    argv += draft_argv(settings)
     if load_mode:
         argv += ["--load-mode", load_mode]
     if host:
@@ -106,6 +107,49 @@ def llama_server_argv(
         argv += ["--alias", alias]
     if metrics:
         argv.append("--metrics")
+    return argv
+
+
+# The n-gram length prompt-lookup drafting matches on, in llama-server (--spec-ngram-simple-size-n)
+# and in the engine (LlamaPromptLookupDecoding's max_ngram_size) alike.
+NGRAM_SIZE = 3
+
+
+def draft_argv(settings: Settings) -> list[str]:
+    """llama-server's speculative-decoding flags for the plan's draft (common/arg.cpp of the
+    vendored llama.cpp: the --spec-* names; --draft-max/--draft-min were removed there).
+
+    The type is always named: with -md alone llama-server loads the draft model, counts its
+    memory and never drafts (common_speculative_init enables only the types listed)."""
+    if not settings.drafting:
+        return []
+    if settings.spec_type == "ngram":
+        return [
+            "--spec-type",
+            "ngram-simple",
+            "--spec-ngram-simple-size-n",
+            str(NGRAM_SIZE),
+            "--spec-ngram-simple-size-m",
+            str(settings.draft_n_max),
+        ]
+    argv = [
+        "-md",
+        settings.draft_model,
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        str(settings.draft_n_max),
+        "--spec-draft-n-min",
+        str(settings.draft_n_min),
+        "-ngld",
+        str(settings.draft_gpu_layers),
+        "-ctkd",
+        settings.draft_type_k,
+        "-ctvd",
+        settings.draft_type_v,
+    ]
+    if settings.draft_device:
+        argv += ["-devd", settings.draft_device]
     return argv
 
 

@@ -205,6 +205,7 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
         # Tensors kept in host memory move their matmuls (and activations) to the host's buffer.
         s.n_cpu_moe,
         s.cpu_tensor_patterns,
+        s.n_outputs_max,  # logit rows: the verify batch of speculative decoding asks for more
     )
 
 

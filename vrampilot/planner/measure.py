@@ -583,6 +583,7 @@ def _graph_compute(
                 settings.type_k,
                 settings.type_v,
                 settings.swa_full,
+                settings.n_outputs_max,  # the logit rows reserved (more with speculative decoding)
             )
             if rkey in _results:
                 _results.move_to_end(rkey)

@@ -14,6 +14,7 @@ import re
 
 from vrampilot.gguf import ModelSpec, TensorInfo
 from vrampilot.gguf.spec import EXPERT_TENSOR_RE
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.settings import Settings
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -41,20 +42,16 @@ def cpu_override_patterns(settings: Settings) -> tuple[str, ...]:
 def host_layer_bytes(spec: ModelSpec, settings: Settings) -> tuple[int, ...]:
     """Per repeating layer: the bytes of its weights that stay in host memory whichever device
     holds the layer."""
-    n_moe = min(max(settings.n_cpu_moe, 0), spec.n_layer)
-    out = [spec.layer_expert_bytes[il] if spec.layer_expert_bytes and il < n_moe else 0 for il in range(spec.n_layer)]
     if settings.cpu_tensor_patterns:
-        patterns = [re.compile(p) for p in settings.cpu_tensor_patterns]
-        for t in spec.tensors:
-            m = _LAYER_RE.match(t.name)
-            if not m or int(m.group(1)) >= spec.n_layer:
-                continue
-            il = int(m.group(1))
-            if il < n_moe and EXPERT_TENSOR_RE.search(t.name):
-                continue  # counted above: --n-cpu-moe's patterns come first
-            if any(p.search(t.name) for p in patterns):
-                out[il] += t.n_bytes
-    return tuple(out)
+        out = [0] * spec.n_layer
+        for il, t in _kept(spec, settings):
+            out[il] += t.n_bytes
+        return tuple(out)
+    # --n-cpu-moe alone: its experts' bytes per layer are in the spec already (the search asks often).
+    n_moe = min(max(settings.n_cpu_moe, 0), spec.n_layer)
+    return tuple(
+        spec.layer_expert_bytes[il] if spec.layer_expert_bytes and il < n_moe else 0 for il in range(spec.n_layer)
+    )
 
 
 def unmatched_patterns(spec: ModelSpec, patterns: tuple[str, ...]) -> tuple[str, ...]:
@@ -139,8 +136,6 @@ def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str,
     parsing (it splits the list at ',' and each item at '='), do not compile as a regular
     expression (llama.cpp throws std::regex_error mid-load), or match no tensor (a typo that
     keeps nothing on the CPU while the plan counted it there)."""
-    from vrampilot.planner.plan import PlanError  # plan.py imports the memory model, which imports this
-
     if n_cpu_moe is not None and not 0 <= n_cpu_moe <= spec.n_layer:
         raise PlanError(f"n_cpu_moe {n_cpu_moe} is outside 0..{spec.n_layer} (this model has {spec.n_layer} layers)")
     for p in patterns:

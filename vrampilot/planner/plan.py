@@ -6,15 +6,19 @@ every caller that reads one; kept apart so none of them needs the search to name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.errors import PlanError as PlanError  # where callers have always found it
 from vrampilot.planner.families import is_routed
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import SpeedPrediction
 from vrampilot.planner.target import Target
+
+if TYPE_CHECKING:
+    from vrampilot.planner.draft_plan import DraftPlan
 
 # The defaults a plan is chosen and explained against (the search, the reasons and the
 # alternatives all read them).
@@ -87,6 +91,7 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
     graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
     exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
+    draft: DraftPlan | None = None  # speculative decoding (planner/draft.py), None without
     # The target as asked, before a keep_free_bytes pin changed its margins (replan_with plans
     # for it again, so that another pin starts from the same machine); None: `target` itself.
     asked_target: Target | None = None
@@ -112,7 +117,3 @@ class Plan:
     @property
     def host_budget_bytes(self) -> int:
         return self.target.host_ram_bytes
-
-
-class PlanError(UserError, ValueError):
-    """Pins that cannot make a plan (a cache type the head size rules out, ...); the message says why."""

@@ -8,6 +8,18 @@ from typing import Any
 # Cache types llama.cpp accepts for -ctk/-ctv (common/arg.cpp kv_cache_types).
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 QUANTIZED_KV_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})
+# Speculative decoding kinds a plan can carry (Settings.spec_type).
+SPEC_TYPES = ("draft", "ngram")
+DRAFT_FIELDS = (
+    "spec_type",
+    "draft_model",
+    "draft_n_max",
+    "draft_n_min",
+    "draft_gpu_layers",
+    "draft_device",
+    "draft_type_k",
+    "draft_type_v",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,23 @@ class Settings:
     # (llama.cpp's --no-mmproj-offload); planner/projector.py counts it where llama.cpp puts it.
     mmproj_path: str = ""
     mmproj_cpu: bool = False
+    # Speculative decoding (planner/draft.py): "" none, "draft" a draft model (draft_model, a GGUF
+    # path), "ngram" prompt-lookup drafting from the tokens already in the context. llama.cpp
+    # creates the draft's context with the target's n_ctx, n_batch, n_ubatch and flash attention
+    # (common/speculative.cpp), so only these differ: how many tokens it drafts per step, its
+    # cache types (-ctkd/-ctvd), its offloaded layers (-ngld) and its device (-devd; "none": CPU).
+    spec_type: str = ""
+    draft_model: str = ""
+    draft_n_max: int = 0
+    draft_n_min: int = 0
+    draft_gpu_layers: int = 0
+    draft_device: str = ""
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+
+    @property
+    def drafting(self) -> bool:
+        return self.spec_type in SPEC_TYPES and self.draft_n_max > 0
 
     @property
     def n_outputs_max(self) -> int:
@@ -48,8 +77,15 @@ class Settings:
         llama.cpp sizes the compute buffer for this many rows of n_vocab logits; its own default
         (0: n_batch) would reserve a row per token, hundreds of MiB on large vocabularies that
         the engine never reads (it samples the last token only). The engine, the planner's dry
-        runs and the exported llama-server line thus reserve the same buffer."""
-        return max(1, self.n_seq)
+        runs and the exported llama-server line thus reserve the same buffer.
+
+        Drafting verifies the sampled token and draft_n_max drafted ones in one batch, each with
+        its logits: llama-server reserves n_seq * (1 + n_max) rows, at most n_batch
+        (common_speculative_get_output_limits)."""
+        rows = max(1, self.n_seq)
+        if self.drafting:
+            rows = min(self.n_batch, rows * (1 + self.draft_n_max))
+        return max(1, rows)
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
@@ -66,6 +102,9 @@ class Settings:
             del d["n_cpu_moe"]
         if not d["mmproj_path"]:
             del d["mmproj_path"], d["mmproj_cpu"]  # no projector: the JSON stays as it was
+        if not self.drafting:  # without drafting the JSON stays as it was
+            for key in DRAFT_FIELDS:
+                del d[key]
         return d
 
     @property

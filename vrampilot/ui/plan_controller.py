@@ -26,6 +26,7 @@ from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hos
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.alternatives import changed_pins
+from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_for_machine, target_from_profile
@@ -111,11 +112,14 @@ class PlanController(QObject):
         self.rpc_text = ctx.prefs.rpc_hosts()
         self.rpc_hosts: list[RpcHost] = []
         self.rpc_budgets: dict[str, int] = {}
+        # Speculative decoding as asked in the view ("" off, "ngram", a draft model's path).
+        self.draft_text = ""
 
         plan_view.pins_changed.connect(self.set_pins)
         plan_view.alternative_chosen.connect(self.use_alternative)
         plan_view.target_changed.connect(self.set_target)
         plan_view.rpc_hosts_changed.connect(self.set_rpc_hosts)
+        plan_view.draft_changed.connect(self.set_draft)
         plan_view.rpc_hosts.setText(self.rpc_text)
         plan_view.load_requested.connect(lambda: self.load())
         plan_view.cancel_load_requested.connect(self.cancel_load)
@@ -360,6 +364,13 @@ class PlanController(QObject):
             self.ctx.prefs.set_pins_for(self.model_path, pins)
         self.replan()
 
+    def set_draft(self, text: str) -> None:
+        """Draft with a model, by n-gram lookup, or not at all (planner/draft.py plans it)."""
+        if text == self.draft_text:
+            return
+        self.draft_text = text
+        self.replan()
+
     def use_alternative(self, alt: Alternative) -> None:
         if self.plan is not None:
             self.set_pins(replace(self.pins, **changed_pins(self.plan.settings, alt.settings)))  # type: ignore[arg-type]  # a dict of Pins fields; mypy cannot match **dict to each field
@@ -377,9 +388,15 @@ class PlanController(QObject):
             self._show_load_state()
             self._fail_plan_waiters(why)
 
-        self.ctx.tasks.submit(
-            lambda _t: plan(spec, target, pins, exact=True), done=self._show_plan, failed=failed, key="plan", owner=self
-        )
+        draft = request_from_text(self.draft_text)
+
+        def work(_t: object) -> Plan:
+            if draft is None:
+                return plan(spec, target, pins, exact=True)
+            acceptance = stored_acceptance(spec.path, draft)
+            return plan_with_draft(spec, target, pins, draft, acceptance=acceptance, exact=True)
+
+        self.ctx.tasks.submit(work, done=self._show_plan, failed=failed, key="plan", owner=self)
 
     def _show_plan(self, p: Plan) -> None:
         self.plan = p

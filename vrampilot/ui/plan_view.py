@@ -60,6 +60,7 @@ class PlanView(QWidget):
     pins_changed = Signal(object)  # Pins
     target_changed = Signal(str)  # key from set_targets
     rpc_hosts_changed = Signal(str)  # "host:port=SIZE, ..." as typed
+    draft_changed = Signal(str)  # "", "ngram" or a draft model's path, as typed
     alternative_chosen = Signal(object)  # Alternative
     load_requested = Signal()
     cancel_load_requested = Signal()
@@ -103,6 +104,20 @@ class PlanView(QWidget):
         self.rpc_hosts.editingFinished.connect(lambda: self.rpc_hosts_changed.emit(self.rpc_hosts.text().strip()))
         rpc_row.addWidget(self.rpc_hosts, 1)
         outer.addLayout(rpc_row)
+        # Speculative decoding (planner/draft.py): a draft model or n-gram drafting.
+        draft_row = QHBoxLayout()
+        draft_row.addWidget(QLabel("Drafting"))
+        self.draft = QLineEdit()
+        self.draft.setObjectName("draft")
+        self.draft.setPlaceholderText("off · ngram · a draft model's .gguf (same tokenizer, smaller)")
+        self.draft.setToolTip(
+            "Speculative decoding: a small model of the same tokenizer drafts tokens the model checks "
+            "in one batch, or 'ngram' drafts from the conversation itself. The plan counts the draft's "
+            "memory on its device and predicts the speed-up from the acceptance measured here."
+        )
+        self.draft.editingFinished.connect(lambda: self.draft_changed.emit(self.draft.text().strip()))
+        draft_row.addWidget(self.draft, 1)
+        outer.addLayout(draft_row)
 
         # Verdict, bars, speed
         self.verdict = QLabel()
@@ -133,6 +148,12 @@ class PlanView(QWidget):
         self.speed.setWordWrap(True)
         self.speed.setTextFormat(Qt.TextFormat.RichText)
         outer.addWidget(self.speed)
+        self.draft_info = QLabel()
+        self.draft_info.setObjectName("draft_info")
+        self.draft_info.setWordWrap(True)
+        self.draft_info.setTextFormat(Qt.TextFormat.RichText)
+        self.draft_info.hide()
+        outer.addWidget(self.draft_info)
 
         # Actions
         actions = QHBoxLayout()
@@ -322,6 +343,8 @@ class PlanView(QWidget):
         self.placement.setText(_placement_html(plan))
         self.placement.setVisible(t.has_gpu)
         self.speed.setText(_speed_text(plan, self._measuring))
+        self.draft_info.setText(_draft_text(plan))
+        self.draft_info.setVisible(plan.draft is not None)
         styles = {REASON: "", WARNING: f" style='color:{WARN_AMBER}'", SUGGESTION: f" style='color:{OVER_BUDGET}'"}
         items = [f"<li{styles[w.kind]}>{escape(w.text)}</li>" for w in why_lines(plan)]
         self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
@@ -486,6 +509,25 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
             )
         )
     return "<br>".join(lines)
+
+
+def _draft_text(plan: Plan) -> str:
+    """The draft's bytes per device and the speed-up the plan predicts (planner/draft.py)."""
+    d = plan.draft
+    if d is None:
+        return ""
+    if d.spec is not None:
+        where = ", ".join(f"{escape(name)} {format_bytes(n)}" for name, n in d.bytes_by_device().items())
+        head = f"<b>Draft</b> {escape(d.spec.path.name)} · {where}"
+    else:
+        head = "<b>N-gram drafting</b> · no draft model, no memory"
+    acc = d.acceptance
+    source = f"measured over {acc.replies} replies" if acc.measured else "assumed until replies measure it"
+    color = OK_GREEN if d.speedup >= 1.0 else WARN_AMBER
+    return (
+        f"{head}<br>{d.n_draft} token{'s' if d.n_draft != 1 else ''} per step · acceptance {acc.p:.0%} ({source}) · "
+        f"<b style='color:{color}'>{d.speedup:.2f}x</b> decoding predicted ({d.decode_tps:.1f} tok/s)"
+    )
 
 
 def _cache_html(table: CacheTable) -> str:

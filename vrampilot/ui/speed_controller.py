@@ -162,6 +162,18 @@ class SpeedController(QObject):
             return  # the probe and the reply shared the CPU: neither measured this machine
         if plan is None or stats is None or speed is None or start is None:
             return
+        if plan.settings.drafting:
+            # Its decode speed is the drafting's, not the plan's own: it teaches the draft's
+            # acceptance (planner/draft.py), never the speed model.
+            from vrampilot.planner.draft import learn_acceptance
+
+            drafted, accepted, tps = stats.draft_tokens, stats.draft_accepted, stats.decode_tps
+            self.ctx.tasks.submit(
+                lambda _task: learn_acceptance(plan, drafted, accepted, decode_tps=tps),
+                failed=lambda exc: _log.warning("learning the draft's acceptance: %s", exc),
+                owner=self,
+            )
+            return
         share = cpu_load.others_share(start)
 
         def work(_task: TaskHandle) -> MachineSpeed:
