@@ -38,6 +38,7 @@ def test_the_plan_panel_shows_and_pins_the_experts_placement(qtbot: QtBot, tmp_p
     assert "chosen by the planner" in placement
     assert f"experts of {n} layers in RAM" in view.verdict.text()
     spin = view.pins.n_cpu_moe
+    assert not spin.isHidden()
     assert spin.isEnabled() and spin.value() == n and spin.maximum() == 48
     assert view.pins._auto["n_cpu_moe"].isChecked()
     assert f"Experts of {n} of 48 layers in RAM" in view.reasons.text()
@@ -82,5 +83,7 @@ def test_a_dense_model_has_no_experts_pin(qtbot: QtBot) -> None:
     qtbot.addWidget(view)
     view.set_plan(plan(spec, target_from_vram(8 * GIB, cpu_machine()), alternatives=False))
     assert not view.pins.n_cpu_moe.isEnabled() and not view.pins._auto["n_cpu_moe"].isEnabled()
+    # No experts to place: the row is not shown at all.
+    assert view.pins.n_cpu_moe.isHidden() and view.pins._auto["n_cpu_moe"].isHidden()
     assert "everything on the GPU" in view.placement.text()
     assert "chosen by the planner" not in view.placement.text()

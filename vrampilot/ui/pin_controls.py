@@ -48,6 +48,7 @@ class PinControls(QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setColumnStretch(1, 1)
         self._auto: dict[str, QToolButton] = {}
+        self._labels: dict[str, QLabel] = {}
         self._row = 0
 
         self.ctx_slider = QSlider(Qt.Orientation.Horizontal)
@@ -129,6 +130,7 @@ class PinControls(QWidget):
         grid.addWidget(control, self._row, 1)
         grid.addWidget(auto, self._row, 2)
         self._auto[name] = auto
+        self._labels[name] = lab
         self._row += 1
 
     # -- user actions --------------------------------------------------------------------------
@@ -186,6 +188,10 @@ class PinControls(QWidget):
         moe = has_gpu and has_experts
         self.n_cpu_moe.setEnabled(moe)
         self._auto["n_cpu_moe"].setEnabled(moe)
+        # A dense model has no experts to place: the row is not shown at all (as peers show MoE
+        # options only for MoE models); without a GPU it stays, greyed, saying why.
+        for w in (self._labels["n_cpu_moe"], self.n_cpu_moe, self._auto["n_cpu_moe"]):
+            w.setVisible(has_experts)
         if not moe:
             self.n_cpu_moe.setToolTip(
                 "No routed experts in this model" if has_gpu else "No GPU in this plan: everything is in RAM"
