@@ -79,12 +79,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_child(script: str, *args: str, timeout: int = 600) -> dict[str, Any]:
     """Run tests/gpu/<script> in a fresh interpreter (llama.cpp reads VRAMPILOT_SOFTWARE_GPU when
     its backends load, once per process) and return the JSON object of its last output line."""
+    # The script's own folder heads sys.path, not the checkout: testkit and tests come from ROOT.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     r = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "gpu" / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ),
+        env={**os.environ, "PYTHONPATH": path},
         cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr[-3000:]
