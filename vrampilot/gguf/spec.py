@@ -86,6 +86,12 @@ EXPERT_TENSOR_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
+def active_share(name: str, expert_share: float) -> float:
+    """The share of a layer tensor one token reads: n_expert_used / n_expert of a routed-expert
+    tensor (`*_exps`), all of any other."""
+    return expert_share if "_exps" in name and expert_share > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     path: Path
@@ -143,6 +149,10 @@ class ModelSpec:
     # Per repeating layer: bytes of its routed experts' tensors (EXPERT_TENSOR_RE), the part
     # --n-cpu-moe moves to host memory; () for a file without experts.
     layer_expert_bytes: tuple[int, ...] = ()
+    # Per repeating layer: what one token reads of those experts (the routed share).
+    layer_expert_active_bytes: tuple[float, ...] = ()
+    # Per repeating layer: its largest expert tensor (what a device copies in to run it).
+    layer_expert_max_bytes: tuple[int, ...] = ()
     # `tokenizer.ggml.model` ("gpt2", "llama", ...); None when the file has none, or says "none":
     # llama.cpp loads such a file (weights only) but aborts the process on its first tokenize.
     tokenizer_model: str | None = None
@@ -378,6 +388,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
     # Weights
     layer_bytes = [0] * n_layer
     expert_bytes = [0] * n_layer
+    expert_active = [0.0] * n_layer
+    expert_max = [0] * n_layer
     active_bytes = [0.0] * n_layer
     active_params = [0.0] * n_layer
     expert_share = int(_arch_key(meta, arch, "expert_used_count", 0) or 0) / int(
@@ -391,9 +403,11 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         if m and int(m.group(1)) < n_layer:
             il = int(m.group(1))
             layer_bytes[il] += t.n_bytes
+            share = active_share(t.name, expert_share)
             if EXPERT_TENSOR_RE.search(t.name):
                 expert_bytes[il] += t.n_bytes
-            share = expert_share if "_exps" in t.name and expert_share > 0 else 1.0
+                expert_active[il] += t.n_bytes * share
+                expert_max[il] = max(expert_max[il], t.n_bytes)
             active_bytes[il] += t.n_bytes * share
             active_params[il] += t.n_elements * share
         elif t.name.startswith("token_embd."):
@@ -479,6 +493,8 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         split_paths=tuple(p.path for p in parts) if len(parts) > 1 else (),
         n_layer_nextn=n_layer_nextn,
         layer_expert_bytes=tuple(expert_bytes) if any(expert_bytes) else (),
+        layer_expert_active_bytes=tuple(expert_active) if any(expert_bytes) else (),
+        layer_expert_max_bytes=tuple(expert_max) if any(expert_bytes) else (),
         compress_ratios=compress_ratios,
         indexer_head_size=indexer_head_size,
         indexer_n_head=indexer_n_head,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from vrampilot.gguf import ModelSpec, TensorInfo
-from vrampilot.gguf.spec import EXPERT_TENSOR_RE
+from vrampilot.gguf.spec import EXPERT_TENSOR_RE, active_share
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.settings import Settings
 
@@ -103,10 +103,15 @@ def host_layer_active_bytes(spec: ModelSpec, settings: Settings) -> tuple[float,
     host memory (routed experts: their routed share, as ModelSpec.layer_active_bytes counts
     them), whichever device holds the rest of the layer. The speed model reads these at the
     host's rate; the user's -ot patterns count here as --n-cpu-moe's experts do."""
+    if not settings.cpu_tensor_patterns:
+        # --n-cpu-moe alone (the search's many candidates): per layer from the spec, no tensor walk.
+        n_moe = min(max(settings.n_cpu_moe, 0), spec.n_layer)
+        active = spec.layer_expert_active_bytes
+        return tuple(active[il] if active and il < n_moe else 0.0 for il in range(spec.n_layer))
     share = spec.n_expert_used / spec.n_expert if spec.n_expert else 0.0
     out = [0.0] * spec.n_layer
     for il, t in _kept(spec, settings):
-        out[il] += t.n_bytes * (share if "_exps" in t.name and share > 0 else 1.0)
+        out[il] += t.n_bytes * active_share(t.name, share)
     return tuple(out)
 
 
@@ -116,6 +121,10 @@ def largest_held_offloaded_bytes(spec: ModelSpec, settings: Settings) -> int:
     if not (settings.n_cpu_moe or settings.cpu_tensor_patterns):
         return 0
     first_offloaded = spec.n_layer + 1 - max(settings.n_gpu_layers, 0)  # -ngl counts the output layer first
+    if not settings.cpu_tensor_patterns:
+        # --n-cpu-moe alone (every compute-buffer estimate asks): per layer from the spec.
+        held = range(max(first_offloaded, 0), min(settings.n_cpu_moe, spec.n_layer))
+        return max((spec.layer_expert_max_bytes[il] for il in held if spec.layer_expert_max_bytes), default=0)
     return max((b for il, b in _kept_tensors(spec, settings) if il >= first_offloaded), default=0)
 
 
