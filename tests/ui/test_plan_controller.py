@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from testkit.gguf_models import write_model
+from testkit.gguf_models import write_model, write_renamed
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
@@ -98,3 +98,17 @@ def test_load_then_unload_the_built_in_model(qtbot: QtBot, plans: PlanController
     with qtbot.waitSignal(plans.unloaded, timeout=20000):
         plans.unload()
     assert states == [LoadState.LOADED, LoadState.UNLOADED] and plans.load_result is None
+
+
+def test_a_counted_cache_table_is_counted_off_the_gui_thread(
+    qtbot: QtBot, plans: PlanController, tmp_path: Path
+) -> None:
+    """An architecture the cache formula is not verified on gets its cache by part from llama.cpp's
+    dry runs, one per context: the panel says it is counting and the table arrives from a task."""
+    routed = write_renamed(tmp_path / "nanbeige.gguf", "llama", "nanbeige")
+    start(qtbot, plans, routed)
+    view = plans.view
+    with qtbot.waitSignal(view.cache_count_requested, timeout=5000):
+        view.cache_toggle.setChecked(True)
+    assert view.cache_table.text() == "Counting the cache with llama.cpp…"
+    qtbot.waitUntil(lambda: "counted by llama.cpp" in view.cache_table.text(), timeout=60000)

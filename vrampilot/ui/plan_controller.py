@@ -26,6 +26,7 @@ from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hos
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.alternatives import changed_pins
+from vrampilot.planner.cache_table import cache_table
 from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
@@ -120,6 +121,7 @@ class PlanController(QObject):
         plan_view.target_changed.connect(self.set_target)
         plan_view.rpc_hosts_changed.connect(self.set_rpc_hosts)
         plan_view.draft_changed.connect(self.set_draft)
+        plan_view.cache_count_requested.connect(self._count_cache)
         plan_view.rpc_hosts.setText(self.rpc_text)
         plan_view.load_requested.connect(lambda: self.load())
         plan_view.cancel_load_requested.connect(self.cancel_load)
@@ -397,6 +399,15 @@ class PlanController(QObject):
             return plan_with_draft(spec, target, pins, draft, acceptance=acceptance, exact=True)
 
         self.ctx.tasks.submit(work, done=self._show_plan, failed=failed, key="plan", owner=self)
+
+    def _count_cache(self, p: Plan) -> None:
+        """The Plan panel's cache by part for an architecture llama.cpp counts (its dry runs)."""
+        self.ctx.tasks.submit(
+            lambda _t: cache_table(p.spec, p.settings),
+            done=lambda table: self.view.show_cache_table(p, table),
+            key="cache-table",
+            owner=self,
+        )
 
     def _show_plan(self, p: Plan) -> None:
         self.plan = p

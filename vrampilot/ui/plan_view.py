@@ -41,6 +41,7 @@ from vrampilot.planner.explain import (
     prompt_tokens,
     why_lines,
 )
+from vrampilot.planner.families import is_routed
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.reasons import placement_text
 from vrampilot.ui.pin_controls import PinControls
@@ -66,6 +67,10 @@ class PlanView(QWidget):
     cancel_load_requested = Signal()
     unload_requested = Signal()
     export_requested = Signal(str)  # shell
+    # A plan whose "cache by part" needs llama.cpp's dry runs (an architecture the formula is not
+    # verified on): up to one per context, too slow for the GUI thread; the controller counts it
+    # in the background and hands it back with show_cache_table.
+    cache_count_requested = Signal(object)  # Plan
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -364,7 +369,16 @@ class PlanView(QWidget):
     def _show_cache_table(self) -> None:
         if self._plan is None or not self.cache_toggle.isChecked():
             return
-        self.cache_table.setText(_cache_html(cache_table(self._plan.spec, self._plan.settings)))
+        if is_routed(self._plan.spec.architecture):
+            self.cache_table.setText("Counting the cache with llama.cpp…")
+            self.cache_count_requested.emit(self._plan)
+            return
+        self.show_cache_table(self._plan, cache_table(self._plan.spec, self._plan.settings))
+
+    def show_cache_table(self, plan: Plan, table: CacheTable) -> None:
+        """The cache by part for `plan`, unless a newer plan is shown or the section was closed."""
+        if plan is self._plan and self.cache_toggle.isChecked():
+            self.cache_table.setText(_cache_html(table))
 
     @staticmethod
     def _device_bar_data(plan: Plan) -> list[BarData]:
