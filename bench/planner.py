@@ -583,19 +583,17 @@ def _wait_for_port(port: int, timeout_s: float) -> bool:
 def cost(spec: Any, target: Any, settings: Settings) -> Costed:
     """`settings` through our memory and speed model (the numbers a plan reports for them)."""
     from vrampilot.planner.memory import layer_placement, memory_breakdown
-    from vrampilot.planner.placement import host_layer_bytes
+    from vrampilot.planner.placement import experts_in_ram
     from vrampilot.planner.speed import predict_speed
 
     mem = memory_breakdown(spec, settings, target)
     speed = predict_speed(spec, settings, target, mem)
     on_gpu, _ = layer_placement(spec, settings.n_gpu_layers)
-    host = host_layer_bytes(spec, settings)
-    moe = [il for il, b in enumerate(spec.layer_expert_bytes) if b]
-    in_ram = sum(1 for il in moe if not on_gpu[il] or host[il] > 0)
+    in_ram, moe_layers = experts_in_ram(spec, settings, on_gpu)
     fits = all(c.total_bytes <= g.memory_budget_bytes for c, g in zip(mem.per_device, target.gpus, strict=False))
     fits = fits and mem.host.total_bytes <= target.host_ram_bytes
     used = mem.device.total_bytes - mem.device.margin_bytes
-    return Costed(settings, fits, used, speed.decode_tps, in_ram, len(moe))
+    return Costed(settings, fits, used, speed.decode_tps, in_ram, moe_layers)
 
 
 def moe_rows(

@@ -71,11 +71,16 @@ def unmatched_patterns(spec: ModelSpec, patterns: tuple[str, ...]) -> tuple[str,
 
 def experts_in_ram(spec: ModelSpec, settings: Settings, gpu_layers: tuple[bool, ...]) -> tuple[int, int]:
     """(layers whose routed experts are in host memory, layers with routed experts): experts of
-    a layer left on the CPU by -ngl count, as do those --n-cpu-moe keeps there."""
+    a layer left on the CPU by -ngl count, as do those a CPU override keeps there (--n-cpu-moe,
+    or the user's -ot patterns)."""
     if not spec.layer_expert_bytes:
         return 0, 0
+    if settings.cpu_tensor_patterns:
+        held = {il for il, t in _kept(spec, settings) if EXPERT_TENSOR_RE.search(t.name)}
+    else:
+        held = set(range(min(max(settings.n_cpu_moe, 0), spec.n_layer)))
     moe = [il for il, b in enumerate(spec.layer_expert_bytes) if b]
-    on_host = sum(1 for il in moe if il < settings.n_cpu_moe or not (il < len(gpu_layers) and gpu_layers[il]))
+    on_host = sum(1 for il in moe if il in held or not (il < len(gpu_layers) and gpu_layers[il]))
     return on_host, len(moe)
 
 
