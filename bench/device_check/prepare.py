@@ -14,7 +14,11 @@ needs is made here, into bench/out/device/ (carried with `run --carry bench/out/
 - vulkan.tar.xz: the Vulkan build as users get it, taken from this machine's engine (llama-server,
   llama-bench, libllama, libggml with its Vulkan and RPC modules, the haswell CPU variant) and
   Debian's Vulkan loader: the device machine runs it with the NVIDIA driver's Vulkan ICD, and
-  nothing is compiled there for it.
+  nothing is compiled there for it;
+- cuda.tar.xz: the CUDA module built here from PyPI's wheels (packaging/engine/cuda.py, `make cuda`)
+  with NVIDIA's cudart: run with the same tools as the Vulkan build and the device machine's own
+  cuBLAS 13 (NVIDIA's cuBLAS is 595 MB, over what can be carried). Where the device has no cuBLAS 13,
+  or no module is cached here, the check compiles CUDA there from llama.cpp.tgz as before.
 
     python bench/device_check/prepare.py [--with-embedded]
 """
@@ -120,6 +124,7 @@ def main() -> int:
         models["smollm2"] = emb
     cases, vulkan_cases = _cases(models, "CUDA0"), _cases(models, "Vulkan0")
     vulkan = vulkan_payload(OUT / "vulkan.tar.xz")
+    cuda = cuda_payload(OUT / "cuda.tar.xz")
     full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
     speed_args = llama_server_argv("MODEL", full)[3:]
     (OUT / "expected.json").write_text(
@@ -127,7 +132,8 @@ def main() -> int:
     )
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(
-        f"prepared {OUT}: source {size / 2**20:.1f} MiB, Vulkan build {vulkan / 2**20:.1f} MiB, {len(models)} models, "
+        f"prepared {OUT}: source {size / 2**20:.1f} MiB, Vulkan build {vulkan / 2**20:.1f} MiB, "
+        f"CUDA module {cuda / 2**20:.1f} MiB, {len(models)} models, "
         f"{len(cases)} cases per backend, {total / 2**20:.1f} MiB in all (limit 64 MiB)"
     )
     return 0 if total < 64 * 2**20 else 1
@@ -165,6 +171,26 @@ def vulkan_payload(into: Path) -> int:
         for f in files:
             dst.add(f, arcname=f"vulkan/{f.relative_to(lib)}")
         dst.add(SYSTEM_LOADER.resolve(), arcname="vulkan/libvulkan.so.1")
+    return into.stat().st_size
+
+
+def cuda_payload(into: Path) -> int:
+    """The cached CUDA module and cudart as cuda/ in a tar.xz; its size (0, and no file, when no
+    module for the current sources is cached: the device machine then compiles CUDA itself)."""
+    import tarfile as tf
+
+    sys.path.insert(0, str(ROOT / "packaging" / "engine"))
+    import cuda as cuda_recipe
+
+    into.unlink(missing_ok=True)
+    module = cuda_recipe.cached_module()
+    if module is None:
+        print(f"prepare: no CUDA module cached (key {cuda_recipe.module_key()}; make cuda): the device compiles CUDA")
+        return 0
+    with tf.open(into, "w:xz") as dst:
+        dst.add(module, arcname=f"cuda/{cuda_recipe.MODULE_FILE}")
+        dst.add(module.parent / cuda_recipe.MANIFEST_NAME, arcname=f"cuda/{cuda_recipe.MANIFEST_NAME}")
+        dst.add(cuda_recipe.toolkit_root() / "lib" / "libcudart.so.13", arcname="cuda/libcudart.so.13")
     return into.stat().st_size
 
 

@@ -81,6 +81,16 @@ BASE_CMAKE_ARGS = (
     # The tools find their libraries beside them in llama_cpp/lib (and those find each other).
     "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib",
 )
+# For a build of ggml alone (the CUDA module, the benchmarks' native build): none of llama.cpp's
+# own programs or libraries beyond what ggml needs.
+GGML_ONLY_CMAKE_ARGS = (
+    "-DLLAMA_BUILD_COMMON=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_CURL=OFF",
+)
 # The executables kept, into llama_cpp/lib (names without .exe, as the vendored llama.cpp calls
 # them: its RPC server is ggml-rpc-server), with the libraries they link.
 TOOLS = ("llama-server", "ggml-rpc-server", "llama-bench")

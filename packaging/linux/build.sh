@@ -4,6 +4,10 @@
 #   dist/vrampilot_<version>_<arch>.deb          /opt/vrampilot + /usr/bin link, menu entry, .gguf type
 #   dist/VRAM_Pilot-<version>-<arch>.AppImage    one file, runs on a double-click (after chmod +x)
 #
+# VARIANT=cuda builds the CUDA variant into dist/cuda/ instead (`make package-cuda`): the same app
+# plus llama.cpp's CUDA module (packaging/engine/cuda.py, cached by `make cuda`) and NVIDIA's cudart
+# and cuBLAS with their licences; package vrampilot-cuda, VRAM_Pilot-CUDA-<version>-<arch>.AppImage.
+#
 # Environment: PY (python of the venv, default .venv/bin/python), APPIMAGE=0 (skip the AppImage),
 # APPIMAGETOOL=/path/to/appimagetool (use the reference tool and runtime instead of ours),
 # DEB_COMPRESS (zstd|xz|gzip|none; default zstd: 3 s here against 6 min for xz, 180 MB against 156 MB;
@@ -15,13 +19,26 @@ cd "$ROOT"
 HERE=packaging/linux
 ICONS=packaging/icons
 PY=${PY:-.venv/bin/python}
-BUILD=build/package
-DIST=dist
+VARIANT=${VARIANT:-default}
 VERSION=$("$PY" -c 'import vrampilot; print(vrampilot.__version__)')
 ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 case "$ARCH" in amd64) AI_ARCH=x86_64 ;; arm64) AI_ARCH=aarch64 ;; *) AI_ARCH=$ARCH ;; esac
-DEB="$DIST/vrampilot_${VERSION}_${ARCH}.deb"
-APPIMAGE_OUT="$DIST/VRAM_Pilot-${VERSION}-${AI_ARCH}.AppImage"
+case "$VARIANT" in
+default)
+    BUILD=build/package DIST=dist PKG=vrampilot OTHER_PKG=vrampilot-cuda
+    APPIMAGE_OUT="$DIST/VRAM_Pilot-${VERSION}-${AI_ARCH}.AppImage"
+    CUDA_LINE=" On NVIDIA GPUs the vrampilot-cuda package adds llama.cpp's CUDA backend."
+    ;;
+cuda)
+    BUILD=build/package-cuda DIST=dist/cuda PKG=vrampilot-cuda OTHER_PKG=vrampilot
+    APPIMAGE_OUT="$DIST/VRAM_Pilot-CUDA-${VERSION}-${AI_ARCH}.AppImage"
+    CUDA_LINE=" This is the CUDA variant: llama.cpp's CUDA backend (CUDA 13.0) for NVIDIA GPUs, which needs
+ the NVIDIA driver 580 or newer; without it the app runs through Vulkan or on the CPU."
+    ;;
+*) echo "packaging: VARIANT=$VARIANT: expected default or cuda" >&2; exit 2 ;;
+esac
+export VRAMPILOT_VARIANT=$VARIANT
+DEB="$DIST/${PKG}_${VERSION}_${ARCH}.deb"
 
 step() { printf '\n== %s (t=%ds)\n' "$*" "$SECONDS"; }
 
@@ -84,17 +101,24 @@ install_share() { # $1 = prefix directory that gets usr/share/...
 step "Debian package -> $DEB"
 STAGE="$BUILD/deb/root"
 rm -rf "$BUILD/deb"
-mkdir -p "$STAGE/DEBIAN" "$STAGE/opt" "$STAGE/usr/bin" "$STAGE/usr/share/doc/vrampilot"
+mkdir -p "$STAGE/DEBIAN" "$STAGE/opt" "$STAGE/usr/bin" "$STAGE/usr/share/doc/$PKG"
 cp -a "$BUNDLE" "$STAGE/opt/vrampilot"
 ln -s /opt/vrampilot/vrampilot "$STAGE/usr/bin/vrampilot"
 install_share "$STAGE"
-cat >"$STAGE/usr/share/doc/vrampilot/copyright" <<EOF
+cat >"$STAGE/usr/share/doc/$PKG/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: VRAM Pilot
 License: MIT
 Comment: /opt/vrampilot bundles Python, Qt (PySide6, LGPLv3), llama.cpp (MIT), NumPy (BSD) and
  the SmolLM2-135M-Instruct model (Apache-2.0) with their own licenses.
 EOF
+if [ "$VARIANT" = cuda ]; then
+    cat >>"$STAGE/usr/share/doc/$PKG/copyright" <<EOF
+ The CUDA variant also carries NVIDIA's CUDA runtime (libcudart) and cuBLAS (libcublas,
+ libcublasLt) from NVIDIA's PyPI wheels, under NVIDIA's license: see
+ /opt/vrampilot/_internal/llama_cpp/lib/cuda-licences/.
+EOF
+fi
 install -m755 "$HERE/deb/postinst" "$HERE/deb/postrm" "$STAGE/DEBIAN/"
 # Depends: the system libraries the bundle does not carry (PyInstaller leaves out glibc, GL/EGL and
 # some libxcb-*; Qt's X11 plugin needs libxcb-cursor0, see vrampilot/ui/launch.py). The glibc floor is
@@ -102,13 +126,15 @@ install -m755 "$HERE/deb/postinst" "$HERE/deb/postrm" "$STAGE/DEBIAN/"
 GLIBC_MIN=$(find "$BUNDLE" -type f \( -name '*.so*' -o -perm -u+x \) -exec objdump -T {} + 2>/dev/null |
     grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
 cat >"$STAGE/DEBIAN/control" <<EOF
-Package: vrampilot
+Package: $PKG
 Version: $VERSION
 Architecture: $ARCH
 Maintainer: ${DEB_MAINTAINER:-VRAM Pilot maintainers <maintainers@vrampilot.invalid>}
 Installed-Size: $(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
 Depends: libc6 (>= ${GLIBC_MIN:-2.31}), libgl1, libegl1, libfontconfig1, libxkbcommon0, libxkbcommon-x11-0, libxcb1, libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1, libxcb-image0, libxcb-render-util0, libxcb-shape0, libxcb-randr0, libxcb-xkb1, libwayland-client0, libwayland-cursor0, libwayland-egl1
 Recommends: libvulkan1, mesa-vulkan-drivers
+Conflicts: $OTHER_PKG
+Replaces: $OTHER_PKG
 Section: science
 Priority: optional
 Description: plan, run and explain local GGUF models on the GPU you have
@@ -117,6 +143,7 @@ Description: plan, run and explain local GGUF models on the GPU you have
  Qt and llama.cpp under /opt/vrampilot and a small embedded model, so it works offline.
  llama.cpp runs on the CPU, and on AMD, Intel and NVIDIA GPUs through their Vulkan drivers
  (libvulkan1 and the driver; without them it runs on the CPU): see "vrampilot doctor".
+$CUDA_LINE
 EOF
 mkdir -p "$DIST"
 rm -f "$DEB"

@@ -43,6 +43,7 @@ def test_machine_to_dict_has_the_documented_keys_and_is_json() -> None:
         "devices": [],
         "gpu_build_note": None,
         "vulkan_status": None,
+        "cuda_status": None,
     }
     assert CUDA_REBUILD_HINT in d["warnings"]
     assert any("display" in w for w in d["warnings"])

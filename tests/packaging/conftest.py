@@ -64,6 +64,19 @@ def bundle_dir() -> Path:
     return _artifact("VRAMPILOT_BUNDLE")
 
 
+CUDA_MANIFEST = "vrampilot-cuda.json"  # packaging/engine/cuda.py's, which only the CUDA variant carries
+
+
+def bundle_variant_of(bundle: Path) -> str:
+    """The variant: "cuda" for make package-cuda's bundle, else "default"."""
+    return "cuda" if (bundle / "_internal" / "llama_cpp" / "lib" / CUDA_MANIFEST).is_file() else "default"
+
+
+@pytest.fixture(scope="session")
+def bundle_variant(bundle_dir: Path) -> str:
+    return bundle_variant_of(bundle_dir)
+
+
 @pytest.fixture(scope="session")
 def deb_file() -> Path:
     return _artifact("VRAMPILOT_DEB")

@@ -25,6 +25,11 @@ from vrampilot.ui.qt_libs import debian_package
 # PDFs). The budget catches what should never ship (torch, the type checker, a second Qt), not a
 # few MiB; the installer files themselves (about 187 MB each) have theirs in test_bundle_vulkan.
 SIZE_BUDGET_BYTES = 360 * 1024 * 1024
+# The CUDA variant adds NVIDIA's cuBLAS (cublasLt alone is 515 MiB), cudart and the CUDA module.
+CUDA_SIZE_BUDGET_BYTES = SIZE_BUDGET_BYTES + 1024 * 1024 * 1024
+# The driver's own library: never shipped, not a Debian package of one name (nvidia-driver,
+# libnvidia-compute-*, the .run installer); without it the CUDA module does not load and says so.
+DRIVER_LIBRARIES = {"libcuda.so.1"}
 
 
 def exe(bundle_dir: Path) -> Path:
@@ -170,9 +175,10 @@ def test_torch_is_not_in_the_default_bundle(bundle_dir: Path) -> None:
     assert not (internal / "vrampilot" / "hybrid").exists()
 
 
-def test_bundle_fits_the_size_budget(bundle_dir: Path) -> None:
+def test_bundle_fits_the_size_budget(bundle_dir: Path, bundle_variant: str) -> None:
     total = sum(p.stat().st_size for p in bundle_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    assert total < SIZE_BUDGET_BYTES, f"bundle is {total / 2**20:.0f} MiB, budget {SIZE_BUDGET_BYTES / 2**20:.0f} MiB"
+    budget = CUDA_SIZE_BUDGET_BYTES if bundle_variant == "cuda" else SIZE_BUDGET_BYTES
+    assert total < budget, f"{bundle_variant} bundle is {total / 2**20:.0f} MiB, budget {budget / 2**20:.0f} MiB"
 
 
 def test_no_dangling_links(bundle_dir: Path) -> None:
@@ -181,7 +187,7 @@ def test_no_dangling_links(bundle_dir: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("ldd") is None, reason="ldd missing")
-def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path) -> None:
+def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path, bundle_variant: str) -> None:
     """What the bundle does not carry must be in the .deb's Depends, or the app breaks on a
     machine without it. (The check runs against this machine's libraries.)"""
     build_sh = (PACKAGING / "linux" / "build.sh").read_text()
@@ -199,5 +205,8 @@ def test_every_library_dependency_is_bundled_or_declared(bundle_dir: Path) -> No
         for soname in re.findall(r"^\s*(\S+) => not found", out.stdout, flags=re.M):
             if not (bundle_dir / "_internal" / soname).exists() and not list(bundle_dir.rglob(soname)):
                 missing.setdefault(soname, str(path.relative_to(bundle_dir)))
+    if bundle_variant == "cuda":
+        assert set(missing.get(s, "") for s in DRIVER_LIBRARIES) <= {"", "_internal/llama_cpp/lib/libggml-cuda.so"}
+        missing = {s: by for s, by in missing.items() if s not in DRIVER_LIBRARIES}
     undeclared = {s: by for s, by in missing.items() if debian_package(s) not in declared}
     assert not undeclared, f"needed, neither bundled nor in Depends: {undeclared}"

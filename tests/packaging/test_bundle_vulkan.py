@@ -17,6 +17,7 @@ from vrampilot.llamacpp.vulkan_probe import loader_name, probe_vulkan
 
 GPU = {"VRAMPILOT_SOFTWARE_GPU": "1"}
 PACKAGE_BUDGET_BYTES = 350 * 10**6  # each installer file (issue: under 350 MB)
+CUDA_PACKAGE_BUDGET_BYTES = 900 * 10**6  # the CUDA variant's (issue #38: under 900 MB)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,8 @@ def test_without_the_vulkan_loader_the_bundle_runs_on_the_cpu_and_says_why(bundl
             assert json.loads(result.stdout)["settings"]["n_gpu_layers"] == 0
 
 
-def test_each_package_stays_under_350_mb(deb_file: Path, appimage_file: Path) -> None:
+def test_each_package_stays_under_its_budget(deb_file: Path, appimage_file: Path) -> None:
+    budget = CUDA_PACKAGE_BUDGET_BYTES if "cuda" in deb_file.name else PACKAGE_BUDGET_BYTES
     for path in (deb_file, appimage_file):
         size = path.stat().st_size
-        assert size < PACKAGE_BUDGET_BYTES, f"{path} is {size / 1e6:.0f} MB"
+        assert size < budget, f"{path} is {size / 1e6:.0f} MB, budget {budget / 1e6:.0f} MB"

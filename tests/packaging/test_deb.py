@@ -29,7 +29,10 @@ def field(deb: Path, name: str) -> str:
 def test_control_fields(deb_file: Path) -> None:
     from vrampilot import __version__
 
-    assert field(deb_file, "Package") == "vrampilot"
+    cuda = "cuda" in deb_file.name  # make package-cuda's vrampilot-cuda_<version>_<arch>.deb
+    assert field(deb_file, "Package") == ("vrampilot-cuda" if cuda else "vrampilot")
+    # Both install /opt/vrampilot and /usr/bin/vrampilot: one replaces the other.
+    assert field(deb_file, "Conflicts") == field(deb_file, "Replaces") == ("vrampilot" if cuda else "vrampilot-cuda")
     assert field(deb_file, "Version") == __version__
     depends = field(deb_file, "Depends")
     assert "libc6 (>= " in depends and "libxcb-cursor0" in depends
@@ -72,7 +75,15 @@ def test_menu_entry_icon_and_gguf_type(root: Path) -> None:
     for size in (16, 32, 48, 64, 128, 256, 512):
         assert (share / f"icons/hicolor/{size}x{size}/apps/{icon}.png").is_file()
     assert (share / "mime" / "packages" / "vrampilot.xml").is_file()
-    assert (share / "doc" / "vrampilot" / "copyright").is_file()
+    (copyright_file,) = (share / "doc").glob("*/copyright")
+    assert copyright_file.parent.name in ("vrampilot", "vrampilot-cuda")  # the package's own name
+    if copyright_file.parent.name == "vrampilot-cuda":
+        assert "NVIDIA's license" in copyright_file.read_text()
+        licences = root / "opt/vrampilot/_internal/llama_cpp/lib/cuda-licences"
+        assert sorted(p.name for p in licences.iterdir()) == [
+            "nvidia_cublas-License.txt",
+            "nvidia_cuda_runtime-License.txt",
+        ]
 
 
 @pytest.mark.skipif(shutil.which("update-mime-database") is None, reason="shared-mime-info missing")

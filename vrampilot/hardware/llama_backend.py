@@ -62,8 +62,9 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
         backends=loaded.registered if loaded else (),
         backend_failures=tuple(f"{name}: {why}" for name, why in loaded.failed) if loaded else (),
         devices=devices,
-        gpu_build_note=_gpu_build_note(loaded.lib_dir) if loaded else None,
+        gpu_build_note=_gpu_build_note(loaded.lib_dir, has_cuda_module=loaded.cuda is not None) if loaded else None,
         vulkan_status=loaded.vulkan if loaded else None,
+        cuda_status=loaded.cuda if loaded else None,
     )
 
 
@@ -90,14 +91,28 @@ def _devices() -> tuple[LlamaDevice, ...]:
     )
 
 
-def _gpu_build_note(lib_dir: str) -> str | None:
-    """What the engine's recipe said about GPU backends it could not build (its manifest)."""
+# Where a CUDA backend comes from when the engine was built without one.
+CUDA_MODULE_HINT = "a module of its own: the CUDA installers carry it, `make cuda` builds it"
+
+
+def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool) -> str | None:
+    """What the engine's recipe said about GPU backends it did not build (its manifest), less the
+    CUDA backend when its module is installed beside the engine."""
     from pathlib import Path
 
     from vrampilot.llamacpp.backends import read_manifest
 
     manifest = read_manifest(Path(lib_dir)) or {}
     skipped = manifest.get("gpu_skipped")
-    if isinstance(skipped, dict) and skipped:
-        return "; ".join(f"{name}: {why}" for name, why in skipped.items())
-    return None
+    if not isinstance(skipped, dict):
+        return None
+    notes = []
+    for name, why in skipped.items():
+        if name == "cuda" and has_cuda_module:
+            continue
+        if name == "cuda" and str(why).startswith("VRAMPILOT_ENGINE_GPU="):
+            # Built for the other backends on purpose (the default packages, CI): not a failure.
+            notes.append(f"cuda ({CUDA_MODULE_HINT})")
+        else:
+            notes.append(f"{name}: {why}")
+    return "; ".join(notes) or None

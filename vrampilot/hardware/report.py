@@ -8,10 +8,18 @@ from typing import Any
 from vrampilot.hardware.types import GpuInfo, Machine
 from vrampilot.units import format_bytes
 
+# What a user with an NVIDIA card and a build without CUDA is told: where CUDA comes from.
+CUDA_VARIANT_HINT = (
+    "the CUDA variant of VRAM Pilot has it (VRAM_Pilot-CUDA-<version>-x86_64.AppImage, or the vrampilot-cuda "
+    ".deb); from source, `make cuda` builds and installs the CUDA module (about an hour, once)"
+)
 CUDA_REBUILD_HINT = (
-    "this engine has no CUDA backend but an NVIDIA GPU is present, so plans use the CPU: install the CUDA "
-    "toolkit (nvcc and cuBLAS) and rebuild the engine with `python packaging/engine/build.py --install` "
-    "(what `make run` does; `--explain-gpu` says what it finds)"
+    "this engine has no CUDA backend and no other GPU backend, but an NVIDIA GPU is present, so plans use the CPU: "
+    + CUDA_VARIANT_HINT
+)
+NO_CUDA_NOTE = (
+    "an NVIDIA GPU is present but this build has no CUDA backend, so it runs through Vulkan (CUDA is usually "
+    "faster at reading prompts): " + CUDA_VARIANT_HINT
 )
 
 
@@ -19,11 +27,16 @@ def machine_warnings(m: Machine) -> tuple[str, ...]:
     """Things a user should fix or know before trusting a plan, worst first."""
     out: list[str] = []
     nvidia = [g for g in m.gpus if g.vendor == "NVIDIA"]
+    cuda_devices = any(d.backend == "CUDA" for d in m.llama.devices)
     if m.llama.error:
         out.append(m.llama.error)
+    elif nvidia and m.llama.cuda_status is not None and not cuda_devices:
+        out.append(m.llama.cuda_status)  # the module is here but cannot run: no driver, or an old one
     elif nvidia and m.llama.supports_gpu_offload is False:
         why = m.llama.gpu_build_note
         out.append(CUDA_REBUILD_HINT + (f". When the engine was built: {why}" if why else ""))
+    elif nvidia and m.llama.supports_gpu_offload and m.llama.cuda_status is None and not cuda_devices:
+        out.append(NO_CUDA_NOTE)
     if m.llama.backend_mode in ("static", "ggml-score"):
         out.append(
             "llama-cpp-python was not built by VRAM Pilot's engine recipe, so nothing checks that its CPU code"
@@ -72,6 +85,7 @@ def machine_to_dict(m: Machine) -> dict[str, Any]:
             "devices": [asdict(d) for d in m.llama.devices],
             "gpu_build_note": m.llama.gpu_build_note,
             "vulkan_status": m.llama.vulkan_status,
+            "cuda_status": m.llama.cuda_status,
         },
         "warnings": list(machine_warnings(m)),
     }
@@ -143,6 +157,8 @@ def format_machine(m: Machine) -> str:
             lines.append(f"  not loaded: {failure}")
         if llama.vulkan_status:
             lines.append(f"  {llama.vulkan_status}")
+        if llama.cuda_status:
+            lines.append(f"  {llama.cuda_status}")
         for d in llama.devices:
             kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(
                 d.kind, d.kind

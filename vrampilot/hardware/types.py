@@ -110,6 +110,7 @@ class LlamaBackendInfo:
     devices: tuple[LlamaDevice, ...] = ()  # in ggml's order, the CPU included
     gpu_build_note: str | None = None  # which GPU backends the engine lacks and why (its manifest)
     vulkan_status: str | None = None  # one line: the Vulkan devices found, or what is missing (None: no module)
+    cuda_status: str | None = None  # one line: the CUDA module's devices, or why it runs without (None: no module)
 
     @property
     def offload_devices(self) -> tuple[LlamaDevice, ...]:

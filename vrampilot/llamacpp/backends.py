@@ -14,6 +14,12 @@ compiled for, read from the vendored CMake files when the wheel was built. A lla
 built by the recipe is used as it is, and `EngineBackends.mode` says so.
 
 `VRAMPILOT_CPU_VARIANT=<name>` forces a variant (benchmarks compare them; it is not checked).
+
+The CUDA backend is a module built apart from the wheel (packaging/engine/cuda.py) and dropped
+beside it with its own manifest (`vrampilot-cuda.json`); it is loaded when that manifest says it
+was built from the engine's llama.cpp. Without an NVIDIA driver it cannot load (libcuda.so.1 is
+the driver's); with a driver too old for its CUDA version it loads with no devices. Either way the
+engine goes on with Vulkan or the CPU and `EngineBackends.cuda` says why in one line.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from vrampilot.llamacpp.cpu_probe import CpuProbe, probe_cpu
 from vrampilot.llamacpp.vulkan_probe import VulkanDevice, VulkanProbe, probe_vulkan, software_allowed, visible_devices
 
 MANIFEST_NAME = "vrampilot-engine.json"
+CUDA_MANIFEST_NAME = "vrampilot-cuda.json"  # packaging/engine/cuda.py writes it beside libggml-cuda
 CPU_DIR = "cpu"
 FORCE_ENV = "VRAMPILOT_CPU_VARIANT"
 
@@ -100,6 +107,7 @@ class EngineBackends:
     note: str
     vulkan: str | None = None  # the Vulkan line (vulkan_probe): what it found, or what is missing
     vulkan_devices: tuple[VulkanDevice, ...] = ()  # the devices the Vulkan module was loaded for
+    cuda: str | None = None  # the CUDA line: its devices, or why it runs without (None: no module)
 
     def describe_cpu(self) -> str:
         """One line for a person: the variant and why."""
@@ -162,9 +170,9 @@ def _advertised_all(features: list[str], probe: CpuProbe) -> bool:
     return all((r := probe.result(f)) is not None and r.advertised for f in features)
 
 
-def read_manifest(lib_dir: Path) -> dict[str, object] | None:
+def read_manifest(lib_dir: Path, name: str = MANIFEST_NAME) -> dict[str, object] | None:
     try:
-        value = json.loads((lib_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+        value = json.loads((lib_dir / name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -202,7 +210,18 @@ class _Ggml:
         lib.ggml_backend_reg_get.argtypes = (ctypes.c_size_t,)
         lib.ggml_backend_reg_name.restype = ctypes.c_char_p
         lib.ggml_backend_reg_name.argtypes = (ctypes.c_void_p,)
+        lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_reg_dev_count.argtypes = (ctypes.c_void_p,)
         self.lib = lib
+
+    def device_count(self, reg_name: str) -> int:
+        """How many devices the registered backend `reg_name` offers (0 when it is not registered)."""
+        for i in range(int(self.lib.ggml_backend_reg_count())):
+            reg = self.lib.ggml_backend_reg_get(i)
+            raw = self.lib.ggml_backend_reg_name(reg)
+            if raw and raw.decode("utf-8", "replace") == reg_name:
+                return int(self.lib.ggml_backend_reg_dev_count(reg))
+        return 0
 
     def registered(self) -> tuple[str, ...]:
         names = []
@@ -220,6 +239,57 @@ class _Ggml:
         if not self.lib.ggml_backend_load(os.fsencode(path)):
             return "ggml_backend_load refused it (no ggml backend entry point, or its init failed)"
         return None
+
+
+def _llama_cpp_python(manifest: dict[str, object]) -> str:
+    recipe = manifest.get("recipe")
+    return str(recipe.get("llama_cpp_python")) if isinstance(recipe, dict) else "unknown"
+
+
+def describe_cuda(module: dict[str, object], load_error: str | None, devices: int) -> str:
+    """One line on the CUDA module: how many devices it drives, or why none (no driver, a driver
+    too old for the module's CUDA version, or no GPU that answers)."""
+    needs = f"CUDA {module.get('cuda_version', '?')}"
+    driver_floor = f"driver {module.get('min_driver', '?')} or newer"
+    if load_error is not None:
+        if "libcuda.so" in load_error or "nvcuda" in load_error:
+            return f"CUDA backend present, no NVIDIA driver (libcuda.so.1 not found): running without it ({needs} needs {driver_floor})"
+        return f"CUDA backend present but not loadable: {load_error}"
+    if devices > 0:
+        return (
+            f"CUDA backend ({needs}, {module.get('architectures', '?')}): {devices} device{'s' if devices != 1 else ''}"
+        )
+    supported = cuda_driver_version()
+    if supported is None:
+        return f"CUDA backend present, no CUDA device answered and the NVIDIA driver gave no version ({needs} needs {driver_floor})"
+    have = f"{supported // 1000}.{supported % 1000 // 10}"
+    if supported < _cuda_version_number(str(module.get("cuda_version", "0"))):
+        return (
+            f"CUDA backend present, NVIDIA driver too old: it supports CUDA {have}, this build needs {needs} "
+            f"({driver_floor}); running without CUDA"
+        )
+    return f"CUDA backend present, the NVIDIA driver (CUDA {have}) reports no usable GPU"
+
+
+def _cuda_version_number(text: str) -> int:
+    major, _, minor = text.partition(".")
+    try:
+        return int(major) * 1000 + int(minor or 0) * 10
+    except ValueError:
+        return 0
+
+
+def cuda_driver_version() -> int | None:
+    """The CUDA version the loaded NVIDIA driver supports (13000 for 13.0), from the driver's own
+    cuDriverGetVersion; None without a driver."""
+    try:
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int(0)
+    if driver.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value <= 0:
+        return None
+    return version.value
 
 
 _lock = threading.Lock()
@@ -270,7 +340,9 @@ def _load(lib_dir: Path, libllama: ctypes.CDLL | None, probe_cache: Path | None)
     files = {Path(str(f)).name for f in manifest.get("backend_files", [])}  # type: ignore[attr-defined]  # the manifest's JSON list
     for backend in _BACKEND_ORDER:
         path = module_file(lib_dir, backend)
-        if path.name in files and path.exists() and (backend != "vulkan" or loading.vulkan_usable()):
+        if backend == "cuda" and path.name not in files:
+            loading.cuda_module(path, manifest)
+        elif path.name in files and path.exists() and (backend != "vulkan" or loading.vulkan_usable()):
             loading.load(path)
 
     table = manifest.get("cpu_variants", {})
@@ -311,6 +383,7 @@ class _Loading:
         self.probe_method = "not used"
         self.vulkan: str | None = None
         self.vulkan_devices: tuple[VulkanDevice, ...] = ()
+        self.cuda: str | None = None
 
     def vulkan_usable(self) -> bool:
         """Whether to load the Vulkan module: only where a loader, a driver and a device that is
@@ -330,6 +403,26 @@ class _Loading:
         if why:
             self.failed.append((path.name, why))
         return why is None
+
+    def cuda_module(self, path: Path, engine_manifest: dict[str, object]) -> None:
+        """The CUDA module built apart (packaging/engine/cuda.py), when it is there and was built
+        from this engine's llama.cpp; `self.cuda` says what came of it."""
+        if not path.exists():
+            return
+        module = read_manifest(self.lib_dir, CUDA_MANIFEST_NAME)
+        if module is None:
+            self.cuda = f"{path.name} has no {CUDA_MANIFEST_NAME} beside it: not loaded (reinstall the CUDA variant)"
+            return
+        built_for = _llama_cpp_python(module)
+        engine_version = _llama_cpp_python(engine_manifest)
+        if built_for != engine_version:
+            self.cuda = (
+                f"the CUDA module was built for llama-cpp-python {built_for}, this engine is {engine_version}: "
+                "not loaded (rebuild it: make cuda)"
+            )
+            return
+        # Not added to `failed` when it does not load: the CUDA line says why, in a person's words.
+        self.cuda = describe_cuda(module, self.ggml.load(path), self.ggml.device_count("CUDA"))
 
     def cpu(self, mode: str, choice: VariantChoice) -> EngineBackends:
         if not self.load(module_file(self.lib_dir, f"cpu-{choice.name}")):
@@ -354,4 +447,5 @@ class _Loading:
             note=note,
             vulkan=self.vulkan,
             vulkan_devices=self.vulkan_devices,
+            cuda=self.cuda,
         )
