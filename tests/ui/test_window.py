@@ -193,6 +193,23 @@ def test_drop_a_gguf_file_adds_it_to_the_library(open_window: OpenWindow, qtbot:
     assert Prefs().last_model() == copy
 
 
+def test_one_attach_button_sends_images_to_the_message_and_documents_to_the_chat(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
+    from tests.images import png_bytes
+
+    w: MainWindow = open_window()
+    picture, notes = tmp_path / "chart.png", tmp_path / "notes.md"
+    picture.write_bytes(png_bytes(32, 24))
+    notes.write_text("# Notes\n\nThe launch is on Tuesday.\n", encoding="utf-8")
+    button = w.chat_view.attach_button
+    assert button.text() == "Attach…" and "documents" in button.toolTip() and "images" in button.toolTip()
+    w.attach([picture, notes])  # what the Attach dialog and a drop on the window hand over
+    assert w.chat_view.attachments.paths() == [picture]
+    qtbot.waitUntil(lambda: [a.name for a in w.documents.attachments] == ["notes.md"], timeout=20000)
+    assert w.chat_view.attachments.paths() == [picture]  # the document did not go with the message
+
+
 def test_launch_gui_opens_the_window(qtbot: QtBot, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from vrampilot.ui.launch import launch_gui
 

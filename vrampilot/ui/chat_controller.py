@@ -106,7 +106,6 @@ class ChatController(QObject):
         view.sampling_changed.connect(ctx.prefs.set_sampling)
         view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
         view.backend_changed.connect(self.set_backend)
-        view.images_attached.connect(self.attach)
         # Unavailable backends are listed greyed (chat_backends.choices): the user learns they exist.
         self.refresh_backend_choices()
         chat_list.chat_selected.connect(self.open_chat)

@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
@@ -52,7 +51,6 @@ RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
 COPIED_MS = 1500  # how long a Copy button says "Copied"
 THUMB_PX = 96  # an image's thumbnail in a message fits this square
 ATTACHED_THUMB_PX = 64  # and one waiting under the input, this one
-IMAGE_FILTER = f"Images ({' '.join('*' + s for s in IMAGE_FILE_SUFFIXES)})"
 
 
 def thumbnail(image: QImage, size: int = THUMB_PX) -> QPixmap:
@@ -388,7 +386,8 @@ class ChatView(QWidget):
     sampling_changed = Signal(object)
     enter_sends_changed = Signal(bool)
     backend_changed = Signal(str)  # the user picked another backend for this chat
-    images_attached = Signal(list)  # list[Path]: chosen with the button or dropped onto the input
+    attach_requested = Signal()  # the Attach button: the window asks for documents and images
+    files_attached = Signal(list)  # list[Path]: images dropped onto the input
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -500,16 +499,17 @@ class ChatView(QWidget):
         self.input.setMaximumHeight(self.fontMetrics().height() * 6)
         self.input.send.connect(self._send)
         self.input.escape.connect(self.stop_requested)
-        self.input.files_dropped.connect(self.images_attached)
+        self.input.files_dropped.connect(self.files_attached)
         bottom.addWidget(self.input, 1)
         buttons = QVBoxLayout()
-        self.attach_button = QPushButton("Image…")
-        self.attach_button.setObjectName("attach_image")
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setObjectName("attach")
         self.attach_button.setToolTip(
-            "Attach an image (PNG, JPEG, GIF or BMP) to show the model with your message; you can also drop "
-            "images onto the input. Needs the vision projector on in the Plan panel."
+            "Attach documents (PDF, Word, HTML, Markdown, text, source code) to this chat, or images (PNG, JPEG, "
+            "GIF, BMP) to show the model with your message; you can also drop them on the window. Images need "
+            "the vision projector on in the Plan panel."
         )
-        self.attach_button.clicked.connect(self.choose_images)
+        self.attach_button.clicked.connect(self.attach_requested)
         buttons.addWidget(self.attach_button)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("send")
@@ -565,11 +565,6 @@ class ChatView(QWidget):
     def clear_input(self) -> None:
         self.input.clear()
         self.attachments.clear()
-
-    def choose_images(self) -> None:
-        names, _ = QFileDialog.getOpenFileNames(self, "Attach images", "", IMAGE_FILTER)
-        if names:
-            self.images_attached.emit([Path(n) for n in names])
 
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from vrampilot.documents import SUPPORTED_PATTERNS
 from vrampilot.storage.conversation import safe_filename
+from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 
 
 def confirm(parent: QWidget, title: str, text: str) -> bool:
@@ -29,9 +30,12 @@ def model_folder(parent: QWidget) -> Path | None:
     return Path(folder) if folder else None
 
 
-def documents(parent: QWidget) -> list[Path]:
-    patterns = " ".join(SUPPORTED_PATTERNS)
-    files, _ = QFileDialog.getOpenFileNames(parent, "Attach documents", "", f"Documents ({patterns});;All files (*)")
+def attachments(parent: QWidget) -> list[Path]:
+    """Documents and images for the chat, in one dialog (the window sends each kind where it goes)."""
+    documents = " ".join(SUPPORTED_PATTERNS)
+    images = " ".join("*" + s for s in IMAGE_FILE_SUFFIXES)
+    filters = f"Documents and images ({documents} {images});;Images ({images});;Documents ({documents});;All files (*)"
+    files, _ = QFileDialog.getOpenFileNames(parent, "Attach documents or images", "", filters)
     return [Path(f) for f in files]
 
 

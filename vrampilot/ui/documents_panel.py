@@ -52,7 +52,6 @@ class DocumentChip(QFrame):
 
 
 class DocumentsPanel(QFrame):
-    attach_requested = Signal()
     remove_requested = Signal(str)
     replan_requested = Signal()
     cancel_extraction_requested = Signal()
@@ -65,14 +64,7 @@ class DocumentsPanel(QFrame):
         lay.setContentsMargins(0, 2, 0, 2)
         lay.setSpacing(3)
 
-        top = QHBoxLayout()
-        self.attach_button = QPushButton("Attach…")
-        self.attach_button.setObjectName("attach_document")
-        self.attach_button.setToolTip(
-            "Attach documents to this chat (or drop them on the window): PDF, Word, HTML, Markdown, text, source code"
-        )
-        self.attach_button.clicked.connect(self.attach_requested)
-        top.addWidget(self.attach_button)
+        top = QHBoxLayout()  # documents are attached with the chat's Attach button, or dropped
         self._chips = QHBoxLayout()
         self._chips.setSpacing(4)
         top.addLayout(self._chips)

@@ -5,7 +5,7 @@ menus.window_menus."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -156,7 +156,8 @@ class MainWindow(QMainWindow):
         chat_layout = self.chat_view.layout()
         assert isinstance(chat_layout, QVBoxLayout)
         chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
-        docs.panel.attach_requested.connect(self.attach_documents)
+        self.chat_view.attach_requested.connect(self.attach_files)
+        self.chat_view.files_attached.connect(self.attach)
         self.services.hub.model_downloaded.connect(self._hub_downloaded)
         self.services.hub.projector_downloaded.connect(
             lambda path: self.set_status(f"Downloaded and verified the vision projector {Path(path).name}")
@@ -238,9 +239,19 @@ class MainWindow(QMainWindow):
         if (folder := dialogs.model_folder(self)) is not None:
             self.plans.add_folder(folder)
 
-    def attach_documents(self) -> None:
-        if files := dialogs.documents(self):
-            self.documents.attach_files(files)
+    def attach_files(self) -> None:
+        """The chat's one Attach button (and the File menu): documents and images together."""
+        self.attach(dialogs.attachments(self))
+
+    def attach(self, paths: Sequence[Path]) -> None:
+        """Images wait to be sent with the next message; anything else is attached to the chat as
+        a document (which says so when it cannot read it)."""
+        images = [p for p in paths if p.suffix.lower() in IMAGE_FILE_SUFFIXES]
+        if images:
+            self.chats.attach(images)
+        docs = [p for p in paths if p not in images]
+        if docs:
+            self.documents.attach_files(docs)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         urls = event.mimeData().urls()
@@ -258,12 +269,7 @@ class MainWindow(QMainWindow):
         else is attached to the chat as a document."""
         paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
         self.plans.add_models([p for p in paths if p.suffix.lower() == ".gguf"])
-        images = [p for p in paths if p.suffix.lower() in IMAGE_FILE_SUFFIXES]
-        if images:
-            self.chats.attach(images)
-        docs = [p for p in paths if p.suffix.lower() != ".gguf" and p not in images]
-        if docs:
-            self.documents.attach_files(docs)
+        self.attach([p for p in paths if p.suffix.lower() != ".gguf"])
         event.acceptProposedAction()
 
     def with_chat(self, fn: Callable[[int], object]) -> None:
