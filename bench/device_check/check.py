@@ -1,6 +1,7 @@
 """On the GPU machine: llama.cpp's real allocations on the device (CUDA or Vulkan) against the
-planner's predictions, decode through llama-server against llama-bench, and NVML's view of the
-server process.
+planner's predictions, the planner's back-off for a device budget smaller than the model against
+the real buffers, decode and prefill through llama-server against llama-bench, and NVML's view of
+the server process.
 
 Standard library only (nothing of the app is installed there): the predictions come in
 expected.json (bench/device_check/prepare.py), llama.cpp's buffer lines are read with
@@ -57,6 +58,45 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def prefill_tps(port: int, n_prompt: int = 512) -> float:
+    """Prompt tokens per second for one prompt of n_prompt token ids (no prompt cache)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    body = {"prompt": [1 + i % 200 for i in range(n_prompt)], "n_predict": 1, "cache_prompt": False}
+    conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+    data = json.loads(conn.getresponse().read())
+    conn.close()
+    return float(data["timings"]["prompt_per_second"])
+
+
+def bench_tps(binary: Path, model: Path, *, prompt: int, gen: int) -> float | None:
+    out = subprocess.run(
+        [
+            str(binary),
+            "-m",
+            str(model),
+            "-p",
+            str(prompt),
+            "-n",
+            str(gen),
+            "-ngl",
+            "99",
+            "-fa",
+            "1",
+            "-r",
+            "3",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        return float(json.loads(out.stdout)[0]["avg_ts"])
+    except (ValueError, IndexError, KeyError):
+        return None
 
 
 def decode_tps(port: int, n: int = 128) -> float:
@@ -144,47 +184,65 @@ def main() -> int:
             f"{f(row['host_compute_pct']):>8} {row['nvml_over_llama'] or 0:>10.3f}",
             flush=True,
         )
-    # Decode speed: the served model through the API against llama-bench, same build.
+    # The planner's back-off: its choice for half the bytes the model needs, on the real device.
+    backoff = []
+    for c in expected.get("backoff_cases", []) if args.cases == "cases" else []:
+        port = free_port()
+        proc, lines = start(server_argv(args.bin / "llama-server", args.payload / c["model"], c["args"], port))
+        real = device_buffers(lines)
+        stop(proc)
+        held = sum(real[k].get(args.device, 0) for k in ("model", "kv", "compute"))
+        planned = sum(c["expected"][k] for k in ("weights", "kv", "compute"))
+        row = {
+            "case": c,
+            "measured": real,
+            "held_bytes": held,
+            "planned_bytes": planned,
+            "within_budget": held <= c["budget_bytes"],
+        }
+        backoff.append(row)
+        s = c["settings"]
+        print(
+            f"back-off {c['name']}: budget {c['budget_bytes'] / MIB:.1f} MiB, plan -ngl {s['n_gpu_layers']} "
+            f"--n-cpu-moe {s.get('n_cpu_moe', 0)} ctx {s['n_ctx']}: planned {planned / MIB:.1f} MiB, "
+            f"held {held / MIB:.1f} MiB, {'within' if row['within_budget'] else 'OVER'} the budget",
+            flush=True,
+        )
+    # Decode and prefill: the served model through the API against llama-bench, same build.
     speed = []
     for name in sorted({c["model"] for c in cases if c.get("serves")}):
         model = args.payload / name
-        bench = subprocess.run(
-            [
-                str(args.bin / "llama-bench"),
-                "-m",
-                str(model),
-                "-p",
-                "0",
-                "-n",
-                "128",
-                "-ngl",
-                "99",
-                "-fa",
-                "1",
-                "-r",
-                "3",
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        try:
-            b = float(json.loads(bench.stdout)[0]["avg_ts"])
-        except (ValueError, IndexError, KeyError):
+        b_decode = bench_tps(args.bin / "llama-bench", model, prompt=0, gen=128)
+        b_prefill = bench_tps(args.bin / "llama-bench", model, prompt=512, gen=0)
+        if b_decode is None or b_prefill is None:
             continue
         port = free_port()
         proc, _ = start(server_argv(args.bin / "llama-server", model, expected["speed_args"], port))
         try:
             decode_tps(port, 16)
             served = sorted(decode_tps(port) for _ in range(3))[1]
+            served_prefill = sorted(prefill_tps(port) for _ in range(3))[1]
         finally:
             stop(proc)
-        speed.append({"model": name, "llama_bench_tps": b, "served_tps": served, "ratio": served / b})
-        print(f"decode {name}: llama-bench {b:.1f} tok/s, served {served:.1f} tok/s, ratio {served / b:.3f}")
+        speed.append(
+            {
+                "model": name,
+                "llama_bench_tps": b_decode,
+                "served_tps": served,
+                "ratio": served / b_decode,
+                "llama_bench_prefill_tps": b_prefill,
+                "served_prefill_tps": served_prefill,
+                "prefill_ratio": served_prefill / b_prefill,
+            }
+        )
+        print(
+            f"decode {name}: llama-bench {b_decode:.1f} tok/s, served {served:.1f}, ratio {served / b_decode:.3f}; "
+            f"prefill 512: llama-bench {b_prefill:.0f} tok/s, served {served_prefill:.0f}, ratio {served_prefill / b_prefill:.3f}"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"allocations": results, "speed": speed}, indent=1))
+    (args.out / "results.json").write_text(
+        json.dumps({"allocations": results, "backoff": backoff, "speed": speed}, indent=1)
+    )
     worst = max((abs(r["compute_pct"]) for r in results if r["compute_pct"] is not None), default=0.0)
     print(f"worst device compute error {worst:.1f}%")
     return 0

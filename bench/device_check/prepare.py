@@ -10,7 +10,9 @@ needs is made here, into bench/out/device/ (carried with `run --carry bench/out/
 - expected.json: the planner's per-device prediction (weights, KV, compute on the device and the
   host) for each configuration the check runs: -ngl, context, ubatch, cache types. Computed for one
   device whose budget is not the question: the check holds the bytes, not the fit. `cases` for
-  CUDA0, `vulkan_cases` for Vulkan0 (the same GPU through the Vulkan backend);
+  CUDA0, `vulkan_cases` for Vulkan0 (the same GPU through the Vulkan backend); `backoff_cases`:
+  the planner's own choice for a device budget half of what the whole model needs (the layers or
+  experts it moves off, the context it keeps), which the check holds against the real buffers;
 - vulkan.tar.xz: the Vulkan build as users get it, taken from this machine's engine (llama-server,
   llama-bench, libllama, libggml with its Vulkan and RPC modules, the haswell CPU variant) and
   Debian's Vulkan loader: the device machine runs it with the NVIDIA driver's Vulkan ICD, and
@@ -31,6 +33,7 @@ import itertools
 import json
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +46,7 @@ from vrampilot.hardware import Machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.memory import memory_breakdown  # noqa: E402
 from vrampilot.planner.settings import Settings  # noqa: E402
-from vrampilot.planner.target import GpuTarget, target_cpu_only  # noqa: E402
+from vrampilot.planner.target import GpuTarget, Target, target_cpu_only  # noqa: E402
 from vrampilot.units import GIB  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "device"
@@ -123,12 +126,15 @@ def main() -> int:
     if args.with_embedded and emb is not None:
         models["smollm2"] = emb
     cases, vulkan_cases = _cases(models, "CUDA0"), _cases(models, "Vulkan0")
+    backoff = _backoff_cases(models, "CUDA0")
     vulkan = vulkan_payload(OUT / "vulkan.tar.xz")
     cuda = cuda_payload(OUT / "cuda.tar.xz")
     full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
     speed_args = llama_server_argv("MODEL", full)[3:]
     (OUT / "expected.json").write_text(
-        json.dumps({"cases": cases, "vulkan_cases": vulkan_cases, "speed_args": speed_args}, indent=1)
+        json.dumps(
+            {"cases": cases, "vulkan_cases": vulkan_cases, "backoff_cases": backoff, "speed_args": speed_args}, indent=1
+        )
     )
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(
@@ -196,20 +202,10 @@ def cuda_payload(into: Path) -> int:
 
 def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
     """The grid's cases for one GPU named `device` by llama.cpp (CUDA0, Vulkan0)."""
-    gpu = GpuTarget(
-        name=device,
-        memory_total_bytes=80 * GIB,
-        memory_budget_bytes=80 * GIB,
-        bandwidth_gbps=4800.0,
-        fp16_tflops=900.0,
-        llama_name=device,
-        buffer_name=device,
-    )
     cases = []
     for name, path in models.items():
         spec = load_model_spec(path)
-        target = target_cpu_only(_machine())
-        target = type(target)(**{**target.__dict__, "gpus": (gpu,)})
+        target = _target(_gpu(device))
         for g in GRID:
             ngl = spec.n_layer + 1 if g["n_gpu_layers"] == "all" else (spec.n_layer + 1) // 2
             s = Settings(**{**g, "n_gpu_layers": ngl, "n_threads": 8, "n_threads_batch": 16})  # type: ignore[arg-type]  # a dict of Settings fields
@@ -234,6 +230,57 @@ def _cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
                 }
             )
     return cases
+
+
+def _gpu(device: str, budget_bytes: int = 80 * GIB) -> GpuTarget:
+    return GpuTarget(
+        name=device,
+        memory_total_bytes=80 * GIB,
+        memory_budget_bytes=budget_bytes,
+        bandwidth_gbps=4800.0,
+        fp16_tflops=900.0,
+        llama_name=device,
+        buffer_name=device,
+    )
+
+
+def _backoff_cases(models: dict[str, Path], device: str) -> list[dict[str, object]]:
+    """The plan for half the device bytes the whole model needs at 4K: what the planner moves off
+    the device (layers, or a MoE model's experts) and the budget the real buffers must stay in."""
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search import plan
+
+    cases: list[dict[str, object]] = []
+    for name in ("llama-q8", "qwen3moe"):
+        spec = load_model_spec(models[name])
+        whole = Settings(n_ctx=4096, n_gpu_layers=spec.n_layer + 1, flash_attn=True)
+        full = memory_breakdown(spec, whole, _target(_gpu(device))).per_device[0]
+        budget = (full.weights_bytes + full.kv_bytes + full.compute_bytes) // 2
+        target = _target(_gpu(device, budget))
+        p = plan(spec, target, Pins(n_ctx=4096), alternatives=False)
+        dev = p.memory.per_device[0]
+        cases.append(
+            {
+                "model": f"models/{models[name].name}",
+                "name": name,
+                "settings": p.settings.to_dict(),
+                "args": llama_server_argv("MODEL", p.settings)[3:],
+                "budget_bytes": budget,
+                "fits": p.fits,
+                "expected": {
+                    "weights": dev.weights_bytes,
+                    "kv": dev.kv_bytes,
+                    "compute": dev.compute_bytes,
+                    "host_compute": p.memory.host.compute_bytes,
+                    "host_kv": p.memory.host.kv_bytes,
+                },
+            }
+        )
+    return cases
+
+
+def _target(gpu: GpuTarget) -> Target:
+    return replace(target_cpu_only(_machine()), gpus=(gpu,))
 
 
 def _machine() -> Machine:
