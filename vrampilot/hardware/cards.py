@@ -198,6 +198,10 @@ def choose_devices(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = (), pin: s
                 reasons.append(_reason(c, d, pin))
             elif pin and d.backend != pin:
                 reasons.append(f"{c.label(d)}: runs under {d.backend}, its only backend ({pin} pinned for the others).")
+            elif pin:
+                reasons.append(
+                    f"{c.name} runs as {d.name} ({d.backend}): pinned by you (--gpu-backend), its only backend."
+                )
     devices = tuple(sorted(chosen, key=llama.devices.index))
     explicit = pin is not None or any(len(c.devices) > 1 for c in cards) or devices != llama.offload_devices
     return DeviceChoice(cards=cards, devices=devices, reasons=tuple(reasons), explicit=explicit)
