@@ -4,14 +4,12 @@ to CUDA on a machine without it, the CLI refuses in one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.gpu.conftest import ROOT, run_child
+from tests.cli.test_cli import vrampilot
+from tests.gpu.conftest import run_child
 from vrampilot.llamacpp.backends import read_manifest
 from vrampilot.server.binaries import lib_dir
 
@@ -32,15 +30,7 @@ def test_the_pin_to_cuda_without_cuda_is_refused_in_one_line(embedded_model: Pat
     gpus = (read_manifest(lib_dir()) or {}).get("gpu_backends")
     if isinstance(gpus, list) and "cuda" in gpus:
         pytest.skip("this engine has CUDA: the pin is not refused here")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, "-m", "vrampilot", "plan", str(embedded_model), "--gpu-backend", "cuda", "--estimate"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
+    r = vrampilot("plan", str(embedded_model), "--gpu-backend", "cuda", "--estimate")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
