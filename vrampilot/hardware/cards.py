@@ -90,12 +90,15 @@ class Card:
         native = [d for d in self.devices if d.backend not in _PORTABLE_BACKENDS]
         return (native or list(self.devices))[0]
 
-    def label(self, chosen: LlamaDevice | None = None) -> str:
-        """ "NVIDIA GeForce RTX 4090 (CUDA0, also Vulkan1)": the device used first."""
+    def devices_text(self, chosen: LlamaDevice | None = None) -> str:
+        """ "CUDA0, also Vulkan1": the device used (by default: the preferred one) first."""
         first = chosen or self.preferred
         others = [d.name for d in self.devices if d.name != first.name]
-        also = f", also {', '.join(others)}" if others else ""
-        return f"{self.name} ({first.name}{also})"
+        return first.name + (f", also {', '.join(others)}" if others else "")
+
+    def label(self, chosen: LlamaDevice | None = None) -> str:
+        """ "NVIDIA GeForce RTX 4090 (CUDA0, also Vulkan1)"."""
+        return f"{self.name} ({self.devices_text(chosen)})"
 
 
 def _nvml_for(d: LlamaDevice, gpus: Sequence[GpuInfo], pci: str | None) -> GpuInfo | None:
