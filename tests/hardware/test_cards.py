@@ -53,6 +53,13 @@ def test_a_vulkan_device_without_an_id_joins_its_card_through_nvml() -> None:
     assert [c.nvml.index if c.nvml else None for c in cards] == [0, 1]
 
 
+def test_without_ids_or_nvml_the_same_name_and_size_is_the_same_card() -> None:
+    m = nvidia_machine((RTX_4090, RTX_4090), vulkan_ids=False)
+    cards = group_cards(m.llama, ())  # NVML not readable: names and sizes are all there is
+    assert [[d.name for d in c.devices] for c in cards] == [["CUDA0", "Vulkan0"], ["CUDA1", "Vulkan1"]]
+    assert [c.pci_bus_id for c in cards] == ["0000:01:00.0", "0000:02:00.0"]
+
+
 def test_another_vendors_card_stays_its_own() -> None:
     m = nvidia_machine(extra=(RX_7900,))
     cards = group_cards(m.llama, m.gpus)

@@ -4,6 +4,7 @@ CUDA by default with the reason in the plan, the pin to Vulkan, the devices name
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from vrampilot.hardware.cards import GpuBackendError
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import target_for_machine
+from vrampilot.speed.measured import DeviceRates, MachineSpeed
 
 PINS = Pins(n_ctx=4096)
 
@@ -56,3 +58,37 @@ def test_a_pin_the_card_cannot_take_is_refused_and_cpu_only_ignores_it() -> None
     with pytest.raises(GpuBackendError, match=r"^--gpu-backend cuda: no GPU here runs under CUDA"):
         target_for_machine(m, gpu_backend="CUDA")
     assert target_for_machine(m, cpu_only=True, gpu_backend="CUDA").gpus == ()
+
+
+def _measured(prefill: dict[str, float]) -> MachineSpeed:
+    """The device probe's figures for this card under each backend (speed/device_probe.py)."""
+    return MachineSpeed(
+        "test-machine",
+        devices=tuple(
+            DeviceRates(name, RTX_4090.name, "2026-12-06T08:00:00+00:00", "q8_0", 800.0, gflops, 5.0)
+            for name, gflops in prefill.items()
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("prefill", "runs", "ratio"),
+    [
+        ({"CUDA0": 42000.0, "Vulkan0": 20000.0}, "CUDA0", "2.10x"),
+        ({"CUDA0": 20000.0, "Vulkan0": 25000.0}, "Vulkan0", "1.25x"),
+    ],
+)
+def test_measured_on_this_card_the_faster_backend_runs_it(prefill: dict[str, float], runs: str, ratio: str) -> None:
+    machine = replace(nvidia_machine(), speed=_measured(prefill))
+    target = target_for_machine(machine)
+    assert [g.llama_name for g in target.gpus] == [runs]
+    (why,) = target.device_reasons
+    assert f"runs as {runs}" in why and "measured on this card" in why and f"({ratio};" in why
+    # The pin still wins over the measurement.
+    other = "Vulkan" if runs == "CUDA0" else "CUDA"
+    assert [g.llama_name for g in target_for_machine(machine, gpu_backend=other).gpus] == [f"{other}0"]
+
+
+def test_only_one_backend_measured_keeps_the_vendors_default() -> None:
+    machine = replace(nvidia_machine(), speed=_measured({"Vulkan0": 90000.0}))
+    assert [g.llama_name for g in target_for_machine(machine).gpus] == ["CUDA0"]

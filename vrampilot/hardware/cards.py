@@ -15,17 +15,19 @@ exposes; neither backend exposes a UUID through the device API):
   the extension (Mesa's lavapipe, some older drivers);
 - NVML: `nvmlDeviceGetPciInfo().busId`, upper case with an 8-digit domain: "00000000:01:00.0".
 
-Which backend a card runs by default: a vendor's own (CUDA on NVIDIA) before Vulkan. Both are
-memory-bound when generating, so tokens/s differ little, but reading a prompt is compute-bound,
-and llama.cpp's CUDA kernels use the tensor cores for batched products where its Vulkan shaders do
-so only when the driver exposes cooperative matrices (ggml-vulkan's "matrix cores:" line), so
-prompts read faster under CUDA. `--gpu-backend` pins the other.
+Which backend a card runs by default: the one whose prompt products measured fastest on it, once
+the device probe has timed each (`vrampilot doctor --measure`, and the app once per device); until
+then a vendor's own (CUDA on NVIDIA) before Vulkan. Both are memory-bound when generating, so
+tokens/s differ little, but reading a prompt is compute-bound, and llama.cpp's CUDA kernels use the
+tensor cores for batched products where its Vulkan shaders do so only when the driver exposes
+cooperative matrices (ggml-vulkan's "matrix cores:" line), so prompts are expected faster under
+CUDA. `--gpu-backend` pins the other.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vrampilot.errors import UserError
@@ -40,7 +42,7 @@ _PORTABLE_BACKENDS = ("Vulkan", "OpenCL")
 PROMPT_SPEED_NOTE = (
     "llama.cpp's CUDA kernels read prompts on the tensor cores, its Vulkan shaders only where the driver "
     "exposes cooperative matrices, so prompts are expected faster under CUDA (generating is memory-bound "
-    "and about the same); the speed model prices both alike until replies teach each its own factor"
+    "and about the same); until measured the speed model prices both alike"
 )
 
 _PCI = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
@@ -117,8 +119,9 @@ def _nvml_for(d: LlamaDevice, gpus: Sequence[GpuInfo], pci: str | None) -> GpuIn
 def group_cards(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = ()) -> tuple[Card, ...]:
     """This machine's GPUs as cards, in the order llama.cpp lists their first device. Discrete GPUs;
     integrated ones only when there is none (llama.cpp's own rule). A device whose backend gave no
-    PCI id joins the card NVML names for it (by name and size); each backend's devices are matched
-    once, in order, so two identical cards without ids are paired first with first."""
+    PCI id joins the card NVML names for it (by name and size), or without NVML the card another
+    backend lists under the same name and size; each backend's devices are matched once, in
+    order, so two identical cards without ids are paired first with first."""
     devices = [d for d in llama.devices if d.kind == "gpu" and d.backend != "RPC"]
     if not devices:
         devices = [d for d in llama.devices if d.kind == "igpu"]
@@ -133,7 +136,7 @@ def group_cards(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = ()) -> tuple[
         if nv is not None:
             claimed.setdefault(d.backend, set()).add(nv.index)
             pci = pci or normalize_pci_id(nv.pci_bus_id)
-        key = pci or (f"nvml:{nv.index}" if nv is not None else f"device:{i}")
+        key = pci or (f"nvml:{nv.index}" if nv is not None else _same_card(d, members) or f"device:{i}")
         if key in members and any(m.backend == d.backend for m in members[key]):
             key = f"device:{i}"  # one backend lists each card once: two of its devices are two cards
         if key not in members:
@@ -150,6 +153,27 @@ def group_cards(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = ()) -> tuple[
         name = nv.name if nv is not None else (devs[0].description or devs[0].name)
         out.append(Card(name=name, devices=devs, pci_bus_id=pci, nvml=nv))
     return tuple(out)
+
+
+def _same_card(d: LlamaDevice, members: dict[str, list[LlamaDevice]]) -> str | None:
+    """With neither an id nor NVML (no NVIDIA driver library readable): the card another backend
+    lists under the same name and size, if that card has no device of `d`'s backend yet."""
+    for key, devs in members.items():
+        first = devs[0]
+        if (
+            all(x.backend != d.backend for x in devs)
+            and first.description == d.description
+            and abs(first.memory_total_bytes - d.memory_total_bytes) < GIB
+        ):
+            return key
+    return None
+
+
+def card_devices(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = ()) -> tuple[LlamaDevice, ...]:
+    """Every device of every card, each backend's (what the device probe times, so that the choice
+    between backends can rest on this card's own figures), in ggml's order."""
+    mine = {id(d) for c in group_cards(llama, gpus) for d in c.devices}
+    return tuple(d for d in llama.devices if id(d) in mine)
 
 
 @dataclass(frozen=True)
@@ -179,12 +203,20 @@ def parse_gpu_backend(value: str | None) -> str | None:
     return backend
 
 
-def choose_devices(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = (), pin: str | None = None) -> DeviceChoice:
+def choose_devices(
+    llama: LlamaBackendInfo,
+    gpus: Sequence[GpuInfo] = (),
+    pin: str | None = None,
+    prefill_gflops: Mapping[str, float] | None = None,
+) -> DeviceChoice:
     """One device per card: the pinned backend (a ggml registry name, "CUDA", "Vulkan") where the
-    card has it, else the card's preferred one. A pin no card can use is refused in one line."""
+    card has it, else the one whose prompt products measured fastest on this card
+    (`prefill_gflops`, by device name: the device probe, speed/device_probe.py) when each of its
+    devices was measured, else the vendor's own. A pin no card can use is refused in one line."""
     cards = group_cards(llama, gpus)
     if pin is not None and not any(pin in c.backends for c in cards):
         raise GpuBackendError(_refusal(llama, cards, pin))
+    measured = prefill_gflops or {}
     chosen: list[LlamaDevice] = []
     reasons: list[str] = []
     if cards and cards[0].kind == "igpu":
@@ -195,10 +227,16 @@ def choose_devices(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = (), pin: s
         chosen = [d for c in cards for d in c.devices if d.backend == backend]
     else:
         for c in cards:
-            d = (c.device_for(pin) if pin else None) or c.preferred
+            rates = {d.name: measured[d.name] for d in c.devices if measured.get(d.name, 0) > 0}
+            if pin is not None:
+                d = c.device_for(pin) or c.preferred
+            elif len(c.devices) > 1 and len(rates) == len(c.devices):
+                d = max(c.devices, key=lambda x: rates[x.name])
+            else:
+                d = c.preferred
             chosen.append(d)
             if len(c.devices) > 1:
-                reasons.append(_reason(c, d, pin))
+                reasons.append(_reason(c, d, pin, rates))
             elif pin and d.backend != pin:
                 reasons.append(f"{c.label(d)}: runs under {d.backend}, its only backend ({pin} pinned for the others).")
             elif pin:
@@ -210,16 +248,27 @@ def choose_devices(llama: LlamaBackendInfo, gpus: Sequence[GpuInfo] = (), pin: s
     return DeviceChoice(cards=cards, devices=devices, reasons=tuple(reasons), explicit=explicit)
 
 
-def _reason(card: Card, d: LlamaDevice, pin: str | None) -> str:
-    other = ", ".join(f"{x.name} ({x.backend})" for x in card.devices if x is not d)
+def _reason(card: Card, d: LlamaDevice, pin: str | None, rates: Mapping[str, float]) -> str:
+    others = [x for x in card.devices if x is not d]
+    other = ", ".join(f"{x.name} ({x.backend})" for x in others)
     if pin is not None:
         return f"{card.name} runs as {d.name} ({d.backend}): pinned by you (--gpu-backend), not {other}."
+    flags = [k for x in others for k, v in GPU_BACKEND_CHOICES.items() if v == x.backend]
+    pin_hint = f" --gpu-backend {flags[0]} pins the other." if flags else ""
+    if len(rates) == len(card.devices):
+        figures = ", ".join(f"{rates[x.name]:.0f} under {x.backend}" for x in others)
+        slower = max(rates[x.name] for x in others)
+        return (
+            f"{card.name} runs as {d.name} ({d.backend}), not {other}: prompt products measured on this card "
+            f"at {rates[d.name]:.0f} GFLOP/s under {d.backend}, {figures} "
+            f"({rates[d.name] / slower:.2f}x; generating is memory-bound and differs less).{pin_hint}"
+        )
     if d.backend == "CUDA":
         return (
-            f"{card.name} runs as {d.name} (CUDA), not {other}: {PROMPT_SPEED_NOTE}. "
-            f"--gpu-backend vulkan pins the other."
+            f"{card.name} runs as {d.name} (CUDA), not {other}: {PROMPT_SPEED_NOTE}; "
+            f"`vrampilot doctor --measure` times both.{pin_hint}"
         )
-    return f"{card.name} runs as {d.name} ({d.backend}), the vendor's backend, not {other}."
+    return f"{card.name} runs as {d.name} ({d.backend}), the vendor's backend, not {other}.{pin_hint}"
 
 
 def _refusal(llama: LlamaBackendInfo, cards: Sequence[Card], pin: str) -> str:

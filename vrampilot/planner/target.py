@@ -217,7 +217,9 @@ def _local_devices(
             notes.append(_no_gpu_backend_note(machine))
             return (), (), False
         return tuple(_nvml_target(g) for g in machine.gpus), (), False
-    choice = choose_devices(llama, machine.gpus, gpu_backend)
+    speed = machine.speed
+    rates = {d.name: r.prefill_gflops for d in llama.devices if speed and (r := speed.device(d.name, d.description))}
+    choice = choose_devices(llama, machine.gpus, gpu_backend, rates)
     devices = choice.devices
     if not devices:
         if machine.gpus:
