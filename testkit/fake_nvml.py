@@ -131,6 +131,17 @@ class FakeProcessInfo:  # nvmlFriendlyObject from nvmlDeviceGetComputeRunningPro
 
 
 @dataclass(frozen=True)
+class FakePciInfo:  # nvmlPciInfo_t (pynvml decodes its char arrays to str)
+    busId: str  # "00000000:01:00.0": an 8-digit domain, upper-case hex
+    busIdLegacy: str  # "0000:01:00.0"
+    domain: int
+    bus: int
+    device: int
+    pciDeviceId: int
+    pciSubSystemId: int
+
+
+@dataclass(frozen=True)
 class FakeHandle:
     index: int
 
@@ -207,6 +218,7 @@ class FakeGpu:
     name: str = "NVIDIA GeForce RTX 4090"
     memory_total_bytes: int = 24 * GIB
     uuid: str | None = None  # None: generated from the index
+    pci_bus_id: str | None = None  # NVML's busId; None: bus index + 1 ("00000000:01:00.0" for GPU 0)
     memory_bus_width_bits: int = 384
     memory_clock_max_mhz: int = 10501
     pcie_max_generation: int = 4
@@ -358,6 +370,21 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str | bytes:
         gpu = self._device("nvmlDeviceGetUUID", handle)
         return self._str(gpu.uuid or f"GPU-{handle.index:08x}-0000-0000-0000-000000000000")
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:
+        gpu = self._device("nvmlDeviceGetPciInfo", handle)
+        bus_id = gpu.pci_bus_id or f"00000000:{handle.index + 1:02X}:00.0"
+        domain, bus, rest = bus_id.split(":")
+        dev = rest.split(".")[0]
+        return FakePciInfo(
+            busId=bus_id,
+            busIdLegacy=f"{int(domain, 16):04X}:{bus}:{rest}",
+            domain=int(domain, 16),
+            bus=int(bus, 16),
+            device=int(dev, 16),
+            pciDeviceId=0x268410DE,  # AD102 [GeForce RTX 4090] with NVIDIA's vendor id, as NVML packs them
+            pciSubSystemId=0,
+        )
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: object = None) -> FakeMemoryInfo:
         gpu = self._device("nvmlDeviceGetMemoryInfo", handle)

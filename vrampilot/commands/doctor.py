@@ -14,6 +14,7 @@ import sys
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import detect_machine
+from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import Machine
 from vrampilot.planner.cpu_speed import GraphFactors
@@ -53,7 +54,7 @@ def measure(machine: Machine) -> Machine:
             "taken at a quiet moment",
             file=sys.stderr,
         )
-    devices = machine.llama.offload_devices
+    devices = card_devices(machine.llama, machine.gpus)  # each backend's device of every card
     if devices:
         try:
             speed = measure_devices_and_save(speed, devices)

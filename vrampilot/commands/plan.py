@@ -19,6 +19,7 @@ from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, detect_machine
+from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, parse_gpu_backend
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_hosts
 from vrampilot.planner.plan import Pins, Plan, PlanError
@@ -50,6 +51,13 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--gpu", metavar="NAME", help="plan for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
     where.add_argument("--vram", metavar="SIZE", help="plan for a hypothetical single GPU, e.g. 8GiB")
     where.add_argument("--cpu-only", action="store_true", help="plan without a GPU")
+    p.add_argument(
+        "--gpu-backend",
+        choices=("auto", *GPU_BACKEND_CHOICES),
+        default="auto",
+        help="the llama.cpp backend that runs a GPU several can drive (an NVIDIA card under CUDA and Vulkan); "
+        "auto: the vendor's own (CUDA), which reads prompts faster",
+    )
     p.add_argument(
         "--ctx",
         type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
@@ -271,6 +279,11 @@ def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
 
 
 def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Target:
+    backend = parse_gpu_backend(getattr(args, "gpu_backend", None))
+    if backend is not None and (args.gpu or args.vram or args.cpu_only):
+        raise UserError(
+            "--gpu-backend picks the backend of this machine's GPUs: leave out --gpu, --vram and --cpu-only"
+        )
     machine = _with_model_kernels(with_measured_speed(detect_machine()), spec)
     if args.gpu:
         try:
@@ -284,7 +297,9 @@ def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) ->
             raise UserError(str(exc)) from None
     else:
         hosts, budgets = _rpc_hosts(args)
-        target = target_for_machine(machine, cpu_only=args.cpu_only, rpc_hosts=hosts, rpc_budgets=budgets)
+        target = target_for_machine(
+            machine, cpu_only=args.cpu_only, rpc_hosts=hosts, rpc_budgets=budgets, gpu_backend=backend
+        )
     if args.margin:
         try:
             target = target.with_margin(parse_size(args.margin))

@@ -123,6 +123,8 @@ def _read_gpu(nvml: NvmlApi, index: int, driver: str | None, cuda: str | None) -
     if width is None:
         width = _query(nvml, nvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
     display = _query(nvml, nvml.nvmlDeviceGetDisplayActive, handle)
+    pci = _query(nvml, nvml.nvmlDeviceGetPciInfo, handle)
+    bus_id = getattr(pci, "busId", None) if pci is not None else None
     total = int(mem.total) if mem is not None else 0
     gpu = GpuInfo(
         index=index,
@@ -142,6 +144,7 @@ def _read_gpu(nvml: NvmlApi, index: int, driver: str | None, cuda: str | None) -
         pcie_width=_positive(width),
         display_active=None if display is None else bool(display),
         fp16_tflops=None,
+        pci_bus_id=(_text(bus_id) or None) if bus_id is not None else None,
     )
     return _fill_from_profile(gpu)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from vrampilot.hardware.cards import Card, group_cards
 from vrampilot.hardware.types import GpuInfo, Machine
 from vrampilot.units import format_bytes
 
@@ -87,8 +88,30 @@ def machine_to_dict(m: Machine) -> dict[str, Any]:
             "vulkan_status": m.llama.vulkan_status,
             "cuda_status": m.llama.cuda_status,
         },
+        # Each physical GPU once, with the llama.cpp devices that drive it (hardware/cards.py).
+        "cards": [_card_dict(c) for c in group_cards(m.llama, m.gpus)],
         "warnings": list(machine_warnings(m)),
     }
+
+
+def _card_dict(c: Card) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "pci_bus_id": c.pci_bus_id,
+        "devices": [d.name for d in c.devices],
+        "backends": list(c.backends),
+        "default_device": c.preferred.name,
+        "nvml_index": c.nvml.index if c.nvml is not None else None,
+        "memory_total_bytes": c.preferred.memory_total_bytes,
+    }
+
+
+def _card_line(c: Card) -> str:
+    """ "GPU card: NVIDIA GeForce RTX 4090 (CUDA0, also Vulkan1) at 0000:01:00.0": the device a
+    plan uses by default first."""
+    where = f" at {c.pci_bus_id}" if c.pci_bus_id else ""
+    nv = f", NVML GPU {c.nvml.index}" if c.nvml is not None else ""
+    return f"GPU card: {c.label()}{where}{nv}"
 
 
 def _gpu_lines(g: GpuInfo) -> list[str]:
@@ -167,6 +190,7 @@ def format_machine(m: Machine) -> str:
                 f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "
                 f"of {format_bytes(d.memory_total_bytes)}"
             )
+        lines.extend("  " + _card_line(c) for c in group_cards(llama, m.gpus))
         if llama.gpu_build_note:
             lines.append(f"  GPU backends not in this engine: {llama.gpu_build_note}")
         if llama.system_info:

@@ -37,6 +37,9 @@ class GpuInfo:
     pcie_width: int | None
     display_active: bool | None
     fp16_tflops: float | None
+    # NVML's PCI bus id ("00000000:01:00.0"): what matches this card to llama.cpp's devices
+    # (hardware/cards.py); None for a profile or where NVML does not say.
+    pci_bus_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,8 @@ def plan_reasons(
             "No GPU in this plan: every layer runs on the CPU "
             f"({format_bytes(mem.host.total_bytes)} of {format_bytes(budget)} usable RAM)."
         )
+    if gpu:
+        r.extend(target.device_reasons)  # which backend runs a card several can drive, and why
     if gpu and (len(target.gpus) > 1 or any(g.kind == "rpc" for g in target.gpus)):
         r.extend(_device_reasons(spec, target, pins, s, mem, speed))
     if mem.projector is not None:

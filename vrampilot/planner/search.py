@@ -499,10 +499,11 @@ def _finish(
 
 
 def _device_settings(target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """--device and --rpc for a target of several devices or RPC hosts (one local GPU: neither,
-    llama.cpp's default device is it)."""
+    """--device and --rpc for a target of several devices or RPC hosts, or whose backend was chosen
+    among several (hardware/cards.py: llama.cpp's default would take another backend's device, or
+    one per backend of the same card); one local GPU otherwise: neither, llama.cpp's default is it."""
     gpus = target.gpus
-    if len(gpus) < 2 and not any(g.kind == "rpc" for g in gpus):
+    if len(gpus) < 2 and not any(g.kind == "rpc" for g in gpus) and not target.explicit_devices:
         return (), ()
     endpoints = tuple(dict.fromkeys(g.endpoint for g in gpus if g.kind == "rpc" and g.endpoint))
     names = tuple(g.llama_name for g in gpus if g.llama_name)

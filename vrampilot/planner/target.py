@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
+from vrampilot.hardware import GpuInfo, Machine
+from vrampilot.hardware.cards import choose_devices
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
 from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
@@ -94,6 +95,11 @@ class Target:
     # The devices are this machine's, as llama.cpp sees them (not a profile or a --vram size):
     # an exact plan may ask llama.cpp to allocate on them.
     devices_here: bool = False
+    # Which backend runs each card that several can drive, and why (hardware/cards.py): lines for
+    # the plan's reasons. `explicit_devices`: the devices must be named to llama.cpp (--device),
+    # since its own default would take another backend's, or both.
+    device_reasons: tuple[str, ...] = ()
+    explicit_devices: bool = False
 
     @property
     def has_gpu(self) -> bool:
@@ -167,14 +173,19 @@ def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
 
 
 def target_from_machine(
-    machine: Machine, rpc_hosts: Sequence[RpcHost] = (), rpc_budgets: Mapping[str, int] | None = None
+    machine: Machine,
+    rpc_hosts: Sequence[RpcHost] = (),
+    rpc_budgets: Mapping[str, int] | None = None,
+    gpu_backend: str | None = None,
 ) -> Target:
-    """The machine as llama.cpp will use it: its offload devices (what llama.cpp itself lists;
-    NVML adds an NVIDIA card's bandwidth), and `rpc_hosts` (queried with
-    vrampilot.hardware.rpc.query_host) before them, as llama.cpp orders them. `rpc_budgets`:
-    the user's cap per host:port (a host reports all its memory as free and has no cap)."""
+    """The machine as llama.cpp will use it: its offload devices (what llama.cpp itself lists,
+    one per card: hardware/cards.py; NVML adds an NVIDIA card's bandwidth), and `rpc_hosts`
+    (queried with vrampilot.hardware.rpc.query_host) before them, as llama.cpp orders them.
+    `rpc_budgets`: the user's cap per host:port (a host reports all its memory as free and has no
+    cap). `gpu_backend`: the ggml backend the cards run under where they have it ("CUDA",
+    "Vulkan"), None for the planner's choice; one no card has raises GpuBackendError."""
     notes: list[str] = []
-    local = _local_devices(machine, notes)
+    local, reasons, explicit = _local_devices(machine, notes, gpu_backend)
     remote = _rpc_devices(rpc_hosts, rpc_budgets or {}, notes)
     gpus = (*remote, *local)
     if gpus:
@@ -185,29 +196,39 @@ def target_from_machine(
     else:
         desc = "CPU only" + ("" if machine.gpus else " (no GPU found)")
     target = _target(machine, desc, gpus, tuple(notes))
-    return replace(target, devices_here=bool(machine.llama.devices) or bool(remote))
+    return replace(
+        target,
+        devices_here=bool(machine.llama.devices) or bool(remote),
+        device_reasons=reasons,
+        explicit_devices=explicit and bool(local),
+    )
 
 
-def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
+def _local_devices(
+    machine: Machine, notes: list[str], gpu_backend: str | None
+) -> tuple[tuple[GpuTarget, ...], tuple[str, ...], bool]:
+    """This machine's offload devices, the reasons for their backends, and whether llama.cpp
+    must be told them (--device)."""
     llama = machine.llama
-    devices = llama.offload_devices
-    if not llama.devices:
+    if not llama.devices and gpu_backend is None:
         # llama.cpp's device list was not read (no engine here, or a machine described by hand):
         # NVML's GPUs, when the build can offload at all.
         if machine.gpus and llama.supports_gpu_offload is False:
             notes.append(_no_gpu_backend_note(machine))
-            return ()
-        return tuple(_nvml_target(g) for g in machine.gpus)
+            return (), (), False
+        return tuple(_nvml_target(g) for g in machine.gpus), (), False
+    speed = machine.speed
+    rates = {d.name: r.prefill_gflops for d in llama.devices if speed and (r := speed.device(d.name, d.description))}
+    choice = choose_devices(llama, machine.gpus, gpu_backend, rates)
+    devices = choice.devices
     if not devices:
         if machine.gpus:
             notes.append(_no_gpu_backend_note(machine))
-        return ()
+        return (), (), False
     out = []
-    unmatched = list(machine.gpus)
     for d in devices:
-        nv = _nvml_match(d, unmatched)
-        if nv is not None:
-            unmatched.remove(nv)
+        card = choice.card_of(d)
+        nv = card.nvml if card is not None else None
         if d.kind == "igpu":
             # Its "VRAM" is system RAM: the budget is the RAM llama.cpp may take, and the search
             # counts those bytes once, against the host (search._host_bytes).
@@ -249,7 +270,7 @@ def _local_devices(machine: Machine, notes: list[str]) -> tuple[GpuTarget, ...]:
                 measured=measured,
             )
         )
-    return tuple(out)
+    return tuple(out), choice.reasons, choice.explicit
 
 
 def _no_gpu_backend_note(machine: Machine) -> str:
@@ -274,14 +295,6 @@ def _nvml_target(g: GpuInfo) -> GpuTarget:
         llama_name=f"CUDA{g.index}",
         buffer_name=f"CUDA{g.index}",
     )
-
-
-def _nvml_match(d: LlamaDevice, gpus: Sequence[GpuInfo]) -> GpuInfo | None:
-    """NVML's record of the card llama.cpp calls `d`: same name and size, else none."""
-    for g in gpus:
-        if g.name and g.name in (d.description or "") and abs(g.memory_total_bytes - d.memory_total_bytes) < GIB:
-            return g
-    return None
 
 
 def _bandwidth_of(name: str, total: int, nv: GpuInfo | None) -> tuple[float, float, str]:
@@ -343,10 +356,12 @@ def target_for_machine(
     cpu_only: bool = False,
     rpc_hosts: Sequence[RpcHost] = (),
     rpc_budgets: Mapping[str, int] | None = None,
+    gpu_backend: str | None = None,
 ) -> Target:
     """The one rule for a plan on this machine's own hardware, the Plan panel's "This machine" and
     "CPU only" as the CLI's default and --cpu-only: RPC hosts join either. CPU only leaves this
-    machine's GPUs out, never the hosts the user named; without hosts it is the plain CPU target."""
+    machine's GPUs out, never the hosts the user named; without hosts it is the plain CPU target.
+    `gpu_backend` (hardware/cards.py) picks the backend of the cards; CPU only has none to pick."""
     if cpu_only and not rpc_hosts:
         return target_cpu_only(machine)
     if cpu_only:
@@ -354,7 +369,8 @@ def target_for_machine(
         # stays): an exact plan still asks llama.cpp, and the hosts are the only offload devices.
         cpu_devices = tuple(d for d in machine.llama.devices if d.kind not in ("gpu", "igpu"))
         machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=cpu_devices))
-    return target_from_machine(machine, rpc_hosts, rpc_budgets)
+        gpu_backend = None
+    return target_from_machine(machine, rpc_hosts, rpc_budgets, gpu_backend)
 
 
 def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:

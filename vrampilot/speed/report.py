@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.types import Machine
 from vrampilot.speed.measured import HostProbe, KernelRates, MachineSpeed, RateAt
 
@@ -112,7 +113,7 @@ def format_speed(machine: Machine) -> list[str]:
                 f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
                 f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
             )
-    for d in machine.llama.offload_devices:
+    for d in card_devices(machine.llama, machine.gpus):
         m = speed.device(d.name, d.description) if speed is not None else None
         if m is None:
             lines.append(

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.speed.device_probe import measure_devices
 from vrampilot.speed.host_probe import measure_host, measure_kernels, missing_kernels
@@ -77,8 +78,10 @@ def probe_machine(
 
 def unmeasured_devices(machine: Machine, speed: MachineSpeed) -> list[LlamaDevice]:
     """The offload devices `speed` has no rates for (a GPU added, or figures stored before the
-    device probe existed)."""
-    return [d for d in machine.llama.offload_devices if speed.device(d.name, d.description) is None]
+    device probe existed): every backend's device of each card (hardware/cards.py), so that a card
+    CUDA and Vulkan both drive runs under the one measured faster."""
+    devices = card_devices(machine.llama, machine.gpus)
+    return [d for d in devices if speed.device(d.name, d.description) is None]
 
 
 def measure_devices_and_save(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> MachineSpeed:

@@ -22,6 +22,7 @@ from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, detect_machine, load_profiles
+from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group_cards
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
@@ -113,6 +114,8 @@ class PlanController(QObject):
         self.rpc_text = ctx.prefs.rpc_hosts()
         self.rpc_hosts: list[RpcHost] = []
         self.rpc_budgets: dict[str, int] = {}
+        # The backend for cards several can drive ("auto", "cuda", "vulkan"), kept in the settings.
+        self.gpu_backend = ctx.prefs.gpu_backend()
         # Speculative decoding as asked in the view ("" off, "ngram", a draft model's path).
         self.draft_text = ""
 
@@ -120,6 +123,7 @@ class PlanController(QObject):
         plan_view.alternative_chosen.connect(self.use_alternative)
         plan_view.target_changed.connect(self.set_target)
         plan_view.rpc_hosts_changed.connect(self.set_rpc_hosts)
+        plan_view.gpu_backend_changed.connect(self.set_gpu_backend)
         plan_view.draft_changed.connect(self.set_draft)
         plan_view.cache_count_requested.connect(self._count_cache)
         plan_view.rpc_hosts.setText(self.rpc_text)
@@ -161,6 +165,10 @@ class PlanController(QObject):
         except Exception as exc:  # profiles are optional for the window; say why they are missing
             self.status.emit(f"GPU profiles unavailable: {describe_error(exc)}")
         self.view.set_targets(targets, self.target_key)
+        choices = {b for c in group_cards(machine.llama, machine.gpus) if len(c.devices) > 1 for b in c.backends}
+        self.view.set_gpu_backends(
+            [(flag, name) for flag, name in GPU_BACKEND_CHOICES.items() if name in choices], self.gpu_backend
+        )
         self.target = self._make_target(self.target_key)
         if self.rpc_text:
             self.set_rpc_hosts(self.rpc_text)
@@ -191,9 +199,27 @@ class PlanController(QObject):
             name = key[len(PROFILE_PREFIX) :]
             profile = next(p for p in load_profiles() if p.name == name)
             return target_from_profile(profile, self.machine)
-        return target_for_machine(
-            self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts, rpc_budgets=self.rpc_budgets
-        )
+        backend = GPU_BACKEND_CHOICES.get(self.gpu_backend)
+        try:
+            return target_for_machine(
+                self.machine,
+                cpu_only=key == TARGET_CPU,
+                rpc_hosts=self.rpc_hosts,
+                rpc_budgets=self.rpc_budgets,
+                gpu_backend=backend,
+            )
+        except GpuBackendError as exc:
+            # A setting kept from another machine (or a card since removed): the default still plans.
+            self.status.emit(f"{exc}: planning with the default backend")
+            return target_for_machine(
+                self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts, rpc_budgets=self.rpc_budgets
+            )
+
+    def set_gpu_backend(self, value: str) -> None:
+        """The Plan panel's GPU backend ("auto", "cuda", "vulkan"): kept, and the plan made again."""
+        self.gpu_backend = value
+        self.ctx.prefs.set_gpu_backend(value)
+        self.set_target(self.target_key)
 
     def set_rpc_hosts(self, text: str) -> None:
         """Ask the hosts typed (in a worker: a host may take seconds to answer), then plan with them."""

@@ -61,6 +61,7 @@ class PlanView(QWidget):
     pins_changed = Signal(object)  # Pins
     target_changed = Signal(str)  # key from set_targets
     rpc_hosts_changed = Signal(str)  # "host:port=SIZE, ..." as typed
+    gpu_backend_changed = Signal(str)  # "auto", "cuda", "vulkan" (hardware/cards.py)
     draft_changed = Signal(str)  # "", "ngram" or a draft model's path, as typed
     alternative_chosen = Signal(object)  # Alternative
     load_requested = Signal()
@@ -96,6 +97,24 @@ class PlanView(QWidget):
         self.target_box.activated.connect(lambda _i: self.target_changed.emit(str(self.target_box.currentData())))
         row.addWidget(self.target_box, 1)
         outer.addLayout(row)
+        # Which llama.cpp backend runs a card several can drive (an NVIDIA card under CUDA and
+        # Vulkan); shown only on a machine that has such a card (set_gpu_backends).
+        self.gpu_backend_row = QWidget()
+        backend_row = QHBoxLayout(self.gpu_backend_row)
+        backend_row.setContentsMargins(0, 0, 0, 0)
+        backend_row.addWidget(QLabel("GPU backend"))
+        self.gpu_backend = QComboBox()
+        self.gpu_backend.setObjectName("gpu_backend")
+        self.gpu_backend.setToolTip(
+            "The llama.cpp backend that runs a GPU several can drive. Auto: the vendor's own (CUDA on "
+            "NVIDIA), which reads prompts faster; the plan's reasons say which device runs and why."
+        )
+        self.gpu_backend.activated.connect(
+            lambda _i: self.gpu_backend_changed.emit(str(self.gpu_backend.currentData()))
+        )
+        backend_row.addWidget(self.gpu_backend, 1)
+        self.gpu_backend_row.hide()
+        outer.addWidget(self.gpu_backend_row)
         # Other machines' devices (llama.cpp RPC hosts), for "This machine" and "CPU only" plans.
         rpc_row = QHBoxLayout()
         rpc_row.addWidget(QLabel("RPC hosts"))
@@ -284,6 +303,15 @@ class PlanView(QWidget):
         for key, label in targets:
             self.target_box.addItem(label, key)
         self.set_targets_current(current)
+
+    def set_gpu_backends(self, choices: list[tuple[str, str]], current: str) -> None:
+        """(value, label) pairs after "auto"; the row shows only when there is a choice to make."""
+        self.gpu_backend.clear()
+        self.gpu_backend.addItem("Auto (the vendor's own: CUDA on NVIDIA)", "auto")
+        for value, label in choices:
+            self.gpu_backend.addItem(label, value)
+        self.gpu_backend.setCurrentIndex(max(self.gpu_backend.findData(current), 0))
+        self.gpu_backend_row.setVisible(len(choices) > 1)
 
     def set_targets_current(self, key: str) -> None:
         i = self.target_box.findData(key)

@@ -104,6 +104,14 @@ class Prefs:
     def set_rpc_hosts(self, text: str) -> None:
         self._s.setValue("plan/rpc_hosts", text)
 
+    def gpu_backend(self) -> str:
+        """The llama.cpp backend for cards several can drive: "auto", "cuda" or "vulkan"
+        (`--gpu-backend` on the command line)."""
+        return str(self._s.value("plan/gpu_backend", "auto", type=str) or "auto")
+
+    def set_gpu_backend(self, value: str) -> None:
+        self._s.setValue("plan/gpu_backend", value)
+
     def pins_for(self, model: str | Path) -> Pins:
         raw = str(self._s.value(f"pins/{_model_key(model)}", "", type=str) or "")
         if not raw:
