@@ -98,3 +98,27 @@ def test_the_window_chats_with_a_draft_and_shows_its_acceptance(open_window: Ope
     request = request_from_text(str(model))
     assert request is not None
     waits.until(qtbot, lambda: stored_acceptance(model, request).measured, cpu_s=10)
+
+
+def test_the_drafting_field_offers_mtp_only_for_a_file_with_an_mtp_block(
+    qtbot: QtBot,
+    plans: PlanController,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    start(qtbot, plans)  # the embedded model: no MTP block
+    view = plans.view
+    choices = view.draft.completer().model()
+    assert choices.stringList() == ["off", "ngram"] and "mtp" not in view.draft.placeholderText()
+    view.draft.setText("mtp")
+    view.draft.editingFinished.emit()
+    qtbot.waitUntil(lambda: "has no multi-token-prediction (MTP) block" in _shown(view), timeout=30000)
+    assert plans.plan is not None and plans.plan.draft is None  # the last plan stays
+    # A file with an MTP block: offered, planned with its context, and loading serves it.
+    mtp = write_model(tmp_path / "ds2-mtp.gguf", "deepseek2", n_layer=4, n_nextn=1)
+    with qtbot.waitSignal(plans.plan_shown, timeout=30000):
+        plans.select_model(mtp)
+    assert choices.stringList() == ["off", "ngram", "mtp"] and "mtp" in view.draft.placeholderText()
+    p = plans.plan
+    assert p is not None and p.draft is not None and p.draft.kind == "mtp" and p.settings.drafts_mtp
+    assert "MTP drafting</b>" in view.draft_info.text() and "CPU" in view.draft_info.text()
+    assert p.settings.server_only and "MTP block" in p.settings.server_only

@@ -135,6 +135,18 @@ class Settings:
         return self.mmproj_cpu or self.n_gpu_layers <= 0
 
     @property
+    def server_only(self) -> str:
+        """Why this plan runs only in a llama-server process, never in the app's own ("": it may
+        run in either), as the end of a sentence: RPC hosts (ggml aborts the process that uses a
+        host which goes away), or MTP drafting (llama-cpp-python has no MTP drafter: its
+        draft_model= interface sees tokens, not the hidden state the MTP block drafts from)."""
+        if self.uses_rpc:
+            return "it uses RPC hosts"
+        if self.drafts_mtp:
+            return "it drafts with the model's MTP block, which only llama-server does"
+        return ""
+
+    @property
     def uses_rpc(self) -> bool:
         """Runs across RPC hosts: only in a llama-server process (ggml aborts its process when a
         host goes away, which the app must survive)."""

@@ -201,6 +201,9 @@ class ServerBackend:
             context_used=prompt_n + cached + predicted,
             n_ctx=0,
             stop_reason=stop,
+            # what llama-server drafted and kept (absent without drafting): the acceptance replies teach
+            draft_tokens=int(timings.get("draft_n", 0)),
+            draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
         return Reply("".join(pieces), stats)
 
