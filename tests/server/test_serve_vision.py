@@ -115,7 +115,6 @@ def _post(config: ServerConfig, path: str, body: dict[str, Any]) -> Any:
 def test_the_windows_server_backend_sends_images_as_content_parts(served: Served, tmp_path: Path) -> None:
     """The chat's backend while the window serves the model (server/chat.py): a message's images go
     to llama-server as OpenAI image parts, and the reply's prompt counts their tokens."""
-    import threading
 
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
@@ -128,17 +127,7 @@ def test_the_windows_server_backend_sends_images_as_content_parts(served: Served
     sampling = SamplingParams(temperature=0.0, max_tokens=4, seed=1)
 
     def ask(message: Message) -> int:
-        reply = backend.reply(
-            None,
-            [message],
-            sampling,
-            on_text=lambda _t: None,
-            on_report=lambda _r: None,
-            cancel=threading.Event(),
-            trim=False,
-        )
-        assert reply.stats.completion_tokens > 0
-        return reply.stats.prompt_tokens
+        return _prompt_tokens(backend, [message], sampling)
 
     plain = ask(Message("user", "What is in this picture?"))
     seen = ask(Message("user", "What is in this picture?", images=(str(tmp_path / "a.png"),)))
@@ -152,8 +141,6 @@ def test_the_server_backend_counts_each_kept_images_tokens_when_it_trims(served:
     """Dropping the oldest turns to fit (the window's chat while it serves the model) counts the
     images the turns keep: an image's tokens are the projector's plus mtmd's markers, as the
     server's own prompt count has them, and a turn whose image no longer fits is dropped."""
-    import threading
-
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
     from vrampilot.server.chat import ServerBackend
@@ -170,17 +157,26 @@ def test_the_server_backend_counts_each_kept_images_tokens_when_it_trims(served:
     per_image = backend.image_tokens()
     assert per_image > p.memory.projector.spec.image_tokens or not p.memory.projector.spec.image_markers
     counted = backend.count_prompt(conversation)
+    # the server's own count of the prompt it read
+    assert _prompt_tokens(backend, conversation, SamplingParams(temperature=0.0, max_tokens=1, seed=1)) == counted
+    # A reply that fits beside the conversation's text but not beside its image: the old turn goes.
+    max_tokens = backend.n_ctx() - counted + per_image // 2
+    assert backend.fit_messages(conversation, max_tokens) == [conversation[-1]]
+    assert backend.fit_messages(conversation, backend.n_ctx() - counted) == conversation
+
+
+def _prompt_tokens(backend: Any, messages: list[Any], sampling: Any) -> int:
+    """One served reply (server/chat.py's backend) to `messages`: the prompt tokens llama-server read."""
+    import threading
+
     reply = backend.reply(
         None,
-        conversation,
-        SamplingParams(temperature=0.0, max_tokens=1, seed=1),
+        messages,
+        sampling,
         on_text=lambda _t: None,
         on_report=lambda _r: None,
         cancel=threading.Event(),
         trim=False,
     )
-    assert reply.stats.prompt_tokens == counted  # the server's own count of the prompt it read
-    # A reply that fits beside the conversation's text but not beside its image: the old turn goes.
-    max_tokens = backend.n_ctx() - counted + per_image // 2
-    assert backend.fit_messages(conversation, max_tokens) == [conversation[-1]]
-    assert backend.fit_messages(conversation, backend.n_ctx() - counted) == conversation
+    assert reply.stats.completion_tokens > 0
+    return int(reply.stats.prompt_tokens)
