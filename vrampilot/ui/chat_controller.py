@@ -406,10 +406,8 @@ class ChatController(QObject):
             self.documents.reply_tokens = sampling.max_tokens
             system = messages[0].content if messages and messages[0].role == "system" else ""
             turns = [m for m in messages if m.role != "system"]
-            composed = list(self.documents.compose(system, turns[:-1], turns[-1].content).messages)
-            if turns[-1].images and composed:  # the question's images go with its composed text
-                composed[-1] = replace(composed[-1], images=turns[-1].images)
-            messages = composed
+            # Every kept turn's images go with the composed prompt, the question's with its text.
+            messages = list(self.documents.compose(system, turns[:-1], turns[-1].content, turns[-1].images).messages)
         if served is not None:
             backend = served
         else:
