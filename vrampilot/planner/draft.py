@@ -146,36 +146,51 @@ def mtp_memory(
     llama.cpp puts them. The MTP block's weights and the draft context's cache are the model's
     (memory_breakdown loads the block, kv.py's "mtp draft" part), so `mem` holds those already.
 
-    The context runs the MTP block's graph (LLM_GRAPH_TYPE_DECODER_MTP): its compute buffer is
-    asked of llama.cpp with a dry run on the CPU for an exact CPU plan; otherwise the formula of
-    the model's own graph for the same settings stands in (the MTP graph is one block and the
-    output head, so its peak is at most the model's: measured 8.45 MiB against 9.01 MiB)."""
+    The context runs the MTP block's graph (LLM_GRAPH_TYPE_DECODER_MTP), whose compute buffers an
+    exact plan asks of llama.cpp with a dry run of the MTP context (on the CPU, or on the plan's
+    devices when this machine has them); otherwise the formula of the model's own graph for the
+    same settings stands in: an upper bound, the MTP graph being one block and the output head
+    (planned 9.91 MiB for 8.86 MiB on the CPU, 12.9 MiB for 8.5 MiB on a Vulkan device)."""
     ctx = settings.mtp_context()
     output = FORMULA.output_bytes(spec, ctx)
     empty_kv = KvBreakdown(0, 0, 0, 0, 0, 0, 0, 0, 0, (0,) * spec.n_layer)  # the cache is the model's
     mtp_device = mem.layer_devices[spec.n_layer - 1] if mem.layer_devices and mem.per_device else -1
+    measured = _mtp_compute(spec, settings, target, mtp_device >= 0) if exact else None
     if mtp_device < 0:
-        compute = FORMULA.graph_bytes(spec, ctx)
-        if exact:
-            from vrampilot.planner.measure import MeasureError, measure_allocations
-
-            try:
-                m = measure_allocations(spec.path, settings, dry_run=True)
-            except MeasureError:
-                m = None
-            if m is not None and m.draft is not None and m.draft.refused is None:
-                compute = m.draft.compute_total
+        compute = sum(measured.values()) if measured else FORMULA.graph_bytes(spec, ctx)
         host = Components(compute_bytes=compute, output_bytes=output)
         return MemoryBreakdown(Components(), host, empty_kv, (False,) * spec.n_layer, False)
     label = device_label(target, mtp_device)
+    if measured and label in measured:
+        on_device = measured[label]
+        host_compute = sum(b for name, b in measured.items() if name != label)
+    else:
+        on_device = compute_buffer_bytes(spec, ctx, device="gpu", label=label)
+        host_compute = compute_buffer_bytes(spec, ctx, device="host")
     per_device = tuple(
-        Components(compute_bytes=compute_buffer_bytes(spec, ctx, device="gpu", label=label) if i == mtp_device else 0)
-        for i in range(len(mem.per_device))
+        Components(compute_bytes=on_device if i == mtp_device else 0) for i in range(len(mem.per_device))
     )
-    host = Components(compute_bytes=compute_buffer_bytes(spec, ctx, device="host"), output_bytes=output)
+    host = Components(compute_bytes=host_compute, output_bytes=output)
     return MemoryBreakdown(
         per_device[mtp_device], host, empty_kv, mem.gpu_layers, mem.output_on_gpu, per_device=per_device
     )
+
+
+def _mtp_compute(spec: ModelSpec, settings: Settings, target: Target, offloaded: bool) -> dict[str, int] | None:
+    """The MTP context's compute buffers by llama.cpp's buffer name, from a no_alloc dry run of
+    the model and its MTP context; None where llama.cpp cannot be asked for this plan (its devices
+    are not this machine's, or it names devices or RPC hosts the dry run would not use)."""
+    from vrampilot.planner.measure import MeasureError, measure_allocations
+
+    if offloaded and (not target.devices_here or settings.devices or settings.uses_rpc):
+        return None
+    try:
+        m = measure_allocations(spec.path, settings if offloaded else settings.with_(n_gpu_layers=0), dry_run=True)
+    except (MeasureError, UserError):
+        return None
+    if m.draft is None or m.draft.refused is not None or not m.draft.compute_bytes:
+        return None
+    return dict(m.draft.compute_bytes)
 
 
 def mtp_draft_seconds(spec: ModelSpec, settings: Settings, t_target_s: float) -> float:
