@@ -77,5 +77,5 @@ def test_each_device_holds_the_cache_the_plan_put_there(name: str, tmp_path: Pat
         ngl = case["settings"]["n_gpu_layers"]
         assert case["device_layers"] == list(range(max(n_layer + 1 - ngl, 0), n_layer)), case
         partial |= 0 < len(case["device_layers"]) < n_layer
-        assert (case["draft_bytes"] > 0) == case["settings"].get("spec_type") == "mtp", case
+        assert (case["draft_bytes"] > 0) == (case["settings"].get("spec_type") == "mtp"), case
     assert partial  # each shape is also split between the device and the host
