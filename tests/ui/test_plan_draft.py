@@ -122,3 +122,31 @@ def test_the_drafting_field_offers_mtp_only_for_a_file_with_an_mtp_block(
     assert p is not None and p.draft is not None and p.draft.kind == "mtp" and p.settings.drafts_mtp
     assert "MTP drafting</b>" in view.draft_info.text() and "CPU" in view.draft_info.text()
     assert p.settings.server_only and "MTP block" in p.settings.server_only
+
+
+@pytest.mark.slow
+def test_the_window_drafts_with_mtp_through_llama_server(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+    """MTP drafting in the window: Load starts llama-server with the plan (the in-app engine has no
+    MTP drafter), the chat replies through it, and the reply's drafted tokens teach the acceptance."""
+    from vrampilot.planner.draft import DraftRequest
+
+    seed_prefs(max_tokens=16)
+    w: MainWindow = open_window()
+    mtp = write_model(tmp_path / "ds2-mtp.gguf", "deepseek2", n_layer=4, n_nextn=1, tokenizer="smollm2")
+    with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
+        w.plans.select_model(mtp)
+    w.plan_view.draft.setText("mtp")
+    with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
+        w.plan_view.draft.editingFinished.emit()
+    assert w.plans.plan is not None and w.plans.plan.settings.drafts_mtp
+    qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.served is not None, cpu_s=120)
+    assert w.plans.load_result is None  # nothing loaded in-process: llama-server holds the model
+    view = w.chat_view
+    view.input.setPlainText("1, 2, 3, 4, 5,")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=120)
+    assert "drafts " in view.messages()[1].stats.text()
+    stored = w.ctx.store.messages(open_chat(w))[1].stats
+    assert stored is not None and stored["draft_tokens"] > 0
+    waits.until(qtbot, lambda: stored_acceptance(mtp, DraftRequest("mtp")).measured, cpu_s=10)

@@ -26,6 +26,7 @@ from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import ImageFileError, image_suffix, read_image
 
 TextFn = Callable[[str], None]
@@ -49,9 +50,11 @@ class ServerBackend:
         api_key: str | None = None,
         model_path: Path | None = None,
         projector: ProjectorSpec | None = None,
+        plan: Plan | None = None,
         timeout_s: float = 600.0,
     ) -> None:
         self.model_path = model_path  # what the server has loaded
+        self.plan = plan  # the plan it runs (its drafting's replies teach the acceptance), when known
         self.projector = projector  # the vision projector it loaded (--mmproj), which sizes an image's tokens
         self._image_tokens: int | None = None
         host_port = base_url.split("://", 1)[-1].rstrip("/")

@@ -35,6 +35,7 @@ def private_server(plan: Any) -> Iterator[ServerBackend]:
             api_key=config.api_key,
             model_path=plan.spec.path,
             projector=proj.spec if proj is not None else None,
+            plan=plan,
         )
     except ServerChatError:
         # A reply cut off because the server died (a host went away mid-reply): its own

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
+from vrampilot.planner.plan import Plan
 from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.launch import prepare
@@ -56,6 +57,7 @@ class ServerController(QObject):
         self.backend: ServerBackend | None = None
         self.model_path: Path | None = None  # what the server loads
         self.projector: ProjectorSpec | None = None  # the vision projector it loads (sizes an image's tokens)
+        self.served_plan: Plan | None = None  # the plan it runs
         self.serving: tuple[Path, object] | None = None  # the model and settings it runs
         self._restart = False
         self._timer = QTimer(self)
@@ -140,6 +142,7 @@ class ServerController(QObject):
         self.config = config
         self.model_path = plan.spec.path
         self.projector = plan.memory.projector.spec if plan.memory.projector is not None else None
+        self.served_plan = plan
         self.serving = (plan.spec.path, plan.settings)
         self.server = server
         server.start()  # here, on the GUI thread: it lives as long as the app
@@ -158,7 +161,11 @@ class ServerController(QObject):
         if server is not self.server or self.config is None:
             return
         self.backend = ServerBackend(
-            self.config.base_url, api_key=self.config.api_key, model_path=self.model_path, projector=self.projector
+            self.config.base_url,
+            api_key=self.config.api_key,
+            model_path=self.model_path,
+            projector=self.projector,
+            plan=self.served_plan,
         )
         self._set_state("ready", f"Serving at {self.config.base_url}/v1 (pid {server.pid})")
         if server.pid is not None:
