@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QStringListModel, Qt
 from pytestqt.qtbot import QtBot
 
 from testkit.gguf_models import write_model
@@ -108,6 +108,7 @@ def test_the_drafting_field_offers_mtp_only_for_a_file_with_an_mtp_block(
     start(qtbot, plans)  # the embedded model: no MTP block
     view = plans.view
     choices = view.draft.completer().model()
+    assert isinstance(choices, QStringListModel)  # what the field completes from
     assert choices.stringList() == ["off", "ngram"] and "mtp" not in view.draft.placeholderText()
     view.draft.setText("mtp")
     view.draft.editingFinished.emit()
