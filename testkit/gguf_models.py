@@ -241,6 +241,29 @@ TINY["deepseek32"] = replace(
 # llama's loader sizes the experts with feed_forward_length itself.
 TINY["mixtral"] = replace(TINY["llama"], name="tiny-mixtral", n_ff=128, n_expert=4, n_expert_used=2, n_ff_expert=128)
 
+# GLM-4.5 (glm4moe, src/models/glm4-moe.cpp) at GLM-4.5-Air's proportions (testkit/real_shapes.py),
+# tiny: a dense first block, routed and shared experts, the last block an MTP block (a routed
+# family: llama.cpp's dry runs count its cache).
+TINY["glm4moe"] = ArchShape(
+    arch="glm4moe",
+    name="tiny-glm4moe",
+    n_layer=3,
+    n_layer_nextn=1,
+    n_embd=128,
+    n_head=4,
+    n_head_kv=2,
+    head_dim=32,
+    rope_dim=16,
+    n_ff=256,
+    n_vocab=2048,
+    n_expert=4,
+    n_expert_used=2,
+    n_ff_expert=64,
+    n_expert_shared=1,
+    n_dense_lead=1,
+    tied=False,
+)
+
 # Real shapes for header-only files (values from the models' config.json / GGUF headers).
 BIG: dict[str, ArchShape] = {
     "qwen2.5-7b": ArchShape(

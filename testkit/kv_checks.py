@@ -72,13 +72,26 @@ class RollbackSettings(UnifiedSettings):
 
     n_rs_seq: int = 0
 
+    @property
+    def rollback_snapshots(self) -> int:
+        return self.n_rs_seq
+
 
 @dataclass(frozen=True)
 class DraftSettings(RollbackSettings):
-    """A plan that drafts with the model's own MTP block: llama.cpp loads it (load_mtp) and runs it
-    in a second context of type MTP, with a cache of its own (kv.py's "mtp draft" part)."""
+    """A plan that drafts with the model's own MTP block (Settings.spec_type "mtp"): llama.cpp loads
+    it (load_mtp) and runs it in a second context of type MTP, with a cache of its own (kv.py's
+    "mtp draft" part); n_rs_seq as the test asks (llama-server asks draft_n_max)."""
 
-    draft_mtp: bool = True
+    spec_type: str = "mtp"
+    draft_n_max: int = 1
+
+
+def drafting_mtp(s: Settings, n_rs_seq: int = 0) -> DraftSettings:
+    """`s` drafting one token per step with the model's MTP block."""
+    return DraftSettings(
+        **{**s.__dict__, "spec_type": "mtp", "draft_n_max": max(1, s.draft_n_max), "n_rs_seq": n_rs_seq}
+    )
 
 
 # (n_seq, unified): one sequence, several sharing one stream, several with a stream each
@@ -165,7 +178,8 @@ def assert_draft_matches(spec: ModelSpec, settings: Settings, m: MeasuredBuffers
     assert len(used) == 1, (settings, m.draft.kv_lines)
     line = used[0]
     assert (line.cells, line.layers, line.n_stream) == (draft.cells, draft.layers, draft.streams), (settings, line)
-    assert (line.type_k, line.type_v) == (settings.type_k, settings.type_v), (settings, line)
+    # its cache types are the draft's (-ctkd/-ctvd), as for a draft model (common_base_params_to_speculative)
+    assert (line.type_k, line.type_v) == (settings.draft_type_k, settings.draft_type_v), (settings, line)
     assert matches_print(draft.bytes, line.size_bytes), (settings, line, draft)
     assert m.draft.refused is None and not m.draft.state_lines, settings
 

@@ -3,7 +3,10 @@ target's and the draft's, and the draft counts its completions report (tests and
 
 llama-server loads the target, then logs "loading draft model" and loads the draft with its own
 context (common/speculative.cpp), so the buffer lines before that line are the target's and the
-ones after it the draft's.
+ones after it the draft's. Drafting with the model's MTP block loads no model: llama-server logs
+"creating MTP draft context" and creates the draft context on the model's weights; once drafting
+starts it reserves that context's compute buffer again for its backend sampler (the same buffer,
+not a second one), so the draft's lines end where it adds the drafter.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from vrampilot.planner.settings import Settings
 from vrampilot.server import ServerProcess, free_port, tool_env, tool_path
 
 DRAFT_MARK = "loading draft model"
+MTP_MARK = "creating MTP draft context"
+DRAFTER_MARK = "adding speculative implementation"
 Buffers = dict[str, dict[str, int]]
 
 
@@ -33,8 +38,15 @@ class Served:
     def buffers(self) -> tuple[Buffers, Buffers]:
         """(target's, draft's) buffers by kind and buffer name, from the load log."""
         lines = self.process.lines()
-        cut = next((i for i, line in enumerate(lines) if DRAFT_MARK in line), len(lines))
-        return device_buffers(lines[:cut]), device_buffers(lines[cut:])
+        cut = next((i for i, line in enumerate(lines) if DRAFT_MARK in line or MTP_MARK in line), len(lines))
+        end = next((i for i, line in enumerate(lines) if i > cut and DRAFTER_MARK in line), len(lines))
+        return device_buffers(lines[:cut]), device_buffers(lines[cut:end])
+
+    def reserves_after_drafter(self) -> list[dict[str, int]]:
+        """The draft context's compute buffers as reserved again once the drafter is added."""
+        lines = self.process.lines()
+        start = next((i for i, line in enumerate(lines) if DRAFTER_MARK in line), len(lines))
+        return [device_buffers([line])["compute"] for line in lines[start:] if "compute buffer size" in line]
 
     def complete(self, prompt: str, n_predict: int) -> dict[str, Any]:
         """One greedy completion; its `timings` carry draft_n and draft_n_accepted when drafting."""

@@ -53,3 +53,38 @@ def test_chat_with_a_draft_reports_and_learns_its_acceptance(tmp_path: Path, emb
     again = json.loads(vrampilot("plan", *PINS, "--draft", str(embedded_model), "--json", env=env).stdout)
     assert again["draft"]["acceptance_measured"] is True and again["draft"]["acceptance_replies"] == 1
     assert any("measured over 1 replies here" in x for x in again["reasons"])
+
+
+def test_mtp_drafting_needs_a_file_with_an_mtp_block(tmp_path: Path) -> None:
+    plain = write_model(tmp_path / "plain.gguf", "deepseek2", n_layer=3)
+    r = vrampilot("plan", str(plain), *PINS, "--draft", "mtp", env={"VRAMPILOT_HOME": str(tmp_path)})
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "plain.gguf has no multi-token-prediction (MTP) block" in r.stderr
+    mtp = write_model(tmp_path / "mtp.gguf", "deepseek2", n_layer=4, n_nextn=1)
+    r = vrampilot("plan", str(mtp), *PINS, "--draft", "mtp", "--draft-on", "gpu", env={"VRAMPILOT_HOME": str(tmp_path)})
+    assert r.returncode == 2 and "the MTP block goes with the model's last layer" in r.stderr
+
+
+@pytest.mark.slow
+def test_chat_drafting_with_mtp_runs_in_llama_server_and_learns_its_acceptance(tmp_path: Path) -> None:
+    """llama-cpp-python cannot draft with an MTP block: the chat goes through a private llama-server."""
+    env = {"VRAMPILOT_HOME": str(tmp_path)}
+    model = str(write_model(tmp_path / "mtp.gguf", "deepseek2", n_layer=4, n_nextn=1, tokenizer="smollm2"))
+    d = json.loads(vrampilot("plan", model, *PINS, "--draft", "mtp", "--json", env=env).stdout)
+    assert d["draft"]["kind"] == "mtp" and d["draft"]["bytes_by_device"]["CPU"] > 0
+    assert d["settings"]["spec_type"] == "mtp" and "--spec-type draft-mtp" in d["llama_server"]
+    line = vrampilot("export", model, *PINS, "--draft", "mtp", "--draft-tokens", "2", env=env).stdout
+    assert "--spec-type draft-mtp --spec-draft-n-max 2" in line and "-md " not in line
+    r = vrampilot(
+        "chat", model, *PINS, "--draft", "mtp", "--draft-tokens", "2", "--temperature", "0",
+        "--max-tokens", "16", "--prompt", "1, 2, 3, 4,", "--json", env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["served_by"] == "llama-server" and out["stats"]["draft_tokens"] > 0
+    assert out["speed"]["acceptance_replies"] == 1
+    again = json.loads(vrampilot("plan", model, *PINS, "--draft", "mtp", "--json", env=env).stdout)
+    assert again["draft"]["acceptance_measured"] is True
+    # documents are the in-app engine's: refused in one line
+    r = vrampilot("chat", model, *PINS, "--draft", "mtp", "--document", model, "--prompt", "x", env=env)
+    assert r.returncode == 2 and "runs in llama-server" in r.stderr and r.stderr.strip().count("\n") == 0

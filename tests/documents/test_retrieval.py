@@ -165,3 +165,59 @@ def test_unmatched_question_falls_back_to_document_openings(
     ds.attach(doc)
     given = ds.retrieve("zzz qqq", 500)
     assert len(given) == 1 and given[0].chunk.index == 0 and given[0].score == 0.0
+
+
+@pytest.mark.parametrize("mode", ["retrieval", "full"])
+def test_every_kept_turns_images_go_with_a_composed_prompt(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer, tmp_path: Path, mode: str
+) -> None:
+    """Documents and images in one chat: an earlier question's images (re-sent with its recorded
+    excerpts or as it was) and the new question's all reach the model, and retrieval leaves room
+    for their tokens (the projector's, and the markers mtmd wraps them in, by this tokenizer)."""
+    from testkit.mmproj import write_projector
+    from vrampilot.planner.projector import projector_spec
+
+    report, doc = report_doc
+    proj = projector_spec(write_projector(tmp_path / "mmproj-gemma3.gguf", "gemma3", n_embd_text=576, n_merge=4))
+    assert proj.image_tokens is not None and proj.image_markers
+    per_image = proj.image_tokens + sum(tokenizer.count(m) for m in proj.image_markers)
+    ds = DocumentSet(tokenizer.count, chunk_tokens=96, overlap_tokens=24)
+    ds.attach(doc)
+    assert ds.image_tokens(proj) == per_image and ds.image_tokens(None) == 0
+    history = [
+        Message("user", report.questions[0].text, images=("/i/first.png",)),
+        Message("assistant", "Someone."),
+        Message("user", report.questions[1].text, images=("/i/second.png", "/i/third.png")),
+        Message("assistant", "Elsewhere."),
+    ]
+    recorded = {0: "excerpts as given before\n\nQuestion: " + report.questions[0].text}
+    kw = {"mode": mode, "n_ctx": 8192, "recorded": recorded, "question_images": ("/i/now.png",), "projector": proj}
+    composed = ds.compose("", history, report.questions[5].text, **kw)  # type: ignore[arg-type]  # a dict of compose's keywords
+    sent = [m.images for m in composed.messages if m.role == "user"]
+    assert sent == [("/i/first.png",), ("/i/second.png", "/i/third.png"), ("/i/now.png",)]
+    assert composed.messages[1].content == recorded[0]  # the recorded excerpts, with the turn's image
+
+
+def test_retrieval_leaves_room_for_the_images_tokens(
+    report_doc: tuple[Report, Document], tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    from testkit.mmproj import write_projector
+    from vrampilot.planner.projector import projector_spec
+
+    report, doc = report_doc
+    proj = projector_spec(write_projector(tmp_path / "mmproj-mlp.gguf", "mlp", n_embd_text=576, image_size=224))
+    per_image = proj.image_tokens or 0
+    assert per_image == 256
+    ds = DocumentSet(tokenizer.count, chunk_tokens=48, overlap_tokens=12)
+    ds.attach(doc)
+    images = ("/i/a.png", "/i/b.png")
+    n_ctx, reply = 1024, 256
+    q = report.questions[0].text
+    plain = ds.compose("", [], q, mode="retrieval", n_ctx=n_ctx, reply_tokens=reply)
+    seen = ds.compose(
+        "", [], q, mode="retrieval", n_ctx=n_ctx, reply_tokens=reply, question_images=images, projector=proj
+    )
+    given = sum(g.chunk.tokens for g in seen.given.chunks)
+    # without the images' tokens the passages took more than what the images leave
+    assert sum(g.chunk.tokens for g in plain.given.chunks) > n_ctx - reply - len(images) * per_image
+    assert 0 < given <= n_ctx - reply - len(images) * per_image

@@ -74,3 +74,18 @@ def test_the_draft_models_buffers_are_the_plans_and_go_with_the_model(
     assert e.chat([Message("user", "Hi")], GREEDY).stats.draft_tokens > 0
     e.unload()
     assert draft.inner.llm._ctx.ctx is None  # llama.cpp's context freed with the model's
+
+
+def test_the_engine_refuses_mtp_drafting_in_one_line(tmp_path: Path, cpu_target: Target) -> None:
+    """llama-cpp-python's draft_model= sees tokens only, not the hidden state an MTP block drafts
+    from: such a plan runs in llama-server, and the engine says so before loading anything."""
+    from testkit.gguf_models import write_model
+    from vrampilot.engine.errors import ModelLoadError
+    from vrampilot.engine.loader import open_llama
+    from vrampilot.gguf import load_model_spec
+
+    path = write_model(tmp_path / "mtp.gguf", "deepseek2", n_layer=4, n_nextn=1)
+    p = plan_with_draft(load_model_spec(path), cpu_target, Pins(n_ctx=1024), DraftRequest("mtp", n_draft=2))
+    with pytest.raises(ModelLoadError) as e:
+        open_llama(path, p.settings)
+    assert "runs in llama-server" in str(e.value) and "MTP block" in str(e.value) and "\n" not in str(e.value)

@@ -1,5 +1,6 @@
 """Run with VRAMPILOT_SOFTWARE_GPU=1: plan a model with a draft model on this machine's Vulkan
-device (draft and target both offloaded, or the draft kept on the CPU), serve the plan with the
+device (draft and target both offloaded, or the draft kept on the CPU; or drafting with the
+model's own MTP block, argument "mtp"), serve the plan with the
 bundled llama-server, and print the plan's per-device bytes of the target and of the draft next to
 llama-server's buffer lines for each, and the completion's draft counts."""
 
@@ -23,7 +24,7 @@ def _parts(c: Components) -> dict[str, int]:
 
 
 def main() -> int:
-    target_path, draft_path, on_gpu = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "gpu"
+    target_path, draft_arg, on_gpu = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "gpu"
     target = target_from_machine(detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
@@ -33,7 +34,10 @@ def main() -> int:
         load_model_spec(target_path),
         target,
         pins,
-        DraftRequest("draft", draft_path, n_draft=3, on_gpu=on_gpu),
+        # "mtp": the model's own MTP block, which goes where its last layer goes
+        DraftRequest("mtp", n_draft=3)
+        if draft_arg == "mtp"
+        else DraftRequest("draft", Path(draft_arg), n_draft=3, on_gpu=on_gpu),
         exact=True,
     )
     assert p.draft is not None and p.draft.memory is not None

@@ -38,7 +38,7 @@ def main() -> int:
     device = target.gpus[0].buffer_name
     out = []
     for case in cases:
-        settings = DraftSettings(**case) if case.get("draft_mtp") else UnifiedSettings(**case)
+        settings = DraftSettings(**case) if case.get("spec_type") == "mtp" else UnifiedSettings(**case)
         mem = memory_breakdown(spec, settings, target)
         m = measure_allocations(path, settings, dry_run=False)
         measured = dict(m.kv_buffer_bytes)

@@ -53,7 +53,7 @@ def _cases(arch: str) -> list[dict[str, Any]]:
 
 def _shape_cases(name: str) -> list[dict[str, Any]]:
     arch, _, ngls = SHAPES[name]
-    draft = {"draft_mtp": True} if name.endswith("-draft") else {}
+    draft = {"spec_type": "mtp", "draft_n_max": 1} if name.endswith("-draft") else {}
     return [dict(c, n_gpu_layers=ngl, **draft) for ngl in ngls for c in _cases(arch)]
 
 
@@ -77,5 +77,5 @@ def test_each_device_holds_the_cache_the_plan_put_there(name: str, tmp_path: Pat
         ngl = case["settings"]["n_gpu_layers"]
         assert case["device_layers"] == list(range(max(n_layer + 1 - ngl, 0), n_layer)), case
         partial |= 0 < len(case["device_layers"]) < n_layer
-        assert (case["draft_bytes"] > 0) == bool(case["settings"].get("draft_mtp")), case
+        assert (case["draft_bytes"] > 0) == (case["settings"].get("spec_type") == "mtp"), case
     assert partial  # each shape is also split between the device and the host

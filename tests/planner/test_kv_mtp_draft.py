@@ -25,6 +25,7 @@ from testkit.kv_checks import (
     assert_draft_matches,
     assert_dsa_parts_match,
     assert_dsv4_parts_match,
+    drafting_mtp,
     settings_grid,
 )
 from vrampilot.gguf.spec import load_model_spec
@@ -56,17 +57,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: write_deepseek4(d / f"{name}.gguf", **shape) for name, shape in SHAPES.items()}
 
 
-def _drafting(s: Settings, n_rs_seq: int = 0) -> DraftSettings:
-    return DraftSettings(**{**s.__dict__, "n_rs_seq": n_rs_seq})
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_draft_context_has_the_cache_kv_py_counts(files: dict[str, Path], shape: str) -> None:
     spec = load_model_spec(files[shape])
     assert spec.n_layer_nextn == 1
     grid = settings_grid((512, 4096, 70000), (128, 512, 2048), swa_full=(False, True))
     for i, plain in enumerate(grid[::3]):
-        s = _drafting(plain, n_rs_seq=i % 3)  # llama-server's main context keeps rollback snapshots
+        s = drafting_mtp(plain, n_rs_seq=i % 3)  # llama-server's main context keeps rollback snapshots
         assert kv_refusal(spec, s) is None, s
         m = measure_allocations(files[shape], s, dry_run=False)
         assert m.draft is not None
@@ -89,7 +86,7 @@ def test_an_mla_draft_context_has_an_mla_cache_over_the_mtp_block(tmp_path: Path
     spec = load_model_spec(path)
     assert (spec.n_layer_nextn, spec.is_mla) == (1, True)
     for plain in settings_grid((512, 4096, 70000), (128, 512))[::2]:
-        s = _drafting(plain)
+        s = drafting_mtp(plain)
         assert kv_refusal(spec, s) is None, s
         m = measure_allocations(path, s, dry_run=False)
         if arch == "deepseek32":
@@ -100,7 +97,8 @@ def test_an_mla_draft_context_has_an_mla_cache_over_the_mtp_block(tmp_path: Path
         kv = kv_cache_bytes(spec, s)
         assert kv.draft is not None and kv.draft.layers == 1
         # one latent row (kv_lora_rank + rope) per cell, K only: what each main MLA layer holds
-        main = kv_cache_bytes(spec, plain)
+        # in the draft's cache type (-ctkd, f16 by default)
+        main = kv_cache_bytes(spec, plain.with_(type_k=s.draft_type_k, type_v=s.draft_type_v))
         per_mla_layer = main.parts[0].bytes // main.parts[0].layers if main.parts else main.per_layer_bytes[0]
         assert kv.draft.bytes == per_mla_layer
 

@@ -97,14 +97,11 @@ def test_image_message_is_answered_and_its_tokens_counted(served: Served) -> Non
     # The image adds its tokens to the prompt, and the text markers mtmd.cpp wraps it in for its
     # type (Gemma 3: <start_of_image> ... <end_of_image>), tokenized by the model's own vocabulary.
     markers = 0
-    for marker in MARKERS.get(spec.projector_type, ()):
+    for marker in spec.image_markers:
         tokenized: list[int] = _post(config, "/tokenize", {"content": marker})["tokens"]
         markers += len(tokenized)
     added = reply["usage"]["prompt_tokens"] - plain["usage"]["prompt_tokens"]
     assert added == spec.image_tokens + markers, (added, spec.image_tokens, markers)
-
-
-MARKERS: dict[str, tuple[str, ...]] = {"gemma3": ("<start_of_image>", "<end_of_image>")}  # mtmd.cpp's img_beg / img_end
 
 
 def _post(config: ServerConfig, path: str, body: dict[str, Any]) -> Any:
@@ -118,7 +115,6 @@ def _post(config: ServerConfig, path: str, body: dict[str, Any]) -> Any:
 def test_the_windows_server_backend_sends_images_as_content_parts(served: Served, tmp_path: Path) -> None:
     """The chat's backend while the window serves the model (server/chat.py): a message's images go
     to llama-server as OpenAI image parts, and the reply's prompt counts their tokens."""
-    import threading
 
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
@@ -131,22 +127,56 @@ def test_the_windows_server_backend_sends_images_as_content_parts(served: Served
     sampling = SamplingParams(temperature=0.0, max_tokens=4, seed=1)
 
     def ask(message: Message) -> int:
-        reply = backend.reply(
-            None,
-            [message],
-            sampling,
-            on_text=lambda _t: None,
-            on_report=lambda _r: None,
-            cancel=threading.Event(),
-            trim=False,
-        )
-        assert reply.stats.completion_tokens > 0
-        return reply.stats.prompt_tokens
+        return _prompt_tokens(backend, [message], sampling)
 
     plain = ask(Message("user", "What is in this picture?"))
     seen = ask(Message("user", "What is in this picture?", images=(str(tmp_path / "a.png"),)))
     markers = sum(
-        len(_post(config, "/tokenize", {"content": m})["tokens"])
-        for m in MARKERS.get(p.memory.projector.spec.projector_type, ())
+        len(_post(config, "/tokenize", {"content": m})["tokens"]) for m in p.memory.projector.spec.image_markers
     )
     assert seen - plain == p.memory.projector.spec.image_tokens + markers
+
+
+def test_the_server_backend_counts_each_kept_images_tokens_when_it_trims(served: Served, tmp_path: Path) -> None:
+    """Dropping the oldest turns to fit (the window's chat while it serves the model) counts the
+    images the turns keep: an image's tokens are the projector's plus mtmd's markers, as the
+    server's own prompt count has them, and a turn whose image no longer fits is dropped."""
+    from vrampilot.engine import SamplingParams
+    from vrampilot.message import Message
+    from vrampilot.server.chat import ServerBackend
+
+    config, _, p = served
+    assert p.memory.projector is not None and p.memory.projector.spec.image_tokens is not None
+    (tmp_path / "a.png").write_bytes(png_bytes(48, 32))
+    backend = ServerBackend(config.base_url, projector=p.memory.projector.spec)
+    conversation = [
+        Message("user", "What is in this picture?", images=(str(tmp_path / "a.png"),)),
+        Message("assistant", "A small picture."),
+        Message("user", "And what colour is it?"),
+    ]
+    per_image = backend.image_tokens()
+    assert per_image > p.memory.projector.spec.image_tokens or not p.memory.projector.spec.image_markers
+    counted = backend.count_prompt(conversation)
+    # the server's own count of the prompt it read
+    assert _prompt_tokens(backend, conversation, SamplingParams(temperature=0.0, max_tokens=1, seed=1)) == counted
+    # A reply that fits beside the conversation's text but not beside its image: the old turn goes.
+    max_tokens = backend.n_ctx() - counted + per_image // 2
+    assert backend.fit_messages(conversation, max_tokens) == [conversation[-1]]
+    assert backend.fit_messages(conversation, backend.n_ctx() - counted) == conversation
+
+
+def _prompt_tokens(backend: Any, messages: list[Any], sampling: Any) -> int:
+    """One served reply (server/chat.py's backend) to `messages`: the prompt tokens llama-server read."""
+    import threading
+
+    reply = backend.reply(
+        None,
+        messages,
+        sampling,
+        on_text=lambda _t: None,
+        on_report=lambda _r: None,
+        cancel=threading.Event(),
+        trim=False,
+    )
+    assert reply.stats.completion_tokens > 0
+    return int(reply.stats.prompt_tokens)

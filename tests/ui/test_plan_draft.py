@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QStringListModel, Qt
 from pytestqt.qtbot import QtBot
 
 from testkit.gguf_models import write_model
@@ -98,3 +98,56 @@ def test_the_window_chats_with_a_draft_and_shows_its_acceptance(open_window: Ope
     request = request_from_text(str(model))
     assert request is not None
     waits.until(qtbot, lambda: stored_acceptance(model, request).measured, cpu_s=10)
+
+
+def test_the_drafting_field_offers_mtp_only_for_a_file_with_an_mtp_block(
+    qtbot: QtBot,
+    plans: PlanController,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    start(qtbot, plans)  # the embedded model: no MTP block
+    view = plans.view
+    choices = view.draft.completer().model()
+    assert isinstance(choices, QStringListModel)  # what the field completes from
+    assert choices.stringList() == ["off", "ngram"] and "mtp" not in view.draft.placeholderText()
+    view.draft.setText("mtp")
+    view.draft.editingFinished.emit()
+    qtbot.waitUntil(lambda: "has no multi-token-prediction (MTP) block" in _shown(view), timeout=30000)
+    assert plans.plan is not None and plans.plan.draft is None  # the last plan stays
+    # A file with an MTP block: offered, planned with its context, and loading serves it.
+    mtp = write_model(tmp_path / "ds2-mtp.gguf", "deepseek2", n_layer=4, n_nextn=1)
+    with qtbot.waitSignal(plans.plan_shown, timeout=30000):
+        plans.select_model(mtp)
+    assert choices.stringList() == ["off", "ngram", "mtp"] and "mtp" in view.draft.placeholderText()
+    p = plans.plan
+    assert p is not None and p.draft is not None and p.draft.kind == "mtp" and p.settings.drafts_mtp
+    assert "MTP drafting</b>" in view.draft_info.text() and "CPU" in view.draft_info.text()
+    assert p.settings.server_only and "MTP block" in p.settings.server_only
+
+
+@pytest.mark.slow
+def test_the_window_drafts_with_mtp_through_llama_server(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+    """MTP drafting in the window: Load starts llama-server with the plan (the in-app engine has no
+    MTP drafter), the chat replies through it, and the reply's drafted tokens teach the acceptance."""
+    from vrampilot.planner.draft import DraftRequest
+
+    seed_prefs(max_tokens=16)
+    w: MainWindow = open_window()
+    mtp = write_model(tmp_path / "ds2-mtp.gguf", "deepseek2", n_layer=4, n_nextn=1, tokenizer="smollm2")
+    with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
+        w.plans.select_model(mtp)
+    w.plan_view.draft.setText("mtp")
+    with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
+        w.plan_view.draft.editingFinished.emit()
+    assert w.plans.plan is not None and w.plans.plan.settings.drafts_mtp
+    qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.served is not None, cpu_s=120)
+    assert w.plans.load_result is None  # nothing loaded in-process: llama-server holds the model
+    view = w.chat_view
+    view.input.setPlainText("1, 2, 3, 4, 5,")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=120)
+    assert "drafts " in view.messages()[1].stats.text()
+    stored = w.ctx.store.messages(open_chat(w))[1].stats
+    assert stored is not None and stored["draft_tokens"] > 0
+    waits.until(qtbot, lambda: stored_acceptance(mtp, DraftRequest("mtp")).measured, cpu_s=10)

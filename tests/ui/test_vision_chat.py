@@ -161,3 +161,33 @@ def test_chat_about_an_image_in_the_window(
     qtbot.mouseClick(w2.plan_view.projector.cpu, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: w2.plans.plan is not None and w2.plans.plan.pins.mmproj_cpu is True, cpu_s=60)
     shutil.rmtree(pictures)
+
+
+def test_a_chat_with_documents_sends_every_kept_turns_images(
+    open_window: OpenWindow, qtbot: QtBot, vision_model: Path, tmp_path: Path
+) -> None:
+    """Documents and images in one chat: a follow-up's prompt still holds the first question's
+    image (that question was recorded with the documents, and is sent again as it was, image and
+    all), so it is longer than the first prompt, not an image shorter."""
+    w = open_window(initial_model=str(vision_model))
+    view, control = w.chat_view, w.plan_view.projector
+    waits.until(qtbot, lambda: control.on.isEnabled(), cpu_s=30)
+    qtbot.mouseClick(control.on, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.plans.plan is not None and bool(w.plans.plan.settings.mmproj_path), cpu_s=60)
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nThe picture was drawn in 1931 by the engineer of the dam.\n")
+    w.chats.documents.attach_files([notes])
+    waits.until(qtbot, lambda: w.chats.documents.active, cpu_s=60)
+    (tmp_path / "gradient.png").write_bytes(png_bytes(64, 48))
+    qtbot.keyClicks(view.input, "What is in this picture?")
+    assert _drop(w, tmp_path / "gradient.png")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=300)
+    qtbot.keyClicks(view.input, "Who drew it?")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 4, cpu_s=300)
+    stored = w.ctx.store.messages(open_chat(w))
+    first, second = stored[1].stats, stored[3].stats
+    assert first is not None and second is not None, view.banner_text.text()
+    assert first["prompt_tokens"] > IMAGE_TOKENS
+    assert second["prompt_tokens"] > first["prompt_tokens"] + first["completion_tokens"]

@@ -94,13 +94,13 @@ def run_chat(args: argparse.Namespace) -> int:
     messages = history.messages(prompt)
     if images:
         messages[-1] = replace(messages[-1], images=images)
-    if plan.settings.uses_rpc:
+    if plan.settings.server_only:
+        # Such a plan chats through a private llama-server; --image and --document are the engine's.
+        why = plan.settings.server_only
         if images:
-            raise UserError("images are read by the in-app engine, which never runs RPC hosts; serve the plan instead")
+            raise UserError(f"--image is read by the in-app engine, and this plan runs in llama-server ({why})")
         if args.document:
-            raise UserError(
-                "documents are read by the in-app engine, which never runs RPC hosts; drop --document or --rpc"
-            )
+            raise UserError(f"--document is read by the in-app engine, and this plan runs in llama-server ({why})")
         return _chat_served(args, plan, history, prompt, messages, sampling)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
 
@@ -223,7 +223,7 @@ def _chat_served(
     messages: list[Message],
     sampling: SamplingParams,
 ) -> int:
-    """One turn through a private llama-server (a plan across RPC hosts)."""
+    """One turn through a private llama-server (a plan across RPC hosts, or drafting with MTP)."""
     import threading
 
     from vrampilot.server.process import ServerExited, exit_text
@@ -245,7 +245,8 @@ def _chat_served(
             others = cpu_load.others_share(started)
     except ServerExited as exc:
         why = exit_text(exc.code, exc.lines)  # one line; llama.cpp's reason when it aborted
-        raise UserError(f"the plan across the RPC hosts stopped: {why}") from None
+        what = "the plan across the RPC hosts" if plan.settings.uses_rpc else "llama-server running the plan"
+        raise UserError(f"{what} stopped: {why}") from None
     if not args.json:
         print()
         print(reply.stats.summary(), file=sys.stderr)

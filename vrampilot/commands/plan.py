@@ -122,9 +122,10 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft",
-        metavar="PATH|ngram",
-        help="speculative decoding: a draft model of the same tokenizer (GGUF), or 'ngram' to draft "
-        "from the context itself (prompt lookup)",
+        metavar="PATH|ngram|mtp",
+        help="speculative decoding: a draft model of the same tokenizer (GGUF), 'ngram' to draft "
+        "from the context itself (prompt lookup), or 'mtp' to draft with the model's own "
+        "multi-token-prediction block (llama-server only)",
     )
     p.add_argument("--draft-tokens", type=_at_least(1), metavar="N", help="tokens drafted per step (default: planned)")
     p.add_argument(
@@ -222,12 +223,15 @@ def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
                 raise UserError(f"--{option.replace('_', '-')} needs --draft PATH or --draft ngram")
         return None
     on = getattr(args, "draft_on", None)
-    kind = "ngram" if draft.lower() == "ngram" else "draft"
-    if kind == "ngram" and on is not None:
-        raise UserError("--draft-on places a draft model: n-gram drafting has none")
+    kind = draft.lower() if draft.lower() in ("ngram", "mtp") else "draft"
+    if kind != "draft" and on is not None:
+        raise UserError(
+            "--draft-on places a draft model: "
+            + ("n-gram drafting has none" if kind == "ngram" else "the MTP block goes with the model's last layer")
+        )
     return DraftRequest(
         kind=kind,
-        model_path=None if kind == "ngram" else Path(draft).expanduser(),
+        model_path=None if kind != "draft" else Path(draft).expanduser(),
         n_draft=getattr(args, "draft_tokens", None),
         on_gpu=None if on is None else on == "gpu",
         type_k=getattr(args, "draft_kv", "f16"),

@@ -20,6 +20,7 @@ from vrampilot.documents.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_T
 from vrampilot.documents.fit import DEFAULT_REPLY_TOKENS, TEMPLATE_TOKENS, FitReport, analyze_fit
 from vrampilot.documents.model import Document
 from vrampilot.documents.tokens import TokenCounter
+from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.message import Message
 from vrampilot.planner.plan import Plan
 
@@ -242,6 +243,13 @@ class DocumentSet:
         names = ", ".join(a.name for a in self._attachments)
         return "\n\n".join(p for p in (base.strip(), RETRIEVAL_INSTRUCTIONS, f"Attached: {names}.") if p)
 
+    def image_tokens(self, projector: ProjectorSpec | None) -> int:
+        """Context tokens one image takes: the projector's (clip.cpp's rule) and the text mtmd wraps
+        it in, by this model's tokenizer; 0 without a projector or for a type not counted."""
+        if projector is None or projector.image_tokens is None:
+            return 0
+        return projector.image_tokens + sum(self.count(m) for m in projector.image_markers)
+
     def compose(
         self,
         system_prompt: str,
@@ -252,29 +260,36 @@ class DocumentSet:
         n_ctx: int,
         reply_tokens: int = DEFAULT_REPLY_TOKENS,
         recorded: Mapping[int, str] | None = None,
+        question_images: tuple[str, ...] = (),
+        projector: ProjectorSpec | None = None,
     ) -> Composed:
         """Messages for the model: system (with documents or instructions), history, the question.
 
         `history` excludes the system prompt and the new question; `recorded` maps an index in
         `history` to the content a user turn was sent with before (retrieval excerpts), so the
-        prompt repeats earlier turns exactly.
+        prompt repeats earlier turns exactly. Every turn keeps its images, and the question gets
+        `question_images`; `projector` (the plan's) says what each image takes of the context, so
+        retrieval leaves room for them.
         """
         docs = tuple((a.name, a.tokens, a.document.n_pages) for a in self._attachments)
         recorded = recorded or {}
         turns = [
-            Message(m.role, recorded[i]) if m.role == "user" and i in recorded else m for i, m in enumerate(history)
+            Message(m.role, recorded[i], m.images) if m.role == "user" and i in recorded else m
+            for i, m in enumerate(history)
         ]
+        asked = Message("user", question, question_images)
         if mode == "full":
             system = self.full_system(system_prompt)
-            msgs = [Message("system", system), *turns, Message("user", question)]
+            msgs = [Message("system", system), *turns, asked]
             return Composed(msgs, ContextGiven("full", question, question, docs))
         system = self.retrieval_system(system_prompt)
         spent = self.count(system) + sum(self.count(m.content) for m in turns) + self.count(question)
         spent += TEMPLATE_TOKENS + 8 * (len(turns) + 2)
+        spent += self.image_tokens(projector) * sum(len(m.images) for m in (*turns, asked))
         budget = min(int(n_ctx * RETRIEVAL_SHARE), n_ctx - reply_tokens - spent)
         given = self.retrieve(question, max(budget, 0))
         content = f"{excerpt_block(given)}\n\nQuestion: {question}" if given else question
-        msgs = [Message("system", system), *turns, Message("user", content)]
+        msgs = [Message("system", system), *turns, Message("user", content, question_images)]
         return Composed(msgs, ContextGiven("retrieval", question, content, docs, tuple(given)))
 
 

@@ -157,11 +157,10 @@ def open_llama(
             progress(value)
         return not cancel.is_set()
 
-    if settings.uses_rpc:
-        # ggml ends the whole process when an RPC host goes away: such plans run in llama-server.
+    if settings.server_only:
         raise ModelLoadError(
-            "this plan uses RPC hosts, which VRAM Pilot runs in llama-server (Server tab, or "
-            "`vrampilot serve`), never in its own process"
+            f"this plan runs in llama-server (Server tab, or `vrampilot serve`), never in VRAM Pilot's "
+            f"own process: {settings.server_only}"
         )
     kwargs = llama_cpp_kwargs(settings)
     if settings.drafting:

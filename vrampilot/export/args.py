@@ -120,9 +120,24 @@ def draft_argv(settings: Settings) -> list[str]:
     vendored llama.cpp: the --spec-* names; --draft-max/--draft-min were removed there).
 
     The type is always named: with -md alone llama-server loads the draft model, counts its
-    memory and never drafts (common_speculative_init enables only the types listed)."""
+    memory and never drafts (common_speculative_init enables only the types listed). MTP drafting
+    (draft-mtp) names no model: llama-server loads the model's own MTP block (load_mtp) and runs it
+    in a second context over the same weights, whose cache types are the draft's (-ctkd/-ctvd)."""
     if not settings.drafting:
         return []
+    if settings.spec_type == "mtp":
+        return [
+            "--spec-type",
+            "draft-mtp",
+            "--spec-draft-n-max",
+            str(settings.draft_n_max),
+            "--spec-draft-n-min",
+            str(settings.draft_n_min),
+            "-ctkd",
+            settings.draft_type_k,
+            "-ctvd",
+            settings.draft_type_v,
+        ]
     if settings.spec_type == "ngram":
         return [
             "--spec-type",

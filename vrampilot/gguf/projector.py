@@ -119,6 +119,21 @@ _PER_PATCH = frozenset({"mlp", "phi4", "janus_pro"})
 _POOLED = frozenset({"gemma3", "gemma4v", "idefics3", "internvl", "nemotron_v2_vl", "llama4"})
 _TILED = frozenset({"idefics3", "internvl", "nemotron_v2_vl", "llama4"})
 _MERGED_2X2 = frozenset({"qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "glm4v", "youtuvl", "exaone4_5"})
+# The text mtmd.cpp wraps one image in (its img_beg / img_end, mtmd_context's constructor), for the
+# types whose image tokens are counted; the model's vocabulary tokenizes it. mlp, phi4, janus_pro and
+# nemotron_v2_vl add none; idefics3 adds tokens of its own per tile (not listed: not counted).
+_IMAGE_MARKERS: dict[str, tuple[str, str]] = {
+    "gemma3": ("<start_of_image>", "<end_of_image>"),
+    "gemma4v": ("<|image>", "<image|>"),
+    "internvl": ("<img>", "</img>"),
+    "llama4": ("<|image_start|>", "<|image_end|>"),
+    "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+    "qwen2.5vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+    "qwen3vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+    "youtuvl": ("<|vision_start|>", "<|vision_end|>"),
+    "glm4v": ("<|begin_of_image|>", "<|end_of_image|>"),
+    "exaone4_5": ("<vision>", "</vision>"),
+}
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,12 @@ class ProjectorSpec:
         if t in _POOLED and self.n_merge > 0:
             return side * side // (self.n_merge * self.n_merge)
         return None
+
+    @property
+    def image_markers(self) -> tuple[str, ...]:
+        """The text mtmd wraps each image in, as the model's vocabulary tokenizes it (Gemma 3's
+        `<start_of_image>` and `<end_of_image>`); () where it adds none."""
+        return _IMAGE_MARKERS.get(self.projector_type, ())
 
     @property
     def tiled(self) -> bool:

@@ -279,7 +279,9 @@ class GraphEstimate:
         kv = kv_cache_bytes(spec, settings)
         count = self.counted.get(graph_key(settings))
         if count is not None:
-            return _with_total(kv, count[0])
+            # The dry run creates the model's own context only: an MTP draft context's cache (kv.py's
+            # "mtp draft", the family's plain cache over the MTP block) comes on top of its count.
+            return _with_total(kv, count[0] + (kv.draft.bytes if kv.draft is not None else 0))
         if self.counted and self.kv_scale != 1.0:
             return _with_total(kv, round(kv.total_bytes * self.kv_scale))
         return kv

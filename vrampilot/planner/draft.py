@@ -28,9 +28,10 @@ from pathlib import Path
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
 from vrampilot.planner.draft_plan import DraftPlan, without_margin
-from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.kv import KvBreakdown
+from vrampilot.planner.memory import Components, MemoryBreakdown, device_label, loaded_layer_bytes, memory_breakdown
 from vrampilot.planner.plan import Alternative, Pins, Plan, PlanError
 from vrampilot.planner.search import _measure, plan  # _measure: the search's own dry run
 from vrampilot.planner.settings import Settings
@@ -54,7 +55,7 @@ NGRAM_MIN_DRAFT = 4  # prompt lookup costs nothing to draft: draft at least this
 class DraftRequest:
     """What the user asked for: a draft model (path) or n-gram drafting, and what they pinned."""
 
-    kind: str  # "draft" or "ngram"
+    kind: str  # "draft", "ngram" or "mtp" (the model's own multi-token-prediction block)
     model_path: Path | None = None
     n_draft: int | None = None  # None: the planner chooses
     on_gpu: bool | None = None  # None: the planner chooses (a draft model only)
@@ -63,12 +64,14 @@ class DraftRequest:
 
 
 def request_from_text(text: str) -> DraftRequest | None:
-    """What a user typed for drafting: "" or "off" for none, "ngram", or a draft model's path."""
+    """What a user typed for drafting: "" or "off" for none, "ngram", "mtp", or a draft model's path."""
     t = text.strip()
     if not t or t.lower() == "off":
         return None
     if t.lower() in ("ngram", "n-gram"):
         return DraftRequest("ngram")
+    if t.lower() == "mtp":
+        return DraftRequest("mtp")
     return DraftRequest("draft", Path(t).expanduser())
 
 
@@ -124,6 +127,84 @@ def draft_graph(draft: ModelSpec, settings: Settings, target: Target) -> GraphEs
     return _measure(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
 
 
+def mtp_refusal(spec: ModelSpec) -> str | None:
+    """Why `spec` cannot draft with its own MTP block, in one line (None: it can). llama.cpp
+    refuses an MTP context for a model without MTP layers (llama_init_from_model), and the
+    block's weights must be in the file (the spec drops layers whose tensors it lacks)."""
+    if spec.n_layer_nextn > 0:
+        return None
+    return (
+        f"{spec.path.name} has no multi-token-prediction (MTP) block to draft with "
+        "(its header sets no nextn_predict_layers): use a draft model or ngram"
+    )
+
+
+def mtp_memory(
+    spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown, exact: bool
+) -> MemoryBreakdown:
+    """The MTP draft context's own buffers: its compute buffer and its output buffer, where
+    llama.cpp puts them. The MTP block's weights and the draft context's cache are the model's
+    (memory_breakdown loads the block, kv.py's "mtp draft" part), so `mem` holds those already.
+
+    The context runs the MTP block's graph (LLM_GRAPH_TYPE_DECODER_MTP), whose compute buffers an
+    exact plan asks of llama.cpp with a dry run of the MTP context (on the CPU, or on the plan's
+    devices when this machine has them); otherwise the formula of the model's own graph for the
+    same settings stands in: an upper bound, the MTP graph being one block and the output head
+    (planned 9.91 MiB for 8.86 MiB on the CPU, 12.9 MiB for 8.5 MiB on a Vulkan device)."""
+    ctx = settings.mtp_context()
+    output = FORMULA.output_bytes(spec, ctx)
+    empty_kv = KvBreakdown(0, 0, 0, 0, 0, 0, 0, 0, 0, (0,) * spec.n_layer)  # the cache is the model's
+    mtp_device = mem.layer_devices[spec.n_layer - 1] if mem.layer_devices and mem.per_device else -1
+    measured = _mtp_compute(spec, settings, target, mtp_device >= 0) if exact else None
+    if mtp_device < 0:
+        compute = sum(measured.values()) if measured else FORMULA.graph_bytes(spec, ctx)
+        host = Components(compute_bytes=compute, output_bytes=output)
+        return MemoryBreakdown(Components(), host, empty_kv, (False,) * spec.n_layer, False)
+    label = device_label(target, mtp_device)
+    if measured and label in measured:
+        on_device = measured[label]
+        host_compute = sum(b for name, b in measured.items() if name != label)
+    else:
+        on_device = compute_buffer_bytes(spec, ctx, device="gpu", label=label)
+        host_compute = compute_buffer_bytes(spec, ctx, device="host")
+    per_device = tuple(
+        Components(compute_bytes=on_device if i == mtp_device else 0) for i in range(len(mem.per_device))
+    )
+    host = Components(compute_bytes=host_compute, output_bytes=output)
+    return MemoryBreakdown(
+        per_device[mtp_device], host, empty_kv, mem.gpu_layers, mem.output_on_gpu, per_device=per_device
+    )
+
+
+def _mtp_compute(spec: ModelSpec, settings: Settings, target: Target, offloaded: bool) -> dict[str, int] | None:
+    """The MTP context's compute buffers by llama.cpp's buffer name, from a no_alloc dry run of
+    the model and its MTP context; None where llama.cpp cannot be asked for this plan (its devices
+    are not this machine's, or it names devices or RPC hosts the dry run would not use)."""
+    from vrampilot.planner.measure import MeasureError, measure_allocations
+
+    if offloaded and (not target.devices_here or settings.devices or settings.uses_rpc):
+        return None
+    try:
+        m = measure_allocations(spec.path, settings if offloaded else settings.with_(n_gpu_layers=0), dry_run=True)
+    except (MeasureError, UserError):
+        return None
+    if m.draft is None or m.draft.refused is not None or not m.draft.compute_bytes:
+        return None
+    return dict(m.draft.compute_bytes)
+
+
+def mtp_draft_seconds(spec: ModelSpec, settings: Settings, t_target_s: float) -> float:
+    """One MTP draft step, in the model's own decode time: the step reads the MTP block and the
+    output head instead of every layer and the head (decoding is memory-bound), so it costs the
+    share of the weights read per token that those hold."""
+    layers = loaded_layer_bytes(spec, settings)
+    first_mtp = spec.n_layer - spec.n_layer_nextn
+    head = spec.output_bytes or spec.token_embd_bytes  # a tied head reads the token embedding
+    mtp = sum(layers[first_mtp:]) + head
+    model = sum(layers[:first_mtp]) + head
+    return t_target_s * mtp / model if model > 0 else 0.0
+
+
 # -- speed-up ---------------------------------------------------------------------------------
 
 
@@ -175,6 +256,10 @@ def plan_with_draft(
     Raises PlanError when the draft model cannot draft for `spec` (llama.cpp's vocabulary rule,
     asked before anything loads) or is not a model file llama.cpp reads."""
     pins = pins or Pins()
+    if request.kind == "mtp":
+        why = mtp_refusal(spec)
+        if why is not None:
+            raise PlanError(why)
     dspec = _draft_spec(spec, request)
     if acceptance is None:
         acceptance = prior_acceptance(request.kind)
@@ -204,7 +289,7 @@ def _drafting_tps(p: Plan) -> float:
 
 
 def _draft_spec(spec: ModelSpec, request: DraftRequest) -> ModelSpec | None:
-    if request.kind == "ngram":
+    if request.kind in ("ngram", "mtp"):
         return None
     if request.kind != "draft" or request.model_path is None:
         raise PlanError(f"unknown drafting {request.kind!r}: a draft model's path, or n-gram drafting")
@@ -223,6 +308,10 @@ def _draft_spec(spec: ModelSpec, request: DraftRequest) -> ModelSpec | None:
 def _with_draft(
     s: Settings, request: DraftRequest, dspec: ModelSpec | None, n: int, on_gpu: bool, dev: str
 ) -> Settings:
+    if request.kind == "mtp":
+        return s.with_(
+            spec_type="mtp", draft_n_max=n, draft_n_min=0, draft_type_k=request.type_k, draft_type_v=request.type_v
+        )
     if dspec is None:
         return s.with_(spec_type="ngram", draft_n_max=n)
     return s.with_(
@@ -277,6 +366,13 @@ def _plan_placed(
             reduced = replace(reduced, gpus=tuple(gpus))
             extra = 0
         reduced = replace(reduced, host_ram_bytes=max(0, reduced.host_ram_bytes - host_take - extra))
+    elif request.kind == "mtp":
+        # The MTP block's weights and its context's cache, compute and output buffers, set aside
+        # where the block goes: the last layer's device (-ngl offloads it first), else the host.
+        plain_mem = memory_breakdown(spec, base.settings, target, base.graph)
+        with_mtp = memory_breakdown(spec, first, target, base.graph)
+        dm = mtp_memory(spec, first, target, with_mtp, exact=False)
+        reduced = _set_aside(target, plain_mem, with_mtp, dm)
     elif extra:
         reduced = replace(target, host_ram_bytes=max(0, target.host_ram_bytes - extra))
     p2 = plan(spec, reduced, pins, alternatives=alternatives, exact=exact)
@@ -310,7 +406,10 @@ def _plan_placed(
         probe_mem = draft_memory(dspec, probe, target)
         draft_tps = predict_speed(dspec, draft_settings(probe), draft_target(target, probe), probe_mem).decode_tps
         t_draft = 1.0 / draft_tps if draft_tps > 0 else 0.0
-    floor = NGRAM_MIN_DRAFT if dspec is None else 1
+    if request.kind == "mtp":
+        t_draft = mtp_draft_seconds(spec, _with_draft(plain, request, dspec, n_guess, on_gpu, dev), t_target)
+        draft_tps = 1.0 / t_draft if t_draft > 0 else 0.0
+    floor = NGRAM_MIN_DRAFT if request.kind == "ngram" else 1
     n = request.n_draft or best_n_draft(acceptance.p, t_target, t_draft, verify_s, floor)
     final = _with_draft(plain, request, dspec, n, on_gpu, dev)
     graph = p2.graph
@@ -322,6 +421,8 @@ def _plan_placed(
     dmem: MemoryBreakdown | None = None
     if dspec is not None:
         dmem = draft_memory(dspec, final, target, draft_graph(dspec, final, target) if exact else FORMULA)
+    elif request.kind == "mtp":
+        dmem = mtp_memory(spec, final, target, mem, exact)
     # What replies measured of drafting's own speed against this arithmetic corrects it.
     speedup = predicted_speedup(acceptance.p, n, t_target, t_draft, verify_s(n)) * acceptance.speed_factor
     fits = p2.fits and _fits_together(mem, dmem, final, target)
@@ -333,15 +434,18 @@ def _plan_placed(
         decode_tps=speed_plain.decode_tps * speedup,
         draft_tps=draft_tps,
         spec=dspec,
-        settings=draft_settings(final) if dspec is not None else None,
+        settings=draft_settings(final) if dspec is not None else (final.mtp_context() if dmem is not None else None),
         memory=dmem,
-        device=(target.gpus[gpu_pos].label if on_gpu else "CPU") if dspec is not None else "none (n-gram lookup)",
+        device=_draft_device(request, dspec, target, gpu_pos, on_gpu, mem),
         extra_target_compute_bytes=_extra_compute(spec, plain, final, target, p2),
         t_target_s=t_target,
         t_draft_s=t_draft,
         t_verify_s=verify_s(n),
-        device_names=tuple(g.buffer_name or g.llama_name or g.name for g in draft_target(target, final).gpus)
-        if dspec is not None
+        device_names=tuple(
+            g.buffer_name or g.llama_name or g.name
+            for g in (draft_target(target, final).gpus if dspec is not None else target.gpus)
+        )
+        if dmem is not None
         else (),
     )
     reasons = list(p2.reasons) + draft_reasons(dplan, speed_plain.decode_tps)
@@ -375,6 +479,27 @@ def _plan_placed(
     )
 
 
+def _draft_device(
+    request: DraftRequest, dspec: ModelSpec | None, target: Target, gpu_pos: int, on_gpu: bool, mem: MemoryBreakdown
+) -> str:
+    if request.kind == "mtp":
+        where = mem.layer_devices[-1] if mem.layer_devices else -1
+        return target.gpus[where].label if where >= 0 and target.has_gpu else "CPU"
+    if dspec is None:
+        return "none (n-gram lookup)"
+    return target.gpus[gpu_pos].label if on_gpu else "CPU"
+
+
+def _set_aside(target: Target, plain: MemoryBreakdown, drafting: MemoryBreakdown, dm: MemoryBreakdown) -> Target:
+    """`target` less what MTP drafting adds to `plain`: per device and on the host."""
+    gpus = list(target.gpus)
+    for i, (a, b) in enumerate(zip(plain.per_device, drafting.per_device, strict=False)):
+        more = max(0, b.total_bytes - a.total_bytes) + (without_margin(dm.per_device[i]) if dm.per_device else 0)
+        gpus[i] = replace(gpus[i], memory_budget_bytes=max(0, gpus[i].memory_budget_bytes - more))
+    host = max(0, drafting.host.total_bytes - plain.host.total_bytes) + dm.host.total_bytes
+    return replace(target, gpus=tuple(gpus), host_ram_bytes=max(0, target.host_ram_bytes - host))
+
+
 def _extra_compute(spec: ModelSpec, plain: Settings, drafting: Settings, target: Target, p: Plan) -> int:
     """How much the verify batch's logit rows grow the target's compute buffers, summed."""
     a = memory_breakdown(spec, plain, target, p.graph)
@@ -388,6 +513,11 @@ def _fits_together(mem: MemoryBreakdown, dmem: MemoryBreakdown | None, s: Settin
         return False
     if dmem is None or not dmem.per_device:
         return all(c.total_bytes <= g.memory_budget_bytes for c, g in zip(mem.per_device, target.gpus, strict=False))
+    if s.drafts_mtp:  # the MTP context's buffers, per device of the model's own
+        return all(
+            c.total_bytes + without_margin(d) <= g.memory_budget_bytes
+            for c, d, g in zip(mem.per_device, dmem.per_device, target.gpus, strict=False)
+        )
     dt = draft_target(target, s)
     where = target.gpus.index(dt.gpus[0])
     for i, (c, g) in enumerate(zip(mem.per_device, target.gpus, strict=False)):
@@ -413,6 +543,13 @@ def draft_reasons(d: DraftPlan, plain_tps: float) -> list[str]:
             f"Draft {d.spec.path.name} on {d.device}: {where} (weights, its own KV cache at the same "
             f"context, compute); it drafts at {d.draft_tps:.0f} tok/s"
         )
+    elif d.kind == "mtp":
+        where = ", ".join(f"{name} {format_bytes(b)}" for name, b in d.bytes_by_device().items())
+        lines.append(
+            f"MTP drafting with the model's own multi-token-prediction block on {d.device}: its weights and "
+            f"cache are in the model's bars (\"mtp draft\"), its context's compute and output {where}; "
+            f"it drafts at about {d.draft_tps:.0f} tok/s"
+        )
     else:
         lines.append("N-gram drafting: tokens proposed from the context itself, no draft model and no memory")
     lines.append(
@@ -426,7 +563,7 @@ def draft_reasons(d: DraftPlan, plain_tps: float) -> list[str]:
 
 
 def acceptance_key(model_path: str | Path, kind: str, draft_path: str | Path | None) -> str:
-    return pair_key(str(model_path), str(draft_path) if kind == "draft" and draft_path else "ngram")
+    return pair_key(str(model_path), str(draft_path) if kind == "draft" and draft_path else kind)
 
 
 def stored_acceptance(model_path: str | Path, request: DraftRequest, folder: Path | None = None) -> Acceptance:

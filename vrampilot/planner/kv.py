@@ -15,10 +15,11 @@ Rules and where llama.cpp states them (paths under vendor/llama.cpp/src):
   `pad256(min(cells, window * (n_seq if unified else 1) + ubatch))` cells per stream, or the full
   size with swa_full (llama-kv-cache-iswa.cpp).
 - Multi-token-prediction layers (`nextn_predict_layers`) get no cache in the main context. A plan
-  that drafts with them (settings carry `draft_mtp`: llama-server's `--spec-type draft-mtp`) has a
+  that drafts with them (Settings.spec_type "mtp": llama-server's `--spec-type draft-mtp`) has a
   second context of type MTP whose cache is the family's plain cache over the MTP layers only
-  (llama-model.cpp create_memory, `il >= n_layer()`), with the target's n_ctx and sequences
-  (common/speculative.cpp): KvBreakdown.draft, on the MTP layer's device.
+  (llama-model.cpp create_memory, `il >= n_layer()`), with the target's n_ctx and sequences and
+  the draft's cache types (-ctkd/-ctvd, common_base_params_to_speculative): KvBreakdown.draft, on
+  the MTP layer's device.
 - Recurrent layers hold f32 conv and SSM states of `max(1, n_seq)` cells (llama-memory-recurrent.cpp).
 - DeepSeek-V4 (`deepseek4`, llama-kv-cache-dsv4.cpp) has caches of its own, all K-only (K and V
   types must be equal; type_k is used) and all with one stream per sequence even when the cache is
@@ -159,8 +160,8 @@ def _recurrent_row_elems(spec: ModelSpec) -> int:
 
 def drafts_with_mtp(spec: ModelSpec, settings: Settings) -> bool:
     """Whether the plan drafts with the model's own MTP block (llama-server's `--spec-type
-    draft-mtp`): settings may carry `draft_mtp`, and the file must have an MTP block to load."""
-    return bool(getattr(settings, "draft_mtp", False)) and spec.n_layer_nextn > 0
+    draft-mtp`): the settings ask for it, and the file has an MTP block to load."""
+    return settings.drafts_mtp and spec.n_layer_nextn > 0
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def _mtp_draft_cache(spec: ModelSpec, settings: Settings) -> tuple[KvPart, tuple
     if not drafts_with_mtp(spec, settings):
         return None
     mtp = list(range(spec.n_layer - spec.n_layer_nextn, spec.n_layer))
-    c = _attention_cache(spec, settings, mtp)
+    c = _attention_cache(spec, settings.mtp_context(), mtp)
     cells = c.cells_swa if spec.has_swa and all(spec.swa_layers[il] for il in mtp) else c.cells
     return KvPart("mtp draft", cells, len(mtp), c.streams, c.k_bytes + c.v_bytes), c.per_layer
 
@@ -311,7 +312,7 @@ def _dsv4_cache_bytes(spec: ModelSpec, settings: Settings) -> KvBreakdown:
     n_ctx = effective_ctx(spec, settings)
     cells = n_ctx if kv_unified(settings) else n_ctx // n_seq  # cparams.n_ctx_seq
     streams = n_seq  # per sequence even when unified
-    planes = streams * (1 + int(getattr(settings, "n_rs_seq", 0)))
+    planes = streams * (1 + settings.rollback_snapshots)
     ubatch = effective_ubatch(spec, settings)
     window = cells if settings.swa_full else _pad(min(cells, spec.sliding_window + ubatch), CTX_PAD)
 

@@ -139,7 +139,7 @@ class MeasuredBuffers:
     compute_resolution_bytes: int = PRINT_RESOLUTION_BYTES
     seconds: float = 0.0
     log: tuple[str, ...] = field(default=(), repr=False)
-    # The MTP draft context's own buffers, when the settings draft with MTP (`draft_mtp`)
+    # The MTP draft context's own buffers, when the settings draft with MTP (spec_type "mtp")
     draft: MeasuredBuffers | None = None
 
     @property
@@ -363,8 +363,8 @@ def _context_params(llama_cpp: Any, settings: Settings) -> Any:
     cparams.swa_full = settings.swa_full
     cparams.kv_unified = kv_unified(settings)
     # Rollback snapshots of recurrent / DeepSeek-V4 compressor state: llama-server asks for them only
-    # when it drafts with MTP; settings may carry them (kv.py counts them), else none.
-    cparams.n_rs_seq = int(getattr(settings, "n_rs_seq", 0))
+    # when it drafts with MTP (kv.py counts them).
+    cparams.n_rs_seq = settings.rollback_snapshots
     cparams.offload_kqv = True
     cparams.no_perf = True
     return cparams
@@ -396,7 +396,7 @@ def measure_allocations(
         with _captured_log(llama_cpp) as (chunks, errors):
             model = ctx = None
             refused: str | None = None
-            drafting = bool(getattr(settings, "draft_mtp", False))
+            drafting = settings.drafts_mtp
             draft_log: tuple[int, int] | None = None  # where the draft context's log starts and ends
             try:
                 model = _load_model(
@@ -433,9 +433,10 @@ def measure_allocations(
 
 def _draft_context(llama_cpp: Any, model: Any, target: Any, settings: Settings, chunks: list[str]) -> tuple[int, int]:
     """Create and free the MTP draft context llama-server drafts with (common/speculative.cpp:
-    ctx_type MTP, the target's n_ctx, no rollback snapshots); where its log lines are in `chunks`."""
+    ctx_type MTP, the target's n_ctx, no rollback snapshots, the draft's cache types and one logit
+    row per sequence: common_base_params_to_speculative); where its log lines are in `chunks`."""
     start = len(chunks)
-    cparams = _context_params(llama_cpp, settings)
+    cparams = _context_params(llama_cpp, settings.mtp_context())
     cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
     cparams.n_ctx = llama_cpp.llama_n_ctx(target)
     cparams.n_rs_seq = 0

@@ -9,7 +9,7 @@ from typing import Any
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 QUANTIZED_KV_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})
 # Speculative decoding kinds a plan can carry (Settings.spec_type).
-SPEC_TYPES = ("draft", "ngram")
+SPEC_TYPES = ("draft", "ngram", "mtp")
 DRAFT_FIELDS = (
     "spec_type",
     "draft_model",
@@ -53,7 +53,9 @@ class Settings:
     mmproj_path: str = ""
     mmproj_cpu: bool = False
     # Speculative decoding (planner/draft.py): "" none, "draft" a draft model (draft_model, a GGUF
-    # path), "ngram" prompt-lookup drafting from the tokens already in the context. llama.cpp
+    # path), "ngram" prompt-lookup drafting from the tokens already in the context, "mtp" the
+    # model's own multi-token-prediction block (llama-server's --spec-type draft-mtp: a second
+    # context of type MTP over the same weights, with the MTP block loaded). llama.cpp
     # creates the draft's context with the target's n_ctx, n_batch, n_ubatch and flash attention
     # (common/speculative.cpp), so only these differ: how many tokens it drafts per step, its
     # cache types (-ctkd/-ctvd), its offloaded layers (-ngld) and its device (-devd; "none": CPU).
@@ -69,6 +71,18 @@ class Settings:
     @property
     def drafting(self) -> bool:
         return self.spec_type in SPEC_TYPES and self.draft_n_max > 0
+
+    @property
+    def drafts_mtp(self) -> bool:
+        """Drafts with the model's own MTP block (the file must have one: planner/draft.py checks)."""
+        return self.drafting and self.spec_type == "mtp"
+
+    @property
+    def rollback_snapshots(self) -> int:
+        """Rollback snapshots per sequence of recurrent and compressor state (llama_context_params
+        .n_rs_seq): llama-server asks draft_n_max of them when it drafts with MTP
+        (common_params_speculative::need_n_rs_seq), none otherwise."""
+        return self.draft_n_max if self.drafts_mtp else 0
 
     @property
     def n_outputs_max(self) -> int:
@@ -89,6 +103,13 @@ class Settings:
 
     def with_(self, **changes: Any) -> Settings:
         return replace(self, **changes)
+
+    def mtp_context(self) -> Settings:
+        """The MTP draft context llama-server creates beside this one (common/speculative.cpp,
+        common_base_params_to_speculative): the same model, n_ctx, batches, sequences and flash
+        attention, but the draft's cache types (-ctkd/-ctvd), one logit row per sequence and no
+        rollback snapshots, i.e. these settings without drafting."""
+        return replace(self, type_k=self.draft_type_k, type_v=self.draft_type_v, spec_type="", draft_n_max=0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -112,6 +133,18 @@ class Settings:
         """The projector stays on the CPU: asked for, or a plan that offloads no layer (llama.cpp
         would otherwise put it on the first GPU even with -ngl 0, so a CPU plan says so)."""
         return self.mmproj_cpu or self.n_gpu_layers <= 0
+
+    @property
+    def server_only(self) -> str:
+        """Why this plan runs only in a llama-server process, never in the app's own ("": it may
+        run in either), as the end of a sentence: RPC hosts (ggml aborts the process that uses a
+        host which goes away), or MTP drafting (llama-cpp-python has no MTP drafter: its
+        draft_model= interface sees tokens, not the hidden state the MTP block drafts from)."""
+        if self.uses_rpc:
+            return "it uses RPC hosts"
+        if self.drafts_mtp:
+            return "it drafts with the model's MTP block, which only llama-server does"
+        return ""
 
     @property
     def uses_rpc(self) -> bool:

@@ -24,7 +24,9 @@ from typing import Any
 from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
+from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import ImageFileError, image_suffix, read_image
 
 TextFn = Callable[[str], None]
@@ -42,9 +44,19 @@ class ServerBackend:
     replan_cures_overflow = False  # the server's context is fixed until it is started again
 
     def __init__(
-        self, base_url: str, *, api_key: str | None = None, model_path: Path | None = None, timeout_s: float = 600.0
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model_path: Path | None = None,
+        projector: ProjectorSpec | None = None,
+        plan: Plan | None = None,
+        timeout_s: float = 600.0,
     ) -> None:
         self.model_path = model_path  # what the server has loaded
+        self.plan = plan  # the plan it runs (its drafting's replies teach the acceptance), when known
+        self.projector = projector  # the vision projector it loaded (--mmproj), which sizes an image's tokens
+        self._image_tokens: int | None = None
         host_port = base_url.split("://", 1)[-1].rstrip("/")
         host, _, port = host_port.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
@@ -77,9 +89,27 @@ class ServerBackend:
             conn.close()
 
     def count_prompt(self, messages: Sequence[Message]) -> int:
-        """Tokens of the conversation as the server renders it (its template, its tokenizer)."""
+        """Tokens of the conversation as the server renders it (its template, its tokenizer), and
+        each image's: the server's /tokenize sees text only, so an image counts what the plan's
+        projector says one takes (planner/projector.py, clip.cpp's rule) plus mtmd's markers."""
         prompt = self._post("/apply-template", {"messages": [m.as_dict() for m in messages]})["prompt"]
-        return len(self._post("/tokenize", {"content": prompt, "add_special": False, "parse_special": True})["tokens"])
+        n_images = sum(len(m.images) for m in messages)
+        return self._tokens(prompt) + (n_images * self.image_tokens() if n_images else 0)
+
+    def _tokens(self, text: str) -> int:
+        return len(self._post("/tokenize", {"content": text, "add_special": False, "parse_special": True})["tokens"])
+
+    def image_tokens(self) -> int:
+        """Context tokens one image takes in this server: the projector's tokens per image and the
+        text mtmd wraps it in, tokenized by the server's vocabulary (asked once). 0 without a
+        projector or for a type whose tokens are not counted (docs/vision.md says which)."""
+        if self._image_tokens is None:
+            p = self.projector
+            if p is None or p.image_tokens is None:
+                self._image_tokens = 0
+            else:
+                self._image_tokens = p.image_tokens + sum(self._tokens(m) for m in p.image_markers)
+        return self._image_tokens
 
     def n_ctx(self) -> int:
         """The server's context (fixed while it runs: asked once)."""
@@ -201,6 +231,9 @@ class ServerBackend:
             context_used=prompt_n + cached + predicted,
             n_ctx=0,
             stop_reason=stop,
+            # what llama-server drafted and kept (absent without drafting): the acceptance replies teach
+            draft_tokens=int(timings.get("draft_n", 0)),
+            draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
         return Reply("".join(pieces), stats)
 

@@ -29,7 +29,14 @@ def private_server(plan: Any) -> Iterator[ServerBackend]:
     config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
     server = launch(plan, config, timeout_s=LOAD_TIMEOUT_S)
     try:
-        yield ServerBackend(config.base_url, api_key=config.api_key, model_path=plan.spec.path)
+        proj = plan.memory.projector
+        yield ServerBackend(
+            config.base_url,
+            api_key=config.api_key,
+            model_path=plan.spec.path,
+            projector=proj.spec if proj is not None else None,
+            plan=plan,
+        )
     except ServerChatError:
         # A reply cut off because the server died (a host went away mid-reply): its own
         # reason ("Remote RPC server crashed") says more than a closed connection does.

@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, Signal
 from vrampilot.engine import ChatBackend, ContextOverflow, Engine, LlamaCppBackend, Message, Reply, format_summary
 from vrampilot.log import describe_error
 from vrampilot.meters.kvcache import KvCacheUsage
+from vrampilot.planner.plan import Plan
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
 from vrampilot.storage.chats import StoredMessage
 from vrampilot.storage.images import DAMAGED, ImageFileError, read_image
@@ -94,6 +95,8 @@ class ChatController(QObject):
         self.served: ChatBackend | None = None
         self.replying: ChatBackend = self.backend  # the one the current (or last) reply came from
         self._learn_speed = False  # the current reply is timed for the speed model
+        # The served plan whose drafting the current reply teaches (its acceptance), else None.
+        self._learn_drafting: Plan | None = None
         # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
         self.model_checks: dict[str, str | None] = {}
         self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
@@ -405,10 +408,8 @@ class ChatController(QObject):
             self.documents.reply_tokens = sampling.max_tokens
             system = messages[0].content if messages and messages[0].role == "system" else ""
             turns = [m for m in messages if m.role != "system"]
-            composed = list(self.documents.compose(system, turns[:-1], turns[-1].content).messages)
-            if turns[-1].images and composed:  # the question's images go with its composed text
-                composed[-1] = replace(composed[-1], images=turns[-1].images)
-            messages = composed
+            # Every kept turn's images go with the composed prompt, the question's with its text.
+            messages = list(self.documents.compose(system, turns[:-1], turns[-1].content, turns[-1].images).messages)
         if served is not None:
             backend = served
         else:
@@ -418,7 +419,11 @@ class ChatController(QObject):
         # In-process llama.cpp replies teach the speed model (a served or hybrid one runs elsewhere).
         # Nor does one with images: encoding an image is not reading a prompt.
         self._learn_speed = served is None and self.backend_key == BACKEND_LLAMA and not any(m.images for m in messages)
-        if self._learn_speed:
+        # A served reply that drafted (llama-server's counts) teaches the drafting's acceptance
+        # as an in-app one does: MTP drafting runs only there.
+        served_plan = getattr(served, "plan", None)
+        self._learn_drafting = served_plan if isinstance(served_plan, Plan) and served_plan.settings.drafting else None
+        if self._learn_speed or self._learn_drafting is not None:
             self.plans.speed.reply_started()
         position = len(self.chats.messages(self.chat_id))
         self._set_state(ChatState.GENERATING)
@@ -456,6 +461,8 @@ class ChatController(QObject):
         if self._learn_speed:
             loaded = self.plans.load_result
             self.plans.speed.reply_finished(loaded.plan if loaded is not None else None, reply.stats)
+        elif self._learn_drafting is not None:
+            self.plans.speed.reply_finished(self._learn_drafting, reply.stats)
         if self.chat_id is None or (not reply.text and reply.stats.stop_reason == "cancelled"):
             # Stopped before the first token: nothing to keep, and the question waits for "Answer".
             self.view.drop_reply()
@@ -515,7 +522,7 @@ class ChatController(QObject):
     def _failed(self, exc: BaseException) -> None:
         if self.state is not ChatState.GENERATING:
             return
-        if self._learn_speed:
+        if self._learn_speed or self._learn_drafting is not None:
             self.plans.speed.reply_finished(None, None)
         self._set_state(ChatState.IDLE)
         self.view.drop_reply()

@@ -285,11 +285,16 @@ class DocumentsController(QObject):
         assert self.docs is not None
         return "full" if needed_context(self.docs.doc_tokens, self.reply_tokens) <= n_ctx else "retrieval"
 
-    def compose(self, system_prompt: str, history: Sequence[Message], question: str) -> Composed:
+    def compose(
+        self, system_prompt: str, history: Sequence[Message], question: str, images: tuple[str, ...] = ()
+    ) -> Composed:
         """The messages for this turn. `history` is the chat without its system prompt and without
-        the new question, indexed by message position."""
+        the new question, indexed by message position; every turn keeps its images, and the
+        question gets `images`."""
         assert self.docs is not None
         n_ctx = self.engine.n_ctx
+        plan = self.engine.plan
+        projector = plan.memory.projector if plan is not None else None
         recorded = {i: g.user_content for i, g in self.turns.items() if i < len(history)}
         composed = self.docs.compose(
             system_prompt,
@@ -299,6 +304,8 @@ class DocumentsController(QObject):
             n_ctx=n_ctx,
             reply_tokens=self.reply_tokens,
             recorded=recorded,
+            question_images=images,
+            projector=projector.spec if projector is not None else None,
         )
         self.last_given = composed.given
         self.panel.set_context(composed.given)

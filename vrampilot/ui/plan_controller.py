@@ -65,7 +65,7 @@ class PlanController(QObject):
     unloaded = Signal()
     load_state_changed = Signal(object)  # LoadState
     status = Signal(str)
-    # The shown plan uses RPC hosts: it runs in llama-server (vrampilot.ui.server_controller),
+    # The shown plan uses RPC hosts or drafts with MTP: it runs in llama-server (vrampilot.ui.server_controller),
     # which answers with served() or serve_failed().
     serve_requested = Signal()
 
@@ -116,7 +116,7 @@ class PlanController(QObject):
         self.rpc_budgets: dict[str, int] = {}
         # The backend for cards several can drive ("auto", "cuda", "vulkan"), kept in the settings.
         self.gpu_backend = ctx.prefs.gpu_backend()
-        # Speculative decoding as asked in the view ("" off, "ngram", a draft model's path).
+        # Speculative decoding as asked in the view ("" off, "ngram", "mtp", a draft model's path).
         self.draft_text = ""
 
         plan_view.pins_changed.connect(self.set_pins)
@@ -407,6 +407,7 @@ class PlanController(QObject):
         if self.spec is None or self.target is None:
             return
         spec, target, pins = self.spec, self.target, self.pins
+        self.view.offer_mtp_drafting(spec.n_layer_nextn > 0)
         self.view.show_planning(spec.path.name)
 
         def failed(exc: BaseException) -> None:
@@ -519,10 +520,12 @@ class PlanController(QObject):
             ):
                 failed("Not loaded: the plan does not fit")
                 return
-        if p.settings.uses_rpc:
-            # ggml ends its process when an RPC host goes away: plans with hosts run in llama-server.
+        if p.settings.server_only:
+            # RPC hosts (ggml ends its process when one goes away) and MTP drafting run in llama-server.
             self._serve_waiters.append((then, failed))
-            self.status.emit(f"{p.spec.path.name} runs across RPC hosts: starting llama-server with the plan…")
+            self.status.emit(
+                f"{p.spec.path.name} runs in llama-server ({p.settings.server_only}): starting it with the plan…"
+            )
             self.serve_requested.emit()
             return
         self._load_waiters.append((then, failed))

@@ -7,11 +7,12 @@ import sys
 from dataclasses import replace
 from html import escape
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QStringListModel, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QCompleter,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -128,17 +129,17 @@ class PlanView(QWidget):
         self.rpc_hosts.editingFinished.connect(lambda: self.rpc_hosts_changed.emit(self.rpc_hosts.text().strip()))
         rpc_row.addWidget(self.rpc_hosts, 1)
         outer.addLayout(rpc_row)
-        # Speculative decoding (planner/draft.py): a draft model or n-gram drafting.
+        # Speculative decoding (planner/draft.py): a draft model, n-gram drafting, or the model's
+        # own MTP block (offered by offer_mtp_drafting only for a file that has one).
         draft_row = QHBoxLayout()
         draft_row.addWidget(QLabel("Drafting"))
         self.draft = QLineEdit()
         self.draft.setObjectName("draft")
-        self.draft.setPlaceholderText("off · ngram · a draft model's .gguf (same tokenizer, smaller)")
-        self.draft.setToolTip(
-            "Speculative decoding: a small model of the same tokenizer drafts tokens the model checks "
-            "in one batch, or 'ngram' drafts from the conversation itself. The plan counts the draft's "
-            "memory on its device and predicts the speed-up from the acceptance measured here."
-        )
+        self._draft_choices = QStringListModel(self)
+        completer = QCompleter(self._draft_choices, self.draft)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.draft.setCompleter(completer)
+        self.offer_mtp_drafting(False)
         self.draft.editingFinished.connect(lambda: self.draft_changed.emit(self.draft.text().strip()))
         draft_row.addWidget(self.draft, 1)
         outer.addLayout(draft_row)
@@ -298,6 +299,24 @@ class PlanView(QWidget):
         outer.addStretch(1)
 
     # -- targets -------------------------------------------------------------------------------
+    def offer_mtp_drafting(self, has_mtp_block: bool) -> None:
+        """The Drafting field's choices: 'mtp' only for a model file with an MTP block."""
+        mtp = " · mtp (the model's own MTP block)" if has_mtp_block else ""
+        self.draft.setPlaceholderText(f"off · ngram{mtp} · a draft model's .gguf (same tokenizer, smaller)")
+        self._draft_choices.setStringList(["off", "ngram", *(["mtp"] if has_mtp_block else [])])
+        self.draft.setToolTip(
+            "Speculative decoding: a small model of the same tokenizer drafts tokens the model checks "
+            "in one batch, or 'ngram' drafts from the conversation itself"
+            + (
+                ", or 'mtp' drafts with the model's own multi-token-prediction block (run by llama-server: "
+                "Load starts it)"
+                if has_mtp_block
+                else ""
+            )
+            + ". The plan counts the draft's memory on its device and predicts the speed-up from the "
+            "acceptance measured here."
+        )
+
     def set_targets(self, targets: list[tuple[str, str]], current: str) -> None:
         self.target_box.clear()
         for key, label in targets:
@@ -558,9 +577,11 @@ def _draft_text(plan: Plan) -> str:
     d = plan.draft
     if d is None:
         return ""
+    where = ", ".join(f"{escape(name)} {format_bytes(n)}" for name, n in d.bytes_by_device().items())
     if d.spec is not None:
-        where = ", ".join(f"{escape(name)} {format_bytes(n)}" for name, n in d.bytes_by_device().items())
         head = f"<b>Draft</b> {escape(d.spec.path.name)} · {where}"
+    elif d.kind == "mtp":
+        head = f"<b>MTP drafting</b> (the model's own block, in llama-server) · its context {where}"
     else:
         head = "<b>N-gram drafting</b> · no draft model, no memory"
     acc = d.acceptance

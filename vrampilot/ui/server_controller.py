@@ -17,8 +17,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
+from vrampilot.planner.plan import Plan
 from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.launch import prepare
@@ -54,6 +56,8 @@ class ServerController(QObject):
         self.config: ServerConfig | None = None
         self.backend: ServerBackend | None = None
         self.model_path: Path | None = None  # what the server loads
+        self.projector: ProjectorSpec | None = None  # the vision projector it loads (sizes an image's tokens)
+        self.served_plan: Plan | None = None  # the plan it runs
         self.serving: tuple[Path, object] | None = None  # the model and settings it runs
         self._restart = False
         self._timer = QTimer(self)
@@ -137,6 +141,8 @@ class ServerController(QObject):
         self.panel.log.clear()
         self.config = config
         self.model_path = plan.spec.path
+        self.projector = plan.memory.projector.spec if plan.memory.projector is not None else None
+        self.served_plan = plan
         self.serving = (plan.spec.path, plan.settings)
         self.server = server
         server.start()  # here, on the GUI thread: it lives as long as the app
@@ -154,7 +160,13 @@ class ServerController(QObject):
     def _ready(self, server: ServerProcess) -> None:
         if server is not self.server or self.config is None:
             return
-        self.backend = ServerBackend(self.config.base_url, api_key=self.config.api_key, model_path=self.model_path)
+        self.backend = ServerBackend(
+            self.config.base_url,
+            api_key=self.config.api_key,
+            model_path=self.model_path,
+            projector=self.projector,
+            plan=self.served_plan,
+        )
         self._set_state("ready", f"Serving at {self.config.base_url}/v1 (pid {server.pid})")
         if server.pid is not None:
             self.sampler.watch(server.pid)
