@@ -8,13 +8,14 @@ test-artifacts/ui/.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
@@ -133,6 +134,14 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     for w in windows:
         w.shutdown()
         w.ctx.close()
+    # pytest-qt has closed the windows and asked Qt to delete them later: left to the next test's
+    # event loop, that deletion ran beside the next window's workers, and a worker whose cycle
+    # collector freed a wrapper of an object connected to them (~QObject holds Qt's connection lock,
+    # then asks for the GIL) deadlocked with the GUI thread deleting them (holding the GIL, waiting
+    # for that lock): the suite hung in qtbot.waitActive until its timeout. Deleted here instead,
+    # and the cycles collected, while no worker of this test runs.
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
 
 
 # The most work the GUI thread may do between two turns of its event loop in the flow tests: a
