@@ -47,8 +47,8 @@ def main() -> int:
             return 1
         wait(app, lambda: False, 1.5)  # the meters' first samples and the panel's repaint
         w.grab().save(sys.argv[1])
-        # A short reply: lavapipe generates a few tokens a second.
-        w.chat_view.sampling.set_params(replace(w.chat_view.sampling.params(), max_tokens=12, seed=1))
+        # A short reply: lavapipe generates a few tokens a second, and the test needs a reply, not its length.
+        w.chat_view.sampling.set_params(replace(w.chat_view.sampling.params(), max_tokens=6, seed=1))
         w.chat_view.input.setPlainText("Say hello.")
         w.chat_view.send_button.click()
         if not wait(app, lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, 300):

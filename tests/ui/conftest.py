@@ -8,20 +8,21 @@ test-artifacts/ui/.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from testkit.machines import cpu_machine
 from tests.hub.conftest import hf_env, hub, models, tiny_repo, vision_repo  # noqa: F401 - the Hub tab's tests use the Hub's fixtures
+from tests.speed_record import save_measured_record
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
@@ -44,17 +45,9 @@ FAST_PINS = Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_probe: HostProbe) -> Path:
     monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
-    # A machine the app measured at an earlier start (the session's one real probe), so windows do
-    # not all run the probe; tests/ui/test_speed_probe.py removes it to see a first start.
-    from vrampilot.hardware import detect_machine
-    from vrampilot.speed.service import with_measured_speed
-    from vrampilot.speed.store import save_probe
-
-    speed = with_measured_speed(detect_machine()).speed
-    assert speed is not None
-    # Saved as taken on a quiet machine: on a busy one (a shared CI host) the app would measure
-    # again at every window's start, and that probe would compete with the test for the CPU.
-    save_probe(speed.fingerprint, replace(host_probe, others_cpu_share=0.0, app_busy=False))
+    # A machine the app measured at an earlier start, so windows do not all run the probe;
+    # tests/ui/test_speed_probe.py removes it to see a first start.
+    save_measured_record(tmp_path / "home", host_probe)
     return tmp_path / "home"
 
 
@@ -141,6 +134,14 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     for w in windows:
         w.shutdown()
         w.ctx.close()
+    # pytest-qt has closed the windows and asked Qt to delete them later: left to the next test's
+    # event loop, that deletion ran beside the next window's workers, and a worker whose cycle
+    # collector freed a wrapper of an object connected to them (~QObject holds Qt's connection lock,
+    # then asks for the GIL) deadlocked with the GUI thread deleting them (holding the GIL, waiting
+    # for that lock): the suite hung in qtbot.waitActive until its timeout. Deleted here instead,
+    # and the cycles collected, while no worker of this test runs.
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
 
 
 # The most work the GUI thread may do between two turns of its event loop in the flow tests: a

@@ -14,13 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.speed_record import save_measured_record
+from vrampilot.speed.measured import HostProbe
+
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("model_file_changed_child.py")
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_model_file_cut_while_loaded_gets_a_banner_not_a_crash(tmp_path: Path, embedded_model: Path) -> None:
+def test_a_model_file_cut_while_loaded_gets_a_banner_not_a_crash(
+    tmp_path: Path, embedded_model: Path, host_probe: HostProbe
+) -> None:
+    save_measured_record(tmp_path / "home", host_probe)  # a returning user: no probe beside the replies
     model = Path(shutil.copy(embedded_model, tmp_path / "model.gguf"))
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.speed_record import save_measured_record
+from vrampilot.speed.measured import HostProbe
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +31,10 @@ CHILD = Path(__file__).with_name("no_torch_child.py")
     ],
     ids=["no-torch", "bundle"],
 )
-def test_the_window_starts_and_chats_without_torch(tmp_path: Path, refused: str, hint: str) -> None:
+def test_the_window_starts_and_chats_without_torch(
+    tmp_path: Path, refused: str, hint: str, host_probe: HostProbe
+) -> None:
+    save_measured_record(tmp_path / "home", host_probe)  # a returning user: no probe beside the reply
     env = {
         **os.environ,
         "VRAMPILOT_HOME": str(tmp_path / "home"),
