@@ -31,6 +31,18 @@ def test_version() -> None:
     assert r.returncode == 0 and r.stdout.startswith("vrampilot ")
 
 
+def test_a_command_imports_only_its_own_module() -> None:
+    """`vrampilot inspect` does not pay for the Hub client or the chat's imports; --help lists every command."""
+    code = (
+        "import sys; from vrampilot.cli import build_parser; build_parser(['inspect', '--json']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('vrampilot.commands.', 'vrampilot.hub.client'))))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "['vrampilot.commands.common', 'vrampilot.commands.inspect']"
+    help_text = vrampilot("--help").stdout
+    assert all(name in help_text for name in ("doctor", "export", "rpc-host", "hub", "hybrid-eval"))
+
+
 def test_doctor_json_without_nvidia() -> None:
     r = vrampilot("doctor", "--json")
     assert r.returncode == 0, r.stderr
