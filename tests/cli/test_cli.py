@@ -53,6 +53,14 @@ def test_doctor_json_without_nvidia() -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_measuring_the_gpus_where_there_is_none_is_refused_in_one_line() -> None:
+    r = vrampilot("doctor", "--measure", "gpus", env={"VRAMPILOT_SOFTWARE_GPU": "0"})
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "vrampilot: no GPU that llama.cpp offloads to here: nothing to measure (`vrampilot doctor` lists the devices)"
+    )
+
+
 def test_doctor_text() -> None:
     r = vrampilot("doctor")
     assert r.returncode == 0

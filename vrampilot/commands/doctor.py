@@ -2,7 +2,8 @@
 
 `--measure` runs the speed probe now, for every weight type of released GGUF files (about 10 s on
 2 cores, the built-in model's run included), and keeps its figures for this machine; the app's first
-start runs a shorter one. What the built-in model's run teaches the speed model (planner/
+start runs a shorter one. `--measure gpus` times only the GPUs' kernels (after a driver update, a
+new card), keeping the CPU's figures. What the built-in model's run teaches the speed model (planner/
 graph_factors.py) is shown beside the probe's figures.
 """
 
@@ -11,14 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import detect_machine
 from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
-from vrampilot.hardware.types import Machine
+from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
-from vrampilot.speed.measured import RateAt
+from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, speed_to_dict
 from vrampilot.speed.service import with_measured_speed
 
@@ -28,20 +30,35 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--measure",
-        action="store_true",
-        help="measure this machine's speed now (llama.cpp's kernels per weight and cache type, RAM bandwidth)",
+        nargs="?",
+        const="all",
+        choices=("all", "gpus"),
+        help="measure this machine's speed now (llama.cpp's kernels per weight and cache type, RAM bandwidth); "
+        "`--measure gpus`: only the GPUs', keeping the CPU's figures",
     )
     p.set_defaults(handler=run)
 
 
-def measure(machine: Machine) -> Machine:
-    """Run the probe for every weight type and store it; returns the machine with the new figures."""
+def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machine:
+    """Run the probe for every weight type (`what` "all") or only the GPUs' ("gpus") and store it;
+    returns the machine with the new figures. `say`: a line on stderr as it starts."""
     from dataclasses import replace
 
     from vrampilot.llamacpp.ggml import GgmlError
     from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
-    from vrampilot.speed.service import measure_devices_and_save, save_taken, take_probe
+    from vrampilot.speed.service import save_taken, take_probe
 
+    devices = card_devices(machine.llama, machine.gpus)  # each backend's device of every card
+    if what == "gpus":
+        if not devices or machine.speed is None:
+            raise UserError(
+                "no GPU that llama.cpp offloads to here: nothing to measure (`vrampilot doctor` lists the devices)"
+            )
+        if say:
+            print(f"Measuring {', '.join(d.name for d in devices)} (llama.cpp's kernels)…", file=sys.stderr, flush=True)
+        return replace(machine, speed=_measure_devices(machine.speed, devices))
+    if say:
+        print("Measuring this machine (llama.cpp's kernels, a few seconds)…", file=sys.stderr, flush=True)
     try:
         taken = take_probe(machine, ALL_WEIGHT_TYPES)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
@@ -54,23 +71,23 @@ def measure(machine: Machine) -> Machine:
             "taken at a quiet moment",
             file=sys.stderr,
         )
-    devices = card_devices(machine.llama, machine.gpus)  # each backend's device of every card
-    if devices:
-        try:
-            speed = measure_devices_and_save(speed, devices)
-        except (GgmlError, OSError) as exc:
-            raise UserError(
-                f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})"
-            ) from None
-    return replace(machine, speed=speed)
+    return replace(machine, speed=_measure_devices(speed, devices) if devices else speed)
+
+
+def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> MachineSpeed:
+    from vrampilot.llamacpp.ggml import GgmlError
+    from vrampilot.speed.service import measure_devices_and_save
+
+    try:
+        return measure_devices_and_save(speed, devices)
+    except (GgmlError, OSError) as exc:
+        raise UserError(f"cannot measure {devices[0].name}: llama.cpp's kernels did not run there ({exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:
     machine = with_measured_speed(detect_machine())
     if args.measure:
-        if not args.json:
-            print("Measuring this machine (llama.cpp's kernels, a few seconds)…", file=sys.stderr, flush=True)
-        machine = measure(machine)
+        machine = measure(machine, args.measure, say=not args.json)
     graph = _graph_factors(machine)
     if args.json:
         d = machine_to_dict(machine)
