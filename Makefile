@@ -52,7 +52,7 @@ run: $(VENV)/.installed-run engine
 	$(VENV)/bin/vrampilot
 
 test: $(VENV)/.installed-test engine
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q --durations=25
 
 test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow" -x

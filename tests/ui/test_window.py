@@ -208,6 +208,7 @@ def test_one_attach_button_sends_images_to_the_message_and_documents_to_the_chat
     assert w.chat_view.attachments.paths() == [picture]
     qtbot.waitUntil(lambda: [a.name for a in w.documents.attachments] == ["notes.md"], timeout=20000)
     assert w.chat_view.attachments.paths() == [picture]  # the document did not go with the message
+    screenshot(w, "attach")
 
 
 def test_launch_gui_opens_the_window(qtbot: QtBot, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
