@@ -167,7 +167,10 @@ def format_machine(m: Machine) -> str:
     if llama.error:
         lines.append(f"llama.cpp: {llama.error}")
     else:
-        offload = {True: "yes", False: "no (CPU-only build)", None: "unknown"}[llama.supports_gpu_offload]
+        # A build with a GPU backend that cannot run here (the CUDA module without a driver, Vulkan
+        # without a device) is not a CPU-only build: its own line below says why.
+        not_here = "no (no GPU backend of this build runs here)" if llama.cuda_status or llama.vulkan_status else ""
+        offload = {True: "yes", False: not_here or "no (CPU-only build)", None: "unknown"}[llama.supports_gpu_offload]
         lines.append(f"llama.cpp: llama-cpp-python {llama.version or '?'}, GPU offload: {offload}")
         if llama.cpu_dispatch:
             lines.append(f"  CPU code: {llama.cpu_dispatch}")
