@@ -4,11 +4,13 @@
 # 1. Vulkan, as users get it: the engine built here (prepare.py packs its llama-server, llama-bench
 #    and Vulkan module with Debian's Vulkan loader), run with the NVIDIA driver's Vulkan ICD. First,
 #    since nothing is compiled for it: its results stand even if the CUDA build runs out of time.
-# 2. CUDA: llama.cpp's CUDA module built here from PyPI's CUDA wheels (packaging/engine/cuda.py,
-#    carried as cuda.tar.xz with its cudart) beside the same tools as the Vulkan build, with the
-#    device machine's cuBLAS 13 (NVIDIA's cuBLAS is too large to carry). Nothing is compiled there.
-#    Only where no module was carried or the machine has no cuBLAS 13 is CUDA built there from the
-#    trimmed vendored sources, for CUDA_ARCH only.
+# 2. CUDA: llama.cpp's CUDA module built here from PyPI's CUDA wheels for the lent GPU's
+#    architecture (packaging/engine/cuda.py with VRAMPILOT_CUDA_ARCHITECTURES=90-real; the
+#    installers' four-architecture module does not fit the 64 MiB payload), carried as cuda.tar.xz
+#    with its cudart, beside the same tools as the Vulkan build, with the device machine's cuBLAS 13
+#    (NVIDIA's cuBLAS is too large to carry). Nothing is compiled there. Only where no module for
+#    the GPU's compute capability was carried, or the machine has no cuBLAS 13, is CUDA built there
+#    from the trimmed vendored sources, for CUDA_ARCH only.
 # For each: the planner's per-device bytes against llama.cpp's real allocations, decode through
 # the API against llama-bench, and NVML for the process.
 #
@@ -67,25 +69,29 @@ find_cublas13() { # the folder of a libcublas.so.13 on this machine: the toolkit
     done
     return 1
 }
-if [ -f "$PAYLOAD/cuda.tar.xz" ] && [ -f "$PAYLOAD/vulkan.tar.xz" ] && cublas=$(find_cublas13); then
+# The GPU's compute capability (9.0 -> 90) must be one the carried module has code for.
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+carried=""
+if [ -f "$PAYLOAD/cuda.tar.xz" ]; then
+    tar xJf "$PAYLOAD/cuda.tar.xz" -C "$WORK"
+    carried=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["architectures"])' "$WORK/cuda/vrampilot-cuda.json")
+fi
+if [ -n "$carried" ] && [[ ";$carried;" == *";${cc}-real;"* ]] && [ -f "$PAYLOAD/vulkan.tar.xz" ] && cublas=$(find_cublas13); then
     # The Vulkan payload's tools and libraries, its Vulkan module and loader left out (each backend
     # module in the tools' folder is loaded), and the CUDA module with cudart beside them.
     mkdir -p "$WORK/cuda-bin"
     [ -d "$WORK/vulkan" ] || tar xJf "$PAYLOAD/vulkan.tar.xz" -C "$WORK"
     cp -a "$WORK/vulkan/." "$WORK/cuda-bin/"
     rm -f "$WORK/cuda-bin/libggml-vulkan.so" "$WORK/cuda-bin/libvulkan.so.1"
-    tar xJf "$PAYLOAD/cuda.tar.xz" -C "$WORK" && cp -a "$WORK/cuda/." "$WORK/cuda-bin/"
+    cp -a "$WORK/cuda/." "$WORK/cuda-bin/"
     ln -sf "$cublas/libcublas.so.13" "$cublas/libcublasLt.so.13" "$WORK/cuda-bin/"
     echo "device_check: CUDA module from the wheels ($(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["architectures"], m["module_key"])' "$WORK/cuda/vrampilot-cuda.json")), cuBLAS from $cublas; nothing compiled" | tee "$OUT/cuda-source.txt"
-    # The module has PTX, not code, for Hopper and newer: the driver compiles the kernels a model
-    # uses on first use (cached under CUDA_CACHE_PATH), before the measured runs.
-    export CUDA_CACHE_PATH="$WORK/nv-cache" CUDA_CACHE_MAXSIZE=4294967296
     LD_LIBRARY_PATH="$WORK/cuda-bin" GGML_BACKEND_PATH="$WORK/cuda-bin/cpu/libggml-cpu-haswell.so" \
         python3 bench/device_check/check.py --bin "$WORK/cuda-bin" --payload "$PAYLOAD" --out "$OUT" 2>&1 | tee "$OUT/check.log"
     echo "device_check: done in $(( $(date +%s) - t0 )) s"
     exit 0
 fi
-echo "device_check: no carried CUDA module or no cuBLAS 13 here: compiling CUDA for sm_$ARCH" | tee "$OUT/cuda-source.txt"
+echo "device_check: no carried CUDA module for this GPU (carried: ${carried:-none}; GPU: sm_${cc:-?}) or no cuBLAS 13 here: compiling CUDA for sm_$ARCH" | tee "$OUT/cuda-source.txt"
 tar xzf "$PAYLOAD/llama.cpp.tgz" -C "$WORK"
 cmake -S "$WORK/llama.cpp" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DGGML_RPC=ON \

@@ -17,10 +17,14 @@ needs is made here, into bench/out/device/ (carried with `run --carry bench/out/
   llama-bench, libllama, libggml with its Vulkan and RPC modules, the haswell CPU variant) and
   Debian's Vulkan loader: the device machine runs it with the NVIDIA driver's Vulkan ICD, and
   nothing is compiled there for it;
-- cuda.tar.xz: the CUDA module built here from PyPI's wheels (packaging/engine/cuda.py, `make cuda`)
-  with NVIDIA's cudart: run with the same tools as the Vulkan build and the device machine's own
-  cuBLAS 13 (NVIDIA's cuBLAS is 595 MB, over what can be carried). Where the device has no cuBLAS 13,
-  or no module is cached here, the check compiles CUDA there from llama.cpp.tgz as before.
+- cuda.tar.xz: the CUDA module built here from PyPI's wheels (packaging/engine/cuda.py) for the
+  lent GPU's architecture only (--cuda-arch, default 90: H100/H200), with NVIDIA's cudart: run with
+  the same tools as the Vulkan build and the device machine's own cuBLAS 13 (NVIDIA's cuBLAS is 595
+  MB, over what can be carried). The installers' module (four architectures, 98 MiB, 71 MiB in xz)
+  does not fit the 64 MiB either; one architecture's is built once here with
+  `VRAMPILOT_CUDA_ARCHITECTURES=90-real python packaging/engine/cuda.py --build`. Where the device
+  has no cuBLAS 13, another architecture, or no module was carried, the check compiles CUDA there
+  from llama.cpp.tgz as before.
 
     python bench/device_check/prepare.py [--with-embedded]
 """
@@ -99,6 +103,7 @@ def trimmed_source(sdist: Path, into: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--with-embedded", action="store_true", help="also carry the 94 MB embedded model (over 64 MiB)")
+    ap.add_argument("--cuda-arch", default="90", help="the lent GPU's CUDA architecture (90: H100, H200)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "packaging" / "engine"))
     import build as recipe
@@ -128,7 +133,7 @@ def main() -> int:
     cases, vulkan_cases = _cases(models, "CUDA0"), _cases(models, "Vulkan0")
     backoff = _backoff_cases(models, "CUDA0")
     vulkan = vulkan_payload(OUT / "vulkan.tar.xz")
-    cuda = cuda_payload(OUT / "cuda.tar.xz")
+    cuda = cuda_payload(OUT / "cuda.tar.xz", args.cuda_arch)
     full = Settings(n_ctx=4096, n_gpu_layers=99, n_threads=8, n_threads_batch=16)
     speed_args = llama_server_argv("MODEL", full)[3:]
     (OUT / "expected.json").write_text(
@@ -180,18 +185,31 @@ def vulkan_payload(into: Path) -> int:
     return into.stat().st_size
 
 
-def cuda_payload(into: Path) -> int:
-    """The cached CUDA module and cudart as cuda/ in a tar.xz; its size (0, and no file, when no
-    module for the current sources is cached: the device machine then compiles CUDA itself)."""
+def cuda_payload(into: Path, arch: str) -> int:
+    """The CUDA module for `arch` alone (cached by packaging/engine/cuda.py) and cudart as cuda/ in
+    a tar.xz; its size (0, and no file, when none is cached: the device machine then compiles CUDA)."""
+    import os
     import tarfile as tf
 
     sys.path.insert(0, str(ROOT / "packaging" / "engine"))
     import cuda as cuda_recipe
 
     into.unlink(missing_ok=True)
-    module = cuda_recipe.cached_module()
+    asked = os.environ.get(cuda_recipe.ARCH_ENV)
+    os.environ[cuda_recipe.ARCH_ENV] = f"{arch}-real"
+    try:
+        module, key = cuda_recipe.cached_module(), cuda_recipe.module_key()
+    finally:
+        if asked is None:
+            del os.environ[cuda_recipe.ARCH_ENV]
+        else:
+            os.environ[cuda_recipe.ARCH_ENV] = asked
     if module is None:
-        print(f"prepare: no CUDA module cached (key {cuda_recipe.module_key()}; make cuda): the device compiles CUDA")
+        print(
+            f"prepare: no CUDA module for sm_{arch} cached (key {key}): build it with "
+            f"`{cuda_recipe.ARCH_ENV}={arch}-real python packaging/engine/cuda.py --build` (about 25 minutes on "
+            "2 cores); without it the device compiles CUDA"
+        )
         return 0
     with tf.open(into, "w:xz") as dst:
         dst.add(module, arcname=f"cuda/{cuda_recipe.MODULE_FILE}")
