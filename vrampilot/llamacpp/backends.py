@@ -235,7 +235,9 @@ class _Ggml:
         try:
             ctypes.CDLL(str(path))  # first through ctypes: its OSError names a missing dependency
         except OSError as exc:
-            return str(exc)
+            # In the PyInstaller bundle ctypes.CDLL raises its own "was not found when the
+            # application was frozen" and keeps the loader's message (the missing library) as the cause.
+            return str(exc.__cause__ if isinstance(exc.__cause__, OSError) else exc)
         if not self.lib.ggml_backend_load(os.fsencode(path)):
             return "ggml_backend_load refused it (no ggml backend entry point, or its init failed)"
         return None
