@@ -288,16 +288,13 @@ def _unpack_vendored(sdist: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with tarfile.open(sdist) as tar:
-        prefix = None
         members = []
         for member in tar.getmembers():
-            parts = member.name.split("/", 3)
-            if len(parts) >= 3 and parts[1:3] == ["vendor", "llama.cpp"]:
-                prefix = "/".join(parts[:3]) + "/"
-                if len(parts) == 4:
-                    member.name = parts[3]
-                    members.append(member)
-        if prefix is None:
+            parts = member.name.split("/", 3)  # llama_cpp_python-X/vendor/llama.cpp/<path>
+            if len(parts) == 4 and parts[1:3] == ["vendor", "llama.cpp"]:
+                member.name = parts[3]
+                members.append(member)
+        if not members:
             raise SystemExit(f"cuda: {sdist} has no vendor/llama.cpp")
         tar.extractall(tmp, members=members, filter="data")
     shutil.rmtree(dest, ignore_errors=True)
