@@ -24,6 +24,10 @@
 # The Vulkan part can be tried here on lavapipe (no nvidia-smi: run check.py as this script does,
 # with VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json GGML_VK_VISIBLE_DEVICES=0):
 # on 2026-12-05 the first 3 cases gave weights and KV exact, device compute +12% (the formula).
+# On 2026-12-06 (`check.py --device Vulkan0 --max-cases 1`): the back-off cases held 23.4 of a 26.7
+# MiB budget (llama-q8, planned 23.8: all 5 layers at ubatch 256) and 7.2 of 9.5 (qwen3moe, planned
+# 7.8); decode served/llama-bench 1.005, prefill 512 0.937. The payload with the sm_90 CUDA module:
+# 55.1 MiB of 64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAYLOAD=bench/out/device

@@ -184,7 +184,7 @@ def main() -> int:
             f"{f(row['host_compute_pct']):>8} {row['nvml_over_llama'] or 0:>10.3f}",
             flush=True,
         )
-    # The planner's back-off: its choice for half the bytes the model needs, on the real device.
+    # The planner's back-off: its choice for a device with room for half the layers, on the real device.
     backoff = []
     for c in expected.get("backoff_cases", []) if args.cases == "cases" else []:
         port = free_port()
