@@ -21,22 +21,9 @@ from typing import Any, NoReturn
 from vrampilot import __version__
 from vrampilot.errors import UserError
 
-# Modules providing add_parser(subparsers) and run(args). Order = order in --help.
-_COMMAND_MODULES = (
-    "vrampilot.commands.doctor",
-    "vrampilot.commands.inspect",
-    "vrampilot.commands.plan",
-    "vrampilot.commands.chat",
-    "vrampilot.commands.serve",
-    "vrampilot.commands.rpc_host",
-    "vrampilot.commands.monitor",
-    "vrampilot.commands.hub",
-    "vrampilot.commands.hybrid_eval",
-)
-
-
-# The commands each module adds. A command line that names one imports only its module: the others'
-# imports (the Hub client, the planner, numpy) cost a third of a second of CPU at every start.
+# The commands each module adds, in --help's order. A command line that names one imports only its
+# module: the others' imports (the Hub client, the planner, numpy) cost a third of a second of CPU
+# at every start.
 _COMMANDS = {
     "doctor": "vrampilot.commands.doctor",
     "inspect": "vrampilot.commands.inspect",
@@ -49,6 +36,8 @@ _COMMANDS = {
     "hub": "vrampilot.commands.hub",
     "hybrid-eval": "vrampilot.commands.hybrid_eval",
 }
+# The modules providing add_parser(subparsers) and run(args), in --help's order.
+_COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
 
 _OPTIONAL_PACKAGES = ("vrampilot.hybrid",)
 
