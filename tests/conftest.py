@@ -84,14 +84,26 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     skips = _skips(terminalreporter)
     required = os.environ.get(NO_SKIPS_ENV) == "1"
-    terminalreporter.section(f"skips: {len(skips)}" + (f" ({NO_SKIPS_ENV}=1: none allowed)" if required else ""))
+    allowed = f" ({NO_SKIPS_ENV}=1: none allowed but the CUDA module's, where it was not built)"
+    terminalreporter.section(f"skips: {len(skips)}" + (allowed if required else ""))
     for r in skips:
         terminalreporter.write_line(f"SKIP {r.nodeid}: {_skip_reason(r)}")
+
+
+# The one thing the repository cannot build within CI's budget: the CUDA module (about 90 minutes
+# on two cores). Its tests skip, named, where it was not built here; where .ci/run found it cached
+# (VRAMPILOT_REQUIRE_CUDA_MODULE=1) they fail instead (tests/llamacpp/test_cuda_module.py).
+CUDA_MODULE_MARK = "cuda_module"
+
+
+def _forbidden_skips(reporter: pytest.TerminalReporter) -> list[pytest.TestReport]:
+    cuda_allowed = os.environ.get("VRAMPILOT_REQUIRE_CUDA_MODULE") != "1"
+    return [r for r in _skips(reporter) if not (cuda_allowed and CUDA_MODULE_MARK in r.keywords)]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get(NO_SKIPS_ENV) != "1" or exitstatus != 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and _skips(reporter):
+    if reporter is not None and _forbidden_skips(reporter):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

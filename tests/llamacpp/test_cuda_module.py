@@ -35,6 +35,8 @@ import cuda as recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.cuda_module
+
 REQUIRE_ENV = "VRAMPILOT_REQUIRE_CUDA_MODULE"  # .ci/run: the module is cached there (cuda.py --check)
 
 
