@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests import system_packages
 from vrampilot.speed.measured import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A newcomer's `make test` names up front which groups will skip and the packages that run
+    them (tests/system_packages.py), instead of only listing the skips at the end."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or session.config.option.collectonly:
+        return
+    sys.path.insert(0, str(ROOT / "packaging" / "engine"))
+    import cuda as cuda_recipe
+
+    for line in system_packages.skip_report(cuda_module_cached=cuda_recipe.cached_module() is not None):
+        reporter.write_line(line, yellow=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
