@@ -159,9 +159,8 @@ def _main(argv: list[str]) -> int:
             raise
         from vrampilot.paths import cannot_write_text
 
-        print(
-            f"vrampilot: {cannot_write_text(exc.filename, exc.strerror, _moved_by(str(exc.filename)))}", file=sys.stderr
-        )
+        text = cannot_write_text(exc.filename, exc.strerror or str(exc), _moved_by(str(exc.filename)))
+        print(f"vrampilot: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)

@@ -159,7 +159,11 @@ class _Lines:
     def __init__(self, stream: Any) -> None:
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=lambda: [self.lines.put(line.rstrip("\n")) for line in stream], daemon=True).start()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
 
     def wait_for(self, start: str, timeout_s: float = 120) -> str:
         """The next line that starts with `start`; fails when the command ends or says nothing in time."""
