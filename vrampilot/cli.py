@@ -97,10 +97,11 @@ def _moved_by(path: str) -> str:
     from pathlib import Path
 
     from vrampilot.hub.env import hf_home, hf_hub_cache
+    from vrampilot.paths import MOVED_BY_HOME
 
     if any(Path(path).is_relative_to(root) for root in (hf_home(), hf_hub_cache())):
         return "HF_HOME moves the Hugging Face cache"
-    return "VRAMPILOT_HOME moves the app's data folder"
+    return MOVED_BY_HOME
 
 
 # C0 controls but tab, line feed and carriage return (progress lines rewrite themselves with \r),
@@ -156,9 +157,10 @@ def _main(argv: list[str]) -> int:
     except OSError as exc:
         if exc.errno not in _CANNOT_WRITE or exc.filename is None:
             raise
-        print(
-            f"vrampilot: cannot write {exc.filename}: {exc.strerror} ({_moved_by(str(exc.filename))})", file=sys.stderr
-        )
+        from vrampilot.paths import cannot_write_text
+
+        text = cannot_write_text(exc.filename, exc.strerror or str(exc), _moved_by(str(exc.filename)))
+        print(f"vrampilot: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)

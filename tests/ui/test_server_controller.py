@@ -5,7 +5,9 @@ model."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 from collections.abc import Iterator
 
@@ -15,6 +17,7 @@ from pytestqt.qtbot import QtBot
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.server.chat import ServerBackend
+from vrampilot.server.process import is_alive
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.hardware_view import HardwareView
 from vrampilot.ui.library_view import LibraryView
@@ -84,3 +87,44 @@ def test_serves_the_plan_then_hands_the_chat_and_meters_back(qtbot: QtBot, serve
     assert server.state == "stopping"
     qtbot.waitUntil(lambda: server.state == "stopped", timeout=60000)
     assert backends[-1] is None and server.sampler.pid == os.getpid() and server.server is None
+
+
+def test_a_server_that_stops_answering_is_said_and_stop_still_stops_it(qtbot: QtBot, server: ServerController) -> None:
+    with qtbot.waitSignal(server.plans.plan_shown, timeout=20000):
+        server.plans.start(None)
+    server.start()
+    qtbot.waitUntil(lambda: server.state in ("ready", "crashed"), timeout=120000)
+    assert server.state == "ready" and server.server is not None and server.server.pid is not None
+    pid = server.server.pid
+    status = server.panel.status
+    try:
+        os.kill(pid, signal.SIGSTOP)  # alive and silent: a debugger, a driver that hangs
+        qtbot.waitUntil(lambda: "llama-server does not answer" in status.text(), timeout=60000)
+        assert f"its process {pid} is stopped" in status.text() and server.panel.stop.isEnabled()
+        os.kill(pid, signal.SIGCONT)
+        qtbot.waitUntil(lambda: "Serving at" in status.text(), timeout=60000)
+        os.kill(pid, signal.SIGSTOP)
+        qtbot.waitUntil(lambda: "llama-server does not answer" in status.text(), timeout=60000)
+        server.stop()  # continued to take the signal: it shuts down as asked, not killed at the end
+        qtbot.waitUntil(lambda: server.state == "stopped", timeout=60000)
+        assert "llama-server exited with status 0" in status.text(), status.text()
+        assert not is_alive(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_blank_key_is_no_key_and_the_network_gets_a_made_one(qtbot: QtBot, server: ServerController) -> None:
+    # HTTP drops a header's blanks at its ends: a server wanting "   " could be used by nobody.
+    with qtbot.waitSignal(server.plans.plan_shown, timeout=20000):
+        server.plans.start(None)
+    server.panel.lan.setChecked(True)
+    server.panel.key.setText("   ")
+    server.start()
+    try:
+        assert server.config is not None and server.config.api_key is not None
+        assert server.config.api_key.strip() == server.config.api_key == server.panel.key.text()
+        assert len(server.config.api_key) >= 24
+    finally:
+        server.stop()
+        qtbot.waitUntil(lambda: server.state in ("stopped", "crashed"), timeout=60000)

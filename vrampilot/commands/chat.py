@@ -8,6 +8,7 @@ the window's (vrampilot.storage.conversation).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import replace
@@ -91,9 +92,6 @@ def run_chat(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
 
     history = _History(args.chat, args.save or args.chat is not None, plan, system)
-    messages = history.messages(prompt)
-    if images:
-        messages[-1] = replace(messages[-1], images=images)
     if plan.settings.server_only:
         # Such a plan chats through a private llama-server; --image and --document are the engine's.
         why = plan.settings.server_only
@@ -101,7 +99,11 @@ def run_chat(args: argparse.Namespace) -> int:
             raise UserError(f"--image is read by the in-app engine, and this plan runs in llama-server ({why})")
         if args.document:
             raise UserError(f"--document is read by the in-app engine, and this plan runs in llama-server ({why})")
-        return _chat_served(args, plan, history, prompt, messages, sampling)
+    messages = history.ask(prompt)  # stored before the model loads
+    if images:
+        messages[-1] = replace(messages[-1], images=images)
+    if plan.settings.server_only:
+        return _chat_served(args, plan, history, messages, sampling)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
 
     engine = Engine()
@@ -114,7 +116,7 @@ def run_chat(args: argparse.Namespace) -> int:
         composed = ds.compose(
             system or "",
             [m for m in messages[:-1] if m.role != "system"],
-            prompt,
+            messages[-1].content,  # the question as stored: an unanswered one joins it
             mode=fit.mode,
             n_ctx=loaded.plan.settings.n_ctx,
             reply_tokens=sampling.max_tokens,
@@ -142,7 +144,7 @@ def run_chat(args: argparse.Namespace) -> int:
     speed = None if images else _learn(loaded.plan, reply.stats, cpu_load.others_share(started))
     if speed is not None and not args.json:
         print(f"vrampilot: {speed['line']}", file=sys.stderr)
-    chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
+    chat_id = history.save(reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
             "chat_id": chat_id,
@@ -172,7 +174,7 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
     try:
         speed = record_reply(plan.target.speed, plan, reply)
     except OSError as exc:  # a read-only data folder must not lose the reply
-        print(f"vrampilot: the reply's speed was not kept: {exc}", file=sys.stderr)
+        print(f"vrampilot: the reply's speed was not kept: {_os_error_text(exc)}", file=sys.stderr)
         return None
     last = speed.last_replies[-1]
     n = speed.factors_for(last.backend).n_replies
@@ -195,6 +197,13 @@ def _learn(plan: Plan, stats: GenerationStats, others_share: float) -> dict[str,
     }
 
 
+def _os_error_text(exc: OSError) -> str:
+    """A file the reply's record could not be written to, as the other cannot-write lines say it."""
+    from vrampilot.paths import cannot_write_text
+
+    return cannot_write_text(exc.filename, exc.strerror) if exc.filename and exc.strerror else str(exc)
+
+
 def _learn_drafting(plan: Plan, stats: GenerationStats) -> dict[str, Any] | None:
     """A drafted reply teaches the draft's acceptance (planner/draft.py), never the speed model."""
     from vrampilot.planner.draft import learn_acceptance
@@ -202,7 +211,7 @@ def _learn_drafting(plan: Plan, stats: GenerationStats) -> dict[str, Any] | None
     try:
         learned = learn_acceptance(plan, stats.draft_tokens, stats.draft_accepted, decode_tps=stats.decode_tps)
     except OSError as exc:
-        print(f"vrampilot: the reply's drafting was not kept: {exc}", file=sys.stderr)
+        print(f"vrampilot: the reply's drafting was not kept: {_os_error_text(exc)}", file=sys.stderr)
         return None
     if learned is None:
         return None
@@ -219,7 +228,6 @@ def _chat_served(
     args: argparse.Namespace,
     plan: Plan,
     history: _History,
-    prompt: str,
     messages: list[Message],
     sampling: SamplingParams,
 ) -> int:
@@ -253,7 +261,7 @@ def _chat_served(
     speed = _learn(plan, reply.stats, others)
     if speed is not None and not args.json:
         print(f"vrampilot: {speed['line']}", file=sys.stderr)
-    chat_id = history.save(prompt, reply.text, reply.stats.to_dict())
+    chat_id = history.save(reply.text, reply.stats.to_dict())
     if args.json:
         out: dict[str, Any] = {
             "chat_id": chat_id,
@@ -297,26 +305,37 @@ class _History:
                 except KeyError:
                     raise UserError(f"there is no saved chat {chat_id}") from None
 
-    def messages(self, prompt: str) -> list[Message]:
+    def ask(self, prompt: str) -> list[Message]:
+        """The conversation the model answers, ending with `prompt`. A kept chat stores the question
+        first, as the window does: a command killed mid-reply loses the reply only, and a disk that
+        cannot take the question (full, read-only) says so before the model loads, not after it
+        wrote a reply. A question left without a reply (a killed turn) joins this one."""
         from vrampilot.engine import Message
+        from vrampilot.storage.db import StorageError
 
-        if self._service is not None and self.chat_id is not None:
-            earlier = self._service.for_model(self.chat_id)
-            if self.system is not None:  # --system replaces the chat's own for this turn
-                earlier = [m for m in earlier if m.role != "system"]
-                earlier.insert(0, Message("system", self.system))
-            if earlier and earlier[-1].role == "user":  # a question left without a reply joins this one
-                prompt = f"{earlier.pop().content.rstrip()}\n\n{prompt.strip()}"
-            return [*earlier, Message("user", prompt)]
-        out = [Message("system", self.system)] if self.system else []
-        return [*out, Message("user", prompt)]
-
-    def save(self, prompt: str, reply: str, stats: dict[str, Any]) -> int | None:
         if self._service is None:
+            out = [Message("system", self.system)] if self.system else []
+            return [*out, Message("user", prompt)]
+        created = None
+        try:
+            if self.chat_id is None:
+                model = str(self.plan.spec.path)
+                self.chat_id = created = self._service.create(model_path=model, system_prompt=self.system or "").id
+            self._service.ask(self.chat_id, prompt)
+        except StorageError as exc:
+            if created is not None:  # no empty chat left in the list
+                with contextlib.suppress(StorageError):
+                    self._service.delete(created)
+            raise UserError(f"{exc}; no reply was made") from None
+        messages = self._service.for_model(self.chat_id)
+        if self.system is not None:  # --system replaces the chat's own for this turn
+            messages = [Message("system", self.system), *(m for m in messages if m.role != "system")]
+        return messages
+
+    def save(self, reply: str, stats: dict[str, Any]) -> int | None:
+        """Store the reply to the question `ask` stored."""
+        if self._service is None or self.chat_id is None:
             return None
-        if self.chat_id is None:
-            self.chat_id = self._service.create(model_path=str(self.plan.spec.path), system_prompt=self.system or "").id
-        self._service.ask(self.chat_id, prompt)
         self._service.add_reply(self.chat_id, reply, stats)
         self._service.store.close()
         return self.chat_id

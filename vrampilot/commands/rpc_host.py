@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 
 from vrampilot.errors import UserError
@@ -59,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
     server = ServerProcess(argv, tool_env(), on_log=(lambda line: print(line, file=sys.stderr)) if args.json else None)
     endpoint = f"{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
 
-    def ready() -> None:
+    def ready(stopping: threading.Event) -> None:
         host = None
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while host is None and time.monotonic() < deadline and server.running:
+        while host is None and time.monotonic() < deadline and server.running and not stopping.is_set():
             try:
                 host = query_host(endpoint, timeout_s=2)
             except RpcHostError:

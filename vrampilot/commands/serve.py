@@ -2,8 +2,9 @@
 
 It plans as `plan` does, starts llama-server with the argument list of the one builder (what
 `export` prints, plus where to listen), waits until the model is loaded, prints the base URL and
-the plan, and stays in the foreground: Ctrl+C stops the server, and when the server dies its exit
-status and last log lines are this command's. Listening beyond this machine needs an API key
+the plan, and stays in the foreground: Ctrl+C stops the server (a hung one is killed after a grace
+time, at once on a second Ctrl+C), a server that stops answering is said, and when the server dies
+its exit status and last log lines are this command's. Listening beyond this machine needs an API key
 (given, or generated and printed): a server open on the LAN without one lets anyone on the
 network use the machine.
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import secrets
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,12 +66,13 @@ def run(args: argparse.Namespace) -> int:
     from vrampilot.server import ServerConfig
     from vrampilot.server.launch import prepare, wait_ready
 
+    api_key = _api_key(args)  # a key no client could send is refused before any planning
     plan = plan_from_args(args)
     if not plan.fits and not args.force:
         why = plan.refused or (plan.reasons[-1] if plan.reasons else "the plan does not fit this machine")
         raise UserError(f"{why} Pass --force to serve it anyway, or change the plan options.")
     on_log = None if not args.json else lambda line: print(line, file=sys.stderr)
-    config = ServerConfig(args.host, args.port, _api_key(args), public=True, on_log=on_log)
+    config = ServerConfig(args.host, args.port, api_key, public=True, on_log=on_log)
     generated = False
     if not config.loopback_only and not config.api_key:
         config = replace(config, api_key=secrets.token_urlsafe(24))
@@ -77,17 +80,24 @@ def run(args: argparse.Namespace) -> int:
     server = prepare(plan, config)
     shown_env = {k: v for k, v in (server.env or {}).items() if k == "GGML_BACKEND_PATH"}
 
-    def ready() -> None:
-        wait_ready(server, config, timeout_s=args.timeout)
+    def ready(stopping: threading.Event) -> None:
+        wait_ready(server, config, timeout_s=args.timeout, cancel=stopping)
         _announce(args, plan, config, server, generated, quote(server.argv, "bash", env=shown_env))
 
-    return run_in_foreground(server, ready, label="server", binary="llama-server")
+    return run_in_foreground(server, ready, label="server", binary="llama-server", watch=config)
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
+    from vrampilot.server.process import api_key_problem
+
     path: Path | None = args.api_key_file
     if path is None:
         key: str | None = args.api_key
+        if key is not None and (problem := api_key_problem(key)):
+            raise UserError(
+                f"--api-key {problem}: no client could send it. Give a key, or leave --api-key out "
+                "(one is generated when --host reaches beyond this machine)"
+            )
         return key
     try:
         key = next((line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()), "")
@@ -95,6 +105,8 @@ def _api_key(args: argparse.Namespace) -> str | None:
         raise UserError(f"cannot read the API key from {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not key:
         raise UserError(f"{path} holds no API key (the key is its first line that is not empty)")
+    if problem := api_key_problem(key):
+        raise UserError(f"the API key in {path} {problem}: no client could send it")
     return key
 
 

@@ -1,4 +1,5 @@
-"""The bundled llama-server: find it, start it exactly as planned, wait for it, stop it, read its log.
+"""The bundled llama-server: find it, start it exactly as planned, wait for it, watch that it answers,
+stop it (a hung one too), read its log.
 
 `vrampilot serve`, the app's Server panel, a chat across RPC hosts and the benchmarks all start it
 through vrampilot.server.launch; the command line comes from the one builder in vrampilot.export,
@@ -14,8 +15,10 @@ from vrampilot.server.process import (
     free_port,
     port_is_free,
 )
+from vrampilot.server.watchdog import HealthWatch
 
 __all__ = [
+    "HealthWatch",
     "PortInUseError",
     "ServerConfig",
     "ServerExited",

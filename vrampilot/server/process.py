@@ -30,6 +30,10 @@ from vrampilot.errors import UserError
 
 LOG_LINES_KEPT = 2000
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# How long a server asked to stop (Ctrl+C, SIGTERM, the Stop button) may take before it is killed.
+# llama-server shuts down in well under a second when it can run at all: one that takes this long
+# hangs (stopped by SIGSTOP or a debugger, stuck in a driver), and the user's stop must still stop.
+STOP_GRACE_S = 10.0
 
 
 class PortInUseError(UserError):
@@ -120,6 +124,19 @@ class ServerConfig:
     def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
         return f"http://{host}:{self.port}"
+
+
+def api_key_problem(key: str) -> str | None:
+    """Why `key` cannot work as an API key, or None. Clients send it in an HTTP header, and HTTP
+    drops the blanks at a header's ends: with a key of blanks, or one that begins or ends with a
+    blank, llama-server would start and no client could ever send the key it wants."""
+    if not key.strip():
+        return "is blank" if key else "is empty"
+    if key != key.strip():
+        return "begins or ends with a blank, which HTTP drops from the header that carries it"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        return "holds a control character, which no HTTP header can carry"
+    return None
 
 
 def lan_address() -> str:
@@ -258,6 +275,9 @@ class ServerProcess:
         self._lines: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self._asked_at: float | None = None  # monotonic time it was first asked to end
+        self.grace_s = STOP_GRACE_S  # how long it may take to end once asked
+        self.killed = False  # it did not end when asked and was killed
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -360,29 +380,48 @@ class ServerProcess:
         if self._reader is not None:
             self._reader.join(timeout=2)
 
-    def stop(self, timeout_s: float = 10.0) -> int | None:
-        """Ask it to end (SIGTERM / Ctrl+Break), then kill it; returns its exit status."""
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Ask it to end (SIGTERM / Ctrl+Break; not again when `interrupt` already asked: a second
+        signal makes llama-server exit without shutting down), then kill it when it has not ended
+        `timeout_s` (its `grace_s`) after it was first asked; returns its exit status. `killed`
+        says whether it had to be killed."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return proc.returncode if proc is not None else None
-        with contextlib.suppress(OSError):
-            if sys.platform == "win32":
-                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
-            else:
-                proc.terminate()
+        if self._asked_at is None:
+            self._ask(signal.SIGTERM if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
+        assert self._asked_at is not None
         try:
-            proc.wait(timeout_s)
+            grace_s = self.grace_s if timeout_s is None else timeout_s
+            proc.wait(max(0.0, self._asked_at + grace_s - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            self.kill()
             proc.wait(5)
         self._drain()
         return proc.returncode
 
     def interrupt(self) -> None:
         """Pass on the user's Ctrl+C (the server shuts down cleanly on it)."""
+        if self.running and self._asked_at is None:
+            self._ask(signal.SIGINT if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
+
+    def kill(self) -> None:
+        """End it now (SIGKILL; a stopped process dies of it too), without waiting: a hung server
+        after its grace time, or a user who asked twice."""
         if self.running and self.proc is not None:
+            self.killed = True
             with contextlib.suppress(OSError):
-                self.proc.send_signal(signal.SIGINT if sys.platform != "win32" else signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]  # a win32-only constant, used on Windows only
+                self.proc.kill()
+
+    def _ask(self, sig: int) -> None:
+        assert self.proc is not None
+        self._asked_at = time.monotonic()
+        with contextlib.suppress(OSError):
+            self.proc.send_signal(sig)
+            # A stopped process (SIGSTOP, a debugger's, a terminal's Ctrl+Z) keeps a signal pending
+            # until it runs again, and would hang the stop: it is continued to take it.
+            if sys.platform != "win32":
+                self.proc.send_signal(signal.SIGCONT)
 
 
 def health(base_url: str, *, api_key: str | None = None, timeout_s: float = 2.0) -> int | None:

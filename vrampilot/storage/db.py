@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from vrampilot.errors import UserError
-from vrampilot.paths import data_dir
+from vrampilot.paths import cannot_write_text, data_dir, unwritable_reason
 
 T = TypeVar("T")
 LOCK_WAIT_S = 15.0
@@ -99,13 +99,20 @@ def open_database(path: Path, *, check_same_thread: bool = True) -> sqlite3.Conn
     try:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0, check_same_thread=check_same_thread)
     except sqlite3.Error as exc:
-        raise StorageError(f"cannot open {path}: {exc}") from None
+        raise _unwritable(path) or StorageError(f"cannot open {path}: {exc}") from None
     try:
         retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
     except sqlite3.Error as exc:
         conn.close()
-        raise unusable(path, exc) from None
+        raise _unwritable(path) or unusable(path, exc) from None
     return conn
+
+
+def _unwritable(path: Path) -> StorageError | None:
+    """A database in a folder the app cannot write: said as a first run there says it. SQLite
+    itself says only "unable to open database file" (its WAL files cannot be made)."""
+    reason = unwritable_reason(path.parent)
+    return StorageError(cannot_write_text(path.parent, reason)) if reason else None
 
 
 def unusable(path: Path, exc: sqlite3.Error, doing: str = "open") -> StorageError:

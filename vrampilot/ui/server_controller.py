@@ -21,7 +21,7 @@ from vrampilot.gguf.projector import ProjectorSpec
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
 from vrampilot.planner.plan import Plan
-from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
+from vrampilot.server import HealthWatch, PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
@@ -37,6 +37,7 @@ class ServerController(QObject):
     backend_changed = Signal(object)  # ServerBackend while ready, else None
     status = Signal(str)
     _log_line = Signal(str)  # from the log reader's thread, queued to the GUI thread
+    _answering = Signal(object, object)  # (server, why it does not answer or None), from the watch's thread
 
     def __init__(
         self,
@@ -60,6 +61,8 @@ class ServerController(QObject):
         self.served_plan: Plan | None = None  # the plan it runs
         self.serving: tuple[Path, object] | None = None  # the model and settings it runs
         self._restart = False
+        self._watch: HealthWatch | None = None
+        self._answering.connect(self._show_answering)
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self._poll)
@@ -75,7 +78,7 @@ class ServerController(QObject):
     # -- settings ------------------------------------------------------------------------------
     def _lan_toggled(self, on: bool) -> None:
         # Other devices may only connect with a key: it is made the moment the switch is on.
-        if on and not self.panel.key.text():
+        if on and not self.panel.key.text().strip():
             self.panel.key.setText(secrets.token_urlsafe(24))
         if not on:
             self.panel.key.clear()
@@ -83,9 +86,10 @@ class ServerController(QObject):
 
     def _config(self) -> ServerConfig:
         host = "0.0.0.0" if self.panel.lan.isChecked() else "127.0.0.1"
-        return ServerConfig(
-            host, self.panel.port.value(), self.panel.key.text() or None, public=True, on_log=self._log_line.emit
-        )
+        # Blanks at a key's ends never reach llama-server in a header: a blank key is no key (a
+        # new one is made for the network), and one typed with a blank works as clients send it.
+        key = self.panel.key.text().strip() or None
+        return ServerConfig(host, self.panel.port.value(), key, public=True, on_log=self._log_line.emit)
 
     def _show_url(self) -> None:
         config = self._config()
@@ -167,12 +171,27 @@ class ServerController(QObject):
             projector=self.projector,
             plan=self.served_plan,
         )
-        self._set_state("ready", f"Serving at {self.config.base_url}/v1 (pid {server.pid})")
+        self._set_state("ready", self._serving_text(server))
         if server.pid is not None:
             self.sampler.watch(server.pid)
         self.backend_changed.emit(self.backend)  # the chat takes the server first...
         self.plans.served(self.backend)  # ...then what waited for it (a plan with RPC hosts) replies through it
         self._timer.start()
+        self._watch = HealthWatch(server, self.config, lambda why: self._answering.emit(server, why))
+        self._watch.start()
+
+    def _serving_text(self, server: ServerProcess) -> str:
+        assert self.config is not None
+        return f"Serving at {self.config.base_url}/v1 (pid {server.pid})"
+
+    def _show_answering(self, server: ServerProcess, why: str | None) -> None:
+        """A ready server that stops answering stays the one served (it may come back); the status
+        line says so, and Stop still stops it."""
+        if server is not self.server or self.state != "ready" or self.config is None:
+            return
+        text = why or self._serving_text(server)
+        self.panel.show_state("hung" if why else "ready", text)
+        self.status.emit(text)
 
     def _failed(self, server: ServerProcess, exc: BaseException) -> None:
         if server is not self.server:
@@ -226,6 +245,7 @@ class ServerController(QObject):
         server = self.server
         if server is None or self.state == "stopping":
             return
+        self._stop_watch()
         self._set_state("stopping", "Stopping…")
         self.ctx.tasks.cancel("server-ready")
         self.ctx.tasks.submit(
@@ -248,13 +268,20 @@ class ServerController(QObject):
 
     def _gone(self) -> None:
         """The chat and the meters go back to the app's own process."""
+        self._stop_watch()
         self.backend = None
         self.backend_changed.emit(None)
         self.sampler.watch(None)
 
+    def _stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
     def shutdown(self) -> None:
         """The app quits: the server goes with it."""
         self._timer.stop()
+        self._stop_watch()
         if self.server is not None:
             self.server.stop(timeout_s=5)
             self.server = None

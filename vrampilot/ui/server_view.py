@@ -21,7 +21,13 @@ from PySide6.QtWidgets import (
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 
 LOG_BLOCKS = 2000
-STATE_COLORS = {"ready": OK_GREEN, "starting": WARN_AMBER, "stopping": WARN_AMBER, "crashed": OVER_BUDGET}
+STATE_COLORS = {
+    "ready": OK_GREEN,
+    "hung": WARN_AMBER,  # ready, and not answering
+    "starting": WARN_AMBER,
+    "stopping": WARN_AMBER,
+    "crashed": OVER_BUDGET,
+}
 
 
 class ServerPanel(QWidget):
@@ -106,12 +112,12 @@ class ServerPanel(QWidget):
         self.show_state("stopped", "Stopped")
 
     def show_state(self, state: str, text: str) -> None:
-        """`state`: stopped, starting, ready, stopping or crashed."""
+        """`state`: stopped, starting, ready, hung (ready and not answering), stopping or crashed."""
         color = STATE_COLORS.get(state)
         self.status.setText(f"<b style='color:{color}'>{text}</b>" if color else text)
-        running = state in ("starting", "ready", "stopping")
+        running = state in ("starting", "ready", "hung", "stopping")
         self.start.setEnabled(not running)
-        self.stop.setEnabled(state in ("starting", "ready"))
+        self.stop.setEnabled(state in ("starting", "ready", "hung"))
         self.port.setEnabled(not running)
         self.lan.setEnabled(not running)
         self.new_key.setEnabled(not running)
