@@ -105,8 +105,9 @@ def _moved_by(path: str) -> str:
 
 # C0 controls but tab, line feed and carriage return (progress lines rewrite themselves with \r),
 # DEL, C1 controls (U+009B is CSI on many terminals) and the bidirectional overrides that make a
-# line read differently from what it is.
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# line read differently from what it is; and lone surrogates, which are how Python holds the bytes
+# of a file name that are not UTF-8 (os.fsdecode): no terminal encoding can write them.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def terminal_safe(text: str) -> str:

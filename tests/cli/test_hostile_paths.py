@@ -49,3 +49,48 @@ def test_a_process_substitution_is_refused_in_one_line(embedded_model: Path) -> 
 def test_dev_zero_is_named_for_what_it_is() -> None:
     line = one_line_error(_run("inspect", "/dev/zero"))
     assert line == "vrampilot: /dev/zero: is a character device, not a GGUF file; name a model file saved on disk"
+
+
+def _not_utf8_copy(model: Path, folder: Path) -> Path:
+    """`model` under a name whose bytes are not UTF-8 (Latin-1 "café"), as Python names it."""
+    path = Path(os.fsdecode(os.fsencode(folder) + b"/caf\xe9 model.gguf"))
+    os.link(model, path)
+    return path
+
+
+@posix_only
+def test_a_path_that_is_not_utf8_is_planned_and_exported_byte_for_byte(embedded_model: Path, tmp_path: Path) -> None:
+    """The planner's dry run and the exported line take the file system's bytes (os.fsencode);
+    the terminal is shown the odd byte as an escape, never a traceback."""
+    model = _not_utf8_copy(embedded_model, tmp_path)
+    r = _run("plan", str(model))
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "could not" not in r.stderr
+    assert "caf\\udce9 model.gguf" in r.stdout  # the name, as --json would write it
+    assert "sized by llama.cpp's own allocator" in r.stdout  # the dry run opened the file
+
+    dump = tmp_path / "dump-argv"
+    dump.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done > "$ARGV_OUT"\n')
+    dump.chmod(0o755)
+    r = _run("export", str(model), "--server", str(dump))
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip()
+    assert "$'" in line and "\\xe9" in line, line
+    out = tmp_path / "argv"
+    subprocess.run(["bash", "-c", line], env={**os.environ, "ARGV_OUT": str(out)}, check=True, timeout=60)
+    argv = out.read_bytes().split(b"\0")
+    assert argv[argv.index(b"-m") + 1] == os.fsencode(model)
+    for shell in ("powershell", "cmd"):
+        line = one_line_error(_run("export", str(model), "--shell", shell))
+        assert "bytes that are not UTF-8 text" in line, line
+
+
+@posix_only
+def test_chat_refuses_a_path_llama_cpp_python_cannot_open_in_one_line(embedded_model: Path, tmp_path: Path) -> None:
+    """llama-cpp-python encodes the path as UTF-8 itself: where the engine loads, one line says so."""
+    model = _not_utf8_copy(embedded_model, tmp_path)
+    line = one_line_error(_run("chat", str(model), "--prompt", "hi", "--max-tokens", "1"))
+    assert line == (
+        f"vrampilot: {tmp_path}/caf\\udce9 model.gguf: llama-cpp-python opens only files whose path is UTF-8 "
+        "text, and this one's is not; rename the file or its folder (or link it under a UTF-8 name)"
+    )

@@ -320,7 +320,7 @@ def _load_model(
         mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     if dry_run:
         mparams.no_alloc = True
-    model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+    model = llama_cpp.llama_model_load_from_file(os.fsencode(p), mparams)
     if not model:
         reason = "; ".join(e for e in errors if e) or "no reason logged"
         raise MeasureError(f"{p}: llama.cpp cannot load this model: {reason}")
