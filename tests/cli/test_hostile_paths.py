@@ -94,3 +94,13 @@ def test_chat_refuses_a_path_llama_cpp_python_cannot_open_in_one_line(embedded_m
         f"vrampilot: {tmp_path}/caf\\udce9 model.gguf: llama-cpp-python opens only files whose path is UTF-8 "
         "text, and this one's is not; rename the file or its folder (or link it under a UTF-8 name)"
     )
+
+
+@posix_only
+def test_a_line_break_in_the_file_name_stays_on_the_model_line(embedded_model: Path, tmp_path: Path) -> None:
+    model = tmp_path / "two\nlines.gguf"
+    os.link(embedded_model, model)
+    r = _run("plan", str(model), "--estimate")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("Model   ") and first.endswith("(two\\nlines.gguf)"), first
