@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import GREEDY, make_plan
 from testkit.mmproj import write_projector
+from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import Engine, Message, ModelLoadError
 from vrampilot.gguf import ModelSpec
 from vrampilot.llamacpp.vocab import read_vocab
@@ -30,9 +30,7 @@ def _not_utf8(folder: Path, name: bytes) -> Path:
     return Path(os.fsdecode(os.fsencode(folder) + b"/" + name))
 
 
-def test_the_planner_and_the_vocabulary_reader_open_the_file_by_its_bytes(
-    embedded_model: Path, tmp_path: Path
-) -> None:
+def test_the_planner_and_the_vocabulary_reader_open_the_file_by_its_bytes(embedded_model: Path, tmp_path: Path) -> None:
     model = _not_utf8(tmp_path, b"caf\xe9.gguf")
     os.link(embedded_model, model)
     m = measure_allocations(model, Settings(n_ctx=512, n_threads=1, n_threads_batch=1))
