@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import errno
 import importlib
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -106,8 +107,9 @@ def _moved_by(path: str) -> str:
 
 # C0 controls but tab, line feed and carriage return (progress lines rewrite themselves with \r),
 # DEL, C1 controls (U+009B is CSI on many terminals) and the bidirectional overrides that make a
-# line read differently from what it is.
-_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# line read differently from what it is; and lone surrogates, which are how Python holds the bytes
+# of a file name that are not UTF-8 (os.fsdecode): no terminal encoding can write them.
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def terminal_safe(text: str) -> str:
@@ -140,6 +142,34 @@ def _safe_terminal() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
+class _WarningLine(logging.Handler):
+    """The core's warnings (a damaged speed record set aside, a probe that did not run) as the CLI's
+    own lines: `vrampilot: ` and the message, without the traceback a warning may carry, written
+    to whatever sys.stderr is when it is emitted (the terminal-safe stream)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"vrampilot: {record.getMessage()}", file=sys.stderr)
+        except Exception:  # a log line must never take the command down (a closed pipe)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Without a handler of its own the `vrampilot` logger's warnings reach stderr through Python's
+    last-resort handler: the bare message, and a traceback for some."""
+    log = logging.getLogger("vrampilot")
+    handler = _WarningLine()
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+
+
 def main(argv: list[str]) -> int:
     with _safe_terminal():
         return _main(argv)
@@ -149,6 +179,13 @@ def _main(argv: list[str]) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_gui)
+    if handler is _run_gui:
+        return _run(handler, args)  # the window logs to its file (vrampilot.log)
+    with _warnings_as_lines():
+        return _run(handler, args)
+
+
+def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return handler(args)
     except UserError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import struct
 import time
 from pathlib import Path
@@ -173,6 +175,31 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         read_gguf(tmp_path / "nope.gguf")
     with pytest.raises(GGUFError, match="folder"):
         read_gguf(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes and sockets (POSIX)")
+def test_what_is_not_a_regular_file_is_refused_by_what_it_is(tmp_path: Path) -> None:
+    """A pipe would block the open until a writer came (forever, for `plan` on a FIFO) and
+    /dev/zero used to be "only 0 bytes": each is named for what it is, before anything is read."""
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    # A writer held open: the reader's open cannot block, so the old code answered ("only 0
+    # bytes") instead of hanging this test; the check must come before the open all the same.
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        os.write(writer, b"GGUF")
+        with pytest.raises(GGUFError, match=r"is a pipe \(FIFO or a shell's <\(\.\.\.\)\), not a GGUF file"):
+            read_gguf(fifo)
+        assert os.read(writer, 4) == b"GGUF"  # nothing was read from it
+        with pytest.raises(GGUFError, match="/dev/zero: is a character device, not a GGUF file"):
+            read_gguf("/dev/zero")
+        server.bind(str(tmp_path / "sock"))
+        with pytest.raises(GGUFError, match="is a socket, not a GGUF file"):
+            read_gguf(tmp_path / "sock")
+    finally:
+        os.close(writer)
+        server.close()
 
 
 def test_no_architecture(tmp_path: Path) -> None:

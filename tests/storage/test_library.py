@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from vrampilot.storage import Library, scan_folder
@@ -47,3 +48,20 @@ def test_scan_depth_and_symlink_loop(tmp_path: Path) -> None:
     assert scan_folder(tmp_path, max_depth=2) == [shallow]
     assert deep in scan_folder(tmp_path, max_depth=5)
     assert scan_folder(tmp_path / "missing") == []
+
+
+def test_a_path_that_is_not_utf8_is_kept_and_listed(tmp_path: Path) -> None:
+    """A Linux name may hold any bytes; SQLite's text is UTF-8 only, so such a path is kept as its
+    bytes (it raised UnicodeEncodeError, and the window did not open with such a model)."""
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9"))
+    model = _touch(odd / "m\u00e9.gguf")
+    lib = Library(tmp_path / DB_FILE)
+    lib.add_file(model)
+    lib.add_file(model)  # once only
+    lib.add_folder(odd)
+    again = Library(tmp_path / DB_FILE)
+    assert again.files() == [model] and again.folders() == [odd]
+    assert again.model_paths() == [model]
+    again.remove_file(model)
+    again.remove_folder(odd)
+    assert again.model_paths() == []

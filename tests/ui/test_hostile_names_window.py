@@ -69,3 +69,19 @@ def test_a_megabyte_architecture_is_listed_on_one_short_line(
 
     waits.until(qtbot, lambda: "xxx" in cell(), cpu_s=30)
     assert len(cell()) < 500
+
+
+def test_a_model_whose_name_is_not_utf8_is_planned_and_its_load_refused_in_one_line(
+    open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
+    """A Linux name may hold bytes that are not UTF-8: the window did not open with such a model
+    (its library and its pins keyed the path as UTF-8). It plans it (the planner passes the bytes
+    to llama.cpp); llama-cpp-python cannot open it, which the load says in one line."""
+    model = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.gguf"))
+    shutil.copy(embedded_model_path(), model)  # type: ignore[arg-type]  # the embedded model is installed here
+    w: MainWindow = open_window(initial_model=str(model))
+    qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, timeout=20000)
+    assert w.plans.plan is not None and w.plans.plan.fits
+    w.plans.load()
+    qtbot.waitUntil(lambda: "Could not load" in w.status.text(), timeout=20000)
+    assert "llama-cpp-python opens only files whose path is UTF-8 text" in w.status.text()

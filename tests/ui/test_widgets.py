@@ -113,6 +113,8 @@ def test_context_steps_cover_the_trained_length() -> None:
     steps = context_steps(8192)
     assert steps[0] == 512 and 8192 in steps and steps == sorted(steps) and steps[-1] == 16384
     assert 131072 in context_steps(131072) and 40960 in context_steps(40960)
+    # A file may claim any trained length; the slider offers none past what llama.cpp takes.
+    assert context_steps(4_000_000_000)[-1] == 1 << 20
 
 
 def _blocks(doc: QTextDocument) -> Iterator[QTextBlock]:

@@ -22,7 +22,7 @@ from vrampilot.hardware import Machine, detect_machine
 from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, parse_gpu_backend
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_hosts
-from vrampilot.planner.plan import Pins, Plan, PlanError
+from vrampilot.planner.plan import MAX_CTX, Pins, Plan, PlanError
 from vrampilot.planner.search import MAX_THREADS, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, target_for_machine, target_from_profile, target_from_vram
@@ -60,7 +60,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ctx",
-        type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
+        type=context_length,
         metavar="N",
         help=f"context length to reach (at least {MIN_CONTEXT})",
     )
@@ -99,7 +99,7 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     moe.add_argument(
         "--min-ctx",
-        type=_at_least(MIN_CONTEXT, "the smallest context llama.cpp uses"),
+        type=context_length,
         metavar="N",
         help="plan at least this context (the planner may choose more)",
     )
@@ -167,6 +167,16 @@ def _at_least(lo: int, why: str = "") -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def context_length(text: str) -> int:
+    """--ctx and --min-ctx: from llama.cpp's smallest context to the largest it can take."""
+    value = _at_least(MIN_CONTEXT, "the smallest context llama.cpp uses")(text)
+    if value > MAX_CTX:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_CTX} (the most llama.cpp takes: its positions are 32-bit), not {value}"
+        )
+    return value
 
 
 def _threads(text: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrampilot.gguf.spec import file_name_line
 from vrampilot.planner.cache_table import CacheTable, tokens_label
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.explain import (
@@ -165,7 +166,11 @@ def _bar(parts: Components, budget: int, width: int = 40) -> str:
 
 def format_plan(plan: Plan) -> str:
     s = plan.settings
-    lines = [f"Model   {plan.spec.display_name} ({plan.spec.path.name})", f"Target  {plan.target.description}", ""]
+    lines = [
+        f"Model   {plan.spec.display_name} ({file_name_line(plan.spec.path)})",
+        f"Target  {plan.target.description}",
+        "",
+    ]
     rows = [
         ("context", str(s.n_ctx)),
         ("K / V cache", f"{s.type_k} / {s.type_v}"),

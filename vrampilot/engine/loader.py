@@ -136,6 +136,21 @@ class _Llama(llama_cpp.Llama):
         self._vp_model_params = params
 
 
+def _llama_path(path: str | Path) -> str:
+    """`path` as llama-cpp-python takes it. It encodes the path as UTF-8 (its LlamaModel), so a
+    name whose bytes are not UTF-8 (which Python holds as surrogates) cannot reach llama.cpp through
+    it; the planner's own calls pass the bytes themselves (os.fsencode) and plan such a file."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ModelLoadError(
+            f"{text}: llama-cpp-python opens only files whose path is UTF-8 text, and this one's is not; "
+            "rename the file or its folder (or link it under a UTF-8 name)"
+        ) from None
+    return text
+
+
 def open_llama(
     model_path: str | Path,
     settings: Settings,
@@ -170,7 +185,7 @@ def open_llama(
         # this load's error lines must reach llama_log, and its buffer lines must not reach them.
         with LOG_LOCK, llama_log.capturing() as lines:
             llm = _Llama(
-                str(model_path),
+                _llama_path(model_path),
                 on_progress=on_progress,
                 n_outputs=settings.n_outputs_max,
                 devices=settings.devices,
@@ -222,7 +237,7 @@ def _open_draft(settings: Settings, on_progress: Callable[[float], bool], cancel
     try:
         with LOG_LOCK, llama_log.capturing() as lines:
             llm = _Llama(
-                settings.draft_model,
+                _llama_path(settings.draft_model),
                 on_progress=on_progress,
                 n_outputs=ds.n_outputs_max,
                 devices=ds.devices,

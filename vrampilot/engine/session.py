@@ -457,7 +457,7 @@ class Engine:
             # The file: magic, version, token count (u32 each), the tokens, then the state data.
             expected = 12 + 4 * n + int(llama_cpp.llama_state_get_size(llm.ctx))
             t0 = time.perf_counter()
-            ok = llama_cpp.llama_state_save_file(llm.ctx, str(path).encode(), tokens, n)
+            ok = llama_cpp.llama_state_save_file(llm.ctx, os.fsencode(path), tokens, n)
             size = path.stat().st_size if path.exists() else 0
             if not ok or size != expected:
                 path.unlink(missing_ok=True)
@@ -480,7 +480,7 @@ class Engine:
             n_ctx = llm.n_ctx()
             out = (llama_cpp.llama_token * n_ctx)()
             count = ctypes.c_size_t(0)
-            ok = llama_cpp.llama_state_load_file(llm.ctx, str(path).encode(), out, n_ctx, ctypes.byref(count))
+            ok = llama_cpp.llama_state_load_file(llm.ctx, os.fsencode(path), out, n_ctx, ctypes.byref(count))
             if not ok:
                 self._clear(llm)
                 raise EngineError(f"the saved model state {Path(path).name} does not match this model and plan")

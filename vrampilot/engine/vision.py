@@ -11,6 +11,7 @@ text chunks are evaluated as tokens and image chunks through the projector.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class Projector:
         params.flash_attn_type = FLASH_ATTN_ENABLED if settings.flash_attn else FLASH_ATTN_DISABLED
         params.warmup = True  # reserves the compute buffer the plan counted, now, not at the first image
         with LOG_LOCK, llama_log.capturing() as lines:
-            ctx = self._mtmd.mtmd_init_from_file(settings.mmproj_path.encode(), llm.model, params)
+            ctx = self._mtmd.mtmd_init_from_file(os.fsencode(settings.mmproj_path), llm.model, params)
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not load the vision projector: {clip_failure(lines)}")
         self.ctx = ctx

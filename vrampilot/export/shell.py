@@ -23,6 +23,10 @@ _PS_SAFE = re.compile(r"^[A-Za-z0-9_./:\\=+-]+$")
 _CMD_SAFE = re.compile(r"^[A-Za-z0-9_./:\\=+-]+$")
 # C0 controls, DEL and C1 controls: a terminal acts on them (ESC starts a sequence, U+009B is CSI).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A POSIX file name's bytes that are not UTF-8, as Python holds them (os.fsdecode's surrogateescape:
+# byte 0xE9 is U+DCE9). bash writes the byte itself ($'\xe9'); a Windows name never holds one.
+_RAW_BYTE = re.compile("[\udc80-\udcff]")
+_NEEDS_ANSI_C = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udcff]")
 # PowerShell closes a single-quoted string on any of these, and reads a doubled one as one quote.
 _PS_QUOTES = re.compile(r"(['\u2018\u2019\u201a\u201b])")
 _CMD_REFUSED = re.compile(r'["%]')
@@ -45,16 +49,20 @@ def _refuse_controls(value: str, shell: str) -> None:
     if m:
         what = "a line break" if m.group() in "\r\n" else f"the control character {m.group()!r}"
         raise UnquotableError(shell, value, what)
+    if _RAW_BYTE.search(value):
+        raise UnquotableError(shell, value, "bytes that are not UTF-8 text")
 
 
 def _bash_quote(arg: str) -> str:
-    if not _CONTROL.search(arg):
+    if not _NEEDS_ANSI_C.search(arg):
         return shlex.quote(arg)
     # ANSI-C quoting: exact, and the line shows no raw control character to the terminal.
     out = []
     for ch in arg:
         if ch in "\\'":
             out.append("\\" + ch)
+        elif _RAW_BYTE.match(ch):
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
         elif _CONTROL.match(ch):
             out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}")
         else:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,15 +231,19 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """Parse the header of a GGUF file. Raises GGUFError with a one-line message on bad input."""
     p = Path(path)
     try:
-        size = p.stat().st_size
-        fh = open(p, "rb")  # noqa: SIM115 - closed below, after mmap is released
+        _refuse_unless_regular(p, p.stat().st_mode)
+        # O_NONBLOCK: a FIFO put in the file's place after the check opens at once instead of
+        # waiting for a writer; the fstat below then refuses it. Regular files ignore the flag.
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        fh = os.fdopen(fd, "rb")  # closed below, after mmap is released
     except FileNotFoundError:
         raise GGUFError(p, "file not found") from None
-    except IsADirectoryError:
-        raise GGUFError(p, "is a folder, not a GGUF file") from None
     except OSError as exc:
         raise GGUFError(p, f"cannot open: {exc.strerror or exc}") from None
     with fh:
+        st = os.fstat(fh.fileno())
+        _refuse_unless_regular(p, st.st_mode)
+        size = st.st_size
         if size < 24:
             raise GGUFError(p, f"not a GGUF file (only {size} bytes)")
         try:
@@ -251,6 +257,24 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
+
+
+# What a path that is not a regular file is, in the user's words. Reading one would block (a FIFO,
+# `<(...)`, a socket) or say "only 0 bytes" of /dev/zero, which has no end.
+_NOT_REGULAR: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a pipe (FIFO or a shell's <(...))"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_unless_regular(p: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise GGUFError(p, f"is {kind}, not a GGUF file; name a model file saved on disk")
 
 
 def read_gguf_bytes(

@@ -201,6 +201,16 @@ def one_line(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+# A file name is shown whole (it is what the user types to open the file again), but within one
+# line: a line break or tab in it is written as its escape.
+_NAME_BREAKS = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def file_name_line(path: Path) -> str:
+    """`path`'s name for a line of text: whole, with line breaks and tabs written \\n, \\r, \\t."""
+    return path.name.translate(_NAME_BREAKS)
+
+
 def _arch_key(meta: dict[str, Any], arch: str, key: str, default: Any = None) -> Any:
     return meta.get(f"{arch}.{key}", default)
 

@@ -11,6 +11,7 @@ closed. The reason comes back as one line for the user.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def read_vocab(path: str | Path) -> VocabFacts:
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     with LOG_LOCK:
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        model = llama_cpp.llama_model_load_from_file(os.fsencode(path), params)
     if not model:
         raise ValueError(f"llama.cpp cannot read the vocabulary of {Path(path).name}")
     try:

@@ -72,6 +72,16 @@ PLAN_WAIT_S = 1.0
 _backend_ready = False
 
 
+# A dry run still allocates one thing in proportion to the context: each KV cache's table of cells
+# (llama-kv-cells.h: position 4 bytes, extension 8, shift 4, its set of sequences 32), on the host,
+# since no_alloc skips only the tensors. `plan --ctx 30000000` took 1.5 GB for a plan that did not
+# fit, and 99999999999 (wrapped into 32 bits) ran past 20 GB. llama.cpp is asked up to this context,
+# where the tables take 48 MiB per cache (up to five for DeepSeek-V4's); a larger context is sized
+# by the formula alone.
+DRY_RUN_CELL_BYTES = 48
+DRY_RUN_MAX_CTX = 1 << 20
+
+
 class MeasureError(UserError):
     """llama.cpp could not load the model at all (not a refused setting: that is `refused`)."""
 
@@ -320,7 +330,7 @@ def _load_model(
         mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     if dry_run:
         mparams.no_alloc = True
-    model = llama_cpp.llama_model_load_from_file(str(p).encode(), mparams)
+    model = llama_cpp.llama_model_load_from_file(os.fsencode(p), mparams)
     if not model:
         reason = "; ".join(e for e in errors if e) or "no reason logged"
         raise MeasureError(f"{p}: llama.cpp cannot load this model: {reason}")
@@ -389,6 +399,11 @@ def measure_allocations(
     p = Path(path)
     if not p.is_file():
         raise MeasureError(f"{p}: file not found")
+    if dry_run and settings.n_ctx > DRY_RUN_MAX_CTX:
+        raise MeasureError(
+            f"llama.cpp's dry run is asked for contexts of up to {DRY_RUN_MAX_CTX} tokens, not {settings.n_ctx}: "
+            f"it allocates {DRY_RUN_CELL_BYTES} bytes a token for its cache's cells even without the weights"
+        )
 
     with _lock:
         _ensure_backend(llama_cpp)
@@ -558,6 +573,8 @@ def _offload_key(devices: tuple[str, ...], settings: Settings) -> tuple[tuple[st
 def _graph_compute(
     path: str | os.PathLike[str], settings: Settings, offload: tuple[tuple[str, ...], tuple[float, ...]] | None
 ) -> GraphCompute | None:
+    if settings.n_ctx > DRY_RUN_MAX_CTX:
+        return None  # the formula: the dry run's cell tables grow with the context
     try:
         from vrampilot import llamacpp
 

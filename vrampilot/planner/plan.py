@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 # alternatives all read them).
 DEFAULT_MAX_CTX = 32768
 MIN_CTX = 512
+# The largest context llama.cpp can take: its positions are 32-bit signed (llama_pos), llama-server
+# reads -c into a C int, and it pads n_ctx up to a multiple of 256, so this is the last multiple of
+# 256 below 2^31. No model is trained anywhere near it (the longest, 10M tokens); a larger --ctx is
+# a typo, refused before anything is sized (ctypes would also wrap it silently into 32 bits).
+MAX_CTX = (1 << 31) - 256
 # Same-type pairs that default CUDA builds have flash-attention kernels for, in order of quality.
 PREFERRED_KV = ("f16", "q8_0", "q4_0")
 DEFAULT_UBATCH = 512

@@ -15,6 +15,7 @@ and the sizes are kept per file, device and flash-attention setting.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 from collections.abc import Iterable
@@ -150,7 +151,7 @@ def _load_and_report(p: Path, device: str | None, flash_attn: bool) -> ClipBuffe
     params.print_timings = False
     params.flash_attn_type = FLASH_ATTN_ENABLED if flash_attn else FLASH_ATTN_DISABLED
     with LOG_LOCK, log.capturing() as lines:
-        ctx = mtmd.mtmd_init_from_file(str(p).encode(), None, params)
+        ctx = mtmd.mtmd_init_from_file(os.fsencode(p), None, params)
         if ctx:
             mtmd.mtmd_free(ctx)
     if not ctx:

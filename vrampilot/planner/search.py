@@ -29,6 +29,7 @@ from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
     DEFAULT_UBATCH,
+    MAX_CTX,
     MIN_CTX,
     PREFERRED_KV,
     Alternative,
@@ -69,6 +70,10 @@ def _validate(spec: ModelSpec, pins: Pins) -> None:
             raise PlanError(f"unknown cache type {v!r} for {name}; llama.cpp accepts {', '.join(KV_CACHE_TYPES)}")
     if pins.n_ctx is not None and pins.n_ctx < 1:
         raise PlanError("context length must be positive")
+    for name, what in (("n_ctx", "context"), ("min_ctx", "least context")):
+        v = getattr(pins, name)
+        if v is not None and v > MAX_CTX:
+            raise PlanError(f"a {what} of {v} tokens is more than llama.cpp can take (at most {MAX_CTX})")
     for name in ("n_batch", "n_ubatch", "n_threads", "n_threads_batch"):
         v = getattr(pins, name)
         if v is not None and v < 1:
@@ -226,7 +231,7 @@ def plan(
         # rounds were too few for a device budget that cuts into the layers (a partial offload
         # then planned its device's compute buffer from the formula, 12.4 MiB for 18.6 real).
         for _ in range(6):
-            if g.is_measured(chosen):
+            if g.is_measured(chosen) or _ruled_out(spec, target, chosen, g):
                 break
             learned = _measure(spec, target, chosen, g)
             if learned is None:
@@ -237,6 +242,18 @@ def plan(
     if not p.fits and not p.refused:
         _refuse_placement_pins(spec, asked, pins, p)
     return p if asked is target else replace(p, asked_target=asked)
+
+
+def _ruled_out(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> bool:
+    """Whether the formula alone already says `s` cannot fit: its weights and KV cache, which a dry
+    run does not change where the cache formula is exact (a verified architecture), exceed all the
+    memory the target has. llama.cpp is then not asked: its dry run allocates its cache's cell
+    table on the host, 48 bytes a token (planner/measure.py), for a plan that cannot load anyway."""
+    if is_routed(spec.architecture):
+        return False
+    mem = memory_breakdown(spec, s, target, g)
+    fixed = sum(c.weights_bytes + c.kv_bytes for c in (mem.device, mem.host))
+    return fixed > target.device_budget_bytes + target.host_ram_bytes
 
 
 # The pins that only constrain the search: when the plan they leave does not fit, the planner says
@@ -474,6 +491,15 @@ def _finish(
             f"K={chosen.type_k}/V={chosen.type_v} has no CUDA flash-attention kernel in default builds: "
             "attention would run on the CPU and prompts get 8-30x slower"
         )
+    if exact and not g.is_measured(chosen):
+        from vrampilot.planner.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX
+
+        if chosen.n_ctx > DRY_RUN_MAX_CTX:
+            warnings.append(
+                f"compute buffer from the formula: llama.cpp is asked for contexts up to "
+                f"{format_tokens(DRY_RUN_MAX_CTX)}, since its dry run takes {DRY_RUN_CELL_BYTES} bytes "
+                "of RAM a token for the cache's cells"
+            )
     if chosen.n_ctx > spec.n_ctx_train > 0:
         warnings.append(
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import http.client
+import ipaddress
 import os
 import re
 import signal
@@ -122,8 +123,23 @@ class ServerConfig:
 
     @property
     def base_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.port}"
+        """Where a client on this machine reaches the server: one bound to every interface
+        (0.0.0.0, ::, or a short form llama-server's getaddrinfo reads the same: 0, 0.0) on
+        loopback; an IPv6 address in brackets, as a URL writes it."""
+        host = "127.0.0.1" if binds_every_interface(self.host) else self.host.strip("[]")
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+
+def binds_every_interface(host: str) -> bool:
+    """Whether `host` is the unspecified address, in any spelling inet_aton or IPv6 takes."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        pass
+    try:
+        return socket.inet_aton(host) == bytes(4)
+    except OSError:
+        return False
 
 
 def api_key_problem(key: str) -> str | None:

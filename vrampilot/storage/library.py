@@ -6,6 +6,7 @@ list never goes stale when a file changes.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import time
@@ -20,25 +21,25 @@ class Library:
 
     def add_file(self, path: str | Path) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO library_files (path, added_at) VALUES (?, ?)", (str(Path(path)), time.time())
+            "INSERT OR IGNORE INTO library_files (path, added_at) VALUES (?, ?)", (_stored(path), time.time())
         )
 
     def remove_file(self, path: str | Path) -> None:
-        self._conn.execute("DELETE FROM library_files WHERE path = ?", (str(Path(path)),))
+        self._conn.execute("DELETE FROM library_files WHERE path = ?", (_stored(path),))
 
     def add_folder(self, path: str | Path) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO library_folders (path, added_at) VALUES (?, ?)", (str(Path(path)), time.time())
+            "INSERT OR IGNORE INTO library_folders (path, added_at) VALUES (?, ?)", (_stored(path), time.time())
         )
 
     def remove_folder(self, path: str | Path) -> None:
-        self._conn.execute("DELETE FROM library_folders WHERE path = ?", (str(Path(path)),))
+        self._conn.execute("DELETE FROM library_folders WHERE path = ?", (_stored(path),))
 
     def files(self) -> list[Path]:
-        return [Path(r[0]) for r in self._conn.execute("SELECT path FROM library_files ORDER BY added_at")]
+        return [_path(r[0]) for r in self._conn.execute("SELECT path FROM library_files ORDER BY added_at")]
 
     def folders(self) -> list[Path]:
-        return [Path(r[0]) for r in self._conn.execute("SELECT path FROM library_folders ORDER BY added_at")]
+        return [_path(r[0]) for r in self._conn.execute("SELECT path FROM library_folders ORDER BY added_at")]
 
     def model_paths(self, max_depth: int = 3) -> list[Path]:
         """Every GGUF the library points at that exists now: files first, then folder contents.
@@ -57,6 +58,21 @@ class Library:
                     seen.add(p)
                     out.append(p)
         return out
+
+
+def _stored(path: str | Path) -> str | bytes:
+    """A path as SQLite keeps it: text, or the file system's bytes where they are not UTF-8 (SQLite's
+    text is UTF-8; Python holds such bytes as surrogates, which no UTF-8 encoder takes)."""
+    text = str(Path(path))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text)
+    return text
+
+
+def _path(value: str | bytes) -> Path:
+    return Path(os.fsdecode(value) if isinstance(value, bytes) else value)
 
 
 def scan_folder(folder: Path, max_depth: int = 3) -> list[Path]:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vrampilot.planner.plan import Pins
+from vrampilot.planner.plan import MAX_CTX, Pins
 from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
 from vrampilot.units import format_tokens
 
@@ -27,10 +27,11 @@ UBATCH_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def context_steps(n_ctx_train: int) -> list[int]:
-    """Slider stops: powers of two from 512 past the trained length, and the trained length."""
+    """Slider stops: powers of two from 512 past the trained length, and the trained length (when
+    llama.cpp can take it: a file may claim any number there)."""
     top = max(8192, min(1 << 20, 2 * max(n_ctx_train, 1)))
     steps = {512 << i for i in range(12) if (512 << i) <= top}
-    if n_ctx_train > 0:
+    if 0 < n_ctx_train <= MAX_CTX:
         steps.add(n_ctx_train)
     return sorted(steps)
 

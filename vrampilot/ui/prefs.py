@@ -25,7 +25,9 @@ from vrampilot.planner.plan import Pins
 
 
 def _model_key(path: str | Path) -> str:
-    return hashlib.sha1(str(Path(path)).encode("utf-8")).hexdigest()[:16]
+    # The path's bytes on disk: the same as its UTF-8 for every name that is UTF-8, and defined for
+    # one that is not (os.fsdecode's surrogates, which no UTF-8 encoder takes).
+    return hashlib.sha1(os.fsencode(Path(path))).hexdigest()[:16]
 
 
 SETTINGS_FILE = "settings.ini"
