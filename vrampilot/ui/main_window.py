@@ -339,6 +339,8 @@ class MainWindow(QMainWindow):
         the panel scroll sideways."""
         scroll = self.right_scroll
         content = scroll.widget()
+        if content is None:
+            return
         need = (
             content.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
         )

@@ -292,7 +292,8 @@ class PlanView(QWidget):
         self.cache_scroll.setWidgetResizable(True)
         self.cache_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.cache_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.cache_scroll.setWidget(self.cache_table)
+        self.cache_scroll.setWidget(self.cache_table)  # which shows the label: hidden again, with its area
+        self.cache_table.hide()
         self.cache_scroll.hide()
         cl.addWidget(self.cache_scroll)
         outer.addWidget(cache_box)
@@ -426,7 +427,7 @@ class PlanView(QWidget):
         self.draft_info.setText(_draft_text(plan))
         self.draft_info.setVisible(plan.draft is not None)
         styles = {REASON: "", WARNING: f" style='color:{WARN_AMBER}'", SUGGESTION: f" style='color:{OVER_BUDGET}'"}
-        items = [f"<li{styles[w.kind]}>{escape(wrappable(w.text))}</li>" for w in why_lines(plan)]
+        items = [f"<li{styles[w.kind]}>{escape(w.text)}</li>" for w in why_lines(plan)]
         self.reasons.setText("<ul style='margin-left:-20px'>" + "".join(items) + "</ul>")
         self._show_alternatives(plan)
         self._show_cache_table()

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import re
 
-_SEPARATOR = re.compile(r"([_.\-/\\])(?=\S)")
+# A point only before a letter ("Q4_1.gguf"): numbers (2731.5, 0.3.36, 127.0.0.1) stay whole.
+_SEPARATOR = re.compile(r"([_\-/\\]|\.(?=[^\W\d]))(?=\S)")
 ZERO_WIDTH_SPACE = "\u200b"
 
 
+# Words shorter than this never set the panel's width ("llama-server" stays as it is).
+LONG_WORD_CHARS = 20
+_LONG_WORD = re.compile(rf"\S{{{LONG_WORD_CHARS},}}")
+
+
 def wrappable(text: str) -> str:
-    """`text` with a break opportunity after each `_ . - / \\` inside a word (for plain or escaped text)."""
-    return _SEPARATOR.sub(r"\1" + ZERO_WIDTH_SPACE, text)
+    """`text` with a break opportunity after each `_ - / \\` and a point before a letter inside
+    each long word (for plain or escaped text; never for text a user may select and copy)."""
+    return _LONG_WORD.sub(lambda m: _SEPARATOR.sub(r"\1" + ZERO_WIDTH_SPACE, m.group(0)), text)
 
 
 def unwrapped(text: str) -> str:
