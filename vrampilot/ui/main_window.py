@@ -110,8 +110,8 @@ class MainWindow(QMainWindow):
         self.right_scroll.setObjectName("right_panel")
         self.right_scroll.setWidgetResizable(True)
         self.right_scroll.setWidget(right)
-        # The column is never narrower than the panel's content needs (_fit_panel_width): the
-        # chat gives way instead, so no button or column of the panel hides past a sideways scroll.
+        # The column's minimum follows the panel's content, down to what a 640-pixel window leaves
+        # (_fit_panel_width); the content itself wraps and narrows to fit a 320-pixel column.
         right.installEventFilter(self)
         guard_wheel(self.plan_view)
         # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact form in
@@ -334,9 +334,12 @@ class MainWindow(QMainWindow):
 
     def _fit_panel_width(self) -> None:
         """The side panel's column at least as wide as its content's minimum (which wraps its text
-        and narrows its tables down to what its buttons and settings need), plus the scroll bar;
-        but never so wide that the window could not be MIN_WINDOW_WIDTH wide: only there does
-        the panel scroll sideways."""
+        and narrows its tables down to what its buttons and settings need), plus the scroll bar,
+        but never so wide that the window could not be MIN_WINDOW_WIDTH wide. With the chat
+        column's own minimum that cap is what binds at common font sizes: from about 800 pixels
+        the splitter gives the panel its whole width (the chat stretches, the panel keeps its
+        share), and below it, or when the user drags the splitter or shows the chat list in a
+        window too narrow for all three, the panel scrolls sideways."""
         scroll = self.right_scroll
         content = scroll.widget()
         if content is None:
@@ -344,16 +347,20 @@ class MainWindow(QMainWindow):
         need = (
             content.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
         )
-        handles = self.splitter.handleWidth() * (self.splitter.count() - 1)
-        room = MIN_WINDOW_WIDTH - self.center_tabs.minimumSizeHint().width() - handles - 2 * self.splitter.frameWidth()
-        need = min(need, max(room, 30 * self.fontMetrics().averageCharWidth()))
-        if scroll.minimumWidth() != need:
-            scroll.setMinimumWidth(need)
-            # Said on the tabs too: the splitter reads the explicit minimum of its child (without
-            # one, the widest tab's, the Server tab's, kept a 640-pixel window from being that narrow).
-            stack = self.right_tabs.findChild(QStackedWidget)
-            frame = self.right_tabs.minimumSizeHint().width() - stack.minimumSizeHint().width() if stack else 0
-            self.right_tabs.setMinimumWidth(need + max(frame, 0))
+        # Said on the tabs (the splitter reads its child's explicit minimum; without one, the
+        # widest tab's, the Server tab's, counted) with their frame.
+        stack = self.right_tabs.findChild(QStackedWidget)
+        frame = max(self.right_tabs.minimumSizeHint().width() - stack.minimumSizeHint().width(), 0) if stack else 0
+        # What the rest of the window needs, read from the window itself (chat, handles, margins),
+        # with the chat list's handle counted even while a narrow window hides the list.
+        panel_now = self.right_tabs.minimumWidth() or self.right_tabs.minimumSizeHint().width()
+        others = self.minimumSizeHint().width() - panel_now
+        if self.chat_list.isHidden():
+            others += self.splitter.handleWidth()
+        tabs = min(need + frame, max(MIN_WINDOW_WIDTH - others, 30 * self.fontMetrics().averageCharWidth()))
+        if self.right_tabs.minimumWidth() != tabs:
+            scroll.setMinimumWidth(tabs - frame)
+            self.right_tabs.setMinimumWidth(tabs)
 
     def set_chat_list_shown(self, shown: bool) -> None:
         """Show or hide the chat list (View > Chat list, Ctrl+F, a window that narrows or widens)."""
