@@ -112,11 +112,21 @@ def test_not_gguf(tmp_path: Path, data: bytes, message: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_another_kind_of_file_is_said_in_words(tmp_path: Path) -> None:
+    """Random bytes: no Python bytes literal (b'\\xddg\\x91\\x9f') in what the user reads."""
+    with pytest.raises(GGUFError) as info:
+        read_gguf(write(tmp_path, b"\xddg\x91\x9f" + bytes(range(256)) * 4))
+    text = str(info.value)
+    assert "does not start with the letters GGUF" in text and "b'" not in text and "\\x" not in text
+
+
 def test_truncated_header(tmp_path: Path) -> None:
     full = minimal()
     for cut in (30, 45, 60, len(full) - 300):
-        with pytest.raises(GGUFError, match=r"truncated|not a GGUF|past the end"):
+        with pytest.raises(GGUFError, match=r"truncated|not a GGUF|past the end") as info:
             read_gguf(write(tmp_path, full[:cut]))
+        if info.value.problem.startswith("truncated"):  # in words too: what the user can do about it
+            assert "the download or copy may be incomplete" in info.value.problem
 
 
 def test_absurd_tensor_count_is_rejected_fast(tmp_path: Path) -> None:

@@ -113,7 +113,9 @@ def test_bad_role_is_refused(store: ChatStore) -> None:
 
 
 def test_title_from_long_text() -> None:
-    assert title_from("  short\nquestion ") == "short question"
+    assert title_from("  short\tquestion ") == "short question"
+    # The first line only: a list's items never run into its heading.
+    assert title_from("\n  Fix this list:\napples 3\npears 2\n") == "Fix this list:"
     long = "word " * 40
     t = title_from(long)
     assert t.endswith("…") and len(t) <= 61

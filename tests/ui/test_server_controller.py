@@ -67,6 +67,7 @@ def test_nothing_to_serve_before_a_plan_and_a_busy_port_is_named(qtbot: QtBot, s
     assert server.state == "stopped" and server.server is None
     free = server.panel.port.value()
     assert free != port and status[-1] == f"Port {port} is in use by another program; port {free} is free"
+    assert port < free <= port + 100  # the next free one (8081 for 8080), not a random high port
 
 
 def test_serves_the_plan_then_hands_the_chat_and_meters_back(qtbot: QtBot, server: ServerController) -> None:

@@ -153,7 +153,8 @@ class _Cursor:
             raise GGUFNeedMoreBytes(self.path, self.pos + n, self.size)
         if n < 0 or self.pos + n > self.size:
             raise self.fail(
-                f"truncated header: {what} needs {n} bytes at offset {self.pos}, file has {self.file_bytes}"
+                f"truncated header: {what} needs {n} bytes at offset {self.pos}, file has {self.file_bytes}; "
+                "the file ends early (the download or copy may be incomplete)"
             )
 
     def unpack(self, fmt: str, what: str) -> Any:
@@ -299,7 +300,11 @@ def read_gguf_bytes(
 def _parse(cur: _Cursor, path: Path, file_bytes: int) -> GGUFFile:
     magic = bytes(cur.buf[0:4])
     if magic != GGUF_MAGIC:
-        raise cur.fail(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')")
+        # Said in words: the bytes' Python repr (b'\xddg\x91') means nothing to a user.
+        raise cur.fail(
+            "not a GGUF file: it does not start with the letters GGUF that every GGUF model starts with "
+            "(another kind of file named .gguf, or a damaged one)"
+        )
     cur.pos = 4
     version = cur.unpack("<I", "version")
     if version not in SUPPORTED_VERSIONS:

@@ -180,7 +180,15 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+NEAR_PORTS = 100  # how far above a taken port to look for a free one before asking the system
+
+
+def free_port(host: str = "127.0.0.1", near: int | None = None) -> int:
+    """A free port on `host`: with `near`, the first free one above it (8081 for a taken 8080, which
+    a user reads and types easily), else, or when those are all taken, one the system picks."""
+    for port in range(near + 1, min(near + NEAR_PORTS, 65535) + 1) if near is not None else ():
+        if port_is_free(host, port):
+            return port
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -190,7 +198,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def port_in_use(host: str, port: int) -> PortInUseError:
     """The error for a port another program holds, with a free port to suggest when `host` is
     loopback (what `serve` and `rpc-host` print; the Server tab picks one on any host)."""
-    return PortInUseError(host, port, free_port(host) if host in LOOPBACK else None)
+    return PortInUseError(host, port, free_port(host, near=port) if host in LOOPBACK else None)
 
 
 def check_port(host: str, port: int) -> None:

@@ -70,8 +70,10 @@ class Chat:
 
 
 def title_from(text: str) -> str:
-    """A chat title from its first message: the first line, shortened at a word."""
-    line = " ".join(text.strip().split())
+    """A chat title from its first message: the first line, shortened at a word. Only the first:
+    "Fix this list:" then its items would read as one run-on line."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(first.split())
     if len(line) <= TITLE_CHARS:
         return line or DEFAULT_TITLE
     cut = line[:TITLE_CHARS].rsplit(" ", 1)[0]

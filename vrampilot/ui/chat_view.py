@@ -136,7 +136,7 @@ class MessageWidget(QFrame):
                 row.addWidget(label)
             row.addStretch(1)
             lay.addLayout(row)
-        self.body = MarkdownView()
+        self.body = MarkdownView(plain=role == "user")  # the user's words as typed, line breaks kept
         self.body.setObjectName("body")
         self.body.set_markdown(content)
         lay.addWidget(self.body)

@@ -16,8 +16,10 @@ from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 
 
 def confirm(parent: QWidget, title: str, text: str) -> bool:
+    """Yes or No, No by default: each question asks before something risky or lasting (load a plan
+    that does not fit, delete a chat), so Enter or a stray Space keeps the safe answer."""
     yes, no = QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.No
-    return QMessageBox.question(parent, title, text, yes | no) == yes
+    return QMessageBox.question(parent, title, text, yes | no, no) == yes
 
 
 def gguf_files(parent: QWidget) -> list[Path]:
@@ -56,5 +58,5 @@ def about(parent: QWidget) -> None:
     QMessageBox.about(
         parent,
         "About VRAM Pilot",
-        f"VRAM Pilot {__version__}\\nPlans llama.cpp settings so a GGUF model fits, explains them, and runs them.",
+        f"VRAM Pilot {__version__}\nPlans llama.cpp settings so a GGUF model fits, explains them, and runs them.",
     )

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
+    QMenu,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -64,6 +65,9 @@ def describe_entry(path: Path, target: Target, *, embedded: bool = False) -> Lib
 
 class LibraryView(QWidget):
     model_selected = Signal(object)  # Path
+    # A row whose file could not be read: selectable (to remove it) but never planned; the
+    # controller reads it again, in case it was fixed or replaced since it was listed.
+    unreadable_selected = Signal(object)  # LibraryEntry
     open_files_requested = Signal()
     add_folder_requested = Signal()
     remove_requested = Signal(object)  # Path
@@ -89,6 +93,12 @@ class LibraryView(QWidget):
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.tree.setMinimumHeight(self.fontMetrics().height() * 6)
         self.tree.itemSelectionChanged.connect(self._selected)
+        # Remove also from the row's context menu and with the Delete key.
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._context_menu)
+        delete = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.tree)
+        delete.setContext(Qt.ShortcutContext.WidgetShortcut)
+        delete.activated.connect(self._remove)
         lay.addWidget(self.tree)
         row = QHBoxLayout()
         open_b = QPushButton("Open GGUF…")
@@ -99,6 +109,7 @@ class LibraryView(QWidget):
         folder_b.clicked.connect(self.add_folder_requested)
         self.remove_b = QPushButton("Remove")
         self.remove_b.setObjectName("remove_model")
+        self.remove_b.setToolTip("Take the selected model off this list (the file stays on disk)")
         self.remove_b.clicked.connect(self._remove)
         row.addWidget(open_b)
         row.addWidget(folder_b)
@@ -107,6 +118,7 @@ class LibraryView(QWidget):
         lay.addLayout(row)
         self._entries: dict[str, LibraryEntry] = {}
         self._selecting = False
+        self.context_menu: QMenu | None = None
 
     def set_entries(self, entries: list[LibraryEntry], selected: Path | None) -> None:
         self._selecting = True
@@ -164,15 +176,38 @@ class LibraryView(QWidget):
         if self._selecting:
             return
         path = self.selected_path()
-        if path is not None:
+        if path is None:
+            return
+        e = self._entries.get(str(path))
+        if e is not None and e.spec is None:
+            self.unreadable_selected.emit(e)
+        else:
             self.model_selected.emit(path)
 
-    def _update_remove(self) -> None:
+    def _removable(self) -> Path | None:
+        """The selected row's file, unless it is the built-in model (which cannot be removed)."""
         path = self.selected_path()
         e = self._entries.get(str(path)) if path else None
-        self.remove_b.setEnabled(e is not None and not e.embedded)
+        return path if e is not None and not e.embedded else None
+
+    def _update_remove(self) -> None:
+        self.remove_b.setEnabled(self._removable() is not None)
 
     def _remove(self) -> None:
-        path = self.selected_path()
+        path = self._removable()
         if path is not None:
             self.remove_requested.emit(path)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        item = self.tree.itemAt(pos)
+        if item is None:
+            return
+        self.tree.setCurrentItem(item)
+        menu = QMenu(self.tree)
+        menu.setObjectName("library_menu")
+        remove = menu.addAction("Remove from the list")
+        remove.setObjectName("library_remove")
+        remove.setEnabled(self._removable() is not None)
+        remove.triggered.connect(self._remove)
+        menu.popup(self.tree.viewport().mapToGlobal(pos))
+        self.context_menu = menu  # kept for tests, which trigger its action

@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import (
+    QAction,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -52,6 +54,10 @@ from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.services import Services
 from vrampilot.ui.wheel_guard import guard_wheel
 
+# The narrowest window the layout is made for (docs/user-guide.md): the chat list steps aside, and
+# only below about 800 pixels does the Plan panel's column get narrower than its content.
+MIN_WINDOW_WIDTH = 640
+
 
 class MainWindow(QMainWindow):
     def __init__(self, ctx: AppContext, services: Services, initial_model: str | None = None) -> None:
@@ -62,6 +68,9 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("VRAM Pilot")
         self.setAcceptDrops(True)
         self._shut = False
+        self._model_failure = ""  # the banner's text while it says a model could not be read
+        self._narrow: bool | None = None  # the window is too narrow for the chat list (resizeEvent)
+        self.actions_by_name: dict[str, QAction] = {}  # the menus' named actions, once built
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
@@ -75,6 +84,9 @@ class MainWindow(QMainWindow):
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
         self.actions_by_name = window_menus(self)
+        chat_list_action = self.actions_by_name["action_chat_list"]
+        chat_list_action.setCheckable(True)
+        chat_list_action.setChecked(not self.chat_list.isHidden())
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
@@ -97,9 +109,10 @@ class MainWindow(QMainWindow):
         self.right_scroll = QScrollArea()
         self.right_scroll.setObjectName("right_panel")
         self.right_scroll.setWidgetResizable(True)
-        # A narrow window scrolls the panel sideways rather than clipping it.
-        self.right_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.right_scroll.setWidget(right)
+        # The column's minimum follows the panel's content, down to what a 640-pixel window leaves
+        # (_fit_panel_width); the content itself wraps and narrows to fit a 320-pixel column.
+        right.installEventFilter(self)
         guard_wheel(self.plan_view)
         # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact form in
         # the status bar that stays visible whichever tab is open.
@@ -124,7 +137,6 @@ class MainWindow(QMainWindow):
         self.splitter.setCollapsible(1, False)
         self.splitter.setCollapsible(2, False)
         em = self.fontMetrics().averageCharWidth()
-        self.right_tabs.setMinimumWidth(30 * em)  # narrower is unreadable: the panel scrolls instead
         self.splitter.setSizes([32 * em, 90 * em, 70 * em])
         self.setCentralWidget(self.splitter)
         self.status = QLabel()
@@ -139,9 +151,8 @@ class MainWindow(QMainWindow):
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
-        plans.model_failed.connect(
-            lambda why: self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)])
-        )
+        plans.model_failed.connect(self._model_failed)
+        plans.model_read.connect(self._model_read)
         plans.loaded.connect(self._loaded)
         plans.load_state_changed.connect(lambda _s: self.chats.update_hint())
         plans.unloaded.connect(lambda: self.meters_panel.set_plan(None))
@@ -197,6 +208,17 @@ class MainWindow(QMainWindow):
         self.documents.set_plan(p)
         self.chats.check_model()
         self.chats.update_hint()
+
+    def _model_failed(self, why: str) -> None:
+        self._model_failure = why
+        self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)])
+
+    def _model_read(self, _path: Path) -> None:
+        """A model the user chose reads: the banner about an earlier unreadable one is over (a
+        banner about something else stays)."""
+        if self._model_failure and self.chat_view.banner_text.text() == self._model_failure:
+            self.chat_view.hide_banner()
+        self._model_failure = ""
 
     def _loaded(self, result: LoadResult) -> None:
         self.meters_panel.set_plan(result.plan)
@@ -305,17 +327,84 @@ class MainWindow(QMainWindow):
         self.raise_()
         self.activateWindow()
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.right_scroll.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_panel_width()
+        return super().eventFilter(watched, event)
+
+    def _fit_panel_width(self) -> None:
+        """The side panel's column at least as wide as its content's minimum (which wraps its text
+        and narrows its tables down to what its buttons and settings need), plus the scroll bar,
+        but never so wide that the window could not be MIN_WINDOW_WIDTH wide. With the chat
+        column's own minimum that cap is what binds at common font sizes: from about 800 pixels
+        the splitter gives the panel its whole width (the chat stretches, the panel keeps its
+        share), and below it, or when the user drags the splitter or shows the chat list in a
+        window too narrow for all three, the panel scrolls sideways."""
+        scroll = self.right_scroll
+        content = scroll.widget()
+        if content is None:
+            return
+        need = (
+            content.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        )
+        # Said on the tabs (the splitter reads its child's explicit minimum; without one, the
+        # widest tab's, the Server tab's, counted) with their frame.
+        stack = self.right_tabs.findChild(QStackedWidget)
+        frame = max(self.right_tabs.minimumSizeHint().width() - stack.minimumSizeHint().width(), 0) if stack else 0
+        # What the rest of the window needs, read from the window itself (chat, handles, margins),
+        # with the chat list's handle counted even while a narrow window hides the list.
+        panel_now = self.right_tabs.minimumWidth() or self.right_tabs.minimumSizeHint().width()
+        others = self.minimumSizeHint().width() - panel_now
+        if self.chat_list.isHidden():
+            others += self.splitter.handleWidth()
+        tabs = min(need + frame, max(MIN_WINDOW_WIDTH - others, 30 * self.fontMetrics().averageCharWidth()))
+        if self.right_tabs.minimumWidth() != tabs:
+            scroll.setMinimumWidth(tabs - frame)
+            self.right_tabs.setMinimumWidth(tabs)
+
+    def set_chat_list_shown(self, shown: bool) -> None:
+        """Show or hide the chat list (View > Chat list, Ctrl+F, a window that narrows or widens)."""
+        was_hidden = self.chat_list.isHidden()
+        self.chat_list.setHidden(not shown)
+        action = self.actions_by_name.get("action_chat_list")
+        if action is not None:
+            action.setChecked(shown)
+        if shown and was_hidden:
+            self._widen_chat_list(collapsed_too=True)
+
+    def toggle_chat_list(self) -> None:
+        self.set_chat_list_shown(self.chat_list.isHidden())
+
+    def search_chats(self) -> None:
+        """Ctrl+F: the search field, with the chat list shown first if a narrow window hid it (else
+        the keys went into a field nobody could see)."""
+        self.set_chat_list_shown(True)
+        self.chat_list.focus_search()
+
+    def _widen_chat_list(self, collapsed_too: bool = False) -> None:
+        """A shown chat list is never squeezed to a sliver; one the user collapsed by dragging the
+        splitter stays so, unless it is being shown (`collapsed_too`)."""
+        em = self.fontMetrics().averageCharWidth()
+        sizes = self.splitter.sizes()
+        if not self.chat_list.isHidden() and (collapsed_too or sizes[0] > 0) and sizes[0] < 22 * em:
+            # The room comes from the chat down to its minimum, then from the side panel.
+            short = 22 * em - sizes[0]
+            from_chat = min(short, max(sizes[1] - self.center_tabs.minimumSizeHint().width(), 0))
+            from_panel = min(short - from_chat, max(sizes[2] - self.right_tabs.minimumWidth(), 0))
+            self.splitter.setSizes([sizes[0] + from_chat + from_panel, sizes[1] - from_chat, sizes[2] - from_panel])
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         # Below this width the chat list gives its room to the chat and the plan, as chat apps do
         # with their sidebar (Ctrl+Tab still goes through the chats); it returns when there is room.
+        # Only crossing the width decides: in between, View > Chat list (and Ctrl+F) shows it.
         em = self.fontMetrics().averageCharWidth()
         narrow = self.width() < 150 * em
-        if narrow != self.chat_list.isHidden():
-            self.chat_list.setHidden(narrow)
-        sizes = self.splitter.sizes()
-        if not narrow and 0 < sizes[0] < 22 * em:  # shown, then never squeezed to a sliver
-            self.splitter.setSizes([22 * em, max(sizes[1] - (22 * em - sizes[0]), 0), sizes[2]])
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self.set_chat_list_shown(not narrow)
+        else:
+            self._widen_chat_list()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.ctx.prefs.set_geometry(self.saveGeometry(), self.splitter.saveState())

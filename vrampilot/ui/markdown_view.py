@@ -1,7 +1,9 @@
 """A read-only Markdown view that grows with its text (one per chat message).
 
 Qt's own CommonMark reader (QTextDocument.setMarkdown, GitHub dialect) renders the text, so no
-extra package is needed; fenced code blocks get a monospace font and a shaded background.
+extra package is needed; fenced code blocks get a monospace font and a shaded background. The
+user's own messages are shown as typed (`plain`): Markdown joins single line breaks, so a list, a
+poem or code pasted without a fence ran together into one paragraph, as chat apps never show it.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ def code_shade(palette: QPalette) -> QColor:
 
 
 class MarkdownView(QTextBrowser):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, plain: bool = False) -> None:
         super().__init__(parent)
         self._markdown = ""
+        self._plain = plain
         self.setOpenExternalLinks(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -53,8 +56,11 @@ class MarkdownView(QTextBrowser):
 
     def set_markdown(self, text: str) -> None:
         self._markdown = text
-        self.setMarkdown(text)
-        self._style_code_blocks()
+        if self._plain:
+            self.setPlainText(text)
+        else:
+            self.setMarkdown(text)
+            self._style_code_blocks()
         self._fit()
 
     def _style_code_blocks(self) -> None:

@@ -58,6 +58,8 @@ class MenuWindow(MenuBarOwner, Protocol):
     def export_chat(self, chat_id: int, fmt: str) -> None: ...
     def export_command(self, shell: str) -> str: ...
     def show_log(self) -> object: ...
+    def search_chats(self) -> None: ...
+    def toggle_chat_list(self) -> None: ...
     def window(self) -> QWidget: ...
 
 
@@ -117,7 +119,7 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                 "&Chat",
                 [
                     ("New chat", w.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
-                    ("Search chats", w.chat_list.focus_search, key("Ctrl+F"), "action_search"),
+                    ("Search chats", w.search_chats, key("Ctrl+F"), "action_search"),
                     ("Rename chat…", lambda: with_chat(w.rename_chat), key("F2"), "action_rename"),
                     (
                         "Delete chat…",
@@ -161,6 +163,9 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                 [
                     ("Chat", lambda: w.center_tabs.setCurrentWidget(w.chat_view), key("Alt+1"), ""),
                     ("Hub", lambda: w.center_tabs.setCurrentWidget(w.hub), key("Alt+2"), ""),
+                    None,
+                    # Checkable (the window sets it): a narrow window hides the list, this brings it back.
+                    ("Chat list", w.toggle_chat_list, key("Ctrl+Shift+L"), "action_chat_list"),
                 ],
             ),
             (

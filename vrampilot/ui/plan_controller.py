@@ -61,6 +61,7 @@ class LoadState(enum.Enum):
 class PlanController(QObject):
     plan_shown = Signal(object)  # Plan
     model_failed = Signal(str)  # why the chosen model could not be read
+    model_read = Signal(object)  # Path: a model the user chose was read (an earlier failure is over)
     loaded = Signal(object)  # LoadResult
     unloaded = Signal()
     load_state_changed = Signal(object)  # LoadState
@@ -131,6 +132,7 @@ class PlanController(QObject):
         plan_view.cancel_load_requested.connect(self.cancel_load)
         plan_view.unload_requested.connect(self.unload)
         library_view.model_selected.connect(self.select_model)
+        library_view.unreadable_selected.connect(self._unreadable_selected)
         engine = ctx.engine
         engine.load_progress.connect(lambda v: self.view.show_loading(v))
         engine.loaded.connect(self._loaded)
@@ -326,10 +328,28 @@ class PlanController(QObject):
         self.ctx.library.remove_file(path)
         self.refresh_library()
 
+    def _unreadable_selected(self, entry: LibraryEntry) -> None:
+        """A row listed as unreadable was selected: the selection stays there (Remove, Delete and the
+        context menu act on it) and the shown plan stays; the file is read again in case it was
+        fixed or replaced since it was listed, and planned only if it now reads."""
+        path = entry.path
+
+        def failed(exc: BaseException) -> None:
+            self.status.emit(f"Could not read {path.name}: {describe_error(exc)} (Remove takes it off the list)")
+
+        self.ctx.tasks.submit(
+            lambda _t: load_model_spec(path),
+            done=lambda _spec: self.select_model(path),
+            failed=failed,
+            key="spec-check",
+            owner=self,
+        )
+
     # -- model and plan ------------------------------------------------------------------------
-    def select_model(self, path: Path, *, fallback: bool = False) -> None:
+    def select_model(self, path: Path, *, fallback: bool = False, instead: bool = False) -> None:
         """Plan `path`. An unreadable file never becomes the model: the previous one stays (or, at
-        start and with `fallback`, the built-in model is used) and `model_failed` says why."""
+        start and with `fallback`, the built-in model is used) and `model_failed` says why.
+        `instead`: `path` replaces one that failed, whose message stays up."""
         path = Path(path)
         previous = self.model_path if self.spec is not None else None
         self.model_path = path
@@ -343,6 +363,11 @@ class PlanController(QObject):
             self.replan()
             self._find_projector(spec)
             self.speed.model_selected(spec)
+            if not instead:
+                self.model_read.emit(path)
+            listed = self.library_view.entry(path)
+            if listed is not None and listed.spec is None:  # listed while it was unreadable: fixed since
+                self.refresh_library()
 
         def failed(exc: BaseException) -> None:
             why = f"Could not read {path.name}: {describe_error(exc)}"
@@ -370,7 +395,7 @@ class PlanController(QObject):
                 self._show_load_state()
                 self._fail_plan_waiters(why)
             else:
-                self.select_model(back)
+                self.select_model(back, instead=True)
 
         self.ctx.tasks.submit(lambda _t: load_model_spec(path), done=done, failed=failed, key="spec", owner=self)
 

@@ -7,12 +7,13 @@ import sys
 from dataclasses import replace
 from html import escape
 
-from PySide6.QtCore import QStringListModel, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QStringListModel, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QCompleter,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
@@ -49,9 +51,11 @@ from vrampilot.ui.pin_controls import PinControls
 from vrampilot.ui.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
+from vrampilot.ui.wrap import wrappable
 from vrampilot.units import format_bytes, format_tokens
 
 SHELL_NAMES = {"bash": "bash", "powershell": "PowerShell", "cmd": "cmd"}
+PROMPT_COLUMN = 3  # the Alternatives table's prompt speed, hidden first in a narrow column
 
 
 def _signed_bytes(n: int) -> str:
@@ -95,6 +99,8 @@ class PlanView(QWidget):
         row.addWidget(QLabel("Plan for"))
         self.target_box = QComboBox()
         self.target_box.setObjectName("target")
+        _narrow_combo(self.target_box)
+        self.target_box.currentTextChanged.connect(self.target_box.setToolTip)  # a long profile name, whole
         self.target_box.activated.connect(lambda _i: self.target_changed.emit(str(self.target_box.currentData())))
         row.addWidget(self.target_box, 1)
         outer.addLayout(row)
@@ -106,6 +112,7 @@ class PlanView(QWidget):
         backend_row.addWidget(QLabel("GPU backend"))
         self.gpu_backend = QComboBox()
         self.gpu_backend.setObjectName("gpu_backend")
+        _narrow_combo(self.gpu_backend)
         self.gpu_backend.setToolTip(
             "The llama.cpp backend that runs a GPU several can drive. Auto: the vendor's own (CUDA on "
             "NVIDIA), which reads prompts faster; the plan's reasons say which device runs and why."
@@ -264,7 +271,12 @@ class PlanView(QWidget):
         self.cache_toggle.setCheckable(True)
         self.cache_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.cache_toggle.setArrowType(Qt.ArrowType.RightArrow)
-        self.cache_toggle.setText("Show the KV cache by part at 8K-1M tokens, and what if it were MHA, GQA or MLA")
+        # Short: a tool button does not wrap, and the panel must fit a narrow column; the rest is
+        # in the tooltip.
+        self.cache_toggle.setText("Show the KV cache by part")
+        self.cache_toggle.setToolTip(
+            "The KV cache by part at 8K-1M tokens, and what it would be if this model used MHA, GQA or MLA"
+        )
         self.cache_toggle.toggled.connect(self._cache_toggled)
         cl.addWidget(self.cache_toggle)
         self.cache_table = QLabel()
@@ -273,7 +285,17 @@ class PlanView(QWidget):
         self.cache_table.setTextFormat(Qt.TextFormat.RichText)
         self.cache_table.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.cache_table.hide()
-        cl.addWidget(self.cache_table)
+        # The tables are as wide as their numbers: in a narrow column they scroll sideways on their
+        # own, rather than widening the whole panel.
+        self.cache_scroll = QScrollArea()
+        self.cache_scroll.setObjectName("cache_scroll")
+        self.cache_scroll.setWidgetResizable(True)
+        self.cache_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.cache_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.cache_scroll.setWidget(self.cache_table)  # which shows the label: hidden again, with its area
+        self.cache_table.hide()
+        self.cache_scroll.hide()
+        cl.addWidget(self.cache_scroll)
         outer.addWidget(cache_box)
 
         alts = QGroupBox("Alternatives (double-click to use)")
@@ -297,6 +319,11 @@ class PlanView(QWidget):
         for box in (settings_box, why, cache_box, alts):
             box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         outer.addStretch(1)
+        # Both follow their width (eventFilter): in a narrow column the Alternatives' prompt speed
+        # steps aside (each row's tooltip keeps it) rather than the table scrolling past "Fits",
+        # and the cache tables' own scroll area keeps their height.
+        self.alternatives.installEventFilter(self)
+        self.cache_scroll.installEventFilter(self)
 
     # -- targets -------------------------------------------------------------------------------
     def offer_mtp_drafting(self, has_mtp_block: bool) -> None:
@@ -343,7 +370,7 @@ class PlanView(QWidget):
     def set_plan(self, plan: Plan) -> None:
         self._plan = plan
         name = plan.spec.path.name
-        self.model_label.setText(f"<b>{escape(name)}</b> · {escape(plan.target.description)}")
+        self.model_label.setText(f"<b>{escape(wrappable(name))}</b> · {escape(plan.target.description)}")
         self.model_label.setToolTip(str(plan.spec.path))
         t = plan.target
         self.pins.set_model(
@@ -390,7 +417,9 @@ class PlanView(QWidget):
             color, word = OK_GREEN, "Fits"
         else:
             color, word = OVER_BUDGET, "Does not fit"
-        detail = escape(plan.refused) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
+        detail = (
+            escape(wrappable(plan.refused)) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
+        )
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
         self.placement.setText(_placement_html(plan))
         self.placement.setVisible(t.has_gpu)
@@ -411,6 +440,7 @@ class PlanView(QWidget):
     def _cache_toggled(self, shown: bool) -> None:
         self.cache_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
         self.cache_table.setVisible(shown)
+        self.cache_scroll.setVisible(shown)
         self._show_cache_table()
 
     def _show_cache_table(self) -> None:
@@ -418,6 +448,7 @@ class PlanView(QWidget):
             return
         if is_routed(self._plan.spec.architecture):
             self.cache_table.setText("Counting the cache with llama.cpp…")
+            self._fit_cache_height()
             self.cache_count_requested.emit(self._plan)
             return
         self.show_cache_table(self._plan, cache_table(self._plan.spec, self._plan.settings))
@@ -426,6 +457,16 @@ class PlanView(QWidget):
         """The cache by part for `plan`, unless a newer plan is shown or the section was closed."""
         if plan is self._plan and self.cache_toggle.isChecked():
             self.cache_table.setText(_cache_html(table))
+            self._fit_cache_height()
+
+    def _fit_cache_height(self) -> None:
+        """The cache tables' own scroll area as tall as the tables at the width they get, plus its
+        scroll bar when they are wider than the column."""
+        label, area = self.cache_table, self.cache_scroll
+        table_width = label.minimumSizeHint().width()
+        height = label.heightForWidth(max(area.viewport().width(), table_width))
+        bar = area.horizontalScrollBar().sizeHint().height() if table_width > area.viewport().width() else 0
+        area.setFixedHeight((height if height > 0 else label.sizeHint().height()) + bar)
 
     @staticmethod
     def _device_bar_data(plan: Plan) -> list[BarData]:
@@ -451,20 +492,42 @@ class PlanView(QWidget):
                 f"{a.speed.prefill_tps:.0f}",
                 {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
+            summary = (
+                f"{a.label}: {cells[1]}, {cells[2]} tokens/s generating, {cells[3]} tokens/s reading a prompt, "
+                f"fits: {cells[4]}"
+            )
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
+                item.setToolTip(summary)
                 if c in (2, 3):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == 4:
                     item.setForeground(QColor(OK_GREEN if a.verdict == FITS else OVER_BUDGET))
                 if a.refused:
-                    item.setToolTip(a.refused)
+                    item.setToolTip(f"{summary}\n{a.refused}")
                 self.alternatives.setItem(i, c, item)
+        self._fit_alternative_columns()
         self.alternatives.setFixedHeight(
             self.alternatives.horizontalHeader().height()
             + sum(self.alternatives.rowHeight(r) for r in range(self.alternatives.rowCount()))
             + 4
         )
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.alternatives and event.type() == QEvent.Type.Resize:
+            self._fit_alternative_columns()
+        elif watched is self.cache_scroll and event.type() == QEvent.Type.Resize:
+            self._fit_cache_height()
+        return super().eventFilter(watched, event)
+
+    def _fit_alternative_columns(self) -> None:
+        """Show the prompt speed column only where every column fits beside a readable "Change"."""
+        table, hdr = self.alternatives, self.alternatives.horizontalHeader()
+        table.setColumnHidden(PROMPT_COLUMN, False)
+        need = self.fontMetrics().averageCharWidth() * 16 + sum(
+            max(hdr.sectionSizeHint(c), table.sizeHintForColumn(c)) for c in range(1, table.columnCount())
+        )
+        table.setColumnHidden(PROMPT_COLUMN, need > table.viewport().width())
 
     def _alt_clicked(self, row: int, _col: int) -> None:
         if self._plan is not None and 0 <= row < len(self._plan.alternatives):
@@ -473,13 +536,13 @@ class PlanView(QWidget):
 
     # -- load state ----------------------------------------------------------------------------
     def show_planning(self, model_name: str) -> None:
-        self.model_label.setText(f"<b>{escape(model_name)}</b> · planning…")
+        self.model_label.setText(f"<b>{escape(wrappable(model_name))}</b> · planning…")
         self.load_button.setEnabled(False)
         self.load_button.setToolTip("Planning…")
 
     def show_message(self, text: str) -> None:
         """A line where the verdict goes: why there is no plan (unreadable model, planning failed)."""
-        self.verdict.setText(f"<span style='color:{OVER_BUDGET}'>{escape(text)}</span>")
+        self.verdict.setText(f"<span style='color:{OVER_BUDGET}'>{escape(wrappable(text))}</span>")
 
     def show_loading(self, value: float | None) -> None:
         """The progress bar and Cancel while loading (value 0..1); None hides them.
@@ -507,7 +570,7 @@ class PlanView(QWidget):
 
     def show_load_state(self, state: str, text: str, *, can_load: bool, why: str = "", reload: bool = False) -> None:
         """`state`: "unloaded", "loading" or "loaded"; `text` the line under the buttons."""
-        self.load_status.setText(text)
+        self.load_status.setText(wrappable(text))
         self.load_button.setEnabled(can_load)
         self.load_button.setToolTip(why)
         self.unload_button.setEnabled(state == "loaded")
@@ -579,7 +642,7 @@ def _draft_text(plan: Plan) -> str:
         return ""
     where = ", ".join(f"{escape(name)} {format_bytes(n)}" for name, n in d.bytes_by_device().items())
     if d.spec is not None:
-        head = f"<b>Draft</b> {escape(d.spec.path.name)} · {where}"
+        head = f"<b>Draft</b> {escape(wrappable(d.spec.path.name))} · {where}"
     elif d.kind == "mtp":
         head = f"<b>MTP drafting</b> (the model's own block, in llama-server) · its context {where}"
     else:
@@ -619,6 +682,14 @@ def _cache_html(table: CacheTable) -> str:
         f"<table>{''.join(what)}</table>"
         f"<ul style='margin-left:-20px; color:gray'>{notes}</ul>"
     )
+
+
+def _narrow_combo(box: QComboBox) -> None:
+    """A combo box as narrow as its column needs: by default its minimum width is its longest
+    item's ("Auto (the vendor's own: CUDA on NVIDIA)", a profile's name), which widened the whole
+    panel; a longer item is cut in the box and shown whole in its list."""
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(12)
 
 
 def _is_windows() -> bool:

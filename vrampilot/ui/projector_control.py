@@ -48,6 +48,9 @@ class ProjectorControl(QWidget):
         self.file.setObjectName("mmproj_file")
         self.file.setWordWrap(True)
         self.file.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # A file name is one word to Qt's line breaking: without a minimum of its own, a long one
+        # set the side panel's width. It may be cut instead; the tooltip has the whole path.
+        self.file.setMinimumWidth(self.fontMetrics().averageCharWidth() * 20)
         lay.addWidget(self.file)
         self.set_found(None, "")
 

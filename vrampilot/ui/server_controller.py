@@ -132,7 +132,7 @@ class ServerController(QObject):
         try:
             server = prepare(plan, config)
         except PortInUseError as exc:
-            suggestion = exc.suggestion or free_port(config.host)
+            suggestion = exc.suggestion or free_port(config.host, near=config.port)
             self._set_state("stopped", f"Port {config.port} is in use by another program; port {suggestion} is free")
             self.panel.port.setValue(suggestion)
             return
@@ -271,6 +271,7 @@ class ServerController(QObject):
         self._stop_watch()
         self.backend = None
         self.backend_changed.emit(None)
+        self.plans.served(None)  # the Plan panel stops saying the chat replies through it
         self.sampler.watch(None)
 
     def _stop_watch(self) -> None:
