@@ -300,3 +300,13 @@ def test_the_built_in_model_s_run_stops_at_its_next_check(embedded_model: Path) 
         with pytest.raises(ProbeCancelled):
             session.read(stop_at_the_third)
         assert session.readings == 0 and len(checks) == 3
+
+
+def test_the_time_a_measurement_takes_is_said_from_the_last_one(host_probe: HostProbe) -> None:
+    """doctor --measure said "a few seconds" and ran past 170 s on a busy machine: it now says the
+    last measurement's own time, or under a minute at a quiet moment where none was taken."""
+    from vrampilot.speed.report import probe_time_text
+
+    assert probe_time_text(None) == "under a minute at a quiet moment, minutes while other programs run"
+    slow = replace(host_probe, duration_s=171.4)
+    assert probe_time_text(slow) == "the last measurement took 171 s; longer while other programs run"

@@ -21,7 +21,7 @@ from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
-from vrampilot.speed.report import format_speed, speed_to_dict
+from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
 from vrampilot.speed.service import with_measured_speed
 
 
@@ -58,7 +58,12 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
             print(f"Measuring {', '.join(d.name for d in devices)} (llama.cpp's kernels)…", file=sys.stderr, flush=True)
         return replace(machine, speed=_measure_devices(machine.speed, devices))
     if say:
-        print("Measuring this machine (llama.cpp's kernels, a few seconds)…", file=sys.stderr, flush=True)
+        previous = machine.speed.probe if machine.speed is not None else None
+        print(
+            f"Measuring this machine (llama.cpp's kernels and the built-in model: {probe_time_text(previous)})…",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         taken = take_probe(machine, ALL_WEIGHT_TYPES)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:

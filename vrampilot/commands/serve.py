@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
+from vrampilot.gguf.spec import file_name_line
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -130,7 +131,7 @@ def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, gen
         print(json.dumps(out), flush=True)
         return
     where = "this machine only" if config.loopback_only else "the network: anyone who has the key can use it"
-    print(f"Serving {plan.spec.path.name} at {config.base_url}/v1 (OpenAI-compatible; {where})")
+    print(f"Serving {file_name_line(plan.spec.path)} at {config.base_url}/v1 (OpenAI-compatible; {where})")
     if args.api_key_file:
         print(f"API key: the one in {args.api_key_file}")
     elif config.api_key:

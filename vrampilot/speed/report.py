@@ -25,6 +25,14 @@ def _kernel_line(k: KernelRates) -> str:
     )
 
 
+def probe_time_text(previous: HostProbe | None) -> str:
+    """How long a measurement takes, said before it starts: the last one's time where there is one
+    (a probe beside a compile took minutes where a quiet one takes well under one)."""
+    if previous is None:
+        return "under a minute at a quiet moment, minutes while other programs run"
+    return f"the last measurement took {previous.duration_s:.0f} s; longer while other programs run"
+
+
 def format_probe(probe: HostProbe) -> list[str]:
     threads = " / ".join(str(r.threads) for r in sorted(probe.ram_read_gbps, key=lambda r: r.threads))
     when = probe.measured_at.replace("T", " ").replace("+00:00", " UTC")
