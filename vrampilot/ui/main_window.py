@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
-    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -39,6 +38,7 @@ from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController, ChatState
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.columns import Columns
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.documents_controller import DocumentsController
 from vrampilot.ui.hardware_view import HardwareView
@@ -54,10 +54,6 @@ from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.services import Services
 from vrampilot.ui.wheel_guard import guard_wheel
 
-# The narrowest window the layout is made for (docs/user-guide.md): the chat list steps aside, and
-# only below about 800 pixels does the Plan panel's column get narrower than its content.
-MIN_WINDOW_WIDTH = 640
-
 
 class MainWindow(QMainWindow):
     def __init__(self, ctx: AppContext, services: Services, initial_model: str | None = None) -> None:
@@ -69,7 +65,6 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._shut = False
         self._model_failure = ""  # the banner's text while it says a model could not be read
-        self._narrow: bool | None = None  # the window is too narrow for the chat list (resizeEvent)
         self.actions_by_name: dict[str, QAction] = {}  # the menus' named actions, once built
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
@@ -84,9 +79,9 @@ class MainWindow(QMainWindow):
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
         self.actions_by_name = window_menus(self)
-        chat_list_action = self.actions_by_name["action_chat_list"]
-        chat_list_action.setCheckable(True)
-        chat_list_action.setChecked(not self.chat_list.isHidden())
+        self.columns.action = self.actions_by_name["action_chat_list"]
+        self.columns.action.setCheckable(True)
+        self.columns.action.setChecked(not self.chat_list.isHidden())
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
@@ -110,8 +105,8 @@ class MainWindow(QMainWindow):
         self.right_scroll.setObjectName("right_panel")
         self.right_scroll.setWidgetResizable(True)
         self.right_scroll.setWidget(right)
-        # The column's minimum follows the panel's content, down to what a 640-pixel window leaves
-        # (_fit_panel_width); the content itself wraps and narrows to fit a 320-pixel column.
+        # The column's minimum follows the panel's content, which wraps and narrows to fit a
+        # 320-pixel column, down to what the narrowest window leaves (Columns.fit_panel_width).
         right.installEventFilter(self)
         guard_wheel(self.plan_view)
         # The hub is a tab beside the chat; the meters a tab beside the plan, with a compact form in
@@ -139,6 +134,9 @@ class MainWindow(QMainWindow):
         em = self.fontMetrics().averageCharWidth()
         self.splitter.setSizes([32 * em, 90 * em, 70 * em])
         self.setCentralWidget(self.splitter)
+        self.columns = Columns(
+            self, self.splitter, self.chat_list, self.center_tabs, self.right_tabs, self.right_scroll
+        )
         self.status = QLabel()
         self.status.setObjectName("status")
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -328,83 +326,25 @@ class MainWindow(QMainWindow):
         self.activateWindow()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.right_scroll.widget() and event.type() == QEvent.Type.LayoutRequest:
-            self._fit_panel_width()
+        if event.type() == QEvent.Type.LayoutRequest and watched is self.right_scroll.widget():
+            self.columns.fit_panel_width()
         return super().eventFilter(watched, event)
 
-    def _fit_panel_width(self) -> None:
-        """The side panel's column at least as wide as its content's minimum (which wraps its text
-        and narrows its tables down to what its buttons and settings need), plus the scroll bar,
-        but never so wide that the window could not be MIN_WINDOW_WIDTH wide. With the chat
-        column's own minimum that cap is what binds at common font sizes: from about 800 pixels
-        the splitter gives the panel its whole width (the chat stretches, the panel keeps its
-        share), and below it, or when the user drags the splitter or shows the chat list in a
-        window too narrow for all three, the panel scrolls sideways."""
-        scroll = self.right_scroll
-        content = scroll.widget()
-        if content is None:
-            return
-        need = (
-            content.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
-        )
-        # Said on the tabs (the splitter reads its child's explicit minimum; without one, the
-        # widest tab's, the Server tab's, counted) with their frame.
-        stack = self.right_tabs.findChild(QStackedWidget)
-        frame = max(self.right_tabs.minimumSizeHint().width() - stack.minimumSizeHint().width(), 0) if stack else 0
-        # What the rest of the window needs, read from the window itself (chat, handles, margins),
-        # with the chat list's handle counted even while a narrow window hides the list.
-        panel_now = self.right_tabs.minimumWidth() or self.right_tabs.minimumSizeHint().width()
-        others = self.minimumSizeHint().width() - panel_now
-        if self.chat_list.isHidden():
-            others += self.splitter.handleWidth()
-        tabs = min(need + frame, max(MIN_WINDOW_WIDTH - others, 30 * self.fontMetrics().averageCharWidth()))
-        if self.right_tabs.minimumWidth() != tabs:
-            scroll.setMinimumWidth(tabs - frame)
-            self.right_tabs.setMinimumWidth(tabs)
-
     def set_chat_list_shown(self, shown: bool) -> None:
-        """Show or hide the chat list (View > Chat list, Ctrl+F, a window that narrows or widens)."""
-        was_hidden = self.chat_list.isHidden()
-        self.chat_list.setHidden(not shown)
-        action = self.actions_by_name.get("action_chat_list")
-        if action is not None:
-            action.setChecked(shown)
-        if shown and was_hidden:
-            self._widen_chat_list(collapsed_too=True)
+        self.columns.set_chat_list_shown(shown)
 
     def toggle_chat_list(self) -> None:
-        self.set_chat_list_shown(self.chat_list.isHidden())
+        self.columns.toggle_chat_list()
 
     def search_chats(self) -> None:
         """Ctrl+F: the search field, with the chat list shown first if a narrow window hid it (else
         the keys went into a field nobody could see)."""
-        self.set_chat_list_shown(True)
+        self.columns.set_chat_list_shown(True)
         self.chat_list.focus_search()
-
-    def _widen_chat_list(self, collapsed_too: bool = False) -> None:
-        """A shown chat list is never squeezed to a sliver; one the user collapsed by dragging the
-        splitter stays so, unless it is being shown (`collapsed_too`)."""
-        em = self.fontMetrics().averageCharWidth()
-        sizes = self.splitter.sizes()
-        if not self.chat_list.isHidden() and (collapsed_too or sizes[0] > 0) and sizes[0] < 22 * em:
-            # The room comes from the chat down to its minimum, then from the side panel.
-            short = 22 * em - sizes[0]
-            from_chat = min(short, max(sizes[1] - self.center_tabs.minimumSizeHint().width(), 0))
-            from_panel = min(short - from_chat, max(sizes[2] - self.right_tabs.minimumWidth(), 0))
-            self.splitter.setSizes([sizes[0] + from_chat + from_panel, sizes[1] - from_chat, sizes[2] - from_panel])
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
-        # Below this width the chat list gives its room to the chat and the plan, as chat apps do
-        # with their sidebar (Ctrl+Tab still goes through the chats); it returns when there is room.
-        # Only crossing the width decides: in between, View > Chat list (and Ctrl+F) shows it.
-        em = self.fontMetrics().averageCharWidth()
-        narrow = self.width() < 150 * em
-        if narrow != self._narrow:
-            self._narrow = narrow
-            self.set_chat_list_shown(not narrow)
-        else:
-            self._widen_chat_list()
+        self.columns.window_resized()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.ctx.prefs.set_geometry(self.saveGeometry(), self.splitter.saveState())
