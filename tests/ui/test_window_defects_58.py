@@ -259,7 +259,7 @@ def test_6_a_narrow_window_gives_the_chat_list_a_way_back(
     toggle.trigger()
     assert w.chat_list.isHidden() is narrow
     # Ctrl+F shows the list when it is hidden, and types into its search box.
-    w.set_chat_list_shown(False)
+    w.columns.set_chat_list_shown(False)
     qtbot.keyClick(w.chat_view.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: w.chat_list.search.hasFocus(), timeout=2000)
     assert w.chat_list.isVisible() and toggle.isChecked()

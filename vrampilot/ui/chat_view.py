@@ -481,6 +481,7 @@ class ChatView(QWidget):
         self.banner.setFrameShape(QFrame.Shape.StyledPanel)
         bl = QHBoxLayout(self.banner)
         bl.setContentsMargins(6, 4, 6, 4)
+        self._model_failure = ""  # the banner's text while it says a model could not be read
         self.banner_text = QLabel()
         self.banner_text.setObjectName("banner_text")
         self.banner_text.setWordWrap(True)
@@ -750,6 +751,17 @@ class ChatView(QWidget):
 
     def hide_banner(self) -> None:
         self.banner.hide()
+
+    def show_model_failure(self, why: str) -> None:
+        self._model_failure = why
+        self.show_banner(why, [("banner_ok", "OK", self.hide_banner)])
+
+    def model_read(self) -> None:
+        """A model the user chose reads: the banner about an earlier unreadable one is over (a
+        banner about something else stays)."""
+        if self._model_failure and self.banner_text.text() == self._model_failure:
+            self.hide_banner()
+        self._model_failure = ""
 
     def banner_visible(self) -> bool:
         # Not isVisible(): on a hidden tab every child reports invisible.

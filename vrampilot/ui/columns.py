@@ -9,7 +9,9 @@ first, then from the panel.
 from __future__ import annotations
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QStackedWidget, QTabWidget, QWidget
+from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QStackedWidget, QTabWidget
+
+from vrampilot.ui.chat_list import ChatList
 
 # The narrowest window the layout is made for (docs/user-guide.md): the chat list steps aside, and
 # only below about 800 pixels does the Plan panel's column get narrower than its content.
@@ -25,7 +27,7 @@ class Columns:
         self,
         window: QMainWindow,
         splitter: QSplitter,
-        chat_list: QWidget,
+        chat_list: ChatList,
         center_tabs: QTabWidget,
         right_tabs: QTabWidget,
         right_scroll: QScrollArea,
@@ -78,8 +80,20 @@ class Columns:
         if shown and was_hidden:
             self._widen_chat_list(collapsed_too=True)
 
+    def set_action(self, action: QAction) -> None:
+        """View > Chat list: checkable, checked while the list shows."""
+        self.action = action
+        action.setCheckable(True)
+        action.setChecked(not self._chat_list.isHidden())
+
     def toggle_chat_list(self) -> None:
         self.set_chat_list_shown(self._chat_list.isHidden())
+
+    def search_chats(self) -> None:
+        """Ctrl+F: the search field, with the chat list shown first if a narrow window hid it (else
+        the keys went into a field nobody could see)."""
+        self.set_chat_list_shown(True)
+        self._chat_list.focus_search()
 
     def _widen_chat_list(self, collapsed_too: bool = False) -> None:
         """A shown chat list is never squeezed to a sliver; one the user collapsed by dragging the

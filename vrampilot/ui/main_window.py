@@ -64,7 +64,6 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("VRAM Pilot")
         self.setAcceptDrops(True)
         self._shut = False
-        self._model_failure = ""  # the banner's text while it says a model could not be read
         self.actions_by_name: dict[str, QAction] = {}  # the menus' named actions, once built
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
@@ -79,9 +78,7 @@ class MainWindow(QMainWindow):
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
         self.actions_by_name = window_menus(self)
-        self.columns.action = self.actions_by_name["action_chat_list"]
-        self.columns.action.setCheckable(True)
-        self.columns.action.setChecked(not self.chat_list.isHidden())
+        self.columns.set_action(self.actions_by_name["action_chat_list"])
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
@@ -149,8 +146,8 @@ class MainWindow(QMainWindow):
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
-        plans.model_failed.connect(self._model_failed)
-        plans.model_read.connect(self._model_read)
+        plans.model_failed.connect(self.chat_view.show_model_failure)
+        plans.model_read.connect(lambda _path: self.chat_view.model_read())
         plans.loaded.connect(self._loaded)
         plans.load_state_changed.connect(lambda _s: self.chats.update_hint())
         plans.unloaded.connect(lambda: self.meters_panel.set_plan(None))
@@ -206,17 +203,6 @@ class MainWindow(QMainWindow):
         self.documents.set_plan(p)
         self.chats.check_model()
         self.chats.update_hint()
-
-    def _model_failed(self, why: str) -> None:
-        self._model_failure = why
-        self.chat_view.show_banner(why, [("banner_ok", "OK", self.chat_view.hide_banner)])
-
-    def _model_read(self, _path: Path) -> None:
-        """A model the user chose reads: the banner about an earlier unreadable one is over (a
-        banner about something else stays)."""
-        if self._model_failure and self.chat_view.banner_text.text() == self._model_failure:
-            self.chat_view.hide_banner()
-        self._model_failure = ""
 
     def _loaded(self, result: LoadResult) -> None:
         self.meters_panel.set_plan(result.plan)
@@ -329,18 +315,6 @@ class MainWindow(QMainWindow):
         if event.type() == QEvent.Type.LayoutRequest and watched is self.right_scroll.widget():
             self.columns.fit_panel_width()
         return super().eventFilter(watched, event)
-
-    def set_chat_list_shown(self, shown: bool) -> None:
-        self.columns.set_chat_list_shown(shown)
-
-    def toggle_chat_list(self) -> None:
-        self.columns.toggle_chat_list()
-
-    def search_chats(self) -> None:
-        """Ctrl+F: the search field, with the chat list shown first if a narrow window hid it (else
-        the keys went into a field nobody could see)."""
-        self.columns.set_chat_list_shown(True)
-        self.chat_list.focus_search()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

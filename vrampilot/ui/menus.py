@@ -19,6 +19,7 @@ from vrampilot.ui import dialogs
 from vrampilot.ui.chat_controller import ChatController
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.columns import Columns
 from vrampilot.ui.plan_controller import PlanController
 from vrampilot.ui.plan_view import SHELL_NAMES
 
@@ -48,6 +49,8 @@ class MenuWindow(MenuBarOwner, Protocol):
     def center_tabs(self) -> QTabWidget: ...
     @property
     def right_tabs(self) -> QTabWidget: ...
+    @property
+    def columns(self) -> Columns: ...
 
     def close(self) -> bool: ...
     def open_files(self) -> None: ...
@@ -58,8 +61,6 @@ class MenuWindow(MenuBarOwner, Protocol):
     def export_chat(self, chat_id: int, fmt: str) -> None: ...
     def export_command(self, shell: str) -> str: ...
     def show_log(self) -> object: ...
-    def search_chats(self) -> None: ...
-    def toggle_chat_list(self) -> None: ...
     def window(self) -> QWidget: ...
 
 
@@ -119,7 +120,7 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                 "&Chat",
                 [
                     ("New chat", w.chats.new_chat, key("Ctrl+N"), "action_new_chat"),
-                    ("Search chats", w.search_chats, key("Ctrl+F"), "action_search"),
+                    ("Search chats", w.columns.search_chats, key("Ctrl+F"), "action_search"),
                     ("Rename chat…", lambda: with_chat(w.rename_chat), key("F2"), "action_rename"),
                     (
                         "Delete chat…",
@@ -165,7 +166,7 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                     ("Hub", lambda: w.center_tabs.setCurrentWidget(w.hub), key("Alt+2"), ""),
                     None,
                     # Checkable (the window sets it): a narrow window hides the list, this brings it back.
-                    ("Chat list", w.toggle_chat_list, key("Ctrl+Shift+L"), "action_chat_list"),
+                    ("Chat list", w.columns.toggle_chat_list, key("Ctrl+Shift+L"), "action_chat_list"),
                 ],
             ),
             (
