@@ -23,7 +23,8 @@ def test_machine_to_dict_has_the_documented_keys_and_is_json() -> None:
     machine = detect_machine(FakeNvml([FakeGpu(display_active=True)]), llama_loader=_cpu_build)
     d = machine_to_dict(machine)
     json.dumps(d)
-    assert set(d) == {"gpus", "cpu", "ram", "nvml", "llama_cpp", "cards", "warnings"}
+    assert set(d) == {"gpus", "cpu", "ram", "nvml", "dxgi", "llama_cpp", "cards", "warnings"}
+    assert d["dxgi"] == {"status": "", "adapters": []}  # Windows only
     assert set(d["gpus"][0]) == set(GpuInfo.__dataclass_fields__)
     assert set(d["cpu"]) == {"model_name", "architecture", "physical_cores", "logical_cores", "features"}
     assert set(d["ram"]) == {"total_bytes", "available_bytes"}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from vrampilot.hardware.cpu import detect_cpu, detect_ram
+from vrampilot.hardware.dxgi import DxgiReading, read_dxgi
+from vrampilot.hardware.free_memory import with_free_memory
 from vrampilot.hardware.llama_backend import detect_llama_backend, load_llama_cpp
 from vrampilot.hardware.nvml import NvmlApi, detect_nvidia_gpus, load_pynvml
 from vrampilot.hardware.types import Machine
@@ -16,13 +19,18 @@ def detect_machine(
     *,
     nvml_loader: Callable[[], NvmlApi] = load_pynvml,
     llama_loader: Callable[[], Any] = load_llama_cpp,
+    dxgi_reader: Callable[[], DxgiReading] = read_dxgi,
+    platform: str = sys.platform,
 ) -> Machine:
     """GPUs (NVML), CPU, RAM and the llama.cpp backend. What was measured here before (the speed
     probe's figures and the factors replies taught) is not read here: vrampilot.speed adds it
     (`with_measured_speed`). Takes about 0.1-0.5 s: loading llama-cpp-python's library dominates,
-    so the GUI calls this from a worker."""
+    so the GUI calls this from a worker. On Windows, DXGI's adapters too: each GPU's free memory
+    then comes from NVML or DXGI (hardware/free_memory.py)."""
     llama = detect_llama_backend(llama_loader)
     nvml_result = detect_nvidia_gpus(nvml, loader=nvml_loader)
+    dxgi = dxgi_reader() if platform == "win32" else DxgiReading((), "")
+    llama = with_free_memory(llama, nvml_result.gpus, dxgi.adapters, platform=platform)
     ram_total, ram_available = detect_ram()
     cpu = detect_cpu(system_info=llama.system_info)
     return Machine(
@@ -33,4 +41,6 @@ def detect_machine(
         nvml_status=nvml_result.status,
         llama=llama,
         nvml_available=nvml_result.available,
+        dxgi_adapters=dxgi.adapters,
+        dxgi_status=dxgi.status,
     )

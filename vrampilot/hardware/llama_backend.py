@@ -69,35 +69,51 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
 
 
 def _devices() -> tuple[LlamaDevice, ...]:
+    from vrampilot.hardware.free_memory import backend_source
     from vrampilot.llamacpp.devices import list_devices
 
     try:
         found = list_devices()
     except (OSError, RuntimeError, AttributeError):
         return ()
-    return tuple(
-        LlamaDevice(
-            d.name,
-            d.description,
-            d.kind,
-            d.backend,
-            d.memory_free_bytes,
-            d.memory_total_bytes,
-            d.device_id,
-            d.asynchronous,
+    loaded = loaded_backends()
+    # The Vulkan probe's record of each Vulkan device (its budget extension, its LUID): ggml names
+    # a device by the driver's device name, in the loader's order, so same-named ones pair in order.
+    probed = list(loaded.vulkan_devices) if loaded is not None else []
+    out = []
+    for d in found:
+        if d.backend == "RPC":  # hosts are the plan's business (vrampilot.hardware.rpc), not this machine's
+            continue
+        vk = next((v for v in probed if v.name == d.description), None) if d.backend == "Vulkan" else None
+        if vk is not None:
+            probed.remove(vk)
+        out.append(
+            LlamaDevice(
+                d.name,
+                d.description,
+                d.kind,
+                d.backend,
+                d.memory_free_bytes,
+                d.memory_total_bytes,
+                d.device_id,
+                d.asynchronous,
+                luid=vk.luid if vk is not None else None,
+                memory_free_source=backend_source(d.backend, vulkan_budget=vk is not None and vk.memory_budget)
+                if d.kind in ("gpu", "igpu")
+                else "",
+            )
         )
-        for d in found
-        if d.backend != "RPC"  # hosts are the plan's business (vrampilot.hardware.rpc), not this machine's
-    )
+    return tuple(out)
 
 
 # Where a CUDA backend comes from when the engine was built without one.
 CUDA_MODULE_HINT = "a module of its own: the CUDA installers carry it, `make cuda` builds it"
 
 
-def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool) -> str | None:
+def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool, platform: str = sys.platform) -> str | None:
     """What the engine's recipe said about GPU backends it did not build (its manifest), less the
-    CUDA backend when its module is installed beside the engine."""
+    CUDA backend when its module is installed beside the engine, or on Windows, which has none
+    (doctor's own line says so: report.WINDOWS_NO_CUDA)."""
     from pathlib import Path
 
     from vrampilot.llamacpp.backends import read_manifest
@@ -108,7 +124,7 @@ def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool) -> str | None:
         return None
     notes = []
     for name, why in skipped.items():
-        if name == "cuda" and has_cuda_module:
+        if name == "cuda" and (has_cuda_module or platform == "win32"):
             continue
         if name == "cuda" and str(why).startswith("VRAMPILOT_ENGINE_GPU="):
             # Built for the other backends on purpose (the default packages, CI): not a failure.

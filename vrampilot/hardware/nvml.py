@@ -48,8 +48,12 @@ def load_pynvml() -> NvmlApi:
     return pynvml
 
 
-def _library_name() -> str:
-    return "nvml.dll" if sys.platform == "win32" else "libnvidia-ml.so.1"
+def _library_name(platform: str = sys.platform) -> str:
+    """Where pynvml looks: on Windows the two places the NVIDIA driver puts nvml.dll (System32 for
+    DCH drivers, NVSMI for older ones), in that order; elsewhere the loader's search path."""
+    if platform == "win32":
+        return r"nvml.dll (in %WINDIR%\System32 or %ProgramFiles%\NVIDIA Corporation\NVSMI)"
+    return "libnvidia-ml.so.1"
 
 
 def _text(value: object) -> str:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from typing import Any
 
 from vrampilot.hardware.cards import Card, group_cards
-from vrampilot.hardware.types import GpuInfo, Machine
+from vrampilot.hardware.types import DxgiAdapter, GpuInfo, Machine
 from vrampilot.units import format_bytes
+
+# Windows has no CUDA engine: nvcc builds only with MSVC there, and the Windows engine is
+# cross-built on Linux with MinGW (packaging/). NVIDIA cards run under Vulkan.
+WINDOWS_NO_CUDA = (
+    "CUDA: not on Windows in this release (nvcc needs Microsoft's compiler there, the Windows engine is built "
+    "with MinGW): NVIDIA cards run under Vulkan"
+)
 
 # What a user with an NVIDIA card and a build without CUDA is told: where CUDA comes from.
 CUDA_VARIANT_HINT = (
@@ -24,13 +32,19 @@ NO_CUDA_NOTE = (
 )
 
 
-def machine_warnings(m: Machine) -> tuple[str, ...]:
+def machine_warnings(m: Machine, platform: str = sys.platform) -> tuple[str, ...]:
     """Things a user should fix or know before trusting a plan, worst first."""
     out: list[str] = []
     nvidia = [g for g in m.gpus if g.vendor == "NVIDIA"]
     cuda_devices = any(d.backend == "CUDA" for d in m.llama.devices)
     if m.llama.error:
         out.append(m.llama.error)
+    elif nvidia and platform == "win32" and not cuda_devices:
+        # The hints below name Linux packages and `make cuda`: neither exists on Windows.
+        if m.llama.supports_gpu_offload is False:
+            out.append(
+                f"an NVIDIA GPU is present but no GPU backend runs here, so plans use the CPU; {WINDOWS_NO_CUDA}"
+            )
     elif nvidia and m.llama.cuda_status is not None and not cuda_devices:
         out.append(m.llama.cuda_status)  # the module is here but cannot run: no driver, or an old one
     elif nvidia and m.llama.supports_gpu_offload is False:
@@ -72,6 +86,7 @@ def machine_to_dict(m: Machine) -> dict[str, Any]:
         },
         "ram": {"total_bytes": m.ram_total_bytes, "available_bytes": m.ram_available_bytes},
         "nvml": {"available": m.nvml_available, "status": m.nvml_status},
+        "dxgi": {"status": m.dxgi_status, "adapters": [asdict(a) | {"luid": a.luid_text} for a in m.dxgi_adapters]},
         "llama_cpp": {
             "version": m.llama.version,
             "supports_gpu_offload": m.llama.supports_gpu_offload,
@@ -149,7 +164,17 @@ def _gpu_lines(g: GpuInfo) -> list[str]:
     return lines
 
 
-def format_machine(m: Machine) -> str:
+def _dxgi_line(a: DxgiAdapter) -> str:
+    """ "NVIDIA GeForce RTX 4070 (LUID 0x00000000_0x0000D1A2): dedicated 12 GiB, budget 11.2 GiB, 0 B
+    in use here; shared GPU memory 15.9 GiB": what Windows grants this process."""
+    text = f"{a.name} (LUID {a.luid_text}): dedicated {format_bytes(a.dedicated_video_bytes)}"
+    if a.local_budget_bytes is not None and a.local_usage_bytes is not None:
+        text += f", budget {format_bytes(a.local_budget_bytes)}, {format_bytes(a.local_usage_bytes)} in use here"
+    shared = a.non_local_budget_bytes if a.non_local_budget_bytes is not None else a.shared_system_bytes
+    return text + f"; shared GPU memory {format_bytes(shared)}"
+
+
+def format_machine(m: Machine, platform: str = sys.platform) -> str:
     """Readable report for `vrampilot doctor`."""
     lines: list[str] = []
     for g in m.gpus:
@@ -157,6 +182,9 @@ def format_machine(m: Machine) -> str:
     if not m.gpus:
         lines.append("GPU: none")
     lines.append(m.nvml_status)
+    if m.dxgi_status:
+        lines.append(m.dxgi_status)
+        lines.extend(f"  {_dxgi_line(a)}" for a in m.dxgi_adapters if not a.software)
     cpu = m.cpu
     lines.append(
         f"CPU: {cpu.model_name} ({cpu.architecture}), {cpu.physical_cores} cores / {cpu.logical_cores} threads"
@@ -185,12 +213,15 @@ def format_machine(m: Machine) -> str:
             lines.append(f"  {llama.vulkan_status}")
         if llama.cuda_status:
             lines.append(f"  {llama.cuda_status}")
+        elif platform == "win32":
+            lines.append(f"  {WINDOWS_NO_CUDA}")
         for d in llama.devices:
             kind = {"igpu": "integrated GPU, memory shared with the CPU", "gpu": "GPU", "cpu": "CPU"}.get(
                 d.kind, d.kind
             )
+            source = f" ({d.memory_free_source})" if d.memory_free_source else ""
             lines.append(
-                f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free "
+                f"  device {d.name}: {d.description} ({kind}), {format_bytes(d.memory_free_bytes)} free{source} "
                 f"of {format_bytes(d.memory_total_bytes)}"
             )
         lines.extend("  " + _card_line(c) for c in group_cards(llama, m.gpus))
@@ -198,7 +229,7 @@ def format_machine(m: Machine) -> str:
             lines.append(f"  GPU backends not in this engine: {llama.gpu_build_note}")
         if llama.system_info:
             lines.append(f"  {llama.system_info}")
-    warnings = machine_warnings(m)
+    warnings = machine_warnings(m, platform)
     if warnings:
         lines.append("Warnings:")
         lines.extend(f"  - {w}" for w in warnings)

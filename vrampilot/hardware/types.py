@@ -92,6 +92,12 @@ class LlamaDevice:
     memory_total_bytes: int
     device_id: str | None = None  # PCI bus id, when the backend knows it
     asynchronous: bool = False
+    # Windows' adapter id (LUID, as one 64-bit number): Vulkan's VkPhysicalDeviceIDProperties for a
+    # Vulkan device (vulkan_probe), what matches it to DXGI's adapter; None elsewhere.
+    luid: int | None = None
+    # Who counted `memory_free_bytes` (hardware/free_memory.py decides): "CUDA", "Vulkan memory
+    # budget", "Vulkan heap size" (no budget: the heap, whatever is in use), "NVML", "DXGI".
+    memory_free_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,42 @@ class LlamaBackendInfo:
 
 
 @dataclass(frozen=True)
+class DxgiAdapter:
+    """One adapter as Windows' DXGI counts its memory (hardware/dxgi.py): the figures Task Manager
+    shows. "Local" is the adapter's dedicated VRAM (on an integrated GPU, the memory Windows lets
+    it take), "non-local" is shared GPU memory: system RAM the driver may spill into. Budgets are
+    what Windows lets this process use now; usages are this process's own."""
+
+    luid: int  # LowPart | HighPart << 32, as Vulkan's deviceLUID reads little-endian
+    name: str
+    vendor_id: int
+    dedicated_video_bytes: int
+    dedicated_system_bytes: int
+    shared_system_bytes: int
+    software: bool  # the Microsoft Basic Render Driver (WARP): not a GPU
+    local_budget_bytes: int | None = None  # None: no IDXGIAdapter3 (Windows before 10)
+    local_usage_bytes: int | None = None
+    non_local_budget_bytes: int | None = None
+    non_local_usage_bytes: int | None = None
+
+    @property
+    def local_free_bytes(self) -> int | None:
+        """What this process may still place in dedicated VRAM before Windows starts evicting."""
+        if self.local_budget_bytes is None or self.local_usage_bytes is None:
+            return None
+        return max(0, self.local_budget_bytes - self.local_usage_bytes)
+
+    @property
+    def luid_text(self) -> str:
+        """As Windows prints it in performance counter instances: "0x00000000_0x0000D1A2"."""
+        return luid_text(self.luid)
+
+
+def luid_text(luid: int) -> str:
+    return f"0x{luid >> 32 & 0xFFFFFFFF:08X}_0x{luid & 0xFFFFFFFF:08X}"
+
+
+@dataclass(frozen=True)
 class Machine:
     """Everything the planner needs to know about where the model will run.
 
@@ -150,6 +192,9 @@ class Machine:
     # vrampilot.speed (`with_measured_speed`); None when nothing was loaded (a fixed test machine,
     # a machine only detected), when the planner's host rates are assumed.
     speed: MachineSpeed | None = None
+    # Windows: DXGI's adapters (hardware/dxgi.py) and its one-line status; () and "" elsewhere.
+    dxgi_adapters: tuple[DxgiAdapter, ...] = ()
+    dxgi_status: str = ""
 
     @property
     def gpu_memory_total_bytes(self) -> int:

@@ -40,6 +40,15 @@ INSTALL_HINT = (
     "install your GPU's Vulkan driver (Debian/Ubuntu: `apt install libvulkan1 mesa-vulkan-drivers` for AMD and "
     "Intel; NVIDIA's own driver brings its Vulkan driver)"
 )
+# Windows has no package to install: the GPU maker's driver brings vulkan-1.dll and registers itself.
+WINDOWS_INSTALL_HINT = (
+    "install or update your GPU maker's driver (NVIDIA, AMD or Intel, from their site or Windows Update): "
+    "it brings vulkan-1.dll and the Vulkan driver"
+)
+
+
+def install_hint(platform: str = sys.platform) -> str:
+    return WINDOWS_INSTALL_HINT if platform == "win32" else INSTALL_HINT
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,10 @@ class VulkanDevice:
     # VK_EXT_memory_budget: the driver reports what is in use. Without it (lavapipe, older
     # drivers) llama.cpp's device API reports the heap's size as free, whatever is allocated.
     memory_budget: bool = False
+    # Windows' adapter LUID (VkPhysicalDeviceIDProperties, Vulkan 1.1) as one 64-bit number: what
+    # matches the device to DXGI's adapter (hardware/free_memory.py). None where the driver says
+    # it is not valid (every driver outside Windows) or the device predates Vulkan 1.1.
+    luid: int | None = None
 
     @property
     def software(self) -> bool:
@@ -82,12 +95,13 @@ class VulkanProbe:
     def usable(self, software_allowed: bool) -> tuple[VulkanDevice, ...]:
         return self.devices if software_allowed else self.gpus
 
-    def describe(self, software_allowed: bool) -> str:
+    def describe(self, software_allowed: bool, platform: str = sys.platform) -> str:
         """One line for `vrampilot doctor`: what Vulkan can do here, or what is missing."""
+        hint = install_hint(platform)
         if self.status == "no-loader":
-            return f"Vulkan: no Vulkan loader ({self.detail}): {INSTALL_HINT}"
+            return f"Vulkan: no Vulkan loader ({self.detail}): {hint}; the CPU runs the model"
         if self.status == "no-driver":
-            return f"Vulkan: the loader found no Vulkan driver ({self.detail}): {INSTALL_HINT}"
+            return f"Vulkan: the loader found no Vulkan driver ({self.detail}): {hint}"
         if self.status == "driver-failed":
             return f"Vulkan: the Vulkan driver failed ({self.detail}); the CPU runs the model: reinstall or update the driver"
         parts = [f"{d.name} ({d.device_type})" for d in self.gpus]
@@ -97,7 +111,7 @@ class VulkanProbe:
             else:
                 parts.append(f"{d.name} (software Vulkan device, not used: slower than the CPU backend)")
         if not parts:
-            return f"Vulkan: the driver lists no device: {INSTALL_HINT}"
+            return f"Vulkan: the driver lists no device: {hint}"
         return "Vulkan: " + "; ".join(parts)
 
 
@@ -105,8 +119,8 @@ def software_allowed() -> bool:
     return os.environ.get(SOFTWARE_GPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def loader_name() -> str:
-    return "vulkan-1.dll" if sys.platform == "win32" else "libvulkan.so.1"
+def loader_name(platform: str = sys.platform) -> str:
+    return "vulkan-1.dll" if platform == "win32" else "libvulkan.so.1"
 
 
 # --- the question itself (runs in the child) ----------------------------------------------------
@@ -150,6 +164,28 @@ class _Properties(ctypes.Structure):
     ]
 
 
+class _IdProperties(ctypes.Structure):
+    # VkPhysicalDeviceIDProperties, chained after VkPhysicalDeviceProperties2.
+    _fields_ = [
+        ("sType", ctypes.c_int32),
+        ("pNext", ctypes.c_void_p),
+        ("deviceUUID", ctypes.c_ubyte * 16),
+        ("driverUUID", ctypes.c_ubyte * 16),
+        ("deviceLUID", ctypes.c_ubyte * 8),
+        ("deviceNodeMask", ctypes.c_uint32),
+        ("deviceLUIDValid", ctypes.c_uint32),
+    ]
+
+
+class _Properties2(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("properties", _Properties)]
+
+
+_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001
+_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES = 1000071004
+_VK_API_1_1 = (1 << 22) | (1 << 12)
+
+
 class _MemoryType(ctypes.Structure):
     _fields_ = [("propertyFlags", ctypes.c_uint32), ("heapIndex", ctypes.c_uint32)]
 
@@ -175,12 +211,16 @@ def _version(v: int) -> str:
     return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
 
 
-def ask_vulkan() -> VulkanProbe:
+def ask_vulkan(platform: str = sys.platform) -> VulkanProbe:
     """The question, in this process (the child, or Windows)."""
+    name = loader_name(platform)
     try:
-        lib = ctypes.CDLL(loader_name())
+        lib = ctypes.CDLL(name)
     except OSError as exc:
-        return VulkanProbe("no-loader", f"{loader_name()} not found" if "No such file" in str(exc) else str(exc))
+        # Windows: FileNotFoundError "Could not find module 'vulkan-1.dll' (or one of its
+        # dependencies)"; POSIX: dlopen's "...: No such file or directory".
+        missing = isinstance(exc, FileNotFoundError) or "No such file" in str(exc)
+        return VulkanProbe("no-loader", f"{name} not found" if missing else str(exc))
     create, enumerate_devices = lib.vkCreateInstance, lib.vkEnumeratePhysicalDevices
     create.restype = enumerate_devices.restype = ctypes.c_int32
     create.argtypes = (ctypes.POINTER(_InstanceInfo), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
@@ -200,7 +240,7 @@ def ask_vulkan() -> VulkanProbe:
     instance = ctypes.c_void_p()
     result = create(ctypes.byref(info), None, ctypes.byref(instance))
     if result == _VK_ERROR_INCOMPATIBLE_DRIVER:
-        return VulkanProbe("no-driver", _why_no_driver())
+        return VulkanProbe("no-driver", _why_no_driver(platform))
     if result != 0:
         name = "VK_ERROR_INITIALIZATION_FAILED" if result == _VK_ERROR_INITIALIZATION_FAILED else f"VkResult {result}"
         return VulkanProbe("driver-failed", f"vkCreateInstance: {name}")
@@ -229,11 +269,25 @@ def ask_vulkan() -> VulkanProbe:
                     api_version=_version(props.apiVersion),
                     device_local_bytes=int(local),
                     memory_budget=b"VK_EXT_memory_budget" in _extensions(lib, handles[i]),
+                    luid=_luid(lib, handles[i]) if props.apiVersion >= _VK_API_1_1 else None,
                 )
             )
         return VulkanProbe("ok", "", tuple(devices))
     finally:
         lib.vkDestroyInstance(instance, None)
+
+
+def _luid(lib: ctypes.CDLL, device: int | None) -> int | None:
+    """The device's LUID when the driver says it is valid (Windows drivers do)."""
+    get = getattr(lib, "vkGetPhysicalDeviceProperties2", None)  # Vulkan 1.1 core, exported by the loader
+    if get is None:
+        return None
+    get.restype = None
+    get.argtypes = (ctypes.c_void_p, ctypes.POINTER(_Properties2))
+    ids = _IdProperties(sType=_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES)
+    props = _Properties2(sType=_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, pNext=ctypes.addressof(ids))
+    get(device, ctypes.byref(props))
+    return int.from_bytes(bytes(ids.deviceLUID), "little") if ids.deviceLUIDValid else None
 
 
 def _extensions(lib: ctypes.CDLL, device: int | None) -> set[bytes]:
@@ -252,9 +306,11 @@ def _extensions(lib: ctypes.CDLL, device: int | None) -> set[bytes]:
 ICD_FOLDERS = ("/etc/vulkan/icd.d", "/usr/share/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
 
 
-def _why_no_driver() -> str:
+def _why_no_driver(platform: str = sys.platform) -> str:
     """The loader says only VK_ERROR_INCOMPATIBLE_DRIVER; the driver manifests say why."""
     named = os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")
+    if not named and platform == "win32":  # drivers register in the registry, not in folders
+        return r"no Vulkan driver is registered (HKLM\SOFTWARE\Khronos\Vulkan\Drivers)"
     if named:
         manifests = [Path(p) for p in named.split(os.pathsep) if p]
         where = f"VK_ICD_FILENAMES={named}"

@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import GpuInfo, Machine
+from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
 from vrampilot.hardware.cards import choose_devices
+from vrampilot.hardware.free_memory import OS_SOURCES
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
 from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
@@ -65,6 +66,9 @@ class GpuTarget:
     margin_override_bytes: int | None = None  # None: the target's device margin
     # llama.cpp's kernels timed on this device (speed/device_probe.py); None: its rates are assumed
     measured: DeviceRates | None = None
+    # Who counted the free memory when it is not the backend's own figure: "NVML" or "DXGI" on
+    # Windows (hardware/free_memory.py); "" otherwise.
+    budget_source: str = ""
 
     def margin_bytes(self, default: int) -> int:
         return default if self.margin_override_bytes is None else self.margin_override_bytes
@@ -190,7 +194,8 @@ def target_from_machine(
     gpus = (*remote, *local)
     if gpus:
         desc = ", ".join(
-            f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'})"
+            f"{g.label} ({format_bytes(g.memory_budget_bytes)}{' pinned' if g.budget_pinned else ' free'}"
+            f"{f', by {g.budget_source}' if g.budget_source else ''})"
             for g in gpus
         )
     else:
@@ -250,6 +255,7 @@ def _local_devices(
                     buffer_name=d.name,
                     asynchronous=d.asynchronous,
                     bandwidth_note=f"bandwidth of system RAM {ram_source}, {ram_gbps:.1f} GB/s",
+                    budget_source=_os_source(d),
                 )
             )
             continue
@@ -268,9 +274,14 @@ def _local_devices(
                 buffer_name=d.name,
                 asynchronous=d.asynchronous,
                 measured=measured,
+                budget_source=_os_source(d),
             )
         )
     return tuple(out), choice.reasons, choice.explicit
+
+
+def _os_source(d: LlamaDevice) -> str:
+    return d.memory_free_source if d.memory_free_source in OS_SOURCES else ""
 
 
 def _no_gpu_backend_note(machine: Machine) -> str:
