@@ -12,7 +12,7 @@ from vrampilot.meters.spill import (
     suggest_replan,
 )
 from vrampilot.meters.state import MeterState
-from vrampilot.meters.winshared import NOT_WINDOWS, open_shared_memory_reader, parse_typeperf
+from vrampilot.meters.winshared import NOT_WINDOWS, open_shared_memory_reader
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.units import MIB, format_bytes
@@ -145,17 +145,3 @@ def test_cpu_only_plan_never_spills(qwen7b_spec: ModelSpec) -> None:
 def test_shared_memory_reader_elsewhere() -> None:
     reader = open_shared_memory_reader(1234, platform="linux")
     assert reader.read() is None and reader.reason == NOT_WINDOWS
-
-
-def test_typeperf_csv() -> None:
-    header = (
-        '"(PDH-CSV 4.0)","\\\\PC\\GPU Process Memory(pid_1234_luid_0x00000000_0x0000D1A2_phys_0)\\Shared Usage",'
-        '"\\\\PC\\GPU Process Memory(pid_1234_luid_0x00000000_0x0000D1A2_phys_0)\\Dedicated Usage",'
-        '"\\\\PC\\GPU Process Memory(pid_12345_luid_0x00000000_0x0000D1A2_phys_0)\\Shared Usage"'
-    )
-    row = '"05/01/2025 12:00:00.000","536870912","7000000000","999"'
-    usage = parse_typeperf(header, row, 1234)
-    assert usage is not None and usage.shared_bytes == 512 * MIB and usage.dedicated_bytes == 7_000_000_000
-    # A second typeperf could not read: blank cells, nothing to report.
-    assert parse_typeperf(header, '"05/01/2025 12:00:01.000"," "," "," "', 1234) is None
-    assert parse_typeperf(header, row, 99) is None

@@ -96,8 +96,16 @@ def _guid(text: str) -> _Guid:
     return _Guid.from_buffer_copy(uuid.UUID(text).bytes_le)
 
 
+_HRESULT_NAMES = {
+    0x887A0004: "DXGI_ERROR_UNSUPPORTED: no display driver in this session",  # also Wine without a display
+    0x80004002: "E_NOINTERFACE",
+}
+
+
 def _hr_text(hr: int) -> str:
-    return f"HRESULT 0x{hr & 0xFFFFFFFF:08X}"
+    code = hr & 0xFFFFFFFF
+    name = _HRESULT_NAMES.get(code)
+    return f"HRESULT 0x{code:08X}" + (f", {name}" if name else "")
 
 
 # COM methods use stdcall, which on x64 is the one calling convention there is.

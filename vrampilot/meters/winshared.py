@@ -6,21 +6,21 @@ When a CUDA process asks for more VRAM than is free, the Windows driver (WDDM, w
 counters do: `Shared Usage` grows by what spilled, and `Dedicated Usage` is the process's VRAM,
 which NVML cannot report per process under WDDM.
 
-Two readers: win32pdh (pywin32) when installed, which costs microseconds per read; otherwise one
-long-lived `typeperf` child printing once a second, because starting typeperf takes about a second
-and the sampler must not block on it. Elsewhere the reader says why there is nothing to read.
+Read through pdh.dll with ctypes (every Windows has it; no pywin32, no child process): one query
+holding the two counters with a wildcard instance, added by their English names
+(`PdhAddEnglishCounterW`), since Windows localises counter names and "GPU Process Memory" is
+"GPU-Prozessspeicher" on a German system. `PdhGetFormattedCounterArrayW` returns every instance
+at each collection, so instances that appear once the process first touches the GPU (one per
+adapter) are picked up without adding anything again; the process's own are those named
+`pid_<pid>_...`. The calls live in `CtypesPdh`; the reader talks to it through `PdhApi`, the seam
+the tests' double stands at. Elsewhere the reader says why there is nothing to read.
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import shutil
-import subprocess
+import ctypes
 import sys
-import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from vrampilot.meters.types import SharedGpuMemory
@@ -28,10 +28,125 @@ from vrampilot.meters.types import SharedGpuMemory
 COUNTER_SET = "GPU Process Memory"
 SHARED = "Shared Usage"
 DEDICATED = "Dedicated Usage"
-# A process gets counter instances only once it touches the GPU (one per adapter), so the
-# wildcard is expanded again this often until, and after, they appear.
-REEXPAND_S = 5.0
 NOT_WINDOWS = "shared GPU memory counters exist only on Windows"
+NO_COUNTERS = "this Windows has no GPU Process Memory counters (they need Windows 10 1709 or later and a WDDM 2 driver)"
+NOT_YET = "this process has not used the GPU yet"
+
+# pdh.h / pdhmsg.h
+PDH_FMT_LARGE = 0x00000400
+PDH_MORE_DATA = 0x800007D2
+PDH_NO_DATA = 0x800007D5
+PDH_CSTATUS_NO_INSTANCE = 0x800007D1
+PDH_CSTATUS_NO_OBJECT = 0xC0000BB8
+PDH_CSTATUS_NO_COUNTER = 0xC0000BB9
+PDH_INVALID_DATA = 0xC0000BC6
+PDH_CSTATUS_VALID_DATA = 0x00000000
+PDH_CSTATUS_NEW_DATA = 0x00000001
+# An instance the wildcard matched no longer exists, or no instance exists yet.
+_NOTHING_YET = (PDH_NO_DATA, PDH_CSTATUS_NO_INSTANCE, PDH_INVALID_DATA)
+
+
+class PdhError(OSError):
+    def __init__(self, call: str, status: int) -> None:
+        self.status = status & 0xFFFFFFFF
+        super().__init__(f"{call} failed (PDH status 0x{self.status:08X})")
+
+
+class PdhApi(Protocol):
+    """What the reader needs of pdh.dll. Each raises PdhError with PDH's status."""
+
+    def open_query(self) -> int: ...
+
+    def add_english_counter(self, query: int, path: str) -> int: ...
+
+    def collect(self, query: int) -> None: ...
+
+    def formatted_array(self, counter: int) -> Sequence[tuple[str, int, int]]:
+        """(instance name, the item's CStatus, the value as PDH_FMT_LARGE) per instance."""
+        ...
+
+    def close_query(self, query: int) -> None: ...
+
+
+class _FmtValue(ctypes.Structure):
+    # PDH_FMT_COUNTERVALUE: a DWORD status, then a union whose 8-byte members align it to 8.
+    _fields_ = [("CStatus", ctypes.c_uint32), ("largeValue", ctypes.c_int64)]
+
+
+class _FmtItem(ctypes.Structure):
+    """PDH_FMT_COUNTERVALUE_ITEM_W."""
+
+    _fields_ = [("szName", ctypes.c_wchar_p), ("FmtValue", _FmtValue)]
+
+
+class CtypesPdh:
+    """The real pdh.dll."""
+
+    def __init__(self) -> None:
+        loader: Callable[[str], Any] = getattr(ctypes, "WinDLL", ctypes.CDLL)
+        dll = loader("pdh.dll")  # OSError where there is none
+        status = ctypes.c_uint32
+        handle = ctypes.c_void_p
+        self._open = dll.PdhOpenQueryW
+        self._open.restype = status
+        self._open.argtypes = (ctypes.c_wchar_p, ctypes.c_size_t, ctypes.POINTER(handle))
+        self._add = dll.PdhAddEnglishCounterW
+        self._add.restype = status
+        self._add.argtypes = (handle, ctypes.c_wchar_p, ctypes.c_size_t, ctypes.POINTER(handle))
+        self._collect = dll.PdhCollectQueryData
+        self._collect.restype = status
+        self._collect.argtypes = (handle,)
+        self._array = dll.PdhGetFormattedCounterArrayW
+        self._array.restype = status
+        self._array.argtypes = (
+            handle,
+            ctypes.c_uint32,
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_void_p,
+        )
+        self._close = dll.PdhCloseQuery
+        self._close.restype = status
+        self._close.argtypes = (handle,)
+
+    @staticmethod
+    def _check(call: str, status: int) -> None:
+        if status != 0:
+            raise PdhError(call, status)
+
+    def open_query(self) -> int:
+        query = ctypes.c_void_p()
+        self._check("PdhOpenQueryW", self._open(None, 0, ctypes.byref(query)))
+        return int(query.value or 0)
+
+    def add_english_counter(self, query: int, path: str) -> int:
+        counter = ctypes.c_void_p()
+        self._check("PdhAddEnglishCounterW", self._add(query, path, 0, ctypes.byref(counter)))
+        return int(counter.value or 0)
+
+    def collect(self, query: int) -> None:
+        self._check("PdhCollectQueryData", self._collect(query))
+
+    def formatted_array(self, counter: int) -> Sequence[tuple[str, int, int]]:
+        size, count = ctypes.c_uint32(0), ctypes.c_uint32(0)
+        status = self._array(counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), None)
+        if status != PDH_MORE_DATA:
+            self._check("PdhGetFormattedCounterArrayW", status)
+            return ()
+        # The items, then the instance names they point at, in one buffer of the size PDH asked for.
+        buffer = ctypes.create_string_buffer(size.value)
+        self._check(
+            "PdhGetFormattedCounterArrayW",
+            self._array(counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), buffer),
+        )
+        items = ctypes.cast(buffer, ctypes.POINTER(_FmtItem))
+        return [
+            (items[i].szName or "", int(items[i].FmtValue.CStatus), int(items[i].FmtValue.largeValue))
+            for i in range(count.value)
+        ]
+
+    def close_query(self, query: int) -> None:
+        self._close(query)
 
 
 class SharedMemoryReader(Protocol):
@@ -55,165 +170,87 @@ class UnavailableReader:
         pass
 
 
-def counter_paths(pid: int) -> tuple[str, str]:
-    """Wildcard paths for the process's shared and dedicated usage, summed over adapters."""
-    instance = f"pid_{pid}_*"
-    return (f"\\{COUNTER_SET}({instance})\\{SHARED}", f"\\{COUNTER_SET}({instance})\\{DEDICATED}")
+def counter_path(counter: str) -> str:
+    """Every process's instances: PDH matches a whole-instance wildcard on every Windows, and the
+    process's own are picked by name (`process_usage`)."""
+    return f"\\{COUNTER_SET}(*)\\{counter}"
 
 
-def _belongs(path: str, pid: int) -> bool:
-    # "pid_12_*" must not also match pid 123: the instance continues with "_luid_".
-    return f"(pid_{pid}_" in path
+def belongs(instance: str, pid: int) -> bool:
+    """ "pid_12_luid_..." is pid 12's, never pid 123's: the pid is followed by "_luid_"."""
+    return instance.lower().startswith(f"pid_{pid}_")
 
 
-def _sum_usage(values: dict[str, float], pid: int) -> SharedGpuMemory | None:
-    """Sum per-adapter counter values (path -> bytes) for `pid`; None when it has no instance."""
-    shared = [v for p, v in values.items() if _belongs(p, pid) and p.endswith(SHARED)]
-    dedicated = [v for p, v in values.items() if _belongs(p, pid) and p.endswith(DEDICATED)]
-    if not shared and not dedicated:
+def process_usage(
+    shared: Sequence[tuple[str, int, int]], dedicated: Sequence[tuple[str, int, int]], pid: int
+) -> SharedGpuMemory | None:
+    """The process's usage summed over its adapters; None while it has no instance. Items whose
+    status is not valid data (an instance that went away during the collection) are left out."""
+
+    def values(items: Sequence[tuple[str, int, int]]) -> list[int]:
+        ok = (PDH_CSTATUS_VALID_DATA, PDH_CSTATUS_NEW_DATA)
+        return [value for name, status, value in items if belongs(name, pid) and status in ok]
+
+    shared_values, dedicated_values = values(shared), values(dedicated)
+    if not shared_values and not dedicated_values:
         return None
     return SharedGpuMemory(
-        shared_bytes=int(sum(shared)),
-        dedicated_bytes=int(sum(dedicated)) if dedicated else None,
+        shared_bytes=sum(shared_values),
+        dedicated_bytes=sum(dedicated_values) if dedicated_values else None,
     )
 
 
-def parse_typeperf(header: str, row: str, pid: int) -> SharedGpuMemory | None:
-    """One typeperf CSV data row against its header -> the process's usage.
-
-    typeperf prints `"(PDH-CSV 4.0)","\\\\HOST\\GPU Process Memory(pid_..)\\Shared Usage",...`, then
-    rows of `"<timestamp>","<value>",...`; a counter it could not read this second is `" "`.
-    """
-    names = next(csv.reader([header]), [])
-    cells = next(csv.reader([row]), [])
-    values: dict[str, float] = {}
-    for name, cell in zip(names[1:], cells[1:], strict=False):
-        with contextlib.suppress(ValueError):
-            values[name] = float(cell)
-    return _sum_usage(values, pid)
-
-
 class PdhReader:
-    """win32pdh: one query holding a counter per adapter instance of the process."""
+    """One PDH query with the two wildcard counters, collected at each read (microseconds)."""
 
-    def __init__(self, pdh: Any, pid: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pdh: PdhApi, pid: int) -> None:
+        """Raises PdhError when the counters cannot be added (`open_shared_memory_reader` says why)."""
         self.reason: str | None = None
         self._pdh = pdh
         self._pid = pid
-        self._clock = clock
-        self._query = pdh.OpenQuery()
-        self._counters: dict[str, Any] = {}
-        self._expanded_at: float | None = None
-
-    def _expand(self) -> None:
-        wanted: set[str] = set()
-        for pattern in counter_paths(self._pid):
-            with contextlib.suppress(Exception):  # PDH_CSTATUS_NO_INSTANCE until the GPU is touched
-                wanted.update(self._pdh.ExpandCounterPath(pattern))
-        for path in set(self._counters) - wanted:
-            with contextlib.suppress(Exception):
-                self._pdh.RemoveCounter(self._counters.pop(path))
-        for path in wanted - set(self._counters):
-            with contextlib.suppress(Exception):
-                self._counters[path] = self._pdh.AddCounter(self._query, path)
-        self._expanded_at = self._clock()
-
-    def read(self) -> SharedGpuMemory | None:
-        if self._expanded_at is None or self._clock() - self._expanded_at >= REEXPAND_S:
-            self._expand()
-        if not self._counters:
-            self.reason = "this process has not used the GPU yet"
-            return None
+        self._query = pdh.open_query()
         try:
-            self._pdh.CollectQueryData(self._query)
-        except Exception as exc:
-            self.reason = f"performance counters failed: {exc}"
-            return None
-        values: dict[str, float] = {}
-        for path, handle in self._counters.items():
-            with contextlib.suppress(Exception):  # an adapter instance vanished since the expand
-                values[path] = float(self._pdh.GetFormattedCounterValue(handle, self._pdh.PDH_FMT_LARGE)[1])
-        self.reason = None
-        return _sum_usage(values, self._pid)
+            self._shared = pdh.add_english_counter(self._query, counter_path(SHARED))
+            self._dedicated = pdh.add_english_counter(self._query, counter_path(DEDICATED))
+        except PdhError:
+            pdh.close_query(self._query)
+            raise
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._pdh.CloseQuery(self._query)
-
-
-class TypeperfReader:
-    """A `typeperf -si 1` child whose CSV lines a daemon thread parses; read() returns the latest.
-
-    typeperf expands wildcards once at start and exits with "No valid counters" while the process
-    has no instance yet, so the child is restarted every REEXPAND_S until it stays up.
-    """
-
-    def __init__(self, pid: int, exe: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.reason: str | None = "waiting for typeperf"
-        self._pid = pid
-        self._exe = exe
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._latest: SharedGpuMemory | None = None
-        self._proc: subprocess.Popen[str] | None = None
-        self._started_at = -REEXPAND_S
-        self._closed = False
-
-    def _start(self) -> None:
-        flags = getattr(subprocess, "CREATE_NO_WINDOW", 0)  # no console window flashing up
-        self._proc = subprocess.Popen(
-            [self._exe, *counter_paths(self._pid), "-si", "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            creationflags=flags,
-        )
-        self._started_at = self._clock()
-        threading.Thread(target=self._pump, args=(self._proc,), name="vrampilot-typeperf", daemon=True).start()
-
-    def _pump(self, proc: subprocess.Popen[str]) -> None:
-        header: str | None = None
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.strip()
-            if line.startswith('"(PDH-CSV'):
-                header = line
-            elif header and line.startswith('"'):
-                usage = parse_typeperf(header, line, self._pid)
-                with self._lock:
-                    self._latest = usage
-                    self.reason = None if usage else "this process has not used the GPU yet"
+    def _array(self, counter: int) -> Sequence[tuple[str, int, int]]:
+        try:
+            return self._pdh.formatted_array(counter)
+        except PdhError as exc:
+            if exc.status in _NOTHING_YET:
+                return ()
+            raise
 
     def read(self) -> SharedGpuMemory | None:
-        if self._closed:
-            return None
-        running = self._proc is not None and self._proc.poll() is None
-        if not running and self._clock() - self._started_at >= REEXPAND_S:
-            try:
-                self._start()
-            except OSError as exc:
-                self.reason = f"typeperf failed to start: {exc}"
-        with self._lock:
-            return self._latest
+        try:
+            self._pdh.collect(self._query)
+            usage = process_usage(self._array(self._shared), self._array(self._dedicated), self._pid)
+        except PdhError as exc:
+            if exc.status not in _NOTHING_YET:
+                self.reason = f"performance counters failed: {exc}"
+                return None
+            usage = None
+        self.reason = None if usage is not None else NOT_YET
+        return usage
 
     def close(self) -> None:
-        self._closed = True
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
+        self._pdh.close_query(self._query)
 
 
-def open_shared_memory_reader(pid: int, platform: str = sys.platform) -> SharedMemoryReader:
-    """The best reader this machine offers; never raises."""
+def open_shared_memory_reader(
+    pid: int, platform: str = sys.platform, pdh: Callable[[], PdhApi] = CtypesPdh
+) -> SharedMemoryReader:
+    """The reader this machine offers; never raises."""
     if platform != "win32":
         return UnavailableReader(NOT_WINDOWS)
     try:
-        import win32pdh
-
-        return PdhReader(win32pdh, pid)
-    except Exception:  # ImportError, or PDH itself failing: try the command-line tool
-        pass
-    exe = shutil.which("typeperf")
-    if exe:
-        return TypeperfReader(pid, exe)
-    return UnavailableReader("neither pywin32 (win32pdh) nor typeperf is available to read GPU counters")
+        return PdhReader(pdh(), pid)
+    except PdhError as exc:
+        if exc.status in (PDH_CSTATUS_NO_OBJECT, PDH_CSTATUS_NO_COUNTER):
+            return UnavailableReader(NO_COUNTERS)
+        return UnavailableReader(f"performance counters failed: {exc}")
+    except (OSError, AttributeError) as exc:  # no pdh.dll, or one without the function
+        return UnavailableReader(f"performance counters not readable ({exc})")
