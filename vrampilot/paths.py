@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import importlib.metadata
 import importlib.util
+import ntpath
 import os
 import shutil
 import sys
@@ -77,16 +78,49 @@ def embedded_model_path() -> Path | None:
     return None
 
 
+def user_dir_text(kind: str, platform: str = sys.platform) -> str:
+    r"""Where the user's `kind` ("config", "data", "cache") lives on `platform`, by platformdirs.
+
+    Windows: settings in the roaming profile (%APPDATA%\VRAMPilot: they follow the user to another
+    PC of a domain); chats, the library's records, logs and caches in the local one
+    (%LOCALAPPDATA%\VRAMPilot and its Cache folder): large, and tied to this machine. platformdirs
+    puts settings in the local one unless asked for roaming. Linux: $XDG_CONFIG_HOME/VRAMPilot,
+    $XDG_DATA_HOME/VRAMPilot, $XDG_CACHE_HOME/VRAMPilot. Downloaded models go to the Hugging Face
+    cache every Hugging Face tool shares (hub/env.py), not here."""
+    if platform == "win32":
+        from platformdirs.windows import Windows  # pure Python: tests force it from any platform
+
+        local = Windows(APP_NAME, appauthor=False)
+        roaming = Windows(APP_NAME, appauthor=False, roaming=True)
+        return {"config": roaming.user_config_dir, "cache": local.user_cache_dir}.get(kind, local.user_data_dir)
+    here = platformdirs.PlatformDirs(APP_NAME, appauthor=False)
+    return {"config": here.user_config_dir, "cache": here.user_cache_dir}.get(kind, here.user_data_dir)
+
+
+# CreateDirectoryW's limit (MAX_PATH, 260, less room for an 8.3 file name): a longer path fails on
+# Windows unless the machine enables long paths (off by default) or it carries the \\?\ prefix,
+# which takes it to about 32,767 characters.
+WINDOWS_PATH_LIMIT = 248
+
+
+def long_path(path: str | os.PathLike[str], platform: str = sys.platform) -> str:
+    r"""`path` as Windows opens it whatever its length: absolute, with the \\?\ prefix (\\?\UNC\ for
+    a network share) when it reaches the limit; as it is otherwise, and on other systems. For files
+    whose names come from elsewhere (a Hugging Face repository's folders and files)."""
+    text = os.fspath(path)
+    if platform != "win32" or text.startswith("\\\\?\\"):
+        return text
+    full = ntpath.abspath(text)
+    if len(full) < WINDOWS_PATH_LIMIT:
+        return text
+    if full.startswith("\\\\"):
+        return "\\\\?\\UNC\\" + full[2:]
+    return "\\\\?\\" + full
+
+
 def _dir(kind: str) -> Path:
     env = os.environ.get("VRAMPILOT_HOME")
-    if env:
-        path = Path(env) / kind
-    elif kind == "config":
-        path = Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
-    elif kind == "cache":
-        path = Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
-    else:
-        path = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    path = Path(env) / kind if env else Path(user_dir_text(kind))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -28,6 +28,7 @@ from filelock import FileLock, Timeout
 
 from vrampilot.hub.env import hf_hub_cache
 from vrampilot.hub.errors import HubError
+from vrampilot.paths import long_path
 
 PART_SUFFIX = ".vrampilot.part"
 QUARANTINE_MARK = ".quarantined-"
@@ -64,20 +65,22 @@ class RepoCache:
     def blobs(self) -> Path:
         return self.storage / "blobs"
 
+    # The files written here: a repository's name (up to 96 characters each side of the slash) and
+    # its folders and file names can take a path past Windows' limit (paths.long_path).
     def blob(self, etag: str) -> Path:
-        return self.blobs / etag
+        return Path(long_path(self.blobs / etag))
 
     def part(self, etag: str) -> Path:
-        return self.blobs / f"{etag}{PART_SUFFIX}"
+        return Path(long_path(self.blobs / f"{etag}{PART_SUFFIX}"))
 
     def pointer(self, commit: str, filename: str) -> Path:
-        return self.storage / "snapshots" / commit / Path(*filename.split("/"))
+        return Path(long_path(self.storage / "snapshots" / commit / Path(*filename.split("/"))))
 
     def ref(self, revision: str) -> Path:
-        return self.storage / "refs" / revision
+        return Path(long_path(self.storage / "refs" / revision))
 
     def lock_path(self, etag: str) -> Path:
-        return self.root / ".locks" / repo_folder_name(self.repo_id) / f"{etag}.lock"
+        return Path(long_path(self.root / ".locks" / repo_folder_name(self.repo_id) / f"{etag}.lock"))
 
     def commit_for(self, revision: str) -> str | None:
         try:
