@@ -28,7 +28,7 @@ CPU_FALLBACK = "no NVIDIA GPU detected, planning for the CPU"
 _ERROR_REASONS = {
     4: "no permission to talk to the NVIDIA driver",
     9: "NVIDIA driver not loaded",
-    12: "{lib} not found",
+    12: "{lib}",
     18: "NVIDIA driver and library versions differ: reboot after the driver update",
 }
 
@@ -49,11 +49,11 @@ def load_pynvml() -> NvmlApi:
 
 
 def _library_name(platform: str = sys.platform) -> str:
-    """Where pynvml looks: on Windows the two places the NVIDIA driver puts nvml.dll (System32 for
-    DCH drivers, NVSMI for older ones), in that order; elsewhere the loader's search path."""
+    """What is missing, and where pynvml looked: on Windows the two places the NVIDIA driver puts
+    nvml.dll (System32 for DCH drivers, NVSMI for older ones); elsewhere the loader's search path."""
     if platform == "win32":
-        return r"nvml.dll (in %WINDIR%\System32 or %ProgramFiles%\NVIDIA Corporation\NVSMI)"
-    return "libnvidia-ml.so.1"
+        return r"nvml.dll not found in %WINDIR%\System32 or %ProgramFiles%\NVIDIA Corporation\NVSMI"
+    return "libnvidia-ml.so.1 not found"
 
 
 def _text(value: object) -> str:
