@@ -129,16 +129,16 @@ class CtypesPdh:
 
     def formatted_array(self, counter: int) -> Sequence[tuple[str, int, int]]:
         size, count = ctypes.c_uint32(0), ctypes.c_uint32(0)
-        status = self._array(counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), None)
-        if status != PDH_MORE_DATA:
-            self._check("PdhGetFormattedCounterArrayW", status)
+        buffer: ctypes.Array[ctypes.c_char] | None = None
+        for _ in range(3):  # a process that starts between the two calls makes the buffer short again
+            status = self._array(counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), buffer)
+            if status != PDH_MORE_DATA:
+                break
+            # The items, then the instance names they point at, in one buffer of the size PDH asked for.
+            buffer = ctypes.create_string_buffer(size.value)
+        self._check("PdhGetFormattedCounterArrayW", status)
+        if buffer is None:
             return ()
-        # The items, then the instance names they point at, in one buffer of the size PDH asked for.
-        buffer = ctypes.create_string_buffer(size.value)
-        self._check(
-            "PdhGetFormattedCounterArrayW",
-            self._array(counter, PDH_FMT_LARGE, ctypes.byref(size), ctypes.byref(count), buffer),
-        )
         items = ctypes.cast(buffer, ctypes.POINTER(_FmtItem))
         return [
             (items[i].szName or "", int(items[i].FmtValue.CStatus), int(items[i].FmtValue.largeValue))
