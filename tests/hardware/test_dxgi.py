@@ -16,7 +16,7 @@ from vrampilot.hardware import LlamaBackendInfo, LlamaDevice, Machine, format_ma
 from vrampilot.hardware.detect import detect_machine
 from vrampilot.hardware.dxgi import read_dxgi
 from vrampilot.hardware.free_memory import DXGI, NVML, VULKAN_BUDGET, match_adapter, with_free_memory
-from vrampilot.hardware.report import WINDOWS_NO_CUDA
+from vrampilot.hardware.report import WINDOWS_NO_CUDA, machine_warnings
 from vrampilot.planner.target import target_from_machine
 
 RTX_4070 = FakeGpu(name="NVIDIA GeForce RTX 4070", memory_total_bytes=12 * GIB)
@@ -165,3 +165,12 @@ def test_detection_on_windows_carries_dxgi_through() -> None:
     )
     assert m.dxgi_status == "DXGI: 1 adapter" and m.dxgi_adapters[0].luid == LUID
     assert detect_machine(FakeNvml([]), llama_loader=no_engine, platform="linux").dxgi_status == ""
+
+
+def test_windows_warnings_name_no_linux_cuda_packages() -> None:
+    vulkan = _windows_nvidia()
+    assert not [w for w in machine_warnings(vulkan, platform="win32") if "AppImage" in w or "make cuda" in w]
+    assert any("AppImage" in w for w in machine_warnings(vulkan, platform="linux"))  # the Linux hint stays
+    cpu_only = replace(vulkan, llama=replace(vulkan.llama, supports_gpu_offload=False, devices=()))
+    (warning,) = machine_warnings(cpu_only, platform="win32")
+    assert warning.endswith(WINDOWS_NO_CUDA) and "AppImage" not in warning
