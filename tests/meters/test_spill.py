@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from tests.meters.session import SHARED_SPILLED, Session, gpu8, session
+from testkit.fake_nvml import FakeClock, FakeNvml
+from tests.meters.session import (
+    GPU,
+    SHARED_SPILLED,
+    ScriptedSharedMemory,
+    Session,
+    gpu8,
+    script,
+    session,
+    shared_script,
+)
 from vrampilot.gguf import ModelSpec
+from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.spill import (
     SYSMEM_FALLBACK_ADVICE,
     spill_summary,
@@ -129,6 +142,24 @@ def test_long_context_is_not_a_spill(plan8: Plan) -> None:
     # 31K tokens in the cache: the plan itself expects ~35 tokens/s there, so 25 is within reason.
     assert state.record_decode(25.0, context_tokens=31_000, duration_s=4).level == "ok"
     assert state.record_decode(25.0, duration_s=4).level == "slow"  # the same speed on an empty cache is not
+
+
+def test_an_integrated_gpu_filling_shared_memory_is_not_a_spill(plan8: Plan) -> None:
+    # Windows counts an integrated GPU's memory as shared GPU memory: the model fills it at load.
+    igpu = replace(plan8, target=replace(plan8.target, gpus=tuple(replace(g, kind="igpu") for g in plan8.target.gpus)))
+    nvml = FakeNvml([replace(GPU, readings=script(PROCESS, spill=False))])  # no PCIe rise
+    clock = FakeClock(1000.0)
+    shared = ScriptedSharedMemory(nvml, shared_script(spill=True))  # +512 MiB of shared memory
+    s = Session(nvml, clock, Sampler(interval_s=0.5, history_s=300.0, nvml=nvml, shared_reader=shared, clock=clock))
+    state = MeterState(clock=clock, platform="win32")
+    state.set_plan(igpu)
+    _run(s, state, 2 + 6 + 16)
+    a = state.record_decode(9.5, duration_s=4)
+    assert a.level == "slow" and a.replan is None and "spilled" not in a.text
+    assert "integrated GPU's memory is system RAM" in a.text
+    # The same readings on a discrete card are a spill.
+    state.set_plan(plan8)
+    assert state.record_decode(9.5, duration_s=4).level == "spill"
 
 
 def test_cpu_only_plan_never_spills(qwen7b_spec: ModelSpec) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vrampilot.meters.bandwidth import TokenBytes, expected_decode_tps, token_bytes
 from vrampilot.meters.types import MeterSample
@@ -267,6 +267,11 @@ def assess(
         shared_floor_bytes=shared_floor_bytes,
         pcie_floor_kb_per_s=pcie_floor_kb_per_s,
     )
+    integrated = all(g.kind == "igpu" for g in plan.target.gpus)
+    if integrated:
+        # An integrated GPU's memory is Windows' shared GPU memory: loading the model fills it, so
+        # its rise is the plan, not a spill (the counters cannot tell the adapters' apart here).
+        evidence = replace(evidence, shared_bytes=None, shared_rise_bytes=None)
     ratio = measured_tps / expected
     speed = f"Generation ran at {measured_tps:.1f} tokens/s, {ratio:.0%} of the planned {expected:.1f}"
     if ratio >= SLOW_RATIO:
@@ -280,11 +285,12 @@ def assess(
             state.append(f"{evidence.clock_graphics_mhz} MHz")
         if state:
             cause += f" (now {', '.join(state)})"
-        seen = (
-            "shared GPU memory and PCIe traffic show no spill"
-            if samples and samples[-1].gpus
-            else ("the GPU cannot be read here, so a spill cannot be confirmed")
-        )
+        if integrated:
+            seen = "the integrated GPU's memory is system RAM, so nothing spills out of VRAM"
+        elif samples and samples[-1].gpus:
+            seen = "shared GPU memory and PCIe traffic show no spill"
+        else:
+            seen = "the GPU cannot be read here, so a spill cannot be confirmed"
         return SpillAssessment("slow", f"{speed}, but {seen}: {cause}.", measured_tps, expected, evidence)
     signs = []
     if evidence.shared_rising and evidence.shared_rise_bytes is not None:
