@@ -32,11 +32,10 @@ from vrampilot.commands.common import resolve_model  # noqa: E402
 from vrampilot.engine import Engine, Message, SamplingParams  # noqa: E402
 from vrampilot.export import llama_cpp_kwargs  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
-from vrampilot.hardware import detect_machine  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
 from vrampilot.planner.search import plan  # noqa: E402
-from vrampilot.planner.target import target_from_machine  # noqa: E402
-from vrampilot.speed.service import with_measured_speed  # noqa: E402
+from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
+from vrampilot.speed.service import detect_measured_machine  # noqa: E402
 
 llama_cpp = llamacpp.load()
 
@@ -73,7 +72,7 @@ def bare_decode(llm: llama_cpp.Llama, tokens: list[int], n_tokens: int, s: Sampl
 def run(args: argparse.Namespace) -> dict[str, Any]:
     spec = load_model_spec(resolve_model(args.model))
     pins = Pins(n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads)
-    p: Plan = plan(spec, target_from_machine(with_measured_speed(detect_machine())), pins)
+    p: Plan = plan(spec, resolve_target(TargetRequest(), detect_measured_machine()), pins)
     sampling = SamplingParams(
         temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, max_tokens=args.tokens, seed=1
     )

@@ -28,12 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vrampilot.documents import DocumentSet, KvStateStore, extract, state_key, tokenizer_for
 from vrampilot.engine import Engine, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 SITES = [
     "Reservoir",
@@ -123,7 +122,7 @@ def main() -> int:
         return 2
     spec = load_model_spec(model)
     pins = Pins(n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads)
-    p = plan(spec, target_cpu_only(with_measured_speed(detect_machine())), pins)
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()), pins)
     greedy = SamplingParams(temperature=0.0, max_tokens=16, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="longdoc-"))
     doc_path = tmp / "review.md"

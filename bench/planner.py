@@ -17,7 +17,7 @@ timed with the formula, and exact (first plan of the file, which loads the heade
 
 The MoE table (docs/moe-placement.md) plans released mixture-of-experts models (testkit/real_shapes.py
 MOE_FILES: sparse files at their published dimensions, no download) on hypothetical 8/12/16/24 GiB
-GPUs (target_from_vram, host: MOE_HOST_RAM_GIB of RAM, 8 cores) at 8K and 32K context, pinning
+GPUs (a --vram target, host: MOE_HOST_RAM_GIB of RAM, 8 cores) at 8K and 32K context, pinning
 only the context: -ngl, --n-cpu-moe and the K/V types are the planner's. Each plan is timed
 (exact, as the CLI plans, after one untimed plan of the file loads its header) and given as a
 ratio to a dense model's plan (Llama-3.1-8B Q4_K_M, same kind of plan) timed in the same run.
@@ -610,11 +610,11 @@ def moe_rows(
     from vrampilot.planner.placement import unmatched_patterns
     from vrampilot.planner.plan import Pins, PlanError
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_from_vram
+    from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.units import GIB
 
     machine = cpu_machine(ram_gib=MOE_HOST_RAM_GIB)
-    targets = {g: target_from_vram(g * GIB, machine) for g in vram_gib}
+    targets = {g: resolve_target(TargetRequest(vram_bytes=g * GIB), machine) for g in vram_gib}
     ctxs = tuple(ctxs)
     # The baseline: a dense model's exact plan, timed here, median of five after the header loads.
     dense = load_model_spec(write_header_only(folder / f"{BASELINE_MODEL}.gguf", BASELINE_MODEL))
@@ -752,7 +752,7 @@ def moe_report(rows: list[MoeRow]) -> str:
     out.append(
         f"Plan times are exact plans (as the CLI plans) after the file's header is loaded; x dense: "
         f"divided by a dense {BASELINE_MODEL} Q4_K_M plan timed in the same run ({baseline:.0f} ms). "
-        f"Host: {MOE_HOST_RAM_GIB} GiB RAM, 8 cores; GPUs hypothetical (target_from_vram). "
+        f"Host: {MOE_HOST_RAM_GIB} GiB RAM, 8 cores; GPUs hypothetical (a --vram target). "
         "GPU GiB: weights, KV, compute and output buffers on the GPU, without the 1 GiB margin both keep free "
         "(llama.cpp: --fit-target 1024); (over): our memory model puts the fit's settings past the budget. "
         "--fit: llama.cpp's common_fit_params with f16 K/V; its decode t/s is our speed model's for its settings."
@@ -791,10 +791,10 @@ def plan_for_8gb(path: Path, exact: bool) -> None:
     """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
     from testkit.machines import cpu_machine
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_from_vram
+    from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.units import GIB
 
-    plan(load_model_spec(path), target_from_vram(8 * GIB, cpu_machine()), exact=exact)
+    plan(load_model_spec(path), resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()), exact=exact)
 
 
 if __name__ == "__main__":

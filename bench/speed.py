@@ -185,10 +185,10 @@ class Calibration:
         from vrampilot.gguf import load_model_spec
         from vrampilot.planner.plan import Pins
         from vrampilot.planner.search import plan
-        from vrampilot.planner.target import target_from_machine
+        from vrampilot.planner.target import TargetRequest, resolve_target
 
         self.path = path
-        spec, target = load_model_spec(path), target_from_machine(machine)
+        spec, target = load_model_spec(path), resolve_target(TargetRequest(), machine)
         self.plan = plan(spec, target, exact=True)
         if (self.plan.settings.n_threads, self.plan.settings.n_threads_batch) != (threads, threads):
             self.plan = plan(spec, target, Pins(n_threads=threads, n_threads_batch=threads), exact=True)
@@ -282,7 +282,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
     from vrampilot.gguf import load_model_spec
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_cpu_only
+    from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.speed import cpu_load
 
     # The app's default sampling (the sampler's pass over the logits is part of every token's cost),
@@ -293,7 +293,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
         for c in order:
             p = plan(
                 load_model_spec(c.path),
-                target_cpu_only(machine),
+                resolve_target(TargetRequest(cpu_only=True), machine),
                 Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
             )
             engine = Engine()
@@ -336,13 +336,13 @@ def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_cpu_only
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
     out = []
     for c in cases:
         p = plan(
             load_model_spec(c.path),
-            target_cpu_only(machine),
+            resolve_target(TargetRequest(cpu_only=True), machine),
             Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
         )
         s = c.stats
@@ -364,12 +364,11 @@ def main() -> int:
     os.environ["VRAMPILOT_HOME"] = tempfile.mkdtemp(prefix="vrampilot-bench-speed-")
 
     from vrampilot.gguf import load_model_spec
-    from vrampilot.hardware import detect_machine
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.cpu_speed import weight_table
     from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
     from vrampilot.speed.report import format_probe
-    from vrampilot.speed.service import probe_machine, with_measured_speed
+    from vrampilot.speed.service import detect_measured_machine, probe_machine
 
     embedded = embedded_model_path()
     assert embedded is not None
@@ -384,7 +383,7 @@ def main() -> int:
             if any(k.lower().startswith(w) or (w == "embedded" and v == embedded) for w in wanted)
         }
 
-    machine = with_measured_speed(detect_machine())
+    machine = detect_measured_machine()
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
     print("1. Speed probe (what the app's first start runs)", flush=True)
     probed = probe_machine(machine, types)

@@ -19,12 +19,11 @@ def save_measured_record(home: Path, probe: HostProbe) -> MachineSpeed:
     """Save `probe` as this machine's record in the data folder of VRAMPILOT_HOME=`home`; returns
     the record. Saved as taken on a quiet machine: on a busy one (a shared CI host) the app would
     measure again at every start, and that probe would compete with the test for the CPU."""
-    from vrampilot.hardware import detect_machine
-    from vrampilot.speed.service import with_measured_speed
+    from vrampilot.speed.service import detect_measured_machine
     from vrampilot.speed.store import save_probe
 
     data = home / "data"
     data.mkdir(parents=True, exist_ok=True)
-    speed = with_measured_speed(detect_machine()).speed  # a record (empty where nothing was saved)
+    speed = detect_measured_machine().speed  # a record (empty where nothing was saved)
     assert speed is not None
     return save_probe(speed.fingerprint, replace(probe, others_cpu_share=0.0, app_busy=False), data)

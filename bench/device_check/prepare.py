@@ -50,7 +50,7 @@ from vrampilot.hardware import Machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.memory import memory_breakdown  # noqa: E402
 from vrampilot.planner.settings import Settings  # noqa: E402
-from vrampilot.planner.target import GpuTarget, Target, target_cpu_only  # noqa: E402
+from vrampilot.planner.target import GpuTarget, Target, TargetRequest, resolve_target  # noqa: E402
 from vrampilot.units import GIB  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "device"
@@ -301,7 +301,7 @@ def _backoff_cases(models: dict[str, Path], device: str) -> list[dict[str, objec
 
 
 def _target(gpu: GpuTarget) -> Target:
-    return replace(target_cpu_only(_machine()), gpus=(gpu,))
+    return replace(resolve_target(TargetRequest(cpu_only=True), _machine()), gpus=(gpu,))
 
 
 def _machine() -> Machine:

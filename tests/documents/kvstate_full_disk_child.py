@@ -18,12 +18,16 @@ from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def main() -> int:
     folder, model = Path(sys.argv[1]), Path(sys.argv[2])
-    p = plan(load_model_spec(model), target_cpu_only(cpu_machine()), Pins(n_ctx=512, n_threads=1, n_threads_batch=1))
+    p = plan(
+        load_model_spec(model),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=512, n_threads=1, n_threads_batch=1),
+    )
     engine = Engine()
     engine.load(p)
     store = KvStateStore(folder)

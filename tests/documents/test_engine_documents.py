@@ -16,7 +16,7 @@ from vrampilot.engine import Engine, Message, PromptProgress, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,11 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=8, seed=1)
 def doc_plan(embedded_model: Path) -> Plan:
     spec: ModelSpec = load_model_spec(embedded_model)
     # ubatch 64: several progress updates for a short document.
-    return plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1, n_ubatch=64))
+    return plan(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=1024, n_threads=1, n_threads_batch=1, n_ubatch=64),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from vrampilot.documents import analyze_fit, needed_context, nice_ctx, tokens_te
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_cpu_only, target_from_vram
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 
@@ -30,7 +30,7 @@ def qwen7b(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def gpu8() -> Target:
-    return target_from_vram(8 * GIB, cpu_machine())
+    return resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
 
 
 def test_helpers() -> None:
@@ -93,7 +93,7 @@ def test_8gb_scenario_past_the_trained_context_offers_replan_but_answers_from_re
 
 
 def test_too_large_for_any_plan_says_the_limit(llama8b: ModelSpec) -> None:
-    small = target_from_vram(6 * GIB, cpu_machine(ram_gib=8))
+    small = resolve_target(TargetRequest(vram_bytes=6 * GIB), cpu_machine(ram_gib=8))
     p = plan(llama8b, small, Pins(n_ctx=8192))
     r = analyze_fit(p, 120000)
     assert r.status == "too_large" and r.mode == "retrieval" and r.replan is None
@@ -106,7 +106,7 @@ def test_too_large_for_any_plan_says_the_limit(llama8b: ModelSpec) -> None:
 
 def test_embedded_model_on_the_cpu(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=2048))
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=2048))
     fits = analyze_fit(p, 900, reply_tokens=256)
     assert fits.status == "fits" and fits.message == "fits: 900 of 2K context"
     grow = analyze_fit(p, 5000, reply_tokens=256)

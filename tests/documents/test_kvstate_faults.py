@@ -23,7 +23,7 @@ from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def doc_plan(embedded_model: Path) -> Plan:
     spec = load_model_spec(embedded_model)
-    return plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1))
+    return plan(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
+    )
 
 
 @pytest.fixture(scope="module")

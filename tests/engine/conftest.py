@@ -9,11 +9,10 @@ import pytest
 
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_cpu_only
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 # One thread: on a busy 2-core machine llama.cpp's worker threads spin-wait on each other and a
 # test that should take a second takes a minute.
@@ -28,7 +27,7 @@ def spec(embedded_model: Path) -> ModelSpec:
 
 @pytest.fixture(scope="session")
 def cpu_target() -> Target:
-    return target_cpu_only(with_measured_speed(detect_machine()))
+    return resolve_target(TargetRequest(cpu_only=True), detect_measured_machine())
 
 
 def make_plan(spec: ModelSpec, target: Target, **pins: object) -> Plan:

@@ -16,14 +16,15 @@ from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import Engine, EngineError, Message
 from vrampilot.gguf import load_model_spec
 from vrampilot.gguf.reader import read_gguf
-from vrampilot.hardware import detect_machine
-from vrampilot.planner.target import target_cpu_only
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 
 def main(path: Path, change: str) -> dict[str, object]:
     engine = Engine()
-    engine.load(make_plan(load_model_spec(path), target_cpu_only(with_measured_speed(detect_machine()))))
+    engine.load(
+        make_plan(load_model_spec(path), resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()))
+    )
     ask = [Message("user", "Name a colour.")]
     first = engine.chat(ask, GREEDY).text
     if change == "truncate":

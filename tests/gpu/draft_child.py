@@ -16,7 +16,7 @@ from vrampilot.hardware import detect_machine
 from vrampilot.planner.draft import DraftRequest, plan_with_draft
 from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def _parts(c: Components) -> dict[str, int]:
@@ -25,7 +25,7 @@ def _parts(c: Components) -> dict[str, int]:
 
 def main() -> int:
     target_path, draft_arg, on_gpu = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "gpu"
-    target = target_from_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
         return 0

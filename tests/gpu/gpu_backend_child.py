@@ -15,13 +15,13 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_for_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def main() -> int:
     model = Path(sys.argv[1])
     machine = detect_machine()
-    target = target_for_machine(machine, gpu_backend="Vulkan")
+    target = resolve_target(TargetRequest(gpu_backend="Vulkan"), machine)
     p = plan(load_model_spec(model), target, Pins(n_ctx=1024, n_threads=2, n_threads_batch=2), exact=False)
     argv = llama_server_argv(model, p.settings)
     out: dict[str, object] = {

@@ -16,7 +16,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.measure import measure_allocations
 from vrampilot.planner.memory import memory_breakdown
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 # llama.cpp's per-buffer lines of a cache: `<dev> KV buffer size` and `<dev> DSV4 <x> state buffer size`
 BUFFER_RE = re.compile(r"^\w+:\s+(\S+) (?:KV|DSV4 \w+ state) buffer size =")
@@ -31,7 +31,7 @@ def main() -> int:
     write, check = WRITERS[arch]
     path = write(folder / f"{arch}.gguf", **shape)
     spec = load_model_spec(path)
-    target = target_from_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
         return 0

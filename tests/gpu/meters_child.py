@@ -11,7 +11,6 @@ import threading
 from vrampilot.engine import Engine
 from vrampilot.engine.sampling import SamplingParams
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.message import Message
 from vrampilot.meters import MeterSample
 from vrampilot.meters.sampler import Sampler
@@ -19,14 +18,14 @@ from vrampilot.meters.state import MeterState
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_from_machine
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 
 def main() -> int:
     path = embedded_model_path()
     assert path is not None
-    target = target_from_machine(with_measured_speed(detect_machine()))
+    target = resolve_target(TargetRequest(), detect_measured_machine())
     p = plan(
         load_model_spec(path),
         target,

@@ -15,14 +15,14 @@ from vrampilot.engine.loader import open_llama
 from vrampilot.export import llama_server_argv
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server.binaries import tool_path
 
 
 def main() -> int:
     path = Path(sys.argv[1])
     cases = [Settings(**c) for c in json.loads(sys.argv[2])]
-    target = target_from_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
         return 0

@@ -15,13 +15,13 @@ from vrampilot.planner.measure import graph_compute
 from vrampilot.planner.memory import memory_breakdown
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_for_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def main() -> None:
     path = write_shape_header_only(Path(tempfile.mkdtemp()) / "v2-lite.gguf", BIG["deepseek-v2-lite"], recipe="Q4_K_M")
     spec = load_model_spec(path)
-    target = target_for_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     pins = Pins(n_ctx=2048, n_cpu_moe=spec.n_layer, n_gpu_layers=spec.n_layer + 1, n_ubatch=512)
     p = plan(spec, target, pins, exact=True, alternatives=False)
     rows = []

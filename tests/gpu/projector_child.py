@@ -23,14 +23,14 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.projector import ClipBuffers, clip_buffers
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def main() -> int:
     mode, mmproj, asked = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     model = embedded_model_path()
     assert model is not None
-    target = target_from_machine(detect_machine())
+    target = resolve_target(TargetRequest(), detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
         return 0

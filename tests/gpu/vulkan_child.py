@@ -10,22 +10,19 @@ import sys
 from pathlib import Path
 
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.planner.measure import measure_allocations
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_from_machine
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 
 def main() -> int:
     asked = json.loads(sys.argv[2])
     margin = asked.pop("margin_bytes", None)  # a device budget smaller than the device: what --margin does
     path, pins = Path(sys.argv[1]), Pins(n_threads=2, n_threads_batch=2, **asked)
-    machine = with_measured_speed(detect_machine())
-    target = target_from_machine(machine)
-    if margin is not None:
-        target = target.with_margin(int(margin))
+    machine = detect_measured_machine()
+    target = resolve_target(TargetRequest(margin_bytes=None if margin is None else int(margin)), machine)
     out: dict[str, object] = {"devices": [d.__dict__ for d in machine.llama.devices]}
     if not target.gpus:
         print(json.dumps({**out, "error": "no Vulkan device in the target", "vulkan": machine.llama.vulkan_status}))

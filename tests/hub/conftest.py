@@ -14,7 +14,7 @@ from testkit.gguf_models import write_header_only, write_model
 from testkit.machines import cpu_machine as machine
 from testkit.mmproj import write_projector
 from tests.hub.fake_hub import FakeHub
-from vrampilot.planner.target import Target, target_from_vram
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 # Never touch a developer's real keyring from tests (our code ignores the null backend), and keep
@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def gpu_target(vram_gib: float = 8, ram_gib: float = 24) -> Target:
-    return target_from_vram(int(vram_gib * GIB), machine(ram_gib))
+    return resolve_target(TargetRequest(vram_bytes=int(vram_gib * GIB)), machine(ram_gib))
 
 
 def split_gguf(src: Path, dst_base: Path, tensors_per_part: int) -> list[Path]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
+from tests.server.test_rpc import start_rpc_host
 from vrampilot.cli import main
+from vrampilot.server import free_port
 
 
 def test_search_json_and_table(hub: FakeHub, tiny_repo: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,3 +95,40 @@ def test_library_command(
     assert main(["hub", "library", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [(m["name"], m["status"], m["verified"]) for m in data["models"]] == [("tiny-llama-Q8_0.gguf", "ok", True)]
+
+
+def _badges(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[str, list[dict[str, Any]]]:
+    """`hub files ... --json`: the target judged for and every model's badge."""
+    assert main(["hub", "files", *args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    return data["target"], [m["badge"] for g in data["groups"] for m in g["models"]]
+
+
+def test_files_judges_for_the_margin_the_backend_and_the_rpc_hosts_asked(
+    hub: FakeHub, tiny_repo: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The badges are made for the target `vrampilot plan` would make from the same options
+    (commands/options.py, one resolver): --margin, --gpu-backend and --rpc count, never ignored."""
+    _, roomy = _badges(capsys, tiny_repo, "--vram", "8GiB", "--ctx", "4096")
+    assert {b["fit"] for b in roomy} == {"gpu"}
+    # The whole card kept free for the driver: nothing goes on it.
+    _, kept = _badges(capsys, tiny_repo, "--vram", "8GiB", "--margin", "8GiB", "--ctx", "4096")
+    assert {b["fit"] for b in kept} == {"cpu"} and all(b["n_gpu_layers"] == 0 for b in kept)
+
+    # No card here runs under CUDA: refused in one line, as `plan --gpu-backend cuda` is.
+    assert main(["hub", "files", tiny_repo, "--gpu-backend", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vrampilot: --gpu-backend cuda: no GPU here runs under CUDA") and "\n" not in err
+    assert main(["hub", "files", tiny_repo, "--vram", "8GiB", "--gpu-backend", "vulkan"]) == 2
+    assert "--gpu-backend picks the backend of this machine's GPUs" in capsys.readouterr().err
+
+    host = start_rpc_host(free_port())
+    try:
+        endpoint = f"127.0.0.1:{host.argv[host.argv.index('-p') + 1]}"
+        target, badges = _badges(capsys, tiny_repo, "--cpu-only", "--rpc", f"{endpoint}=1GiB", "--ctx", "4096")
+        assert target.startswith(f"RPC host {endpoint}") and "1.00 GiB pinned" in target
+        assert {b["fit"] for b in badges} == {"gpu"}  # the host takes the layers
+        _, alone = _badges(capsys, tiny_repo, "--cpu-only", "--ctx", "4096")
+        assert {b["fit"] for b in alone} == {"cpu"}
+    finally:
+        host.stop()

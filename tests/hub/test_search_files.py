@@ -138,10 +138,10 @@ def test_badges_come_from_the_remote_header(hub: FakeHub, models: Models) -> Non
     assert badges["tiny-llama-F16.gguf"].n_ctx == 4096  # capped at what the model was trained for
     assert "Fits on GPU" in b_qwen.text and "tok/s" in b_qwen.text
 
-    from vrampilot.planner.target import target_cpu_only
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
     tiny = remote_spec(listing.repo_id, by_name["tiny-llama-F16.gguf"], revision=listing.commit)
-    assert badge_for_spec(tiny, target_cpu_only(machine()), 4096).fit is Fit.CPU
+    assert badge_for_spec(tiny, resolve_target(TargetRequest(cpu_only=True), machine()), 4096).fit is Fit.CPU
     gemma = remote_spec(listing.repo_id, by_name["gemma27b-Q4_K_M.gguf"], revision=listing.commit)
     assert badge_for_spec(gemma, gpu_target(vram_gib=4, ram_gib=8), 8192).fit is Fit.TOO_LARGE
     # Every badge came from headers: a few hundred KiB read from files totalling 25 GB.

@@ -13,13 +13,12 @@ pytest.importorskip("torch")
 from testkit.gguf_models import write_model
 from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.hybrid.chat import HybridChat, torch_available, unsupported_reason
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.service import detect_measured_machine
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 
@@ -31,7 +30,7 @@ def engine(embedded_model: Path) -> Iterator[Engine]:
     e.load(
         plan(
             load_model_spec(embedded_model),
-            target_cpu_only(with_measured_speed(detect_machine())),
+            resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()),
             Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
         )
     )

@@ -24,7 +24,7 @@ from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.types import SharedGpuMemory
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_from_vram
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 
 # The sampler reads this real process through psutil and asks NVML about the same pid.
 PID = os.getpid()
@@ -47,7 +47,7 @@ def qwen7b(tmp: Path) -> ModelSpec:
 
 
 def gpu8() -> Target:
-    return target_from_vram(8 * GIB, cpu_machine())
+    return resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
 
 
 def plan_32k(spec: ModelSpec) -> Plan:

@@ -90,13 +90,17 @@ def test_partial_offload_splits_bytes(qwen7b_spec: ModelSpec) -> None:
 
 def test_the_host_peak_is_the_measured_ram_read_rate_once_the_machine_was_measured(qwen7b_spec: ModelSpec) -> None:
     from testkit.machines import cpu_machine, measured_machine, uniform_probe
-    from vrampilot.planner.target import target_cpu_only
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
     pins = Pins(n_ctx=4096)
     measured = achieved_bandwidth(
-        plan(qwen7b_spec, target_cpu_only(measured_machine(uniform_probe(12.5))), pins), 5.0, time_s=0
+        plan(qwen7b_spec, resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(12.5))), pins),
+        5.0,
+        time_s=0,
     )
     assert measured.host_peak_gbps == 25.0  # the probe's best RAM read (uniform_probe: 2 x 12.5)
     assert measured.host_peak_source == "measured 2026-12-01"
-    assumed = achieved_bandwidth(plan(qwen7b_spec, target_cpu_only(cpu_machine()), pins), 5.0, time_s=0)
+    assumed = achieved_bandwidth(
+        plan(qwen7b_spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), pins), 5.0, time_s=0
+    )
     assert assumed.host_peak_gbps == 50.0 and assumed.host_peak_source == "assumed"

@@ -164,9 +164,9 @@ def test_an_integrated_gpu_filling_shared_memory_is_not_a_spill(plan8: Plan) -> 
 
 def test_cpu_only_plan_never_spills(qwen7b_spec: ModelSpec) -> None:
     from testkit.machines import cpu_machine
-    from vrampilot.planner.target import target_cpu_only
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
-    p = plan(qwen7b_spec, target_cpu_only(cpu_machine()), Pins(n_ctx=4096))
+    p = plan(qwen7b_spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=4096))
     state = MeterState()
     state.set_plan(p)
     assert state.record_decode(0.5).level == "ok"

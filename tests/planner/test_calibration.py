@@ -21,7 +21,7 @@ from vrampilot.planner.calibration import (
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import (
     FACTOR_MAX,
     FACTOR_MIN,
@@ -42,7 +42,11 @@ PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
 
 
 def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
-    return plan(load_model_spec(embedded_model), target_cpu_only(measured_machine(None, speed=speed)), PINS)
+    return plan(
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+        PINS,
+    )
 
 
 def followed(ratio: float, n: int) -> float:
@@ -135,12 +139,20 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     # setting learns on its own, and another one starts from the probe alone.
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
     machine = measured_machine(None, speed=speed)
-    two = plan(load_model_spec(embedded_model), target_cpu_only(machine), replace(PINS, n_threads=2, n_threads_batch=2))
+    two = plan(
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(cpu_only=True), machine),
+        replace(PINS, n_threads=2, n_threads_batch=2),
+    )
     for _ in range(2):
         speed = learn_reply(speed, two, _reply(two, 0.7, 1.3))
 
     def again(pins: Pins) -> Plan:
-        return plan(load_model_spec(embedded_model), target_cpu_only(measured_machine(None, speed=speed)), pins)
+        return plan(
+            load_model_spec(embedded_model),
+            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            pins,
+        )
 
     assert backend_key(two.target, two.settings).endswith(", 2 threads")
     learned = again(replace(PINS, n_threads=2, n_threads_batch=2)).speed
@@ -165,7 +177,11 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     third.symlink_to(embedded_model)
 
     def plan_of(path: Path, speed: MachineSpeed) -> Plan:
-        return plan(load_model_spec(path), target_cpu_only(measured_machine(None, speed=speed)), PINS)
+        return plan(
+            load_model_spec(path),
+            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            PINS,
+        )
 
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
     a = plan_of(embedded_model, speed)

@@ -23,7 +23,7 @@ from vrampilot.planner.measure import DRY_RUN_MAX_CTX, MeasureError, graph_compu
 from vrampilot.planner.plan import MAX_CTX, Pins, PlanError
 from vrampilot.planner.search import plan
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
 
 pytest.importorskip("llama_cpp")
@@ -41,7 +41,7 @@ def spec(embedded_model: Path) -> ModelSpec:
 
 @pytest.mark.parametrize("pin", ["n_ctx", "min_ctx"])
 def test_a_context_past_what_llama_cpp_takes_is_refused_in_one_line(spec: ModelSpec, pin: str) -> None:
-    target = target_cpu_only(cpu_machine())
+    target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     with pytest.raises(PlanError) as err:
         plan(spec, target, Pins(**{pin: 99_999_999_999}), exact=True)  # type: ignore[arg-type]  # one field by name
     assert "99999999999 tokens is more than llama.cpp can take (at most 2147483392)" in str(err.value)
@@ -50,13 +50,13 @@ def test_a_context_past_what_llama_cpp_takes_is_refused_in_one_line(spec: ModelS
 
 def test_a_size_the_formula_rules_out_is_not_asked_of_llama_cpp(spec: ModelSpec) -> None:
     """1M tokens of SmolLM2's cache are 22 GiB: on 8 GiB of RAM no compute buffer changes that."""
-    small = target_cpu_only(cpu_machine(ram_gib=8))
+    small = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=8))
     asked = len(measure._results)
     p = plan(spec, small, Pins(n_ctx=1 << 20), exact=True)
     assert not p.fits and p.compute_source == "estimate"
     assert len(measure._results) == asked  # no dry run
     # Where it could fit, llama.cpp is asked as before.
-    big = target_cpu_only(cpu_machine(ram_gib=64))
+    big = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=64))
     assert plan(spec, big, Pins(n_ctx=1 << 20), exact=True).compute_source == "llama.cpp"
 
 
@@ -68,7 +68,9 @@ def test_the_dry_run_is_asked_up_to_its_bound_and_the_formula_beyond(spec: Model
     with pytest.raises(MeasureError, match=f"up to {DRY_RUN_MAX_CTX} tokens, not {DRY_RUN_MAX_CTX + 256}"):
         measure_allocations(spec.path, past)
     # A plan there that may fit (a card of 4 TiB) is sized by the formula, and says so.
-    p = plan(spec, target_from_vram(4096 * GIB, cpu_machine()), Pins(n_ctx=30_000_000), exact=True)
+    p = plan(
+        spec, resolve_target(TargetRequest(vram_bytes=4096 * GIB), cpu_machine()), Pins(n_ctx=30_000_000), exact=True
+    )
     assert p.fits and p.compute_source == "estimate"
     assert any("llama.cpp is asked for contexts up to 1024K" in w for w in p.warnings), p.warnings
 

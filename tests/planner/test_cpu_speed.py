@@ -17,7 +17,7 @@ from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import HostProbe, RateAt
 
 
@@ -38,7 +38,7 @@ def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 
 def _model(spec: ModelSpec, probe: HostProbe | None, pins: Pins | None = None, cores: int = 1) -> SpeedModel:
-    target = target_cpu_only(measured_machine(probe, cores=cores))
+    target = resolve_target(TargetRequest(cpu_only=True), measured_machine(probe, cores=cores))
     p = plan(spec, target, pins or Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
     return SpeedModel(spec, p.settings, target, p.memory)
 
@@ -210,37 +210,51 @@ def test_decode_attention_goes_at_the_pace_of_the_busiest_thread(q8_llama: Model
 
 def test_the_plan_says_what_is_measured_and_what_is_assumed(tmp_path: Path, embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)  # Q4_1 and Q8_0 weights
-    measured = plan(spec, target_cpu_only(measured_machine(uniform_probe(types=("q4_0", "q8_0")))), Pins(n_ctx=2048))
+    measured = plan(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(types=("q4_0", "q8_0")))),
+        Pins(n_ctx=2048),
+    )
     basis = measured.reasons[-1]
     assert "measured on this machine 2026-12-01" in basis and "RAM 20.0 GB/s" in basis
     assert "q4_1 estimated from q4_0" in basis  # the nearest measured type in bits per weight
     assert "not yet corrected by a measured reply" in basis
-    assumed = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=2048))
+    assumed = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=2048))
     assert "assumed rates (RAM 50 GB/s" in assumed.reasons[-1]
     assert measured.target.host_bandwidth_source == "measured 2026-12-01"
     assert assumed.target.host_bandwidth_source == "assumed"
 
 
 def test_on_a_gpu_the_bandwidth_efficiency_is_said_to_be_assumed(embedded_model: Path) -> None:
-    from vrampilot.planner.target import target_from_vram
+    from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.units import GIB
 
-    p = plan(load_model_spec(embedded_model), target_from_vram(8 * GIB, cpu_machine()))
+    p = plan(load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()))
     basis = p.reasons[-1]
     assert basis.startswith("Speed basis (gpu:")
     assert "288 GB/s (assumed)" in basis and "assumed to be reached (not measured on this device" in basis
 
 
 def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelSpec) -> None:
-    base = plan(q8_llama, target_cpu_only(measured_machine(uniform_probe(10.0))), Pins(n_ctx=2048, n_threads=1))
+    base = plan(
+        q8_llama,
+        resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(10.0))),
+        Pins(n_ctx=2048, n_threads=1),
+    )
     fast = uniform_probe(20.0, 100.0, attention_gflops={"f16": 40.0})
-    twice = plan(q8_llama, target_cpu_only(measured_machine(fast)), Pins(n_ctx=2048, n_threads=1))
+    twice = plan(
+        q8_llama, resolve_target(TargetRequest(cpu_only=True), measured_machine(fast)), Pins(n_ctx=2048, n_threads=1)
+    )
     # Every rate doubled, and these probes have no fixed costs: every time halves.
     assert twice.speed.decode_tps == pytest.approx(2 * base.speed.decode_tps)
     assert twice.speed.prefill_tps == pytest.approx(2 * base.speed.prefill_tps)
     # The alternatives use the same rates: a quantized cache is slower here, as the probe said.
     probe = uniform_probe(attention_gflops={"f16": 20.0, "q8_0": 2.0})
-    p = plan(q8_llama, target_cpu_only(replace(measured_machine(probe))), Pins(n_ctx=4096, n_threads=1))
+    p = plan(
+        q8_llama,
+        resolve_target(TargetRequest(cpu_only=True), replace(measured_machine(probe))),
+        Pins(n_ctx=4096, n_threads=1),
+    )
     q8 = next(a for a in p.alternatives if a.label == "q8_0 KV cache")
     assert q8.speed.decode_tps_full_ctx < p.speed.decode_tps_full_ctx
 

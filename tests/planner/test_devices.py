@@ -20,7 +20,7 @@ from vrampilot.planner.memory import layer_devices, memory_breakdown
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import backend_key
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import MachineSpeed
 from vrampilot.units import GIB
 
@@ -93,7 +93,7 @@ def test_layers_split_as_llama_cpp_splits_them() -> None:
 
 
 def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Path) -> None:
-    target = target_from_machine(two_gpu_machine())
+    target = resolve_target(TargetRequest(), two_gpu_machine())
     assert [g.llama_name for g in target.gpus] == ["CUDA0", "CUDA1"]
     assert target.gpus[0].bandwidth_gbps == 360.0  # NVML's figure, matched by name and size
     spec = load_model_spec(qwen7b)
@@ -125,7 +125,7 @@ def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwe
         """Seconds per token with every CPU rate the probe measured scaled by `rate`."""
         probe = uniform_probe(10.0 * rate, 50.0 * rate, attention_gflops={"f16": 20.0 * rate})
         machine = replace(two_gpu_machine(), speed=MachineSpeed("test-machine", probe))
-        p = plan(spec, target_from_machine(machine), Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
+        p = plan(spec, resolve_target(TargetRequest(), machine), Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
         assert len(p.memory.per_device) == 2
         return 1.0 / p.speed.decode_tps
 
@@ -139,7 +139,7 @@ def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwe
 
 
 def test_a_split_that_overfills_one_card_does_not_fit_although_the_sum_would(qwen7b: Path) -> None:
-    target = target_from_machine(two_gpu_machine())
+    target = resolve_target(TargetRequest(), two_gpu_machine())
     spec = load_model_spec(qwen7b)
     lopsided = plan(
         spec,
@@ -158,7 +158,9 @@ def test_rpc_hosts_come_first_with_their_pinned_budgets(qwen7b: Path) -> None:
         RpcHost("192.168.1.20:50052", "7.0.0", (RpcDeviceMemory(0, 30 * GIB, 32 * GIB),), rtt_ms=0.4),
         RpcHost("192.168.1.21:50052", "7.0.0", (RpcDeviceMemory(0, 14 * GIB, 16 * GIB),), rtt_ms=0.6),
     ]
-    target = target_from_machine(cpu_machine(), hosts, {"192.168.1.20:50052": 3 * GIB})
+    target = resolve_target(
+        TargetRequest(rpc_hosts=tuple(hosts), rpc_budget_bytes={"192.168.1.20:50052": 3 * GIB}), cpu_machine()
+    )
     assert [g.llama_name for g in target.gpus] == ["RPC0", "RPC1"]
     assert target.gpus[0].memory_budget_bytes == 3 * GIB and target.gpus[0].budget_pinned
     assert any("192.168.1.21:50052 reports all its memory as free" in n for n in target.notes)
@@ -185,7 +187,7 @@ def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
             "0.3.36", True, None, None, devices=(LlamaDevice("CPU", "cpu", "cpu", "CPU", 16 * GIB, 16 * GIB), igpu)
         ),
     )
-    target = target_from_machine(machine)
+    target = resolve_target(TargetRequest(), machine)
     assert target.gpus[0].kind == "igpu"
     assert any("integrated GPU: its memory is system RAM" in n for n in target.notes)
     spec = load_model_spec(qwen7b)
@@ -195,7 +197,9 @@ def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
     assert p.fits == (p.memory.host.total_bytes + shared <= target.host_ram_bytes)
     assert "system RAM assumed" in target.gpus[0].bandwidth_note
     # Its memory is the RAM the speed probe measured: that figure, not the assumption, once measured.
-    measured = target_from_machine(replace(machine, speed=MachineSpeed("test-machine", uniform_probe(12.5))))
+    measured = resolve_target(
+        TargetRequest(), replace(machine, speed=MachineSpeed("test-machine", uniform_probe(12.5)))
+    )
     assert measured.gpus[0].bandwidth_gbps == measured.host_bandwidth_gbps == 25.0
     assert "system RAM measured 2026-12-01, 25.0 GB/s" in measured.gpus[0].bandwidth_note
 
@@ -212,7 +216,7 @@ def test_no_gpu_backend_says_so_and_plans_the_cpu() -> None:
             gpu_build_note="cuda: nvcc not found",
         ),
     )
-    target = target_from_machine(machine)
+    target = resolve_target(TargetRequest(), machine)
     assert not target.gpus
     assert any(
         "this engine has no backend for NVIDIA GeForce RTX 3060 (cuda: nvcc not found)" in n for n in target.notes
@@ -220,7 +224,7 @@ def test_no_gpu_backend_says_so_and_plans_the_cpu() -> None:
 
 
 def test_memory_per_device_adds_up_to_the_pooled_view(qwen7b: Path) -> None:
-    target = target_from_machine(two_gpu_machine())
+    target = resolve_target(TargetRequest(), two_gpu_machine())
     spec = load_model_spec(qwen7b)
     p = plan(spec, target, Pins(n_ctx=16384))
     mem = memory_breakdown(spec, p.settings, target)

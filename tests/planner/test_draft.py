@@ -30,7 +30,7 @@ from vrampilot.planner.measure import matches_print
 from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, prior_acceptance, record_reply
 from vrampilot.units import GIB
 
@@ -162,19 +162,22 @@ def test_a_draft_of_another_vocabulary_is_refused_before_load(embedded_model: Pa
         PlanError, match=r"other-vocab.gguf cannot draft for SmolLM2.*tokenizer is none, the model's is BPE"
     ):
         plan_with_draft(
-            load_model_spec(embedded_model), target_cpu_only(cpu_machine()), PINS, DraftRequest("draft", other)
+            load_model_spec(embedded_model),
+            resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+            PINS,
+            DraftRequest("draft", other),
         )
     with pytest.raises(PlanError, match=r"draft model: .*missing\.gguf"):
         plan_with_draft(
             load_model_spec(embedded_model),
-            target_cpu_only(cpu_machine()),
+            resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
             PINS,
             DraftRequest("draft", tmp_path / "missing.gguf"),
         )
 
 
 def test_the_plan_says_the_acceptance_is_assumed_until_measured(embedded_model: Path) -> None:
-    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    spec, target = load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     p = plan_with_draft(spec, target, PINS, DraftRequest("ngram"))
     assert p.draft is not None and p.draft.kind == "ngram" and p.draft.memory is None
     assert p.settings.spec_type == "ngram" and p.settings.draft_n_max >= 4
@@ -205,7 +208,7 @@ def _assert_host_matches(predicted: Components, buffers: dict[str, dict[str, int
 def test_draft_bytes_equal_llama_servers_for_the_draft_it_loads(embedded_model: Path, draft_kv: str) -> None:
     """The embedded model drafting for itself on the CPU (the control): llama-server's buffer lines
     for the target and for the draft, each against the plan's."""
-    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    spec, target = load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     p = plan_with_draft(
         spec,
         target,
@@ -228,7 +231,11 @@ def test_draft_bytes_equal_llama_servers_for_the_draft_it_loads(embedded_model: 
 def test_the_embedded_model_drafts_for_another_model_of_its_tokenizer(embedded_model: Path, tmp_path: Path) -> None:
     big = write_model(tmp_path / "target.gguf", "llama", tokenizer="smollm2", n_layer=6, n_embd=256, n_ff=704)
     p = plan_with_draft(
-        load_model_spec(big), target_cpu_only(cpu_machine()), PINS, DraftRequest("draft", embedded_model), exact=True
+        load_model_spec(big),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        PINS,
+        DraftRequest("draft", embedded_model),
+        exact=True,
     )
     assert p.draft is not None and p.draft.memory is not None and p.draft.spec is not None
     assert 1 <= p.settings.draft_n_max <= 16
@@ -244,7 +251,7 @@ def test_the_embedded_model_drafts_for_another_model_of_its_tokenizer(embedded_m
 def test_ngram_drafting_drafts_on_a_repetitive_prompt(embedded_model: Path) -> None:
     p = plan_with_draft(
         load_model_spec(embedded_model),
-        target_cpu_only(cpu_machine()),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
         PINS,
         DraftRequest("ngram", n_draft=8),
         exact=True,
@@ -258,7 +265,7 @@ def test_ngram_drafting_drafts_on_a_repetitive_prompt(embedded_model: Path) -> N
 
 
 def test_a_replys_speed_corrects_the_predicted_speedup(embedded_model: Path, tmp_path: Path) -> None:
-    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    spec, target = load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     request = DraftRequest("ngram", n_draft=6)
     p = plan_with_draft(spec, target, PINS, request)
     d = p.draft
@@ -279,7 +286,9 @@ def test_the_drafts_bytes_are_set_aside_on_its_device_before_the_model_is_planne
     """A GPU whose budget the model alone would fill with context: with the draft beside it, the
     model gets a shorter context, and model plus draft stay within the device's budget."""
     spec = load_model_spec(embedded_model)
-    target = target_from_vram(int(1.45 * GIB), cpu_machine())  # the model alone: its full 8K context
+    target = resolve_target(
+        TargetRequest(vram_bytes=int(1.45 * GIB)), cpu_machine()
+    )  # the model alone: its full 8K context
     pins = Pins(n_ctx=None, n_threads=1, n_threads_batch=1)
     alone = plan_with_draft(spec, target, pins, DraftRequest("ngram"))
     drafted = plan_with_draft(spec, target, pins, DraftRequest("draft", embedded_model, on_gpu=True))
@@ -303,7 +312,7 @@ def test_the_drafts_bytes_are_set_aside_on_its_device_before_the_model_is_planne
 def test_a_replan_and_a_back_off_keep_drafting(embedded_model: Path) -> None:
     from vrampilot.engine.backoff import next_backoff
 
-    spec, target = load_model_spec(embedded_model), target_cpu_only(cpu_machine())
+    spec, target = load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     p = plan_with_draft(
         spec, target, PINS, DraftRequest("draft", embedded_model, n_draft=3, type_k="q8_0", type_v="q8_0")
     )

@@ -25,13 +25,13 @@ from vrampilot.planner.compute import formula_graph_bytes
 from vrampilot.planner.measure import graph_compute, measure_allocations
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
 
 pytest.importorskip("llama_cpp")
 
 TOLERANCE = 0.05
-CPU = target_cpu_only(cpu_machine(ram_gib=64))
+CPU = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=64))
 
 
 def _pins_grid(contexts: tuple[int, ...]) -> list[Pins]:
@@ -77,7 +77,7 @@ def test_measurement_corrects_the_search_at_the_edge(tmp_path: Path) -> None:
     path = write_qwen25_7b_q4_k_m(tmp_path / "Qwen2.5-7B-Instruct-Q4_K_M.gguf")
     spec = load_model_spec(path)
     pins = Pins(n_ctx=65536)
-    loose = plan(spec, target_from_vram(8 * GIB, cpu_machine()), pins, exact=True)
+    loose = plan(spec, resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()), pins, exact=True)
     formula = formula_graph_bytes(spec, loose.settings)
     measured = loose.memory.device.compute_bytes
     assert measured != formula  # the formula is 2% off here: the case this test is about
@@ -86,7 +86,7 @@ def test_measurement_corrects_the_search_at_the_edge(tmp_path: Path) -> None:
         # A card whose budget sits just around the formula's total for these settings.
         formula_total = loose.memory.device.total_bytes - measured + formula
         vram = formula_total + spare_mib * MIB
-        target = target_from_vram(vram, cpu_machine())
+        target = resolve_target(TargetRequest(vram_bytes=vram), cpu_machine())
         estimate = plan(spec, target, pins, alternatives=False)
         exact = plan(spec, target, pins, alternatives=False, exact=True)
         assert exact.compute_source == "llama.cpp"
@@ -110,7 +110,7 @@ def test_unreadable_file_falls_back_to_the_formula(tmp_path: Path, embedded_mode
 
 def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> None:
     spec = load_model_spec(write_qwen25_7b_q4_k_m(tmp_path / "q.gguf"))
-    gpu8 = target_from_vram(8 * GIB, cpu_machine())
+    gpu8 = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
     for ctx in (4096, 32768, 65536, 131072):
         plan(spec, gpu8, Pins(n_ctx=ctx), exact=True)  # loads the header, measures each setting once
     t = time.perf_counter()

@@ -10,13 +10,13 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner import explain
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 
 def test_why_lines_keep_the_planners_order_then_warnings_then_what_would_fit(tmp_path: Path) -> None:
     spec = load_model_spec(write_qwen25_7b_q4_k_m(tmp_path / "Qwen2.5-7B-Instruct-Q4_K_M.gguf"))
-    p = plan(spec, target_from_vram(2 * GIB, cpu_machine()), Pins(n_gpu_layers=29, n_ctx=40000))
+    p = plan(spec, resolve_target(TargetRequest(vram_bytes=2 * GIB), cpu_machine()), Pins(n_gpu_layers=29, n_ctx=40000))
     assert not p.fits and p.suggestion and p.warnings
     lines = explain.why_lines(p)
     assert [w.text for w in lines] == [*p.reasons, *p.warnings, p.suggestion]
@@ -28,7 +28,7 @@ def test_why_lines_keep_the_planners_order_then_warnings_then_what_would_fit(tmp
 
 def test_alternative_rows_price_each_against_the_plan(tmp_path: Path) -> None:
     spec = load_model_spec(write_qwen25_7b_q4_k_m(tmp_path / "Qwen2.5-7B-Instruct-Q4_K_M.gguf"))
-    p = plan(spec, target_from_vram(8 * GIB, cpu_machine()))
+    p = plan(spec, resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()))
     rows = explain.alternative_rows(p)
     assert [r.label for r in rows] == [a.label for a in p.alternatives]
     for r, a in zip(rows, p.alternatives, strict=True):

@@ -27,7 +27,7 @@ from vrampilot.planner.memory import memory_breakdown
 from vrampilot.planner.plan import PlanError
 from vrampilot.planner.search import plan
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 # Routed architectures testkit can write: llama.cpp loads each with the tensors and keys of the
@@ -81,7 +81,9 @@ def test_a_routed_plan_rests_on_llama_cpps_count(routed_files: dict[str, Path], 
 
     spec = load_model_spec(routed_files[arch])
     assert spec.architecture == arch and is_routed(arch)
-    p = plan(spec, target_cpu_only(cpu_machine()), alternatives=False)  # not exact: routed all the same
+    p = plan(
+        spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), alternatives=False
+    )  # not exact: routed all the same
     assert p.kv_source == "llama.cpp" and p.compute_source == "llama.cpp" and p.fits
     m = measure_allocations(spec.path, p.settings)
     assert m.refused is None
@@ -97,7 +99,7 @@ def test_a_routed_plan_rests_on_llama_cpps_count(routed_files: dict[str, Path], 
 
 def test_a_verified_plan_keeps_the_formula(tmp_path: Path) -> None:
     spec = load_model_spec(write_model(tmp_path / "llama.gguf", "llama"))
-    p = plan(spec, target_cpu_only(cpu_machine()), alternatives=False)
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), alternatives=False)
     assert p.kv_source == "formula" and not p.graph.counted
     assert "verified exact" in cache_source_text(p)
     assert all(COUNTED_BY_LLAMA_CPP not in w.text for w in why_lines(p))
@@ -107,7 +109,7 @@ def test_the_count_replaces_the_formula_and_splits_by_layer(routed_files: dict[s
     """What the planner does with a count (here one twice the formula's, to tell them apart): the
     cache is the count, shared among the layers as the formula shares it, on every side."""
     spec = load_model_spec(routed_files["nanbeige"])
-    target = target_from_vram(8 * GIB, cpu_machine())
+    target = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
     s = Settings(n_ctx=4096, n_gpu_layers=3)
     formula = memory_breakdown(spec, s, target, FORMULA)
     out = formula.host.output_bytes + 20000
@@ -129,5 +131,5 @@ def test_the_count_replaces_the_formula_and_splits_by_layer(routed_files: dict[s
 def test_an_architecture_llama_cpp_does_not_know_is_refused_in_one_line(tmp_path: Path) -> None:
     spec = load_model_spec(write_renamed(tmp_path / "x.gguf", "llama", "foo-arch"))
     with pytest.raises(PlanError) as err:
-        plan(spec, target_cpu_only(cpu_machine()))
+        plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()))
     assert str(err.value) == "llama.cpp cannot load this model: unknown model architecture: 'foo-arch'"

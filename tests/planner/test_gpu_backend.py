@@ -15,7 +15,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware.cards import GpuBackendError
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_for_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import DeviceRates, MachineSpeed
 
 PINS = Pins(n_ctx=4096)
@@ -26,7 +26,7 @@ def _device_arg(argv: list[str]) -> str | None:
 
 
 def test_the_card_runs_under_cuda_once_and_the_plan_says_why(embedded_model: Path) -> None:
-    target = target_for_machine(nvidia_machine())
+    target = resolve_target(TargetRequest(), nvidia_machine())
     assert [g.llama_name for g in target.gpus] == ["CUDA0"]  # not CUDA0 and Vulkan0: one card
     assert target.gpus[0].bandwidth_gbps == pytest.approx(1008, abs=1)  # NVML's figure for the card
     p = plan(load_model_spec(embedded_model), target, PINS)
@@ -37,7 +37,7 @@ def test_the_card_runs_under_cuda_once_and_the_plan_says_why(embedded_model: Pat
 
 
 def test_the_pin_to_vulkan_runs_the_card_under_vulkan(embedded_model: Path) -> None:
-    target = target_for_machine(nvidia_machine((RTX_4090, RTX_4090)), gpu_backend="Vulkan")
+    target = resolve_target(TargetRequest(gpu_backend="Vulkan"), nvidia_machine((RTX_4090, RTX_4090)))
     assert [g.llama_name for g in target.gpus] == ["Vulkan0", "Vulkan1"]
     p = plan(load_model_spec(embedded_model), target, PINS)
     assert p.settings.devices == ("Vulkan0", "Vulkan1")
@@ -46,18 +46,18 @@ def test_the_pin_to_vulkan_runs_the_card_under_vulkan(embedded_model: Path) -> N
 
 
 def test_one_backend_per_card_leaves_the_device_to_llama_cpps_default(embedded_model: Path) -> None:
-    target = target_for_machine(nvidia_machine(vulkan=False))
+    target = resolve_target(TargetRequest(), nvidia_machine(vulkan=False))
     p = plan(load_model_spec(embedded_model), target, PINS)
     assert [g.llama_name for g in target.gpus] == ["CUDA0"]
     assert p.settings.devices == () and "--device" not in llama_server_argv(p.spec.path, p.settings)
     assert not target.device_reasons
 
 
-def test_a_pin_the_card_cannot_take_is_refused_and_cpu_only_ignores_it() -> None:
+def test_a_pin_the_card_cannot_take_is_refused() -> None:
+    """(A pin with CPU only is refused when the request is made: tests/planner/test_target_choice.py.)"""
     m = nvidia_machine(cuda=False)
     with pytest.raises(GpuBackendError, match=r"^--gpu-backend cuda: no GPU here runs under CUDA"):
-        target_for_machine(m, gpu_backend="CUDA")
-    assert target_for_machine(m, cpu_only=True, gpu_backend="CUDA").gpus == ()
+        resolve_target(TargetRequest(gpu_backend="CUDA"), m)
 
 
 def _measured(prefill: dict[str, float]) -> MachineSpeed:
@@ -80,15 +80,15 @@ def _measured(prefill: dict[str, float]) -> MachineSpeed:
 )
 def test_measured_on_this_card_the_faster_backend_runs_it(prefill: dict[str, float], runs: str, ratio: str) -> None:
     machine = replace(nvidia_machine(), speed=_measured(prefill))
-    target = target_for_machine(machine)
+    target = resolve_target(TargetRequest(), machine)
     assert [g.llama_name for g in target.gpus] == [runs]
     (why,) = target.device_reasons
     assert f"runs as {runs}" in why and "measured on this card" in why and f"({ratio};" in why
     # The pin still wins over the measurement.
     other = "Vulkan" if runs == "CUDA0" else "CUDA"
-    assert [g.llama_name for g in target_for_machine(machine, gpu_backend=other).gpus] == [f"{other}0"]
+    assert [g.llama_name for g in resolve_target(TargetRequest(gpu_backend=other), machine).gpus] == [f"{other}0"]
 
 
 def test_only_one_backend_measured_keeps_the_vendors_default() -> None:
     machine = replace(nvidia_machine(), speed=_measured({"Vulkan0": 90000.0}))
-    assert [g.llama_name for g in target_for_machine(machine).gpus] == ["CUDA0"]
+    assert [g.llama_name for g in resolve_target(TargetRequest(), machine).gpus] == ["CUDA0"]

@@ -25,7 +25,7 @@ from vrampilot.planner.placement import cpu_override_patterns, offload_copy_byte
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.search import plan
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 pytest.importorskip("llama_cpp")
 
@@ -65,7 +65,7 @@ def test_the_overrides_reach_llama_cpp_and_the_host_holds_what_the_plan_counts(
 ) -> None:
     path = models[name]
     spec = load_model_spec(path)
-    target = target_cpu_only(cpu_machine())
+    target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     for n_cpu_moe in sorted({0, 1, spec.n_layer}):
         s = settings(spec.n_layer, n_cpu_moe)
         out = compare(path, s, target)
@@ -123,7 +123,7 @@ def test_a_placement_llama_cpp_would_not_run_as_planned_is_refused(
 ) -> None:
     spec = load_model_spec(models["qwen3moe"])
     with pytest.raises(PlanError) as err:
-        plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, **pins))
+        plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024, **pins))
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
@@ -131,7 +131,11 @@ def test_a_pattern_fixed_plans_and_loads_with_its_tensors_on_the_cpu(models: dic
     path = models["qwen3moe"]
     spec = load_model_spec(path)
     fixed = r"blk\.1\.attn_(q|k)\.weight"
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, cpu_tensor_patterns=(fixed,)))
+    p = plan(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=1024, cpu_tensor_patterns=(fixed,)),
+    )
     assert p.fits
     m = measure_allocations(path, settings(spec.n_layer, 0, cpu_tensor_patterns=(fixed,)), dry_run=False)
     assert m.refused is None

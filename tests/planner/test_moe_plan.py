@@ -19,7 +19,7 @@ from vrampilot.planner.placement import experts_in_ram
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.search import plan, replan_with
 from vrampilot.planner.speed import SpeedModel, kv_read_bytes, predict_speed
-from vrampilot.planner.target import Target, target_from_vram
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 
@@ -34,7 +34,7 @@ def flash(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 
 def card(gib: float, ram_gib: float = 64) -> Target:
-    return target_from_vram(int(gib * GIB), cpu_machine(ram_gib=ram_gib, cores=8))
+    return resolve_target(TargetRequest(vram_bytes=int(gib * GIB)), cpu_machine(ram_gib=ram_gib, cores=8))
 
 
 def test_an_8gb_card_keeps_every_attention_on_the_gpu_and_the_fewest_experts_in_ram(qwen: ModelSpec) -> None:
@@ -207,13 +207,15 @@ def test_two_cards_and_rpc_hosts_place_experts_too(qwen: ModelSpec) -> None:
     from tests.planner.test_devices import two_gpu_machine
     from vrampilot.export import llama_server_argv
     from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
-    from vrampilot.planner.target import target_from_machine
+    from vrampilot.planner.target import TargetRequest, resolve_target
 
     machine = replace(two_gpu_machine(), ram_total_bytes=64 * GIB, ram_available_bytes=64 * GIB)
     # 11.5 + 7.5 GB free: the 17 GiB of weights and a 32K cache do not fit, so experts go to RAM.
-    two = target_from_machine(machine)
+    two = resolve_target(TargetRequest(), machine)
     hosts = [RpcHost("192.168.1.20:50052", "7.0.0", (RpcDeviceMemory(0, 6 * GIB, 8 * GIB),), rtt_ms=0.4)]
-    rpc = target_from_machine(cpu_machine(ram_gib=64), hosts, {"192.168.1.20:50052": 6 * GIB})
+    rpc = resolve_target(
+        TargetRequest(rpc_hosts=tuple(hosts), rpc_budget_bytes={"192.168.1.20:50052": 6 * GIB}), cpu_machine(ram_gib=64)
+    )
     for target in (two, rpc):
         p = plan(qwen, target, alternatives=False)
         s = p.settings

@@ -20,7 +20,7 @@ from vrampilot.planner.draft import DraftRequest, plan_with_draft, request_from_
 from vrampilot.planner.measure import matches_print
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.acceptance import PRIOR_MTP_P
 
 PINS = Pins(n_ctx=4096, n_threads=1)
@@ -49,13 +49,18 @@ def test_the_exported_line_asks_for_mtp_drafting_without_a_draft_model() -> None
 def test_a_file_without_an_mtp_block_is_refused_in_one_line(tmp_path: Path) -> None:
     plain = write_model(tmp_path / "plain.gguf", "deepseek2", n_layer=3)
     with pytest.raises(PlanError) as e:
-        plan_with_draft(load_model_spec(plain), target_cpu_only(cpu_machine()), PINS, DraftRequest("mtp"))
+        plan_with_draft(
+            load_model_spec(plain),
+            resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+            PINS,
+            DraftRequest("mtp"),
+        )
     assert "has no multi-token-prediction (MTP) block" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_plan_loads_the_block_and_counts_its_context(mtp_model: Path) -> None:
     spec = load_model_spec(mtp_model)
-    target = target_cpu_only(cpu_machine())
+    target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     p = plan_with_draft(spec, target, PINS, DraftRequest("mtp", n_draft=2))
     plain = plan_with_draft(spec, target, PINS, DraftRequest("ngram", n_draft=2))
     assert p.settings.spec_type == "mtp" and p.settings.draft_n_max == 2
@@ -84,7 +89,13 @@ def test_mtp_draft_bytes_equal_llama_servers(mtp_model: Path, tmp_path: Path, ar
     spec = load_model_spec(mtp_model)
     assert spec.n_layer_nextn == 1
     pins = Pins(n_ctx=4096, n_threads=1, flash_attn=flash_attn)
-    p = plan_with_draft(spec, target_cpu_only(cpu_machine()), pins, DraftRequest("mtp", n_draft=2), exact=True)
+    p = plan_with_draft(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        pins,
+        DraftRequest("mtp", n_draft=2),
+        exact=True,
+    )
     d = p.draft
     assert d is not None and d.memory is not None
     with served_buffers(mtp_model, p.settings) as (target_buffers, draft_buffers, again, timings):

@@ -18,7 +18,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner.measure import matches_print, measure_allocations
 from vrampilot.planner.memory import memory_breakdown
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 @pytest.mark.parametrize("arch", ["deepseek2", "deepseek4"])
@@ -33,7 +33,9 @@ def test_mtp_block_weights_are_not_planned_when_not_drafting(arch: str, tmp_path
     mtp_bytes = spec.layer_weight_bytes[-1]
     assert mtp_bytes > 100_000  # a whole block: the difference is far above the print resolution
     settings = Settings(n_ctx=512)
-    planned = memory_breakdown(spec, settings, target_cpu_only(cpu_machine())).host.weights_bytes
+    planned = memory_breakdown(
+        spec, settings, resolve_target(TargetRequest(cpu_only=True), cpu_machine())
+    ).host.weights_bytes
     loaded = sum(measure_allocations(path, settings, dry_run=False).model_bytes.values())
     assert matches_print(planned, loaded), (planned, loaded)
     assert planned == spec.weight_bytes - mtp_bytes

@@ -19,7 +19,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.projector import measure_clip
 from vrampilot.planner.search import plan
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.target import target_cpu_only, target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 
@@ -31,8 +31,12 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_cpu_plan_counts_the_projector_on_the_host(files: tuple[Path, Path]) -> None:
     lm, mmproj = files
-    without = plan(load_model_spec(lm), target_cpu_only(cpu_machine()), Pins(n_ctx=1024))
-    p = plan(load_model_spec(lm), target_cpu_only(cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+    without = plan(load_model_spec(lm), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024))
+    p = plan(
+        load_model_spec(lm),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=1024, mmproj_path=str(mmproj)),
+    )
     proj = p.memory.projector
     assert proj is not None and proj.device == -1
     assert proj.weights_bytes == read_projector(mmproj).weight_bytes
@@ -44,7 +48,7 @@ def test_cpu_plan_counts_the_projector_on_the_host(files: tuple[Path, Path]) -> 
 
 def test_gpu_plan_puts_it_on_the_first_device_unless_kept_on_the_cpu(files: tuple[Path, Path]) -> None:
     lm, mmproj = files
-    target = target_from_vram(8 * GIB, cpu_machine())  # a device this machine lacks
+    target = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())  # a device this machine lacks
     p = plan(load_model_spec(lm), target, Pins(n_ctx=1024, mmproj_path=str(mmproj)))
     proj = p.memory.projector
     assert proj is not None and proj.device == 0 and "as an estimate" in proj.source
@@ -70,7 +74,9 @@ def test_a_projector_the_model_cannot_take_is_refused_before_the_search(tmp_path
     lm = write_model(tmp_path / "lm.gguf", "llama")
     bad = write_projector(tmp_path / "mmproj.gguf", "mlp", n_embd_text=256)
     with pytest.raises(UserError, match="the projector outputs embeddings of 256, the model takes 128"):
-        plan(load_model_spec(lm), target_cpu_only(cpu_machine()), Pins(mmproj_path=str(bad)))
+        plan(
+            load_model_spec(lm), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(mmproj_path=str(bad))
+        )
 
 
 def test_settings_json_without_a_projector_is_unchanged() -> None:
@@ -89,7 +95,11 @@ def test_a_projector_llama_cpp_cannot_load_is_refused_in_one_line(tmp_path: Path
     assert data[at : at + 3] == b"mlp"
     mmproj.write_bytes(data[:at] + b"ldp" + data[at + 3 :])  # same length: offsets hold
     with pytest.raises(UserError) as err:
-        plan(load_model_spec(lm), target_cpu_only(cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+        plan(
+            load_model_spec(lm),
+            resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+            Pins(n_ctx=1024, mmproj_path=str(mmproj)),
+        )
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("mmproj.gguf: llama.cpp cannot load this projector: ")
@@ -103,12 +113,14 @@ def test_the_reasons_say_where_the_projector_went_and_what_it_cost(files: tuple[
     lm, mmproj = files
     spec = load_model_spec(lm)
     pins = Pins(n_ctx=1024, n_ubatch=512, type_k="f16", type_v="f16")
-    cpu = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj)))
+    cpu = plan(
+        spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024, mmproj_path=str(mmproj))
+    )
     (line,) = [r for r in cpu.reasons if r.startswith("Vision projector")]
     assert line.startswith("Vision projector mmproj.gguf (gemma3) on the CPU, no GPU in this plan: weights ")
     assert "16 tokens per image (224x224)" in line and "no VRAM" in line
 
-    roomy = target_from_vram(8 * GIB, cpu_machine())
+    roomy = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
     kept = plan(spec, roomy, Pins(n_ctx=1024, mmproj_path=str(mmproj), mmproj_cpu=True))
     assert any(
         r.startswith("Vision projector mmproj.gguf (gemma3) on the CPU, kept there by you") for r in kept.reasons
@@ -118,10 +130,12 @@ def test_the_reasons_say_where_the_projector_went_and_what_it_cost(files: tuple[
     assert "the first offload device" in line and "every layer still fits on the GPU beside its" in line
 
     # A budget where the projector takes a layer's room: the plan without it holds that layer.
-    without = plan(spec, target_from_vram(8 * GIB, cpu_machine()), pins)
+    without = plan(spec, resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()), pins)
     projector = on_gpu.memory.projector
     assert projector is not None
-    tight = target_from_vram(without.memory.device.total_bytes + projector.device_bytes // 2, cpu_machine())
+    tight = resolve_target(
+        TargetRequest(vram_bytes=without.memory.device.total_bytes + projector.device_bytes // 2), cpu_machine()
+    )
     with_it = plan(spec, tight, replace(pins, mmproj_path=str(mmproj)))
     without_it = plan(spec, tight, pins)
     lost = without_it.settings.n_gpu_layers - with_it.settings.n_gpu_layers

@@ -13,7 +13,7 @@ from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_cpu_only, target_from_vram
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 
 
@@ -25,7 +25,7 @@ def qwen7b(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 @pytest.fixture(scope="module")
 def gpu8() -> Target:
-    return target_from_vram(8 * GIB, cpu_machine())
+    return resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
 
 
 def test_qwen7b_shape(qwen7b: ModelSpec) -> None:
@@ -91,7 +91,7 @@ def test_unpinned_flash_off_keeps_v_unquantized(qwen7b: ModelSpec, gpu8: Target)
 
 
 def test_cpu_only_plan(qwen7b: ModelSpec) -> None:
-    p = plan(qwen7b, target_cpu_only(cpu_machine(ram_gib=24)), Pins(n_ctx=8192))
+    p = plan(qwen7b, resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=24)), Pins(n_ctx=8192))
     assert p.fits
     assert p.settings.n_gpu_layers == 0
     assert p.memory.device.total_bytes == 0
@@ -99,7 +99,7 @@ def test_cpu_only_plan(qwen7b: ModelSpec) -> None:
 
 
 def test_model_that_cannot_run_suggests_a_smaller_quant(qwen7b: ModelSpec) -> None:
-    tiny = target_from_vram(3 * GIB, cpu_machine(ram_gib=4))
+    tiny = resolve_target(TargetRequest(vram_bytes=3 * GIB), cpu_machine(ram_gib=4))
     p = plan(qwen7b, tiny, Pins(n_ctx=8192))
     assert not p.fits
     assert p.suggestion and ("would fit" in p.suggestion or "smaller model" in p.suggestion)
@@ -131,7 +131,7 @@ def test_planning_is_fast(qwen7b: ModelSpec, gpu8: Target) -> None:
 def test_partial_offload_when_ram_alone_is_too_small(qwen7b: ModelSpec) -> None:
     # 2.5 GiB of usable RAM cannot hold the 4.4 GiB model, but with most layers on a 4 GiB card
     # the rest fits on the host: the plan must find that range.
-    target = target_from_vram(4 * GIB, cpu_machine(ram_gib=4.5))
+    target = resolve_target(TargetRequest(vram_bytes=4 * GIB), cpu_machine(ram_gib=4.5))
     p = plan(qwen7b, target, Pins(n_ctx=4096))
     assert p.fits, p.reasons
     assert 0 < p.settings.n_gpu_layers < qwen7b.n_layer + 1
@@ -143,7 +143,11 @@ def test_partial_offload_when_ram_alone_is_too_small(qwen7b: ModelSpec) -> None:
 
 def test_a_refused_plan_says_why_without_memory_claims_or_a_file_suggestion(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=2048, type_v="q4_0", flash_attn=False))
+    p = plan(
+        spec,
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=2048, type_v="q4_0", flash_attn=False),
+    )
     assert not p.fits and p.refused and "flash" in p.refused
     text = " ".join(p.reasons)
     assert "Does not fit in system RAM" not in text and "flash attention" in text.lower()
@@ -151,7 +155,7 @@ def test_a_refused_plan_says_why_without_memory_claims_or_a_file_suggestion(embe
 
 
 def test_a_suggested_file_is_always_smaller_than_this_one(qwen7b: ModelSpec) -> None:
-    tiny = target_from_vram(int(2 * GIB), cpu_machine(ram_gib=2))
+    tiny = resolve_target(TargetRequest(vram_bytes=int(2 * GIB)), cpu_machine(ram_gib=2))
     p = plan(qwen7b, tiny, Pins(n_ctx=4096))
     assert not p.fits and p.suggestion
     if p.suggestion.startswith("A "):
@@ -163,7 +167,7 @@ def test_a_suggested_file_is_always_smaller_than_this_one(qwen7b: ModelSpec) -> 
 
 def test_ubatch_never_exceeds_a_pinned_batch(qwen7b: ModelSpec, gpu8: Target) -> None:
     # llama.cpp caps ubatch at batch: planning memory for more would size a setting that never applies.
-    for target in (gpu8, target_cpu_only(cpu_machine())):
+    for target in (gpu8, resolve_target(TargetRequest(cpu_only=True), cpu_machine())):
         p = plan(qwen7b, target, Pins(n_ctx=8192, n_batch=256))
         assert p.settings.n_batch == 256 and p.settings.n_ubatch <= 256
         text = " ".join(p.reasons)
@@ -173,7 +177,9 @@ def test_ubatch_never_exceeds_a_pinned_batch(qwen7b: ModelSpec, gpu8: Target) ->
 
 def test_one_thread_is_singular_and_k_alone_pinned_says_so(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=1024, n_threads=1, type_k="q8_0"))
+    p = plan(
+        spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024, n_threads=1, type_k="q8_0")
+    )
     text = " ".join(p.reasons)
     assert "1 thread:" in text and "1 threads" not in text
     assert "K q8_0 pinned by you" in text
@@ -183,7 +189,7 @@ def test_a_kv_cache_quantized_for_layers_says_so(embedded_model: Path) -> None:
     """A budget where q8_0 buys layers: the reason names the trade, never "full precision fits"
     (what it said before, next to a q8_0 cache)."""
     spec = load_model_spec(embedded_model)
-    p = plan(spec, target_from_vram(1150 * 1024 * 1024, cpu_machine()), Pins(n_ctx=8192))
+    p = plan(spec, resolve_target(TargetRequest(vram_bytes=1150 * 1024 * 1024), cpu_machine()), Pins(n_ctx=8192))
     assert p.settings.type_k == "q8_0" and 0 < p.settings.n_gpu_layers < spec.n_layer + 1
     kv_reason = next(r for r in p.reasons if "KV cache (" in r)
     assert "full precision fits" not in kv_reason
@@ -195,10 +201,12 @@ def test_a_kv_cache_quantized_for_layers_says_so(embedded_model: Path) -> None:
 
 def test_a_gpu_no_larger_than_the_margin_is_said_so_not_blamed_on_a_layer(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
-    small = plan(spec, target_from_vram(300 * 2**20, cpu_machine()))
+    small = plan(spec, resolve_target(TargetRequest(vram_bytes=300 * 2**20), cpu_machine()))
     assert small.settings.n_gpu_layers == 0
     why = " ".join(small.reasons)
     assert "300.00 MiB VRAM is no more than the 1.00 GiB kept free for the driver" in why
     assert "one more would pass" not in why
-    roomy = plan(spec, target_from_vram(300 * 2**20, cpu_machine()).with_margin(64 * 2**20), Pins())
+    roomy = plan(
+        spec, resolve_target(TargetRequest(vram_bytes=300 * 2**20, margin_bytes=64 * 2**20), cpu_machine()), Pins()
+    )
     assert roomy.settings.n_gpu_layers > 0 and "kept free for the driver" not in " ".join(roomy.reasons)

@@ -8,12 +8,14 @@ from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.planner.verify import verify_plan
 
 
 def test_verify_embedded_plan(embedded_model: Path) -> None:
-    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()), Pins(n_ctx=4096))
+    p = plan(
+        load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=4096)
+    )
     v = verify_plan(p)
     assert v.refused is None
     # KV is exact; llama.cpp prints MiB with two decimals.
@@ -25,6 +27,6 @@ def test_verify_embedded_plan(embedded_model: Path) -> None:
 
 def test_verify_reports_a_refusal(embedded_model: Path) -> None:
     pins = Pins(n_ctx=2048, type_k="q8_0", type_v="q8_0", flash_attn=False)
-    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()), pins)
+    p = plan(load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), pins)
     assert p.refused == "quantized V cache requires flash_attn to be enabled"
     assert verify_plan(p).refused == p.refused

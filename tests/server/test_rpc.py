@@ -22,16 +22,15 @@ from testkit.gguf_models import write_model
 from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import detect_machine
 from vrampilot.hardware.rpc import RpcHostError, parse_hosts, query_host
 from vrampilot.llamacpp.buffer_log import device_buffers
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.process import health, is_alive
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 from vrampilot.units import MIB
 
 pytestmark = pytest.mark.slow
@@ -100,7 +99,10 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
     spec = load_model_spec(path)
     rpc = [query_host(e) for e in hosts]
     mb = (spec.weight_bytes + 64 * MIB) // 2
-    target = target_from_machine(with_measured_speed(detect_machine()), rpc, {hosts[0]: mb // 2, hosts[1]: mb * 2})
+    target = resolve_target(
+        TargetRequest(rpc_hosts=tuple(rpc), rpc_budget_bytes={hosts[0]: mb // 2, hosts[1]: mb * 2}),
+        detect_measured_machine(),
+    )
     moe = model == "qwen3moe"
     pins = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1, n_cpu_moe=2 if moe else None)
     p = plan(spec, target, pins, exact=True)
@@ -199,7 +201,9 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
     mine = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
     try:
-        target = target_from_machine(with_measured_speed(detect_machine()), [query_host(e) for e in endpoints], {})
+        target = resolve_target(
+            TargetRequest(rpc_hosts=tuple(query_host(e) for e in endpoints)), detect_measured_machine()
+        )
         p = plan(load_model_spec(path), target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1))
         port = free_port()
         argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))

@@ -25,7 +25,7 @@ from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.process import health, is_alive
@@ -41,7 +41,7 @@ Served = tuple[ServerConfig, ServerProcess]
 def served(embedded_model: Path) -> Iterator[Served]:
     p = plan(
         load_model_spec(embedded_model),
-        target_cpu_only(cpu_machine()),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
         Pins(n_ctx=2048, n_threads=1, n_threads_batch=1),
     )
     config = ServerConfig("127.0.0.1", free_port(), KEY)

@@ -27,7 +27,7 @@ from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.chat import ServerBackend, ServerChatError
 from vrampilot.server.process import exit_status, exit_text, is_alive
@@ -75,7 +75,7 @@ def test_a_server_killed_mid_stream_cuts_the_stream_and_serve_says_why_in_one_li
 def test_the_apps_chat_never_takes_a_cut_reply_for_a_whole_one(embedded_model: Path) -> None:
     p = plan(
         load_model_spec(embedded_model),
-        target_cpu_only(cpu_machine()),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
         Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
     )
     config = ServerConfig("127.0.0.1", free_port())
@@ -285,7 +285,9 @@ def test_a_server_that_cannot_bind_is_not_taken_for_the_one_that_answers(embedde
     # Another llama-server serves the port (a second serve won the race): its /health answers 200
     # while ours fails to bind. Ready means ours answers, never that something on the port does.
     p = plan(
-        load_model_spec(embedded_model), target_cpu_only(cpu_machine()), Pins(n_ctx=512, n_threads=1, n_threads_batch=1)
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
+        Pins(n_ctx=512, n_threads=1, n_threads_batch=1),
     )
     port = free_port()
     argv = llama_server_argv(

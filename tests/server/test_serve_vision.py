@@ -24,7 +24,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.projector import clip_buffers
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, free_port
 from vrampilot.server.launch import prepare, wait_ready
 from vrampilot.units import MIB
@@ -40,7 +40,7 @@ def served(request: pytest.FixtureRequest, embedded_model: Path, tmp_path: Path)
     proj = write_projector(tmp_path / f"mmproj-{kind}.gguf", kind, n_embd_text=576, image_size=size, n_merge=4)
     p = plan(
         load_model_spec(embedded_model),
-        target_cpu_only(cpu_machine()),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
         Pins(n_ctx=2048, n_threads=2, n_threads_batch=2, mmproj_path=str(proj)),
     )
     lines: list[str] = []

@@ -32,7 +32,7 @@ from vrampilot.speed.measured import (
     RateAt,
     SpeedFactors,
 )
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 from vrampilot.speed.store import (
     FILE_NAME,
     add_kernels,
@@ -126,7 +126,7 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     from vrampilot.planner.calibration import reply_pace_ms
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search import plan
-    from vrampilot.planner.target import target_cpu_only, target_from_vram
+    from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.speed.pace import measure_pace_ms
 
     pace = measure_pace_ms(1)
@@ -134,12 +134,16 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     # A CPU plan reads it at its own thread count.
     machine = measured_machine(host_probe)
     p = plan(
-        load_model_spec(embedded_model), target_cpu_only(machine), Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(cpu_only=True), machine),
+        Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
     )
     again = reply_pace_ms(p)
     assert again is not None and again > 0
     # A plan generating on a GPU: the CPU's pace is not what its replies measure.
-    gpu = plan(load_model_spec(embedded_model), target_from_vram(8 << 30, machine), Pins(n_ctx=1024))
+    gpu = plan(
+        load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 << 30), machine), Pins(n_ctx=1024)
+    )
     assert gpu.settings.n_gpu_layers > 0 and reply_pace_ms(gpu) is None
 
 
@@ -206,7 +210,7 @@ def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostP
 
 
 def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: Path) -> None:
-    machine = with_measured_speed(detect_machine())
+    machine = detect_measured_machine()
     fp = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
     assert fp == machine.speed.fingerprint if machine.speed else False
     more_ram = machine_fingerprint(machine.cpu, machine.ram_total_bytes + 16 * 2**30, machine.llama, machine.gpus)

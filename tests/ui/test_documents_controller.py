@@ -15,7 +15,7 @@ from tests.ui.conftest import heard
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.documents_controller import DocumentsController
 
@@ -30,7 +30,7 @@ def docs(qtbot: QtBot, app_context: AppContext) -> Iterator[DocumentsController]
 
 
 def small_plan(model: Path) -> Plan:
-    return plan(load_model_spec(model), target_cpu_only(cpu_machine()), Pins(n_ctx=1024))
+    return plan(load_model_spec(model), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024))
 
 
 def attach(qtbot: QtBot, docs: DocumentsController, path: Path) -> str:

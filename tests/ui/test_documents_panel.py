@@ -17,7 +17,7 @@ from vrampilot.engine import PromptProgress
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.documents_panel import DocumentsPanel
 from vrampilot.ui.theme import apply_theme
 
@@ -33,7 +33,9 @@ def test_panel_shows_documents_fit_progress_and_context(qtbot: QtBot, tmp_path: 
     ds = DocumentSet(tokenizer_for(embedded_model).count, chunk_tokens=96, overlap_tokens=24)
     a1 = ds.attach(extract(md))
     ds.attach(extract(pdf))
-    p = plan(load_model_spec(embedded_model), target_cpu_only(cpu_machine()), Pins(n_ctx=1024))
+    p = plan(
+        load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=1024)
+    )
     fit = ds.fit(p, reply_tokens=256)
     assert fit.status == "replan"
 

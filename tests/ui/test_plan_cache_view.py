@@ -14,13 +14,15 @@ from tests.ui.conftest import ARTIFACTS
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_for_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.plan_view import PlanView
 
 
 def test_cache_by_part_shows_the_parts_and_what_if(qtbot: QtBot, tmp_path: Path) -> None:
     spec = load_model_spec(write_real("v4-pro", tmp_path))
-    result = plan(spec, target_for_machine(cpu_machine(ram_gib=256)), Pins(n_ctx=1048576), alternatives=False)
+    result = plan(
+        spec, resolve_target(TargetRequest(), cpu_machine(ram_gib=256)), Pins(n_ctx=1048576), alternatives=False
+    )
     view = PlanView()
     qtbot.addWidget(view)
     view.set_plan(result)

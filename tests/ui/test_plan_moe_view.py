@@ -17,14 +17,14 @@ from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan, replan_with
-from vrampilot.planner.target import target_from_vram
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.plan_view import PlanView
 from vrampilot.units import GIB
 
 
 def test_the_plan_panel_shows_and_pins_the_experts_placement(qtbot: QtBot, tmp_path: Path) -> None:
     spec = load_model_spec(write_real("qwen3-30b-a3b", tmp_path))
-    target = target_from_vram(8 * GIB, cpu_machine(ram_gib=64))
+    target = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine(ram_gib=64))
     result = plan(spec, target)
     n = result.settings.n_cpu_moe
     assert 0 < n < spec.n_layer
@@ -81,7 +81,7 @@ def test_a_dense_model_has_no_experts_pin(qtbot: QtBot) -> None:
     spec = load_model_spec(model)
     view = PlanView()
     qtbot.addWidget(view)
-    view.set_plan(plan(spec, target_from_vram(8 * GIB, cpu_machine()), alternatives=False))
+    view.set_plan(plan(spec, resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine()), alternatives=False))
     assert not view.pins.n_cpu_moe.isEnabled() and not view.pins._auto["n_cpu_moe"].isEnabled()
     # No experts to place: the row is not shown at all.
     assert view.pins.n_cpu_moe.isHidden() and view.pins._auto["n_cpu_moe"].isHidden()

@@ -1,5 +1,5 @@
 """The Plan panel and `vrampilot plan` choose the same target for the same machine and RPC hosts
-(one rule: vrampilot.planner.target.target_for_machine), for "This machine" and for "CPU only"
+(one resolver: vrampilot.planner.target.resolve_target), for "This machine" and for "CPU only"
 (--cpu-only): both plan across the hosts. Two real ggml-rpc-server hosts on loopback, each pinned
 to a budget; the machine is the one the window was given, handed to the CLI as detected."""
 
@@ -29,12 +29,13 @@ def test_panel_and_cli_choose_the_same_target(
     open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import vrampilot.commands.plan as plan_command
+    import vrampilot.speed.service as speed_service
 
     hosts = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{h.argv[h.argv.index('-p') + 1]}" for h in hosts]
     rpc_text = f"{endpoints[0]}=60MiB,{endpoints[1]}=200MiB"
     machine = cpu_machine()
-    monkeypatch.setattr(plan_command, "detect_machine", lambda: machine)
+    monkeypatch.setattr(speed_service, "detect_machine", lambda: machine)
     try:
         # The CLI adds this machine's speed record to what it detects; the window is handed the same.
         w = open_window(wait_plan=False, machine=with_measured_speed(machine))

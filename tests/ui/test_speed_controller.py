@@ -14,10 +14,10 @@ from pytestqt.qtbot import QtBot
 from testkit.gguf_models import write_model
 from tests.ui.conftest import heard
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import Machine, detect_machine
+from vrampilot.hardware import Machine
 from vrampilot.speed.host_probe import missing_kernels
 from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 from vrampilot.speed.store import load_machine_speed, update_machine_speed
 from vrampilot.ui.context import build_context
 from vrampilot.ui.speed_controller import SpeedController
@@ -25,7 +25,7 @@ from vrampilot.ui.speed_controller import SpeedController
 
 def measured_machine() -> Machine:
     """This machine with its speed record, as the plan controller hands it over."""
-    return with_measured_speed(detect_machine())
+    return detect_measured_machine()
 
 
 @pytest.fixture

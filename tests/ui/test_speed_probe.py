@@ -86,12 +86,11 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(open_win
     test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu)."""
     from dataclasses import replace
 
-    from vrampilot.hardware import detect_machine
     from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-    from vrampilot.speed.service import with_measured_speed
+    from vrampilot.speed.service import detect_measured_machine
     from vrampilot.speed.store import update_machine_speed
 
-    fp = with_measured_speed(detect_machine()).speed.fingerprint  # type: ignore[union-attr]  # the machine has its speed record by now
+    fp = detect_measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the machine has its speed record by now
 
     def slow(m: MachineSpeed) -> MachineSpeed:
         assert m.probe is not None

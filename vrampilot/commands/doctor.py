@@ -15,14 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import detect_machine
 from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,7 +89,7 @@ def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> Mac
 
 
 def run(args: argparse.Namespace) -> int:
-    machine = with_measured_speed(detect_machine())
+    machine = detect_measured_machine()
     if args.measure:
         machine = measure(machine, args.measure, say=not args.json)
     graph = _graph_factors(machine)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vrampilot.commands.options import add_target_options, target_request_from_args
 from vrampilot.errors import UserError
 from vrampilot.gguf import GGUFError, load_model_spec
 from vrampilot.hub.auth import current_token, forget_token, save_token
@@ -55,10 +56,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     f.add_argument("repo", help="repository, e.g. bartowski/Qwen2.5-7B-Instruct-GGUF")
     f.add_argument("--revision", help="branch, tag or commit (default: main)")
     f.add_argument("--ctx", type=int, default=DEFAULT_TARGET_CTX, metavar="N", help="context to plan for")
-    where = f.add_mutually_exclusive_group()
-    where.add_argument("--gpu", metavar="NAME", help="judge for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
-    where.add_argument("--vram", metavar="SIZE", help="judge for a hypothetical GPU, e.g. 8GiB")
-    where.add_argument("--cpu-only", action="store_true", help="judge for the CPU alone")
+    add_target_options(f)
     f.add_argument("--no-badges", action="store_true", help="list files only (no header reads)")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.set_defaults(handler=run_files)
@@ -144,21 +142,11 @@ def _search_table(results: list[RepoSummary]) -> str:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    from vrampilot.hardware import detect_machine
-    from vrampilot.hardware.profiles import find_profile
-    from vrampilot.planner.target import target_for_machine, target_from_profile, target_from_vram
-    from vrampilot.speed.service import with_measured_speed
-    from vrampilot.units import parse_size
+    """What the badges judge for: the same options, request and resolver as `vrampilot plan`."""
+    from vrampilot.planner.target import resolve_target
+    from vrampilot.speed.service import detect_measured_machine
 
-    machine = with_measured_speed(detect_machine())
-    try:
-        if args.gpu:
-            return target_from_profile(find_profile(args.gpu), machine)
-        if args.vram:
-            return target_from_vram(parse_size(args.vram), machine)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    return target_for_machine(machine, cpu_only=args.cpu_only)
+    return resolve_target(target_request_from_args(args), detect_measured_machine())
 
 
 def model_badges(listing: RepoFiles, target: Any, n_ctx: int) -> dict[str, Badge | str]:

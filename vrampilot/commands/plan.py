@@ -14,21 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vrampilot.commands.common import resolve_model
+from vrampilot.commands.options import add_target_options, target_request_from_args
 from vrampilot.errors import UserError
 from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
-from vrampilot.hardware import Machine, detect_machine
-from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, parse_gpu_backend
-from vrampilot.hardware.profiles import find_profile
-from vrampilot.hardware.rpc import RpcHost, parse_hosts, query_hosts
+from vrampilot.hardware import Machine
 from vrampilot.planner.plan import MAX_CTX, Pins, Plan, PlanError
 from vrampilot.planner.search import MAX_THREADS, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
-from vrampilot.planner.target import Target, target_for_machine, target_from_profile, target_from_vram
+from vrampilot.planner.target import Target, resolve_target
 from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import exported_command
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 from vrampilot.units import parse_size
 
 if TYPE_CHECKING:
@@ -47,17 +45,7 @@ def _on_off(value: str) -> bool:
 def add_plan_options(p: argparse.ArgumentParser) -> None:
     """The options every command that plans shares (plan, export, chat)."""
     p.add_argument("model", nargs="?", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--gpu", metavar="NAME", help="plan for a GPU profile, e.g. 'RTX 4060 Ti 8GB'")
-    where.add_argument("--vram", metavar="SIZE", help="plan for a hypothetical single GPU, e.g. 8GiB")
-    where.add_argument("--cpu-only", action="store_true", help="plan without a GPU")
-    p.add_argument(
-        "--gpu-backend",
-        choices=("auto", *GPU_BACKEND_CHOICES),
-        default="auto",
-        help="the llama.cpp backend that runs a GPU several can drive (an NVIDIA card under CUDA and Vulkan); "
-        "auto: the vendor's own (CUDA), which reads prompts faster",
-    )
+    add_target_options(p)
     p.add_argument(
         "--ctx",
         type=context_length,
@@ -74,7 +62,6 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads-batch", type=_threads, metavar="N", help="prompt threads (-tb)")
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
-    p.add_argument("--margin", metavar="SIZE", help="VRAM kept free per GPU for the driver (default 1GiB)")
     moe = p.add_argument_group("mixture of experts and constraints")
     experts = moe.add_mutually_exclusive_group()
     experts.add_argument(
@@ -107,12 +94,6 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         "--keep-free",
         metavar="SIZE",
         help="leave this much memory unused on every GPU, e.g. 2GiB (a number alone is GiB); replaces --margin",
-    )
-    p.add_argument(
-        "--rpc",
-        metavar="HOST:PORT[=SIZE],...",
-        help="llama.cpp RPC hosts (ggml-rpc-server, `vrampilot rpc-host`) to spread layers over, "
-        "each with the memory it may use, e.g. 192.168.1.20:50052=6GiB",
     )
     p.add_argument(
         "--tensor-split",
@@ -293,43 +274,10 @@ def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
 
 
 def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Target:
-    backend = parse_gpu_backend(getattr(args, "gpu_backend", None))
-    if backend is not None and (args.gpu or args.vram or args.cpu_only):
-        raise UserError(
-            "--gpu-backend picks the backend of this machine's GPUs: leave out --gpu, --vram and --cpu-only"
-        )
-    machine = _with_model_kernels(with_measured_speed(detect_machine()), spec)
-    if args.gpu:
-        try:
-            target = target_from_profile(find_profile(args.gpu), machine)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-    elif args.vram:
-        try:
-            target = target_from_vram(parse_size(args.vram), machine)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-    else:
-        hosts, budgets = _rpc_hosts(args)
-        target = target_for_machine(
-            machine, cpu_only=args.cpu_only, rpc_hosts=hosts, rpc_budgets=budgets, gpu_backend=backend
-        )
-    if args.margin:
-        try:
-            target = target.with_margin(parse_size(args.margin))
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-    return target
-
-
-def _rpc_hosts(args: argparse.Namespace) -> tuple[list[RpcHost], dict[str, int]]:
-    """Ask each --rpc host what it has (a clear error when one does not answer)."""
-    text = getattr(args, "rpc", None)
-    if not text:
-        return [], {}
-    if args.gpu or args.vram:
-        raise UserError("--rpc plans with this machine's devices and the hosts: leave out --gpu and --vram")
-    return query_hosts(parse_hosts(text))
+    """The target the options ask for (commands/options.py), on this machine with its measured speed
+    (and kernels measured for `spec`'s weight types when missing)."""
+    request = target_request_from_args(args)
+    return resolve_target(request, _with_model_kernels(detect_measured_machine(), spec))
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:

@@ -1,13 +1,15 @@
 """What a plan is made for: the detected machine, a GPU profile, a hypothetical VRAM size, or the CPU.
 
 The planner sees only this, so "would this run on an 8 GB card?" is the same computation as
-"what runs on my card?".
+"what runs on my card?". Every front end (the CLI's options, the Plan panel's choice, the hub's
+badges) says what it wants as a `TargetRequest` and gets its `Target` from `resolve_target`, the
+one way to a Target: no caller can forget an option another one honours.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from vrampilot.errors import UserError
 from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
@@ -145,9 +147,6 @@ class Target:
     def device_tflops(self) -> float:
         return sum(g.fp16_tflops for g in self.gpus)
 
-    def with_margin(self, margin_bytes: int) -> Target:
-        return replace(self, device_margin_bytes=margin_bytes)
-
 
 def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], notes: tuple[str, ...] = ()) -> Target:
     """A target with this machine's host side (RAM less a reserve, cores, CPU throughput, and what
@@ -176,7 +175,7 @@ def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
     return DEFAULT_HOST_BANDWIDTH_GBPS, "assumed"
 
 
-def target_from_machine(
+def _from_machine(
     machine: Machine,
     rpc_hosts: Sequence[RpcHost] = (),
     rpc_budgets: Mapping[str, int] | None = None,
@@ -361,30 +360,80 @@ def _rpc_devices(hosts: Sequence[RpcHost], budgets: Mapping[str, int], notes: li
     return tuple(out)
 
 
-def target_for_machine(
-    machine: Machine,
-    *,
-    cpu_only: bool = False,
-    rpc_hosts: Sequence[RpcHost] = (),
-    rpc_budgets: Mapping[str, int] | None = None,
-    gpu_backend: str | None = None,
-) -> Target:
-    """The one rule for a plan on this machine's own hardware, the Plan panel's "This machine" and
-    "CPU only" as the CLI's default and --cpu-only: RPC hosts join either. CPU only leaves this
-    machine's GPUs out, never the hosts the user named; without hosts it is the plain CPU target.
-    `gpu_backend` (hardware/cards.py) picks the backend of the cards; CPU only has none to pick."""
-    if cpu_only and not rpc_hosts:
-        return target_cpu_only(machine)
-    if cpu_only:
-        # llama.cpp's devices here less those it offloads to (the CPU, an accelerator like BLAS
-        # stays): an exact plan still asks llama.cpp, and the hosts are the only offload devices.
-        cpu_devices = tuple(d for d in machine.llama.devices if d.kind not in ("gpu", "igpu"))
-        machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=cpu_devices))
-        gpu_backend = None
-    return target_from_machine(machine, rpc_hosts, rpc_budgets, gpu_backend)
+@dataclass(frozen=True)
+class TargetRequest:
+    """What a plan is for, as the user asked it: this machine (the default), its CPU alone, a GPU
+    profile or a hypothetical VRAM size; RPC hosts to spread layers over; the backend of cards
+    several can drive; the VRAM kept free per device. Plain data, checked when made, so a front
+    end maps its options to one request and `resolve_target` does the rest."""
+
+    cpu_only: bool = False
+    profile: GpuProfile | None = None
+    vram_bytes: int | None = None
+    # The ggml backend this machine's cards run under where they have it ("CUDA", "Vulkan",
+    # hardware/cards.py); None: the planner's choice. Only for this machine's own cards.
+    gpu_backend: str | None = None
+    # Hosts as they answered (vrampilot.hardware.rpc.query_hosts), and the user's cap per host:port
+    # (a host reports all its memory as free and has no cap of its own). This machine's plans only.
+    rpc_hosts: tuple[RpcHost, ...] = ()
+    rpc_budget_bytes: Mapping[str, int] = field(default_factory=dict)
+    margin_bytes: int | None = None  # VRAM kept free per device; None: DEFAULT_DEVICE_MARGIN_BYTES
+
+    def __post_init__(self) -> None:
+        if self.cpu_only + (self.profile is not None) + (self.vram_bytes is not None) > 1:
+            raise PlanTargetError(
+                "plan for one of: a GPU profile (--gpu), a VRAM size (--vram) or the CPU (--cpu-only)"
+            )
+        if self.vram_bytes is not None and self.vram_bytes <= 0:
+            raise PlanTargetError("--vram must be a positive size such as 8GiB")
+        if self.margin_bytes is not None and self.margin_bytes < 0:
+            raise PlanTargetError("--margin must be a size of 0 or more, such as 1GiB")
+        if self.gpu_backend is not None and not self.this_machines_gpus:
+            raise PlanTargetError(
+                "--gpu-backend picks the backend of this machine's GPUs: leave out --gpu, --vram and --cpu-only"
+            )
+        if self.rpc_hosts:
+            self.refuse_rpc_hosts()
+
+    def refuse_rpc_hosts(self) -> None:
+        """RPC hosts join this machine's devices or its CPU, never a hypothetical GPU: raises for
+        those (before anyone asks a host over the network)."""
+        if self.profile is not None or self.vram_bytes is not None:
+            raise PlanTargetError("--rpc plans with this machine's devices and the hosts: leave out --gpu and --vram")
+
+    @property
+    def this_machines_gpus(self) -> bool:
+        """Whether the plan is for this machine's own GPUs (not its CPU alone, a profile or a size)."""
+        return not self.cpu_only and self.profile is None and self.vram_bytes is None
 
 
-def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:
+def resolve_target(request: TargetRequest, machine: Machine) -> Target:
+    """The one way to a Target: `request` on `machine` (detected, with its measured speed:
+    vrampilot.speed.service.detect_measured_machine; or described by hand in tests).
+
+    A profile or a VRAM size is a hypothetical GPU beside this machine's host side. This machine
+    is its offload devices as llama.cpp lists them, RPC hosts first; CPU only leaves its GPUs out,
+    never the hosts the user named (an exact plan still asks llama.cpp, whose devices here are then
+    the CPU and the hosts). A `gpu_backend` no card has raises GpuBackendError."""
+    if request.profile is not None:
+        target = _from_profile(request.profile, machine)
+    elif request.vram_bytes is not None:
+        target = _from_vram(request.vram_bytes, machine)
+    elif request.cpu_only and not request.rpc_hosts:
+        target = _cpu_only(machine)
+    else:
+        if request.cpu_only:
+            # llama.cpp's devices here less those it offloads to (the CPU, an accelerator like
+            # BLAS stays): the hosts are the only offload devices.
+            cpu_devices = tuple(d for d in machine.llama.devices if d.kind not in ("gpu", "igpu"))
+            machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=cpu_devices))
+        target = _from_machine(machine, request.rpc_hosts, request.rpc_budget_bytes, request.gpu_backend)
+    if request.margin_bytes is not None:
+        target = replace(target, device_margin_bytes=request.margin_bytes)
+    return target
+
+
+def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
     gpu = GpuTarget(
         name=profile.name,
         memory_total_bytes=profile.memory_bytes,
@@ -395,9 +444,7 @@ def target_from_profile(profile: GpuProfile, machine: Machine) -> Target:
     return _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,))
 
 
-def target_from_vram(vram_bytes: int, machine: Machine) -> Target:
-    if vram_bytes <= 0:
-        raise PlanTargetError("--vram must be a positive size such as 8GiB")
+def _from_vram(vram_bytes: int, machine: Machine) -> Target:
     gpu = GpuTarget(
         name=f"{format_bytes(vram_bytes)} GPU",
         memory_total_bytes=vram_bytes,
@@ -409,5 +456,5 @@ def target_from_vram(vram_bytes: int, machine: Machine) -> Target:
     return _target(machine, f"hypothetical GPU with {format_bytes(vram_bytes)}", (gpu,))
 
 
-def target_cpu_only(machine: Machine) -> Target:
+def _cpu_only(machine: Machine) -> Target:
     return _target(machine, "CPU only", ())

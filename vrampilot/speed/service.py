@@ -1,7 +1,7 @@
 """Measuring this machine and reading what was measured: the one sequence every front end runs.
 
 Detection (vrampilot.hardware) reads nothing that was measured: `with_measured_speed` adds this
-machine's record to the detected machine. The window (ui/speed_controller.py, on its workers),
+machine's record to the detected machine, and `detect_measured_machine` does both. The window (ui/speed_controller.py, on its workers),
 `vrampilot doctor --measure`, `vrampilot plan` and bench/speed.py measure through here: the probe,
 then its save (which keeps a quieter earlier measurement over one taken while the machine was busy,
 speed/store.py `kept_quieter`), the offload devices, and kernels for weight types a model adds.
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from vrampilot.hardware.cards import card_devices
+from vrampilot.hardware.detect import detect_machine
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.speed.device_probe import measure_devices
 from vrampilot.speed.host_probe import measure_host, measure_kernels, missing_kernels
@@ -32,6 +33,12 @@ def with_measured_speed(machine: Machine) -> Machine:
     replies taught, from its record in the data folder; an empty record when nothing was)."""
     fingerprint = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
     return replace(machine, speed=load_machine_speed(fingerprint))
+
+
+def detect_measured_machine() -> Machine:
+    """This machine as detected, with what was measured on it: what every front end plans for
+    (the CLI's commands, the window, the hub's badges)."""
+    return with_measured_speed(detect_machine())
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from vrampilot.hub import (
 )
 from vrampilot.hub.auth import TokenInfo
 from vrampilot.hub.remote import matching_remote_projector
-from vrampilot.planner.target import Target, target_from_machine
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.ui.workers import TaskHandle, Tasks
 
 
@@ -149,10 +149,9 @@ class HubController(QObject):
     # -- target and context ----------------------------------------------------------------------
     @staticmethod
     def _detect_target() -> Target:
-        from vrampilot.hardware import detect_machine
-        from vrampilot.speed.service import with_measured_speed
+        from vrampilot.speed.service import detect_measured_machine
 
-        return target_from_machine(with_measured_speed(detect_machine()))
+        return resolve_target(TargetRequest(), detect_measured_machine())
 
     def set_target(self, target: Target) -> None:
         """Plan badges for `target` (the main window passes the GPU or profile the user picked)."""

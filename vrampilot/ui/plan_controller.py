@@ -21,7 +21,7 @@ from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
-from vrampilot.hardware import Machine, detect_machine, load_profiles
+from vrampilot.hardware import Machine, load_profiles
 from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group_cards
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
 from vrampilot.log import describe_error
@@ -31,9 +31,9 @@ from vrampilot.planner.cache_table import cache_table
 from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import Target, target_for_machine, target_from_profile
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.server.binaries import exported_command
-from vrampilot.speed.service import with_measured_speed
+from vrampilot.speed.service import detect_measured_machine
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.hardware_view import HardwareView
@@ -110,7 +110,7 @@ class PlanController(QObject):
         self.speed.measuring.connect(self.view.set_measuring)
         self._serve_waiters: list[tuple[LoadedFn, FailFn]] = []
         self._served = False  # llama-server runs the model (the Server tab, or a plan with RPC hosts)
-        # RPC hosts for "This machine" and "CPU only" plans (planner.target.target_for_machine): as
+        # RPC hosts for "This machine" and "CPU only" plans (planner.target.resolve_target): as
         # typed, and as they answered (vrampilot.hardware.rpc).
         self.rpc_text = ctx.prefs.rpc_hosts()
         self.rpc_hosts: list[RpcHost] = []
@@ -150,7 +150,7 @@ class PlanController(QObject):
             self._machine_ready(self.ctx.machine)
         else:
             self.ctx.tasks.submit(
-                lambda _t: with_measured_speed(detect_machine()),
+                lambda _t: detect_measured_machine(),
                 done=self._machine_ready,
                 failed=self._failed("looking at this machine"),
                 owner=self,
@@ -195,27 +195,29 @@ class PlanController(QObject):
         self.target = self._make_target(self.target_key)
         self.replan()
 
-    def _make_target(self, key: str) -> Target:
-        assert self.machine is not None
+    def _target_request(self, key: str) -> TargetRequest:
+        """The target combo's choice as a request: a profile, or this machine (its GPUs under the
+        backend set here, or its CPU alone) with the RPC hosts that answered."""
         if key.startswith(PROFILE_PREFIX):
             name = key[len(PROFILE_PREFIX) :]
-            profile = next(p for p in load_profiles() if p.name == name)
-            return target_from_profile(profile, self.machine)
-        backend = GPU_BACKEND_CHOICES.get(self.gpu_backend)
+            return TargetRequest(profile=next(p for p in load_profiles() if p.name == name))
+        cpu_only = key == TARGET_CPU
+        return TargetRequest(
+            cpu_only=cpu_only,
+            gpu_backend=None if cpu_only else GPU_BACKEND_CHOICES.get(self.gpu_backend),
+            rpc_hosts=tuple(self.rpc_hosts),
+            rpc_budget_bytes=self.rpc_budgets,
+        )
+
+    def _make_target(self, key: str) -> Target:
+        assert self.machine is not None
+        request = self._target_request(key)
         try:
-            return target_for_machine(
-                self.machine,
-                cpu_only=key == TARGET_CPU,
-                rpc_hosts=self.rpc_hosts,
-                rpc_budgets=self.rpc_budgets,
-                gpu_backend=backend,
-            )
+            return resolve_target(request, self.machine)
         except GpuBackendError as exc:
             # A setting kept from another machine (or a card since removed): the default still plans.
             self.status.emit(f"{exc}: planning with the default backend")
-            return target_for_machine(
-                self.machine, cpu_only=key == TARGET_CPU, rpc_hosts=self.rpc_hosts, rpc_budgets=self.rpc_budgets
-            )
+            return resolve_target(replace(request, gpu_backend=None), self.machine)
 
     def set_gpu_backend(self, value: str) -> None:
         """The Plan panel's GPU backend ("auto", "cuda", "vulkan"): kept, and the plan made again."""
