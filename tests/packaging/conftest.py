@@ -3,7 +3,8 @@
 - static ones (installer scripts compile, desktop entry and MIME XML are valid, the uninstaller
   undoes the installer): always run, in `make test`, skipping where a tool is missing;
 - smoke tests of *built* artifacts: run by `make package-test`, which points at them with
-  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB and VRAMPILOT_APPIMAGE; deselected
+  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB, VRAMPILOT_APPIMAGE and
+  VRAMPILOT_SETUP_EXE (the Windows installer, `make package-windows-test`); deselected
   (said in the run's header, not skipped) when those are unset, so `make test` never starts a
   stale bundle left in dist/ and no skip stands for them.
 
@@ -25,7 +26,12 @@ PACKAGING = REPO / "packaging"
 ARTIFACTS = REPO / "test-artifacts" / "packaging"
 
 
-_ARTIFACTS = {"bundle_dir": "VRAMPILOT_BUNDLE", "deb_file": "VRAMPILOT_DEB", "appimage_file": "VRAMPILOT_APPIMAGE"}
+_ARTIFACTS = {
+    "bundle_dir": "VRAMPILOT_BUNDLE",
+    "deb_file": "VRAMPILOT_DEB",
+    "appimage_file": "VRAMPILOT_APPIMAGE",
+    "setup_exe": "VRAMPILOT_SETUP_EXE",  # the Windows installer, tested under Wine (make package-windows-test)
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -85,6 +91,11 @@ def deb_file() -> Path:
 @pytest.fixture(scope="session")
 def appimage_file() -> Path:
     return _artifact("VRAMPILOT_APPIMAGE")
+
+
+@pytest.fixture(scope="session")
+def setup_exe() -> Path:
+    return _artifact("VRAMPILOT_SETUP_EXE")
 
 
 @pytest.fixture(scope="session")
