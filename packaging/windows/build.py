@@ -18,7 +18,7 @@ installs the app, bundles and compresses.
 Environment: VRAMPILOT_WINDOWS_ENGINE = auto (default: the engine recipe's cached Windows wheel,
 built if absent), none (a bundle without llama.cpp: the app runs and doctor says the engine is
 missing; for trying the route while the engine builds) or the path of a win_amd64 llama_cpp_python
-wheel. Also `build.py --new-prefix DIR`: a fresh prefix with the ICU stand-in, what the tests use.
+wheel. Also `build.py --new-prefix DIR`: a fresh prefix with the stand-ins for DLLs Wine lacks, what the tests use.
 
 Standard library only.
 """
@@ -141,36 +141,43 @@ def wine(prefix: Path, *args: str, cwd: Path = ROOT, env: dict[str, str] | None 
         fail(f"`wine {' '.join(args)}` exited with {proc.returncode}")
 
 
-def build_icu_stub() -> Path:
-    out = BUILD / "icuuc.dll"
-    source = HERE / "icuuc_stub.c"
-    if not out.is_file() or out.stat().st_mtime < source.stat().st_mtime:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([MINGW_GCC, "-O2", "-Wall", "-shared", "-o", str(out), str(source)], check=True)
-    return out
+def build_wine_stubs() -> list[Path]:
+    """The stand-ins for Windows DLLs that Wine 8 lacks (packaging/windows/wine/*.c, one DLL each):
+    icuuc.dll (Qt6Core imports 20 ucnv_* functions) and bcryptprimitives.dll (ProcessPrng, which
+    Rust-built extensions such as cryptography's need). For prefixes only, never bundled."""
+    built = []
+    for source in sorted((HERE / "wine").glob("*.c")):
+        out = BUILD / "wine-stubs" / (source.stem + ".dll")
+        if not out.is_file() or out.stat().st_mtime < source.stat().st_mtime:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [MINGW_GCC, "-O2", "-Wall", "-shared", "-o", str(out), str(source), "-ladvapi32"]
+            subprocess.run(cmd, check=True)
+        built.append(out)
+    return built
 
 
 def new_prefix(prefix: Path) -> None:
-    """A fresh 64-bit prefix, with the ICU stand-in in its system32 (Qt6Core needs icuuc.dll)."""
+    """A fresh 64-bit prefix, with the stand-ins for DLLs Wine lacks in its system32."""
     if prefix.exists():
         shutil.rmtree(prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["wineboot", "-i"], env=wine_env(prefix), check=True, stdin=subprocess.DEVNULL, capture_output=True
-    )
+    subprocess.run(["wineboot", "-i"], env=wine_env(prefix), check=True, stdin=subprocess.DEVNULL, capture_output=True)
     # wineboot returns while the prefix's wineserver may still be writing the registry: wait for it.
     subprocess.run(["wineserver", "-w"], env=wine_env(prefix), check=True)
     system32 = prefix / "drive_c" / "windows" / "system32"
     if not system32.is_dir():
         fail(f"wineboot made no {system32}")
-    shutil.copy2(build_icu_stub(), system32 / "icuuc.dll")
+    for dll in build_wine_stubs():
+        shutil.copy2(dll, system32 / dll.name)
 
 
 os.environ.setdefault("PIP_ROOT_USER_ACTION", "ignore")  # CI builds as root, outside a venv's pip
 
 
 def pip_download(python: str, dest: Path, *args: str) -> None:
-    subprocess.run([python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest), *args], check=True)
+    subprocess.run(
+        [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest), *args], check=True
+    )
 
 
 def download_wheels(python: str) -> Path:
@@ -418,7 +425,7 @@ def build(host_python: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=sys.executable, help="the Linux Python whose pip downloads and builds")
-    parser.add_argument("--new-prefix", type=Path, help="only make a fresh Wine prefix with the ICU stand-in")
+    parser.add_argument("--new-prefix", type=Path, help="only make a fresh Wine prefix with the DLL stand-ins")
     args = parser.parse_args()
     if args.new_prefix:
         ensure_tools()

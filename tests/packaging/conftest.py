@@ -134,9 +134,10 @@ def run_exe(clean_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     return run
 
 
-def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
+def serve_and_ask(exe: Path | list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
     """Start `exe serve` (the bundle's own llama-server) on a free loopback port, ask one chat
-    completion, stop it with Ctrl-C; the llama-server command line it ran, and the reply."""
+    completion, stop it with Ctrl-C; the llama-server command line it ran, and the reply.
+    `exe` may be a command (["wine", "C:\\...\\vrampilot-cli.exe"]: Wine turns SIGINT into Ctrl-C)."""
     import http.client
     import json
     import signal
@@ -145,8 +146,9 @@ def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str],
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    command = [str(exe)] if isinstance(exe, Path) else exe
     proc = subprocess.Popen(
-        [str(exe), "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
+        [*command, "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

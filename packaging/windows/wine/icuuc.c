@@ -1,4 +1,5 @@
-/* A stand-in for Windows' system icuuc.dll, for Wine only (packaging/windows/build.py).
+/* A stand-in for Windows' system icuuc.dll, for Wine only (packaging/windows/build.py builds
+ * every .c file here into the DLL of its name, in a test or build prefix's system32).
  *
  * PySide6 6.11's Qt6Core.dll imports 20 ucnv_* functions from the icuuc.dll that Windows 10 1703+
  * has in System32; Wine 8 has none, so QtCore fails with "DLL load failed". This DLL goes into a
