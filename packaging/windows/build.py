@@ -67,6 +67,9 @@ WHEELS = (
     "pefile==2024.8.26",
     "pywin32-ctypes==0.2.3",
     "colorama",
+    # llama-cpp-python's own dependencies: its wheel (the MinGW engine) goes in with --no-deps.
+    "diskcache",
+    "jinja2",
     "pip==26.3",
     "setuptools",
     "wheel",
