@@ -77,10 +77,12 @@ class Prefix:
         assert windows_path[:3].upper() == "C:\\", windows_path
         return self.root / "drive_c" / windows_path[3:].replace("\\", "/")
 
-    def run(self, *args: str, cpu_s: float = CPU_S, **extra: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, cpu_s: float = CPU_S, extra_env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """`wine ARGS` with pipes for all three streams (files break Python's stdio under Wine 8)."""
         return waits.run(
-            ["wine", *args], cpu_s=cpu_s, env=self.env(**extra), stdin=subprocess.DEVNULL, errors="replace"
+            ["wine", *args], cpu_s=cpu_s, env=self.env(**(extra_env or {})), stdin=subprocess.DEVNULL, errors="replace"
         )
 
     def cli(self, *args: str, cpu_s: float = CPU_S) -> subprocess.CompletedProcess[str]:
@@ -89,11 +91,11 @@ class Prefix:
     def reg_query(self, key: str) -> subprocess.CompletedProcess[str]:
         return self.run("reg", "query", key, "/reg:64", cpu_s=60)
 
-    def bat(self, name: str, lines: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
+    def bat(self, name: str, lines: list[str], extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         """Run a .bat: the only way to give a Windows process QT_* variables under Wine."""
         script = self.root / "drive_c" / name
         script.write_text("@echo off\r\n" + "\r\n".join(lines) + "\r\nexit /b %ERRORLEVEL%\r\n", encoding="ascii")
-        return self.run("cmd", "/c", "C:\\" + name, **extra)
+        return self.run("cmd", "/c", "C:\\" + name, extra_env=extra_env)
 
 
 def said(result: subprocess.CompletedProcess[str]) -> str:
@@ -221,7 +223,7 @@ def test_window_opens_offscreen_on_a_hostile_file(installed: Prefix) -> None:
             "set VRAMPILOT_SMOKE_SECONDS=6",
             f'start "" /wait "{APP_DIR}\\vrampilot.exe" gui "%VRAMPILOT_TEST_MODEL%"',
         ],
-        VRAMPILOT_TEST_MODEL=path,
+        {"VRAMPILOT_TEST_MODEL": path},
     )
     assert run.returncode == 0, said(run)
     assert shot.is_file(), f"vrampilot.exe saved no screenshot: {said(run)}"
