@@ -80,7 +80,7 @@ PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' vrampilot/__init__
 PKG_DEB = dist/vrampilot_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
 PKG_APPIMAGE = dist/VRAM_Pilot-$(PKG_VERSION)-$(shell uname -m).AppImage
 
-.PHONY: package package-test package-cuda package-cuda-test
+.PHONY: package package-test package-cuda package-cuda-test package-windows package-windows-test engine-windows
 
 $(VENV)/.installed-package: $(VENV)/.installed-run
 	$(PIP) install -q -e '.[package]'
@@ -107,3 +107,20 @@ package-test: $(VENV)/.installed-test
 	VRAMPILOT_BUNDLE=dist/vrampilot VRAMPILOT_DEB=$(PKG_DEB) \
 	VRAMPILOT_APPIMAGE=$$(test -e $(PKG_APPIMAGE) && echo $(PKG_APPIMAGE)) \
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider tests/packaging
+
+# The Windows installer, built on Linux under Wine (packaging/windows/build.py, packaging/README.md):
+# dist/VRAM_Pilot-<version>-setup.exe from a Windows CPython, PyInstaller and makensis; the
+# Windows engine is llama.cpp cross-compiled with MinGW (`make engine-windows`, cached).
+# `package-windows-test` installs it silently into a fresh Wine prefix and tests the installed app.
+# VRAMPILOT_WINDOWS_ENGINE=none builds and tests an installer without llama.cpp.
+PKG_SETUP_EXE = dist/VRAM_Pilot-$(PKG_VERSION)-setup.exe
+
+engine-windows: | $(VENV)/bin/python
+	$(PY) packaging/engine/build.py --windows
+
+package-windows: | $(VENV)/bin/python
+	$(PY) packaging/windows/build.py --python $(PY)
+
+package-windows-test: $(VENV)/.installed-test
+	@test -f $(PKG_SETUP_EXE) || $(MAKE) package-windows
+	VRAMPILOT_SETUP_EXE=$(PKG_SETUP_EXE) $(PY) -m pytest -q -p no:cacheprovider tests/packaging/test_windows_installer.py

@@ -85,6 +85,14 @@ GROUPS = (
         ),
     ),
     Group("the Windows installer script (tests/packaging/test_nsis.py)", ("nsis",), _which("makensis")),
+    Group(
+        # The installer built on Linux and tested under Wine (packaging/windows/build.py): Wine runs
+        # the Windows CPython, PyInstaller and the installed app; MinGW builds the ICU stand-in
+        # that Qt needs under Wine 8 and cross-compiles the Windows engine (packaging/engine/build.py).
+        "the Windows installer under Wine (tests/packaging/test_windows_installer.py, make package-windows-test)",
+        ("nsis", "wine", "wine64", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix", "mingw-w64-tools"),
+        _which("makensis", "wine", "wineserver", "x86_64-w64-mingw32-gcc-posix", "x86_64-w64-mingw32-g++-posix"),
+    ),
     Group("the API called from a shell (tests/server/test_serve.py)", ("curl",), _which("curl")),
 )
 

@@ -1,6 +1,6 @@
-; VRAM Pilot installer for Windows (NSIS 3, Unicode). Built by .github/workflows/windows-installer.yml:
+; VRAM Pilot installer for Windows (NSIS 3, Unicode). Built by packaging/windows/build.py (make package-windows):
 ;
-;   makensis /DVERSION=0.1.0 /DSOURCE_DIR=..\..\dist\vrampilot /DOUTFILE=..\..\dist\VRAMPilot-0.1.0-setup.exe vrampilot.nsi
+;   makensis -WX "-XTarget amd64-unicode" -DVERSION=0.1.0 -DSOURCE_DIR=dist/windows/vrampilot -DOUTFILE=dist/VRAM_Pilot-0.1.0-setup.exe packaging/windows/vrampilot.nsi
 ;
 ; SOURCE_DIR is the PyInstaller onedir (vrampilot.exe without a console window for the Start menu,
 ; vrampilot-cli.exe for the command line, _internal\). Relative paths are relative to this file.

@@ -3,7 +3,8 @@
 - static ones (installer scripts compile, desktop entry and MIME XML are valid, the uninstaller
   undoes the installer): always run, in `make test`, skipping where a tool is missing;
 - smoke tests of *built* artifacts: run by `make package-test`, which points at them with
-  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB and VRAMPILOT_APPIMAGE; deselected
+  VRAMPILOT_BUNDLE (the PyInstaller onedir), VRAMPILOT_DEB, VRAMPILOT_APPIMAGE and
+  VRAMPILOT_SETUP_EXE (the Windows installer, `make package-windows-test`); deselected
   (said in the run's header, not skipped) when those are unset, so `make test` never starts a
   stale bundle left in dist/ and no skip stands for them.
 
@@ -25,7 +26,12 @@ PACKAGING = REPO / "packaging"
 ARTIFACTS = REPO / "test-artifacts" / "packaging"
 
 
-_ARTIFACTS = {"bundle_dir": "VRAMPILOT_BUNDLE", "deb_file": "VRAMPILOT_DEB", "appimage_file": "VRAMPILOT_APPIMAGE"}
+_ARTIFACTS = {
+    "bundle_dir": "VRAMPILOT_BUNDLE",
+    "deb_file": "VRAMPILOT_DEB",
+    "appimage_file": "VRAMPILOT_APPIMAGE",
+    "setup_exe": "VRAMPILOT_SETUP_EXE",  # the Windows installer, tested under Wine (make package-windows-test)
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -88,6 +94,11 @@ def appimage_file() -> Path:
 
 
 @pytest.fixture(scope="session")
+def setup_exe() -> Path:
+    return _artifact("VRAMPILOT_SETUP_EXE")
+
+
+@pytest.fixture(scope="session")
 def clean_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("bundle-home")
     return {
@@ -123,9 +134,10 @@ def run_exe(clean_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     return run
 
 
-def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
+def serve_and_ask(exe: Path | list[str], env: dict[str, str], cwd: Path) -> tuple[list[str], str]:
     """Start `exe serve` (the bundle's own llama-server) on a free loopback port, ask one chat
-    completion, stop it with Ctrl-C; the llama-server command line it ran, and the reply."""
+    completion, stop it with Ctrl-C; the llama-server command line it ran, and the reply.
+    `exe` may be a command (["wine", "C:\\...\\vrampilot-cli.exe"]: Wine turns SIGINT into Ctrl-C)."""
     import http.client
     import json
     import signal
@@ -134,8 +146,9 @@ def serve_and_ask(exe: Path, env: dict[str, str], cwd: Path) -> tuple[list[str],
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    command = [str(exe)] if isinstance(exe, Path) else exe
     proc = subprocess.Popen(
-        [str(exe), "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
+        [*command, "serve", "--json", "--port", str(port), "--ctx", "1024", "--threads", "1"],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

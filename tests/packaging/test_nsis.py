@@ -23,14 +23,18 @@ def test_installer_script_compiles(tmp_path: Path) -> None:
         (payload / name).write_bytes(b"MZ dummy")
     (payload / "_internal" / "models" / "model.gguf").write_bytes(b"GGUF")
     out = tmp_path / "VRAMPilot-0.0.0-setup.exe"
+    target = "-XTarget amd64-unicode"  # the 64-bit stub, as packaging/windows/build.py builds it
     result = subprocess.run(
-        ["makensis", "-V2", "-WX", "-DVERSION=0.0.0", f"-DSOURCE_DIR={payload}", f"-DOUTFILE={out}", str(NSI)],
+        ["makensis", "-V2", "-WX", target, "-DVERSION=0.0.0", f"-DSOURCE_DIR={payload}", f"-DOUTFILE={out}", str(NSI)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr  # -WX: a warning fails too
     assert out.read_bytes()[:2] == b"MZ"
+    pe = out.read_bytes()
+    machine = pe[int.from_bytes(pe[0x3C:0x40], "little") + 4 :][:2]
+    assert machine == b"\x64\x86", "not a 64-bit (AMD64) installer"
 
 
 def _sections(text: str) -> tuple[str, str]:
