@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, heard, screenshot, seed_prefs
 from vrampilot.export import llama_server_argv, quote
 from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
@@ -151,6 +151,12 @@ def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window: Open
     assert w.plans.plan is not None
     assert w.plans.plan.settings.n_gpu_layers == w.plans.plan.spec.n_layer + 1
     screenshot(w, "07-gpu-profile")
+    # Its export is a line for that GPU's machine (issue 58, item 7), and the status says so.
+    status = heard(w.plans.status)
+    line = w.plans.copy_command("bash")
+    assert line.startswith("llama-server -m SmolLM2") and "GGML_BACKEND_PATH" not in line and " -t " not in line
+    assert "/" not in line.split(" -m ")[1].split()[0]
+    assert "portable line for that GPU's machine" in status[-1]
 
 
 def test_dark_scheme_follows_the_system(open_window: OpenWindow, qtbot: QtBot) -> None:

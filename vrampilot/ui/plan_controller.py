@@ -32,7 +32,7 @@ from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_a
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, target_for_machine, target_from_profile
-from vrampilot.server.binaries import exported_command
+from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import with_measured_speed
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
@@ -484,12 +484,14 @@ class PlanController(QObject):
             self.status.emit("No plan to export yet")
             return ""
         try:
-            text = exported_command(p.spec.path, p.settings, shell)
+            text = exported_command(p.spec.path, p.settings, shell, elsewhere=p.target.elsewhere)
         except UserError as exc:  # a file name this shell cannot hold safely: nothing is copied
             self.status.emit(str(exc))
             return ""
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
+        if p.target.elsewhere:
+            note += f"; {PORTABLE_NOTE}"
         self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")
         return text
 
