@@ -117,6 +117,28 @@ def test_context_steps_cover_the_trained_length() -> None:
     assert context_steps(4_000_000_000)[-1] == 1 << 20
 
 
+def test_each_code_block_has_a_copy_link_that_copies_just_that_code(qtbot: QtBot) -> None:
+    """LM Studio and Jan users looked for a copy button on code blocks (issue 58, expected)."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QGuiApplication
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(500, 100)
+    view.show()
+    reply = "Two ways:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\nand\n\n~~~sh\necho hi\n~~~\n"
+    view.set_markdown(reply)
+    assert view.code_blocks() == ["def add(a, b):\n    return a + b", "echo hi"]
+    assert view.document().toPlainText().count("Copy code") == 2
+    assert view.markdown() == reply  # the message's own Copy still copies the reply as written
+    view.anchorClicked.emit(QUrl("vrampilot-copy:1"))
+    assert QGuiApplication.clipboard().text() == "echo hi"
+    view.anchorClicked.emit(QUrl("vrampilot-copy:0"))
+    assert QGuiApplication.clipboard().text() == "def add(a, b):\n    return a + b"
+    assert view.toPlainText().startswith("Two ways:")  # following the link left the view as it was
+    screenshot(view, "code-copy").replace("/tmp/w58b-code-copy.png")
+
+
 def test_a_pinned_setting_looks_pinned(qtbot: QtBot) -> None:
     """Pinned and automatic rows looked the same (issue 58, low): a pinned row's label is bold and
     its button says "pinned"; pressing it gives the choice back and the row looks automatic again."""
