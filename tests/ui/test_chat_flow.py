@@ -240,8 +240,14 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
+    # Said beforehand (issue 58, item 5): dropping would leave only the question, so the re-plan
+    # that keeps the conversation comes first.
+    assert "would leave only your question: all 2 earlier messages" in w.chat_view.banner_text.text()
+    buttons = [b for b in w.chat_view.banner.findChildren(QPushButton) if b.isVisible()]
+    assert [b.objectName() for b in buttons][:2] == ["replan_bigger", "drop_oldest"]
     drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
-    assert drop is not None
+    assert drop is not None and drop.text() == "Drop all earlier turns"
+    screenshot(w, "overflow-drop-preview").replace("/tmp/w58b-overflow-before.png")
     qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, cpu_s=60)
     reply = w.ctx.store.messages(chat.id)[3]
@@ -249,3 +255,12 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     # The prompt held only the newest turn; the saved chat keeps everything.
     assert reply.stats["prompt_tokens"] < 512 - 16
     assert w.ctx.store.messages(chat.id)[0].content.startswith("Tell me about boats.")
+    # The chat marks what the model no longer sees, and the reply's line counts it; reopened alike.
+    shown = w.chat_view.messages()
+    assert [not m.unseen.isHidden() for m in shown] == [True, True, False, False]
+    assert "2 earlier messages dropped to fit" in shown[3].stats.text()
+    screenshot(w, "overflow-dropped").replace("/tmp/w58b-overflow-after.png")
+    w.chats.new_chat()
+    w.chats.open_chat(chat.id)
+    # (Just added to the shown list: Qt shows them on its next pass, so ask what was set.)
+    assert [not m.unseen.isHidden() for m in w.chat_view.messages()] == [True, True, False, False]
