@@ -14,7 +14,7 @@ from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
 from vrampilot.planner.speed_basis import speed_basis
 from vrampilot.planner.target import Target
-from vrampilot.units import format_bytes, format_tokens
+from vrampilot.units import format_bytes, format_count, format_tokens
 
 
 def plan_reasons(
@@ -210,9 +210,10 @@ def plan_reasons(
         r.append(f"llama.cpp would refuse these settings: {refused}.")
     elif fits:
         r.append(
-            f"Predicted {speed.decode_tps:.1f} tokens/s generating "
-            f"({speed.decode_tps_full_ctx:.1f} with the context full), {speed.prefill_tps:.0f} tokens/s "
-            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({speed.prefill_tps_full_ctx:.0f} "
+            f"Predicted {format_count(speed.decode_tps, 1)} tokens/s generating "
+            f"({format_count(speed.decode_tps_full_ctx, 1)} with the context full), "
+            f"{format_count(speed.prefill_tps)} tokens/s "
+            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({format_count(speed.prefill_tps_full_ctx)} "
             "reading one that fills the context)."
         )
         r.append(speed_basis(spec, target, s, speed))

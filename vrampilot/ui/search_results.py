@@ -54,7 +54,7 @@ class ResultDelegate(QStyledItemDelegate):
             return
         self.initStyleOption(option, index)
         option.text = ""
-        widget: QWidget | None = option.widget  # type: ignore[assignment]  # the list this delegate paints
+        widget: QWidget | None = option.widget  # the list this delegate paints
         style = widget.style() if widget is not None else None
         if style is not None:
             style.drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter, widget)
