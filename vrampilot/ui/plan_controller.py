@@ -410,6 +410,10 @@ class PlanController(QObject):
 
         self.ctx.tasks.submit(lambda _t: matching_projector(spec), done=done, key="mmproj-find", owner=self)
 
+    def projector_available(self) -> bool:
+        """Whether the model has a vision projector the user can turn on (found beside it, or pinned)."""
+        return self.view.projector.path() is not None
+
     def set_pins(self, pins: Pins) -> None:
         self.pins = pins
         self.view.projector.show_pins(pins)
