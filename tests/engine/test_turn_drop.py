@@ -54,3 +54,18 @@ def test_a_trimmed_reply_says_how_many_messages_the_model_did_not_see(engine: En
     stats = reply.stats  # type: ignore[attr-defined]
     assert stats.dropped_messages == 2
     assert "2 earlier messages dropped to fit, not seen by the model" in format_summary(stats.to_dict())
+
+
+def test_a_conversation_ending_with_the_reply_continues_it(engine: Engine) -> None:
+    """Continue (issue 58, expected): the model goes on from its cut reply instead of starting over."""
+    question = [Message("user", "Count from one to twenty in words, separated by commas.")]
+    first = _reply(engine, question, trim=False, max_tokens=8)
+    text = first.text  # type: ignore[attr-defined]
+    assert first.stats.stop_reason == "length"  # type: ignore[attr-defined]
+    prompt = engine.render([*question, Message("assistant", text)])
+    assert prompt == engine.render(question) + text  # the reply's opening, left open
+    more = _reply(engine, [*question, Message("assistant", text)], trim=False, max_tokens=8)
+    assert more.text  # type: ignore[attr-defined]
+    # Greedy: the continuation is what the longer reply would have said after the cut.
+    longer = _reply(engine, question, trim=False, max_tokens=16)
+    assert (text + more.text).startswith(longer.text[: len(text) + 4])  # type: ignore[attr-defined]

@@ -117,6 +117,7 @@ class ChatController(QObject):
         # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
         self.model_checks: dict[str, str | None] = {}
         self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
+        self._continuing: StoredMessage | None = None  # the reply "Continue" goes on from
 
         view.send_requested.connect(self.send)
         view.stop_requested.connect(self.stop)
@@ -425,6 +426,7 @@ class ChatController(QObject):
         self.plans.load(lambda _r: self._generate(trim=trim), self._not_loaded)
 
     def _not_loaded(self, why: str) -> None:
+        self._continuing = None
         self._set_state(ChatState.IDLE)
         self.view.show_banner(
             f"No reply: the model did not load ({why}).",
@@ -472,7 +474,10 @@ class ChatController(QObject):
             self.plans.speed.reply_started()
         position = len(self.chats.messages(self.chat_id))
         self._set_state(ChatState.GENERATING)
-        self.view.begin_reply(position)
+        if self._continuing is not None:
+            self.view.resume_reply(self._continuing.content)
+        else:
+            self.view.begin_reply(position)
         self.status.emit(backend.status_text())
         messages = list(messages)
 
@@ -508,6 +513,9 @@ class ChatController(QObject):
             self.plans.speed.reply_finished(loaded.plan if loaded is not None else None, reply.stats)
         elif self._learn_drafting is not None:
             self.plans.speed.reply_finished(self._learn_drafting, reply.stats)
+        if self._continuing is not None:
+            self._continued(reply, stats)
+            return
         if self.chat_id is None or (not reply.text and reply.stats.stop_reason == "cancelled"):
             # Stopped before the first token: nothing to keep, and the question waits for "Answer".
             self.view.drop_reply()
@@ -517,6 +525,56 @@ class ChatController(QObject):
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
         self._context_used = int(stats.get("context_used", 0))
         self.refresh_backend_choices()
+        self._offer_continue(stats)
+
+    # -- Continue: a reply cut by max tokens goes on ---------------------------------------------
+    def _continuable(self) -> StoredMessage | None:
+        """The open chat's last message when it is a reply cut by max tokens that the in-app
+        llama.cpp model can go on from (the template leaves it open: engine/template.py; a served
+        or hybrid reply, or one composed with documents, would be answered anew instead)."""
+        if self.chat_id is None or self.busy or self.backend_key != BACKEND_LLAMA or self.documents.active:
+            return None
+        if self._served_backend() is not None:
+            return None
+        msgs = self.chats.messages(self.chat_id)
+        last = msgs[-1] if msgs else None
+        if last is None or last.role != "assistant" or (last.stats or {}).get("stop_reason") != "length":
+            return None
+        return last
+
+    def _offer_continue(self, stats: dict[str, Any]) -> None:
+        if stats.get("stop_reason") == "length" and self._continuable() is not None:
+            self.view.show_banner(
+                "The reply stopped at max tokens.",
+                [("continue_reply", "Continue", self.continue_reply), ("banner_ok", "Dismiss", self.view.hide_banner)],
+            )
+
+    def continue_reply(self) -> None:
+        """Generate more of the last reply, appended to it (the model reads it as its own words)."""
+        last = self._continuable()
+        if last is None:
+            return
+        self.view.hide_banner()
+        self._continuing = last
+        self._reply()
+
+    def _continued(self, reply: Reply, stats: dict[str, Any]) -> None:
+        old, self._continuing = self._continuing, None
+        assert old is not None and self.chat_id is not None
+        text = old.content + reply.text
+        # The line under it counts the whole reply's tokens; the rest is this turn's.
+        stats["completion_tokens"] = int((old.stats or {}).get("completion_tokens", 0)) + reply.stats.completion_tokens
+        try:
+            self.chats.store.update_message(old.id, text, stats)
+        except StorageError as exc:
+            self.view.finish_reply(old.content, summary_line(old.stats))
+            self.status.emit(f"Continuation not saved: {exc}")
+            return
+        self.view.finish_reply(text, summary_line(stats))
+        self.status.emit(summary_line(stats))
+        self._context_used = int(stats.get("context_used", 0))
+        self.refresh_list()
+        self._offer_continue(stats)
 
     def _store_reply(self, chat_id: int, text: str, stats: dict[str, Any], *, save_state: bool) -> None:
         try:
@@ -571,7 +629,12 @@ class ChatController(QObject):
         if self._learn_speed or self._learn_drafting is not None:
             self.plans.speed.reply_finished(None, None)
         self._set_state(ChatState.IDLE)
-        self.view.drop_reply()
+        if self._continuing is not None:
+            # The reply it went on from stays as it was.
+            old, self._continuing = self._continuing, None
+            self.view.finish_reply(old.content, summary_line(old.stats))
+        else:
+            self.view.drop_reply()
         if isinstance(exc, ContextOverflow):
             needed = exc.prompt_tokens + exc.max_tokens
             bigger = 1 << math.ceil(math.log2(max(needed, 512)))

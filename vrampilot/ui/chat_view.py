@@ -696,6 +696,16 @@ class ChatView(QWidget):
         self._stream_text = ""
         return w
 
+    def resume_reply(self, text: str) -> MessageWidget | None:
+        """Stream into the last message, after its `text` (Continue)."""
+        w = self._messages[-1] if self._messages else None
+        if w is not None:
+            w.set_stats("…")
+            self._streaming = w
+            self._stream_text = text
+            self._update_actions()
+        return w
+
     def append_reply_text(self, text: str) -> None:
         self._stream_text += text
         if not self._render_timer.isActive():
