@@ -36,3 +36,25 @@ def drop_oldest_turns(messages: Sequence[Message], fits: Callable[[list[Message]
         if first < len(kept) - 1 and kept[first].role == "assistant":
             del kept[first]
     return kept
+
+
+@dataclass(frozen=True)
+class TurnDrop:
+    """What "drop the oldest turns" leaves, counted before the user chooses it: the earlier messages
+    the model would no longer see, those it would still see (the system prompt and the question
+    aside), and whether the rest then fits at all."""
+
+    dropped: int
+    kept: int
+    fits: bool
+
+    @property
+    def leaves_nothing(self) -> bool:
+        """Only the question would be left (every earlier turn gone), or not even that fits."""
+        return self.kept == 0 or not self.fits
+
+
+def turn_drop(messages: Sequence[Message], kept: Sequence[Message], fits: bool) -> TurnDrop:
+    """The drop that took `messages` to `kept` (drop_oldest_turns' result)."""
+    earlier = [m for m in kept if m.role != "system"][:-1]
+    return TurnDrop(dropped=len(messages) - len(kept), kept=len(earlier), fits=fits)

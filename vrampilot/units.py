@@ -41,11 +41,17 @@ def format_bytes(n: int | float) -> str:
     return f"{sign}{int(v)} B"
 
 
+def format_count(n: float, decimals: int = 0) -> str:
+    """Counts and rates as users read them, thousands separated: 7313 -> '7,313' (a prompt speed),
+    1234.56 with one decimal -> '1,234.6'. Every number of tokens or tokens/s shown goes through it."""
+    return f"{n:,.{decimals}f}"
+
+
 def format_tokens(n: int) -> str:
     """Context sizes the way users say them: 32768 -> '32K', 1000 -> '1000'."""
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}K"
-    return str(n)
+    return format_count(n)
 
 
 def parse_size(text: str) -> int:

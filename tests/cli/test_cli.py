@@ -165,3 +165,17 @@ def test_export_shells(qwen7b: Path) -> None:
         assert line.count("\n") == 0 and "-m " in line and marker + str(qwen7b.parent) in line
         for flag in ("-c 32768", "-ngl 29", "-ctk f16", "-ctv f16", "-fa on", "-ub ", "-t ", "-tb ", "--port 8080"):
             assert flag in line, (flag, line)
+
+
+def test_export_for_a_profile_is_portable(qwen7b: Path) -> None:
+    """A plan for a GPU profile exports a line for that GPU's machine (issue 58, item 7): nothing of
+    this one (its bundled llama-server, GGML_BACKEND_PATH, folders, core count), and says so."""
+    for shell in ("bash", "powershell", "cmd"):
+        r = vrampilot("export", str(qwen7b), "--gpu", "rtx 4090", "--shell", shell)
+        assert r.returncode == 0, r.stderr
+        line = r.stdout.strip()
+        assert line.startswith("llama-server -m "), line
+        assert "Qwen2.5 7B Instruct Q4_K_M.gguf" in line and str(qwen7b.parent) not in line
+        assert "GGML_BACKEND_PATH" not in line and " -t " not in line and " -tb " not in line
+        assert "-ngl " in line and "-c " in line
+        assert "portable line for that GPU's machine" in r.stderr

@@ -20,7 +20,7 @@ import pytest
 
 from testkit.machines import cpu_machine
 from tests.server.processes import assert_ctrl_c_stops, wait_gone
-from vrampilot.engine import Message, SamplingParams
+from vrampilot.engine import ContextOverflow, Message, SamplingParams
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
@@ -399,3 +399,28 @@ def test_the_exported_line_names_the_bundled_server_and_runs(embedded_model: Pat
     ran = subprocess.run(["bash", "-c", line + " --version"], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert "version:" in ran.stderr + ran.stdout
+
+
+def test_the_served_backend_says_what_dropping_turns_would_keep_and_counts_the_dropped(served: Served) -> None:
+    """The served chat sizes "Drop oldest turns" as the in-app one does (issue 58, item 5)."""
+    config, _ = served
+    backend = ServerBackend(config.base_url, api_key=KEY)
+    old = [Message("user", "Tell me about boats. " * 400), Message("assistant", "Boats float.")]
+    conv = [*old, Message("user", "And trains?")]
+    sampling = SamplingParams(temperature=0.0, max_tokens=8, seed=1)
+    with pytest.raises(ContextOverflow) as caught:
+        backend.reply(
+            None,
+            conv,
+            sampling,
+            on_text=lambda _t: None,
+            on_report=lambda _x: None,
+            cancel=threading.Event(),
+            trim=False,
+        )
+    drop = caught.value.drop
+    assert drop is not None and (drop.dropped, drop.kept, drop.fits) == (2, 0, True) and drop.leaves_nothing
+    r = backend.reply(
+        None, conv, sampling, on_text=lambda _t: None, on_report=lambda _x: None, cancel=threading.Event(), trim=True
+    )
+    assert r.stats.dropped_messages == 2 and r.text

@@ -240,8 +240,14 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     qtbot.waitUntil(
         lambda: w.chat_view.banner_visible() and "overflow" in w.chat_view.banner_text.text(), timeout=60000
     )
+    # Said beforehand (issue 58, item 5): dropping would leave only the question, so the re-plan
+    # that keeps the conversation comes first.
+    assert "would leave only your question: all 2 earlier messages" in w.chat_view.banner_text.text()
+    buttons = [b for b in w.chat_view.banner.findChildren(QPushButton) if b.isVisible()]
+    assert [b.objectName() for b in buttons][:2] == ["replan_bigger", "drop_oldest"]
     drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
-    assert drop is not None
+    assert drop is not None and drop.text() == "Drop all earlier turns"
+    screenshot(w, "overflow-drop-preview").replace("/tmp/w58b-overflow-before.png")
     qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, cpu_s=60)
     reply = w.ctx.store.messages(chat.id)[3]
@@ -249,3 +255,40 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     # The prompt held only the newest turn; the saved chat keeps everything.
     assert reply.stats["prompt_tokens"] < 512 - 16
     assert w.ctx.store.messages(chat.id)[0].content.startswith("Tell me about boats.")
+    # The chat marks what the model no longer sees, and the reply's line counts it; reopened alike.
+    shown = w.chat_view.messages()
+    assert [not m.unseen.isHidden() for m in shown] == [True, True, False, False]
+    assert "2 earlier messages dropped to fit" in shown[3].stats.text()
+    screenshot(w, "overflow-dropped").replace("/tmp/w58b-overflow-after.png")
+    w.chats.new_chat()
+    w.chats.open_chat(chat.id)
+    # (Just added to the shown list: Qt shows them on its next pass, so ask what was set.)
+    assert [not m.unseen.isHidden() for m in w.chat_view.messages()] == [True, True, False, False]
+
+
+def test_continue_goes_on_from_a_reply_cut_by_max_tokens(open_window: OpenWindow, qtbot: QtBot) -> None:
+    """Continue (issue 58, expected): the cut reply grows in place, one message, not a new answer."""
+    from PySide6.QtWidgets import QPushButton
+
+    seed_prefs(max_tokens=8)
+    w: MainWindow = open_window()
+    view = w.chat_view
+    view.input.setPlainText("Count from one to twenty in words, separated by commas.")
+    qtbot.mouseClick(view.send_button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: _reply_done(w) and w.chats.chat_id is not None, cpu_s=120)
+    chat_id = w.chats.chat_id
+    assert chat_id is not None
+    first = w.ctx.store.messages(chat_id)[-1]
+    assert first.role == "assistant" and first.stats is not None and first.stats["stop_reason"] == "length"
+    assert "stopped at max tokens" in view.banner_text.text()
+    button = view.banner.findChild(QPushButton, "continue_reply")
+    assert button is not None
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: _reply_done(w) and w.ctx.store.messages(chat_id)[-1].content != first.content, cpu_s=60)
+    msgs = w.ctx.store.messages(chat_id)
+    assert len(msgs) == 2 and msgs[-1].id == first.id
+    assert msgs[-1].content.startswith(first.content) and len(msgs[-1].content) > len(first.content)
+    assert msgs[-1].stats is not None and msgs[-1].stats["completion_tokens"] > first.stats["completion_tokens"]
+    shown = view.messages()
+    assert len(shown) == 2 and shown[-1].text() == msgs[-1].content
+    screenshot(w, "continued").replace("/tmp/w58b-continue.png")

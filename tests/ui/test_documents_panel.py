@@ -58,7 +58,7 @@ def test_panel_shows_documents_fit_progress_and_context(qtbot: QtBot, tmp_path: 
         qtbot.mouseClick(panel.replan_button, Qt.MouseButton.LeftButton)
     panel.show_prompt_progress(PromptProgress(2048, 6120, 11.0, 0))
     assert panel.prompt_row.isVisible()
-    assert panel.prompt_label.text().startswith("Reading the prompt: 2048 of 6120 tokens · 186 tokens/s · about 22 s")
+    assert panel.prompt_label.text().startswith("Reading the prompt: 2,048 of 6,120 tokens · 186 tokens/s · about 22 s")
     with qtbot.waitSignal(panel.cancel_prompt_requested):
         qtbot.mouseClick(panel.prompt_cancel, Qt.MouseButton.LeftButton)
     composed = ds.compose("", [], report.questions[0].text, mode="retrieval", n_ctx=1024, reply_tokens=256)
@@ -78,3 +78,23 @@ def test_panel_shows_documents_fit_progress_and_context(qtbot: QtBot, tmp_path: 
     assert removed == [a1.sha256]
     panel.set_attachments([])
     assert not panel.fit_row.isVisible() and not panel.context_toggle.isVisible()
+
+
+def test_a_long_name_or_progress_line_does_not_widen_the_panel(qtbot: QtBot) -> None:
+    """The layout jumped while a long document was read (issue 58, low): each new progress line set
+    the panel's minimum width, the splitter moved and the side panel slid."""
+    panel = DocumentsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(500, 300)
+    panel.show()
+    panel.show_extraction("a.pdf", 0.1, "page 1 of 3")
+    panel.show_prompt_progress(PromptProgress(20, 60, 1.0, 0))
+    QApplication.processEvents()
+    before = panel.minimumSizeHint().width()
+    panel.show_extraction(
+        "a-very-long-annual-report-of-the-infrastructure-board-2026-final-v3.pdf", 0.5, "page 1,200 of 2,400"
+    )
+    panel.show_prompt_progress(PromptProgress(120_000, 580_000, 3.0, 12_000))
+    QApplication.processEvents()
+    assert panel.minimumSizeHint().width() <= before, (before, panel.minimumSizeHint().width())
+    assert "infrastructure-board" in panel.extract_label.toolTip()

@@ -13,7 +13,7 @@ from vrampilot.engine import SamplingParams
 from vrampilot.planner.memory import Components
 from vrampilot.ui.chat_view import ChatView, InputEdit, SamplingPanel
 from vrampilot.ui.markdown_view import MarkdownView
-from vrampilot.ui.pin_controls import context_steps
+from vrampilot.ui.pin_controls import PinControls, context_steps
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.units import MIB
 
@@ -115,6 +115,75 @@ def test_context_steps_cover_the_trained_length() -> None:
     assert 131072 in context_steps(131072) and 40960 in context_steps(40960)
     # A file may claim any trained length; the slider offers none past what llama.cpp takes.
     assert context_steps(4_000_000_000)[-1] == 1 << 20
+
+
+def test_each_code_block_has_a_copy_link_that_copies_just_that_code(qtbot: QtBot) -> None:
+    """LM Studio and Jan users looked for a copy button on code blocks (issue 58, expected)."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QGuiApplication
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(500, 100)
+    view.show()
+    reply = "Two ways:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\nand\n\n~~~sh\necho hi\n~~~\n"
+    view.set_markdown(reply)
+    assert view.code_blocks() == ["def add(a, b):\n    return a + b", "echo hi"]
+    assert view.document().toPlainText().count("Copy code") == 2
+    assert view.markdown() == reply  # the message's own Copy still copies the reply as written
+    view.anchorClicked.emit(QUrl("vrampilot-copy:1"))
+    assert QGuiApplication.clipboard().text() == "echo hi"
+    view.anchorClicked.emit(QUrl("vrampilot-copy:0"))
+    assert QGuiApplication.clipboard().text() == "def add(a, b):\n    return a + b"
+    assert view.toPlainText().startswith("Two ways:")  # following the link left the view as it was
+    screenshot(view, "code-copy").replace("/tmp/w58b-code-copy.png")
+
+
+def test_a_pinned_setting_looks_pinned(qtbot: QtBot) -> None:
+    """Pinned and automatic rows looked the same (issue 58, low): a pinned row's label is bold and
+    its button says "pinned"; pressing it gives the choice back and the row looks automatic again."""
+    pins = PinControls()
+    qtbot.addWidget(pins)
+    pins.show()
+    button, label = pins._auto["n_ctx"], pins._labels["n_ctx"]
+    assert button.text() == "auto" and not label.font().bold()
+    with qtbot.waitSignal(pins.pins_changed):
+        pins.ctx_slider.setValue(pins.ctx_slider.value() + 1)
+    assert button.text() == "pinned ×" and label.font().bold() and "remembered for this model" in button.toolTip()
+    assert pins._auto["type_k"].text() == "auto" and not pins._labels["type_k"].font().bold()
+    screenshot(pins, "pinned-row").replace("/tmp/w58b-pinned.png")
+    with qtbot.waitSignal(pins.pins_changed):
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert button.text() == "auto" and not label.font().bold() and pins.pins().n_ctx is None
+
+
+def test_a_search_result_says_where_it_matched_with_its_date_and_the_match_marked(qtbot: QtBot) -> None:
+    """A title and the matching message looked the same, so results looked duplicated (issue 58, low)."""
+    import time
+
+    from vrampilot.storage import ChatSummary
+    from vrampilot.ui.chat_list import ChatList
+    from vrampilot.ui.search_results import HTML_ROLE
+
+    chats = ChatList()
+    qtbot.addWidget(chats)
+    chats.resize(260, 300)
+    chats.show()
+    now = time.time()
+    found = [
+        ChatSummary(1, "Pasta for four", "m.gguf", now, 4, "…cook the pasta until al dente…"),
+        ChatSummary(2, "Pasta shapes", "m.gguf", now, 2, ""),
+    ]
+    chats.set_chats(found, None, query="pasta")
+    first, second = (chats.list.item(i) for i in range(2))
+    assert first.text().endswith(" · in a message: …cook the pasta until al dente…")
+    assert second.text().endswith(" · in the title") and time.strftime("%H:%M") in second.text()
+    html = str(first.data(HTML_ROLE))
+    assert html.startswith("<b><b style='background-color:#fff3a0; color:black'>Pasta</b> for four</b>")
+    assert "the <b style='background-color:#fff3a0; color:black'>pasta</b> until" in html
+    screenshot(chats, "search-results").replace("/tmp/w58b-search.png")
+    chats.set_chats(found, None)  # no search: plain rows, date and count
+    assert chats.list.item(1).text().endswith(" · 2 messages") and chats.list.item(1).data(HTML_ROLE) is None
 
 
 def _blocks(doc: QTextDocument) -> Iterator[QTextBlock]:

@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
+from tests.ui.conftest import OpenWindow, heard, screenshot, seed_prefs
 from vrampilot.export import llama_server_argv, quote
 from vrampilot.hardware import detect_machine
 from vrampilot.paths import embedded_model_path
@@ -151,6 +151,12 @@ def test_planning_for_a_gpu_profile_allows_export_but_not_load(open_window: Open
     assert w.plans.plan is not None
     assert w.plans.plan.settings.n_gpu_layers == w.plans.plan.spec.n_layer + 1
     screenshot(w, "07-gpu-profile")
+    # Its export is a line for that GPU's machine (issue 58, item 7), and the status says so.
+    status = heard(w.plans.status)
+    line = w.plans.copy_command("bash")
+    assert line.startswith("llama-server -m SmolLM2") and "GGML_BACKEND_PATH" not in line and " -t " not in line
+    assert "/" not in line.split(" -m ")[1].split()[0]
+    assert "portable line for that GPU's machine" in status[-1]
 
 
 def test_dark_scheme_follows_the_system(open_window: OpenWindow, qtbot: QtBot) -> None:
@@ -205,10 +211,17 @@ def test_one_attach_button_sends_images_to_the_message_and_documents_to_the_chat
     button = w.chat_view.attach_button
     assert button.text() == "Attach…" and "documents" in button.toolTip() and "images" in button.toolTip()
     w.attach([picture, notes])  # what the Attach dialog and a drop on the window hand over
-    assert w.chat_view.attachments.paths() == [picture]
+    # The built-in model has no vision projector to turn on: the image is refused now, with advice
+    # that can be followed (issue 58, low), not accepted and then refused at Send.
+    assert w.chat_view.attachments.paths() == []
+    banner = w.chat_view.banner_text.text()
+    assert banner.startswith(
+        "Not attached: SmolLM2-135M-Instruct.Q4_1.gguf reads no images: it has no vision projector"
+    )
+    assert "Hub tab" in banner and "turn on" not in banner
     qtbot.waitUntil(lambda: [a.name for a in w.documents.attachments] == ["notes.md"], timeout=20000)
-    assert w.chat_view.attachments.paths() == [picture]  # the document did not go with the message
-    screenshot(w, "attach")
+    assert w.chat_view.attachments.paths() == []  # the document did not go with the message
+    screenshot(w, "attach").replace("/tmp/w58b-attach.png")
 
 
 def test_launch_gui_opens_the_window(qtbot: QtBot, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

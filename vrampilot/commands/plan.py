@@ -25,7 +25,7 @@ from vrampilot.planner.search import MAX_THREADS, plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, resolve_target
 from vrampilot.planner.verify import Verification
-from vrampilot.server.binaries import exported_command
+from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import detect_measured_machine
 from vrampilot.units import parse_size
 
@@ -387,7 +387,12 @@ def run_export(args: argparse.Namespace) -> int:
             args.shell,
         )
     else:
-        line = exported_command(result.spec.path, result.settings, args.shell, host=args.host, port=args.port)
+        elsewhere = result.target.elsewhere
+        line = exported_command(
+            result.spec.path, result.settings, args.shell, elsewhere=elsewhere, host=args.host, port=args.port
+        )
+        if elsewhere:
+            print(f"vrampilot: {PORTABLE_NOTE}", file=sys.stderr)
     if not result.fits:
         print(
             "vrampilot: warning: this plan does not fit the target; the command may fail to load",

@@ -21,7 +21,7 @@ from vrampilot.planner.placement import experts_in_ram
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.reasons import placement_text
 from vrampilot.planner.speed import backend_key
-from vrampilot.server.binaries import exported_command
+from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.units import format_bytes
 
 _COMPONENTS = ("weights", "kv", "compute", "output", "margin", "projector", "total")
@@ -98,7 +98,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
             }
             for a in plan.alternatives
         ],
-        "llama_server": exported_command(plan.spec.path, plan.settings, shell),
+        "llama_server": exported_command(plan.spec.path, plan.settings, shell, elsewhere=plan.target.elsewhere),
         "draft": draft_to_dict(plan),
     }
 
@@ -257,8 +257,9 @@ def format_plan(plan: Plan) -> str:
                 f"{a.speed.prefill_tps:6.0f} ({a.speed.prefill_tps_full_ctx:5.0f}) tok/s"
             )
     lines.append("")
-    lines.append("llama-server")
-    lines.append("  " + exported_command(plan.spec.path, plan.settings, "bash"))
+    elsewhere = plan.target.elsewhere
+    lines.append(f"llama-server ({PORTABLE_NOTE})" if elsewhere else "llama-server")
+    lines.append("  " + exported_command(plan.spec.path, plan.settings, "bash", elsewhere=elsewhere))
     return "\n".join(lines)
 
 

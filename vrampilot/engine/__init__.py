@@ -1,6 +1,6 @@
 """The llama-cpp-python session the GUI and the CLI share: load a Plan, stream replies, stats."""
 
-from vrampilot.engine.backend import ChatBackend, LlamaCppBackend
+from vrampilot.engine.backend import ChatBackend, LlamaCppBackend, fitted_reply
 from vrampilot.engine.errors import (
     AllocationError,
     ContextOverflow,
@@ -42,5 +42,6 @@ __all__ = [
     "SamplingParams",
     "SavedState",
     "TemplateError",
+    "fitted_reply",
     "format_summary",
 ]

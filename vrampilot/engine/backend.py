@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
+from vrampilot.engine.errors import ContextOverflow
 from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.session import Engine, Reply
-from vrampilot.message import Message
+from vrampilot.message import Message, drop_oldest_turns, turn_drop
 
 TextFn = Callable[[str], None]
 ReportFn = Callable[[object], None]
@@ -62,9 +64,37 @@ class LlamaCppBackend:
         cancel: threading.Event,
         trim: bool,
     ) -> Reply:
-        if trim:
-            messages = engine.fit_messages(messages, sampling.max_tokens)
-        return engine.chat(messages, sampling, on_text=on_text, cancel=cancel)
+        return fitted_reply(
+            messages,
+            lambda kept: engine.check_context(kept, sampling.max_tokens).fits,
+            lambda kept: engine.chat(kept, sampling, on_text=on_text, cancel=cancel),
+            trim=trim,
+        )
 
     def status_text(self) -> str:
         return "Generating…"
+
+
+def fitted_reply(
+    messages: Sequence[Message],
+    fits: Callable[[list[Message]], bool],
+    send: Callable[[Sequence[Message]], Reply],
+    *,
+    trim: bool,
+) -> Reply:
+    """`send` the conversation, the way every backend that can drop turns does it; `fits` says
+    whether messages and a full reply fit, with the backend's own tokenizer and limit. `trim`: drop
+    the oldest turns first, and say in the reply's stats how many messages the model did not see.
+    Without it an overflow carries what dropping would leave (ContextOverflow.drop), counted here on
+    the engine thread, so the user learns it before choosing."""
+    if trim:
+        kept = drop_oldest_turns(messages, fits)
+        reply = send(kept)
+        dropped = len(messages) - len(kept)
+        return replace(reply, stats=replace(reply.stats, dropped_messages=dropped)) if dropped else reply
+    try:
+        return send(messages)
+    except ContextOverflow as exc:
+        kept = drop_oldest_turns(messages, fits)
+        exc.drop = turn_drop(messages, kept, fits(kept))
+        raise

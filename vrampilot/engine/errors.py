@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from vrampilot.errors import UserError
+from vrampilot.message import TurnDrop
+from vrampilot.units import format_count
 
 
 class EngineError(UserError):
@@ -60,15 +62,18 @@ class ContextOverflow(EngineError):
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.n_ctx = n_ctx
+        # What dropping the oldest turns would leave (engine/backend.py fitted_reply counts it on
+        # the engine thread, so the window can say it before the user chooses).
+        self.drop: TurnDrop | None = None
         if prompt_tokens >= n_ctx:
             text = (
-                f"the conversation is {prompt_tokens} tokens but the context holds {n_ctx}: "
+                f"the conversation is {format_count(prompt_tokens)} tokens but the context holds {format_count(n_ctx)}: "
                 "drop the oldest turns or re-plan with a larger context"
             )
         else:
             text = (
-                f"the conversation ({prompt_tokens} tokens) plus a reply of up to {max_tokens} tokens "
-                f"would pass the {n_ctx}-token context: drop the oldest turns, re-plan with a larger "
+                f"the conversation ({format_count(prompt_tokens)} tokens) plus a reply of up to "
+                f"{format_count(max_tokens)} tokens would pass the {format_count(n_ctx)}-token context: drop the oldest turns, re-plan with a larger "
                 "context, or lower max tokens"
             )
         super().__init__(text)

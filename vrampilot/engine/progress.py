@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vrampilot.units import format_count
+
 
 @dataclass(frozen=True)
 class PromptProgress:
@@ -35,11 +37,11 @@ class PromptProgress:
 
     def text(self) -> str:
         """'Reading the prompt: 2048 of 6120 tokens · 180 tokens/s · about 23 s left'."""
-        parts = [f"Reading the prompt: {self.done} of {self.total} tokens"]
+        parts = [f"Reading the prompt: {format_count(self.done)} of {format_count(self.total)} tokens"]
         if self.reused:
-            parts[0] += f" ({self.reused} already in the cache)"
+            parts[0] += f" ({format_count(self.reused)} already in the cache)"
         if self.done and self.tokens_per_s > 0:
-            parts.append(f"{self.tokens_per_s:.0f} tokens/s")
+            parts.append(f"{format_count(self.tokens_per_s)} tokens/s")
         eta = self.eta_s
         if eta is not None and self.done < self.total:
             parts.append(f"about {_duration(eta)} left")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from vrampilot.units import format_count
+
 if TYPE_CHECKING:
     from vrampilot.planner.calibration import ReplyMeasurement
 
@@ -26,6 +28,8 @@ class GenerationStats:
     # Speculative decoding: drafted tokens the reply judged, and how many the model kept.
     draft_tokens: int = 0
     draft_accepted: int = 0
+    # Earlier messages dropped so the reply fit ("Drop oldest turns"): the model did not see them.
+    dropped_messages: int = 0
 
     @classmethod
     def from_times(
@@ -97,6 +101,8 @@ class GenerationStats:
         if self.draft_tokens:  # without drafting the dict stays as it was
             d["draft_tokens"] = self.draft_tokens
             d["draft_accepted"] = self.draft_accepted
+        if self.dropped_messages:
+            d["dropped_messages"] = self.dropped_messages
         return d
 
     def summary(self) -> str:
@@ -108,11 +114,12 @@ def format_summary(d: dict[str, Any]) -> str:
     """The stats line from `GenerationStats.to_dict()` (also as saved with a chat message)."""
     reused = d.get("reused_tokens", 0)
     parts = [
-        f"{d.get('prompt_tokens', 0)} prompt tokens" + (f" ({reused} reused)" if reused else ""),
+        f"{format_count(d.get('prompt_tokens', 0))} prompt tokens"
+        + (f" ({format_count(reused)} reused)" if reused else ""),
         f"first token {d.get('ttft_s', 0.0):.2f} s",
-        f"{d.get('decode_tps', 0.0):.1f} tokens/s",
-        f"{d.get('completion_tokens', 0)} tokens",
-        f"context {d.get('context_used', 0)} / {d.get('n_ctx', 0)}",
+        f"{format_count(d.get('decode_tps', 0.0), 1)} tokens/s",
+        f"{format_count(d.get('completion_tokens', 0))} tokens",
+        f"context {format_count(d.get('context_used', 0))} / {format_count(d.get('n_ctx', 0))}",
     ]
     extra = {"cancelled": "stopped", "length": "max tokens reached", "context": "context full"}.get(
         str(d.get("stop_reason", ""))
@@ -123,4 +130,7 @@ def format_summary(d: dict[str, Any]) -> str:
         parts.append(f"drafts {accepted}/{drafted} accepted ({accepted / drafted:.0%})")
     if extra:
         parts.append(extra)
+    dropped = d.get("dropped_messages", 0)
+    if dropped:
+        parts.append(f"{dropped} earlier message{'s' if dropped != 1 else ''} dropped to fit, not seen by the model")
     return " · ".join(parts)

@@ -47,6 +47,11 @@ class ChatTemplate:
         return env
 
     def render(self, messages: Sequence[Message]) -> str:
+        """The prompt for the model's next reply. A conversation that ends with the assistant's own
+        message is continued ("Continue" after a reply cut by max tokens): the earlier turns with
+        the reply's opening, then that message's text, unclosed, for the model to go on from."""
+        if messages and messages[-1].role == "assistant":
+            return self.render(messages[:-1]) + messages[-1].content
         try:
             result = self._formatter(messages=[m.as_dict() for m in messages])
         except jinja2.exceptions.SecurityError as exc:

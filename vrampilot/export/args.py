@@ -33,6 +33,16 @@ class _Arg:
     switch: bool = False
 
 
+# llama.h's LLAMA_ROPE_SCALING_TYPE_YARN.
+_ROPE_YARN = 2
+
+
+def _freq_scale(rope_scale: float) -> float:
+    from vrampilot.planner.rope import yarn_freq_scale
+
+    return yarn_freq_scale(rope_scale)
+
+
 def _shares(split: tuple[float, ...]) -> str:
     return ",".join(f"{x:g}" for x in split)
 
@@ -45,8 +55,9 @@ _ARGS: tuple[_Arg, ...] = (
     _Arg("flash_attn", "-fa", "flash_attn", lambda v: "on" if v else "off", bool),
     _Arg("n_batch", "-b", "n_batch", str, int),
     _Arg("n_ubatch", "-ub", "n_ubatch", str, int),
-    _Arg("n_threads", "-t", "n_threads", str, int),
-    _Arg("n_threads_batch", "-tb", "n_threads_batch", str, int),
+    # 0 threads: left to llama-server (a portable line for another machine's host).
+    _Arg("n_threads", "-t", "n_threads", str, int, when=bool),
+    _Arg("n_threads_batch", "-tb", "n_threads_batch", str, int, when=bool),
     _Arg("swa_full", "--swa-full", "swa_full", str, bool, when=bool, switch=True),
     # Several devices: layers split by -ts across them in --device's order (the RPC hosts must be
     # registered by --rpc before --device names them: llama-server parses in order).
@@ -62,6 +73,11 @@ _ARGS: tuple[_Arg, ...] = (
     # The vision projector: llama-cpp-python takes no keyword for it (the engine loads it with the
     # mtmd binding, on the device planner/projector.py names).
     _Arg("mmproj_path", "--mmproj", None, str, str, when=bool),
+    # A context past the trained one (planner/rope.py): YaRN, so that llama-server serves the whole
+    # slot; llama-cpp-python takes the frequency scale llama-server derives from --rope-scale.
+    _Arg("rope_scale", "--rope-scaling", "rope_scaling_type", lambda _v: "yarn", lambda _v: _ROPE_YARN, when=bool),
+    _Arg("rope_scale", "--rope-scale", "rope_freq_scale", lambda v: f"{v:g}", lambda v: _freq_scale(v), when=bool),
+    _Arg("yarn_orig_ctx", "--yarn-orig-ctx", "yarn_orig_ctx", str, int, when=bool),
 )
 
 
@@ -177,6 +193,10 @@ def llama_cpp_kwargs(settings: Settings, *, load_mode: str | None = None) -> dic
     }
     # llama-cpp-python defaults to the full-size SWA cache; the plan decides, so always pass it.
     kwargs["swa_full"] = bool(settings.swa_full)
+    if settings.rope_scale:
+        # llama-server leaves YaRN's attention factor and correction dims to the model (-1);
+        # llama-cpp-python's defaults (1.0, 32, 1) would compute other positions.
+        kwargs.update(yarn_attn_factor=-1.0, yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
     if load_mode == "none":
         kwargs["use_mmap"] = False
     elif load_mode == "mlock":

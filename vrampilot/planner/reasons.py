@@ -14,7 +14,7 @@ from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
 from vrampilot.planner.speed_basis import speed_basis
 from vrampilot.planner.target import Target
-from vrampilot.units import format_bytes, format_tokens
+from vrampilot.units import format_bytes, format_count, format_tokens
 
 
 def plan_reasons(
@@ -47,6 +47,7 @@ def plan_reasons(
             f"{format_tokens(s.n_ctx)} context: what the model was trained for "
             f"({format_tokens(spec.n_ctx_train)}){cap}; llama.cpp pads the cache to {mem.kv.n_cells} cells."
         )
+    r += _context_scaling_reasons(spec, pins, s)
     # KV cache type
     kv_text = f"{s.type_k}" if s.type_k == s.type_v else f"K {s.type_k} / V {s.type_v}"
     if pins.type_k and pins.type_v:
@@ -209,9 +210,10 @@ def plan_reasons(
         r.append(f"llama.cpp would refuse these settings: {refused}.")
     elif fits:
         r.append(
-            f"Predicted {speed.decode_tps:.1f} tokens/s generating "
-            f"({speed.decode_tps_full_ctx:.1f} with the context full), {speed.prefill_tps:.0f} tokens/s "
-            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({speed.prefill_tps_full_ctx:.0f} "
+            f"Predicted {format_count(speed.decode_tps, 1)} tokens/s generating "
+            f"({format_count(speed.decode_tps_full_ctx, 1)} with the context full), "
+            f"{format_count(speed.prefill_tps)} tokens/s "
+            f"reading a {min(HEADLINE_PROMPT_TOKENS, s.n_ctx)}-token prompt ({format_count(speed.prefill_tps_full_ctx)} "
             "reading one that fills the context)."
         )
         r.append(speed_basis(spec, target, s, speed))
@@ -396,3 +398,23 @@ def placement_text(spec: ModelSpec, s: Settings, mem: MemoryBreakdown) -> str:
         return f"every layer's attention on the GPU, {experts}"
     layers = f"{on_gpu} of {max_ngl} layers on the GPU"
     return f"{layers}, {experts}" if n_moe else layers
+
+
+def _context_scaling_reasons(spec: ModelSpec, pins: Pins, s: Settings) -> list[str]:
+    """How a context past the trained one runs (planner/rope.py), in llama-server and the app alike."""
+    trained = format_tokens(spec.n_ctx_train)
+    if s.rope_scale:
+        return [
+            f"Past the {trained} the model was trained for: YaRN RoPE scaling by {s.rope_scale:g} from "
+            f"{format_tokens(s.yarn_orig_ctx)} (--rope-scaling yarn --rope-scale {s.rope_scale:g} "
+            f"--yarn-orig-ctx {s.yarn_orig_ctx}), in llama-server and in the app alike: without it "
+            f"llama-server caps each slot at {trained} while allocating the whole cache."
+        ]
+    asked = pins.n_ctx if pins.n_ctx is not None else (pins.min_ctx or 0)
+    if asked > s.n_ctx == spec.n_ctx_train:
+        return [
+            f"Capped at the trained {trained} (asked {format_tokens(asked)}): this model's own "
+            f"{spec.rope_scaling_type} RoPE scaling is not stretched by YaRN, and llama-server serves no "
+            "more than the trained context per slot."
+        ]
+    return []

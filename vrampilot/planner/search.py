@@ -39,6 +39,7 @@ from vrampilot.planner.plan import (
 )
 from vrampilot.planner.projector import check_for_model
 from vrampilot.planner.reasons import placement_text, plan_reasons
+from vrampilot.planner.rope import cap_ctx, with_context_extension
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
@@ -181,8 +182,8 @@ def _kv_candidates(pins: Pins, flash_attn: bool | None, has_gpu: bool) -> list[t
 
 def _ctx_target(spec: ModelSpec, pins: Pins) -> int:
     if pins.n_ctx is not None:
-        return pins.n_ctx
-    return max(MIN_CTX, min(spec.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX), pins.min_ctx or 0)
+        return cap_ctx(spec, pins.n_ctx)
+    return cap_ctx(spec, max(MIN_CTX, min(spec.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX), pins.min_ctx or 0))
 
 
 def _kept_free(target: Target, pins: Pins) -> Target:
@@ -475,6 +476,7 @@ def _finish(
     exact: bool,
 ) -> Plan:
     has_gpu = target.has_gpu
+    chosen = with_context_extension(spec, chosen)
     mem, ok, speed = _evaluate(spec, chosen, target, g)
     fits = fits and ok
     refused = kv_refusal(spec, chosen)
@@ -503,7 +505,8 @@ def _finish(
     if chosen.n_ctx > spec.n_ctx_train > 0:
         warnings.append(
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "
-            "the model was trained for: quality drops past it"
+            "the model was trained for: YaRN stretches its positions, and answers past the trained "
+            "length are usually worse"
         )
     alts = tuple(_alternatives(spec, target, chosen, g, pins)) if alternatives else ()
     return Plan(

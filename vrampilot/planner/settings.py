@@ -67,6 +67,10 @@ class Settings:
     draft_device: str = ""
     draft_type_k: str = "f16"
     draft_type_v: str = "f16"
+    # A context past the trained one (planner/rope.py): YaRN RoPE scaling by rope_scale from the
+    # original yarn_orig_ctx (--rope-scaling yarn --rope-scale --yarn-orig-ctx); 0: the model's own.
+    rope_scale: float = 0.0
+    yarn_orig_ctx: int = 0
 
     @property
     def drafting(self) -> bool:

@@ -106,6 +106,10 @@ class Target:
     # since its own default would take another backend's, or both.
     device_reasons: tuple[str, ...] = ()
     explicit_devices: bool = False
+    # A GPU profile (a card this machine may not have): its exported line is for that card's
+    # machine, so it names nothing of this one (server/binaries.py exported_command). A --vram size
+    # is not: it is asked of this machine (a budget on its own card), and exports for it.
+    elsewhere: bool = False
 
     @property
     def has_gpu(self) -> bool:
@@ -441,7 +445,9 @@ def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
         bandwidth_gbps=profile.bandwidth_gbps,
         fp16_tflops=profile.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
     )
-    return _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,))
+    return replace(
+        _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,)), elsewhere=True
+    )
 
 
 def _from_vram(vram_bytes: int, machine: Machine) -> Target:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,28 @@ def backend_env_for_export() -> dict[str, str]:
     return {k: v for k, v in env.items() if k == "GGML_BACKEND_PATH"}  # the user's own debugging is theirs
 
 
-def exported_command(model_path: Path, settings: Settings, shell: str, **options: Any) -> str:
+PORTABLE_NOTE = "a portable line for that GPU's machine: llama-server from its PATH, the model by file name, threads left to llama-server"
+
+
+def exported_command(
+    model_path: Path, settings: Settings, shell: str, *, elsewhere: bool = False, **options: Any
+) -> str:
     """The plan as a command line for `shell`, naming the bundled llama-server and the CPU variant
     the app runs here, so that what the user copies is what `vrampilot serve` starts. An engine
-    without tools (an older install) exports plain `llama-server`, for one on PATH."""
+    without tools (an older install) exports plain `llama-server`, for one on PATH.
+
+    `elsewhere`: the plan is for a GPU this machine does not have (Target.elsewhere). Nothing of
+    this machine then belongs in the line (PORTABLE_NOTE): not its llama-server or CPU variant,
+    not its folders, not its core count (llama-server's default follows the host it runs on)."""
+    if elsewhere:
+        portable = replace(
+            settings,
+            n_threads=0,
+            n_threads_batch=0,
+            mmproj_path=Path(settings.mmproj_path).name if settings.mmproj_path else "",
+            draft_model=Path(settings.draft_model).name if settings.draft_model else "",
+        )
+        return quote(llama_server_argv(Path(model_path).name, portable, **options), shell)
     try:
         server, env = str(tool_path("llama-server")), backend_env_for_export()
     except ToolMissingError:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams
+from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams, fitted_reply
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.gguf.projector import ProjectorSpec
@@ -148,8 +148,16 @@ class ServerBackend:
         cancel: threading.Event,
         trim: bool,
     ) -> Reply:
-        if trim:
-            messages = self.fit_messages(messages, sampling.max_tokens)
+        return fitted_reply(
+            messages,
+            lambda kept: self.count_prompt(kept) + sampling.max_tokens <= self.n_ctx(),
+            lambda kept: self._send(kept, sampling, on_text, cancel),
+            trim=trim,
+        )
+
+    def _send(
+        self, messages: Sequence[Message], sampling: SamplingParams, on_text: TextFn, cancel: threading.Event
+    ) -> Reply:
         body: dict[str, Any] = {
             "messages": [_api_message(m) for m in messages],
             "stream": True,

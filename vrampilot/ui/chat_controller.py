@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import ChatBackend, ContextOverflow, Engine, LlamaCppBackend, Message, Reply, format_summary
 from vrampilot.log import describe_error
+from vrampilot.message import TurnDrop
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Plan
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
@@ -55,6 +56,22 @@ def summary_line(stats: dict[str, Any] | None) -> str:
     if stats.get("completion_tokens", 0) == 0 and stats.get("stop_reason") == "cancelled":
         text = "stopped before the first token"
     return text
+
+
+def drop_text(drop: TurnDrop) -> str:
+    """What "Drop oldest turns" would do, said before the user picks it."""
+    n = drop.dropped
+    if not drop.fits:
+        return (
+            f"Dropping every earlier turn ({n} messages) would still not leave room for the reply: "
+            "only a larger context or fewer max tokens can."
+        )
+    if drop.kept == 0:
+        return (
+            f"Dropping the oldest turns would leave only your question: all {n} earlier messages would be "
+            "hidden from the model, which then answers without the conversation."
+        )
+    return f"Dropping the oldest turns hides {n} of {n + drop.kept} earlier messages from the model; {drop.kept} stay."
 
 
 class ChatController(QObject):
@@ -100,6 +117,7 @@ class ChatController(QObject):
         # Model path -> why the chosen backend cannot run it (None: it can), as checked so far.
         self.model_checks: dict[str, str | None] = {}
         self._unsaved: tuple[int, str, dict[str, Any]] | None = None  # a reply the disk refused
+        self._continuing: StoredMessage | None = None  # the reply "Continue" goes on from
 
         view.send_requested.connect(self.send)
         view.stop_requested.connect(self.stop)
@@ -173,8 +191,7 @@ class ChatController(QObject):
         self.view.set_system_prompt(chat.system_prompt)
         self._show_backend(chat.backend)
         self.documents.set_chat(chat.id)
-        for m in chat.messages:
-            self._add_stored(m)
+        self._add_all(chat.messages)
         self.status.emit("")
         self._offer_answer()
         self.refresh_list()
@@ -231,6 +248,12 @@ class ChatController(QObject):
         from PySide6.QtGui import QImage
 
         refused: list[str] = []
+        if paths and (why := self._no_projector()):
+            # Refused here, not at Send: a thumbnail would promise what no setting can give. (A
+            # projector that is only turned off is said at Send, where ticking it is the answer.)
+            self.view.show_banner(f"Not attached: {why}.", [("banner_ok", "OK", self.view.hide_banner)])
+            self.status.emit(f"Not attached: {why}")
+            return
         for path in paths:
             try:
                 data = read_image(path)
@@ -249,6 +272,21 @@ class ChatController(QObject):
             self.status.emit(text)
         self.view.focus_input()
 
+    def _no_projector(self) -> str | None:
+        """Why the in-app model can never read images (None: it can, or the chat is not its): it has
+        no vision projector to turn on. The checkbox is disabled then: advice to tick it would be
+        advice nobody can follow."""
+        p = self.plans.plan
+        if is_hybrid(self.backend_key) or self._served_backend() is not None or self.plans.projector_available():
+            return None
+        if p is not None and p.settings.mmproj_path:
+            return None
+        name = self.plans.model_path.name if self.plans.model_path is not None else "this model"
+        return (
+            f"{name} reads no images: it has no vision projector (mmproj*.gguf) beside it; pick a vision "
+            "model, or download one with its projector in the Hub tab"
+        )
+
     def _images_refused(self) -> str | None:
         """Why the open chat cannot show the model images now (None: it can): the hybrid backend
         reads none, and the in-app engine needs the plan's vision projector. A served model is the
@@ -262,6 +300,8 @@ class ChatController(QObject):
             return None
         p = self.plans.plan
         if p is None or not p.settings.mmproj_path:
+            if (why := self._no_projector()) is not None:
+                return why
             return (
                 "images need the model's vision projector: turn on “Vision projector” in the Plan panel's "
                 "settings (it finds the mmproj file beside the model)"
@@ -351,8 +391,14 @@ class ChatController(QObject):
         chat = self.chats.chat(self.chat_id)
         self.view.clear_messages()
         self.view.set_title(chat.title)
-        for m in chat.messages:
+        self._add_all(chat.messages)
+
+    def _add_all(self, messages: Sequence[StoredMessage]) -> None:
+        for m in messages:
             self._add_stored(m)
+        # What the latest reply did not see ("Drop oldest turns"), marked where it is.
+        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        self.view.mark_unseen(int((last.stats or {}).get("dropped_messages", 0)) if last is not None else 0)
 
     def _add_stored(self, m: StoredMessage) -> None:
         images = [(self.chats.images.path(i), i.name or i.file_name) for i in m.images]
@@ -380,6 +426,7 @@ class ChatController(QObject):
         self.plans.load(lambda _r: self._generate(trim=trim), self._not_loaded)
 
     def _not_loaded(self, why: str) -> None:
+        self._continuing = None
         self._set_state(ChatState.IDLE)
         self.view.show_banner(
             f"No reply: the model did not load ({why}).",
@@ -427,7 +474,10 @@ class ChatController(QObject):
             self.plans.speed.reply_started()
         position = len(self.chats.messages(self.chat_id))
         self._set_state(ChatState.GENERATING)
-        self.view.begin_reply(position)
+        if self._continuing is not None:
+            self.view.resume_reply(self._continuing.content)
+        else:
+            self.view.begin_reply(position)
         self.status.emit(backend.status_text())
         messages = list(messages)
 
@@ -463,6 +513,9 @@ class ChatController(QObject):
             self.plans.speed.reply_finished(loaded.plan if loaded is not None else None, reply.stats)
         elif self._learn_drafting is not None:
             self.plans.speed.reply_finished(self._learn_drafting, reply.stats)
+        if self._continuing is not None:
+            self._continued(reply, stats)
+            return
         if self.chat_id is None or (not reply.text and reply.stats.stop_reason == "cancelled"):
             # Stopped before the first token: nothing to keep, and the question waits for "Answer".
             self.view.drop_reply()
@@ -472,6 +525,56 @@ class ChatController(QObject):
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
         self._context_used = int(stats.get("context_used", 0))
         self.refresh_backend_choices()
+        self._offer_continue(stats)
+
+    # -- Continue: a reply cut by max tokens goes on ---------------------------------------------
+    def _continuable(self) -> StoredMessage | None:
+        """The open chat's last message when it is a reply cut by max tokens that the in-app
+        llama.cpp model can go on from (the template leaves it open: engine/template.py; a served
+        or hybrid reply, or one composed with documents, would be answered anew instead)."""
+        if self.chat_id is None or self.busy or self.backend_key != BACKEND_LLAMA or self.documents.active:
+            return None
+        if self._served_backend() is not None:
+            return None
+        msgs = self.chats.messages(self.chat_id)
+        last = msgs[-1] if msgs else None
+        if last is None or last.role != "assistant" or (last.stats or {}).get("stop_reason") != "length":
+            return None
+        return last
+
+    def _offer_continue(self, stats: dict[str, Any]) -> None:
+        if stats.get("stop_reason") == "length" and self._continuable() is not None:
+            self.view.show_banner(
+                "The reply stopped at max tokens.",
+                [("continue_reply", "Continue", self.continue_reply), ("banner_ok", "Dismiss", self.view.hide_banner)],
+            )
+
+    def continue_reply(self) -> None:
+        """Generate more of the last reply, appended to it (the model reads it as its own words)."""
+        last = self._continuable()
+        if last is None:
+            return
+        self.view.hide_banner()
+        self._continuing = last
+        self._reply()
+
+    def _continued(self, reply: Reply, stats: dict[str, Any]) -> None:
+        old, self._continuing = self._continuing, None
+        assert old is not None and self.chat_id is not None
+        text = old.content + reply.text
+        # The line under it counts the whole reply's tokens; the rest is this turn's.
+        stats["completion_tokens"] = int((old.stats or {}).get("completion_tokens", 0)) + reply.stats.completion_tokens
+        try:
+            self.chats.store.update_message(old.id, text, stats)
+        except StorageError as exc:
+            self.view.finish_reply(old.content, summary_line(old.stats))
+            self.status.emit(f"Continuation not saved: {exc}")
+            return
+        self.view.finish_reply(text, summary_line(stats))
+        self.status.emit(summary_line(stats))
+        self._context_used = int(stats.get("context_used", 0))
+        self.refresh_list()
+        self._offer_continue(stats)
 
     def _store_reply(self, chat_id: int, text: str, stats: dict[str, Any], *, save_state: bool) -> None:
         try:
@@ -493,6 +596,7 @@ class ChatController(QObject):
             sources = self.documents.reply_done(stored.position - 1, text, save_state=save_state)
             summary += f" · {sources}" if sources else ""
         self.view.finish_reply(text, summary)
+        self.view.mark_unseen(int(stats.get("dropped_messages", 0)))
         self.status.emit(summary_line(stats))
         self.refresh_list()
 
@@ -525,23 +629,39 @@ class ChatController(QObject):
         if self._learn_speed or self._learn_drafting is not None:
             self.plans.speed.reply_finished(None, None)
         self._set_state(ChatState.IDLE)
-        self.view.drop_reply()
+        if self._continuing is not None:
+            # The reply it went on from stays as it was.
+            old, self._continuing = self._continuing, None
+            self.view.finish_reply(old.content, summary_line(old.stats))
+        else:
+            self.view.drop_reply()
         if isinstance(exc, ContextOverflow):
             needed = exc.prompt_tokens + exc.max_tokens
             bigger = 1 << math.ceil(math.log2(max(needed, 512)))
             actions: list[tuple[str, str, object]] = []
-            if self.chat_id is not None and sum(1 for m in self.chats.for_model(self.chat_id) if m.role == "user") > 1:
-                actions.append(("drop_oldest", "Drop oldest turns", lambda: self._reply(trim=True)))
-            if self.replying.replan_cures_overflow:
-                actions.append(
-                    (
-                        "replan_bigger",
-                        f"Re-plan with {format_tokens(bigger)} context",
-                        lambda: self.replan_and_answer(bigger),
-                    )
-                )
+            replan = (
+                "replan_bigger",
+                f"Re-plan with {format_tokens(bigger)} context",
+                lambda: self.replan_and_answer(bigger),
+            )
+            drop = exc.drop
+            turns = (
+                self.chat_id is not None and sum(1 for m in self.chats.for_model(self.chat_id) if m.role == "user") > 1
+            )
+            text = f"This conversation would overflow the context: {exc}."
+            if turns:
+                # A backend that did not count the drop (the hybrid cache) offers it unsized.
+                text += " " + drop_text(drop) if drop is not None else ""
+                label = "Drop oldest turns"
+                if drop is not None:
+                    label = "Drop all earlier turns" if drop.kept == 0 else f"Drop the {drop.dropped} oldest messages"
+                actions.append(("drop_oldest", label, lambda: self._reply(trim=True)))
+                if drop is not None and drop.leaves_nothing and self.replying.replan_cures_overflow:
+                    actions.insert(0, replan)  # the answer that keeps the conversation comes first
+            if self.replying.replan_cures_overflow and replan not in actions:
+                actions.append(replan)
             actions.append(("overflow_cancel", "Cancel", self.view.hide_banner))
-            self.view.show_banner(f"This conversation would overflow the context: {exc}.", actions)
+            self.view.show_banner(text, actions)
             self.status.emit("Context would overflow: nothing was sent")
             return
         text = describe_error(exc, context="replying")

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.storage import ChatSummary
+from vrampilot.ui.search_results import HTML_ROLE, ResultDelegate, result_html
 
 
 def _when(ts: float) -> str:
@@ -29,6 +30,10 @@ def _when(ts: float) -> str:
     if then[:3] == now[:3]:
         return time.strftime("%H:%M", then)
     return time.strftime("%d %b" if then.tm_year == now.tm_year else "%d %b %Y", then)
+
+
+def _count(n: int) -> str:
+    return f"{n} message{'' if n == 1 else 's'}"
 
 
 class ChatList(QWidget):
@@ -61,6 +66,7 @@ class ChatList(QWidget):
         self.list = QListWidget()
         self.list.setObjectName("chats")
         self.list.setWordWrap(True)
+        self.list.setItemDelegate(ResultDelegate(self.list))
         self.list.currentItemChanged.connect(self._current_changed)
         lay.addWidget(self.list, 1)
         # Said in the list's place when a search finds nothing (an empty list reads as "broken").
@@ -103,14 +109,18 @@ class ChatList(QWidget):
         self._quiet = True
         try:
             self.list.clear()
+            needle = query.strip()
             for c in chats:
+                when = _when(c.updated_at)
                 text = c.title + (
-                    f"\n{c.snippet}"
+                    f"\n{when} · in a message: {c.snippet}"
                     if c.snippet
-                    else f"\n{_when(c.updated_at)} · {c.n_messages} message{'' if c.n_messages == 1 else 's'}"
+                    else f"\n{when} · {'in the title' if needle else _count(c.n_messages)}"
                 )
                 item = QListWidgetItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, c.id)
+                if needle:  # a search result: which part matched, the match highlighted
+                    item.setData(HTML_ROLE, result_html(c.title, c.snippet, when, needle))
                 item.setToolTip(c.title)
                 self.list.addItem(item)
                 if c.id == current:

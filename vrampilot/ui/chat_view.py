@@ -146,6 +146,12 @@ class MessageWidget(QFrame):
         self.stats.setEnabled(False)  # greyed: secondary information
         self.stats.setVisible(bool(stats_text))
         lay.addWidget(self.stats)
+        # Set when the latest reply was made without this message ("Drop oldest turns").
+        self.unseen = QLabel("<i>Not seen by the model: dropped so the latest reply fit the context</i>")
+        self.unseen.setObjectName("unseen")
+        self.unseen.setWordWrap(True)
+        self.unseen.hide()
+        lay.insertWidget(1, self.unseen)
         self._text = content
 
     def text(self) -> str:
@@ -158,6 +164,11 @@ class MessageWidget(QFrame):
     def set_stats(self, text: str) -> None:
         self.stats.setText(text)
         self.stats.setVisible(bool(text))
+
+    def set_unseen(self, unseen: bool) -> None:
+        """Grey the message and say why: the model's latest reply was made without it."""
+        self.unseen.setVisible(unseen)
+        self.body.setEnabled(not unseen)
 
     def _copy(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
@@ -673,11 +684,26 @@ class ChatView(QWidget):
         self._follow = True
         return w
 
+    def mark_unseen(self, n_messages: int) -> None:
+        """Mark the first `n_messages` messages as not seen by the model's latest reply."""
+        for i, w in enumerate(self._messages):
+            w.set_unseen(i < n_messages)
+
     def begin_reply(self, position: int) -> MessageWidget:
         w = self.add_message(position, "assistant", "")
         w.set_stats("…")
         self._streaming = w
         self._stream_text = ""
+        return w
+
+    def resume_reply(self, text: str) -> MessageWidget | None:
+        """Stream into the last message, after its `text` (Continue)."""
+        w = self._messages[-1] if self._messages else None
+        if w is not None:
+            w.set_stats("…")
+            self._streaming = w
+            self._stream_text = text
+            self._update_actions()
         return w
 
     def append_reply_text(self, text: str) -> None:

@@ -25,6 +25,13 @@ from vrampilot.engine import PromptProgress
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 
 
+def steady(label: QLabel) -> None:
+    """A one-line label whose text changes as work goes on (a long file name, growing counts) must
+    not set the chat column's minimum width: the splitter moved at every update and the side panel,
+    its Export button with it, slid to the edge (issue 58, low). It may be cut instead."""
+    label.setMinimumWidth(1)
+
+
 class DocumentChip(QFrame):
     remove_requested = Signal(str)  # sha256
 
@@ -38,6 +45,7 @@ class DocumentChip(QFrame):
         pages = f"{att.document.n_pages} pages · " if att.document.n_pages else ""
         self.label = QLabel(f"<b>{html.escape(att.name)}</b> <span>{pages}{tokens_text(att.tokens)} tokens</span>")
         self.label.setObjectName("chip_label")
+        steady(self.label)
         tip = [str(att.document.path), f"{att.tokens} tokens in this model's tokenizer", f"{len(att.chunks)} chunks"]
         tip += list(att.document.warnings)
         self.setToolTip("\n".join(tip))
@@ -83,6 +91,7 @@ class DocumentsPanel(QFrame):
         er.setContentsMargins(0, 0, 0, 0)
         self.extract_label = QLabel()
         self.extract_label.setObjectName("extract_label")
+        steady(self.extract_label)
         self.extract_progress = QProgressBar()
         self.extract_progress.setObjectName("extract_progress")
         self.extract_progress.setRange(0, 1000)
@@ -129,6 +138,7 @@ class DocumentsPanel(QFrame):
         self.prompt_progress.setTextVisible(False)
         self.prompt_label = QLabel()
         self.prompt_label.setObjectName("prompt_label")
+        steady(self.prompt_label)
         self.prompt_cancel = QPushButton("Cancel")
         self.prompt_cancel.setObjectName("cancel_prompt")
         self.prompt_cancel.setToolTip("Stop reading; the chat and what was read so far are kept (Esc)")
@@ -171,6 +181,7 @@ class DocumentsPanel(QFrame):
     # -- extraction ----------------------------------------------------------------------------
     def show_extraction(self, name: str, fraction: float, what: str) -> None:
         self.extract_label.setText(f"Reading {name}: {what}")
+        self.extract_label.setToolTip(self.extract_label.text())
         self.extract_progress.setValue(int(fraction * 1000))
         self.extract_row.show()
 

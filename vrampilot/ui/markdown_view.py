@@ -8,11 +8,15 @@ poem or code pasted without a fence ran together into one paragraph, as chat app
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSize, Qt
+import re
+
+from PySide6.QtCore import QEvent, QSize, Qt, QUrl
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFont,
     QFontDatabase,
+    QGuiApplication,
     QPalette,
     QResizeEvent,
     QTextBlockFormat,
@@ -21,6 +25,34 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+
+COPY_SCHEME = "vrampilot-copy"
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def with_copy_links(markdown: str) -> tuple[str, list[str]]:
+    """`markdown` with a "Copy code" link above each fenced code block, and each block's text (what
+    its link copies: the code as written, without the fences). A block still streaming (no
+    closing fence yet) runs to the end, as CommonMark reads it."""
+    out: list[str] = []
+    blocks: list[str] = []
+    fence = ""
+    code: list[str] = []
+    for line in markdown.split("\n"):
+        m = _FENCE.match(line)
+        if not fence and m:
+            fence = m.group(1)
+            out += [f"[Copy code]({COPY_SCHEME}:{len(blocks)})", ""]
+            blocks.append("")
+            code = []
+        elif fence and m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip(" `~"):
+            fence = ""
+        elif fence:
+            code.append(line)
+            blocks[-1] = "\n".join(code)
+        out.append(line)
+    return "\n".join(out), blocks
+
 
 _CODE_PROPS = (QTextFormat.Property.BlockCodeFence, QTextFormat.Property.BlockCodeLanguage)
 
@@ -42,7 +74,11 @@ class MarkdownView(QTextBrowser):
         super().__init__(parent)
         self._markdown = ""
         self._plain = plain
-        self.setOpenExternalLinks(True)
+        # Links are followed here: a web link opens in the browser, a code block's "Copy code"
+        # copies that block (Qt would otherwise try to load any other link into this view).
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._link)
+        self._code: list[str] = []
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -59,9 +95,24 @@ class MarkdownView(QTextBrowser):
         if self._plain:
             self.setPlainText(text)
         else:
-            self.setMarkdown(text)
+            shown, self._code = with_copy_links(text)
+            self.setMarkdown(shown)
             self._style_code_blocks()
         self._fit()
+
+    def code_blocks(self) -> list[str]:
+        """The text of each fenced code block, in order: what its "Copy code" link copies."""
+        return list(self._code)
+
+    def copy_code(self, index: int) -> None:
+        if 0 <= index < len(self._code):
+            QGuiApplication.clipboard().setText(self._code[index])
+
+    def _link(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:
+            self.copy_code(int(url.path() or -1))
+        elif url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
 
     def _style_code_blocks(self) -> None:
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)

@@ -26,6 +26,9 @@ BATCH_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 UBATCH_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
+PINNED_TEXT = "pinned ×"
+
+
 def context_steps(n_ctx_train: int) -> list[int]:
     """Slider stops: powers of two from 512 past the trained length, and the trained length (when
     llama.cpp can take it: a file may claim any number there)."""
@@ -122,10 +125,11 @@ class PinControls(QWidget):
         lab.setBuddy(control)
         auto = QToolButton()
         auto.setObjectName(f"auto_{name}")
-        auto.setText("auto")
         auto.setCheckable(True)
+        # Wide enough for either word, so pinning does not shift the row.
+        auto.setMinimumWidth(auto.fontMetrics().horizontalAdvance(PINNED_TEXT) + 16)
+        auto.toggled.connect(lambda checked, n=name: self._show_pinned(n, not checked))
         auto.setChecked(True)
-        auto.setToolTip("Checked: the planner chooses. Change the value to pin it.")
         auto.clicked.connect(lambda checked, n=name: self._auto_clicked(n, checked))
         grid.addWidget(lab, self._row, 0)
         grid.addWidget(control, self._row, 1)
@@ -133,6 +137,23 @@ class PinControls(QWidget):
         self._auto[name] = auto
         self._labels[name] = lab
         self._row += 1
+        self._show_pinned(name, False)
+
+    def _show_pinned(self, name: str, pinned: bool) -> None:
+        """A pinned row looks pinned: its label bold, its button saying so (the reasons text alone
+        was the only sign, and pins are remembered per model)."""
+        auto, lab = self._auto.get(name), self._labels.get(name)
+        if auto is None or lab is None:
+            return
+        auto.setText(PINNED_TEXT if pinned else "auto")
+        auto.setToolTip(
+            "Pinned by you, and remembered for this model. Press to give it back to the planner."
+            if pinned
+            else "The planner chooses. Change the value to pin it."
+        )
+        font = lab.font()
+        font.setBold(pinned)
+        lab.setFont(font)
 
     # -- user actions --------------------------------------------------------------------------
     def _ctx_moved(self, index: int) -> None:

@@ -32,7 +32,7 @@ from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_a
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
-from vrampilot.server.binaries import exported_command
+from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import detect_measured_machine
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
@@ -412,6 +412,10 @@ class PlanController(QObject):
 
         self.ctx.tasks.submit(lambda _t: matching_projector(spec), done=done, key="mmproj-find", owner=self)
 
+    def projector_available(self) -> bool:
+        """Whether the model has a vision projector the user can turn on (found beside it, or pinned)."""
+        return self.view.projector.path() is not None
+
     def set_pins(self, pins: Pins) -> None:
         self.pins = pins
         self.view.projector.show_pins(pins)
@@ -486,12 +490,14 @@ class PlanController(QObject):
             self.status.emit("No plan to export yet")
             return ""
         try:
-            text = exported_command(p.spec.path, p.settings, shell)
+            text = exported_command(p.spec.path, p.settings, shell, elsewhere=p.target.elsewhere)
         except UserError as exc:  # a file name this shell cannot hold safely: nothing is copied
             self.status.emit(str(exc))
             return ""
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
+        if p.target.elsewhere:
+            note += f"; {PORTABLE_NOTE}"
         self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")
         return text
 

@@ -52,7 +52,7 @@ from vrampilot.ui.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.ui.wrap import wrappable
-from vrampilot.units import format_bytes, format_tokens
+from vrampilot.units import format_bytes, format_count, format_tokens
 
 SHELL_NAMES = {"bash": "bash", "powershell": "PowerShell", "cmd": "cmd"}
 PROMPT_COLUMN = 3  # the Alternatives table's prompt speed, hidden first in a narrow column
@@ -488,8 +488,8 @@ class PlanView(QWidget):
             cells = [
                 a.label,
                 f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})",
-                f"{a.speed.decode_tps:.1f}",
-                f"{a.speed.prefill_tps:.0f}",
+                format_count(a.speed.decode_tps, 1),
+                format_count(a.speed.prefill_tps),
                 {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
             summary = (
@@ -616,9 +616,9 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
     if measuring and on_cpu:
         basis = f"{'CPU rates assumed' if probe is None else basis}, {measuring}"
     lines = [
-        f"Predicted: <b>{sp.decode_tps:.1f}</b> tokens/s generating ({sp.decode_tps_full_ctx:.1f} with the "
-        f"context full), {sp.prefill_tps:.0f} tokens/s reading a {prompt_tokens(plan)}-token "
-        f"prompt ({sp.prefill_tps_full_ctx:.0f} filling the context) <span style='color:gray'>({escape(basis)})</span>"
+        f"Predicted: <b>{format_count(sp.decode_tps, 1)}</b> tokens/s generating "
+        f"({format_count(sp.decode_tps_full_ctx, 1)} with the context full), {format_count(sp.prefill_tps)} tokens/s "
+        f"reading a {prompt_tokens(plan)}-token prompt ({format_count(sp.prefill_tps_full_ctx)} filling the context) <span style='color:gray'>({escape(basis)})</span>"
     ]
     last = last_measured(plan)
     if last is not None:
