@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vrampilot.export import llama_cpp_kwargs, llama_server_argv, quote
-from vrampilot.export.args import GGML_TYPE_IDS
+from vrampilot.planner.knobs import GGML_TYPE_IDS
 from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
 
 

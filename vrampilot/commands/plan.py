@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,87 +19,24 @@ from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine
-from vrampilot.planner.plan import MAX_CTX, Pins, Plan, PlanError
-from vrampilot.planner.search import MAX_THREADS, plan
+from vrampilot.planner.knobs import add_knob_options, at_least, pins_from_knobs
+from vrampilot.planner.plan import Pins, Plan, PlanError
+from vrampilot.planner.search import plan
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, resolve_target
 from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import detect_measured_machine
-from vrampilot.units import parse_size
 
 if TYPE_CHECKING:
     from vrampilot.planner.draft import DraftRequest
-
-
-def _on_off(value: str) -> bool:
-    v = value.lower()
-    if v in ("on", "1", "true", "yes"):
-        return True
-    if v in ("off", "0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError("expected on or off")
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
     """The options every command that plans shares (plan, export, chat)."""
     p.add_argument("model", nargs="?", help="GGUF file (default: the embedded SmolLM2-135M-Instruct)")
     add_target_options(p)
-    p.add_argument(
-        "--ctx",
-        type=context_length,
-        metavar="N",
-        help=f"context length to reach (at least {MIN_CONTEXT})",
-    )
-    p.add_argument("--kv", choices=KV_CACHE_TYPES, help="K and V cache type")
-    p.add_argument("--kv-k", choices=KV_CACHE_TYPES, help="K cache type")
-    p.add_argument("--kv-v", choices=KV_CACHE_TYPES, help="V cache type")
-    p.add_argument("--ngl", type=_at_least(0), metavar="N", help="layers on the GPU (n_layer + 1 = all)")
-    p.add_argument("--batch", type=_at_least(1), metavar="N", help="logical batch size (-b)")
-    p.add_argument("--ubatch", type=_at_least(1), metavar="N", help="physical batch size (-ub)")
-    p.add_argument("--threads", type=_threads, metavar="N", help="generation threads (-t)")
-    p.add_argument("--threads-batch", type=_threads, metavar="N", help="prompt threads (-tb)")
-    p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="flash attention")
-    p.add_argument("--swa-full", type=_on_off, metavar="on|off", help="full-size sliding-window cache")
-    moe = p.add_argument_group("mixture of experts and constraints")
-    experts = moe.add_mutually_exclusive_group()
-    experts.add_argument(
-        "--n-cpu-moe",
-        type=_at_least(0),
-        metavar="N",
-        help="keep the routed experts of the first N layers in RAM (llama.cpp's --n-cpu-moe; default: "
-        "the planner keeps every layer's attention on the GPU and as few experts in RAM as fit)",
-    )
-    experts.add_argument(
-        "--no-cpu-experts", action="store_true", help="no routed experts in RAM: the whole model on the GPU"
-    )
-    experts.add_argument("--cpu-moe", action="store_true", help="every layer's routed experts in RAM (--cpu-moe)")
-    moe.add_argument(
-        "-ot",
-        "--override-tensor",
-        dest="cpu_tensors",
-        action="append",
-        metavar="PATTERN[=CPU]",
-        help="keep the tensors whose names match this regular expression in RAM, as llama.cpp's "
-        "-ot PATTERN=CPU (repeatable); the plan sizes everything else around them",
-    )
-    moe.add_argument(
-        "--min-ctx",
-        type=context_length,
-        metavar="N",
-        help="plan at least this context (the planner may choose more)",
-    )
-    moe.add_argument(
-        "--keep-free",
-        metavar="SIZE",
-        help="leave this much memory unused on every GPU, e.g. 2GiB (a number alone is GiB); replaces --margin",
-    )
-    p.add_argument(
-        "--tensor-split",
-        metavar="A,B,...",
-        type=_split,
-        help="each device's share of the offloaded layers, in llama.cpp's order (RPC hosts first)",
-    )
+    add_knob_options(p)
     p.add_argument(
         "--draft",
         metavar="PATH|ngram|mtp",
@@ -108,23 +44,12 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         "from the context itself (prompt lookup), or 'mtp' to draft with the model's own "
         "multi-token-prediction block (llama-server only)",
     )
-    p.add_argument("--draft-tokens", type=_at_least(1), metavar="N", help="tokens drafted per step (default: planned)")
+    p.add_argument("--draft-tokens", type=at_least(1), metavar="N", help="tokens drafted per step (default: planned)")
     p.add_argument(
         "--draft-on", choices=("gpu", "cpu"), help="where the draft model goes (default: where decoding is faster)"
     )
     p.add_argument(
         "--draft-kv", choices=KV_CACHE_TYPES, default="f16", help="the draft's K and V cache type (-ctkd/-ctvd)"
-    )
-    p.add_argument(
-        "--mmproj",
-        metavar="FILE|auto",
-        help="a vision projector (mmproj GGUF) to load with the model; 'auto': the one beside the "
-        "model that fits it (mmproj*.gguf in the model's folder)",
-    )
-    p.add_argument(
-        "--no-mmproj-offload",
-        action="store_true",
-        help="keep the vision projector on the CPU (llama.cpp's --no-mmproj-offload)",
     )
     p.add_argument(
         "--estimate",
@@ -133,74 +58,9 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-# llama.cpp pads the context to a multiple of 256 cells: asking for less still gives 256.
-MIN_CONTEXT = 256
-
-
-def _at_least(lo: int, why: str = "") -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"must be at least {lo}" + (f" ({why})" if why else "") + f", not {value}")
-        return value
-
-    return parse
-
-
-def context_length(text: str) -> int:
-    """--ctx and --min-ctx: from llama.cpp's smallest context to the largest it can take."""
-    value = _at_least(MIN_CONTEXT, "the smallest context llama.cpp uses")(text)
-    if value > MAX_CTX:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_CTX} (the most llama.cpp takes: its positions are 32-bit), not {value}"
-        )
-    return value
-
-
-def _threads(text: str) -> int:
-    value = _at_least(1)(text)
-    if value > MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), not {value}")
-    return value
-
-
-def _split(text: str) -> tuple[float, ...]:
-    try:
-        shares = tuple(float(x) for x in text.replace("/", ",").split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
-    if not shares or any(x < 0 or x != x or x == float("inf") for x in shares) or sum(shares) <= 0:
-        raise argparse.ArgumentTypeError(f"shares must be numbers of 0 or more, not all 0: {text!r}")
-    return shares
-
-
 def pins_from_args(args: argparse.Namespace) -> Pins:
-    kv_k = args.kv_k or args.kv
-    kv_v = args.kv_v or args.kv
-    return Pins(
-        n_ctx=args.ctx,
-        type_k=kv_k,
-        type_v=kv_v,
-        n_gpu_layers=args.ngl,
-        n_batch=args.batch,
-        n_ubatch=args.ubatch,
-        n_threads=args.threads,
-        n_threads_batch=args.threads_batch,
-        flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
-        swa_full=args.swa_full,
-        tensor_split=getattr(args, "tensor_split", None),
-        n_cpu_moe=getattr(args, "n_cpu_moe", None),
-        cpu_experts=True
-        if getattr(args, "cpu_moe", False)
-        else (False if getattr(args, "no_cpu_experts", False) else None),
-        min_ctx=getattr(args, "min_ctx", None),
-        keep_free_bytes=_gib_size(args.keep_free) if getattr(args, "keep_free", None) else None,
-        cpu_tensor_patterns=_cpu_patterns(getattr(args, "cpu_tensors", None)),
-        mmproj_cpu=True if getattr(args, "no_mmproj_offload", False) else None,
-    )
+    """What the options pinned, knob by knob (planner/knobs.py)."""
+    return Pins(**pins_from_knobs(args))
 
 
 def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
@@ -228,29 +88,6 @@ def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
         type_k=getattr(args, "draft_kv", "f16"),
         type_v=getattr(args, "draft_kv", "f16"),
     )
-
-
-def _cpu_patterns(values: list[str] | None) -> tuple[str, ...] | None:
-    """-ot values as llama.cpp takes them (PATTERN=CPU, comma-separated) or bare patterns. Only the
-    CPU is a target here: another buffer type would be a device the plan does not choose."""
-    if not values:
-        return None
-    out: list[str] = []
-    for value in values:
-        for item in value.split(","):
-            pattern, _, buft = item.partition("=")
-            if buft and buft.upper() != "CPU":
-                raise UserError(f"-ot {item}: only =CPU is planned (the plan places layers on its devices itself)")
-            out.append(pattern)
-    return tuple(out)
-
-
-def _gib_size(text: str) -> int:
-    """A size such as 2GiB or 512MiB; a bare number is GiB (what --keep-free means)."""
-    try:
-        return parse_size(text + "GiB" if text.strip().replace(".", "", 1).isdigit() else text)
-    except ValueError as exc:
-        raise UserError(f"--keep-free: {exc}") from None
 
 
 def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:

@@ -1,10 +1,11 @@
-"""One control per setting the user can pin. Each row shows the plan's choice while on "auto";
+"""One control per setting the user can pin, a row per knob of the table that gives it one
+(planner/knobs.py: label, control, choices). Each row shows the plan's choice while on "auto";
 touching the control pins it, pressing "auto" gives the choice back to the planner."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -18,12 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vrampilot.planner.knobs import KNOBS, Knob
 from vrampilot.planner.plan import MAX_CTX, Pins
-from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
+from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
-
-BATCH_CHOICES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
-UBATCH_CHOICES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 PINNED_TEXT = "pinned ×"
@@ -37,6 +36,9 @@ def context_steps(n_ctx_train: int) -> list[int]:
     if 0 < n_ctx_train <= MAX_CTX:
         steps.add(n_ctx_train)
     return sorted(steps)
+
+
+_W = TypeVar("_W", bound=QWidget)
 
 
 class PinControls(QWidget):
@@ -55,69 +57,64 @@ class PinControls(QWidget):
         self._labels: dict[str, QLabel] = {}
         self._row = 0
 
+        # One row per knob the table gives a Plan panel row (planner/knobs.py), in its order.
+        self._controls: dict[str, QWidget] = {}
+        for k in KNOBS:
+            if k.panel is None:
+                continue
+            if k.panel.control == "slider":
+                control = self._context_row()
+            elif k.panel.control == "combo":
+                control = self._combo(k)
+            else:
+                control = self._spin(k)
+            control.setToolTip(k.panel.tooltip)
+            self._controls[k.field] = control
+            self._add(k.field, k.panel.label, control)
+        # The rows set_model and show_settings treat by name (tests reach them too).
+        self.type_k = self._control("type_k", QComboBox)
+        self.ngl = self._control("n_gpu_layers", QSpinBox)
+        self.n_cpu_moe = self._control("n_cpu_moe", QSpinBox)
+        self.n_cpu_moe.setSuffix(" layers")
+        self.threads = self._control("n_threads", QSpinBox)
+        self.threads_batch = self._control("n_threads_batch", QSpinBox)
+
+    # -- building ------------------------------------------------------------------------------
+    def _context_row(self) -> QWidget:
         self.ctx_slider = QSlider(Qt.Orientation.Horizontal)
         self.ctx_slider.setObjectName("pin_n_ctx")
         self.ctx_slider.setRange(0, len(self._ctx_steps) - 1)
         self.ctx_slider.setPageStep(1)
         self.ctx_value = QLabel()
         self.ctx_value.setMinimumWidth(self.fontMetrics().horizontalAdvance("1024K "))
-        ctx_box = QWidget()
-        h = QHBoxLayout(ctx_box)
+        box = QWidget()
+        h = QHBoxLayout(box)
         h.setContentsMargins(0, 0, 0, 0)
         h.addWidget(self.ctx_slider, 1)
         h.addWidget(self.ctx_value)
-        self._add("n_ctx", "Context", ctx_box)
         self.ctx_slider.valueChanged.connect(self._ctx_moved)
-
-        self.type_k = self._combo("type_k", KV_CACHE_TYPES)
-        self._add("type_k", "K cache", self.type_k)
-        self.type_v = self._combo("type_v", KV_CACHE_TYPES)
-        self._add("type_v", "V cache", self.type_v)
-
-        self.ngl = QSpinBox()
-        self.ngl.setObjectName("pin_n_gpu_layers")
-        self.ngl.setRange(0, 1000)
-        self._add("n_gpu_layers", "GPU layers", self.ngl)
-        self.ngl.valueChanged.connect(lambda v: self._user_set("n_gpu_layers", int(v)))
-
-        # A MoE file's routed experts: how many leading layers keep theirs in RAM (--n-cpu-moe).
-        self.n_cpu_moe = QSpinBox()
-        self.n_cpu_moe.setObjectName("pin_n_cpu_moe")
-        self.n_cpu_moe.setRange(0, 1000)
-        self.n_cpu_moe.setSuffix(" layers")
-        self.n_cpu_moe.setToolTip(
-            "Routed experts of the first N layers stay in RAM (llama.cpp's --n-cpu-moe); every layer's "
-            "attention and KV cache stay on the GPU. Auto: as few as fit."
-        )
-        self._add("n_cpu_moe", "Experts in RAM", self.n_cpu_moe)
-        self.n_cpu_moe.valueChanged.connect(lambda v: self._user_set("n_cpu_moe", int(v)))
-
-        self.batch = self._combo("n_batch", [str(b) for b in BATCH_CHOICES])
-        self._add("n_batch", "Batch", self.batch)
-        self.ubatch = self._combo("n_ubatch", [str(b) for b in UBATCH_CHOICES])
-        self._add("n_ubatch", "Micro-batch", self.ubatch)
-
-        self.threads = QSpinBox()
-        self.threads.setObjectName("pin_n_threads")
-        self.threads.setRange(1, 512)
-        self._add("n_threads", "Threads", self.threads)
-        self.threads.valueChanged.connect(lambda v: self._user_set("n_threads", int(v)))
-        self.threads_batch = QSpinBox()
-        self.threads_batch.setObjectName("pin_n_threads_batch")
-        self.threads_batch.setRange(1, 512)
-        self._add("n_threads_batch", "Prompt threads", self.threads_batch)
-        self.threads_batch.valueChanged.connect(lambda v: self._user_set("n_threads_batch", int(v)))
-
-        self.flash = self._combo("flash_attn", ["on", "off"])
-        self._add("flash_attn", "Flash attention", self.flash)
-
-    # -- building ------------------------------------------------------------------------------
-    def _combo(self, name: str, items: Sequence[str]) -> QComboBox:
-        box = QComboBox()
-        box.setObjectName(f"pin_{name}")
-        box.addItems(list(items))
-        box.activated.connect(lambda _i, n=name, b=box: self._combo_chosen(n, b.currentText()))
         return box
+
+    def _combo(self, k: Knob) -> QComboBox:
+        assert k.panel is not None
+        box = QComboBox()
+        box.setObjectName(f"pin_{k.field}")
+        box.addItems(list(k.panel.choices))
+        box.activated.connect(lambda _i, b=box: self._user_set(k.field, k.panel_value(b.currentText())))
+        return box
+
+    def _spin(self, k: Knob) -> QSpinBox:
+        assert k.panel is not None
+        box = QSpinBox()
+        box.setObjectName(f"pin_{k.field}")
+        box.setRange(k.panel.minimum, 1000)
+        box.valueChanged.connect(lambda v: self._user_set(k.field, int(v)))
+        return box
+
+    def _control(self, field: str, kind: type[_W]) -> _W:
+        control = self._controls[field]
+        assert isinstance(control, kind)
+        return control
 
     def _add(self, name: str, label: str, control: QWidget) -> None:
         grid: QGridLayout = self.layout()  # type: ignore[assignment]  # the layout this widget set in __init__ is a QGridLayout
@@ -160,16 +157,6 @@ class PinControls(QWidget):
         value = self._ctx_steps[max(0, min(index, len(self._ctx_steps) - 1))]
         self.ctx_value.setText(format_tokens(value))
         self._user_set("n_ctx", value)
-
-    def _combo_chosen(self, name: str, text: str) -> None:
-        value: object
-        if name == "flash_attn":
-            value = text == "on"
-        elif name in ("n_batch", "n_ubatch"):
-            value = int(text)
-        else:
-            value = text
-        self._user_set(name, value)
 
     def _user_set(self, name: str, value: object) -> None:
         if getattr(self._pins, name) == value and not self._auto[name].isChecked():
@@ -228,18 +215,7 @@ class PinControls(QWidget):
         self._pins = pins
         for name, auto in self._auto.items():
             auto.setChecked(getattr(pins, name) is None)
-        widgets = (
-            self.ctx_slider,
-            self.type_k,
-            self.type_v,
-            self.ngl,
-            self.n_cpu_moe,
-            self.batch,
-            self.ubatch,
-            self.threads,
-            self.threads_batch,
-            self.flash,
-        )
+        widgets = [self.ctx_slider, *self._controls.values()]
         for w in widgets:
             w.blockSignals(True)
         try:
@@ -248,22 +224,19 @@ class PinControls(QWidget):
                 self.ctx_slider.setRange(0, len(self._ctx_steps) - 1)
             self.ctx_slider.setValue(self._ctx_steps.index(settings.n_ctx))
             self.ctx_value.setText(format_tokens(settings.n_ctx))
-            self.type_k.setCurrentText(settings.type_k)
-            self.type_v.setCurrentText(settings.type_v)
-            self.ngl.setValue(settings.n_gpu_layers)
-            self.n_cpu_moe.setValue(settings.n_cpu_moe)
-            _set_number(self.batch, settings.n_batch)
-            _set_number(self.ubatch, settings.n_ubatch)
-            self.threads.setValue(settings.n_threads)
-            self.threads_batch.setValue(settings.n_threads_batch)
-            self.flash.setCurrentText("on" if settings.flash_attn else "off")
+            for k in KNOBS:
+                control = self._controls.get(k.field)
+                if isinstance(control, QComboBox):
+                    _set_text(control, k.panel_text(getattr(settings, k.field)))
+                elif isinstance(control, QSpinBox):
+                    control.setValue(int(getattr(settings, k.field)))
         finally:
             for w in widgets:
                 w.blockSignals(False)
 
 
-def _set_number(box: QComboBox, value: int) -> None:
-    text = str(value)
+def _set_text(box: QComboBox, text: str) -> None:
+    """Show `text`, a value the plan chose that the list may lack (a batch size of its own)."""
     if box.findText(text) < 0:
         box.addItem(text)
     box.setCurrentText(text)
