@@ -51,11 +51,18 @@ cuda-check: | $(VENV)/bin/python
 run: $(VENV)/.installed-run engine
 	$(VENV)/bin/vrampilot
 
+# The suite waits on child processes and llama.cpp much of the time: two workers (pytest-xdist),
+# each taking whole files (their module fixtures are built once), keep two cores busy. Session
+# fixtures that measure the machine are made once per run and shared (tests/conftest.py).
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.installed-test engine
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q --durations=25
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25
 
 test-quick: $(VENV)/.installed-test engine
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow" -x
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not slow" -x
 
 # ruff over the whole tree, the linter and the formatter as a check (`ruff format` fixes what it
 # reports); the layers contract (import-linter, pyproject.toml) and no module cycles (a test in

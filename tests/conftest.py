@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar, cast
 
 import pytest
 
@@ -14,6 +17,7 @@ from vrampilot.speed.measured import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -55,10 +59,27 @@ def embedded_model() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def host_probe_steps(_llama_backends: None) -> tuple[HostProbe, list[str]]:
-    """One real run of the speed probe for the session (about 30 seconds on 2 cores), on a few
-    types, and the steps it reported as it went."""
+def _once_per_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[], T]
+) -> T:
+    """A session fixture's value made once per run and shared by pytest-xdist's workers (each is a
+    session of its own): the first worker makes it under a lock, the others read it. The folder is
+    the run's own (xdist's workers' base folders sit side by side in it), so nothing outlives the run."""
+    if getattr(request.config, "workerinput", None) is None:  # not under xdist: this session is the run
+        return make()
+    from filelock import FileLock
+
+    run_dir = tmp_path_factory.getbasetemp().parent
+    saved = run_dir / f"{name}.pickle"
+    with FileLock(str(run_dir / f"{name}.lock")):
+        if saved.is_file():
+            return cast(T, pickle.loads(saved.read_bytes()))
+        value = make()
+        saved.write_bytes(pickle.dumps(value))
+        return value
+
+
+def _measure_host() -> tuple[HostProbe, list[str]]:
     from vrampilot.hardware import detect_machine
     from vrampilot.speed.host_probe import measure_host
 
@@ -72,6 +93,15 @@ def host_probe_steps(_llama_backends: None) -> tuple[HostProbe, list[str]]:
         progress=steps.append,
     )
     return probe, steps
+
+
+@pytest.fixture(scope="session")
+def host_probe_steps(
+    _llama_backends: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[HostProbe, list[str]]:
+    """One real run of the speed probe for the whole run (about 30 seconds on 2 cores), on a few
+    types, and the steps it reported as it went; shared by the run's parallel workers."""
+    return _once_per_run(request, tmp_path_factory, "host_probe", _measure_host)
 
 
 @pytest.fixture(scope="session")

@@ -130,11 +130,12 @@ def test_truncated_header(tmp_path: Path) -> None:
 
 
 def test_absurd_tensor_count_is_rejected_fast(tmp_path: Path) -> None:
+    # "Fast" is this process's CPU time (the reader's own work), never the wall clock of a busy machine.
     data = build([_kv_str("general.architecture", "llama")], [], n_tensors=2**40)
-    t = time.perf_counter()
+    t = time.process_time()
     with pytest.raises(GGUFError, match="tensor count"):
         read_gguf(write(tmp_path, data))
-    assert time.perf_counter() - t < 1.0
+    assert time.process_time() - t < 1.0
 
 
 def test_absurd_kv_count(tmp_path: Path) -> None:
@@ -227,9 +228,9 @@ def test_large_sparse_file_opens_fast(tmp_path: Path) -> None:
     with open(p, "wb") as fh:
         fh.write(head)
         fh.truncate(len(head) + size)
-    t = time.perf_counter()
+    t = time.process_time()
     spec = load_model_spec(p)
-    assert time.perf_counter() - t < 0.5
+    assert time.process_time() - t < 0.5
     assert spec.weight_bytes == size
 
 
@@ -270,8 +271,8 @@ def test_fuzz_real_header(tmp_path: Path, embedded_header: bytes, data: st.DataO
         pos = data.draw(st.one_of(st.integers(0, 256), st.integers(0, len(buf) - 1)))
         buf[pos] = data.draw(st.integers(0, 255))
     p = write(tmp_path, bytes(buf), "real.gguf")
-    t = time.perf_counter()
+    t = time.process_time()
     with pytest.raises(GGUFError):
         # The data region is missing, so even an intact header must be refused.
         load_model_spec(p)
-    assert time.perf_counter() - t < 2.0
+    assert time.process_time() - t < 2.0

@@ -76,6 +76,17 @@ def vulkan_device(monkeypatch: pytest.MonkeyPatch) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real llama GGUF, 4 layers 128 wide with the embedded model's tokenizer and chat template,
+    for tests whose subject is the GPU path rather than the model: lavapipe runs the shaders on the
+    CPU, and the 135M embedded model (30 layers, 576 wide) costs about four times the CPU per load
+    and reply (49 s against 13 s for the meters' reply)."""
+    from testkit.gguf_models import write_model
+
+    return write_model(tmp_path_factory.mktemp("gpu-model") / "tiny-llama.gguf", "llama", tokenizer="smollm2")
+
+
 def run_child(script: str, *args: str, timeout: int = 600) -> dict[str, Any]:
     """Run tests/gpu/<script> in a fresh interpreter (llama.cpp reads VRAMPILOT_SOFTWARE_GPU when
     its backends load, once per process) and return the JSON object of its last output line."""

@@ -1,4 +1,4 @@
-"""Run with VRAMPILOT_SOFTWARE_GPU=1: plan the embedded model for this machine's Vulkan device with
+"""Run with VRAMPILOT_SOFTWARE_GPU=1: plan the model at argv[2] for this machine's Vulkan device with
 `n_gpu_layers` (argv[1]), load it in the engine, reply while the meters sample, and print what the
 meters read during the reply and after the model is unloaded, next to the plan (JSON)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from pathlib import Path
 
 from vrampilot.engine import Engine
 from vrampilot.engine.sampling import SamplingParams
@@ -15,7 +16,6 @@ from vrampilot.message import Message
 from vrampilot.meters import MeterSample
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.state import MeterState
-from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
@@ -23,8 +23,7 @@ from vrampilot.speed.service import detect_measured_machine
 
 
 def main() -> int:
-    path = embedded_model_path()
-    assert path is not None
+    path = Path(sys.argv[2])
     target = resolve_target(TargetRequest(), detect_measured_machine())
     p = plan(
         load_model_spec(path),

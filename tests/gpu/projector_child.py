@@ -1,16 +1,17 @@
-"""Run with VRAMPILOT_SOFTWARE_GPU=1: plan the embedded model with a projector for this machine's
-Vulkan device (pins in the JSON argument), then load it for real and print the plan's projector
-bytes next to what clip.cpp printed (the backend it chose, its model size, each compute buffer):
+"""Run with VRAMPILOT_SOFTWARE_GPU=1: plan a model with a projector for this machine's Vulkan
+device (pins in the JSON argument), then load it for real and print the plan's projector bytes
+next to what clip.cpp printed (the backend it chose, its model size, each compute buffer):
 
-    projector_child.py server MMPROJ PINS        the bundled llama-server with the plan's own argv
-    projector_child.py engine MMPROJ PINS IMAGE  the in-process engine, which then answers one
-                                                 image turn (the PNG the test wrote)
+    projector_child.py server MODEL MMPROJ PINS        the bundled llama-server with the plan's argv
+    projector_child.py engine MODEL MMPROJ PINS IMAGE  the in-process engine, which then answers
+                                                       one image turn (the PNG the test wrote)
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from testkit.projector_check import serve_and_read
@@ -19,7 +20,6 @@ from vrampilot.engine.vision import projector_of
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.message import Message
-from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.projector import ClipBuffers, clip_buffers
 from vrampilot.planner.search import plan
@@ -27,9 +27,7 @@ from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def main() -> int:
-    mode, mmproj, asked = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    model = embedded_model_path()
-    assert model is not None
+    mode, model, mmproj, asked = sys.argv[1], Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
     target = resolve_target(TargetRequest(), detect_machine())
     if not target.gpus:
         print(json.dumps({"error": "no Vulkan device in the target"}))
@@ -40,7 +38,7 @@ def main() -> int:
         served = serve_and_read(p)
         out["argv"], printed = list(served.argv), served.printed
     else:
-        printed, p = _in_process(p, sys.argv[4], out)
+        printed, p = _in_process(p, sys.argv[5], out)
     proj = p.memory.projector
     assert proj is not None
     out["plan"] = {

@@ -15,8 +15,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("where", ["gpu", "cpu"])
-def test_the_drafts_bytes_per_device_are_llama_servers(embedded_model: Path, where: str) -> None:
-    out = run_child("draft_child.py", str(embedded_model), str(embedded_model), where)
+def test_the_drafts_bytes_per_device_are_llama_servers(small_model: Path, where: str) -> None:
+    # The GPU tests' small model (tests/gpu/conftest.py) as target and draft: the draft's buffers
+    # are the subject, and lavapipe pays for every layer of every token on the CPU.
+    out = run_child("draft_child.py", str(small_model), str(small_model), where)
     dev, plan_t, plan_d, served_t, served_d = _parts(out)
     # The target: everything offloaded, as planned.
     assert matches_print(plan_t["device"]["weights"], served_t["model"][dev])

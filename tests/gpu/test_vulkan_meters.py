@@ -4,6 +4,8 @@ compared with the plan."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.gpu.conftest import run_child
@@ -13,9 +15,9 @@ pytestmark = pytest.mark.slow
 PRINT_BYTES = 4 * (0.005 * 1024 * 1024 + 1)  # llama.cpp prints each of the four buffers to 0.01 MiB
 
 
-@pytest.mark.parametrize("ngl", [12, 31])
-def test_the_meters_read_the_vulkan_device_during_a_reply(ngl: int) -> None:
-    out = run_child("meters_child.py", str(ngl))
+@pytest.mark.parametrize("ngl", [2, 5], ids=["some-layers", "all-layers"])
+def test_the_meters_read_the_vulkan_device_during_a_reply(ngl: int, small_model: Path) -> None:
+    out = run_child("meters_child.py", str(ngl), str(small_model))
     device = next(d for d in probe_vulkan().devices)
     assert out["devices"] == [{"name": device.name, "vendor": "Vulkan", "total": out["devices"][0]["total"]}]
     assert out["devices"][0]["total"] > 0

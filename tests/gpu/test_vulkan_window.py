@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 ARTIFACTS = ROOT / "test-artifacts" / "gpu"
 
 
-def test_the_window_plans_and_loads_layers_on_the_vulkan_device(tmp_path: Path, host_probe: HostProbe) -> None:
+def test_the_window_plans_and_loads_layers_on_the_vulkan_device(
+    tmp_path: Path, host_probe: HostProbe, small_model: Path
+) -> None:
     # A returning user whose CPU was measured: the window measures only the device it has no rates
     # for (a few seconds), not the CPU probe beside the load and the reply.
     save_measured_record(tmp_path / "home", host_probe)
@@ -29,7 +31,7 @@ def test_the_window_plans_and_loads_layers_on_the_vulkan_device(tmp_path: Path, 
     meters.unlink(missing_ok=True)
     env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
     r = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "gpu" / "window_child.py"), str(shot), str(meters)],
+        [sys.executable, str(ROOT / "tests" / "gpu" / "window_child.py"), str(shot), str(meters), str(small_model)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,7 +1,8 @@
 """Run with VRAMPILOT_SOFTWARE_GPU=1 and QT_QPA_PLATFORM=offscreen: open the app's window as
-launch_gui builds it, wait for the plan, load the model, save a screenshot to argv[1], ask a
-question, show the Meters tab once it is answered and save a screenshot to argv[2], and print what
-the window planned and loaded and what its meters read (JSON)."""
+launch_gui builds it, on the model at argv[3] (a returning user's last model), wait for the plan,
+load the model, save a screenshot to argv[1], ask a question, show the Meters tab once it is
+answered and save a screenshot to argv[2], and print what the window planned and loaded and what
+its meters read (JSON)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
 
@@ -34,11 +36,15 @@ def main() -> int:
     app = QApplication(sys.argv[:1])
     apply_theme(app)
     ctx = build_context()
+    # The model at argv[3], as a returning user's last one: the window opens on it.
+    model = Path(sys.argv[3])
+    ctx.library.add_file(model)
+    ctx.prefs.set_last_model(model)
     w = MainWindow(ctx, build_services(ctx))
     w.resize(1500, 950)
     w.show()
     try:
-        if not wait(app, lambda: w.plans.plan is not None, 120):
+        if not wait(app, lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, 120):
             print(json.dumps({"error": "no plan"}))
             return 1
         w.plans.load()

@@ -113,10 +113,12 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
     gpu8 = resolve_target(TargetRequest(vram_bytes=8 * GIB), cpu_machine())
     for ctx in (4096, 32768, 65536, 131072):
         plan(spec, gpu8, Pins(n_ctx=ctx), exact=True)  # loads the header, measures each setting once
-    t = time.perf_counter()
+    # This process's CPU time (llama.cpp's dry runs are in-process), not the wall clock: the work
+    # itself, however busy the machine.
+    t = time.process_time()
     for ctx in (8192, 16384, 49152, 98304):  # new settings: each needs a fresh dry run
         assert plan(spec, gpu8, Pins(n_ctx=ctx), exact=True).compute_source == "llama.cpp"
-    assert (time.perf_counter() - t) / 4 < 0.1
+    assert (time.process_time() - t) / 4 < 0.1
 
 
 def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:

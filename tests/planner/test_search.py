@@ -122,10 +122,11 @@ def test_default_context_is_trained_capped(qwen7b: ModelSpec, embedded_model: Pa
 
 def test_planning_is_fast(qwen7b: ModelSpec, gpu8: Target) -> None:
     plan(qwen7b, gpu8, Pins(n_ctx=65536))  # warm caches
-    t = time.perf_counter()
+    # This process's CPU time, not the wall clock: the planner's own work, however busy the machine.
+    t = time.process_time()
     for ctx in (4096, 32768, 65536, 131072):
         plan(qwen7b, gpu8, Pins(n_ctx=ctx))
-    assert (time.perf_counter() - t) / 4 < 0.1
+    assert (time.process_time() - t) / 4 < 0.1
 
 
 def test_partial_offload_when_ram_alone_is_too_small(qwen7b: ModelSpec) -> None:
