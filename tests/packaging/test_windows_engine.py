@@ -20,7 +20,7 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -77,6 +77,51 @@ def test_the_windows_engine_has_its_own_key_and_check_builds_nothing(tmp_path: P
     assert sorted(p.name for p in cache.iterdir()) == ["vulkan-build"]
     refused = _interface("--install")
     assert refused.returncode == 2 and "installs nothing here" in refused.stderr
+
+
+def test_post_processing_lays_a_mingw_build_out_as_the_app_loads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The layout scikit-build-core gives a MinGW build (ggml's DLLs and programs in bin/, import
+    libraries in lib/, llama-cpp-python's copies in llama_cpp/lib) becomes the Windows wheel."""
+    monkeypatch.setattr(recipe, "building_for_windows", lambda: True)
+    info = "llama_cpp_python-0.3.36.dist-info/"
+    ours = {f"llama_cpp/lib/{n}": n.encode() for n in ("libllama.dll", "ggml.dll", "ggml-base.dll", "ggml-rpc.dll")}
+    ggml = {f"bin/{n}": n.encode() for n in ("ggml.dll", "ggml-base.dll", "ggml-rpc.dll", "ggml-vulkan.dll")}
+    ggml |= {f"bin/{n}": n.encode() for n in ("ggml-cpu-x64.dll", "ggml-cpu-haswell.dll", "libllama.dll")}
+    ggml |= {f"bin/{n}": n.encode() for n in ("libmtmd.dll", "libllama-common.dll", "libllama-server-impl.dll")}
+    ggml |= {f"bin/{n}": n.encode() for n in ("llama-server.exe", "ggml-rpc-server.exe", "llama-bench.exe")}
+    ggml |= {"bin/llama-quantize.exe": b"q", "lib/libggml.dll.a": b"a", "include/ggml.h": b"h"}
+    raw = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(raw, "w") as z:
+        for name, data in {**ours, "llama_cpp/lib/libllama.dll.a": b"a", **ggml}.items():
+            z.writestr(name, data)
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n")
+        z.writestr(info + "RECORD", "")
+    out = tmp_path / recipe.windows_wheel_name(raw.name)
+    manifest = recipe.postprocess(raw, {"cpu_variants": {"x64": [], "haswell": ["AVX2"], "zen4": ["AVX512F"]}}, out)
+    assert out.name == "llama_cpp_python-0.3.36-py3-none-win_amd64.whl"
+    with zipfile.ZipFile(out) as z:
+        names = set(z.namelist())
+        wheel_file = z.read(info + "WHEEL").decode()
+        record = z.read(info + "RECORD").decode()
+    lib = {n.removeprefix("llama_cpp/lib/") for n in names if n.startswith("llama_cpp/lib/")}
+    assert lib == {
+        *("libllama.dll", "ggml.dll", "ggml-base.dll", "ggml-rpc.dll", "ggml-vulkan.dll", "cpu/ggml-cpu-x64.dll"),
+        *("cpu/ggml-cpu-haswell.dll", "libmtmd.dll", "libllama-common.dll", "libllama-server-impl.dll"),
+        *("llama-server.exe", "ggml-rpc-server.exe", "llama-bench.exe", recipe.MANIFEST_NAME),
+        *recipe.MINGW_RUNTIME_DLLS,
+    }
+    assert names - {f"llama_cpp/lib/{n}" for n in lib} == {info + "WHEEL", info + "RECORD"}
+    assert "Tag: py3-none-win_amd64\n" in wheel_file and "linux" not in wheel_file
+    assert {line.split(",")[0] for line in record.splitlines()} == names
+    assert manifest["backend_files"] == [
+        "cpu/ggml-cpu-haswell.dll",
+        "cpu/ggml-cpu-x64.dll",
+        "ggml-rpc.dll",
+        "ggml-vulkan.dll",
+    ]
+    assert set(cast(dict[str, list[str]], manifest["cpu_variants"])) == {"x64", "haswell"}
 
 
 @pytest.fixture(scope="session")
