@@ -5,6 +5,7 @@ Used by `make run`, `make test`, `make package` and the Windows workflow alike:
 
     python packaging/engine/build.py --install [--python .venv/bin/python]
     python packaging/engine/build.py --print-key | --print-cmake-args | --wheel-only
+    python packaging/engine/build.py --windows [--check]   # the win_amd64 wheel, cross-compiled with MinGW
 
 Why a recipe of our own:
 - llama.cpp's default (`GGML_NATIVE=ON`) compiles for the build machine's CPU; such a build dies
