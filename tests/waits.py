@@ -86,11 +86,20 @@ def until(qtbot: Any, predicate: Callable[[], object], *, cpu_s: float, idle_s: 
     """`qtbot.waitUntil(predicate)` bounded by work: this process (the window, its workers, the
     engine's threads) and its children (a llama-server) using over `cpu_s` of CPU while waiting,
     or doing no work for `idle_s`, fails the wait; wall-clock time alone never does."""
+    _until(lambda: qtbot.wait(50), predicate, cpu_s=cpu_s, idle_s=idle_s)
+
+
+def until_true(predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S) -> None:
+    """`until` without Qt: polls `predicate` (e.g. a child server's health) under the same bounds."""
+    _until(lambda: time.sleep(POLL_S), predicate, cpu_s=cpu_s, idle_s=idle_s)
+
+
+def _until(pause: Callable[[], object], predicate: Callable[[], object], *, cpu_s: float, idle_s: float) -> None:
     me = psutil.Process()
     start = last_used = tree_cpu_s(me)
     last_work = time.monotonic()
     while not predicate():
-        qtbot.wait(50)
+        pause()
         used, now = tree_cpu_s(me), time.monotonic()
         if used - last_used >= IDLE_CPU_S:
             last_used, last_work = used, now

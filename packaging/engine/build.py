@@ -5,6 +5,7 @@ Used by `make run`, `make test`, `make package` and the Windows workflow alike:
 
     python packaging/engine/build.py --install [--python .venv/bin/python]
     python packaging/engine/build.py --print-key | --print-cmake-args | --wheel-only
+    python packaging/engine/build.py --windows [--check]   # the win_amd64 wheel, cross-compiled with MinGW
 
 Why a recipe of our own:
 - llama.cpp's default (`GGML_NATIVE=ON`) compiles for the build machine's CPU; such a build dies
@@ -365,7 +366,7 @@ def fetch_system_glslc(dest: Path) -> Path:
 
 
 def _debian_vulkan() -> tuple[VulkanInputs | None, str]:
-    if not sys.platform.startswith("linux") or not platform_tag().endswith("x86_64"):
+    if not sys.platform.startswith("linux") or not sysconfig.get_platform().endswith("x86_64"):
         return None, "Debian 13's Vulkan headers are fetched for x86-64 Linux only"
     dest = cache_root() / "vulkan-build" / f"debian-{DEBIAN_VULKAN_SUITE}"
     try:
@@ -433,8 +434,186 @@ def vulkan_problem() -> str | None:
     return vulkan_inputs()[1]
 
 
+# --- Windows (x86-64), cross-compiled here with MinGW-w64 --------------------------------------
+# `--windows` builds the same engine for 64-bit Windows on this Linux machine, with Debian's
+# MinGW-w64 (posix threads): the same CMake arguments and post-processing, plus what a MinGW
+# build needs (below). Its wheel (tagged win_amd64) is cached by its own key, whose platform is
+# "win-amd64" whatever the build machine; the Windows bundle installs it into the Windows Python.
+WINDOWS_PLATFORM = "win-amd64"
+WINDOWS_WHEEL_TAG = "win_amd64"
+MINGW_TRIPLET = "x86_64-w64-mingw32"
+WINDOWS_NO_CUDA = "the Windows engine is cross-compiled with MinGW, which cannot build CUDA"
+MINGW_HINT = (
+    "install Debian's MinGW-w64 (`apt install g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix "
+    "mingw-w64-tools`) and run `python packaging/engine/build.py --windows` again"
+)
+# On top of BASE_CMAKE_ARGS: shared libraries (llama.cpp defaults them OFF under MinGW, and
+# dynamic backends need them).
+WINDOWS_CMAKE_ARGS = ("-DBUILD_SHARED_LIBS=ON",)
+# The C++ runtime, winpthreads and OpenMP (ggml-cpu uses it) as DLLs, shipped beside the
+# libraries: a Windows machine has none of them.
+MINGW_RUNTIME_DLLS = ("libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll", "libgomp-1.dll")
+# Debian 12's mingw-w64 (10.0) lacks the thread power-throttling declarations of the Windows
+# SDK 10.0.16299 (mingw-w64 11 has them), which ggml-cpu uses to keep Windows 11 from parking its
+# threads on a few cores: declared here, as the SDK does, and included before every source file.
+MINGW_COMPAT_HEADER = """\
+#pragma once
+#include <_mingw.h>
+#if __MINGW64_VERSION_MAJOR < 11
+#define THREAD_POWER_THROTTLING_CURRENT_VERSION 1
+#define THREAD_POWER_THROTTLING_EXECUTION_SPEED 0x1
+#define THREAD_POWER_THROTTLING_VALID_FLAGS (THREAD_POWER_THROTTLING_EXECUTION_SPEED)
+typedef struct _THREAD_POWER_THROTTLING_STATE {
+    unsigned long Version;
+    unsigned long ControlMask;
+    unsigned long StateMask;
+} THREAD_POWER_THROTTLING_STATE;
+#endif
+"""
+# The C and C++ flags also carry -muse-unaligned-vector-move: GCC aligns 32-byte stack slots for
+# AVX only to 16 bytes on Win64 (GCC bug 54412), and the aligned moves it emits on them fault at
+# random; the assembler turns every aligned move into an unaligned one (llama.cpp's old Makefile
+# did this too, PR #2945).
+_MINGW_FLAGS = "-Wa,-muse-unaligned-vector-move -include ${CMAKE_CURRENT_LIST_DIR}/mingw-compat.h"
+WINDOWS_TOOLCHAIN = f"""\
+set(CMAKE_SYSTEM_NAME Windows)
+set(CMAKE_SYSTEM_PROCESSOR AMD64)
+set(CMAKE_C_COMPILER {MINGW_TRIPLET}-gcc-posix)
+set(CMAKE_CXX_COMPILER {MINGW_TRIPLET}-g++-posix)
+set(CMAKE_RC_COMPILER {MINGW_TRIPLET}-windres)
+set(CMAKE_FIND_ROOT_PATH /usr/{MINGW_TRIPLET})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+set(CMAKE_C_FLAGS_INIT "{_MINGW_FLAGS}")
+set(CMAKE_CXX_FLAGS_INIT "{_MINGW_FLAGS}")
+"""
+_TARGET = {"windows": False}
+
+
+def use_windows_target() -> None:
+    """From now on this run builds, keys and checks the Windows engine (`--windows`)."""
+    _TARGET["windows"] = True
+
+
+def building_for_windows() -> bool:
+    return _TARGET["windows"]
+
+
+def mingw_problem() -> str | None:
+    """Why the Windows engine cannot be built here, or None."""
+    missing = [t for t in (f"{MINGW_TRIPLET}-g++-posix", f"{MINGW_TRIPLET}-dlltool") if shutil.which(t) is None]
+    return f"{', '.join(missing)} not found: {MINGW_HINT}" if missing else None
+
+
+def _mingw_version() -> str:
+    """The cross compiler's version line: it shapes every file of the wheel, so it is in the key."""
+    out = subprocess.run(
+        [f"{MINGW_TRIPLET}-g++-posix", "--version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    return out.stdout.splitlines()[0].strip()
+
+
+def _windows_toolchain() -> dict[str, str]:
+    if not building_for_windows():
+        return {}
+    why = mingw_problem()
+    if why is not None:
+        raise SystemExit(f"engine: {why}")
+    return {"toolchain": WINDOWS_TOOLCHAIN, "mingw_compat_header": MINGW_COMPAT_HEADER, "mingw": _mingw_version()}
+
+
+def windows_build_root() -> Path:
+    return cache_root() / "windows-build"
+
+
+def windows_toolchain_path() -> Path:
+    return windows_build_root() / "mingw-toolchain.cmake"
+
+
+def windows_vulkan_import_library(inputs: VulkanInputs) -> Path:
+    """Where the import library of Windows' Vulkan loader (vulkan-1.dll) made from these headers lies."""
+    return windows_build_root() / f"vulkan-1-{inputs.headers_version}" / "libvulkan-1.dll.a"
+
+
+_VK_PROTOTYPE = re.compile(r"VKAPI_ATTR\s+\w+\s+VKAPI_CALL\s+(vk\w+)\s*\(")
+
+
+def make_windows_build_inputs() -> None:
+    """The toolchain file and the Vulkan loader's import library, written before a Windows build.
+
+    Debian has no MinGW Vulkan SDK; the loader's import library only names its exports, so it is
+    generated from the headers' prototypes (core and Win32 WSI) with dlltool. ggml-vulkan then
+    links vulkan-1.dll by name, which Windows' GPU drivers install."""
+    for path, text in (
+        (windows_toolchain_path(), WINDOWS_TOOLCHAIN),
+        (windows_toolchain_path().with_name("mingw-compat.h"), MINGW_COMPAT_HEADER),
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+    inputs = vulkan_inputs()[0]
+    assert inputs is not None  # gpu_backends() required it
+    library = windows_vulkan_import_library(inputs)
+    if library.is_file():
+        return
+    headers = inputs.include_dir / "vulkan"
+    names = sorted(
+        {n for h in ("vulkan_core.h", "vulkan_win32.h") for n in _VK_PROTOTYPE.findall((headers / h).read_text())}
+    )
+    library.parent.mkdir(parents=True, exist_ok=True)
+    definition = library.with_name("vulkan-1.def")
+    definition.write_text("LIBRARY vulkan-1.dll\nEXPORTS\n" + "".join(f"    {n}\n" for n in names), encoding="utf-8")
+    subprocess.run(
+        [
+            f"{MINGW_TRIPLET}-dlltool",
+            "-d",
+            str(definition),
+            "-l",
+            str(library.with_suffix(".part")),
+            "-D",
+            "vulkan-1.dll",
+        ],
+        check=True,
+        timeout=120,
+    )
+    os.replace(library.with_suffix(".part"), library)
+    log(f"generated {library} ({len(names)} functions of vulkan-1.dll)")
+
+
+def mingw_runtime_dlls() -> dict[str, Path]:
+    """The MinGW runtime DLLs the engine's files import, from the cross compiler's own folders."""
+    found = {}
+    for name in MINGW_RUNTIME_DLLS:
+        out = subprocess.run(
+            [f"{MINGW_TRIPLET}-g++-posix", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if not Path(out).is_file():
+            raise SystemExit(
+                f"engine: the MinGW runtime {name} is not where {MINGW_TRIPLET}-g++-posix says: {MINGW_HINT}"
+            )
+        found[name] = Path(out).resolve()
+    return found
+
+
+def windows_wheel_name(name: str) -> str:
+    """The compiled wheel's name (tagged for the build machine by scikit-build-core) for Windows."""
+    return re.sub(r"-py3-none-[^-]+\.whl$", f"-py3-none-{WINDOWS_WHEEL_TAG}.whl", name)
+
+
+def cached_windows_wheel() -> Path | None:
+    found = sorted((cache_root() / recipe_key()).glob(f"llama_cpp_python-*-{WINDOWS_WHEEL_TAG}.whl"))
+    return found[0] if found else None
+
+
 def gpu_backends() -> tuple[list[str], dict[str, str]]:
     """The GPU backends to build, and why each other one is not built."""
+    if building_for_windows():
+        why = vulkan_problem()
+        if why is not None:
+            raise SystemExit(f"engine: the Windows engine is built with Vulkan: {why}: {VULKAN_HINT}")
+        return ["vulkan"], {"cuda": WINDOWS_NO_CUDA}
     wanted = os.environ.get(GPU_ENV, "auto").strip().lower() or "auto"
     if wanted == "none":
         return [], {"cuda": f"{GPU_ENV}=none", "vulkan": f"{GPU_ENV}=none"}
@@ -486,6 +665,8 @@ def cmake_args() -> list[str]:
 
 def _cmake_args_for(built: list[str]) -> list[str]:
     args = list(BASE_CMAKE_ARGS)
+    if building_for_windows():
+        args += [f"-DCMAKE_TOOLCHAIN_FILE={windows_toolchain_path()}", *WINDOWS_CMAKE_ARGS]
     if "cuda" in built:
         nvcc = find_nvcc()
         args[args.index("-DGGML_CUDA=OFF")] = "-DGGML_CUDA=ON"
@@ -494,6 +675,8 @@ def _cmake_args_for(built: list[str]) -> list[str]:
         args[args.index("-DGGML_VULKAN=OFF")] = "-DGGML_VULKAN=ON"
         inputs = vulkan_inputs()[0]
         assert inputs is not None
+        if building_for_windows():  # the headers and glslc serve; the library is Windows' loader
+            inputs = dataclasses.replace(inputs, library=windows_vulkan_import_library(inputs))
         args += inputs.cmake_args()
     return args
 
@@ -516,7 +699,8 @@ def _vulkan_versions(args: list[str]) -> dict[str, str]:
 
 
 def platform_tag() -> str:
-    return sysconfig.get_platform()
+    """The platform the engine is built for (the key's, not the wheel's tag)."""
+    return WINDOWS_PLATFORM if building_for_windows() else sysconfig.get_platform()
 
 
 def recipe() -> dict[str, object]:
@@ -528,6 +712,7 @@ def recipe() -> dict[str, object]:
         "platform": platform_tag(),
         "recipe_revision": RECIPE_REVISION,
         **_vulkan_versions(args),
+        **_windows_toolchain(),
     }
 
 
@@ -547,6 +732,7 @@ def _compile_key_for(args: list[str]) -> str:
             "cmake_args": _keyed_args(args),
             "platform": platform_tag(),
             **_vulkan_versions(args),
+            **_windows_toolchain(),
         }
     )
 
@@ -644,7 +830,25 @@ def read_variant_table(sdist: Path) -> dict[str, list[str]]:
         return x86_variants(handle.read().decode("utf-8"))
 
 
-def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
+def _unpacked_source(sdist: Path, into: Path) -> Path:
+    """The sdist unpacked once into `into` (kept, so CMake's build folder beside it stays valid),
+    without what an earlier build installed into it."""
+    root = into / sdist.name.removesuffix(".tar.gz")
+    if not (root / "pyproject.toml").is_file():
+        shutil.rmtree(into, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(into.with_name(into.name + ".part"), filter="data")
+        os.replace(into.with_name(into.name + ".part"), into)
+    # llama-cpp-python's CMake file installs the libraries into its source tree too, and the wheel
+    # takes the package from there: an earlier build's files must not ride along.
+    shutil.rmtree(root / "llama_cpp" / "lib", ignore_errors=True)
+    return root
+
+
+def build_wheel(python: str, sdist: Path, out_dir: Path, *, build_dir: Path | None = None) -> Path:
+    """Compile the wheel. With `build_dir`, the sources and CMake's build folder are kept there,
+    so that a build run again after a failure compiles only what is left (the Windows engine's:
+    a MinGW build is new ground, and starting it over costs half an hour)."""
     env = dict(os.environ)
     env["CMAKE_ARGS"] = " ".join(cmake_args())
     env["FORCE_CMAKE"] = "1"
@@ -652,6 +856,11 @@ def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
     vulkan = vulkan_inputs()[0] if "-DGGML_VULKAN=ON" in cmake_args() else None
     if vulkan is not None:
         env = _with_library_dir(env, vulkan.glslc_library_dir)
+    source, settings = str(sdist), []
+    if build_dir is not None:
+        source = str(_unpacked_source(sdist, build_dir / "src"))
+        # -k0: the build goes on past a failing file, so that one run names every file that fails.
+        settings = [f"--config-settings=build-dir={build_dir / 'cmake'}", "--config-settings=build.tool-args=-k0"]
     log(f"compiling llama-cpp-python with {env['CMAKE_ARGS']}")
     # pip says nothing while CMake runs: a line a minute, so a first `make run` does not look hung.
     cores = int(env["CMAKE_BUILD_PARALLEL_LEVEL"])
@@ -659,7 +868,7 @@ def build_wheel(python: str, sdist: Path, out_dir: Path) -> Path:
     log(f"first build: about {two_core_min * 2 // max(cores, 1)} minutes on {cores} cores; it is cached afterwards")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-w", str(out_dir), str(sdist)], env=env
+        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", *settings, "-w", str(out_dir), source], env=env
     )
     while True:
         try:
@@ -688,6 +897,8 @@ _DROPPED_TOP_LEVEL = ("lib/cmake/", "lib/pkgconfig/", "include/")
 
 def _is_backend_module(name: str) -> bool:
     base = name.rsplit("/", 1)[-1]
+    if base.startswith(("libggml-base.", "ggml-base.")):  # the library every backend links, not one
+        return False
     return base.startswith(("libggml-", "ggml-")) and (base.endswith((".so", ".dll")) or ".so." in base)
 
 
@@ -702,8 +913,10 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
     packaged = {info.filename: data for info, data in entries}
     for info, data in entries:
         name = info.filename
-        if name == record_name or name.startswith(_DROPPED_TOP_LEVEL):
-            continue
+        if name == record_name or name.startswith(_DROPPED_TOP_LEVEL) or name.endswith(".a"):
+            continue  # .a: MinGW's import libraries (x.dll.a), for linking against the DLLs only
+        if name.endswith(".dist-info/WHEEL") and building_for_windows():
+            data = re.sub(rb"(?m)^Tag: py3-none-\S+$", f"Tag: py3-none-{WINDOWS_WHEEL_TAG}".encode(), data)
         if name.startswith("bin/") and _is_backend_module(name):
             base = name.rsplit("/", 1)[-1]
             target = ("llama_cpp/lib/cpu/" if _variant_of(base) else "llama_cpp/lib/") + base
@@ -717,7 +930,8 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
         elif name.startswith("bin/"):
             base = name.rsplit("/", 1)[-1]
             if base.endswith(".dll") and base.startswith(TOOL_LIBRARIES):  # Windows puts DLLs in bin/
-                files.append((_renamed(info, "llama_cpp/lib/" + base), data))
+                if "llama_cpp/lib/" + base not in packaged:
+                    files.append((_renamed(info, "llama_cpp/lib/" + base), data))
                 continue
             if base.removesuffix(".exe") not in TOOLS:
                 continue  # the other tools (quantize, perplexity, ...): not shipped
@@ -731,6 +945,9 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
                 continue
             info = _renamed(info, "llama_cpp/lib/" + base)
         files.append((info, strip_cache_runpath(data, name)))
+    if building_for_windows():
+        for base, path in mingw_runtime_dlls().items():
+            files.append((_new_entry("llama_cpp/lib/" + base), path.read_bytes()))
     variants = manifest["cpu_variants"]
     assert isinstance(variants, dict)
     built = {_variant_of(name.rsplit("/", 1)[-1]) for name in moved} - {None}
@@ -744,10 +961,7 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
     if not manifest["cpu_variants"] and platform_tag().endswith(("x86_64", "amd64")):
         raise SystemExit("engine: the wheel carries no CPU variant modules; the recipe did not apply")
     blob = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    info = zipfile.ZipInfo("llama_cpp/lib/" + MANIFEST_NAME, date_time=time.localtime()[:6])
-    info.external_attr = 0o644 << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    files.append((info, blob))
+    files.append((_new_entry("llama_cpp/lib/" + MANIFEST_NAME), blob))
     record = [_record_line(i.filename, d) for i, d in files] + [f"{record_name},,"]
     tmp = out.with_suffix(".part")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
@@ -794,6 +1008,13 @@ def _loaded_name(base: str, siblings: set[str]) -> bool:
     return False  # x.so.0.5.0
 
 
+def _new_entry(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=time.localtime()[:6])
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
 def _renamed(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     new = zipfile.ZipInfo(name, date_time=info.date_time)
     new.external_attr = info.external_attr  # keeps the executable bit
@@ -811,6 +1032,7 @@ def ensure_wheel(python: str) -> Path:
     key = recipe_key()
     version = pinned_llama_cpp_python()
     target_dir = cache_root() / key
+    windows = building_for_windows()
     existing = sorted(target_dir.glob("llama_cpp_python-*.whl"))
     if existing:
         log(f"using cached wheel {existing[0]} (recipe {key})")
@@ -822,12 +1044,15 @@ def ensure_wheel(python: str) -> Path:
         raw = raws[0]
         log(f"using the compiled wheel {raw} (post-processing it anew)")
     else:
+        if windows:
+            make_windows_build_inputs()
         with tempfile.TemporaryDirectory(prefix="vrampilot-engine-") as tmp:
             try:
-                built = build_wheel(python, sdist, Path(tmp))
+                build_dir = windows_build_root() / f"build-{compile_key()}" if windows else None
+                built = build_wheel(python, sdist, Path(tmp), build_dir=build_dir)
             except subprocess.CalledProcessError as exc:
                 backends, _ = gpu_backends()
-                if not backends or os.environ.get(GPU_ENV, "auto").strip().lower() not in ("", "auto"):
+                if windows or not backends or os.environ.get(GPU_ENV, "auto").strip().lower() not in ("", "auto"):
                     raise
                 # A toolkit that looked complete and still did not compile (a too-old compiler, a
                 # broken SDK): the user gets the CPU engine now and doctor says why.
@@ -853,7 +1078,7 @@ def ensure_wheel(python: str) -> Path:
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     target_dir.mkdir(parents=True, exist_ok=True)
-    final = target_dir / raw.name
+    final = target_dir / (windows_wheel_name(raw.name) if windows else raw.name)
     postprocess(raw, manifest, final)
     log(f"cached {final}")
     return final
@@ -914,7 +1139,13 @@ def install(python: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=sys.executable, help="the interpreter (venv) to build and install for")
-    group = parser.add_mutually_exclusive_group(required=True)
+    parser.add_argument(
+        "--windows",
+        action="store_true",
+        help="the engine for 64-bit Windows, cross-compiled with MinGW-w64: build it (or find it cached) and "
+        "print its wheel's path last; with --check, exit 1 unless it is cached",
+    )
+    group = parser.add_mutually_exclusive_group()
     group.add_argument("--install", action="store_true", help="install the engine into --python's environment")
     group.add_argument("--wheel-only", action="store_true", help="build (or find) the wheel and print its path")
     group.add_argument("--print-key", action="store_true", help="print the recipe key")
@@ -922,6 +1153,22 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--check", action="store_true", help="exit 1 unless the installed engine matches the recipe")
     group.add_argument("--explain-gpu", action="store_true", help="say which GPU backends this machine can build")
     args = parser.parse_args(argv)
+    if args.windows:
+        if args.install or args.explain_gpu:
+            parser.error("--windows builds a wheel for the Windows bundle; it installs nothing here")
+        use_windows_target()
+        if args.check:
+            wheel = cached_windows_wheel()
+            log(f"Windows engine cached: {wheel}" if wheel else f"no Windows engine cached for recipe {recipe_key()}")
+            return 0 if wheel else 1
+        if not (args.print_key or args.print_cmake_args):
+            args.wheel_only = True
+    elif not (
+        args.install or args.wheel_only or args.print_key or args.print_cmake_args or args.check or args.explain_gpu
+    ):
+        parser.error(
+            "one of --install, --wheel-only, --print-key, --print-cmake-args, --check, --explain-gpu, --windows"
+        )
     if args.explain_gpu:
         built, skipped = gpu_backends()
         print(f"GPU backends built here: {', '.join(built) or 'none'}")
