@@ -109,6 +109,8 @@ GROUPS = (
 ROOT_TESTS = "hiding the Vulkan loader (tests/gpu, mount namespaces need root)"
 # Not from Debian: the CUDA module compiles longer than CI's budget (packaging/engine/cuda.py).
 CUDA_TESTS = "the CUDA module beside the engine (tests/llamacpp/test_cuda_module.py): `make cuda`, about 90 minutes"
+# Nor the Windows engine: MinGW cross-compiles it for over half an hour (packaging/engine/build.py --windows).
+WINDOWS_ENGINE_BUILT = "the Windows engine's programs under Wine (tests/packaging/test_windows_engine.py): `make engine-windows`, over half an hour"
 
 
 def group(tests: str) -> Group:
@@ -127,7 +129,7 @@ def install_line(groups: list[Group]) -> str:
     return "sudo apt-get install " + " ".join(packages(groups))
 
 
-def skip_report(*, cuda_module_cached: bool) -> list[str]:
+def skip_report(*, cuda_module_cached: bool, windows_engine_cached: bool = True) -> list[str]:
     """The lines `make test` prints before it starts: which groups will skip here, and why."""
     missing = missing_groups()
     lines = []
@@ -138,6 +140,8 @@ def skip_report(*, cuda_module_cached: bool) -> list[str]:
         lines.append(f"will skip, not root: {ROOT_TESTS}")
     if not cuda_module_cached:
         lines.append(f"will skip, not built here: {CUDA_TESTS}")
+    if not windows_engine_cached:
+        lines.append(f"will skip, not built here: {WINDOWS_ENGINE_BUILT}")
     return lines
 
 

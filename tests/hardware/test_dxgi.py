@@ -17,7 +17,7 @@ from vrampilot.hardware.detect import detect_machine
 from vrampilot.hardware.dxgi import read_dxgi
 from vrampilot.hardware.free_memory import DXGI, NVML, VULKAN_BUDGET, match_adapter, with_free_memory
 from vrampilot.hardware.report import WINDOWS_NO_CUDA, machine_warnings
-from vrampilot.planner.target import target_from_machine
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 RTX_4070 = FakeGpu(name="NVIDIA GeForce RTX 4070", memory_total_bytes=12 * GIB)
 # A game holds 8 GiB of the card: NVML and DXGI see it, NVIDIA's Windows Vulkan budget does not.
@@ -110,10 +110,10 @@ def test_the_plan_budgets_an_igpu_by_dxgi_and_says_so() -> None:
     llama = LlamaBackendInfo("0.3.36", True, None, None, backends=("Vulkan", "CPU"), devices=(iris,))
     adapters = read_dxgi(FakeDxgi([IRIS, BASIC_RENDER])).adapters
     m = replace(cpu, llama=with_free_memory(llama, (), adapters, platform="win32"))
-    (gpu,) = target_from_machine(m).gpus
+    (gpu,) = resolve_target(TargetRequest(), m).gpus
     assert gpu.memory_budget_bytes == int(7.5 * GIB) - 256 * MIB
     assert gpu.budget_source == DXGI
-    assert "7.25 GiB free, by DXGI)" in target_from_machine(m).description
+    assert "7.25 GiB free, by DXGI)" in resolve_target(TargetRequest(), m).description
 
 
 def test_an_adapter_without_luid_matches_by_name_and_size_once_each() -> None:

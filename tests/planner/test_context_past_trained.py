@@ -13,7 +13,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.rope import _trained_after, slot_ctx, with_context_extension
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 
 
 def _flags(argv: list[str], *names: str) -> dict[str, str]:
@@ -23,7 +23,7 @@ def _flags(argv: list[str], *names: str) -> dict[str, str]:
 def test_a_context_twice_the_trained_one_carries_yarn_by_two(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
     assert spec.n_ctx_train == 8192
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=16384))
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=16384))
     assert p.settings.n_ctx == 16384
     assert (p.settings.rope_scale, p.settings.yarn_orig_ctx) == (2.0, 8192)
     argv = llama_server_argv(spec.path, p.settings)
@@ -39,7 +39,7 @@ def test_a_context_twice_the_trained_one_carries_yarn_by_two(embedded_model: Pat
 
 def test_a_context_within_the_trained_one_carries_none(embedded_model: Path) -> None:
     spec = load_model_spec(embedded_model)
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=8192))
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=8192))
     assert (p.settings.rope_scale, p.settings.yarn_orig_ctx) == (0.0, 0)
     argv = llama_server_argv(spec.path, p.settings)
     assert "--rope-scaling" not in argv and "rope_scaling_type" not in llama_cpp_kwargs(p.settings)
@@ -50,13 +50,15 @@ def test_an_uneven_ratio_still_reaches_the_whole_slot(embedded_model: Path) -> N
     """llama.cpp truncates orig / (1/scale) in float32: the scale is rounded up until it covers."""
     spec = load_model_spec(embedded_model)
     for n_ctx in (8448, 12000, 12288, 20000, 100_000):
-        s = with_context_extension(spec, plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=n_ctx)).settings)
+        s = with_context_extension(
+            spec, plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=n_ctx)).settings
+        )
         assert _trained_after(s.yarn_orig_ctx, s.rope_scale) >= slot_ctx(spec, s), n_ctx
 
 
 def test_a_model_with_linear_scaling_is_capped_at_its_trained_context(embedded_model: Path) -> None:
     spec = replace(load_model_spec(embedded_model), rope_scaling_type="linear", rope_scaling_factor=2.0)
-    p = plan(spec, target_cpu_only(cpu_machine()), Pins(n_ctx=16384))
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), cpu_machine()), Pins(n_ctx=16384))
     assert p.settings.n_ctx == 8192 and p.settings.rope_scale == 0.0
     assert "-c" in (argv := llama_server_argv(spec.path, p.settings)) and argv[argv.index("-c") + 1] == "8192"
     assert any("Capped at the trained 8K (asked 16K)" in r for r in p.reasons)

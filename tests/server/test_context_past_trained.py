@@ -18,7 +18,7 @@ from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
-from vrampilot.planner.target import target_cpu_only
+from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, ServerProcess, free_port, tool_env, tool_path
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def _get(url: str) -> dict[str, object]:
 def test_server_and_app_both_run_the_planned_context_past_the_trained_one(embedded_model: Path) -> None:
     p = plan(
         load_model_spec(embedded_model),
-        target_cpu_only(cpu_machine()),
+        resolve_target(TargetRequest(cpu_only=True), cpu_machine()),
         Pins(n_ctx=16384, n_threads=1, n_threads_batch=1),
     )
     assert p.settings.n_ctx == 16384 > p.spec.n_ctx_train

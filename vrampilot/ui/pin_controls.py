@@ -24,7 +24,6 @@ from vrampilot.planner.plan import MAX_CTX, Pins
 from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
 
-
 PINNED_TEXT = "pinned ×"
 
 
