@@ -17,6 +17,7 @@ from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from tests.ui.test_plan_controller import plans, start  # noqa: F401 - the controller fixture
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.draft import request_from_text, stored_acceptance
+from vrampilot.server import free_port
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan_controller import PlanController
@@ -141,8 +142,10 @@ def test_the_window_drafts_with_mtp_through_llama_server(open_window: OpenWindow
     with qtbot.waitSignal(w.plans.plan_shown, timeout=30000):
         w.plan_view.draft.editingFinished.emit()
     assert w.plans.plan is not None and w.plans.plan.settings.drafts_mtp
+    w.server_panel.port.setValue(free_port())  # not the default 8080, which another test may hold
     qtbot.mouseClick(w.plan_view.load_button, Qt.MouseButton.LeftButton)
-    waits.until(qtbot, lambda: w.chats.served is not None, cpu_s=120)
+    waits.until(qtbot, lambda: w.chats.served is not None or w.server.state in ("stopped", "crashed"), cpu_s=120)
+    assert w.chats.served is not None, w.server_panel.status.text()
     assert w.plans.load_result is None  # nothing loaded in-process: llama-server holds the model
     view = w.chat_view
     view.input.setPlainText("1, 2, 3, 4, 5,")

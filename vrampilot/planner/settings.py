@@ -125,6 +125,8 @@ class Settings:
                 del d[key]  # one device: the JSON stays as it was
         if not d["n_cpu_moe"]:
             del d["n_cpu_moe"]
+        if not d["rope_scale"]:
+            del d["rope_scale"], d["yarn_orig_ctx"]  # no context past the trained one: the JSON stays as it was
         if not d["mmproj_path"]:
             del d["mmproj_path"], d["mmproj_cpu"]  # no projector: the JSON stays as it was
         if not self.drafting:  # without drafting the JSON stays as it was
