@@ -19,6 +19,7 @@ from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
+from vrampilot.units import format_count
 
 pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai")
@@ -64,7 +65,7 @@ def test_serve_from_the_app_chat_through_it_and_stop(open_window: OpenWindow, qt
     waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=60)
     msgs = view.messages()
     assert msgs[1].text() and "tokens/s" in msgs[1].stats.text()
-    assert w.plans.plan is not None and f"/ {w.plans.plan.settings.n_ctx}" in msgs[1].stats.text()
+    assert w.plans.plan is not None and f"/ {format_count(w.plans.plan.settings.n_ctx)}" in msgs[1].stats.text()
     assert not w.ctx.engine.engine.loaded
     stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"]
