@@ -469,7 +469,26 @@ typedef struct _THREAD_POWER_THROTTLING_STATE {
     unsigned long StateMask;
 } THREAD_POWER_THROTTLING_STATE;
 #endif
+#if defined(__AMX_TILE__) && defined(__x86_64__)
+#include <immintrin.h>
+#undef _tile_loadd_internal
+#undef _tile_stream_loadd_internal
+#undef _tile_stored_internal
+#define _tile_loadd_internal(dst, base, stride) \\
+    __asm__ volatile("{tileloadd\\t(%0,%1,1), %%tmm" #dst "|tileloadd\\t%%tmm" #dst ", [%0+%1*1]}" \\
+                     ::"r"((const void *) (base)), "r"((long long) (stride)))
+#define _tile_stream_loadd_internal(dst, base, stride) \\
+    __asm__ volatile("{tileloaddt1\\t(%0,%1,1), %%tmm" #dst "|tileloaddt1\\t%%tmm" #dst ", [%0+%1*1]}" \\
+                     ::"r"((const void *) (base)), "r"((long long) (stride)))
+#define _tile_stored_internal(src, base, stride) \\
+    __asm__ volatile("{tilestored\\t%%tmm" #src ", (%0,%1,1)|tilestored\\t[%0+%1*1], %%tmm" #src "}" \\
+                     ::"r"((void *) (base)), "r"((long long) (stride)) : "memory")
+#endif
 """
+# The AMX part: GCC 12's amxtileintrin.h passes a tile's row stride to the assembler as `long`,
+# which is 32 bits on Win64, so the sapphirerapids variant's AMX kernels (ggml-cpu/amx/mmq.cpp)
+# come out as `tileloadd (%rax,%edi,1)`, an address the assembler refuses. The same three macros
+# with a 64-bit stride (what later GCCs pass) compile; no other file uses them.
 # The C and C++ flags also carry -muse-unaligned-vector-move: GCC aligns 32-byte stack slots for
 # AVX only to 16 bytes on Win64 (GCC bug 54412), and the aligned moves it emits on them fault at
 # random; the assembler turns every aligned move into an unaligned one (llama.cpp's old Makefile
