@@ -68,6 +68,11 @@ class GpuTarget:
     margin_override_bytes: int | None = None  # None: the target's device margin
     # llama.cpp's kernels timed on this device (speed/device_probe.py); None: its rates are assumed
     measured: DeviceRates | None = None
+    # From the card's GPU profile, when one matches: its vendor, architecture generation and
+    # memory kind ("gddr", "hbm"), which the assumed rates depend on (planner/speed.py).
+    vendor: str = ""
+    generation: str = ""
+    memory_kind: str = ""
     # Who counted the free memory when it is not the backend's own figure: "NVML" or "DXGI" on
     # Windows (hardware/free_memory.py); "" otherwise.
     budget_source: str = ""
@@ -264,6 +269,7 @@ def _local_devices(
             continue
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
         measured = machine.speed.device(d.name, d.description) if machine.speed is not None else None
+        profile = match_detected(d.description or d.name, d.memory_total_bytes)
         out.append(
             GpuTarget(
                 name=d.description or d.name,
@@ -278,6 +284,9 @@ def _local_devices(
                 asynchronous=d.asynchronous,
                 measured=measured,
                 budget_source=_os_source(d),
+                vendor=profile.vendor if profile else "",
+                generation=profile.generation if profile else "",
+                memory_kind=profile.memory_kind if profile else "",
             )
         )
     return tuple(out), choice.reasons, choice.explicit
@@ -444,6 +453,9 @@ def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
         memory_budget_bytes=profile.memory_bytes,
         bandwidth_gbps=profile.bandwidth_gbps,
         fp16_tflops=profile.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
+        vendor=profile.vendor,
+        generation=profile.generation,
+        memory_kind=profile.memory_kind,
     )
     return replace(
         _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,)), elsewhere=True
