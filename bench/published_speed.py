@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/published_speed.py            # predicted / published per card and test
     .venv/bin/python bench/published_speed.py --markdown # the same as the table in docs/speed-model.md
+    .venv/bin/python bench/published_speed.py --today    # every row at today's rates (no era factors)
+    .venv/bin/python bench/published_speed.py --fit      # derive the model's constants from the fitted rows
 
 No GPU here has ever run the speed model's GPU side, so its figures are held against the llama-bench
 results people published for real cards (bench/data/published_llama_bench.csv: one row per card x
@@ -13,127 +15,58 @@ llama-bench ran: `ppN` reads an N-token prompt into an empty cache (ubatch 512),
 tokens from an empty cache (the mean step is the one at depth N/2), every layer on the GPU, flash
 attention as the row says (off unless the source ran `-fa 1`), under the row's backend.
 
-The rows are split by card, fixed here and not chosen by their errors: HELD_BACK cards were kept
-out of every constant the GPU model takes from these data (docs/speed-model.md, decision log), and
-are reported apart. Goal: decode within +-15% and prompt within +-25% on at least 80% of the
+The rows are split by card, fixed in testkit/published.py and not chosen by their errors: the
+HELD_BACK cards were kept out of every constant the GPU model takes from these data (`--fit`;
+docs/speed-model.md, "GPU speed against published results"), and are reported apart. Rows of
+older builds are multiplied by their era's factor (ERA_FACTORS below). Goal: decode within +-15% and prompt within +-25% on at least 80% of the
 held-back cards. Rows the source itself marks as outliers are listed but not scored.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from testkit.gguf_models import BIG, ArchShape, write_shape_header_only  # noqa: E402
+from testkit.gguf_models import write_shape_header_only  # noqa: E402
+from testkit.published import (  # noqa: E402
+    DATA,
+    DECODE_GOAL,
+    PROMPT_GOAL,
+    SHAPES,
+    PublishedRow,
+    load_published,
+)
 
-DATA = ROOT / "bench" / "data" / "published_llama_bench.csv"
-FIELDS = ("card", "profile", "backend", "model", "quant", "test", "tokens_per_s", "build", "date", "source", "note")
-BACKENDS = ("CUDA", "ROCm", "Vulkan")
-# Cards kept out of the fit (one of each kind the data has: GDDR6 and GDDR6X Ampere, Ada, HBM
-# Hopper, RDNA2 under both ROCm and Vulkan), chosen before the errors were looked at.
-HELD_BACK = frozenset({"RTX 3070", "RTX 4080", "RTX A6000", "H100 PCIe", "RX 6700 XT"})
-DECODE_GOAL = 0.15
-PROMPT_GOAL = 0.25
-
-# The published models' dimensions (their GGUF headers as llama.cpp reports them in the sources:
-# llama 7B 6.74 B params, mistral 7B 7.24 B, llama 8B 8.03 B).
-SHAPES: dict[str, ArchShape] = {
-    "llama-2-7b": ArchShape(
-        arch="llama",
-        name="Llama-2-7B",
-        n_layer=32,
-        n_embd=4096,
-        n_head=32,
-        n_head_kv=32,
-        n_ff=11008,
-        n_vocab=32000,
-        n_ctx_train=4096,
-        tied=False,
-    ),
-    "mistral-7b": ArchShape(
-        arch="llama",
-        name="Mistral-7B-Instruct-v0.2",
-        n_layer=32,
-        n_embd=4096,
-        n_head=32,
-        n_head_kv=8,
-        n_ff=14336,
-        n_vocab=32000,
-        n_ctx_train=32768,
-        rope_freq_base=1e6,
-        tied=False,
-    ),
-    "llama-3-8b": replace(BIG["llama-3.1-8b"], name="Meta-Llama-3-8B"),
+# The model prices today's llama.cpp: its constants come from the most recent rows (2025-H2, whose
+# factor is 1). Older builds ran at other speeds as a whole (CUDA's quantized prompt products moved
+# to int8 tensor cores in mid-2024, llama.cpp PR #7676: an RTX 4090's 8B Q4_0 pp512 went from 7776
+# to 10359 tokens/s), so a row's prediction is multiplied by its era's factor for its backend: one
+# per era and kind (decode, prompt), the median published / predicted over that era's and
+# backend's fitted cards, and only where at least two fitted cards share them (`--fit` derives
+# them; docs/speed-model.md). Eras and backends with fewer are priced at today's rates, and the
+# table says so.
+CURRENT_ERA = "2025-H2"
+ERA_FACTORS: dict[tuple[str, str], tuple[float, float]] = {
+    ("2024-H1", "CUDA"): (0.85, 0.70),
+    ("2024-H2", "CUDA"): (0.92, 1.17),
 }
 
 
-@dataclass(frozen=True)
-class PublishedRow:
-    card: str
-    profile: str  # the GPU profile's name in profiles/gpus.json
-    backend: str  # CUDA, ROCm or Vulkan
-    model: str  # a key of SHAPES
-    quant: str  # a testkit recipe: Q4_0, Q4_K_M, F16
-    test: str  # pp512, tg128, tg512
-    tokens_per_s: float
-    build: str
-    date: str
-    source: str  # the URL the number was read at
-    note: str
-
-    @property
-    def kind(self) -> str:
-        return "prompt" if self.test.startswith("pp") else "decode"
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.test[2:])
-
-    @property
-    def flash_attn(self) -> bool:
-        return "-fa 1" in self.note
-
-    @property
-    def outlier(self) -> bool:
-        return self.note.startswith("outlier")
-
-    @property
-    def held_back(self) -> bool:
-        return self.card in HELD_BACK
-
-
-def load_published(path: Path = DATA) -> list[PublishedRow]:
-    """The data file's rows, checked: every field present, a source URL, a known model and test."""
-    rows: list[PublishedRow] = []
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        if tuple(reader.fieldnames or ()) != FIELDS:
-            raise ValueError(f"{path}: columns {reader.fieldnames}, expected {FIELDS}")
-        for i, raw in enumerate(reader, start=2):
-            row = PublishedRow(**{**raw, "tokens_per_s": float(raw["tokens_per_s"])})  # type: ignore[arg-type]
-            where = f"{path.name} line {i}"
-            if not row.source.startswith("https://"):
-                raise ValueError(f"{where}: no source URL")
-            if not (row.card and row.profile and row.build and row.date):
-                raise ValueError(f"{where}: card, profile, build and date are required")
-            if row.model not in SHAPES or row.backend not in BACKENDS:
-                raise ValueError(f"{where}: unknown model {row.model!r} or backend {row.backend!r}")
-            if row.test[:2] not in ("pp", "tg") or not row.test[2:].isdigit():
-                raise ValueError(f"{where}: unknown test {row.test!r}")
-            if not row.tokens_per_s > 0:
-                raise ValueError(f"{where}: tokens/s must be positive")
-            rows.append(row)
-    return rows
+def era_factor(row: PublishedRow) -> float:
+    decode, prompt = ERA_FACTORS.get((row.era, row.backend), (1.0, 1.0))
+    return decode if row.kind == "decode" else prompt
 
 
 @dataclass(frozen=True)
@@ -151,19 +84,29 @@ class Scored:
         return abs(self.ratio - 1.0) <= goal
 
 
-def predict(rows: list[PublishedRow], folder: Path) -> list[Scored]:
-    """Each row's test priced by the planner's speed model on the row's card profile."""
+@dataclass(frozen=True)
+class Case:
+    """A row with what pricing it needs: the model file's spec, the card's target, the settings."""
+
+    row: PublishedRow
+    spec: Any
+    target: Any
+    settings: Any
+    mem: Any
+
+
+def prepare(rows: list[PublishedRow], folder: Path) -> list[Case]:
+    """Each row's model written as a sparse file at its dimensions and planned on its card's profile."""
     from testkit.machines import cpu_machine
     from vrampilot.gguf.spec import load_model_spec
     from vrampilot.hardware.profiles import find_profile
     from vrampilot.planner.memory import memory_breakdown
     from vrampilot.planner.settings import Settings
-    from vrampilot.planner.speed import SpeedModel
     from vrampilot.planner.target import TargetRequest, resolve_target
 
     machine = cpu_machine(ram_gib=64)
-    specs = {}
-    out: list[Scored] = []
+    specs: dict[tuple[str, str], Any] = {}
+    cases: list[Case] = []
     for row in rows:
         key = (row.model, row.quant)
         if key not in specs:
@@ -173,7 +116,7 @@ def predict(rows: list[PublishedRow], folder: Path) -> list[Scored]:
             specs[key] = load_model_spec(path)
         spec = specs[key]
         target = resolve_target(TargetRequest(profile=find_profile(row.profile)), machine)
-        # The row's backend names the device as llama.cpp does ("ROCm0"), which the model reads.
+        # The row's backend names the device as llama.cpp does ("ROCm0").
         target = replace(target, gpus=tuple(replace(g, llama_name=f"{row.backend}0") for g in target.gpus))
         settings = Settings(
             n_ctx=max(1024, row.n_tokens * 2),
@@ -182,13 +125,34 @@ def predict(rows: list[PublishedRow], folder: Path) -> list[Scored]:
             n_ubatch=512,
             flash_attn=row.flash_attn,
         )
-        model = SpeedModel(spec, settings, target, memory_breakdown(spec, settings, target))
-        if row.kind == "prompt":
-            predicted = row.n_tokens / model.prefill_seconds(row.n_tokens, 0)
-        else:
-            predicted = 1.0 / model.decode_seconds(max(1, row.n_tokens // 2))
-        out.append(Scored(row, predicted))
-    return out
+        cases.append(Case(row, spec, target, settings, memory_breakdown(spec, settings, target)))
+    return cases
+
+
+def price(case: Case) -> float:
+    """The row's test priced by the planner's speed model, before its era's factor: `ppN` reads N
+    tokens into an empty cache, `tgN` generates N (the mean step is the one at depth N/2)."""
+    from vrampilot.planner.speed import SpeedModel
+
+    row = case.row
+    model = SpeedModel(case.spec, case.settings, case.target, case.mem)
+    if row.kind == "prompt":
+        return row.n_tokens / model.prefill_seconds(row.n_tokens, 0)
+    return 1.0 / model.decode_seconds(max(1, row.n_tokens // 2))
+
+
+def predict(rows: list[PublishedRow], folder: Path, eras: bool = True) -> list[Scored]:
+    """Each row priced on its card's profile, times its build era's factor (ERA_FACTORS) unless
+    `eras` is off (every row at today's rates)."""
+    return [Scored(c.row, price(c) * (era_factor(c.row) if eras else 1.0)) for c in prepare(rows, folder)]
+
+
+def _era_label(row: PublishedRow, eras: bool) -> str:
+    if row.era == CURRENT_ERA or not eras:
+        return "1 (today's rates)"
+    if (row.era, row.backend) in ERA_FACTORS:
+        return f"x{era_factor(row):.2f}"
+    return "none: today's rates"
 
 
 def _summary(scored: list[Scored], label: str) -> list[str]:
@@ -210,45 +174,138 @@ def _summary(scored: list[Scored], label: str) -> list[str]:
     return lines
 
 
-def report(scored: list[Scored], markdown: bool = False) -> str:
+def report(scored: list[Scored], markdown: bool = False, eras: bool = True) -> str:
     lines: list[str] = []
     for label, held in (("fitted", False), ("held-back", True)):
         part = [s for s in scored if s.row.held_back == held]
         if markdown:
             lines.append(f"\n**{label.capitalize()} rows**\n")
-            lines.append("| card | backend | model | test | published tok/s | predicted | ratio | build, date |")
-            lines.append("| --- | --- | --- | --- | ---: | ---: | ---: | --- |")
+            lines.append(
+                "| card | backend | model | test | published tok/s | predicted | ratio | build, date | era factor |"
+            )
+            lines.append("| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: |")
         else:
             lines.append(f"\n== {label} rows ==")
         for s in part:
             r = s.row
             flag = " (outlier, not scored)" if r.outlier else ("" if s.within_goal else " *")
             model = f"{r.model} {r.quant}"
+            era = _era_label(r, eras)
             if markdown:
                 lines.append(
                     f"| {r.card} | {r.backend} | {model} | {r.test} | {r.tokens_per_s:,.1f} | "
-                    f"{s.predicted:,.1f} | {s.ratio:.2f}{flag} | {r.build}, {r.date} |"
+                    f"{s.predicted:,.1f} | {s.ratio:.2f}{flag} | {r.build}, {r.date} | {era} |"
                 )
             else:
                 lines.append(
-                    f"{r.card:15} {r.backend:6} {model:18} {r.test:6} published {r.tokens_per_s:9.1f} "
-                    f"predicted {s.predicted:9.1f}  ratio {s.ratio:5.2f}{flag}"
+                    f"{r.card:15} {r.backend:6} {model:21} {r.test:6} published {r.tokens_per_s:9.1f} "
+                    f"predicted {s.predicted:9.1f}  ratio {s.ratio:5.2f}{flag}  [{r.era} {era}]"
                 )
         lines.append("")
         lines.extend(_summary(part, label))
     return "\n".join(lines)
 
 
+@contextmanager
+def _constants(**values: Any) -> Iterator[None]:
+    """The speed model's module constants set to `values` for a while (the fit tries them)."""
+    from vrampilot.planner import speed
+
+    saved = {k: getattr(speed, k) for k in values}
+    for k, v in values.items():
+        setattr(speed, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(speed, k, v)
+
+
+def _needed(cases: list[Case]) -> list[tuple[Case, float]]:
+    """Published / predicted (before any era factor): what each row asks the model to be multiplied by."""
+    return [(c, c.row.tokens_per_s / price(c)) for c in cases]
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 1.0
+
+
+def fit(cases: list[Case]) -> dict[str, Any]:
+    """The GPU model's constants from the fitted rows, in the order docs/speed-model.md gives:
+    today's decode share and fixed costs by least squares over the current era's rows; HBM's share
+    relative to GDDR's and float weights' factor from the 2024 CUDA runs (ratios within one run);
+    the prompt share per generation and the quantized products' share likewise; then one factor
+    per older era and backend with at least two fitted cards. Prints what it found."""
+    from vrampilot.planner import speed
+
+    rows = [c for c in cases if not c.row.held_back and not c.row.outlier]
+    now = [c for c in rows if c.row.era == CURRENT_ERA and c.row.kind == "decode"]
+    best: tuple[float, dict[str, Any]] = (math.inf, {})
+    for share in [x / 100 for x in range(70, 100)]:
+        for layer_us in range(0, 42, 2):
+            for token_us in range(0, 900, 100):
+                trial = {
+                    "GPU_BANDWIDTH_EFFICIENCY": share,
+                    "GPU_LAYER_OVERHEAD_S": layer_us * 1e-6,
+                    "GPU_TOKEN_OVERHEAD_S": token_us * 1e-6,
+                }
+                with _constants(**trial):
+                    err = sum(math.log(x) ** 2 for _, x in _needed(now))
+                if err < best[0]:
+                    best = (err, trial)
+    found: dict[str, Any] = dict(best[1])
+    with _constants(**found, MEMORY_KIND_SHARE={}, FLOAT_DECODE_SHARE=1.0):
+        old = [c for c in rows if c.row.era == "2024-H1" and c.row.backend == "CUDA"]
+        need = _needed([c for c in old if c.row.kind == "decode"])
+        quant = {c.row.card: x for c, x in need if c.row.quant != "F16" and c.target.gpus[0].memory_kind == "gddr"}
+        flt = {c.row.card: x for c, x in need if c.row.quant == "F16" and c.target.gpus[0].memory_kind == "gddr"}
+        hbm = [x for c, x in need if c.row.quant != "F16" and c.target.gpus[0].memory_kind == "hbm"]
+        found["MEMORY_KIND_SHARE"] = {"hbm": round(_median(hbm) / _median(list(quant.values())), 2)}
+        found["FLOAT_DECODE_SHARE"] = round(_median([flt[k] / quant[k] for k in flt if k in quant]), 2)
+    with _constants(**found, PROMPT_SHARE_BY_GENERATION={}, QUANTIZED_PROMPT_SHARE=1.0):
+        need = _needed([c for c in old if c.row.kind == "prompt"])
+        quant = {c.row.card: x for c, x in need if c.row.quant != "F16"}
+        flt = {c.row.card: x for c, x in need if c.row.quant == "F16"}
+        found["QUANTIZED_PROMPT_SHARE"] = round(1.0 / _median([flt[k] / quant[k] for k in flt if k in quant]), 2)
+    with _constants(**found, PROMPT_SHARE_BY_GENERATION={}):
+        by_gen: dict[str, list[float]] = {}
+        for c, x in _needed([c for c in old if c.row.kind == "prompt"]):
+            by_gen.setdefault(c.target.gpus[0].generation, []).append(x)
+        today = _needed([c for c in rows if c.row.era == CURRENT_ERA and c.row.kind == "prompt"])
+        ada = _median([x for c, x in today if c.target.gpus[0].generation == "ada"])
+        found["PROMPT_SHARE_BY_GENERATION"] = {
+            "ampere": round(ada * _median(by_gen["ampere"]) / _median(by_gen["ada"]), 2),
+            "ada": round(ada, 2),
+        }
+    eras: dict[tuple[str, str], tuple[float, float]] = {}
+    with _constants(**found):
+        for era, backend in sorted({(c.row.era, c.row.backend) for c in rows if c.row.era != CURRENT_ERA}):
+            part = [c for c in rows if (c.row.era, c.row.backend) == (era, backend)]
+            if len({c.row.card for c in part}) < 2:
+                continue
+            factor = [_median([x for c, x in _needed(part) if c.row.kind == k]) for k in ("decode", "prompt")]
+            eras[(era, backend)] = (round(factor[0], 2), round(factor[1], 2))
+    for name, value in found.items():
+        print(f"{name} = {value!r}  (in the code: {getattr(speed, name)!r})")
+    print(f"ERA_FACTORS = {eras!r}  (in this file: {ERA_FACTORS!r})")
+    return {**found, "ERA_FACTORS": eras}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--today", action="store_true", help="price every row at today's rates (no era factors)")
+    parser.add_argument("--fit", action="store_true", help="derive the constants from the fitted rows and print them")
     args = parser.parse_args(argv)
     rows = load_published(args.data)
     with tempfile.TemporaryDirectory(prefix="vrampilot-published-") as tmp:
-        scored = predict(rows, Path(tmp))
+        if args.fit:
+            fit(prepare(rows, Path(tmp)))
+            return 0
+        scored = predict(rows, Path(tmp), eras=not args.today)
     print(f"{len(rows)} published rows, {len({r.card for r in rows})} cards, {len({r.source for r in rows})} sources")
-    print(report(scored, args.markdown))
+    print(report(scored, args.markdown, eras=not args.today))
     return 0
 
 

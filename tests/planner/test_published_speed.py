@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from bench.published_speed import HELD_BACK, SHAPES, load_published
 from testkit.gguf_models import ArchShape, write_shape_header_only
 from testkit.machines import cpu_machine
+from testkit.published import HELD_BACK, SHAPES, load_published
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.planner.memory import memory_breakdown

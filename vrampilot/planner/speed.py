@@ -36,24 +36,26 @@ from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
 from vrampilot.speed.measured import SpeedFactors
 
-# Share of peak bandwidth llama.cpp's decode kernels reach, per memory kind. GDDR: 0.75, which
-# published llama-bench results of eight GDDR cards bear out (tg of Llama 3 8B Q4_K_M at
-# 0.86-1.05 of the prediction, bench/published_speed.py). HBM cards reach far less of theirs: an
-# A100 SXM (2039 GB/s) and an H100 PCIe (2000 GB/s) decode that model at 135 and 146 tokens/s,
-# hardly faster than an RTX 4090 (1008 GB/s, 131), so the A100's rows set HBM's share (the H100's
-# were held back and land within 6%). Unknown kinds take GDDR's (docs/speed-model.md).
-GPU_BANDWIDTH_EFFICIENCY = 0.75
-BANDWIDTH_SHARE_BY_MEMORY = {"gddr": GPU_BANDWIDTH_EFFICIENCY, "hbm": 0.42}
-# Float weights (F16, BF16, F32) are read closer to the peak than quantized ones, whose mat-vec
-# kernels unpack every block: over the fitted cards' pairs F16 decoded 1.08-1.10x faster than its
-# bytes at the quantized share say.
-FLOAT_DECODE_SHARE = 1.09
+# What a GPU decode step is assumed to cost where no device probe measured the card, fitted on
+# published llama-bench results of real cards (bench/published_speed.py; docs/speed-model.md, "GPU
+# speed against published results"), not on any one card. GDDR cards reach 84% of their peak
+# bandwidth, plus 0.3 ms a token and 2 us a layer: least squares over the 2025 runs of an RTX 4090,
+# 4070 Ti and 3060 at 1.1B, 3B and 14B parameters (the size sets the fixed part apart), within
+# 0.92-1.14 of each. HBM cards reach 0.57 of GDDR's share: an A100 SXM (2039 GB/s) and an H100
+# PCIe (2000 GB/s) decoded Llama 3 8B at 135 and 146 tokens/s, hardly faster than an RTX 4090
+# (1008 GB/s, 131) in the same 2024 run (the A100 set the figure; the H100, held back, lands
+# within 13%). Float weights (F16, BF16, F32) are read nearer the peak than quantized ones, whose
+# mat-vec kernels unpack every block: F16 decoded 1.11-1.21x faster than its bytes at the
+# quantized share say, on the four fitted cards with both. Unknown memory kinds take GDDR's.
+GPU_BANDWIDTH_EFFICIENCY = 0.84
+MEMORY_KIND_SHARE = {"hbm": 0.57}
+FLOAT_DECODE_SHARE = 1.17
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
-# Fixed cost of a decode step on the GPU: the launch and synchronisation of every layer's kernels,
-# which bytes/bandwidth does not see; it caps tiny models at a few thousand tokens/s.
+# Fixed cost of a decode step on the GPU: the launch and synchronisation of its kernels, which
+# bytes/bandwidth does not see (fitted with the share above); it caps tiny models.
 GPU_TOKEN_OVERHEAD_S = 3e-4
-GPU_LAYER_OVERHEAD_S = 2e-5
+GPU_LAYER_OVERHEAD_S = 2e-6
 # The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
 HEADLINE_PROMPT_TOKENS = 512
 # A layer on the GPU whose routed experts are in RAM hands its hidden state to the CPU and back
@@ -62,19 +64,19 @@ HOST_EXPERTS_HOP_S = 3e-5
 # Kernels a decoder layer's graph runs (7 products, norms, rope, cache writes, attention, the
 # residual adds, the gated activation), each paying the device probe's per-product cost.
 DEVICE_KERNELS_PER_LAYER = 16
-# A prompt's ubatch is at least its kernels' fixed costs (a launch and its tail, no CUDA graph for
-# batches), and at least one read of its weights: without this floor a tiny model's prompt on an
-# RTX 4090 profile was priced at 414,000 tokens/s, its FLOPs over the card's peak. Assumed, 8 us
-# a kernel: what the decode step's per-layer cost (GPU_LAYER_OVERHEAD_S over about 16 kernels,
-# with the launch a graph saves) comes to; no published row is small enough to fit it.
+# A prompt's ubatch is at least its kernels' fixed costs (a launch and its tail each; no CUDA
+# graph for batches) and at least one read of its weights: without this floor a 135M model's
+# 512-token prompt on an RTX 4090 profile was priced at 414,711 tokens/s, its FLOPs over the
+# card's peak (now about 103,000). Assumed, 8 us a kernel, and set before the prompt shares below
+# were fitted: it adds 5-14% to the published rows' ubatches, which they cannot tell from the shares.
 GPU_PROMPT_KERNEL_S = 8e-6
-# The share of its FP16 peak a generation's prompts reach under llama.cpp's kernels, relative to
-# _ubatch_efficiency's curve: the median over the fitted cards' prompt rows of each generation
-# (bench/published_speed.py; one multiplier per generation, not per card). Generations with no
-# fitted card take 1.
-PROMPT_SHARE_BY_GENERATION = {"ampere": 1.41, "ada": 1.09}
-# Quantized weights' products dequantize as they go: over the fitted cards' pairs of the same
-# model, F16 prompts ran 1.10-1.31x faster than Q4_K_M ones (median 1.15).
+# The share of its FP16 peak a generation's prompts reach under today's llama.cpp, as a multiple
+# of _ubatch_efficiency's curve: Ada's from an RTX 4090's 2025 run, Ampere's from it times
+# Ampere's median over Ada's in the 2024 runs of nine cards (bench/published_speed.py; one
+# multiplier per generation, not per card). Generations no fitted card has take 1 (the curve).
+PROMPT_SHARE_BY_GENERATION = {"ampere": 2.01, "ada": 1.42}
+# Quantized weights' products dequantize as they go: on the fitted cards with both, F16 prompts
+# ran 1.10-1.31x faster than Q4_K_M ones of the same model (median 1.15; 2024 builds).
 QUANTIZED_PROMPT_SHARE = 0.87
 
 
@@ -86,7 +88,13 @@ def device_decode_bps(gpu: GpuTarget) -> float:
     its peak times the share llama.cpp is assumed to reach."""
     if gpu.measured is not None:
         return gpu.measured.decode_gbps * 1e9
-    return gpu.bandwidth_gbps * 1e9 * BANDWIDTH_SHARE_BY_MEMORY.get(gpu.memory_kind, GPU_BANDWIDTH_EFFICIENCY)
+    return gpu.bandwidth_gbps * 1e9 * assumed_bandwidth_share(gpu)
+
+
+def assumed_bandwidth_share(gpu: GpuTarget) -> float:
+    """The share of `gpu`'s peak bandwidth a decode step is assumed to reach: GDDR's, times its
+    memory kind's relative share."""
+    return GPU_BANDWIDTH_EFFICIENCY * MEMORY_KIND_SHARE.get(gpu.memory_kind, 1.0)
 
 
 def device_layer_overhead_s(gpu: GpuTarget) -> float:
