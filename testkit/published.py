@@ -14,8 +14,8 @@ DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "published_ll
 FIELDS = ("card", "profile", "backend", "model", "quant", "test", "tokens_per_s", "build", "date", "source", "note")
 BACKENDS = ("CUDA", "ROCm", "Vulkan")
 # Cards kept out of the fit, chosen before their errors were looked at: one of each kind the data
-# has (GDDR6 and GDDR6X Ampere, Ada, HBM Hopper, RDNA2 under ROCm and Vulkan, and of the 2025
-# Vulkan runs a Turing and a workstation Ampere card, the Turing one with a tiny model).
+# has (a GeForce and a workstation Ampere card, Ada, HBM Hopper, RDNA2 under ROCm and Vulkan, and
+# of the 2025 Vulkan runs a Turing and a workstation Ampere card, the Turing one with a tiny model).
 HELD_BACK = frozenset({"RTX 3070", "RTX 4080", "RTX A6000", "H100 PCIe", "RX 6700 XT", "RTX 2080 Ti", "RTX A4000"})
 DECODE_GOAL = 0.15
 PROMPT_GOAL = 0.25
