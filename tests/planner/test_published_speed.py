@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from testkit.dual_backend import nvidia_machine
+from testkit.fake_nvml import FakeGpu
 from testkit.gguf_models import ArchShape, write_shape_header_only
 from testkit.machines import cpu_machine
 from testkit.published import HELD_BACK, SHAPES, load_published
 from vrampilot.gguf.spec import load_model_spec
+from vrampilot.hardware import LlamaBackendInfo
 from vrampilot.hardware.profiles import find_profile
 from vrampilot.planner.memory import memory_breakdown
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import SpeedModel
+from vrampilot.planner.speed import SpeedModel, assumed_bandwidth_share
 from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.units import GIB
 
 # SmolLM2-135M's dimensions: 30 layers of 576, a model whose kernels' fixed costs dwarf its FLOPs.
 TINY = ArchShape(
@@ -59,3 +63,16 @@ def test_hbm_card_reaches_a_smaller_share_of_its_bandwidth(tmp_path: Path) -> No
             256
         )
     assert tps["A100 80GB"] / tps["RTX 4090"] < 1.25
+
+
+def test_a_detected_hbm_card_is_priced_at_hbm_s_share() -> None:
+    """A card found on this machine takes its profile's memory kind and generation too, so a real
+    H100 is priced at HBM's share, as a planned-for one is."""
+    h100 = FakeGpu(name="NVIDIA H100 PCIe", memory_total_bytes=80 * GIB, memory_bus_width_bits=5120)
+    for machine in (
+        nvidia_machine((h100,)),
+        replace(nvidia_machine((h100,)), llama=LlamaBackendInfo("0.3.36", True, None, None)),
+    ):
+        gpu = resolve_target(TargetRequest(), machine).gpus[0]
+        assert (gpu.memory_kind, gpu.generation) == ("hbm", "hopper")
+        assert assumed_bandwidth_share(gpu) < 0.5
