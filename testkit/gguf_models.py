@@ -843,13 +843,15 @@ def _q4_k_m_type(t: TensorSpec, s: ArchShape) -> GGMLQuantizationType:
     return qtype
 
 
-QUANT_RECIPES = ("Q4_K_M", "Q8_0", "F16", "BF16", "MXFP4")
+QUANT_RECIPES = ("Q4_K_M", "Q4_0", "Q8_0", "F16", "BF16", "MXFP4")
 
 
 def header_tensor_types(s: ArchShape, recipe: str) -> list[tuple[TensorSpec, GGMLQuantizationType]]:
     table = tensor_table(s)
     if recipe == "Q4_K_M":
         return [(t, _q4_k_m_type(t, s)) for t in table]
+    if recipe == "Q4_0":  # llama-quantize's Q4_0: Q4_0 everywhere but the output matrix (Q6_K)
+        return [(t, _tensor_type(t, Q.Q4_0, Q.Q4_0, Q.Q4_0, Q.Q6_K)) for t in table]
     if recipe in ("Q8_0", "F16", "BF16"):
         q = {"Q8_0": Q.Q8_0, "F16": Q.F16, "BF16": Q.BF16}[recipe]
         return [(t, _tensor_type(t, q, q, q, q)) for t in table]
@@ -858,7 +860,7 @@ def header_tensor_types(s: ArchShape, recipe: str) -> list[tuple[TensorSpec, GGM
     raise ValueError(f"unknown recipe {recipe!r}; known: {QUANT_RECIPES}")
 
 
-_FILE_TYPES = {"Q4_K_M": 15, "Q8_0": 7, "F16": 1, "BF16": 32, "MXFP4": 38}
+_FILE_TYPES = {"Q4_K_M": 15, "Q4_0": 2, "Q8_0": 7, "F16": 1, "BF16": 32, "MXFP4": 38}
 
 
 def write_header_only(

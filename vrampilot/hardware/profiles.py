@@ -64,6 +64,10 @@ class GpuProfile:
     aliases: tuple[str, ...]
     unified_memory: bool
     notes: str | None = None
+    # The architecture generation ("ampere", "rdna3", ...) and memory kind ("gddr", "hbm",
+    # "unified"): the speed model's share of peak throughput and bandwidth differs by each.
+    generation: str = ""
+    memory_kind: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -116,6 +120,8 @@ def _parse(entry: dict[str, Any], source: Path) -> GpuProfile:
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             unified_memory=bool(entry.get("unified_memory", False)),
             notes=None if notes is None else str(notes),
+            generation=str(entry.get("generation", "")),
+            memory_kind=str(entry.get("memory", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"bad GPU profile in {source}: {entry!r} ({exc})") from exc

@@ -36,15 +36,26 @@ from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
 from vrampilot.speed.measured import SpeedFactors
 
-# Share of peak bandwidth llama.cpp's decode kernels reach on NVIDIA cards (typically 70-85%).
-# Assumed: no GPU has been measured (see docs/speed-model.md, "Predicted speed").
-GPU_BANDWIDTH_EFFICIENCY = 0.75
+# What a GPU decode step is assumed to cost where no device probe measured the card, fitted on
+# published llama-bench results of real cards (bench/published_speed.py; docs/speed-model.md, "GPU
+# speed against published results"), not on any one card. GDDR cards reach 84% of their peak
+# bandwidth, plus 0.3 ms a token and 2 us a layer: least squares over the 2025 runs of an RTX 4090,
+# 4070 Ti and 3060 at 1.1B, 3B and 14B parameters (the size sets the fixed part apart), within
+# 0.92-1.14 of each. HBM cards reach 0.57 of GDDR's share: an A100 SXM (2039 GB/s) and an H100
+# PCIe (2000 GB/s) decoded Llama 3 8B at 135 and 146 tokens/s, hardly faster than an RTX 4090
+# (1008 GB/s, 131) in the same 2024 run (the A100 set the figure; the H100, held back, lands
+# within 13%). Float weights (F16, BF16, F32) are read nearer the peak than quantized ones, whose
+# mat-vec kernels unpack every block: F16 decoded 1.11-1.21x faster than its bytes at the
+# quantized share say, on the four fitted cards with both. Unknown memory kinds take GDDR's.
+GPU_BANDWIDTH_EFFICIENCY = 0.84
+MEMORY_KIND_SHARE = {"hbm": 0.57}
+FLOAT_DECODE_SHARE = 1.17
 # Effective host-to-device copy rate for streaming offloaded weights during prefill (PCIe 4 x16).
 PCIE_GBPS = 20.0
-# Fixed cost of a decode step on the GPU: the launch and synchronisation of every layer's kernels,
-# which bytes/bandwidth does not see; it caps tiny models at a few thousand tokens/s.
+# Fixed cost of a decode step on the GPU: the launch and synchronisation of its kernels, which
+# bytes/bandwidth does not see (fitted with the share above); it caps tiny models.
 GPU_TOKEN_OVERHEAD_S = 3e-4
-GPU_LAYER_OVERHEAD_S = 2e-5
+GPU_LAYER_OVERHEAD_S = 2e-6
 # The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
 HEADLINE_PROMPT_TOKENS = 512
 # A layer on the GPU whose routed experts are in RAM hands its hidden state to the CPU and back
@@ -53,6 +64,23 @@ HOST_EXPERTS_HOP_S = 3e-5
 # Kernels a decoder layer's graph runs (7 products, norms, rope, cache writes, attention, the
 # residual adds, the gated activation), each paying the device probe's per-product cost.
 DEVICE_KERNELS_PER_LAYER = 16
+# A prompt's ubatch is at least its kernels' fixed costs (a launch and its tail each; no CUDA
+# graph for batches) and at least one read of its weights: without this floor a 135M model's
+# 512-token prompt on an RTX 4090 profile was priced at 414,711 tokens/s, its FLOPs over the
+# card's peak (now about 103,000). Assumed, 8 us a kernel, and set before the prompt shares below
+# were fitted: it adds 5-14% to the published rows' ubatches, which they cannot tell from the shares.
+GPU_PROMPT_KERNEL_S = 8e-6
+# The share of its FP16 peak a generation's prompts reach under today's llama.cpp, as a multiple
+# of _ubatch_efficiency's curve: Ada's from an RTX 4090's 2025 run, Ampere's from it times
+# Ampere's median over Ada's in the 2024 runs of nine cards (bench/published_speed.py; one
+# multiplier per generation, not per card). Generations no fitted card has take 1 (the curve).
+PROMPT_SHARE_BY_GENERATION = {"ampere": 2.01, "ada": 1.42}
+# Quantized weights' products dequantize as they go: on the fitted cards with both, F16 prompts
+# ran 1.10-1.31x faster than Q4_K_M ones of the same model (median 1.15; 2024 builds).
+QUANTIZED_PROMPT_SHARE = 0.87
+
+
+_FLOAT_TYPES = frozenset({"f16", "bf16", "f32"})
 
 
 def device_decode_bps(gpu: GpuTarget) -> float:
@@ -60,7 +88,13 @@ def device_decode_bps(gpu: GpuTarget) -> float:
     its peak times the share llama.cpp is assumed to reach."""
     if gpu.measured is not None:
         return gpu.measured.decode_gbps * 1e9
-    return gpu.bandwidth_gbps * 1e9 * GPU_BANDWIDTH_EFFICIENCY
+    return gpu.bandwidth_gbps * 1e9 * assumed_bandwidth_share(gpu)
+
+
+def assumed_bandwidth_share(gpu: GpuTarget) -> float:
+    """The share of `gpu`'s peak bandwidth a decode step is assumed to reach: GDDR's, times its
+    memory kind's relative share."""
+    return GPU_BANDWIDTH_EFFICIENCY * MEMORY_KIND_SHARE.get(gpu.memory_kind, 1.0)
 
 
 def device_layer_overhead_s(gpu: GpuTarget) -> float:
@@ -80,7 +114,7 @@ def device_flops(gpu: GpuTarget, m: int) -> float:
     scaled by the assumed shape of the curve, else the peak times that curve."""
     if gpu.measured is not None:
         return gpu.measured.prefill_gflops * 1e9 * _ubatch_efficiency(m) / _ubatch_efficiency(512)
-    return gpu.fp16_tflops * 1e12 * _ubatch_efficiency(m)
+    return gpu.fp16_tflops * 1e12 * _ubatch_efficiency(m) * PROMPT_SHARE_BY_GENERATION.get(gpu.generation, 1.0)
 
 
 @dataclass(frozen=True)
@@ -234,6 +268,21 @@ class SpeedModel:
             self.host_w += out_bytes
         self.n_gpu = sum(self.on_gpu) + (1 if self.output_on_gpu else 0)
         self.flops_per_token = 2.0 * (sum(layer_params) + out_params)
+        # The device's matrices by kind: float weights decode nearer the peak, quantized ones'
+        # prompt products run below it (FLOAT_DECODE_SHARE, QUANTIZED_PROMPT_SHARE).
+        on_dev = [
+            mat
+            for layer, on, moved in zip(self.table.layers, self.on_gpu, self.experts_on_host, strict=True)
+            if on and not moved
+            for mat in layer.matrices
+        ]
+        if self.output_on_gpu and self.table.output is not None:
+            on_dev.append(self.table.output)
+        self.dev_float_bytes = sum(m.bytes_active for m in on_dev if m.type_name in _FLOAT_TYPES)
+        quantized = sum(m.params_active for m in on_dev if m.type_name not in _FLOAT_TYPES)
+        self.dev_weight_bytes = sum(m.bytes_total for m in on_dev)
+        # FLOPs per token as the device's kernels pay them: quantized products at their share.
+        self.gpu_flops_per_token = self.flops_per_token + 2.0 * quantized * (1.0 / QUANTIZED_PROMPT_SHARE - 1.0)
         self.gpu_bw = 0.0
         self.layer_overhead_s = GPU_LAYER_OVERHEAD_S
         if self.gpu:
@@ -258,7 +307,8 @@ class SpeedModel:
             # Each device at its own bandwidth, plus the hops to and from RPC hosts.
             t_dev = _device_decode_seconds(self.spec, self.target, self.mem, n_tokens, self.moved_active)
         elif dev and self.gpu_bw:
-            t_dev = dev / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + self.layer_overhead_s * self.n_gpu
+            fast = self.dev_float_bytes * (1.0 - 1.0 / FLOAT_DECODE_SHARE) if self._assumed_rates else 0.0
+            t_dev = (dev - fast) / self.gpu_bw + GPU_TOKEN_OVERHEAD_S + self.layer_overhead_s * self.n_gpu
             flops = indexer_flops(self.spec, lambda il: self.on_gpu[il], n_tokens)
             if flops:
                 # The indexer's heads make its scores a small matrix product, not a pure read.
@@ -307,7 +357,7 @@ class SpeedModel:
         for count, m, start in ((full, ub, n_past), (1 if rest else 0, rest, n_past + full * ub)):
             if count:
                 q = count * m  # the queries of these ubatches; on average each sees start + q/2 cells
-                work = q * self.flops_per_token + self._gpu_attention_flops(q, start + q / 2)
+                work = q * self.gpu_flops_per_token + self._gpu_attention_flops(q, start + q / 2)
                 t += count * self._gpu_ubatch_seconds(m, work / count)
         return t
 
@@ -334,7 +384,16 @@ class SpeedModel:
             t = _devices_prefill_seconds(self.spec, self.target, self.mem, m, work)
         else:
             t = work / sum(device_flops(g, m) for g in self.target.gpus)
+        # Never faster than one read of the device's weights, nor than its kernels' fixed costs.
+        if self.gpu_bw:
+            t = max(t, self.dev_weight_bytes / self.gpu_bw)
+        t += self.n_gpu * DEVICE_KERNELS_PER_LAYER * GPU_PROMPT_KERNEL_S
         return t + self.host_copy_bytes(m) / (PCIE_GBPS * 1e9)
+
+    @property
+    def _assumed_rates(self) -> bool:
+        """No device probe measured the offload devices: the rates are the assumed shares."""
+        return all(g.measured is None for g in self.target.gpus)
 
     def host_copy_bytes(self, m: int) -> float:
         """Weight bytes in RAM a ubatch of m tokens copies to the GPU. llama.cpp's scheduler runs

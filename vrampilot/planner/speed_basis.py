@@ -10,7 +10,7 @@ from vrampilot.gguf import ModelSpec
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.graph_factors import factors_for_model, graph_factors
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import GPU_BANDWIDTH_EFFICIENCY, SpeedPrediction, backend_key
+from vrampilot.planner.speed import SpeedPrediction, assumed_bandwidth_share, backend_key
 from vrampilot.planner.target import GpuTarget, Target
 
 
@@ -46,10 +46,12 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
         text = "GPU: " + ", ".join(
             (f"{g.label} " if len(target.gpus) > 1 else "") + device_basis(g) for g in target.gpus
         )
-        if any(g.measured is None for g in target.gpus):
+        assumed = [g for g in target.gpus if g.measured is None]
+        if assumed:
+            shares = "/".join(sorted({f"{assumed_bandwidth_share(g):.0%}" for g in assumed}))
             text += (
-                f", of which {GPU_BANDWIDTH_EFFICIENCY:.0%} is assumed to be reached (not measured on this device: "
-                "`vrampilot doctor --measure`)"
+                f", of which {shares} is assumed to be reached (not measured on this device: "
+                "`vrampilot doctor --measure`; fitted on published llama-bench results, docs/speed-model.md)"
             )
         parts.append(text)
     if not on_gpu or settings.n_gpu_layers <= spec.n_layer:  # layers on the CPU

@@ -68,6 +68,11 @@ class GpuTarget:
     margin_override_bytes: int | None = None  # None: the target's device margin
     # llama.cpp's kernels timed on this device (speed/device_probe.py); None: its rates are assumed
     measured: DeviceRates | None = None
+    # From the card's GPU profile, when one matches: its vendor, architecture generation and
+    # memory kind ("gddr", "hbm"), which the assumed rates depend on (planner/speed.py).
+    vendor: str = ""
+    generation: str = ""
+    memory_kind: str = ""
     # Who counted the free memory when it is not the backend's own figure: "NVML" or "DXGI" on
     # Windows (hardware/free_memory.py); "" otherwise.
     budget_source: str = ""
@@ -265,19 +270,22 @@ def _local_devices(
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
         measured = machine.speed.device(d.name, d.description) if machine.speed is not None else None
         out.append(
-            GpuTarget(
-                name=d.description or d.name,
-                memory_total_bytes=d.memory_total_bytes,
-                memory_budget_bytes=d.memory_free_bytes,
-                bandwidth_gbps=bw,
-                fp16_tflops=tflops,
-                bandwidth_note=note,
-                kind="gpu",
-                llama_name=d.name,
-                buffer_name=d.name,
-                asynchronous=d.asynchronous,
-                measured=measured,
-                budget_source=_os_source(d),
+            _with_profile_traits(
+                GpuTarget(
+                    name=d.description or d.name,
+                    memory_total_bytes=d.memory_total_bytes,
+                    memory_budget_bytes=d.memory_free_bytes,
+                    bandwidth_gbps=bw,
+                    fp16_tflops=tflops,
+                    bandwidth_note=note,
+                    kind="gpu",
+                    llama_name=d.name,
+                    buffer_name=d.name,
+                    asynchronous=d.asynchronous,
+                    measured=measured,
+                    budget_source=_os_source(d),
+                ),
+                d.memory_total_bytes,
             )
         )
     return tuple(out), choice.reasons, choice.explicit
@@ -299,7 +307,7 @@ def _nvml_target(g: GpuInfo) -> GpuTarget:
     bw = g.peak_bandwidth_gbps or HYPOTHETICAL_GPU_BANDWIDTH_GBPS
     note = "" if g.peak_bandwidth_gbps else f"bandwidth unknown, assuming {bw:.0f} GB/s"
     free = g.memory_free_bytes if g.memory_free_bytes is not None else g.memory_total_bytes
-    return GpuTarget(
+    gpu = GpuTarget(
         name=g.name,
         memory_total_bytes=g.memory_total_bytes,
         memory_budget_bytes=free,
@@ -309,6 +317,17 @@ def _nvml_target(g: GpuInfo) -> GpuTarget:
         llama_name=f"CUDA{g.index}",
         buffer_name=f"CUDA{g.index}",
     )
+    return _with_profile_traits(gpu, g.memory_total_bytes)
+
+
+def _with_profile_traits(gpu: GpuTarget, total: int) -> GpuTarget:
+    """`gpu` with what the speed model reads from its profile, when one matches the detected card:
+    its vendor, architecture generation and memory kind (planner/speed.py prices HBM and each
+    generation apart)."""
+    profile = match_detected(gpu.name, total)
+    if profile is None:
+        return gpu
+    return replace(gpu, vendor=profile.vendor, generation=profile.generation, memory_kind=profile.memory_kind)
 
 
 def _bandwidth_of(name: str, total: int, nv: GpuInfo | None) -> tuple[float, float, str]:
@@ -444,6 +463,9 @@ def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
         memory_budget_bytes=profile.memory_bytes,
         bandwidth_gbps=profile.bandwidth_gbps,
         fp16_tflops=profile.fp16_tflops or HYPOTHETICAL_GPU_FP16_TFLOPS,
+        vendor=profile.vendor,
+        generation=profile.generation,
+        memory_kind=profile.memory_kind,
     )
     return replace(
         _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,)), elsewhere=True
