@@ -48,6 +48,11 @@ def llama_server_argv(
     argv += ["-np", str(settings.n_seq)]
     # The plan already fits these settings; llama-server's --fit would only second-guess them.
     argv += ["--fit", "off"]
+    # The model's own Jinja chat template: the only path on which llama-server takes `tools`,
+    # `tool_choice` and Anthropic tool_use blocks (without it every such request is refused). On by
+    # default in the bundled build; named so that an exported line means the same to an older
+    # llama-server, whose default was off.
+    argv.append("--jinja")
     argv += draft_argv(settings)
     if load_mode:
         argv += ["--load-mode", load_mode]
