@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from testkit.machines import cpu_machine
 from vrampilot.commands.plan_report import format_plan, plan_to_dict
@@ -98,3 +99,21 @@ def test_the_cli_takes_tools_tokens(tmp_path: Path) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and "must be at least 0" in bad.stderr
+
+
+def test_the_plan_panel_lists_the_tools_in_what_fills_the_context(
+    qtbot: Any, embedded_model: Path, tmp_path: Path
+) -> None:
+    from vrampilot.ui.plan_view import PlanView
+
+    spec = load_model_spec(embedded_model)
+    target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())
+    view = PlanView()
+    qtbot.addWidget(view)
+    view.set_plan(plan(spec, target, Pins(n_ctx=8192, tools_tokens=3000), alternatives=False))
+    assert "8K context (tools 3,000 = 37%, 5,192 left for the chat)" in view.verdict.text()
+    assert "more than 25%" in view.reasons.text()
+    view.resize(900, 1000)
+    view.show()
+    qtbot.waitExposed(view)
+    assert view.grab().save(str(tmp_path / "plan_tools.png"))

@@ -119,6 +119,22 @@ def test_openai_tools_and_tool_choice_are_taken(served: dict[str, Any], choice: 
         assert call.function.name == WEATHER["name"] and isinstance(json.loads(call.function.arguments), dict)
 
 
+def test_the_tools_cost_in_the_prompt_is_what_the_planner_counts(served: dict[str, Any]) -> None:
+    """llama-server's own prompt count grows by count_tools_tokens' figure (0: SmolLM2's template
+    never shows the model its tools)."""
+    from vrampilot.engine.tool_tokens import count_tools_tokens
+
+    def prompt_tokens(**tools: Any) -> int:
+        r = _openai(served).chat.completions.create(
+            model=str(served["model_id"]), messages=[{"role": "user", "content": "Hi"}], max_tokens=1, **tools
+        )
+        assert r.usage is not None
+        return int(r.usage.prompt_tokens)
+
+    added = prompt_tokens(tools=OPENAI_TOOLS) - prompt_tokens()
+    assert added == count_tools_tokens(str(served["model"]), OPENAI_TOOLS).tokens == 0
+
+
 def test_openai_streams_a_conversation_with_a_tool_call_and_its_result(served: dict[str, Any]) -> None:
     """An earlier call and its result (role "tool") are rendered and answered, streamed in deltas."""
     messages: list[dict[str, Any]] = [
