@@ -27,9 +27,11 @@ def llama_server_argv(
     load_mode: str | None = None,
     alias: str | None = None,
     metrics: bool = False,
+    chat_template_file: str | Path | None = None,
 ) -> list[str]:
     """argv for llama-server running exactly this plan (and, for `vrampilot serve`, where and how
-    it listens: host, port, the model's name in /v1/models, the /metrics endpoint).
+    it listens: host, port, the model's name in /v1/models, the /metrics endpoint, a chat template
+    replacing the model's own).
 
     Never an API key: an argv is in every user's process list and in the lines we print; the
     server takes the key from its environment (vrampilot.server.binaries.tool_env)."""
@@ -64,6 +66,8 @@ def llama_server_argv(
         argv += ["--alias", alias]
     if metrics:
         argv.append("--metrics")
+    if chat_template_file:
+        argv += ["--chat-template-file", str(chat_template_file)]
     return argv
 
 
