@@ -59,8 +59,9 @@ _INHERITED_ARG_PREFIX = "LLAMA_ARG_"
 
 def tool_env(base: dict[str, str] | None = None, *, api_key: str | None = None) -> dict[str, str]:
     """The environment a tool runs with: the CPU variant this machine really runs, named, and the
-    API key llama-server requires, if any; none of llama.cpp's LLAMA_ARG_* option variables. The key goes here, not on the command line: any user
-    can read a process's command line (ps, /proc/<pid>/cmdline), only its owner its environment."""
+    API key llama-server requires, if any; none of llama.cpp's LLAMA_ARG_* option variables. The
+    key goes here, not on the command line: any user can read a process's command line (ps,
+    /proc/<pid>/cmdline), only its owner its environment."""
     from vrampilot import llamacpp
     from vrampilot.llamacpp.backends import loaded_backends, module_file
 
