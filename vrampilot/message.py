@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Role = Literal["system", "user", "assistant"]
+# "tool": a tool's result, answering the assistant message before it that asked for the call.
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclass(frozen=True)
@@ -23,19 +24,78 @@ class Message:
 
 
 def drop_oldest_turns(messages: Sequence[Message], fits: Callable[[list[Message]], bool]) -> list[Message]:
-    """Drop the oldest turns (never the system prompt or the last message) until `fits` says the
-    conversation and a full reply fit; returns what is left (possibly still too long). Every
-    backend trims by this rule, with its own tokenizer and limit behind `fits`."""
+    """Drop the oldest turns (never the system prompt, the last message or the turn it belongs
+    to) until `fits` says the conversation and a full reply fit; returns what is left (possibly
+    still too long). A turn is a user message with the replies, tool calls and tool results after
+    it, dropped together. Every backend trims by this rule, with its own tokenizer and limit
+    behind `fits`."""
     kept = list(messages)
     while not fits(kept):
         first = next((i for i, m in enumerate(kept) if m.role != "system"), None)
         if first is None or first >= len(kept) - 1:
             break
+        end = _turn_end(kept, first)
+        if end >= len(kept) and any(m.role == "tool" for m in kept[first:]):
+            break  # the first turn is a tool loop under way: dropping into it would split calls from results
         del kept[first]
-        # Keep turns whole: a reply without its question confuses the model.
-        if first < len(kept) - 1 and kept[first].role == "assistant":
+        # Keep turns whole: a reply without its question confuses the model, and a tool call
+        # without its result (or a result without its call) is malformed for every template, so
+        # the turn's replies, calls and results go with its question.
+        while first < len(kept) - 1 and kept[first].role in ("assistant", "tool"):
             del kept[first]
     return kept
+
+
+def _turn_end(messages: Sequence[Message], start: int) -> int:
+    """The index of the next user message after `start` (len(messages) when there is none)."""
+    return next((i for i in range(start + 1, len(messages)) if messages[i].role == "user"), len(messages))
+
+
+@dataclass(frozen=True)
+class ToolResultFit:
+    """A tool result as the model will see it: whole, or cut to its budget with a note saying so."""
+
+    text: str
+    tokens: int  # of `text`, note included
+    original_tokens: int
+    cut: bool
+
+
+def fit_tool_result(
+    result: str, budget_tokens: int, count: Callable[[str], int], *, tool: str = "the tool"
+) -> ToolResultFit:
+    """`result` within `budget_tokens` by `count` (the model's tokenizer): whole when it fits,
+    else its start cut at a line or word boundary and a visible note of how much the model saw,
+    so that neither the model nor the user takes a part for the whole. The caller chooses the
+    budget: what the context leaves after the tools, the turns kept and the reply."""
+    total = count(result)
+    if total <= budget_tokens:
+        return ToolResultFit(result, total, total, False)
+
+    def note(shown: int) -> str:
+        return (
+            f"\n[cut by VRAM Pilot: {tool} returned {total:,} tokens; the model sees the first "
+            f"{shown:,} of them, what the context leaves]"
+        )
+
+    room = budget_tokens - count(note(total))
+    if room <= 0:
+        text = note(0).lstrip("\n")
+        return ToolResultFit(text, count(text), total, True)
+    # Characters per token of this text, then trimmed until it fits (a few tokenizer calls).
+    keep = max(0, int(len(result) * room / total))
+    while keep > 0:
+        head = result[:keep]
+        cut_at = max(head.rfind("\n"), head.rfind(" "))
+        if cut_at > keep // 2:
+            head = head[:cut_at]
+        shown = count(head)
+        if shown <= room:
+            text = head + note(shown)
+            return ToolResultFit(text, count(text), total, True)
+        keep = int(keep * room / shown * 0.95)
+    text = note(0).lstrip("\n")
+    return ToolResultFit(text, count(text), total, True)
 
 
 @dataclass(frozen=True)

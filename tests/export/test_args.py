@@ -18,7 +18,7 @@ def _parse_server_argv(argv: list[str]) -> dict[str, str | bool]:
     i = 1
     while i < len(argv):
         flag = argv[i]
-        if flag == "--swa-full":
+        if flag in ("--swa-full", "--jinja"):
             out[flag] = True
             i += 1
         else:
@@ -54,7 +54,7 @@ def test_server_flags_and_engine_kwargs_agree(k: str, v: str, fa: bool, swa_full
     assert int(flags["-b"]) == kw["n_batch"] and int(flags["-ub"]) == kw["n_ubatch"]
     assert int(flags["-t"]) == kw["n_threads"] and int(flags["-tb"]) == kw["n_threads_batch"]
     assert ("--swa-full" in flags) == kw["swa_full"] == swa_full
-    assert flags["-np"] == "1" and flags["--fit"] == "off"
+    assert flags["-np"] == "1" and flags["--fit"] == "off" and flags["--jinja"] is True
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8080"
 
 

@@ -112,3 +112,18 @@ def test_a_counted_cache_table_is_counted_off_the_gui_thread(
         view.cache_toggle.setChecked(True)
     assert view.cache_table.text() == "Counting the cache with llama.cpp…"
     qtbot.waitUntil(lambda: "counted by llama.cpp" in view.cache_table.text(), timeout=60000)
+
+
+def test_the_tools_tokens_reach_every_plan_but_are_not_remembered_per_model(
+    qtbot: QtBot, plans: PlanController
+) -> None:
+    start(qtbot, plans)
+    with qtbot.waitSignal(plans.plan_shown, timeout=20000, check_params_cb=lambda p: p.pins.tools_tokens == 3000):
+        plans.set_tools_tokens(3000)
+    assert plans.plan is not None and plans.plan.context_budget.tools_tokens == 3000
+    assert "tools 3,000 = " in plans.view.verdict.text()
+    model = embedded_model_path()
+    assert model is not None and plans.ctx.prefs.pins_for(model).tools_tokens is None
+    with qtbot.waitSignal(plans.plan_shown, timeout=20000, check_params_cb=lambda p: p.pins.tools_tokens is None):
+        plans.set_tools_tokens(0)
+    assert "tools" not in plans.view.verdict.text()

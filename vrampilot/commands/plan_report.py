@@ -80,6 +80,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "kv_source": plan.kv_source,
         "kv_source_text": cache_source_text(plan),
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
+        "context_budget": plan.context_budget.as_dict(),
         "fits": plan.fits,
         "speed": _speed_dict(plan),
         "reasons": list(plan.reasons),
@@ -172,7 +173,7 @@ def format_plan(plan: Plan) -> str:
         "",
     ]
     rows = [
-        ("context", str(s.n_ctx)),
+        ("context", str(s.n_ctx) + (f" ({split})" if (split := plan.context_budget.text()) else "")),
         ("K / V cache", f"{s.type_k} / {s.type_v}"),
         ("GPU layers", f"{s.n_gpu_layers} of {plan.spec.n_layer + 1}" if plan.target.has_gpu else "0 (CPU only)"),
         ("batch / ubatch", f"{s.n_batch} / {s.n_ubatch}"),

@@ -50,6 +50,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "see a command line: --api-key-file keeps the key out of it",
     )
     key.add_argument("--api-key-file", metavar="FILE", type=Path, help="require the key on the first line of FILE")
+    p.add_argument(
+        "--chat-template-file",
+        metavar="FILE",
+        type=Path,
+        help="a Jinja chat template to use instead of the model's own (llama-server's --chat-template-file), "
+        "e.g. one that describes tools for a model whose own template does not (llama.cpp's models/templates)",
+    )
     p.add_argument("--force", action="store_true", help="serve even when the plan does not fit")
     p.add_argument(
         "--json",
@@ -68,12 +75,22 @@ def run(args: argparse.Namespace) -> int:
     from vrampilot.server.launch import prepare, wait_ready
 
     api_key = _api_key(args)  # a key no client could send is refused before any planning
+    template = _template(args.chat_template_file)
     plan = plan_from_args(args)
     if not plan.fits and not args.force:
         why = plan.refused or (plan.reasons[-1] if plan.reasons else "the plan does not fit this machine")
         raise UserError(f"{why} Pass --force to serve it anyway, or change the plan options.")
     on_log = None if not args.json else lambda line: print(line, file=sys.stderr)
-    config = ServerConfig(args.host, args.port, api_key, public=True, on_log=on_log)
+    config = ServerConfig(
+        args.host, args.port, api_key, public=True, on_log=on_log, chat_template_file=args.chat_template_file
+    )
+    tools_shown = _template_shows_tools(plan.spec.path, template)
+    if not tools_shown:
+        print(
+            "vrampilot: note: the chat template does not describe tools: llama-server never shows them to the "
+            "model, which answers requests with `tools` in text (--chat-template-file FILE gives one that does)",
+            file=sys.stderr,
+        )
     generated = False
     if not config.loopback_only and not config.api_key:
         config = replace(config, api_key=secrets.token_urlsafe(24))
@@ -83,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     def ready(stopping: threading.Event) -> None:
         wait_ready(server, config, timeout_s=args.timeout, cancel=stopping)
-        _announce(args, plan, config, server, generated, quote(server.argv, "bash", env=shown_env))
+        _announce(args, plan, config, server, generated, quote(server.argv, "bash", env=shown_env), tools_shown)
 
     return run_in_foreground(server, ready, label="server", binary="llama-server", watch=config)
 
@@ -111,7 +128,36 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
-def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str) -> None:
+def _template(path: Path | None) -> str | None:
+    """The text of --chat-template-file (None without it); a file that cannot be a template is refused here,
+    in one line, rather than by llama-server after the model is loaded."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read the chat template {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not text.strip():
+        raise UserError(f"the chat template {path} is empty")
+    return text
+
+
+def _template_shows_tools(model: Path, template: str | None) -> bool:
+    """Whether the template the server will use writes tools into the prompt (a probe tool rendered
+    by vrampilot.engine.tool_tokens); True when it cannot tell (llama-server judges it then)."""
+    from vrampilot.engine.errors import TemplateError
+    from vrampilot.engine.tool_tokens import count_tools_tokens, openai_tool
+
+    probe = openai_tool("probe", "A tool.", {"type": "object", "properties": {}})
+    try:
+        return count_tools_tokens(model, [probe], template=template).described
+    except (TemplateError, ValueError, OSError):
+        return True
+
+
+def _announce(
+    args: argparse.Namespace, plan: Any, config: Any, server: Any, generated: bool, line: str, tools_shown: bool
+) -> None:
     s = plan.settings
     if args.json:
         out = {
@@ -127,6 +173,8 @@ def _announce(args: argparse.Namespace, plan: Any, config: Any, server: Any, gen
             "argv": server.argv,
             "settings": s.to_dict(),
             "fits": plan.fits,
+            # Whether the chat template shows the model the tools a request gives (docs/serving.md).
+            "tools_in_template": tools_shown,
         }
         print(json.dumps(out), flush=True)
         return

@@ -17,6 +17,7 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState
 from vrampilot.engine.stats import GenerationStats, format_summary
 from vrampilot.engine.template import ChatTemplate
+from vrampilot.engine.tool_tokens import ToolsTokens, count_tools_tokens, openai_tool
 from vrampilot.message import Message
 
 __all__ = [
@@ -42,6 +43,9 @@ __all__ = [
     "SamplingParams",
     "SavedState",
     "TemplateError",
+    "ToolsTokens",
+    "count_tools_tokens",
     "fitted_reply",
     "format_summary",
+    "openai_tool",
 ]

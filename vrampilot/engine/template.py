@@ -9,6 +9,7 @@ downloaded file, so it is untrusted input; anything it raises becomes a Template
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jinja2
 
@@ -45,6 +46,19 @@ class ChatTemplate:
     def environment(self) -> jinja2.Environment:
         env: jinja2.Environment = self._formatter._environment.environment
         return env
+
+    def render_tools(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> str:
+        """The prompt for OpenAI-shaped `messages` with OpenAI-shaped `tools` (the list
+        llama-server hands its template: {"type": "function", "function": {name, description,
+        parameters}}); None: without tools. TemplateError when the template fails."""
+        try:
+            result = self._formatter(messages=list(messages), tools=list(tools) if tools is not None else None)
+        except jinja2.exceptions.SecurityError as exc:
+            raise TemplateError(f"the model's chat template tried something unsafe and was stopped: {exc}") from None
+        except Exception as exc:  # an untrusted template can fail in any way; none of it is ours
+            raise TemplateError(f"the model's chat template failed: {exc}") from None
+        prompt: str = result.prompt
+        return prompt
 
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt for the model's next reply. A conversation that ends with the assistant's own

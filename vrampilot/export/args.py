@@ -27,9 +27,11 @@ def llama_server_argv(
     load_mode: str | None = None,
     alias: str | None = None,
     metrics: bool = False,
+    chat_template_file: str | Path | None = None,
 ) -> list[str]:
     """argv for llama-server running exactly this plan (and, for `vrampilot serve`, where and how
-    it listens: host, port, the model's name in /v1/models, the /metrics endpoint).
+    it listens: host, port, the model's name in /v1/models, the /metrics endpoint, a chat template
+    replacing the model's own).
 
     Never an API key: an argv is in every user's process list and in the lines we print; the
     server takes the key from its environment (vrampilot.server.binaries.tool_env)."""
@@ -48,6 +50,11 @@ def llama_server_argv(
     argv += ["-np", str(settings.n_seq)]
     # The plan already fits these settings; llama-server's --fit would only second-guess them.
     argv += ["--fit", "off"]
+    # The model's own Jinja chat template: the only path on which llama-server takes `tools`,
+    # `tool_choice` and Anthropic tool_use blocks (without it every such request is refused). On by
+    # default in the bundled build; named so that an exported line means the same to an older
+    # llama-server, whose default was off.
+    argv.append("--jinja")
     argv += draft_argv(settings)
     if load_mode:
         argv += ["--load-mode", load_mode]
@@ -59,6 +66,8 @@ def llama_server_argv(
         argv += ["--alias", alias]
     if metrics:
         argv.append("--metrics")
+    if chat_template_file:
+        argv += ["--chat-template-file", str(chat_template_file)]
     return argv
 
 

@@ -347,6 +347,19 @@ KNOBS: tuple[Knob, ...] = (
         cli_group="moe",
     ),
     Knob(
+        "tools_tokens",
+        (
+            CliOption(
+                ("--tools-tokens",),
+                "tokens the enabled tools' schemas take in every prompt: the plan shows them in the "
+                "context budget and warns past a quarter of the context",
+                "N",
+                at_least(0),
+            ),
+        ),
+        cli_group="moe",
+    ),
+    Knob(
         "keep_free_bytes",
         (
             CliOption(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.context_budget import ContextBudget, context_budget
 from vrampilot.planner.errors import PlanError as PlanError  # where callers have always found it
 from vrampilot.planner.families import is_routed
 from vrampilot.planner.memory import MemoryBreakdown
@@ -61,6 +62,10 @@ class Pins:
     cpu_tensor_patterns: tuple[str, ...] | None = None  # the user's own -ot PATTERN=CPU
     mmproj_path: str | None = None  # a vision projector loaded with the model
     mmproj_cpu: bool | None = None  # True: the projector stays on the CPU (--no-mmproj-offload)
+    # Tokens the enabled tools' schemas take in every prompt (vrampilot.engine.tool_tokens counts
+    # them with the model's template and tokenizer): not a llama.cpp setting, a share of the
+    # context the conversation cannot use, which the plan's context budget shows.
+    tools_tokens: int | None = None
 
     def pinned(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -100,6 +105,11 @@ class Plan:
     # The target as asked, before a keep_free_bytes pin changed its margins (replan_with plans
     # for it again, so that another pin starts from the same machine); None: `target` itself.
     asked_target: Target | None = None
+
+    @property
+    def context_budget(self) -> ContextBudget:
+        """The planned context split between the enabled tools' schemas and the conversation."""
+        return context_budget(self.settings.n_ctx, self.pins.tools_tokens)
 
     @property
     def compute_source(self) -> str:

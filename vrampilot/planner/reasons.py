@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.context_budget import context_budget
 from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.placement import experts_in_ram
 from vrampilot.planner.plan import DEFAULT_MAX_CTX, DEFAULT_UBATCH, FULL_PRECISION_KV, Pins
@@ -48,6 +49,9 @@ def plan_reasons(
             f"({format_tokens(spec.n_ctx_train)}){cap}; llama.cpp pads the cache to {mem.kv.n_cells} cells."
         )
     r += _context_scaling_reasons(spec, pins, s)
+    tools = context_budget(s.n_ctx, pins.tools_tokens).reason()
+    if tools:
+        r.append(tools)
     # KV cache type
     kv_text = f"{s.type_k}" if s.type_k == s.type_v else f"K {s.type_k} / V {s.type_v}"
     if pins.type_k and pins.type_v:

@@ -21,6 +21,7 @@ from functools import partial
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.alternatives import experts_label, neighbours
 from vrampilot.planner.compute import FORMULA, GraphEstimate
+from vrampilot.planner.context_budget import context_budget
 from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
@@ -91,6 +92,8 @@ def _validate(spec: ModelSpec, pins: Pins) -> None:
             raise PlanError("the least context must be positive")
         if pins.n_ctx is not None and pins.n_ctx < pins.min_ctx:
             raise PlanError(f"context {pins.n_ctx} is less than the least context {pins.min_ctx} asked for")
+    if pins.tools_tokens is not None and pins.tools_tokens < 0:
+        raise PlanError("the tools' tokens must be 0 or more")
     if pins.keep_free_bytes is not None and pins.keep_free_bytes < 0:
         raise PlanError("the memory kept free per device must be 0 or more")
     _validate_experts(spec, pins)
@@ -508,6 +511,9 @@ def _finish(
             "the model was trained for: YaRN stretches its positions, and answers past the trained "
             "length are usually worse"
         )
+    tools_warning = context_budget(chosen.n_ctx, pins.tools_tokens).warning()
+    if tools_warning:
+        warnings.append(tools_warning)
     alts = tuple(_alternatives(spec, target, chosen, g, pins)) if alternatives else ()
     return Plan(
         spec=spec,

@@ -49,16 +49,27 @@ def tool_path(name: str) -> Path:
 
 
 API_KEY_VARIABLE = "LLAMA_API_KEY"  # llama-server's --api-key, read from its environment
+# llama.cpp's tools read any option from a LLAMA_ARG_* variable (common/arg.cpp set_env) when the
+# command line does not give it. One left in the user's environment would change what runs behind
+# the plan's back: LLAMA_ARG_JINJA=0 makes llama-server refuse every request with `tools`,
+# LLAMA_ARG_TOOLS / LLAMA_ARG_AGENT / LLAMA_ARG_MCP_SERVERS_CONFIG turn on its own tools (shell,
+# files) and MCP servers, which any client of `serve` could then run through POST /tools.
+_INHERITED_ARG_PREFIX = "LLAMA_ARG_"
 
 
 def tool_env(base: dict[str, str] | None = None, *, api_key: str | None = None) -> dict[str, str]:
     """The environment a tool runs with: the CPU variant this machine really runs, named, and the
-    API key llama-server requires, if any. The key goes here, not on the command line: any user
-    can read a process's command line (ps, /proc/<pid>/cmdline), only its owner its environment."""
+    API key llama-server requires, if any; none of llama.cpp's LLAMA_ARG_* option variables. The
+    key goes here, not on the command line: any user can read a process's command line (ps,
+    /proc/<pid>/cmdline), only its owner its environment."""
     from vrampilot import llamacpp
     from vrampilot.llamacpp.backends import loaded_backends, module_file
 
     env = dict(os.environ if base is None else base)
+    # The argv is the whole configuration (what the user copies is what runs): nothing inherited
+    # may add to it, and the only key is the one given here.
+    for name in [n for n in env if n.startswith(_INHERITED_ARG_PREFIX) or n == API_KEY_VARIABLE]:
+        del env[name]
     if api_key:
         env[API_KEY_VARIABLE] = api_key
     # When llama.cpp aborts (an RPC host went away) it would attach gdb to print a backtrace

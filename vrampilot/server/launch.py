@@ -32,6 +32,7 @@ def prepare(plan: Plan, config: ServerConfig) -> ServerProcess:
         server=str(tool_path(config.binary)),
         alias=plan.spec.path.stem if config.public else None,
         metrics=config.public,
+        chat_template_file=config.chat_template_file,
     )
     return ServerProcess(argv, tool_env(api_key=config.api_key), on_log=config.on_log)
 

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -116,6 +117,9 @@ class ServerConfig:
     public: bool = False
     on_log: Callable[[str], None] | None = field(default=None, compare=False, repr=False)  # each log line
     binary: str = "llama-server"  # the bundled tool that runs the plan
+    # A Jinja chat template replacing the model's own (llama-server's --chat-template-file): for a
+    # model whose template does not describe tools, which llama-server then never shows the model.
+    chat_template_file: Path | None = None
 
     @property
     def loopback_only(self) -> bool:

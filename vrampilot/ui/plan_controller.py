@@ -100,6 +100,9 @@ class PlanController(QObject):
         # The pins and target the loaded model was planned with: once the user changes either, the
         # next reply loads the plan shown (what they set applies, not silently what ran before).
         self._loaded_for: tuple[Pins, str] | None = None
+        # Tokens the enabled tools' schemas take in every prompt (set_tools_tokens): in every
+        # model's pins, never remembered with them.
+        self.tools_tokens: int | None = None
         self._loading_for: tuple[Pins, str] | None = None
         self._plan_waiters: list[tuple[PlanFn, FailFn]] = []
         self._load_waiters: list[tuple[LoadedFn, FailFn]] = []
@@ -359,7 +362,7 @@ class PlanController(QObject):
 
         def done(spec: ModelSpec) -> None:
             self.spec = spec
-            self.pins = self.ctx.prefs.pins_for(path)
+            self.pins = replace(self.ctx.prefs.pins_for(path), tools_tokens=self.tools_tokens)
             self.ctx.prefs.set_last_model(path)
             self.library_view.select(path)
             self.replan()
@@ -422,6 +425,15 @@ class PlanController(QObject):
         if self.model_path is not None:
             self.ctx.prefs.set_pins_for(self.model_path, pins)
         self.replan()
+
+    def set_tools_tokens(self, tokens: int | None) -> None:
+        """The enabled tools' schemas take `tokens` of every prompt (vrampilot.engine.tool_tokens
+        count_tools_tokens counts them for the model): the plan's context budget shows them and
+        warns past a quarter of the context. The settings do not change, so a loaded model stays
+        current (loaded_is_current)."""
+        self.tools_tokens = tokens or None
+        if self.pins.tools_tokens != self.tools_tokens:
+            self.set_pins(replace(self.pins, tools_tokens=self.tools_tokens))
 
     def set_draft(self, text: str) -> None:
         """Draft with a model, by n-gram lookup, or not at all (planner/draft.py plans it)."""
@@ -524,7 +536,14 @@ class PlanController(QObject):
 
     def loaded_is_current(self) -> bool:
         """The loaded model is the shown model with the pins and target it was loaded for."""
-        return self.is_loaded(self.model_path) and self._loaded_for == (self.pins, self.target_key)
+        loaded = self._loaded_for
+        # The tools' tokens change what the plan says of the context, not what llama.cpp loads.
+        return (
+            self.is_loaded(self.model_path)
+            and loaded is not None
+            and (replace(loaded[0], tools_tokens=None), loaded[1])
+            == (replace(self.pins, tools_tokens=None), self.target_key)
+        )
 
     def load(self, then: LoadedFn | None = None, failed: FailFn | None = None) -> None:
         """Load the shown plan (this machine's, when another GPU's is shown); `then` or `failed` follow."""

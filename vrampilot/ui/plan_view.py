@@ -418,7 +418,10 @@ class PlanView(QWidget):
         else:
             color, word = OVER_BUDGET, "Does not fit"
         detail = (
-            escape(wrappable(plan.refused)) if plan.refused else escape(f"{format_tokens(s.n_ctx)} context, {where}")
+            escape(wrappable(plan.refused))
+            if plan.refused
+            # What fills the context before the chat does: the enabled tools' schemas.
+            else escape(f"{format_tokens(s.n_ctx)} context{_tools_split(plan)}, {where}")
         )
         self.verdict.setText(f"<b style='color:{color}'>{word}</b> · {detail}")
         self.placement.setText(_placement_html(plan))
@@ -593,6 +596,11 @@ def _placement_html(plan: Plan) -> str:
     return f"Placement: <b>{escape(text)}</b>{escape(flags)}" + (
         f" <span style='color:gray'>({who})</span>" if who else ""
     )
+
+
+def _tools_split(plan: Plan) -> str:
+    split = plan.context_budget.text()
+    return f" ({split})" if split else ""
 
 
 def _speed_text(plan: Plan, measuring: str = "") -> str:

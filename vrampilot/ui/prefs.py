@@ -62,6 +62,10 @@ def _set_aside(path: Path) -> tuple[Path | None, str]:
         return None, exc.strerror or str(exc)
 
 
+# Pins that belong to no model: the enabled tools' tokens follow the agent settings, not the file.
+NOT_PER_MODEL = frozenset({"tools_tokens"})
+
+
 class Prefs:
     def __init__(self, settings: QSettings | None = None) -> None:
         # What the user is told at start when the settings file could not be used (None: all well).
@@ -115,6 +119,7 @@ class Prefs:
         self._s.setValue("plan/gpu_backend", value)
 
     def pins_for(self, model: str | Path) -> Pins:
+        """The pins remembered for `model` (never NOT_PER_MODEL's: they follow other settings)."""
         raw = str(self._s.value(f"pins/{_model_key(model)}", "", type=str) or "")
         if not raw:
             return Pins()
@@ -122,14 +127,14 @@ class Prefs:
             data = json.loads(raw)
         except ValueError:
             return Pins()
-        known = {f.name for f in fields(Pins)}
+        known = {f.name for f in fields(Pins)} - NOT_PER_MODEL
         # JSON has no tuples: a list (the tensor split) comes back as one, so Pins stay hashable.
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
         return Pins(**values)
 
     def set_pins_for(self, model: str | Path, pins: Pins) -> None:
         key = f"pins/{_model_key(model)}"
-        pinned = pins.pinned()
+        pinned = {k: v for k, v in pins.pinned().items() if k not in NOT_PER_MODEL}
         if pinned:
             self._s.setValue(key, json.dumps(pinned, sort_keys=True))
         else:
