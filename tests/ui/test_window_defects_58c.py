@@ -147,7 +147,7 @@ def test_theme_menu_system_light_dark_is_kept_and_follows_the_system(
 
 
 def mark_of(w: MainWindow, path: Path) -> tuple[str, str]:
-    item = w.library_view._item(path)
+    item = w.library_view.item_for(path)
     assert item is not None, f"{path.name} is not listed"
     return item.text(0), item.toolTip(0)
 

@@ -152,7 +152,7 @@ class LibraryView(QWidget):
     def set_pins(self, path: Path, pins: Pins) -> None:
         """The user pinned or unpinned a setting of `path`: its row's mark follows at once."""
         self._pins[str(path)] = pins
-        item = self._item(path)
+        item = self.item_for(path)
         e = self._entries.get(str(path))
         if item is not None and e is not None:
             item.setText(0, self._cells(e)[0])
@@ -173,7 +173,8 @@ class LibraryView(QWidget):
             )
         item.setToolTip(0, tip)
 
-    def _item(self, path: Path) -> QTreeWidgetItem | None:
+    def item_for(self, path: Path) -> QTreeWidgetItem | None:
+        """The row of `path` (None: not listed)."""
         for i in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(i)
             if item is not None and Path(item.data(0, Qt.ItemDataRole.UserRole)) == path:
@@ -205,7 +206,7 @@ class LibraryView(QWidget):
         return Path(items[0].data(0, Qt.ItemDataRole.UserRole)) if items else None
 
     def select(self, path: Path) -> None:
-        item = self._item(path)
+        item = self.item_for(path)
         if item is not None:
             self.tree.setCurrentItem(item)
 
