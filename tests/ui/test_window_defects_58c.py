@@ -301,3 +301,20 @@ def test_a_slow_measurement_is_kept_at_a_start_that_is_not_quiet(
     assert f"Kept the measurement of {before.probe.date}: other programs use" in w.status.text()
     assert "measuring" not in w.plan_view.speed.text()
     assert load_machine_speed(fp).probe == before.probe
+
+
+def test_an_image_a_reply_links_is_named_not_shown(qtbot: QtBot, tmp_path: Path) -> None:
+    from PySide6.QtGui import QImage
+
+    picture = tmp_path / "private.png"
+    image = QImage(40, 40, QImage.Format.Format_RGB32)
+    image.fill(QColor("red"))
+    assert image.save(str(picture))
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(400, 200)
+    view.set_markdown(f"Look: ![x]({picture.as_uri()}) and ![y]({picture})")
+    assert view.toPlainText() == f"Look: [image not shown: {picture.as_uri()}] and [image not shown: {picture}]"
+    shot = view.grab().toImage()
+    red = QColor("red")
+    assert not any(shot.pixelColor(x, y) == red for x in range(0, shot.width(), 2) for y in range(shot.height()))

@@ -2,7 +2,8 @@
 
 Qt's own CommonMark reader (QTextDocument.setMarkdown, GitHub dialect) renders the text, so no
 extra package is needed; HTML in the text is shown as the text it is, never rendered (a model's
-reply could otherwise colour, hide or link anything, or load a local file as an image). Fenced
+reply could otherwise colour, hide or link anything), and an image it links is named, not shown
+(Qt would read any local file the reply names). Fenced
 code blocks get a monospace font, a shaded background and syntax colours: the scanner in
 code_tokens.py finds keywords, strings, comments and numbers, and their ranges of the document's
 text are coloured (no HTML is built, so nothing needs escaping). The
@@ -102,6 +103,7 @@ class MarkdownView(QTextBrowser):
         else:
             shown, self._code = with_copy_links(text)
             self.document().setMarkdown(shown, MARKDOWN_FEATURES)
+            self._no_images()
             self._style_code_blocks()
         self._fit()
 
@@ -118,6 +120,26 @@ class MarkdownView(QTextBrowser):
             self.copy_code(int(url.path() or -1))
         elif url.scheme() in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
+
+    def _no_images(self) -> None:
+        """An image a reply links (`![x](file:///...)`) is named, not shown: Qt would read any local
+        file the model names and show it (a message's own images are thumbnails above its text)."""
+        doc = self.document()
+        found: list[tuple[int, int, str]] = []
+        block = doc.begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                if frag.charFormat().isImageFormat():
+                    found.append((frag.position(), frag.length(), frag.charFormat().toImageFormat().name()))
+                it += 1
+            block = block.next()
+        cursor = QTextCursor(doc)
+        for pos, length, name in reversed(found):
+            cursor.setPosition(pos)
+            cursor.setPosition(pos + length, QTextCursor.MoveMode.KeepAnchor)
+            cursor.insertText(f"[image not shown: {name}]", QTextCharFormat())
 
     def _style_code_blocks(self) -> None:
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
