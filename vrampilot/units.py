@@ -43,8 +43,13 @@ def format_bytes(n: int | float) -> str:
 
 def format_count(n: float, decimals: int = 0) -> str:
     """Counts and rates as users read them, thousands separated: 7313 -> '7,313' (a prompt speed),
-    1234.56 with one decimal -> '1,234.6'. Every number of tokens or tokens/s shown goes through it."""
-    return f"{n:,.{decimals}f}"
+    1234.56 with one decimal -> '1,234.6'. Every number of tokens or tokens/s shown goes through it.
+    A value that is not zero never reads as 0: it keeps two significant digits (0.37 -> '0.37', where
+    a prompt speed with the context full read "0 filling the context")."""
+    text = f"{n:,.{decimals}f}"
+    if n and not any(c in "123456789" for c in text):
+        return f"{n:.2g}"
+    return text
 
 
 def format_tokens(n: int) -> str:

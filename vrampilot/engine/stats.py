@@ -111,14 +111,20 @@ class GenerationStats:
 
 
 def format_summary(d: dict[str, Any]) -> str:
-    """The stats line from `GenerationStats.to_dict()` (also as saved with a chat message)."""
+    """The stats line from `GenerationStats.to_dict()` (also as saved with a chat message). A rate
+    is shown only where one was measured: a reply stopped before its first token says so, and one
+    of a single token has no pace between tokens (both read "0.0 tokens/s", as if it had crawled)."""
+    completion = d.get("completion_tokens", 0)
+    if not completion and d.get("stop_reason") == "cancelled":
+        return "stopped before the first token"
     reused = d.get("reused_tokens", 0)
+    tps = d.get("decode_tps", 0.0)
     parts = [
         f"{format_count(d.get('prompt_tokens', 0))} prompt tokens"
         + (f" ({format_count(reused)} reused)" if reused else ""),
         f"first token {d.get('ttft_s', 0.0):.2f} s",
-        f"{format_count(d.get('decode_tps', 0.0), 1)} tokens/s",
-        f"{format_count(d.get('completion_tokens', 0))} tokens",
+        *([f"{format_count(tps, 1)} tokens/s"] if tps > 0 else []),
+        f"{format_count(completion)} token{'' if completion == 1 else 's'}",
         f"context {format_count(d.get('context_used', 0))} / {format_count(d.get('n_ctx', 0))}",
     ]
     extra = {"cancelled": "stopped", "length": "max tokens reached", "context": "context full"}.get(

@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from gguf import GGMLQuantizationType
 
 from vrampilot.errors import UserError
-from vrampilot.planner.plan import MAX_CTX
+from vrampilot.planner.plan import MAX_CTX, Pins
 from vrampilot.planner.rope import yarn_freq_scale
 from vrampilot.planner.settings import KV_CACHE_TYPES
-from vrampilot.units import parse_size
+from vrampilot.units import format_bytes, format_tokens, parse_size
 
 # ggml type ids for the cache types llama.cpp accepts; llama-cpp-python takes the id. The gguf
 # package's enum mirrors ggml.h, so it is the one table.
@@ -416,6 +417,46 @@ KNOBS: tuple[Knob, ...] = (
 
 def knob(field: str) -> Knob:
     return next(k for k in KNOBS if k.field == field)
+
+
+# Pins without a Plan panel row of their own, as the panel's other controls name them.
+_OTHER_PIN_NAMES = {
+    "tensor_split": "Tensor split",
+    "n_cpu_moe": "Experts in RAM",
+    "cpu_experts": "Experts",
+    "min_ctx": "Minimum context",
+    "keep_free_bytes": "Kept free",
+    "cpu_tensor_patterns": "Tensors on the CPU",
+    "mmproj_path": "Vision projector",
+    "mmproj_cpu": "Vision projector on the",
+}
+
+
+def pinned_labels(pins: Pins) -> list[str]:
+    """Each pinned setting as the Plan panel names it, with its value ("Context 32K", "Threads 4"):
+    what the Models list's pinned mark lists (pins are remembered per model)."""
+    out = []
+    for field, value in pins.pinned().items():
+        k = next((k for k in KNOBS if k.field == field and k.panel is not None), None)
+        if field in ("n_ctx", "min_ctx") and isinstance(value, int):
+            text = format_tokens(value)
+        elif field == "keep_free_bytes" and isinstance(value, int):
+            text = format_bytes(value)
+        elif field == "mmproj_path":
+            text = Path(str(value)).name
+        elif field == "cpu_experts":
+            text = "all in RAM" if value else "all on the GPU"
+        elif field == "mmproj_cpu":
+            text = "CPU" if value else "GPU"
+        elif isinstance(value, tuple):
+            text = ", ".join(map(str, value))
+        elif k is not None:
+            text = k.panel_text(value)
+        else:
+            text = {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+        label = k.panel.label if k is not None and k.panel is not None else _OTHER_PIN_NAMES.get(field, field)
+        out.append(f"{label} {text}")
+    return out
 
 
 def add_knob_options(p: argparse.ArgumentParser) -> None:

@@ -51,10 +51,8 @@ def summary_line(stats: dict[str, Any] | None) -> str:
         return ""
     text = format_summary(stats)
     kv = KvCacheUsage.from_stats(stats)
-    if kv is not None:
+    if kv is not None and stats.get("completion_tokens", 0):
         text += f" · hybrid cache (torch), {kv.short_text()}"
-    if stats.get("completion_tokens", 0) == 0 and stats.get("stop_reason") == "cancelled":
-        text = "stopped before the first token"
     return text
 
 
@@ -415,11 +413,18 @@ class ChatController(QObject):
     def _reply(self, *, trim: bool = False) -> None:
         """Reply to the stored conversation; load the model first when it is not loaded, or was
         loaded before the user changed the settings (what they set is what answers)."""
-        if self.plans.loaded_is_current() or self._served_backend() is not None:
+        if self.plans.loaded_answers() or self._served_backend() is not None:
             self._generate(trim=trim)
             return
         self._set_state(ChatState.LOADING)
-        if self.plans.is_loaded(self.plans.model_path):
+        profile = self.plans.profile_shown()
+        if profile is not None:
+            # Said where the user looks: "Plan for" goes back to this machine, which can load it.
+            self.view.show_banner(
+                f"Loading the model with this machine's plan: the plan shown was for {profile}, a GPU this "
+                "machine does not have (“Plan for” is back on This machine)…"
+            )
+        elif self.plans.is_loaded(self.plans.model_path):
             self.view.show_banner("Applying the changed settings: loading the model with the plan on the right…")
         else:
             self.view.show_banner("Loading the model with the plan on the right…")

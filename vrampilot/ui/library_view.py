@@ -1,7 +1,9 @@
 """The model library: the embedded model, files the user opened or dropped, folders' contents.
 
 Each entry shows what a user picks a model by: architecture, size, quantization, trained context,
-and whether it fits this machine (from the planner, computed off the GUI thread).
+and whether it fits this machine (from the planner, computed off the GUI thread). A model with
+settings the user pinned (remembered per model) says "pinned" beside its name, its tooltip listing
+them, so a plan that differs from the defaults is no surprise when the model is picked again.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from PySide6.QtWidgets import (
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.gguf.spec import one_line
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
-from vrampilot.planner.plan import PlanError
+from vrampilot.planner.knobs import pinned_labels
+from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
@@ -39,6 +42,7 @@ BADGE_COLORS = {
     FIT_LABELS[Fit.TOO_LARGE]: OVER_BUDGET,
 }
 UNREADABLE = "Unreadable"
+PINNED_MARK = " · pinned"
 
 
 @dataclass(frozen=True)
@@ -117,18 +121,23 @@ class LibraryView(QWidget):
         row.addWidget(self.remove_b)
         lay.addLayout(row)
         self._entries: dict[str, LibraryEntry] = {}
+        self._pins: dict[str, Pins] = {}
         self._selecting = False
         self.context_menu: QMenu | None = None
 
-    def set_entries(self, entries: list[LibraryEntry], selected: Path | None) -> None:
+    def set_entries(
+        self, entries: list[LibraryEntry], selected: Path | None, pins: dict[Path, Pins] | None = None
+    ) -> None:
+        """List `entries`; `pins`: what the user pinned for each model (none where absent)."""
         self._selecting = True
         try:
             self.tree.clear()
             self._entries = {str(e.path): e for e in entries}
+            self._pins = {str(p): v for p, v in (pins or {}).items()}
             for e in entries:
                 item = QTreeWidgetItem(self._cells(e))
                 item.setData(0, Qt.ItemDataRole.UserRole, str(e.path))
-                item.setToolTip(0, str(e.path) + (f"\n{e.error}" if e.error else ""))
+                self._show_pins(item, e)
                 color = BADGE_COLORS.get(e.badge)
                 if color:
                     item.setForeground(1, QColor(color))
@@ -139,6 +148,38 @@ class LibraryView(QWidget):
         finally:
             self._selecting = False
         self._update_remove()
+
+    def set_pins(self, path: Path, pins: Pins) -> None:
+        """The user pinned or unpinned a setting of `path`: its row's mark follows at once."""
+        self._pins[str(path)] = pins
+        item = self.item_for(path)
+        e = self._entries.get(str(path))
+        if item is not None and e is not None:
+            item.setText(0, self._cells(e)[0])
+            self._show_pins(item, e)
+
+    def pinned(self, path: Path) -> list[str]:
+        """The pins the row of `path` lists ("Context 1K", ...); [] when it shows no mark."""
+        return pinned_labels(self._pins.get(str(path), Pins()))
+
+    def _show_pins(self, item: QTreeWidgetItem, e: LibraryEntry) -> None:
+        labels = self.pinned(e.path)
+        tip = str(e.path) + (f"\n{e.error}" if e.error else "")
+        if labels and e.spec is not None:
+            item.setText(0, item.text(0).replace("\n", PINNED_MARK + "\n", 1))
+            tip += (
+                "\nPinned by you for this model (Plan panel, \u201cpinned \u00d7\u201d gives one back): "
+                + ", ".join(labels)
+            )
+        item.setToolTip(0, tip)
+
+    def item_for(self, path: Path) -> QTreeWidgetItem | None:
+        """The row of `path` (None: not listed)."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item is not None and Path(item.data(0, Qt.ItemDataRole.UserRole)) == path:
+                return item
+        return None
 
     @staticmethod
     def _cells(e: LibraryEntry) -> list[str]:
@@ -165,11 +206,9 @@ class LibraryView(QWidget):
         return Path(items[0].data(0, Qt.ItemDataRole.UserRole)) if items else None
 
     def select(self, path: Path) -> None:
-        for i in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(i)
-            if item is not None and Path(item.data(0, Qt.ItemDataRole.UserRole)) == path:
-                self.tree.setCurrentItem(item)
-                return
+        item = self.item_for(path)
+        if item is not None:
+            self.tree.setCurrentItem(item)
 
     def _selected(self) -> None:
         self._update_remove()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import (
@@ -18,6 +19,7 @@ from PySide6.QtGui import (
     QResizeEvent,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QGroupBox,
     QLabel,
     QMainWindow,
@@ -52,6 +54,7 @@ from vrampilot.ui.plan_view import PlanView
 from vrampilot.ui.server_controller import ServerController
 from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.services import Services
+from vrampilot.ui.theme import ThemeChoice, apply_theme
 from vrampilot.ui.wheel_guard import guard_wheel
 
 
@@ -79,6 +82,7 @@ class MainWindow(QMainWindow):
         self._wire()
         self.actions_by_name = window_menus(self)
         self.columns.set_action(self.actions_by_name["action_chat_list"])
+        self.set_theme(ctx.prefs.theme())
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
@@ -300,6 +304,12 @@ class MainWindow(QMainWindow):
         dialog = LogWindow(self.ctx.log_path, self)
         dialog.show()
         return dialog
+
+    def set_theme(self, choice: ThemeChoice) -> None:
+        """View > Theme: System (follow it), Light or Dark, kept for the next start."""
+        self.ctx.prefs.set_theme(choice)
+        self.actions_by_name[f"theme_{choice}"].setChecked(True)
+        apply_theme(cast(QApplication, QApplication.instance()), choice)  # Qt types it as QCoreApplication
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)

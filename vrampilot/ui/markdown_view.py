@@ -1,7 +1,12 @@
 """A read-only Markdown view that grows with its text (one per chat message).
 
 Qt's own CommonMark reader (QTextDocument.setMarkdown, GitHub dialect) renders the text, so no
-extra package is needed; fenced code blocks get a monospace font and a shaded background. The
+extra package is needed; HTML in the text is shown as the text it is, never rendered (a model's
+reply could otherwise colour, hide or link anything), and an image it links is named, not shown
+(Qt would read any local file the reply names). Fenced
+code blocks get a monospace font, a shaded background and syntax colours: the scanner in
+code_tokens.py finds keywords, strings, comments and numbers, and their ranges of the document's
+text are coloured (no HTML is built, so nothing needs escaping). The
 user's own messages are shown as typed (`plain`): Markdown joins single line breaks, so a list, a
 poem or code pasted without a fence ran together into one paragraph, as chat apps never show it.
 """
@@ -17,14 +22,18 @@ from PySide6.QtGui import (
     QFont,
     QFontDatabase,
     QGuiApplication,
-    QPalette,
     QResizeEvent,
+    QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
     QTextFormat,
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
+
+from vrampilot.ui.code_tokens import tokens
+from vrampilot.ui.theme import code_colors, code_shade
 
 COPY_SCHEME = "vrampilot-copy"
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -55,18 +64,15 @@ def with_copy_links(markdown: str) -> tuple[str, list[str]]:
 
 
 _CODE_PROPS = (QTextFormat.Property.BlockCodeFence, QTextFormat.Property.BlockCodeLanguage)
+# GitHub's dialect with every kind of HTML shown as text.
+MARKDOWN_FEATURES = QTextDocument.MarkdownFeature(
+    QTextDocument.MarkdownFeature.MarkdownDialectGitHub.value | QTextDocument.MarkdownFeature.MarkdownNoHTML.value
+)
 
 
-def code_shade(palette: QPalette) -> QColor:
-    """Base mixed with 8% of the text colour: darker in light themes, lighter in dark ones."""
-    base = palette.color(QPalette.ColorRole.Base)
-    text = palette.color(QPalette.ColorRole.Text)
-    a = 0.08
-    return QColor.fromRgbF(
-        base.redF() * (1 - a) + text.redF() * a,
-        base.greenF() * (1 - a) + text.greenF() * a,
-        base.blueF() * (1 - a) + text.blueF() * a,
-    )
+def _is_code(block: QTextBlock) -> bool:
+    fmt = block.blockFormat()
+    return any(fmt.hasProperty(p) for p in _CODE_PROPS) or block.charFormat().fontFixedPitch()
 
 
 class MarkdownView(QTextBrowser):
@@ -96,7 +102,8 @@ class MarkdownView(QTextBrowser):
             self.setPlainText(text)
         else:
             shown, self._code = with_copy_links(text)
-            self.setMarkdown(shown)
+            self.document().setMarkdown(shown, MARKDOWN_FEATURES)
+            self._no_images()
             self._style_code_blocks()
         self._fit()
 
@@ -114,6 +121,26 @@ class MarkdownView(QTextBrowser):
         elif url.scheme() in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
 
+    def _no_images(self) -> None:
+        """An image a reply links (`![x](file:///...)`) is named, not shown: Qt would read any local
+        file the model names and show it (a message's own images are thumbnails above its text)."""
+        doc = self.document()
+        found: list[tuple[int, int, str]] = []
+        block = doc.begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                frag = it.fragment()
+                if frag.charFormat().isImageFormat():
+                    found.append((frag.position(), frag.length(), frag.charFormat().toImageFormat().name()))
+                it += 1
+            block = block.next()
+        cursor = QTextCursor(doc)
+        for pos, length, name in reversed(found):
+            cursor.setPosition(pos)
+            cursor.setPosition(pos + length, QTextCursor.MoveMode.KeepAnchor)
+            cursor.insertText(f"[image not shown: {name}]", QTextCharFormat())
+
     def _style_code_blocks(self) -> None:
         mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         # Say "fixed pitch, monospace" as well as the family: where the system's fixed font is
@@ -121,11 +148,12 @@ class MarkdownView(QTextBrowser):
         mono.setStyleHint(QFont.StyleHint.Monospace)
         mono.setFixedPitch(True)
         shade = code_shade(self.palette())
+        colors = code_colors(self.palette())
         block = self.document().begin()
         cursor = QTextCursor(self.document())
+        run: list[QTextBlock] = []  # the lines of one code block, highlighted together
         while block.isValid():
-            fmt = block.blockFormat()
-            if any(fmt.hasProperty(p) for p in _CODE_PROPS) or block.charFormat().fontFixedPitch():
+            if _is_code(block):
                 cursor.setPosition(block.position())
                 bf = QTextBlockFormat()
                 bf.setBackground(shade)
@@ -134,7 +162,34 @@ class MarkdownView(QTextBrowser):
                 cf = QTextCharFormat()
                 cf.setFont(mono)
                 cursor.mergeCharFormat(cf)
+                if run and run[-1].blockFormat().stringProperty(QTextFormat.Property.BlockCodeLanguage) != (
+                    block.blockFormat().stringProperty(QTextFormat.Property.BlockCodeLanguage)
+                ):
+                    self._highlight(run, colors)
+                    run = []
+                run.append(block)
+            elif run:
+                self._highlight(run, colors)
+                run = []
             block = block.next()
+        if run:
+            self._highlight(run, colors)
+
+    def _highlight(self, lines: list[QTextBlock], colors: dict[str, QColor]) -> None:
+        """Colour one code block's keywords, strings, comments and numbers. Its lines are
+        consecutive blocks, so an offset into their text joined by newlines is a document position
+        from the first line's (a block's separator counts one position, as the newline does)."""
+        info = lines[0].blockFormat().stringProperty(QTextFormat.Property.BlockCodeLanguage)
+        start = lines[0].position()
+        cursor = QTextCursor(self.document())
+        for t in tokens("\n".join(b.text() for b in lines), info):
+            cursor.setPosition(start + t.start)
+            cursor.setPosition(start + t.end, QTextCursor.MoveMode.KeepAnchor)
+            cf = QTextCharFormat()
+            cf.setForeground(colors[t.kind])
+            if t.kind == "comment":
+                cf.setFontItalic(True)
+            cursor.mergeCharFormat(cf)
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Protocol, TypeAlias
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu, QMenuBar, QTabWidget, QWidget
 
 from vrampilot.ui import dialogs
@@ -22,6 +22,7 @@ from vrampilot.ui.chat_view import ChatView
 from vrampilot.ui.columns import Columns
 from vrampilot.ui.plan_controller import PlanController
 from vrampilot.ui.plan_view import SHELL_NAMES
+from vrampilot.ui.theme import THEME_CHOICES, ThemeChoice
 
 
 class MenuBarOwner(Protocol):
@@ -61,6 +62,7 @@ class MenuWindow(MenuBarOwner, Protocol):
     def export_chat(self, chat_id: int, fmt: str) -> None: ...
     def export_command(self, shell: str) -> str: ...
     def show_log(self) -> object: ...
+    def set_theme(self, choice: ThemeChoice) -> None: ...
     def window(self) -> QWidget: ...
 
 
@@ -103,7 +105,8 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
         (f"for {label}", partial(w.export_command, shell), None, f"menu_export_{shell}")
         for shell, label in SHELL_NAMES.items()
     ]
-    return build_menus(
+    themes = [(label, partial(w.set_theme, choice), None, f"theme_{choice}") for choice, label in THEME_CHOICES.items()]
+    named = build_menus(
         w,
         [
             (
@@ -167,6 +170,7 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                     None,
                     # Checkable (the window sets it): a narrow window hides the list, this brings it back.
                     ("Chat list", w.columns.toggle_chat_list, key("Ctrl+Shift+L"), "action_chat_list"),
+                    ("Theme", themes),
                 ],
             ),
             (
@@ -178,3 +182,10 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
             ),
         ],
     )
+    # View > Theme: one of three, the current one checked (the window checks the saved one).
+    group = QActionGroup(w.menuBar())
+    for choice in THEME_CHOICES:
+        act = named[f"theme_{choice}"]
+        act.setCheckable(True)
+        group.addAction(act)
+    return named

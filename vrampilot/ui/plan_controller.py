@@ -306,7 +306,10 @@ class PlanController(QObject):
 
         self.ctx.tasks.submit(
             work,
-            done=lambda entries: self.library_view.set_entries(entries, self.model_path),
+            # The pins are read here, on the GUI thread that writes them.
+            done=lambda entries: self.library_view.set_entries(
+                entries, self.model_path, {e.path: self.ctx.prefs.pins_for(e.path) for e in entries}
+            ),
             failed=self._failed("listing the models"),
             key="library",
             owner=self,
@@ -424,6 +427,7 @@ class PlanController(QObject):
         self.view.projector.show_pins(pins)
         if self.model_path is not None:
             self.ctx.prefs.set_pins_for(self.model_path, pins)
+            self.library_view.set_pins(self.model_path, pins)
         self.replan()
 
     def set_tools_tokens(self, tokens: int | None) -> None:
@@ -545,6 +549,22 @@ class PlanController(QObject):
             == (replace(self.pins, tools_tokens=None), self.target_key)
         )
 
+    def profile_shown(self) -> str | None:
+        """The GPU profile "Plan for" shows (a plan for a card this machine does not have), or None."""
+        return self.target_key.removeprefix(PROFILE_PREFIX) if self.target_key.startswith(PROFILE_PREFIX) else None
+
+    def loaded_answers(self) -> bool:
+        """Whether the chat can reply with the model as loaded: it is current, or a GPU profile's
+        plan is shown over this machine's loaded plan of the same model and pins (that plan is for
+        another machine: the chat keeps replying with this one, and "Plan for" stays as chosen)."""
+        loaded_for = self._loaded_for
+        return self.loaded_is_current() or (
+            self.profile_shown() is not None
+            and self.is_loaded(self.model_path)
+            and loaded_for is not None
+            and loaded_for[0] == self.pins
+        )
+
     def load(self, then: LoadedFn | None = None, failed: FailFn | None = None) -> None:
         """Load the shown plan (this machine's, when another GPU's is shown); `then` or `failed` follow."""
         then = then or (lambda _r: None)
@@ -626,6 +646,7 @@ class PlanController(QObject):
             self._loaded_for = (pins, self.target_key)
             if self.model_path is not None:
                 self.ctx.prefs.set_pins_for(self.model_path, self.pins)
+                self.library_view.set_pins(self.model_path, self.pins)
             self.replan()
         self.status.emit(msg)
         self._show_load_state()
@@ -671,7 +692,11 @@ class PlanController(QObject):
                 and r.plan.settings == self.plan.settings
             )
             text = f"Loaded: {r.plan.spec.path.name}, {format_tokens(r.plan.settings.n_ctx)} context"
-            if not same:
+            profile = self.profile_shown()
+            if profile is not None:
+                # Load cannot apply another GPU's plan here: say what the chat uses instead.
+                text += f", planned for this machine: the chat replies with it. The plan above is for {profile}: export it to run there"
+            elif not same:
                 text += " — the plan above differs: press Load to apply it"
             self.view.show_load_state("loaded", text, can_load=why is None, why=why or "", reload=same)
         elif self._served and not failure:

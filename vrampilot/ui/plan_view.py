@@ -302,7 +302,10 @@ class PlanView(QWidget):
         al = QVBoxLayout(alts)
         self.alternatives = QTableWidget(0, 5)
         self.alternatives.setObjectName("alternatives")
-        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Generate t/s", "Prompt t/s", "Fits"])
+        # Generating is compared with the context full: at its start every alternative that keeps the
+        # layers where they are generates at the plan's speed (context and cache type cost nothing
+        # yet), which the note below says once instead of a column of equal figures.
+        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Full ctx t/s", "Prompt t/s", "Fits"])
         self.alternatives.verticalHeader().hide()
         self.alternatives.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.alternatives.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -312,6 +315,11 @@ class PlanView(QWidget):
             hdr.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         self.alternatives.cellDoubleClicked.connect(self._alt_clicked)
         al.addWidget(self.alternatives)
+        self.alternatives_note = QLabel()
+        self.alternatives_note.setObjectName("alternatives_note")
+        self.alternatives_note.setWordWrap(True)
+        self.alternatives_note.setEnabled(False)  # greyed: a note on the table
+        al.addWidget(self.alternatives_note)
         outer.addWidget(alts)
 
         # Inside the scrolling side panel: never squeeze a section below its natural height (the
@@ -487,17 +495,28 @@ class PlanView(QWidget):
     def _show_alternatives(self, plan: Plan) -> None:
         rows = alternative_rows(plan)
         self.alternatives.setRowCount(len(rows))
+        start = format_count(plan.speed.decode_tps, 1)
+        same_start = all(format_count(a.speed.decode_tps, 1) == start for a in rows)
+        self.alternatives_note.setText(
+            "Full ctx t/s: generating with the context full. At the start of a conversation "
+            + (
+                f"every alternative generates {start} tokens/s, as the plan does."
+                if same_start
+                else f"the plan generates {start} tokens/s; each row's tooltip has its own."
+            )
+        )
+        self.alternatives_note.setVisible(bool(rows))
         for i, a in enumerate(rows):
             cells = [
                 a.label,
                 f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})",
-                format_count(a.speed.decode_tps, 1),
+                format_count(a.speed.decode_tps_full_ctx, 1),
                 format_count(a.speed.prefill_tps),
                 {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
             summary = (
-                f"{a.label}: {cells[1]}, {cells[2]} tokens/s generating, {cells[3]} tokens/s reading a prompt, "
-                f"fits: {cells[4]}"
+                f"{a.label}: {cells[1]}, {format_count(a.speed.decode_tps, 1)} tokens/s generating at the start "
+                f"and {cells[2]} with the context full, {cells[3]} tokens/s reading a prompt, fits: {cells[4]}"
             )
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)

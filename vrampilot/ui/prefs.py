@@ -1,5 +1,5 @@
 """The app's preferences in QSettings (an INI file in the user config dir): last model, the pins
-per model, sampling, the system prompt, Enter-to-send, window layout.
+per model, sampling, the system prompt, Enter-to-send, window layout and theme.
 
 QSettings reads a damaged file as best it can and, at its next write, replaces it with what it
 made of it: a user's file would be lost without a word. So a file that is not what QSettings
@@ -22,6 +22,7 @@ from PySide6.QtCore import QByteArray, QSettings
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import config_dir, set_aside
 from vrampilot.planner.plan import Pins
+from vrampilot.ui.theme import THEME_CHOICES, ThemeChoice
 
 
 def _model_key(path: str | Path) -> str:
@@ -180,6 +181,14 @@ class Prefs:
     def set_geometry(self, geometry: QByteArray, splitter: QByteArray) -> None:
         self._s.setValue("window/geometry", geometry)
         self._s.setValue("window/splitter", splitter)
+
+    def theme(self) -> ThemeChoice:
+        """View > Theme: "system" (follow it), "light" or "dark"."""
+        value = str(self._s.value("window/theme", "system", type=str) or "system")
+        return value if value in THEME_CHOICES else "system"
+
+    def set_theme(self, choice: ThemeChoice) -> None:
+        self._s.setValue("window/theme", choice)
 
     def splitter(self) -> QByteArray | None:
         value: Any = self._s.value("window/splitter")

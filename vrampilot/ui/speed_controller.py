@@ -1,9 +1,13 @@
 """Measuring the machine once and learning from every reply, in the background.
 
-At the first start on a machine (or when replies showed that the last probe read a slow moment, or
-it came from a version before the probe ran the built-in model) the speed probe runs on a worker, a few seconds, while the window
-is already usable; a model whose weight
-types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
+At the first start on a machine (or when it came from a version before the probe ran the built-in
+model) the speed probe runs on a worker while the window is already usable: under a minute at a
+quiet moment, minutes while other programs run (speed/report.py `probe_time_text` says so, and the
+status line says what it took). When replies showed that the last probe read a slow moment, it is
+measured again only at a start where the machine is quiet (other programs' share of the CPU over a
+few seconds under `quiet_share`): measuring again beside other work read slow again, took minutes
+and ran at every start; the busy measurement stands until then, and the status line says so. A
+model whose weight types the probe did not cover gets them measured when it is selected; every llama.cpp reply is
 learned from (planner/calibration.py). Each change is saved in this machine's record (through
 speed/service.py, as `doctor --measure` and bench/speed.py measure) and reported with `measured`,
 which the plan controller applies to its target and plan. No Qt-free logic lives here: it only
@@ -29,6 +33,7 @@ from vrampilot.planner.plan import Plan
 from vrampilot.speed import cpu_load
 from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, ProbeCancelled, probe_outdated
 from vrampilot.speed.measured import HostProbe, MachineSpeed
+from vrampilot.speed.report import probe_time_text
 from vrampilot.speed.service import (
     add_missing_kernels,
     kernels_missing,
@@ -40,6 +45,7 @@ from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
 
 _log = logging.getLogger("vrampilot.ui.speed")
+QUIET_SAMPLE_S = 3.0  # how long a start watches other programs' CPU use before measuring again
 
 
 class SpeedController(QObject):
@@ -48,6 +54,8 @@ class SpeedController(QObject):
     # While the probe runs, what it is doing and why (the plan view shows it beside the prediction,
     # which stays on the old or assumed figures until then); "" when it has ended.
     measuring = Signal(str)
+    # Other programs' share of all cores under which a start is quiet enough to measure again.
+    quiet_share = cpu_load.BUSY_SHARE
 
     def __init__(self, ctx: AppContext, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -84,7 +92,16 @@ class SpeedController(QObject):
         self.measuring.emit(why)
         self.status.emit(why[0].upper() + why[1:])
 
-        def work(task: TaskHandle) -> tuple[MachineSpeed, HostProbe]:
+        quiet_share = self.quiet_share
+
+        def work(task: TaskHandle) -> tuple[MachineSpeed, HostProbe] | float:
+            if slow is not None:
+                # Again only at a quiet moment: the share others used meanwhile when it is not one.
+                start = cpu_load.snapshot()
+                task.cancelled.wait(QUIET_SAMPLE_S)
+                others = cpu_load.others_share(start)
+                if others >= quiet_share:
+                    return others
             types = with_reference_types(CORE_WEIGHT_TYPES)
             if model is not None:
                 try:  # the model about to be planned: its types measured too (header only, ms)
@@ -95,9 +112,13 @@ class SpeedController(QObject):
             saved = probed.speed
             return (saved if task.cancelled.is_set() else with_devices_measured(machine, saved)), probed.taken
 
-        def done(result: tuple[MachineSpeed, HostProbe]) -> None:
+        def done(result: tuple[MachineSpeed, HostProbe] | float) -> None:
             self.probing = False
             self.measuring.emit("")
+            if isinstance(result, float):
+                self.status.emit(_kept_busy_status(speed, result))
+                self._measure_devices(machine, speed)
+                return
             new, taken = result
             self._apply(new)
             self.status.emit(_measured_status(new, taken, slow))
@@ -191,8 +212,8 @@ def _measuring_why(speed: MachineSpeed, slow: float | None) -> str:
     against replies' usual, when that is the reason)."""
     probe = speed.probe
     if probe is None:
-        return "measuring this machine now: under a minute, in the background"
-    took = f"measuring again now, about {probe.duration_s:.0f} s in the background"
+        return f"measuring this machine now, in the background: {probe_time_text(None)}"
+    took = f"measuring again now, in the background ({probe_time_text(probe)})"
     if slow is not None:
         return f"{took}: the last measurement ran at {slow:.0%} of this machine's usual pace"
     return f"{took}: the last measurement came from an older version of the app"
@@ -214,4 +235,13 @@ def _measured_status(new: MachineSpeed, taken: HostProbe, slow: float | None) ->
     return (
         f"Measured this machine in {taken.duration_s:.1f} s: RAM {taken.ram_peak_gbps:.1f} GB/s; "
         f"speed predictions now use llama.cpp's measured kernels{note}"
+    )
+
+
+def _kept_busy_status(speed: MachineSpeed, others: float) -> str:
+    """The status line when a start did not measure again: the machine was not quiet."""
+    date = speed.probe.date if speed.probe is not None else "?"
+    return (
+        f"Kept the measurement of {date}: other programs use {others:.0%} of the CPU now, and measuring "
+        "beside them would read slow again; it is measured again at a quiet start"
     )
