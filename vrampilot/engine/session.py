@@ -42,7 +42,7 @@ from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate
 from vrampilot.engine.vision import ImageError, projector_of
-from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
 from vrampilot.storage.images import ImageFileError, read_image
@@ -70,6 +70,9 @@ class LoadResult:
 class Reply:
     text: str
     stats: GenerationStats
+    # The tools the model called instead of (or beside) answering: a tool-using chat through
+    # llama-server only (vrampilot.agents runs them and asks again).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)

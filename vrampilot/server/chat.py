@@ -25,7 +25,7 @@ from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Repl
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.gguf.projector import ProjectorSpec
-from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import ImageFileError, image_suffix, read_image
 
@@ -155,8 +155,32 @@ class ServerBackend:
             trim=trim,
         )
 
+    def reply_with_tools(
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[dict[str, Any]],
+        tool_choice: str,
+        on_text: TextFn,
+        cancel: threading.Event,
+    ) -> Reply:
+        """One round of a tool-using chat (vrampilot.agents runs the loop): the OpenAI `tools`
+        list and `tool_choice` ("auto", "required", "none"); llama-server renders them with the
+        model's template (--jinja), parses the calls in the model's own format and, for
+        "required", constrains the output by a grammar to a valid call. The reply's tool_calls
+        are the calls, streamed and joined here."""
+        return self._send(messages, sampling, on_text, cancel, tools=tools, tool_choice=tool_choice)
+
     def _send(
-        self, messages: Sequence[Message], sampling: SamplingParams, on_text: TextFn, cancel: threading.Event
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        on_text: TextFn,
+        cancel: threading.Event,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
     ) -> Reply:
         body: dict[str, Any] = {
             "messages": [_api_message(m) for m in messages],
@@ -171,6 +195,10 @@ class ServerBackend:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = tool_choice or "auto"
+            body["parallel_tool_calls"] = True
         t0 = time.perf_counter()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         done = threading.Event()
@@ -185,7 +213,7 @@ class ServerBackend:
                 data = json.loads(resp.read() or b"{}")
                 _raise_for(data, sampling.max_tokens, resp.status)
             reply = self._stream(resp, on_text, cancel, t0)
-            return Reply(reply.text, replace(reply.stats, n_ctx=self.n_ctx()))
+            return replace(reply, stats=replace(reply.stats, n_ctx=self.n_ctx()))
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
@@ -202,6 +230,7 @@ class ServerBackend:
         timings: dict[str, Any] = {}
         finish: str | None = None
         stopped = False
+        calls: dict[int, dict[str, str]] = {}  # a call's pieces by its index, as they stream
         try:
             for event in _events(resp):
                 if cancel.is_set():
@@ -210,6 +239,7 @@ class ServerBackend:
                 if "timings" in event:
                     timings = event["timings"]
                 for choice in event.get("choices", []):
+                    _join_calls(calls, (choice.get("delta") or {}).get("tool_calls") or ())
                     text = (choice.get("delta") or {}).get("content") or ""
                     if text:
                         now = time.perf_counter()
@@ -223,7 +253,11 @@ class ServerBackend:
                 raise
             stopped = True  # the watcher shut the socket mid-read
         stopped = stopped or cancel.is_set()
-        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]  # the dict's values are StopReason literals
+        stop: StopReason = (
+            "cancelled"
+            if stopped
+            else {"stop": "eos", "length": "length", "tool_calls": "eos"}.get(finish or "", "eos")
+        )  # type: ignore[assignment]  # the dict's values are StopReason literals
         prompt_n = int(timings.get("prompt_n", 0))
         cached = int(timings.get("cache_n", 0))
         predicted = int(timings.get("predicted_n", len(pieces)))
@@ -243,7 +277,23 @@ class ServerBackend:
             draft_tokens=int(timings.get("draft_n", 0)),
             draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
-        return Reply("".join(pieces), stats)
+        tool_calls = tuple(
+            ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())
+        )
+        return Reply("".join(pieces), stats, () if stopped else tool_calls)
+
+
+def _join_calls(calls: dict[int, dict[str, str]], deltas: Any) -> None:
+    """Add one event's tool-call deltas: the first of a call names it (id, name), the rest carry
+    pieces of its arguments' JSON text."""
+    for d in deltas if isinstance(deltas, list) else ():
+        if not isinstance(d, dict):
+            continue
+        call = calls.setdefault(int(d.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
+        fn = d.get("function") or {}
+        call["id"] = call["id"] or str(d.get("id") or "")
+        call["name"] += str(fn.get("name") or "")
+        call["arguments"] += str(fn.get("arguments") or "")
 
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".gif": "image/gif", ".bmp": "image/bmp"}
