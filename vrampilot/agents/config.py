@@ -37,7 +37,7 @@ class ServerEntry:
     name: str
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold tokens, as headers do
     cwd: str | None = None
     url: str | None = None
     # Sent with every request; values may be secrets (tokens): never logged, never shown (`describe`).
