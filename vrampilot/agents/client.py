@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 from vrampilot.agents.config import McpConfig, ServerEntry
 
@@ -364,7 +364,7 @@ async def _transport(entry: ServerEntry, errlog: IO[str] | None, stack: contextl
             command=entry.command, args=list(entry.args), env=dict(entry.env) or None, cwd=entry.cwd
         )
         assert errlog is not None
-        return stdio_client(params, errlog=errlog)
+        return stdio_client(params, errlog=cast(TextIO, errlog))
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 

@@ -146,7 +146,7 @@ class ToolLoop:
             return refused(f"there is no tool named {call.name!r}; the tools are: {names}")
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return refused(
                 f"the arguments are not valid JSON ({exc.msg}); call the tool again with a JSON object", info.server
             )

@@ -253,11 +253,8 @@ class ServerBackend:
                 raise
             stopped = True  # the watcher shut the socket mid-read
         stopped = stopped or cancel.is_set()
-        stop: StopReason = (
-            "cancelled"
-            if stopped
-            else {"stop": "eos", "length": "length", "tool_calls": "eos"}.get(finish or "", "eos")
-        )  # type: ignore[assignment]  # the dict's values are StopReason literals
+        ends: dict[str, StopReason] = {"stop": "eos", "length": "length", "tool_calls": "eos"}
+        stop: StopReason = "cancelled" if stopped else ends.get(finish or "", "eos")
         prompt_n = int(timings.get("prompt_n", 0))
         cached = int(timings.get("cache_n", 0))
         predicted = int(timings.get("predicted_n", len(pieces)))
