@@ -4,6 +4,8 @@ processes over stdio or over streamable HTTP on 127.0.0.1.
 `python mcp_servers.py KIND [PORT]`: KIND picks the behaviour:
   good     tools `add`, `echo`, `fail` (an error result), `big` (5 MB of text), `slow` (never answers),
            `crash` (the process exits mid-call)
+  clock    one tool without arguments, `clock`, that answers "It is 10:42 in Paris." (the tool a
+           real model calls in test_tool_calls_e2e.py: no argument it could get wrong)
   exit     exits at start with a line on stderr
   hang     never answers (reads nothing from stdin)
   http     `good`'s tools over streamable HTTP on 127.0.0.1:PORT (needs the header X-Test-Token: t0k3n)
@@ -49,6 +51,18 @@ def build() -> object:
     return server
 
 
+def build_clock() -> object:
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("vrampilot-clock")
+
+    @server.tool(description="The current time in Paris.")
+    def clock() -> str:
+        return "It is 10:42 in Paris."
+
+    return server
+
+
 def main() -> None:
     kind = sys.argv[1]
     if kind == "exit":
@@ -56,7 +70,7 @@ def main() -> None:
         sys.exit(2)
     if kind == "hang":
         time.sleep(3600)
-    server = build()
+    server = build_clock() if kind == "clock" else build()
     if kind == "http":
         run_http(server, int(sys.argv[2]))
     else:

@@ -13,10 +13,13 @@ script (`--allow-tool`). A result is untrusted text: it goes to the model as a t
 nowhere else (never run, never rendered as HTML, never read by the policy); a result larger than
 its budget is cut, with a note saying so to the model and in the transcript. A malformed call, an
 unknown tool, a tool the config does not allow and a denied call are told to the model as that
-call's result, so it can answer anyway; the user sees one line for each.
+call's result, so it can answer anyway; the user sees one line for each. Output llama-server
+cannot read as a call at all (a call cut by max_tokens) ends the loop with the text written so
+far as the answer, and a line saying why.
 
 After `max_rounds` rounds of calls the model is asked once more with tool_choice "none": it
-answers with what it has rather than calling forever.
+answers with what it has rather than calling forever. A logit bias in the sampling applies to the
+first round only (the round `first_choice` sets).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, Protocol
 from vrampilot.agents.catalog import ToolCatalog
 from vrampilot.agents.client import ToolOutcome
 from vrampilot.agents.policy import ApprovalPolicy, Decision
-from vrampilot.engine import Reply, SamplingParams
+from vrampilot.engine import Reply, SamplingParams, UnparsedReply
 from vrampilot.message import Message, ToolCall
 from vrampilot.tool_turn import ToolRound, ToolStep, Verdict
 
@@ -48,6 +51,7 @@ class ToolModel(Protocol):
         *,
         tools: Sequence[dict[str, Any]],
         tool_choice: str,
+        parallel_tool_calls: bool,
         on_text: Callable[[str], None],
         cancel: threading.Event,
     ) -> Reply: ...
@@ -83,6 +87,9 @@ class LoopResult:
     reply: Reply  # the final answer (its text and stats)
     rounds: tuple[ToolRound, ...] = field(default=())
     capped: bool = False  # the rounds cap was reached: the last answer was asked without tools
+    # Why the last reply is the model's raw text: llama-server could not read it as a call (its
+    # message). The text is kept as the answer rather than lost with the error.
+    unparsed: str | None = None
 
 
 @dataclass
@@ -95,6 +102,7 @@ class ToolLoop:
     allowed_names: tuple[str, ...] = ()  # --allow-tool: run without asking
     max_rounds: int = MAX_ROUNDS
     first_choice: str = "auto"  # tool_choice of the first round ("required": a call, whatever the model judges)
+    parallel_calls: bool = True  # False: at most one call a round (llama-server's parallel_tool_calls)
     result_budget_chars: int = RESULT_BUDGET_CHARS
     on_step: Callable[[ToolStep], None] = lambda _s: None
     on_round: Callable[[ToolRound], None] = lambda _r: None  # the history stores each round here
@@ -110,12 +118,24 @@ class ToolLoop:
         convo = list(messages)
         rounds: list[ToolRound] = []
         tools = self.catalog.api_tools()
+        # The sampling's logit bias is the first round's: it is how a small model is made to start a
+        # call ('{' biased up, docs/agents.md), and kept in later rounds it would force a call in each.
+        later = sampling.with_(logit_bias=())
         for n in range(self.max_rounds + 1):
             capped = n == self.max_rounds
             choice = "none" if capped else (self.first_choice if n == 0 else "auto")
-            reply = self.model.reply_with_tools(
-                convo, sampling, tools=tools, tool_choice=choice, on_text=on_text, cancel=cancel
-            )
+            try:
+                reply = self.model.reply_with_tools(
+                    convo,
+                    sampling if n == 0 else later,
+                    tools=tools,
+                    tool_choice=choice,
+                    parallel_tool_calls=self.parallel_calls,
+                    on_text=on_text,
+                    cancel=cancel,
+                )
+            except UnparsedReply as exc:
+                return LoopResult(exc.partial, tuple(rounds), unparsed=str(exc))
             if not reply.tool_calls or capped or cancel.is_set():
                 return LoopResult(reply, tuple(rounds), capped and bool(rounds))
             steps: list[ToolStep] = []

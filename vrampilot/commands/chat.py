@@ -40,6 +40,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="longest reply (default 256)")
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed, for repeatable replies")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (0 = greedy; default 0.7)")
+    p.add_argument(
+        "--logit-bias",
+        action="append",
+        default=[],
+        metavar="TEXT=BIAS",
+        help="add BIAS to the logits of TEXT's tokens (repeatable; -100 bans them, 100 forces them), as "
+        "llama-server's logit_bias; with tools, the first round's only: '{=100' makes the model start "
+        "a call at once (docs/agents.md)",
+    )
     p.add_argument("--force", action="store_true", help="load even when the plan does not fit")
     p.add_argument(
         "--save", action="store_true", help="keep this turn in the app's chats (without it the CLI keeps no history)"
@@ -92,6 +101,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="first round: the model decides (auto) or must call a tool (required); later rounds are auto",
     )
     tools.add_argument(
+        "--one-call",
+        action="store_true",
+        help="at most one tool call a round (llama-server's parallel_tool_calls false): a small model "
+        "forced to call (--tool-choice required) otherwise writes calls until --max-tokens",
+    )
+    tools.add_argument(
         "--tool-rounds", type=int, default=8, metavar="N", help="most rounds of tool calls before the model must answer"
     )
     p.set_defaults(handler=run_chat)
@@ -113,7 +128,9 @@ def run_chat(args: argparse.Namespace) -> int:
         why = plan.reasons[-1] if plan.reasons else "the plan does not fit this machine"
         raise UserError(f"{why} Pass --force to load it anyway, or change the plan options.")
     try:
-        sampling = SamplingParams(max_tokens=args.max_tokens, seed=args.seed)
+        sampling = SamplingParams(
+            max_tokens=args.max_tokens, seed=args.seed, logit_bias=tuple(map(_logit_bias_arg, args.logit_bias))
+        )
         if args.temperature is not None:
             sampling = sampling.with_(temperature=args.temperature)
     except ValueError as exc:
@@ -346,6 +363,7 @@ def _chat_with_tools(
                     allowed_names=tuple(args.allow_tool),
                     max_rounds=args.tool_rounds,
                     first_choice=args.tool_choice,
+                    parallel_calls=not args.one_call,
                     # a quarter of the context for one result, at about 3 characters a token
                     result_budget_chars=max(2_000, backend.n_ctx() // 4 * 3),
                     on_step=(lambda _s: None) if args.json else print_step,
@@ -356,11 +374,14 @@ def _chat_with_tools(
         except ServerExited as exc:
             raise UserError(f"llama-server running the plan stopped: {exit_text(exc.code, exc.lines)}") from None
     reply = result.reply
+    if result.unparsed is not None:
+        print(f"vrampilot: {result.unparsed}; its text is kept as the answer", file=sys.stderr)
     if not args.json:
         print()
         if result.capped:
             print(
-                f"vrampilot: the model called tools for {args.tool_rounds} rounds (--tool-rounds); "
+                f"vrampilot: the model called tools for {args.tool_rounds} round{'s' if args.tool_rounds != 1 else ''} "
+                "(--tool-rounds); "
                 "it was asked to answer without them",
                 file=sys.stderr,
             )
@@ -376,6 +397,7 @@ def _chat_with_tools(
             "served_by": "llama-server",
             "tool_rounds": [r.to_dict() for r in result.rounds],
             "tool_rounds_capped": result.capped,
+            "unparsed": result.unparsed,
         }
         print(json.dumps(out, indent=2, ensure_ascii=False))
     return 0
@@ -396,6 +418,17 @@ def _agents_config(args: argparse.Namespace) -> McpConfig | None:
             raise UserError(f"{args.mcp} has no enabled MCP server")
         return None
     return config
+
+
+def _logit_bias_arg(value: str) -> tuple[str, float]:
+    """`--logit-bias TEXT=BIAS`: split at the last `=`, so TEXT may hold one (`==5` biases `=`)."""
+    text, eq, bias = value.rpartition("=")
+    try:
+        if not eq or not text:
+            raise ValueError
+        return _text_arg(text, "--logit-bias", allow_empty=True), float(bias)
+    except ValueError:
+        raise UserError(f"--logit-bias takes TEXT=BIAS, for example '{{=100': not {value!r}") from None
 
 
 def _text_arg(value: str, option: str, *, allow_empty: bool = False) -> str:

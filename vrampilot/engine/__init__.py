@@ -11,6 +11,7 @@ from vrampilot.engine.errors import (
     NoModelLoaded,
     NoTokenizer,
     TemplateError,
+    UnparsedReply,
 )
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
@@ -42,6 +43,7 @@ __all__ = [
     "SamplingParams",
     "SavedState",
     "TemplateError",
+    "UnparsedReply",
     "fitted_reply",
     "format_summary",
 ]

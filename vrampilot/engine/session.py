@@ -536,6 +536,7 @@ class Engine:
             top_k=sampling.top_k,
             min_p=sampling.min_p,
             repeat_penalty=sampling.repeat_penalty,
+            logits_processor=_logit_bias(llm, sampling.logit_bias),
         )
         out = stream_tokens(
             gen,
@@ -571,6 +572,25 @@ class Engine:
     ) -> GenerationStats:
         """`times`: request start, prompt evaluation start, first token, last token."""
         return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)
+
+
+def _logit_bias(llm: llama_cpp.Llama, bias: Sequence[tuple[str, float]]) -> list[Callable[..., object]] | None:
+    """SamplingParams.logit_bias as llama-server applies it: every token each text tokenizes to
+    (no BOS, no special tokens) gets its bias, added to the logits before any other sampler."""
+    if not bias:
+        return None
+    by_token: dict[int, float] = {}
+    for text, value in bias:
+        for token in llm.tokenize(text.encode("utf-8"), add_bos=False, special=False):
+            by_token[token] = by_token.get(token, 0.0) + value
+    ids = np.fromiter(by_token, dtype=np.intc)
+    add = np.fromiter(by_token.values(), dtype=np.single)
+
+    def apply(_input_ids: object, scores: np.ndarray) -> np.ndarray:
+        scores[ids] += add  # the first sampler sees the whole vocabulary in token order
+        return scores
+
+    return [apply]
 
 
 def _read_image(path: str) -> bytes:

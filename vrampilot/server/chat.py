@@ -17,11 +17,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams, fitted_reply
+from vrampilot.engine import (
+    ContextOverflow,
+    EngineError,
+    GenerationStats,
+    Reply,
+    SamplingParams,
+    UnparsedReply,
+    fitted_reply,
+)
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.gguf.projector import ProjectorSpec
@@ -162,15 +169,19 @@ class ServerBackend:
         *,
         tools: Sequence[dict[str, Any]],
         tool_choice: str,
+        parallel_tool_calls: bool = True,
         on_text: TextFn,
         cancel: threading.Event,
     ) -> Reply:
         """One round of a tool-using chat (vrampilot.agents runs the loop): the OpenAI `tools`
         list and `tool_choice` ("auto", "required", "none"); llama-server renders them with the
         model's template (--jinja), parses the calls in the model's own format and, for
-        "required", constrains the output by a grammar to a valid call. The reply's tool_calls
-        are the calls, streamed and joined here."""
-        return self._send(messages, sampling, on_text, cancel, tools=tools, tool_choice=tool_choice)
+        "required", constrains the output by a grammar to a valid call (after free text, in this
+        llama.cpp: docs/agents.md). `parallel_tool_calls` False ends the reply after one call. The
+        reply's tool_calls are the calls, streamed and joined here."""
+        return self._send(
+            messages, sampling, on_text, cancel, tools=tools, tool_choice=tool_choice, parallel=parallel_tool_calls
+        )
 
     def _send(
         self,
@@ -181,6 +192,7 @@ class ServerBackend:
         *,
         tools: Sequence[dict[str, Any]] = (),
         tool_choice: str | None = None,
+        parallel: bool = True,
     ) -> Reply:
         body: dict[str, Any] = {
             "messages": [_api_message(m) for m in messages],
@@ -195,10 +207,13 @@ class ServerBackend:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.logit_bias:
+            # The pairs' form: the object's form takes a key of digits ("1") as a token id, not a text.
+            body["logit_bias"] = [[text, bias] for text, bias in sampling.logit_bias]
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = tool_choice or "auto"
-            body["parallel_tool_calls"] = True
+            body["parallel_tool_calls"] = parallel
         t0 = time.perf_counter()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         done = threading.Event()
@@ -212,8 +227,7 @@ class ServerBackend:
             if resp.status != 200:
                 data = json.loads(resp.read() or b"{}")
                 _raise_for(data, sampling.max_tokens, resp.status)
-            reply = self._stream(resp, on_text, cancel, t0)
-            return replace(reply, stats=replace(reply.stats, n_ctx=self.n_ctx()))
+            return self._stream(resp, on_text, cancel, t0)
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
@@ -231,10 +245,16 @@ class ServerBackend:
         finish: str | None = None
         stopped = False
         calls: dict[int, dict[str, str]] = {}  # a call's pieces by its index, as they stream
+        error: str | None = None
         try:
             for event in _events(resp):
                 if cancel.is_set():
                     stopped = True
+                    break
+                if "error" in event:
+                    # The server's last word before it closes the stream without [DONE]: the model's
+                    # output did not parse as a tool call (cut by max_tokens, JSON that is no call).
+                    error = _error_text(event)
                     break
                 if "timings" in event:
                     timings = event["timings"]
@@ -268,12 +288,17 @@ class ServerBackend:
             prefill_s=float(timings.get("prompt_ms", 0.0)) / 1000 or max(first_at - t0, 0.0),
             decode_s=float(timings.get("predicted_ms", 0.0)) / 1000 or max(last - first_at, 0.0),
             context_used=prompt_n + cached + predicted,
-            n_ctx=0,
+            n_ctx=self.n_ctx(),
             stop_reason=stop,
             # what llama-server drafted and kept (absent without drafting): the acceptance replies teach
             draft_tokens=int(timings.get("draft_n", 0)),
             draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
+        if error is not None:
+            raise UnparsedReply(
+                f"llama-server could not read the model's reply as a tool call: {error}",
+                Reply("".join(pieces), stats),
+            )
         tool_calls = tuple(
             ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())
         )
