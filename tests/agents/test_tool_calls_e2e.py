@@ -51,6 +51,7 @@ from vrampilot.server.chat import ServerBackend
 from vrampilot.server.session import private_server
 from vrampilot.storage import ChatStore
 from vrampilot.storage.conversation import ConversationService
+from vrampilot.tool_turn import ToolRound
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +143,11 @@ def test_a_real_call_approved_answered_and_kept(backend: ServerBackend, manager:
     asked: list[ApprovalRequest] = []
     model = Recorded(backend)
     loop = _loop(model, manager, Decision.ALLOW_ONCE, asked, tmp_path)
-    loop.on_round = lambda rnd: service.add_tool_round(chat_id, rnd)
+
+    def keep(rnd: ToolRound) -> None:
+        service.add_tool_round(chat_id, rnd)
+
+    loop.on_round = keep
     streamed: list[str] = []
     result = loop.run(service.for_model(chat_id), FORCED, on_text=streamed.append, cancel=threading.Event())
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
@@ -574,7 +575,7 @@ class Engine:
         return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)
 
 
-def _logit_bias(llm: llama_cpp.Llama, bias: Sequence[tuple[str, float]]) -> list[Callable[..., object]] | None:
+def _logit_bias(llm: llama_cpp.Llama, bias: Sequence[tuple[str, float]]) -> llama_cpp.LogitsProcessorList | None:
     """SamplingParams.logit_bias as llama-server applies it: every token each text tokenizes to
     (no BOS, no special tokens) gets its bias, added to the logits before any other sampler."""
     if not bias:
@@ -586,11 +587,11 @@ def _logit_bias(llm: llama_cpp.Llama, bias: Sequence[tuple[str, float]]) -> list
     ids = np.fromiter(by_token, dtype=np.intc)
     add = np.fromiter(by_token.values(), dtype=np.single)
 
-    def apply(_input_ids: object, scores: np.ndarray) -> np.ndarray:
+    def apply(_input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
         scores[ids] += add  # the first sampler sees the whole vocabulary in token order
         return scores
 
-    return [apply]
+    return llama_cpp.LogitsProcessorList([apply])
 
 
 def _read_image(path: str) -> bytes:
