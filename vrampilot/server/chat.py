@@ -227,7 +227,7 @@ class ServerBackend:
             if resp.status != 200:
                 data = json.loads(resp.read() or b"{}")
                 _raise_for(data, sampling.max_tokens, resp.status)
-            return self._stream(resp, on_text, cancel, t0)
+            return self._stream(resp, on_text, cancel, t0, with_tools=bool(tools))
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
@@ -237,7 +237,9 @@ class ServerBackend:
             done.set()
             conn.close()  # closing mid-stream is how a reply is stopped: the server ends the task
 
-    def _stream(self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float) -> Reply:
+    def _stream(
+        self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float, *, with_tools: bool
+    ) -> Reply:
         pieces: list[str] = []
         first: float | None = None
         last = t0
@@ -294,6 +296,8 @@ class ServerBackend:
             draft_tokens=int(timings.get("draft_n", 0)),
             draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
+        if error is not None and not with_tools:
+            raise ServerChatError(f"llama-server stopped the reply: {error}")
         if error is not None:
             raise UnparsedReply(
                 f"llama-server could not read the model's reply as a tool call: {error}",
