@@ -932,6 +932,22 @@ def write_qwen25_7b_q4_k_m(path: str | os.PathLike[str]) -> Path:
     return write_header_only(path, "qwen2.5-7b", recipe="Q4_K_M")
 
 
+def write_with_chat_template(src: str | os.PathLike[str], dst: str | os.PathLike[str], template: str) -> Path:
+    """A copy of the model `src` whose `tokenizer.chat_template` is `template`, every other key and
+    tensor as they were (gguf's own gguf_new_metadata): the embedded model with a template that
+    describes tools, which its own does not (tests/agents/test_tool_calls_e2e.py)."""
+    from gguf import GGUFReader, Keys
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = GGUFReader(src, "r")
+    arch = reader.get_field(Keys.General.ARCHITECTURE)
+    assert arch is not None, f"{src} names no architecture"
+    writer = GGUFWriter(dst, arch=str(arch.contents()), endianess=reader.endianess)
+    new = {Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(GGUFValueType.STRING, template)}
+    copy_with_new_metadata(reader, writer, new, [])
+    return Path(dst)
+
+
 # --------------------------------------------------------------------------------------------
 # bad files for reader tests
 

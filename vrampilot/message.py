@@ -6,10 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-# "tool": a tool's result, answering the assistant message before it that asked for the call.
+# "tool": a tool's result, answering one call of the assistant message before it (vrampilot.agents).
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for: its id (which the result names), the tool as the model saw it,
+    and the arguments as the JSON text the model wrote (not parsed here: a malformed one is the
+    tool loop's to report)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(frozen=True)
@@ -18,9 +32,17 @@ class Message:
     content: str
     # Image files shown to the model before the text (a plan with a vision projector only).
     images: tuple[str, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls
+    tool_call_id: str = ""  # a "tool" message: the call it answers
 
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def as_dict(self) -> dict[str, Any]:
+        """The message as chat templates and the OpenAI API read it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.as_dict() for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 def drop_oldest_turns(messages: Sequence[Message], fits: Callable[[list[Message]], bool]) -> list[Message]:

@@ -41,6 +41,16 @@ def test_streams_the_reply_and_reports_stats(engine: Engine) -> None:
     assert {"prompt_tokens", "completion_tokens", "ttft_s", "decode_tps", "prefill_tps"} <= set(d)
 
 
+def test_logit_bias_moves_the_text_s_tokens_as_llama_server_does(engine: Engine) -> None:
+    """`--logit-bias` in-process: every token of the text gets the bias, before the other samplers."""
+    question = [Message("user", "Name three colors.")]
+    forced = engine.chat(question, GREEDY.with_(max_tokens=3, logit_bias=(("{", 100.0),)))
+    assert forced.text == "{{{"  # the bias outweighs every other token, and the repeat penalty
+    unbiased = engine.chat(question, GREEDY.with_(max_tokens=3)).text
+    banned = engine.chat(question, GREEDY.with_(max_tokens=3, logit_bias=((unbiased[:1], -100.0),))).text
+    assert unbiased and not banned.startswith(unbiased[:1])
+
+
 def test_a_follow_up_evaluates_only_the_new_tokens(engine: Engine) -> None:
     first = [Message("system", "You are terse."), Message("user", "What is the capital of France?")]
     r1 = engine.chat(first, GREEDY)

@@ -19,9 +19,11 @@ from vrampilot.errors import UserError
 from vrampilot.speed import cpu_load
 
 if TYPE_CHECKING:
+    from vrampilot.agents import McpConfig
     from vrampilot.documents import Composed, DocumentSet, FitReport
     from vrampilot.engine import GenerationStats, Message, PromptProgress, SamplingParams
     from vrampilot.planner.plan import Plan
+    from vrampilot.tool_turn import ToolRound
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,6 +40,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="longest reply (default 256)")
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed, for repeatable replies")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (0 = greedy; default 0.7)")
+    p.add_argument(
+        "--logit-bias",
+        action="append",
+        default=[],
+        metavar="TEXT=BIAS",
+        help="add BIAS to the logits of TEXT's tokens (repeatable; -100 bans them, 100 forces them), as "
+        "llama-server's logit_bias; with tools, the first round's only: '{=100' makes the model start "
+        "a call at once (docs/agents.md)",
+    )
     p.add_argument("--force", action="store_true", help="load even when the plan does not fit")
     p.add_argument(
         "--save", action="store_true", help="keep this turn in the app's chats (without it the CLI keeps no history)"
@@ -66,6 +77,38 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="show the model an image with the prompt (repeatable; PNG, JPEG, GIF or BMP): needs the "
         "model's vision projector (--mmproj), planned and loaded with it",
     )
+    tools = p.add_argument_group("tools (MCP servers; docs/agents.md)")
+    tools.add_argument(
+        "--mcp",
+        type=Path,
+        metavar="FILE",
+        help="the MCP servers' config (the mcpServers JSON of Claude Desktop, Cursor, LM Studio); default: "
+        "mcp.json in the data folder, when it exists. With servers, the chat runs in llama-server with their tools",
+    )
+    tools.add_argument("--no-tools", action="store_true", help="do not start the MCP servers for this chat")
+    tools.add_argument(
+        "--allow-tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run this tool without asking (repeatable; TOOL or SERVER/TOOL). Other calls are asked on the "
+        "terminal; without a terminal they are denied and the model is told so",
+    )
+    tools.add_argument(
+        "--tool-choice",
+        choices=("auto", "required"),
+        default="auto",
+        help="first round: the model decides (auto) or must call a tool (required); later rounds are auto",
+    )
+    tools.add_argument(
+        "--one-call",
+        action="store_true",
+        help="at most one tool call a round (llama-server's parallel_tool_calls false): a small model "
+        "forced to call (--tool-choice required) otherwise writes calls until --max-tokens",
+    )
+    tools.add_argument(
+        "--tool-rounds", type=int, default=8, metavar="N", help="most rounds of tool calls before the model must answer"
+    )
     p.set_defaults(handler=run_chat)
 
 
@@ -85,12 +128,20 @@ def run_chat(args: argparse.Namespace) -> int:
         why = plan.reasons[-1] if plan.reasons else "the plan does not fit this machine"
         raise UserError(f"{why} Pass --force to load it anyway, or change the plan options.")
     try:
-        sampling = SamplingParams(max_tokens=args.max_tokens, seed=args.seed)
+        sampling = SamplingParams(
+            max_tokens=args.max_tokens, seed=args.seed, logit_bias=tuple(map(_logit_bias_arg, args.logit_bias))
+        )
         if args.temperature is not None:
             sampling = sampling.with_(temperature=args.temperature)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
+    agents = _agents_config(args)
+    if agents is not None and (images or args.document):
+        raise UserError(
+            "--image and --document are read by the in-app engine; a chat with tools runs in "
+            "llama-server: add --no-tools to attach them"
+        )
     history = _History(args.chat, args.save or args.chat is not None, plan, system)
     if plan.settings.server_only:
         # Such a plan chats through a private llama-server; --image and --document are the engine's.
@@ -102,6 +153,8 @@ def run_chat(args: argparse.Namespace) -> int:
     messages = history.ask(prompt)  # stored before the model loads
     if images:
         messages[-1] = replace(messages[-1], images=images)
+    if agents is not None:
+        return _chat_with_tools(args, plan, agents, history, messages, sampling)
     if plan.settings.server_only:
         return _chat_served(args, plan, history, messages, sampling)
     docs = _attach(args.document, plan, sampling.max_tokens) if args.document else None
@@ -277,6 +330,107 @@ def _chat_served(
     return 0
 
 
+def _chat_with_tools(
+    args: argparse.Namespace,
+    plan: Plan,
+    config: McpConfig,
+    history: _History,
+    messages: list[Message],
+    sampling: SamplingParams,
+) -> int:
+    """A turn with the MCP servers' tools, through a private llama-server (agents/loop.py says why)."""
+    import threading
+
+    from vrampilot.agents import ApprovalPolicy, McpManager, ToolCatalog, ToolLoop
+    from vrampilot.commands.chat_tools import print_step, report_servers, terminal_approver
+    from vrampilot.server.process import ServerExited, exit_text
+    from vrampilot.server.session import private_server
+
+    cancel = threading.Event()
+    with McpManager(config) as manager:  # the servers start while the model loads
+        try:
+            with private_server(plan) as backend:
+                report_servers(manager)
+                catalog = ToolCatalog.build(manager.tools())
+                if not catalog:
+                    print("vrampilot: no MCP tool is available: the model answers without tools", file=sys.stderr)
+                loop = ToolLoop(
+                    backend,
+                    manager,
+                    catalog,
+                    terminal_approver(),
+                    ApprovalPolicy(),
+                    allowed_names=tuple(args.allow_tool),
+                    max_rounds=args.tool_rounds,
+                    first_choice=args.tool_choice,
+                    parallel_calls=not args.one_call,
+                    # a quarter of the context for one result, at about 3 characters a token
+                    result_budget_chars=max(2_000, backend.n_ctx() // 4 * 3),
+                    on_step=(lambda _s: None) if args.json else print_step,
+                    on_round=history.save_round,
+                )
+                on_text = (lambda _t: None) if args.json else _print_piece
+                result = loop.run(messages, sampling, on_text=on_text, cancel=cancel)
+        except ServerExited as exc:
+            raise UserError(f"llama-server running the plan stopped: {exit_text(exc.code, exc.lines)}") from None
+    reply = result.reply
+    if result.unparsed is not None:
+        print(f"vrampilot: {result.unparsed}; its text is kept as the answer", file=sys.stderr)
+    if not args.json:
+        print()
+        if result.capped:
+            print(
+                f"vrampilot: the model called tools for {args.tool_rounds} round{'s' if args.tool_rounds != 1 else ''} "
+                "(--tool-rounds); "
+                "it was asked to answer without them",
+                file=sys.stderr,
+            )
+        print(reply.stats.summary(), file=sys.stderr)
+    chat_id = history.save(reply.text, reply.stats.to_dict())
+    if args.json:
+        out: dict[str, Any] = {
+            "chat_id": chat_id,
+            "model": str(plan.spec.path),
+            "reply": reply.text,
+            "stats": reply.stats.to_dict(),
+            "settings": plan.settings.to_dict(),
+            "served_by": "llama-server",
+            "tool_rounds": [r.to_dict() for r in result.rounds],
+            "tool_rounds_capped": result.capped,
+            "unparsed": result.unparsed,
+        }
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _agents_config(args: argparse.Namespace) -> McpConfig | None:
+    """The MCP servers this chat uses: --mcp FILE, else the data folder's mcp.json; None without
+    enabled servers (the chat is as it was without tools)."""
+    if args.no_tools:
+        return None
+    if args.tool_rounds < 1:
+        raise UserError("--tool-rounds must be at least 1")
+    from vrampilot.agents import load_config
+
+    config = load_config(args.mcp, missing_ok=args.mcp is None)
+    if not config.enabled():
+        if args.mcp is not None:
+            raise UserError(f"{args.mcp} has no enabled MCP server")
+        return None
+    return config
+
+
+def _logit_bias_arg(value: str) -> tuple[str, float]:
+    """`--logit-bias TEXT=BIAS`: split at the last `=`, so TEXT may hold one (`==5` biases `=`)."""
+    text, eq, bias = value.rpartition("=")
+    try:
+        if not eq or not text:
+            raise ValueError
+        return _text_arg(text, "--logit-bias", allow_empty=True), float(bias)
+    except ValueError:
+        raise UserError(f"--logit-bias takes TEXT=BIAS, for example '{{=100': not {value!r}") from None
+
+
 def _text_arg(value: str, option: str, *, allow_empty: bool = False) -> str:
     """Command-line text as the model gets it: UTF-8, and not empty where a message is required."""
     try:
@@ -331,6 +485,11 @@ class _History:
         if self.system is not None:  # --system replaces the chat's own for this turn
             messages = [Message("system", self.system), *(m for m in messages if m.role != "system")]
         return messages
+
+    def save_round(self, rnd: ToolRound) -> None:
+        """A round of tool calls, stored as it ends (kill -9 loses at most the round in progress)."""
+        if self._service is not None and self.chat_id is not None:
+            self._service.add_tool_round(self.chat_id, rnd)
 
     def save(self, reply: str, stats: dict[str, Any]) -> int | None:
         """Store the reply to the question `ask` stored."""

@@ -11,6 +11,7 @@ from vrampilot.engine.errors import (
     NoModelLoaded,
     NoTokenizer,
     TemplateError,
+    UnparsedReply,
 )
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
@@ -44,6 +45,7 @@ __all__ = [
     "SavedState",
     "TemplateError",
     "ToolsTokens",
+    "UnparsedReply",
     "count_tools_tokens",
     "fitted_reply",
     "format_summary",

@@ -17,6 +17,10 @@ class SamplingParams:
     repeat_penalty: float = 1.1
     max_tokens: int = 512
     seed: int | None = None  # None: a new random seed per reply
+    # Added to the logits of each token of a text, as llama-server's `logit_bias` with text keys
+    # (every token the text tokenizes to gets the bias); `--logit-bias '{=100'` makes a tool call's
+    # JSON start at once (docs/agents.md). Pairs, not a dict: the params stay frozen and hashable.
+    logit_bias: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
@@ -34,6 +38,13 @@ class SamplingParams:
             raise ValueError("repeat penalty must be positive (1 = off)")
         if self.max_tokens < 1:
             raise ValueError("max tokens must be at least 1")
+        # JSON (the app's saved preferences) gives the pairs back as lists
+        object.__setattr__(self, "logit_bias", tuple((str(t), float(b)) for t, b in self.logit_bias))
+        for text, bias in self.logit_bias:
+            if not text:
+                raise ValueError("a logit bias needs a token text")
+            if not math.isfinite(bias):
+                raise ValueError(f"the logit bias of {text!r} must be a finite number")
 
     def with_(self, **changes: Any) -> SamplingParams:
         return replace(self, **changes)

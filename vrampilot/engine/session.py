@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from vrampilot import llamacpp
 from vrampilot.engine.backoff import next_backoff
@@ -42,7 +43,7 @@ from vrampilot.engine.stats import GenerationStats, StopReason
 from vrampilot.engine.streaming import TextFn, stream_tokens
 from vrampilot.engine.template import ChatTemplate
 from vrampilot.engine.vision import ImageError, projector_of
-from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
 from vrampilot.storage.images import ImageFileError, read_image
@@ -70,6 +71,9 @@ class LoadResult:
 class Reply:
     text: str
     stats: GenerationStats
+    # The tools the model called instead of (or beside) answering: a tool-using chat through
+    # llama-server only (vrampilot.agents runs them and asks again).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -533,6 +537,7 @@ class Engine:
             top_k=sampling.top_k,
             min_p=sampling.min_p,
             repeat_penalty=sampling.repeat_penalty,
+            logits_processor=_logit_bias(llm, sampling.logit_bias),
         )
         out = stream_tokens(
             gen,
@@ -568,6 +573,25 @@ class Engine:
     ) -> GenerationStats:
         """`times`: request start, prompt evaluation start, first token, last token."""
         return GenerationStats.from_times(len(tokens), reused, completion, times, (llm.n_tokens, llm.n_ctx()), stop)
+
+
+def _logit_bias(llm: llama_cpp.Llama, bias: Sequence[tuple[str, float]]) -> llama_cpp.LogitsProcessorList | None:
+    """SamplingParams.logit_bias as llama-server applies it: every token each text tokenizes to
+    (no BOS, no special tokens) gets its bias, added to the logits before any other sampler."""
+    if not bias:
+        return None
+    by_token: dict[int, float] = {}
+    for text, value in bias:
+        for token in llm.tokenize(text.encode("utf-8"), add_bos=False, special=False):
+            by_token[token] = by_token.get(token, 0.0) + value
+    ids = np.fromiter(by_token, dtype=np.intc)
+    add = np.fromiter(by_token.values(), dtype=np.single)
+
+    def apply(_input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
+        scores[ids] += add  # the first sampler sees the whole vocabulary in token order
+        return scores
+
+    return llama_cpp.LogitsProcessorList([apply])
 
 
 def _read_image(path: str) -> bytes:

@@ -114,7 +114,7 @@ def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # after Reply's tool_calls, which has a default
 class HybridReply(Reply):
     """A Reply as the engine gives one, plus what the cache holds after it."""
 
@@ -244,7 +244,7 @@ class HybridChat:
         usage = self.usage()
         if on_usage is not None:
             on_usage(usage)
-        return HybridReply(out.text, stats, usage, load_s)
+        return HybridReply(out.text, stats, kv=usage, load_s=load_s)
 
 
 class HybridBackend:

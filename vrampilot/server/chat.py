@@ -17,15 +17,22 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vrampilot.engine import ContextOverflow, EngineError, GenerationStats, Reply, SamplingParams, fitted_reply
+from vrampilot.engine import (
+    ContextOverflow,
+    EngineError,
+    GenerationStats,
+    Reply,
+    SamplingParams,
+    UnparsedReply,
+    fitted_reply,
+)
 from vrampilot.engine.session import Engine
 from vrampilot.engine.stats import StopReason
 from vrampilot.gguf.projector import ProjectorSpec
-from vrampilot.message import Message, drop_oldest_turns
+from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import ImageFileError, image_suffix, read_image
 
@@ -155,8 +162,37 @@ class ServerBackend:
             trim=trim,
         )
 
+    def reply_with_tools(
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        *,
+        tools: Sequence[dict[str, Any]],
+        tool_choice: str,
+        parallel_tool_calls: bool = True,
+        on_text: TextFn,
+        cancel: threading.Event,
+    ) -> Reply:
+        """One round of a tool-using chat (vrampilot.agents runs the loop): the OpenAI `tools`
+        list and `tool_choice` ("auto", "required", "none"); llama-server renders them with the
+        model's template (--jinja), parses the calls in the model's own format and, for
+        "required", constrains the output by a grammar to a valid call (after free text, in this
+        llama.cpp: docs/agents.md). `parallel_tool_calls` False ends the reply after one call. The
+        reply's tool_calls are the calls, streamed and joined here."""
+        return self._send(
+            messages, sampling, on_text, cancel, tools=tools, tool_choice=tool_choice, parallel=parallel_tool_calls
+        )
+
     def _send(
-        self, messages: Sequence[Message], sampling: SamplingParams, on_text: TextFn, cancel: threading.Event
+        self,
+        messages: Sequence[Message],
+        sampling: SamplingParams,
+        on_text: TextFn,
+        cancel: threading.Event,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        parallel: bool = True,
     ) -> Reply:
         body: dict[str, Any] = {
             "messages": [_api_message(m) for m in messages],
@@ -171,6 +207,13 @@ class ServerBackend:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.logit_bias:
+            # The pairs' form: the object's form takes a key of digits ("1") as a token id, not a text.
+            body["logit_bias"] = [[text, bias] for text, bias in sampling.logit_bias]
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = tool_choice or "auto"
+            body["parallel_tool_calls"] = parallel
         t0 = time.perf_counter()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         done = threading.Event()
@@ -184,8 +227,7 @@ class ServerBackend:
             if resp.status != 200:
                 data = json.loads(resp.read() or b"{}")
                 _raise_for(data, sampling.max_tokens, resp.status)
-            reply = self._stream(resp, on_text, cancel, t0)
-            return Reply(reply.text, replace(reply.stats, n_ctx=self.n_ctx()))
+            return self._stream(resp, on_text, cancel, t0, with_tools=bool(tools))
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
@@ -195,21 +237,31 @@ class ServerBackend:
             done.set()
             conn.close()  # closing mid-stream is how a reply is stopped: the server ends the task
 
-    def _stream(self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float) -> Reply:
+    def _stream(
+        self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float, *, with_tools: bool
+    ) -> Reply:
         pieces: list[str] = []
         first: float | None = None
         last = t0
         timings: dict[str, Any] = {}
         finish: str | None = None
         stopped = False
+        calls: dict[int, dict[str, str]] = {}  # a call's pieces by its index, as they stream
+        error: str | None = None
         try:
             for event in _events(resp):
                 if cancel.is_set():
                     stopped = True
                     break
+                if "error" in event:
+                    # The server's last word before it closes the stream without [DONE]: the model's
+                    # output did not parse as a tool call (cut by max_tokens, JSON that is no call).
+                    error = _error_text(event)
+                    break
                 if "timings" in event:
                     timings = event["timings"]
                 for choice in event.get("choices", []):
+                    _join_calls(calls, (choice.get("delta") or {}).get("tool_calls") or ())
                     text = (choice.get("delta") or {}).get("content") or ""
                     if text:
                         now = time.perf_counter()
@@ -223,7 +275,8 @@ class ServerBackend:
                 raise
             stopped = True  # the watcher shut the socket mid-read
         stopped = stopped or cancel.is_set()
-        stop: StopReason = "cancelled" if stopped else {"stop": "eos", "length": "length"}.get(finish or "", "eos")  # type: ignore[assignment]  # the dict's values are StopReason literals
+        ends: dict[str, StopReason] = {"stop": "eos", "length": "length", "tool_calls": "eos"}
+        stop: StopReason = "cancelled" if stopped else ends.get(finish or "", "eos")
         prompt_n = int(timings.get("prompt_n", 0))
         cached = int(timings.get("cache_n", 0))
         predicted = int(timings.get("predicted_n", len(pieces)))
@@ -237,13 +290,36 @@ class ServerBackend:
             prefill_s=float(timings.get("prompt_ms", 0.0)) / 1000 or max(first_at - t0, 0.0),
             decode_s=float(timings.get("predicted_ms", 0.0)) / 1000 or max(last - first_at, 0.0),
             context_used=prompt_n + cached + predicted,
-            n_ctx=0,
+            n_ctx=self.n_ctx(),
             stop_reason=stop,
             # what llama-server drafted and kept (absent without drafting): the acceptance replies teach
             draft_tokens=int(timings.get("draft_n", 0)),
             draft_accepted=int(timings.get("draft_n_accepted", 0)),
         )
-        return Reply("".join(pieces), stats)
+        if error is not None and not with_tools:
+            raise ServerChatError(f"llama-server stopped the reply: {error}")
+        if error is not None:
+            raise UnparsedReply(
+                f"llama-server could not read the model's reply as a tool call: {error}",
+                Reply("".join(pieces), stats),
+            )
+        tool_calls = tuple(
+            ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())
+        )
+        return Reply("".join(pieces), stats, () if stopped else tool_calls)
+
+
+def _join_calls(calls: dict[int, dict[str, str]], deltas: Any) -> None:
+    """Add one event's tool-call deltas: the first of a call names it (id, name), the rest carry
+    pieces of its arguments' JSON text."""
+    for d in deltas if isinstance(deltas, list) else ():
+        if not isinstance(d, dict):
+            continue
+        call = calls.setdefault(int(d.get("index", len(calls))), {"id": "", "name": "", "arguments": ""})
+        fn = d.get("function") or {}
+        call["id"] = call["id"] or str(d.get("id") or "")
+        call["name"] += str(fn.get("name") or "")
+        call["arguments"] += str(fn.get("arguments") or "")
 
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".gif": "image/gif", ".bmp": "image/bmp"}

@@ -19,6 +19,7 @@ from typing import Any
 
 from vrampilot.storage.db import StorageError, connect
 from vrampilot.storage.images import StoredImage
+from vrampilot.tool_turn import ToolRound
 
 ROLES = ("system", "user", "assistant")
 # What replies a chat: llama.cpp (the engine), or the experimental hybrid-cache backend on torch
@@ -45,6 +46,7 @@ class StoredMessage:
     content: str
     stats: dict[str, Any] | None = None
     images: tuple[StoredImage, ...] = ()  # shown to the model before the text (storage/images.py)
+    tool_round: ToolRound | None = None  # an assistant message that called tools, with their results
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ class ChatStore:
 
     def messages(self, chat_id: int) -> list[StoredMessage]:
         rows = self._conn.execute(
-            "SELECT id, position, role, content, stats_json, images_json FROM messages WHERE chat_id = ? "
+            "SELECT id, position, role, content, stats_json, images_json, tools_json FROM messages WHERE chat_id = ? "
             "ORDER BY position",
             (chat_id,),
         ).fetchall()
@@ -184,6 +186,7 @@ class ChatStore:
                 r["content"],
                 json.loads(r["stats_json"]) if r["stats_json"] else None,
                 _images_from(r["images_json"]),
+                _round_from(r["tools_json"]),
             )
             for r in rows
         ]
@@ -222,24 +225,35 @@ class ChatStore:
         content: str,
         stats: dict[str, Any] | None = None,
         images: Sequence[StoredImage] = (),
+        tool_round: ToolRound | None = None,
     ) -> StoredMessage:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        tools_json = json.dumps(tool_round.to_dict(), ensure_ascii=False) if tool_round is not None else None
         now = time.time()
         with _writing("the message"), self._tx():
             pos = self._conn.execute(
                 "SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE chat_id = ?", (chat_id,)
             ).fetchone()[0]
             cur = self._conn.execute(
-                "INSERT INTO messages (chat_id, position, role, content, stats_json, created_at, images_json) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, pos, role, content, json.dumps(stats) if stats else None, now, _images_json(images)),
+                "INSERT INTO messages (chat_id, position, role, content, stats_json, created_at, images_json, tools_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    chat_id,
+                    pos,
+                    role,
+                    content,
+                    json.dumps(stats) if stats else None,
+                    now,
+                    _images_json(images),
+                    tools_json,
+                ),
             )
             row = self._conn.execute("SELECT title FROM chats WHERE id = ?", (chat_id,)).fetchone()
             if row is not None and row["title"] == DEFAULT_TITLE and role == "user":
                 self._conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title_from(content), chat_id))
             self._conn.execute(f"UPDATE chats SET updated_at = {_TOUCHED} WHERE id = ?", (now, chat_id))
-        return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats, tuple(images))
+        return StoredMessage(int(cur.lastrowid or 0), pos, role, content, stats, tuple(images), tool_round)
 
     def update_message(
         self,
@@ -306,6 +320,7 @@ class ChatStore:
                     "role": m.role,
                     "content": m.content,
                     **({"images": [i.to_dict() for i in m.images]} if m.images else {}),
+                    **({"tool_calls": m.tool_round.to_dict()["calls"]} if m.tool_round else {}),
                     **({"stats": m.stats} if m.stats else {}),
                 }
                 for m in chat.messages
@@ -325,6 +340,8 @@ class ChatStore:
         for m in chat.messages:
             shown = [f"[image: {i.name or i.file_name}]" for i in m.images]
             lines += [f"## {names[m.role]}", "", *shown, *([""] if shown else []), m.content, ""]
+            if m.tool_round is not None:
+                lines += _markdown_round(m.tool_round)
         return "\n".join(lines).rstrip() + "\n"
 
     def _tx(self) -> _Transaction:
@@ -363,6 +380,32 @@ def _images_from(raw: str | None) -> tuple[StoredImage, ...]:
         return tuple(StoredImage.from_dict(d) for d in json.loads(raw))
     except (ValueError, KeyError, TypeError):
         return ()  # written by a newer build in a form this one does not know: shown without images
+
+
+def _round_from(raw: str | None) -> ToolRound | None:
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return ToolRound.from_dict(data) if isinstance(data, dict) else None
+
+
+def _markdown_round(rnd: ToolRound) -> list[str]:
+    """A round's calls in the Markdown export: each call, then its result as a fenced block (a
+    result is untrusted text: fenced, it cannot turn into Markdown of the export's own)."""
+    out: list[str] = []
+    for step in rnd.steps:
+        out += [f"**Tool call** {step.line()}", ""]
+        fence = "`" * max(3, _longest_backticks(step.result) + 1)
+        out += [fence, step.result, fence, ""]
+    return out
+
+
+def _longest_backticks(text: str) -> int:
+    runs = re.findall(r"`+", text)
+    return max((len(r) for r in runs), default=0)
 
 
 def _snippet(text: str, needle: str, width: int = 40) -> str:

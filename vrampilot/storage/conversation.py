@@ -23,6 +23,7 @@ from typing import Any
 from vrampilot.message import Message
 from vrampilot.storage.chats import BACKEND_LLAMA, Chat, ChatStore, ChatSummary, StoredMessage, title_from
 from vrampilot.storage.images import ImageStore, StoredImage
+from vrampilot.tool_turn import ToolRound
 
 EXPORT_FORMATS = ("markdown", "json")
 
@@ -104,15 +105,24 @@ class ConversationService:
         return self.ask(chat_id, text, kept)
 
     def drop_last_reply(self, chat_id: int) -> bool:
-        """For regenerate: remove the last reply; False when the chat does not end in one."""
+        """For regenerate: remove the last reply, with the tool rounds that led to it (the model
+        calls again, as it sees fit); False when the chat does not end in one."""
         msgs = self.store.messages(chat_id)
         if not msgs or msgs[-1].role != "assistant":
             return False
-        self.store.truncate(chat_id, msgs[-1].position)
+        first = len(msgs) - 1
+        while first > 0 and msgs[first - 1].role == "assistant" and msgs[first - 1].tool_round is not None:
+            first -= 1
+        self.store.truncate(chat_id, msgs[first].position)
         return True
 
     def add_reply(self, chat_id: int, text: str, stats: dict[str, Any] | None = None) -> StoredMessage:
         return self.store.add_message(chat_id, "assistant", text, stats)
+
+    def add_tool_round(self, chat_id: int, rnd: ToolRound) -> StoredMessage:
+        """A round of tool calls with their results, stored as it ends (a kill loses at most the
+        round in progress); the final answer follows as a reply."""
+        return self.store.add_message(chat_id, "assistant", rnd.text, tool_round=rnd)
 
     def for_model(self, chat_id: int) -> list[Message]:
         """The conversation as the model gets it: the system prompt, then the turns."""
@@ -120,10 +130,11 @@ class ConversationService:
         out: list[Message] = []
         if chat.system_prompt.strip():
             out.append(Message("system", chat.system_prompt))
-        out += [
-            Message(m.role, m.content, tuple(str(self.images.path(i)) for i in m.images))  # type: ignore[arg-type]  # stored roles are the Message role literals
-            for m in chat.messages
-        ]
+        for m in chat.messages:
+            if m.tool_round is not None:
+                out += m.tool_round.messages()  # the calls, then each result as a tool message
+            else:
+                out.append(Message(m.role, m.content, tuple(str(self.images.path(i)) for i in m.images)))  # type: ignore[arg-type]  # stored roles are the Message role literals
         return out
 
     def _retitle_if_first(self, chat_id: int, position: int, old: str, new: str) -> None:

@@ -72,6 +72,12 @@ _MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE messages ADD COLUMN images_json TEXT;
     """,
+    # 5: a tool round (vrampilot/tool_turn.py): an assistant message whose calls and their results
+    # are this JSON ({"text", "calls": [...]}), stored as one row so a call is never kept without
+    # its result. NULL for every other message.
+    """
+    ALTER TABLE messages ADD COLUMN tools_json TEXT;
+    """,
 )
 
 
