@@ -84,19 +84,25 @@ class ToolResultFit:
 
 
 def fit_tool_result(
-    result: str, budget_tokens: int, count: Callable[[str], int], *, tool: str = "the tool"
+    result: str,
+    budget_tokens: int,
+    count: Callable[[str], int],
+    *,
+    tool: str = "the tool",
+    unit: str = "tokens",
 ) -> ToolResultFit:
     """`result` within `budget_tokens` by `count` (the model's tokenizer): whole when it fits,
     else its start cut at a line or word boundary and a visible note of how much the model saw,
     so that neither the model nor the user takes a part for the whole. The caller chooses the
-    budget: what the context leaves after the tools, the turns kept and the reply."""
+    budget: what the context leaves after the tools, the turns kept and the reply. `unit` names what
+    `count` counts in the note (the tool loop budgets characters where it has no tokenizer)."""
     total = count(result)
     if total <= budget_tokens:
         return ToolResultFit(result, total, total, False)
 
     def note(shown: int) -> str:
         return (
-            f"\n[cut by VRAM Pilot: {tool} returned {total:,} tokens; the model sees the first "
+            f"\n[cut by VRAM Pilot: {tool} returned {total:,} {unit}; the model sees the first "
             f"{shown:,} of them, what the context leaves]"
         )
 

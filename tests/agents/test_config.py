@@ -14,11 +14,11 @@ from vrampilot.agents import (
     McpConfigError,
     ToolCatalog,
     ToolInfo,
-    cut_result,
     load_config,
     parse_config,
     save_config,
 )
+from vrampilot.message import fit_tool_result
 from vrampilot.storage import ChatStore
 from vrampilot.storage.conversation import ConversationService
 from vrampilot.tool_turn import ToolRound, ToolStep
@@ -118,9 +118,10 @@ def test_tool_names_are_unique_and_safe_across_servers() -> None:
 
 
 def test_a_result_over_its_budget_is_cut_with_a_note() -> None:
-    assert cut_result("short", 100) == "short"
-    cut = cut_result("x" * (5 << 20), 1000)
-    assert cut.startswith("x" * 1000) and "returned 5,242,880 characters" in cut and len(cut) < 1200
+    assert fit_tool_result("short", 100, len).text == "short"
+    cut = fit_tool_result("x" * (5 << 20), 1000, len, tool="the tool big", unit="characters")
+    assert cut.cut and cut.text.startswith("x" * 800) and len(cut.text) <= 1000
+    assert "the tool big returned 5,242,880 characters; the model sees the first" in cut.text
 
 
 def test_tool_rounds_are_kept_in_the_history_given_back_to_the_model_and_exported(tmp_path: Path) -> None:

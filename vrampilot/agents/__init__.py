@@ -14,7 +14,7 @@ from vrampilot.agents.config import (
     parse_config,
     save_config,
 )
-from vrampilot.agents.loop import ApprovalRequest, Approver, LoopResult, ToolLoop, cut_result
+from vrampilot.agents.loop import ApprovalRequest, Approver, LoopResult, ToolLoop
 from vrampilot.agents.policy import ApprovalPolicy, Decision
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "ToolInfo",
     "ToolLoop",
     "ToolOutcome",
-    "cut_result",
     "default_config_path",
     "load_config",
     "parse_config",

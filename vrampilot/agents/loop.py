@@ -34,7 +34,7 @@ from vrampilot.agents.catalog import ToolCatalog
 from vrampilot.agents.client import ToolOutcome
 from vrampilot.agents.policy import ApprovalPolicy, Decision
 from vrampilot.engine import Reply, SamplingParams, UnparsedReply
-from vrampilot.message import Message, ToolCall
+from vrampilot.message import Message, ToolCall, fit_tool_result
 from vrampilot.tool_turn import ToolRound, ToolStep, Verdict
 
 MAX_ROUNDS = 8
@@ -177,7 +177,9 @@ class ToolLoop:
             why = "the user denied this call"
             return ToolStep(call.id, call.name, info.server, call.arguments, why, True, 0.0, verdict, len(why))
         outcome = self.runner.call(info.server, info.name, arguments, cancel=cancel)
-        shown = cut_result(outcome.text, self.result_budget_chars)
+        shown = fit_tool_result(
+            outcome.text, self.result_budget_chars, len, tool=f"the tool {call.name}", unit="characters"
+        ).text
         return ToolStep(
             call.id,
             call.name,
@@ -202,14 +204,3 @@ class ToolLoop:
             self.policy.remember(server, tool)
             return "always"
         return "allowed" if decision is Decision.ALLOW_ONCE else "denied"
-
-
-def cut_result(text: str, budget_chars: int) -> str:
-    """`text` within the budget: the start, and a note of what was left out (the model reads the
-    note too, so it knows the result is incomplete)."""
-    if len(text) <= budget_chars:
-        return text
-    return (
-        text[:budget_chars] + f"\n[cut by VRAM Pilot: the tool returned {len(text):,} characters; "
-        f"the model was given the first {budget_chars:,}]"
-    )
