@@ -26,6 +26,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.markdown_view import MarkdownView
 from vrampilot.ui.theme import ThemeChoice, apply_theme, code_colors, code_shade, is_dark
+from vrampilot.units import format_count
 
 REPLY = (
     "Here is the function:\n\n"
@@ -257,15 +258,17 @@ def test_the_plan_never_rounds_a_speed_to_0_and_alternatives_say_an_equal_speed_
     plan = w.plans.plan
     assert plan is not None
     # Every alternative keeps the layers where they are (a CPU plan): at the start they generate at
-    # the plan's speed, and only the context full tells them apart.
-    starts = {round(a.speed.decode_tps, 1) for a in plan.alternatives}
-    assert starts == {round(plan.speed.decode_tps, 1)}
+    # about the plan's speed (the cache type moves it a little, by this machine's measured rates),
+    # and only the context full tells them apart.
+    start = format_count(plan.speed.decode_tps, 1)
+    same_start = all(format_count(a.speed.decode_tps, 1) == start for a in plan.alternatives)
     table = w.plan_view.alternatives
     shown = [table.item(r, 2).text() for r in range(table.rowCount())]  # type: ignore[union-attr]  # each row has its cells
     assert len(set(shown)) > 1, shown
     assert table.horizontalHeaderItem(2).text() == "Full ctx t/s"  # type: ignore[union-attr]  # set in the view
     note = w.plan_view.alternatives_note.text()
-    assert "every alternative generates" in note and note.count("tokens/s") == 1
+    said = f"every alternative generates {start} tokens/s" if same_start else "each row's tooltip has its own"
+    assert said in note and note.count("tokens/s") == 1, note
     # A prompt speed under half a token a second with the context full reads as itself, not "0".
     slow = replace(plan, speed=replace(plan.speed, prefill_tps_full_ctx=0.37))
     w.plan_view.set_plan(slow)
