@@ -48,6 +48,10 @@ def llama_server_argv(
     argv += ["-np", str(settings.n_seq)]
     # The plan already fits these settings; llama-server's --fit would only second-guess them.
     argv += ["--fit", "off"]
+    # What the plan left in the host budget for llama-server's prompt cache and context
+    # checkpoints (planner/server_host.py); its defaults (8 GiB, 32 per slot) count on RAM the
+    # plan never gave them.
+    argv += ["--cache-ram", str(settings.cache_ram_mib), "--ctx-checkpoints", str(settings.ctx_checkpoints)]
     argv += draft_argv(settings)
     if load_mode:
         argv += ["--load-mode", load_mode]
