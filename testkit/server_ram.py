@@ -69,14 +69,11 @@ class RamRun:
 
 
 def plan_with_cache(spec: ModelSpec, target: Target, pins: Pins, cache_mib: int) -> Plan:
-    """The plan for a host budget that leaves `cache_mib` for the prompt cache (after the engine,
-    the server process and the checkpoints the plan gives first)."""
+    """The plan for a host budget that leaves `cache_mib` after the engine and the server process:
+    all of it for the prompt cache, or, for a model that makes checkpoints, up to half of it for
+    them and the rest for the cache (planner/server_host.py)."""
     first = plan(spec, target, pins)
-    server = first.memory.server
-    assert server is not None
     need = first.memory.host.total_bytes + PROCESS_BYTES + cache_mib * MIB
-    # Checkpoints take up to half of what is left: leave them room of their own.
-    need += 2 * server.slots * min(server.ctx_checkpoints, 32) * server.checkpoint_bytes
     return plan(spec, replace(target, host_ram_bytes=need), pins)
 
 
