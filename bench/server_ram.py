@@ -1,6 +1,6 @@
 """llama-server's peak resident memory under a full prompt cache against the plan's host total.
 
-    python bench/server_ram.py [--quick]
+    python bench/server_ram.py [--case small|swa|large|before ...]
 
 For the embedded SmolLM2-135M and a sliding-window fixture (a gemma3 file written by testkit with
 SmolLM2's tokenizer, random weights: it makes context checkpoints too), at larger contexts and
@@ -51,7 +51,12 @@ def row(name: str, run: RamRun) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the smaller sizes only")
+    ap.add_argument(
+        "--case",
+        action="append",
+        choices=("small", "swa", "large", "before"),
+        help="run only these (default: all; `before` replays the last case run with llama-server's defaults)",
+    )
     args = ap.parse_args()
     target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     embedded = embedded_model_path()
@@ -63,12 +68,13 @@ def main() -> int:
         swa = write_model(
             Path(tmp) / "gemma3.gguf", "gemma3", tokenizer="smollm2", n_embd=512, n_head=8, n_head_kv=4, n_layer=12
         )
-        cases = [
-            ("SmolLM2-135M", embedded, 2048, 32, 500),
-            ("gemma3 fixture (SWA 512)", swa, 4096, 16, 900),
-        ]
-        if not args.quick:
-            cases += [("SmolLM2-135M", embedded, 4096, 96, 1200)]
+        all_cases = {
+            "small": ("SmolLM2-135M", embedded, 2048, 32, 500),
+            "swa": ("gemma3 fixture (SWA 512)", swa, 4096, 64, 600),
+            "large": ("SmolLM2-135M", embedded, 4096, 96, 700),
+        }
+        chosen = args.case or [*all_cases, "before"]
+        cases = [all_cases[c] for c in chosen if c != "before"] or [all_cases["small"]]
         print(
             "| model | n_ctx | --cache-ram | --ctx-checkpoints | prompts | evictions | engine + process MiB "
             "| RSS loaded MiB | planned host MiB | peak RSS MiB | peak / planned |"
@@ -80,10 +86,12 @@ def main() -> int:
             last = (name, p, words)
             print(row(name, fill_cache(p, words=words)), flush=True)
         assert last is not None
+        if "before" not in chosen:
+            return 0
         name, p, words = last
         # The line before the plan counted the server: llama-server's own 8 GiB default.
         before = replace(p, settings=replace(p.settings, cache_ram_mib=8192, ctx_checkpoints=32))
-        print(row(f"{name}, --cache-ram 8192 (before)", fill_cache(before, words=words, max_prompts=12)), flush=True)
+        print(row(f"{name}, --cache-ram 8192 (before)", fill_cache(before, words=words, max_prompts=8)), flush=True)
     return 0
 
 
