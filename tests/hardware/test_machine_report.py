@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from testkit.fake_nvml import FakeGpu, FakeNvml
 from vrampilot.hardware import detect_llama_backend, detect_machine, format_machine, machine_to_dict
+from vrampilot.hardware.llama_backend import CUDA_MODULE_HINT, _gpu_build_note
 from vrampilot.hardware.report import CUDA_REBUILD_HINT
 from vrampilot.hardware.types import GpuInfo
+from vrampilot.llamacpp.backends import MANIFEST_NAME
 
 
 def _cpu_build() -> SimpleNamespace:
@@ -94,3 +99,40 @@ def test_llama_backend_on_this_machine() -> None:
         assert info.version
         assert info.supports_gpu_offload in (True, False)
         assert info.system_info
+
+
+def test_the_cuda_build_note_names_the_route_with_a_card_and_nothing_without(tmp_path: Path) -> None:
+    """Issue 57: without an NVIDIA card doctor told the user to install "the toolkit's cuBLAS
+    (libcublas-dev)" (the build machine's reason for skipping CUDA). The note names the product's
+    route (`make cuda`, no toolkit) where NVML sees a card, and nothing about CUDA where it sees none;
+    the other backends' reasons stay."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    skipped = {
+        "cuda": "the CUDA toolkit at /usr/local/cuda has no cuBLAS (cublas_v2.h), which llama.cpp's CUDA "
+        "backend needs: install the toolkit's cuBLAS (libcublas-dev) too",
+        "vulkan": "no Vulkan headers",
+    }
+    (lib / MANIFEST_NAME).write_text(json.dumps({"gpu_skipped": skipped}), encoding="utf-8")
+    with_card = _gpu_build_note(str(lib), has_cuda_module=False, nvidia=True, platform="linux")
+    assert with_card == f"cuda ({CUDA_MODULE_HINT}); vulkan: no Vulkan headers"
+    assert "make cuda" in with_card and "libcublas" not in with_card
+    assert (
+        _gpu_build_note(str(lib), has_cuda_module=False, nvidia=False, platform="linux") == "vulkan: no Vulkan headers"
+    )
+    assert _gpu_build_note(str(lib), has_cuda_module=True, nvidia=True, platform="linux") == "vulkan: no Vulkan headers"
+
+
+def test_doctor_on_this_engine_names_cuda_only_where_nvml_sees_a_card() -> None:
+    """The engine installed here was built without CUDA (its manifest says why): with the NVML double
+    holding no card doctor's text says nothing of CUDA; with a card it names `make cuda`."""
+    info = detect_llama_backend()
+    if info.error is not None or info.backend_mode is None:
+        pytest.skip("the recipe's engine is not installed here")
+    none = detect_machine(FakeNvml([]))
+    assert "cuda" not in (none.llama.gpu_build_note or ""), none.llama.gpu_build_note
+    text = format_machine(none)
+    assert "make cuda" not in text and "cuBLAS" not in text, text
+    card = detect_machine(FakeNvml([FakeGpu()]))
+    note = card.llama.gpu_build_note or ""
+    assert "cuda" in note and "make cuda" in note and "libcublas" not in note, note

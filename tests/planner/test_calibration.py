@@ -364,3 +364,29 @@ def test_a_real_reply_teaches_the_prediction_for_it(embedded_model: Path, host_p
     else:
         assert not RATIO_MIN <= ratio <= RATIO_MAX
         assert pred.prefill_tps == pytest.approx(raw.prefill_tps)
+
+
+def test_a_model_split_with_the_cpu_learns_apart_from_the_same_file_wholly_on_the_gpu(embedded_model: Path) -> None:
+    """Issue 57 (noticed in the MoE round): the model's own factors were one window per file, so
+    replies at -ngl 10, paced by the 21 layers the CPU runs, corrected the same file at full offload,
+    and the other way round. A split plan now learns under its placement; whole plans keep the name."""
+    spec = load_model_spec(embedded_model)
+
+    def plan_at(ngl: int, speed: MachineSpeed) -> Plan:
+        target = resolve_target(TargetRequest(vram_bytes=8 << 30), measured_machine(None, speed=speed))
+        return plan(spec, target, replace(PINS, n_gpu_layers=ngl))
+
+    speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
+    split, whole = plan_at(10, speed), plan_at(spec.n_layer + 1, speed)
+    assert backend_key(split.target, split.settings) == backend_key(whole.target, whole.settings)
+    for _ in range(2):
+        speed = learn_reply(speed, split, _reply(split, 0.5, 1.0))
+    for _ in range(2):
+        speed = learn_reply(speed, whole, _reply(whole, 1.2, 1.0))
+    split, whole = plan_at(10, speed), plan_at(spec.n_layer + 1, speed)
+    assert split.speed.decode_factor < 1.0 < whole.speed.decode_factor
+    assert split.speed.calibration_model == f"{embedded_model.name} (-ngl 10)"
+    assert whole.speed.calibration_model == embedded_model.name
+    last_split, last_whole = last_reply_for(split), last_reply_for(whole)
+    assert last_split is not None and last_whole is not None
+    assert last_split.model == split.speed.calibration_model and last_whole.model == embedded_model.name

@@ -11,6 +11,7 @@ import signal
 import socket
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
@@ -81,6 +82,14 @@ def test_serves_the_plan_then_hands_the_chat_and_meters_back(qtbot: QtBot, serve
     assert server.server is not None and server.config is not None
     assert isinstance(backends[-1], ServerBackend) and server.sampler.pid == server.server.pid
     pid = server.server.pid
+    # llama-server's prompt cache and checkpoints as the plan sized them (issue 57), on the
+    # command line of the process that runs.
+    assert server.plans.plan is not None
+    planned = server.plans.plan.settings
+    assert planned.cache_ram_mib > 0
+    cmdline = psutil.Process(pid).cmdline()
+    assert cmdline[cmdline.index("--cache-ram") + 1] == str(planned.cache_ram_mib)
+    assert cmdline[cmdline.index("--ctx-checkpoints") + 1] == str(planned.ctx_checkpoints)
     server.start()  # the same plan again: it is already served
     assert server.state == "ready" and server.server is not None and server.server.pid == pid
 

@@ -32,6 +32,33 @@ def memory_to_dict(mem: MemoryBreakdown) -> dict[str, dict[str, int]]:
     return {c: {"device": dev[c], "host": host[c]} for c in _COMPONENTS}
 
 
+def server_host_to_dict(plan: Plan) -> dict[str, Any] | None:
+    """llama-server's own host memory (prompt cache, checkpoints, the process) and the host's
+    total when the plan runs in llama-server."""
+    server = plan.memory.server
+    if server is None:
+        return None
+    return {**server.as_dict(), "host_total": plan.memory.served_host_bytes}
+
+
+def server_host_lines(plan: Plan) -> list[str]:
+    """The memory table's llama-server rows: what it adds on the host, and the host's total then."""
+    server = plan.memory.server
+    if server is None:
+        return []
+    ckpt = (
+        f", {server.ctx_checkpoints} checkpoints of {format_bytes(server.checkpoint_bytes)} per slot "
+        f"(--ctx-checkpoints {server.ctx_checkpoints})"
+        if server.checkpoint_bytes
+        else ""
+    )
+    return [
+        f"  llama-server adds on the host: prompt cache {format_bytes(server.cache_bytes)} "
+        f"(--cache-ram {server.cache_ram_mib}){ckpt}, the process {format_bytes(server.process_bytes)}",
+        f"  host under llama-server: {format_bytes(plan.memory.served_host_bytes)} of {format_bytes(plan.host_budget_bytes)}",
+    ]
+
+
 def devices_to_dict(plan: Plan) -> list[dict[str, Any]]:
     """Each offload device: what it is, its budget, the layers it holds and their bytes."""
     mem = plan.memory
@@ -81,6 +108,7 @@ def plan_to_dict(plan: Plan, *, shell: str = "bash") -> dict[str, Any]:
         "kv_source_text": cache_source_text(plan),
         "budget": {"device_bytes": plan.device_budget_bytes, "host_bytes": plan.host_budget_bytes},
         "context_budget": plan.context_budget.as_dict(),
+        "server_host": server_host_to_dict(plan),
         "fits": plan.fits,
         "speed": _speed_dict(plan),
         "reasons": list(plan.reasons),
@@ -219,6 +247,7 @@ def format_plan(plan: Plan) -> str:
         )
         lines.append(f"  {name:<7}{vals}  {format_bytes(budget)}")
         lines.append(f"  {'':<7}{_bar(comp, budget)}")
+    lines += server_host_lines(plan)
     lines.append(f"  {_compute_source_line(plan)}")
     lines.append(f"  {cache_source_text(plan)}")
     if plan.memory.projector is not None:

@@ -27,8 +27,8 @@ def detect_machine(
     (`with_measured_speed`). Takes about 0.1-0.5 s: loading llama-cpp-python's library dominates,
     so the GUI calls this from a worker. On Windows, DXGI's adapters too: each GPU's free memory
     then comes from NVML or DXGI (hardware/free_memory.py)."""
-    llama = detect_llama_backend(llama_loader)
     nvml_result = detect_nvidia_gpus(nvml, loader=nvml_loader)
+    llama = detect_llama_backend(llama_loader, nvidia=bool(nvml_result.gpus))
     dxgi = dxgi_reader() if platform == "win32" else DxgiReading((), "")
     llama = with_free_memory(llama, nvml_result.gpus, dxgi.adapters, platform=platform)
     ram_total, ram_available = detect_ram()

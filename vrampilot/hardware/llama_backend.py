@@ -28,8 +28,9 @@ def _call(fn: Callable[[], Any] | None) -> Any:
         return None
 
 
-def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBackendInfo:
-    """Never raises: a missing or broken llama-cpp-python is reported in `error`."""
+def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp, *, nvidia: bool = False) -> LlamaBackendInfo:
+    """Never raises: a missing or broken llama-cpp-python is reported in `error`. `nvidia`: NVML
+    sees an NVIDIA card here (the build note names the CUDA route only then)."""
     try:
         llama_cpp = loader()
     except ImportError as exc:
@@ -62,7 +63,9 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp) -> LlamaBac
         backends=loaded.registered if loaded else (),
         backend_failures=tuple(f"{name}: {why}" for name, why in loaded.failed) if loaded else (),
         devices=devices,
-        gpu_build_note=_gpu_build_note(loaded.lib_dir, has_cuda_module=loaded.cuda is not None) if loaded else None,
+        gpu_build_note=_gpu_build_note(loaded.lib_dir, has_cuda_module=loaded.cuda is not None, nvidia=nvidia)
+        if loaded
+        else None,
         vulkan_status=loaded.vulkan if loaded else None,
         cuda_status=loaded.cuda if loaded else None,
     )
@@ -110,10 +113,13 @@ def _devices() -> tuple[LlamaDevice, ...]:
 CUDA_MODULE_HINT = "a module of its own: the CUDA installers carry it, `make cuda` builds it"
 
 
-def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool, platform: str = sys.platform) -> str | None:
-    """What the engine's recipe said about GPU backends it did not build (its manifest), less the
-    CUDA backend when its module is installed beside the engine, or on Windows, which has none
-    (doctor's own line says so: report.WINDOWS_NO_CUDA)."""
+def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool, nvidia: bool, platform: str = sys.platform) -> str | None:
+    """What the engine's recipe said about GPU backends it did not build (its manifest). The CUDA
+    backend is the user's concern only with an NVIDIA card (NVML sees one) and no CUDA module beside
+    the engine, and never on Windows, which has none (doctor's own line says so:
+    report.WINDOWS_NO_CUDA); then the note names the product's route (CUDA_MODULE_HINT: a module
+    that needs no CUDA toolkit), not why the build machine skipped it (a missing nvcc or cuBLAS
+    there is no step for this user)."""
     from pathlib import Path
 
     from vrampilot.llamacpp.backends import read_manifest
@@ -124,11 +130,9 @@ def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool, platform: str = sys.
         return None
     notes = []
     for name, why in skipped.items():
-        if name == "cuda" and (has_cuda_module or platform == "win32"):
-            continue
-        if name == "cuda" and str(why).startswith("VRAMPILOT_ENGINE_GPU="):
-            # Built for the other backends on purpose (the default packages, CI): not a failure.
-            notes.append(f"cuda ({CUDA_MODULE_HINT})")
+        if name == "cuda":
+            if nvidia and not has_cuda_module and platform != "win32":
+                notes.append(f"cuda ({CUDA_MODULE_HINT})")
         else:
             notes.append(f"{name}: {why}")
     return "; ".join(notes) or None

@@ -26,6 +26,7 @@ from vrampilot.planner.speed import (
     HEADLINE_PROMPT_TOKENS,
     SpeedModel,
     backend_key,
+    calibration_model,
     corrected_decode_seconds,
     shallow_decode_ratio,
 )
@@ -79,7 +80,7 @@ def reply_prediction(plan: Plan, reply: ReplyMeasurement, *, calibrated: bool = 
     n = max(1, reply.evaluated_tokens)
     t_pre = model.prefill_seconds(n, past)
     t_dec, t_shallow = _decode_step_seconds(model, reply)
-    factors = plan.target.factors_for(backend_key(plan.target, plan.settings), plan.spec.path.name)
+    factors = plan.target.factors_for(backend_key(plan.target, plan.settings), _model(plan))
     fd, fp = (factors.decode, factors.prefill) if calibrated else (1.0, 1.0)
     t_dec = corrected_decode_seconds(t_dec, t_shallow, fd)
     return ReplyPrediction(
@@ -125,10 +126,10 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
     # Learned twice: into the backend's factors over every model, and into this model's own.
     learned = [
         speed.factors_for(backend, m).learn(decode_ratio=decode_ratio, prefill_ratio=prefill_ratio, at=at)
-        for m in ("", plan.spec.path.name)
+        for m in ("", _model(plan))
     ]
     last = LastReply(
-        model=plan.spec.path.name,
+        model=_model(plan),
         backend=backend,
         at=at,
         # Rounded as stored, so the record read back equals the one returned.
@@ -172,4 +173,9 @@ def last_reply_for(plan: Plan) -> LastReply | None:
     speed = plan.target.speed
     if speed is None:
         return None
-    return speed.last_reply(plan.spec.path.name, backend_key(plan.target, plan.settings))
+    return speed.last_reply(_model(plan), backend_key(plan.target, plan.settings))
+
+
+def _model(plan: Plan) -> str:
+    """The model's own calibration key: its file, and its placement when split (speed.py)."""
+    return calibration_model(plan.spec, plan.settings, plan.target)

@@ -27,6 +27,7 @@ from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_byt
 from vrampilot.planner.kv import KvBreakdown, drafts_with_mtp
 from vrampilot.planner.placement import host_layer_bytes
 from vrampilot.planner.projector import ProjectorLoad, projector_load
+from vrampilot.planner.server_host import ServerHost
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -80,10 +81,18 @@ class MemoryBreakdown:
     # (CPU overrides: experts under --n-cpu-moe, -ot patterns); all zero without overrides.
     host_override_bytes: tuple[int, ...] = ()
     projector: ProjectorLoad | None = None  # the vision projector, when the plan loads one
+    # What llama-server adds in host RAM (prompt cache, checkpoints, the process), sized by the
+    # plan to what the host budget leaves (planner/server_host.py); None before the plan sizes it.
+    server: ServerHost | None = None
 
     @property
     def total_bytes(self) -> int:
         return self.device.total_bytes + self.host.total_bytes
+
+    @property
+    def served_host_bytes(self) -> int:
+        """The host's part when llama-server runs the plan: the engine's, and the server's own."""
+        return self.host.total_bytes + (self.server.total_bytes if self.server else 0)
 
     def device_layers(self, position: int) -> tuple[int, ...]:
         """The repeating layers on device `position`."""

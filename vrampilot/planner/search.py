@@ -41,6 +41,7 @@ from vrampilot.planner.plan import (
 from vrampilot.planner.projector import check_for_model
 from vrampilot.planner.reasons import placement_text, plan_reasons
 from vrampilot.planner.rope import cap_ctx, with_context_extension
+from vrampilot.planner.server_host import server_host
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
@@ -482,10 +483,15 @@ def _finish(
     chosen = with_context_extension(spec, chosen)
     mem, ok, speed = _evaluate(spec, chosen, target, g)
     fits = fits and ok
+    server = server_host(mem.kv, chosen, target.host_ram_bytes - _host_bytes(mem, target))
+    chosen = replace(chosen, cache_ram_mib=server.cache_ram_mib, ctx_checkpoints=server.ctx_checkpoints)
+    mem = replace(mem, server=server)
     refused = kv_refusal(spec, chosen)
     if refused:
         fits = False
     reasons = plan_reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen), refused)
+    if server.reason:
+        reasons.append(f"llama-server: {server.reason}.")
     # Another file cannot cure a refusal (a setting llama.cpp rejects), only a change of settings.
     suggestion = None if fits or refused else _suggest_quant(spec, target, chosen, g)
     warnings: list[str] = list(target.notes)

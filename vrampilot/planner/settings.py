@@ -71,6 +71,11 @@ class Settings:
     # original yarn_orig_ctx (--rope-scaling yarn --rope-scale --yarn-orig-ctx); 0: the model's own.
     rope_scale: float = 0.0
     yarn_orig_ctx: int = 0
+    # llama-server's host allocations beyond the engine's (planner/server_host.py): its prompt
+    # cache limit in MiB (--cache-ram) and context checkpoints per slot (--ctx-checkpoints). The
+    # plan sizes them to what the host budget leaves; 0 (off) in settings no plan sized.
+    cache_ram_mib: int = 0
+    ctx_checkpoints: int = 0
 
     @property
     def drafting(self) -> bool:
@@ -118,6 +123,9 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("n_seq")
+        # llama-server's own host memory is the plan's memory table's (memory.server), not a setting.
+        d.pop("cache_ram_mib")
+        d.pop("ctx_checkpoints")
         for key in ("tensor_split", "devices", "rpc_servers", "cpu_tensor_patterns"):
             if d[key]:
                 d[key] = list(d[key])

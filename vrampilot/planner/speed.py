@@ -229,6 +229,24 @@ def backend_key(target: Target, settings: Settings) -> str:
     return f"cpu:{target.cpu_variant or 'cpu'}, {threads}"
 
 
+def calibration_model(spec: ModelSpec, settings: Settings, target: Target) -> str:
+    """The name a model's own learned factors and last reply are kept under: the file's, and, for a
+    plan that splits it between offload devices and the CPU (layers, experts or -ot tensors in
+    RAM), its placement too. Such a plan's speed is paced by the part the CPU does, which another
+    placement changes: a factor learned at -ngl 20 said nothing of the same file at full offload,
+    yet both shared one window (issue 57, noticed in the MoE round). A plan wholly on the GPU or
+    wholly on the CPU keeps the plain name (so the factors stored before stay where they were)."""
+    name = spec.path.name
+    if not (target.has_gpu and settings.n_gpu_layers > 0):
+        return name
+    parts = [] if settings.n_gpu_layers > spec.n_layer else [f"-ngl {settings.n_gpu_layers}"]
+    if settings.n_cpu_moe and spec.layer_expert_bytes:
+        parts.append(f"--n-cpu-moe {min(settings.n_cpu_moe, spec.n_layer)}")
+    if settings.cpu_tensor_patterns:
+        parts.append("-ot " + ",".join(settings.cpu_tensor_patterns))
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
 def _attention_shapes(spec: ModelSpec, mem: MemoryBreakdown) -> tuple[AttentionShape | None, ...]:
     return attention_shapes(spec, lambda il: _cells(mem, spec, il))
 
@@ -498,7 +516,7 @@ def shallow_decode_ratio(measured_s: float, t_step: float, t_shallow: float) -> 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
     model = SpeedModel(spec, settings, target, mem)
-    factors: SpeedFactors = target.factors_for(backend_key(target, settings), spec.path.name)
+    factors: SpeedFactors = target.factors_for(backend_key(target, settings), calibration_model(spec, settings, target))
     t0 = model.decode_seconds(1)
     t_full = corrected_decode_seconds(model.decode_seconds(settings.n_ctx), t0, factors.decode)
     n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))

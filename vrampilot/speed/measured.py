@@ -509,7 +509,7 @@ class SpeedFactors:
 class LastReply:
     """The last measured reply of one model on one backend, for "predicted X, last measured Y"."""
 
-    model: str  # the GGUF file's name
+    model: str  # the GGUF file's name, with its placement when split (planner/speed.py calibration_model)
     backend: str
     at: str
     decode_tps: float

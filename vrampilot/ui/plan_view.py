@@ -403,7 +403,7 @@ class PlanView(QWidget):
             data = bars[i + 1] if i + 1 < len(bars) else None
             bar.set_data(data)
             bar.setVisible(data is not None)
-        self.ram_bar.set_data(BarData("RAM", mem.host, plan.host_budget_bytes))
+        self.ram_bar.set_data(BarData("RAM", mem.host, plan.host_budget_bytes, server=mem.server))
         s = plan.settings
         n_dev = len(t.gpus)
         rpc = sum(1 for g in t.gpus if g.kind == "rpc")

@@ -16,12 +16,14 @@ from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from vrampilot.planner.memory import Components
+from vrampilot.planner.server_host import ServerHost
 from vrampilot.ui.theme import COMPONENT_COLORS, OVER_BUDGET
 from vrampilot.units import format_bytes
 
 PROCESS_COLOR = "#76b7b2"
 OTHERS_COLOR = "#bab0ac"
 SPILLED_COLOR = "#e15759"
+SERVER_COLOR = "#ff9da7"  # llama-server's own host memory (hatched: only when it runs the plan)
 
 _COMPONENT_LABELS = (
     ("weights", "weights"),
@@ -59,6 +61,9 @@ class BarData:
     title: str  # "GPU", "RAM"
     parts: Components
     budget_bytes: int
+    # What llama-server adds on this device (the host: planner/server_host.py), drawn hatched after
+    # the engine's parts: it is there only when the plan runs in llama-server.
+    server: ServerHost | None = None
 
     @property
     def over(self) -> bool:
@@ -70,7 +75,19 @@ class BarData:
             return f"{self.title}: {format_bytes(total)}"
         pct = 100 * total / self.budget_bytes
         status = f"{format_bytes(total - self.budget_bytes)} over" if self.over else f"{pct:.0f}%"
-        return f"{self.title}: {format_bytes(total)} of {format_bytes(self.budget_bytes)} ({status})"
+        served = f"; {format_bytes(total + self.server.total_bytes)} under llama-server" if self.server else ""
+        return f"{self.title}: {format_bytes(total)} of {format_bytes(self.budget_bytes)} ({status}){served}"
+
+    def server_segments(self) -> list[Segment]:
+        s = self.server
+        if s is None:
+            return []
+        parts = [
+            (f"llama-server prompt cache (--cache-ram {s.cache_ram_mib})", s.cache_bytes),
+            (f"checkpoints (--ctx-checkpoints {s.ctx_checkpoints})", s.checkpoints_bytes),
+            ("llama-server process", s.process_bytes),
+        ]
+        return [Segment(label, n, SERVER_COLOR, hatched=True) for label, n in parts if n > 0]
 
     def segments(self) -> list[tuple[str, str, int]]:
         d = self.parts.as_dict()
@@ -78,10 +95,12 @@ class BarData:
 
     def usage(self) -> UsageData:
         over = self.over and self.budget_bytes > 0
+        server = self.server_segments()
         return UsageData(
             caption=self.caption(),
-            segments=tuple(Segment(label, n, COMPONENT_COLORS[key]) for key, label, n in self.segments()),
-            scale_bytes=max(self.budget_bytes, self.parts.total_bytes, 1),
+            segments=tuple(Segment(label, n, COMPONENT_COLORS[key]) for key, label, n in self.segments())
+            + tuple(server),
+            scale_bytes=max(self.budget_bytes, self.parts.total_bytes + sum(x.n_bytes for x in server), 1),
             marker_bytes=self.budget_bytes if over else None,
             marker_color=OVER_BUDGET,
             warn=over,
@@ -114,7 +133,9 @@ class UsageBar(QWidget):
         return self._usage
 
     def sizeHint(self) -> QSize:
-        return QSize(300, int(self.fontMetrics().height() * 4.7 + 8))  # caption, bar, two legend lines
+        # caption, bar, two legend lines; a third for a bar with llama-server's parts
+        lines = 4.7 + (1.2 if self._usage is not None and len(self._usage.segments) > 5 else 0.0)
+        return QSize(300, int(self.fontMetrics().height() * lines + 8))
 
     def minimumSizeHint(self) -> QSize:
         return QSize(160, self.sizeHint().height())
