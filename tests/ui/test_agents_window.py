@@ -1,0 +1,201 @@
+"""The window's part of the agents (docs/agents.md), driven offscreen with a real MCP server child
+(tests/agents/mcp_servers.py, the SDK's own server side over stdio):
+
+- the "MCP servers" tab, reached from the View menu, lists the server with its tools, a server
+  that cannot start with its error in one line; unticking a tool saves allowedTools and takes it
+  from the model; the raw editor and the add dialog refuse a broken config in one line naming the
+  server and the field, and save a good one;
+- the approval dialog, asked from a worker thread as the tool loop asks it, through an allow (the
+  real MCP call runs) and a deny, with Deny the default button, and Stop withdrawing a question;
+- the calls in the transcript, stored as the tool loop stores a round, shown again when the app
+  restarts: tool, arguments, result as plain text (markup shown, never rendered), long results
+  collapsed, errors; "Use tools" without llama-server says why, and nothing is lost.
+
+Not exercised here: a model making the calls. The embedded SmolLM2's template does not render
+tools, so llama-server never produces a call with it (docs/agents.md, limits); the loop's own
+model path is the core's (tests/agents).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from tests import waits
+from tests.ui.conftest import OpenWindow, heard
+from vrampilot.agents import ApprovalRequest, Decision, State, load_config
+from vrampilot.tool_turn import ToolRound, ToolStep
+from vrampilot.ui.agents.approval import ApprovalDialog
+from vrampilot.ui.agents.transcript import ToolStepWidget
+from vrampilot.ui.main_window import MainWindow
+
+SERVERS = str(Path(__file__).parents[1] / "agents" / "mcp_servers.py")
+SHOTS = Path("/tmp/vrampilot-agents-ui")
+MARKUP = "<b>not bold</b><img src=x onerror=alert(1)>"
+
+
+def _write_config(home: Path) -> Path:
+    path = home / "data" / "mcp.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    servers = {
+        "tools": {"command": sys.executable, "args": [SERVERS, "good"], "type": "stdio"},
+        "missing": {"command": "vrampilot-no-such-command"},
+    }
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    return path
+
+
+def _ask(
+    w: MainWindow, qtbot: QtBot, request: ApprovalRequest, cancel: threading.Event
+) -> tuple[ApprovalDialog, list[Decision]]:
+    """Ask as the tool loop does: the approver called on a worker thread, which blocks."""
+    dialogs = heard(w.approver.asked)
+    answer: list[Decision] = []
+    threading.Thread(target=lambda: answer.append(w.approver.for_reply(cancel)(request)), daemon=True).start()
+    qtbot.waitUntil(lambda: bool(dialogs), timeout=20_000)
+    dialog = dialogs[0]
+    assert dialog.isVisible() and dialog.deny.isDefault() and not dialog.allow_once.isDefault()
+    return dialog, answer
+
+
+def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWindow, home: Path, qtbot: QtBot) -> None:
+    config_path = _write_config(home)
+    w = open_window(wait_plan=False)
+    panel = w.mcp_panel
+    w.actions_by_name["action_view_mcp"].trigger()
+    assert w.right_tabs.currentWidget() is panel
+
+    # The server comes up with its tools; the one that cannot start says why, in one line.
+    waits.until(qtbot, lambda: panel.tool_item("tools", "add") is not None, cpu_s=120)
+    waits.until(
+        qtbot,
+        lambda: "was not found" in (panel.server_item("missing") or panel.tree.invisibleRootItem()).child(0).text(0),
+        cpu_s=60,
+    )
+    tools = panel.server_item("tools")
+    assert tools is not None and tools.text(1).startswith("ready · 6 of 6 tools allowed")
+    assert tools.checkState(0) == Qt.CheckState.Checked
+    add = panel.tool_item("tools", "add")
+    assert add is not None and add.text(2).endswith("chars") and add.checkState(0) == Qt.CheckState.Checked
+    missing_error = panel.server_item("missing").child(0).text(0)  # type: ignore[union-attr]  # listed above
+    assert missing_error.startswith("Last error: the command 'vrampilot-no-such-command' was not found")
+    assert "\n" not in missing_error
+    SHOTS.mkdir(exist_ok=True)
+    panel.tree.setCurrentItem(panel.server_item("missing"))
+    assert panel.grab().save(str(SHOTS / "mcp-view.png"))
+
+    # Untick a tool: saved as allowedTools, kept from the model, other hosts' keys kept.
+    panel.tool_item("tools", "crash").setCheckState(0, Qt.CheckState.Unchecked)  # type: ignore[union-attr]
+    saved = load_config(config_path).server("tools")
+    assert saved.allowed_tools is not None and "crash" not in saved.allowed_tools and "add" in saved.allowed_tools
+    assert saved.extra == {"type": "stdio"}
+    assert "crash" not in w.agents.catalog().offered and "add" in w.agents.catalog().offered
+
+    # The raw editor: a broken config is one line naming the server and the field; nothing saved.
+    before = config_path.read_text(encoding="utf-8")
+    panel.raw.setPlainText(json.dumps({"mcpServers": {"web": {"url": "ftp://x"}}}))
+    assert not panel.save_raw()
+    assert panel.raw_error.text() == 'mcp.json: server "web": "url" must start with http:// or https://' or (
+        'server "web": "url" must start with http:// or https://' in panel.raw_error.text()
+    )
+    assert "\n" not in panel.raw_error.text() and not panel.raw_error.isHidden()
+    panel.raw.setPlainText("{ not json")
+    assert not panel.save_raw() and "not valid JSON" in panel.raw_error.text()
+    assert config_path.read_text(encoding="utf-8") == before
+    panel.load_raw()
+
+    # Add a server in the dialog: a wrong field is refused in one line, the fixed entry is saved.
+    dialog = panel.add_server()
+    dialog.name.setText("docs")
+    dialog.entry.setPlainText('{"command": "docs-mcp", "args": "--root /tmp"}')
+    qtbot.mouseClick(dialog.save, Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and 'server "docs": "args" must be a list of texts' in dialog.error.text()
+    dialog.entry.setPlainText('{"command": "docs-mcp", "args": ["--root", "/tmp"], "disabled": true}')
+    qtbot.mouseClick(dialog.save, Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible()
+    assert load_config(config_path).server("docs").args == ("--root", "/tmp")
+    assert panel.server_item("docs") is not None and panel.server_item("docs").text(1) == "off"  # type: ignore[union-attr]
+    assert '"docs"' in panel.raw.toPlainText()
+    waits.until(
+        qtbot, lambda: panel.tool_item("tools", "add") is not None, cpu_s=120
+    )  # started again with the new config
+
+    # Approval: Allow once runs the real call; Deny does not; Stop withdraws the question.
+    manager = w.agents.manager
+    assert manager is not None
+    cancel = threading.Event()
+    request = ApprovalRequest("tools", "echo", {"text": MARKUP}, "Return the text given")
+    dialog_a, answer = _ask(w, qtbot, request, cancel)
+    assert MARKUP in dialog_a.arguments.toPlainText()
+    qtbot.mouseClick(dialog_a.allow_once, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: answer == [Decision.ALLOW_ONCE], timeout=10_000)
+    echo = manager.call("tools", "echo", {"text": MARKUP})
+    dialog_d, denied = _ask(w, qtbot, ApprovalRequest("tools", "add", {"a": 2, "b": 3}, ""), cancel)
+    qtbot.mouseClick(dialog_d.deny, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: denied == [Decision.DENY], timeout=10_000)
+    assert not w.agents.policy.always_allowed("tools", "add")
+    dialog_s, stopped = _ask(w, qtbot, ApprovalRequest("tools", "add", {"a": 1, "b": 1}, ""), cancel)
+    cancel.set()  # Stop
+    qtbot.waitUntil(lambda: stopped == [Decision.DENY] and not dialog_s.isVisible(), timeout=10_000)
+    failed = manager.call("tools", "fail", {})
+
+    # A round as the tool loop stores it, then an answer; the transcript shows it after a restart.
+    steps = (
+        ToolStep(
+            "c1",
+            "echo",
+            "tools",
+            json.dumps({"text": MARKUP}),
+            echo.text,
+            echo.is_error,
+            echo.duration_s,
+            "allowed",
+            len(echo.text),
+        ),
+        ToolStep("c2", "add", "tools", '{"a": 2, "b": 3}', "the user denied this call", True, 0.0, "denied", 25),
+        ToolStep(
+            "c3", "fail", "tools", "{}", failed.text, failed.is_error, failed.duration_s, "policy", len(failed.text)
+        ),
+    )
+    chats = w.ctx.conversations
+    chat_id = chats.create(model_path=None).id
+    chats.ask(chat_id, "Echo some markup")
+    chats.add_tool_round(chat_id, ToolRound("Let me call the tools.", steps))
+    chats.add_reply(chat_id, "Done.")
+    w.chats.open_chat(chat_id)
+    w.close()
+
+    w2 = open_window(wait_plan=False)
+    assert w2.chats.chat_id == chat_id
+    msgs = w2.chat_view.messages()
+    assert [m.role for m in msgs] == ["user", "assistant", "assistant"]
+    calls = msgs[1].tool_calls
+    assert calls is not None and [s.step.tool for s in calls.steps] == ["echo", "add", "fail"]
+    shown: list[ToolStepWidget] = calls.steps
+    assert shown[0].title.text() == "Tool call: tools/echo" and shown[0].title.textFormat() == Qt.TextFormat.PlainText
+    assert MARKUP in shown[0].arguments.text() and shown[0].arguments.textFormat() == Qt.TextFormat.PlainText
+    # The echo's result is long (the env names): collapsed, markup as written, whole on a click.
+    assert shown[0].shown_result().startswith(MARKUP) and shown[0].toggle.isVisibleTo(shown[0])
+    assert shown[0].shown_result() != echo.text
+    qtbot.mouseClick(shown[0].toggle, Qt.MouseButton.LeftButton)
+    assert shown[0].shown_result() == echo.text
+    assert "allowed once" in shown[0].facts.text() and " s · " in shown[0].facts.text()
+    assert shown[1].facts.text() == "denied by you" and "denied" in shown[1].shown_result()
+    assert shown[2].shown_result().startswith("Error: ") and "fail" in shown[2].shown_result()
+    assert msgs[1].text() == "Let me call the tools." and msgs[2].text() == "Done."
+    w2.chat_view.messages_area.verticalScrollBar().setValue(0)
+    assert w2.center_tabs.grab().save(str(SHOTS / "transcript.png"))
+
+    # "Use tools" without llama-server: said, with the way to it; the question is kept.
+    w2.chat_view.use_tools.setChecked(True)
+    assert w2.chat_view.tool_rounds.isEnabled()
+    w2.chats.send("And again?")
+    waits.until(qtbot, lambda: w2.chat_view.banner_visible(), cpu_s=120)
+    assert "Tools run through llama-server" in w2.chat_view.banner_text.text()
+    assert w2.ctx.conversations.unanswered(chat_id) is not None
+    assert w2.agents.manager is not None and w2.agents.manager.statuses()[0].state in (State.STARTING, State.READY)
