@@ -24,11 +24,12 @@ import threading
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.ui.conftest import OpenWindow, heard
-from vrampilot.agents import ApprovalRequest, Decision, State, load_config
+from vrampilot.agents import ApprovalRequest, Decision, State, cut_result, load_config
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import ApprovalDialog
 from vrampilot.ui.agents.transcript import ToolStepWidget
@@ -48,6 +49,13 @@ def _write_config(home: Path) -> Path:
     }
     path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
     return path
+
+
+def _error_line(w: MainWindow, server: str) -> str:
+    """The line under a server in the MCP view that says why it is not running ("" when none)."""
+    item = w.mcp_panel.server_item(server)
+    child = item.child(0) if item is not None and item.childCount() else None
+    return child.text(0) if child is not None and child.text(0).startswith("Last error: ") else ""
 
 
 def _ask(
@@ -72,21 +80,20 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
 
     # The server comes up with its tools; the one that cannot start says why, in one line.
     waits.until(qtbot, lambda: panel.tool_item("tools", "add") is not None, cpu_s=120)
-    waits.until(
-        qtbot,
-        lambda: "was not found" in (panel.server_item("missing") or panel.tree.invisibleRootItem()).child(0).text(0),
-        cpu_s=60,
-    )
+    waits.until(qtbot, lambda: "was not found" in _error_line(w, "missing"), cpu_s=60)
     tools = panel.server_item("tools")
     assert tools is not None and tools.text(1).startswith("ready · 6 of 6 tools allowed")
     assert tools.checkState(0) == Qt.CheckState.Checked
     add = panel.tool_item("tools", "add")
     assert add is not None and add.text(2).endswith("chars") and add.checkState(0) == Qt.CheckState.Checked
-    missing_error = panel.server_item("missing").child(0).text(0)  # type: ignore[union-attr]  # listed above
+    missing_error = _error_line(w, "missing")
     assert missing_error.startswith("Last error: the command 'vrampilot-no-such-command' was not found")
     assert "\n" not in missing_error
     SHOTS.mkdir(exist_ok=True)
-    panel.tree.setCurrentItem(panel.server_item("missing"))
+    missing = panel.server_item("missing")
+    assert missing is not None
+    panel.tree.setCurrentItem(missing)
+    QApplication.processEvents()  # the details' new lines laid out before the grab
     assert panel.grab().save(str(SHOTS / "mcp-view.png"))
 
     # Untick a tool: saved as allowedTools, kept from the model, other hosts' keys kept.
@@ -119,7 +126,7 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     qtbot.mouseClick(dialog.save, Qt.MouseButton.LeftButton)
     assert not dialog.isVisible()
     assert load_config(config_path).server("docs").args == ("--root", "/tmp")
-    assert panel.server_item("docs") is not None and panel.server_item("docs").text(1) == "off"  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: (item := panel.server_item("docs")) is not None and item.text(1) == "off", timeout=10_000)
     assert '"docs"' in panel.raw.toPlainText()
     waits.until(
         qtbot, lambda: panel.tool_item("tools", "add") is not None, cpu_s=120
@@ -132,6 +139,7 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     request = ApprovalRequest("tools", "echo", {"text": MARKUP}, "Return the text given")
     dialog_a, answer = _ask(w, qtbot, request, cancel)
     assert MARKUP in dialog_a.arguments.toPlainText()
+    assert dialog_a.grab().save(str(SHOTS / "approval.png"))
     qtbot.mouseClick(dialog_a.allow_once, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: answer == [Decision.ALLOW_ONCE], timeout=10_000)
     echo = manager.call("tools", "echo", {"text": MARKUP})
@@ -143,6 +151,8 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     cancel.set()  # Stop
     qtbot.waitUntil(lambda: stopped == [Decision.DENY] and not dialog_s.isVisible(), timeout=10_000)
     failed = manager.call("tools", "fail", {})
+    big = manager.call("tools", "big", {})
+    big_cut = cut_result(big.text, 2_000)  # as the loop gives it to the model
 
     # A round as the tool loop stores it, then an answer; the transcript shows it after a restart.
     steps = (
@@ -161,6 +171,7 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
         ToolStep(
             "c3", "fail", "tools", "{}", failed.text, failed.is_error, failed.duration_s, "policy", len(failed.text)
         ),
+        ToolStep("c4", "big", "tools", "{}", big_cut, big.is_error, big.duration_s, "always", len(big.text)),
     )
     chats = w.ctx.conversations
     chat_id = chats.create(model_path=None).id
@@ -175,20 +186,25 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     msgs = w2.chat_view.messages()
     assert [m.role for m in msgs] == ["user", "assistant", "assistant"]
     calls = msgs[1].tool_calls
-    assert calls is not None and [s.step.tool for s in calls.steps] == ["echo", "add", "fail"]
+    assert calls is not None and [s.step.tool for s in calls.steps] == ["echo", "add", "fail", "big"]
     shown: list[ToolStepWidget] = calls.steps
     assert shown[0].title.text() == "Tool call: tools/echo" and shown[0].title.textFormat() == Qt.TextFormat.PlainText
     assert MARKUP in shown[0].arguments.text() and shown[0].arguments.textFormat() == Qt.TextFormat.PlainText
-    # The echo's result is long (the env names): collapsed, markup as written, whole on a click.
-    assert shown[0].shown_result().startswith(MARKUP) and shown[0].toggle.isVisibleTo(shown[0])
-    assert shown[0].shown_result() != echo.text
-    qtbot.mouseClick(shown[0].toggle, Qt.MouseButton.LeftButton)
-    assert shown[0].shown_result() == echo.text
+    # The markup is shown as written, in a plain-text view.
+    assert shown[0].shown_result() == echo.text and echo.text.startswith(MARKUP)
+    assert not shown[0].toggle.isVisibleTo(shown[0])
     assert "allowed once" in shown[0].facts.text() and " s · " in shown[0].facts.text()
+    # A long result is collapsed, and whole on a click; the facts say it was cut for the model.
+    assert shown[3].toggle.isVisibleTo(shown[3]) and len(shown[3].shown_result()) < 700
+    qtbot.mouseClick(shown[3].toggle, Qt.MouseButton.LeftButton)
+    assert shown[3].shown_result() == big_cut and shown[3].expanded()
+    assert "5,242,880 characters, cut for the model" in shown[3].facts.text()
+    qtbot.mouseClick(shown[3].toggle, Qt.MouseButton.LeftButton)
     assert shown[1].facts.text() == "denied by you" and "denied" in shown[1].shown_result()
-    assert shown[2].shown_result().startswith("Error: ") and "fail" in shown[2].shown_result()
+    assert "failed" in shown[2].facts.text() and "fail" in shown[2].shown_result()
     assert msgs[1].text() == "Let me call the tools." and msgs[2].text() == "Done."
     w2.chat_view.messages_area.verticalScrollBar().setValue(0)
+    QApplication.processEvents()
     assert w2.center_tabs.grab().save(str(SHOTS / "transcript.png"))
 
     # "Use tools" without llama-server: said, with the way to it; the question is kept.

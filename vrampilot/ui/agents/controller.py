@@ -38,12 +38,9 @@ class AgentsController(QObject):
     servers_changed = Signal()  # a server's status, the config, or both changed (may come from the manager's thread)
     status = Signal(str)
 
-    def __init__(
-        self, path: Path | None = None, *, start_timeout_s: float | None = None, parent: QObject | None = None
-    ) -> None:
+    def __init__(self, path: Path | None = None, *, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.path = path or default_config_path()
-        self.start_timeout_s = start_timeout_s
         self.policy = ApprovalPolicy()
         self.manager: McpManager | None = None
         self.load_error: str | None = None  # mcp.json as found at start could not be read (one line)
@@ -59,8 +56,7 @@ class AgentsController(QObject):
         """Start the enabled servers (nothing runs without any)."""
         if self._closed or not self.config.enabled():
             return
-        kwargs = {} if self.start_timeout_s is None else {"start_timeout_s": self.start_timeout_s}
-        self.manager = McpManager(self.config, on_status=lambda _s: self.servers_changed.emit(), **kwargs)  # type: ignore[arg-type]  # only start_timeout_s, a float
+        self.manager = McpManager(self.config, on_status=lambda _s: self.servers_changed.emit())
         self.manager.start()
 
     def _restart_all(self) -> None:

@@ -8,12 +8,14 @@ nothing saved.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFontDatabase
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -49,6 +51,14 @@ def state_text(s: ServerStatus) -> str:
         retry = f" (trying again in {s.retry_in_s:g} s)" if s.retry_in_s else ""
         return f"failed{retry}"
     return {State.STARTING: "starting…", State.STOPPED: "not running", State.DISABLED: "off"}[s.state]
+
+
+def _button(name: str, text: str, slot: Callable[[], object], row: QHBoxLayout) -> QPushButton:
+    b = QPushButton(text)
+    b.setObjectName(name)
+    b.clicked.connect(lambda _c=False: slot())
+    row.addWidget(b)
+    return b
 
 
 def mono(edit: QPlainTextEdit) -> QPlainTextEdit:
@@ -133,23 +143,25 @@ class McpPanel(QWidget):
         self.tree.setHeaderLabels(["Server / tool", "Status", "Schema"])
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        # The names take what the state and size leave; a long error is cut here and whole below.
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in (1, 2):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.itemChanged.connect(self._item_changed)
         self.tree.currentItemChanged.connect(lambda *_a: self._show_details())
         sl.addWidget(self.tree, 1)
         self.details = plain_label("", "mcp_details")
         sl.addWidget(self.details)
         buttons = QHBoxLayout()
-        for name, text, slot in (
-            ("mcp_add", "Add…", self.add_server),
-            ("mcp_edit", "Edit…", self.edit_server),
-            ("mcp_remove", "Remove", self.remove_server),
-            ("mcp_restart", "Restart", self.restart_server),
-        ):
-            b = QPushButton(text)
-            b.setObjectName(name)
-            b.clicked.connect(slot)
-            buttons.addWidget(b)
-            setattr(self, name.removeprefix("mcp_") + "_button", b)
+        self.add_button = _button("mcp_add", "Add…", self.add_server, buttons)
+        self.edit_button = _button("mcp_edit", "Edit…", self.edit_server, buttons)
+        self.remove_button = _button("mcp_remove", "Remove", self.remove_server, buttons)
+        self.restart_button = _button("mcp_restart", "Restart", self.restart_server, buttons)
+        self.restart_button.setToolTip(
+            "Start the selected server again now (after a failure, or after it was given up)"
+        )
         buttons.addStretch(1)
         sl.addLayout(buttons)
         self.tabs.addTab(servers, "Servers")
@@ -180,7 +192,9 @@ class McpPanel(QWidget):
         rl.addLayout(rb)
         self.tabs.addTab(raw, "mcp.json")
 
-        controller.servers_changed.connect(self.refresh)
+        # Queued: a tick's own itemChanged saves the config, and rebuilding the tree inside that
+        # signal would delete the item that is emitting it.
+        controller.servers_changed.connect(self.refresh, Qt.ConnectionType.QueuedConnection)
         self.refresh()
         self.load_raw()
         if controller.load_error:
@@ -191,11 +205,7 @@ class McpPanel(QWidget):
         current = self.selected()
         self.tree.blockSignals(True)
         try:
-            expanded = {
-                self.tree.topLevelItem(i).text(0)
-                for i in range(self.tree.topLevelItemCount())
-                if self.tree.topLevelItem(i).isExpanded()
-            }
+            expanded = {item.text(0) for item in self.server_items() if item.isExpanded()}
             self.tree.clear()
             for s in self.controller.statuses():
                 item = QTreeWidgetItem([s.name, state_text(s), ""])
@@ -227,18 +237,16 @@ class McpPanel(QWidget):
                 item.setExpanded(s.name in expanded or bool(s.tools) or bool(s.last_error))
                 if current is not None and current[0] == s.name and current[1] is None:
                     self.tree.setCurrentItem(item)
-            for col in (0, 1, 2):
-                self.tree.resizeColumnToContents(col)
         finally:
             self.tree.blockSignals(False)
         self._show_details()
 
+    def server_items(self) -> list[QTreeWidgetItem]:
+        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [item for item in items if item is not None]
+
     def server_item(self, name: str) -> QTreeWidgetItem | None:
-        for i in range(self.tree.topLevelItemCount()):
-            item = self.tree.topLevelItem(i)
-            if item.text(0) == name:
-                return item
-        return None
+        return next((item for item in self.server_items() if item.text(0) == name), None)
 
     def tool_item(self, server: str, tool: str) -> QTreeWidgetItem | None:
         item = self.server_item(server)
@@ -256,7 +264,7 @@ class McpPanel(QWidget):
     def _show_details(self) -> None:
         sel = self.selected()
         status = next((s for s in self.controller.statuses() if sel is not None and s.name == sel[0]), None)
-        for b in (self.edit_button, self.remove_button, self.restart_button):  # type: ignore[attr-defined]  # set in __init__
+        for b in (self.edit_button, self.remove_button, self.restart_button):
             b.setEnabled(status is not None)
         if status is None:
             self.details.setText("Select a server to see what it runs and its last error.")
@@ -280,9 +288,9 @@ class McpPanel(QWidget):
             )
         )
 
-    def _apply(self, change: object) -> None:
+    def _apply(self, change: Callable[[], None]) -> None:
         try:
-            change()  # type: ignore[operator]  # a callable
+            change()
         except (McpConfigError, OSError) as exc:
             self.controller.status.emit(f"Not saved: {exc}")
             self.refresh()

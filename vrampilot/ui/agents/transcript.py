@@ -63,9 +63,13 @@ class ToolStepWidget(QFrame):
         facts = [VERDICTS.get(step.verdict, step.verdict)]
         if step.verdict not in ("denied", "refused"):
             facts.insert(0, f"{step.duration_s:.1f} s")
-            facts.append(f"{step.result_chars:,} characters" + (", cut for the model" if step.cut else ""))
+            if step.is_error:
+                facts.append("failed")
+            else:
+                facts.append(f"{step.result_chars:,} characters" + (", cut for the model" if step.cut else ""))
         head = QHBoxLayout()
         self.title = plain_label(f"Tool call: {where}", "tool_title")
+        self.title.setWordWrap(False)
         font = self.title.font()
         font.setBold(True)
         self.title.setFont(font)
@@ -95,11 +99,11 @@ class ToolStepWidget(QFrame):
 
     def _show(self, whole: bool) -> None:
         text = self.step.result
-        label = "Error: " if self.step.is_error and self.step.verdict not in ("denied", "refused") else ""
         shown = text if whole or not is_long(text) else collapsed(text)
-        self.result.setPlainText(label + shown)
+        self.result.setPlainText(shown)
         self.toggle.setText("Show less" if whole else "Show the whole result")
-        lines = min(shown.count("\n") + 1, 20 if whole else COLLAPSED_LINES + 1)
+        # A long result gets a box of a few lines (20 when whole) and scrolls, wrapped or not.
+        lines = (20 if whole else COLLAPSED_LINES + 1) if is_long(text) else shown.count("\n") + 1
         self.result.setFixedHeight(self.result.fontMetrics().lineSpacing() * lines + 12)
 
     def expanded(self) -> bool:
