@@ -23,16 +23,19 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QPushButton
 from pytestqt.qtbot import QtBot
 
 from tests import waits
-from tests.ui.conftest import OpenWindow, heard
+from tests.ui.conftest import OpenWindow, heard, open_chat, seed_prefs
 from vrampilot.agents import ApprovalRequest, Decision, State, cut_result, load_config
+from vrampilot.server import free_port
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import ApprovalDialog
 from vrampilot.ui.agents.transcript import ToolStepWidget
+from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 SERVERS = str(Path(__file__).parents[1] / "agents" / "mcp_servers.py")
@@ -215,3 +218,35 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     assert "Tools run through llama-server" in w2.chat_view.banner_text.text()
     assert w2.ctx.conversations.unanswered(chat_id) is not None
     assert w2.agents.manager is not None and w2.agents.manager.statuses()[0].state in (State.STARTING, State.READY)
+
+
+@pytest.mark.slow
+def test_use_tools_serves_the_model_and_answers_through_the_tool_loop(
+    open_window: OpenWindow, home: Path, qtbot: QtBot
+) -> None:
+    """ "Use tools" on: the question waits for llama-server ("Serve and answer"), then the reply runs
+    through the ToolLoop with the MCP tools offered. The embedded model's template shows no tools,
+    so it answers without a call: what this proves is the route, not a call."""
+    _write_config(home)
+    seed_prefs(max_tokens=8)
+    w = open_window()
+    waits.until(qtbot, lambda: bool(w.agents.catalog()), cpu_s=120)
+    w.server_panel.port.setValue(free_port())
+    view = w.chat_view
+    view.use_tools.setChecked(True)
+    view.tool_rounds.setValue(2)
+    statuses = heard(w.chats.status)
+    w.chats.send("What is 2 plus 3?")
+    assert "Tools run through llama-server" in view.banner_text.text() and not w.ctx.engine.engine.loaded
+    serve = view.banner.findChild(QPushButton, "serve_for_tools")
+    assert serve is not None
+    qtbot.mouseClick(serve, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
+    assert w.server.state == "ready"
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 2, cpu_s=60)
+    assert any(s.startswith("Generating with 6 tools (served by llama-server)") for s in statuses), statuses
+    stored = w.ctx.conversations.messages(open_chat(w))
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content and stored[1].tool_round is None
+    assert view.messages()[1].text() == stored[1].content and not w.ctx.engine.engine.loaded
+    w.server.stop()
+    waits.until(qtbot, lambda: w.server.state == "stopped", cpu_s=30)
