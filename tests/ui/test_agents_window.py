@@ -11,9 +11,14 @@
   restarts: tool, arguments, result as plain text (markup shown, never rendered), long results
   collapsed, errors; "Use tools" without llama-server says why, and nothing is lost.
 
-Not exercised here: a model making the calls. The embedded SmolLM2's template does not render
-tools, so llama-server never produces a call with it (docs/agents.md, limits); the loop's own
-model path is the core's (tests/agents).
+- "Use tools" end to end (slow): the question waits for llama-server, "Serve and answer" starts it,
+  and the reply runs through the ToolLoop with the server's tools offered.
+
+Not exercised here: a model making a call in the window. The embedded SmolLM2's template does not
+render tools, so llama-server never produces a call with it, even with tool_choice "required"
+(docs/agents.md, limits). So the live path from a call to the dialog, the transcript's live steps
+and the rounds cap are not driven by a model: the dialog is asked as the loop asks it, and the
+transcript is fed the round the loop stores.
 """
 
 from __future__ import annotations
