@@ -17,7 +17,7 @@ from vrampilot.planner.plan import Pins
 def test_hub_and_meters_tabs_are_there(open_window: OpenWindow) -> None:
     w = open_window()
     assert [w.center_tabs.tabText(i) for i in range(w.center_tabs.count())] == ["Chat", "Hub"]
-    assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters", "Server"]
+    assert [w.right_tabs.tabText(i) for i in range(w.right_tabs.count())] == ["Plan", "Meters", "Server", "MCP servers"]
     # The hub badges are computed for the same target the plan uses.
     assert w.hub.controller.target is w.plans.target
     # Without NVML the meters say why the GPU part is empty, and still show RAM.

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,8 +118,11 @@ def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
 class HybridReply(Reply):
     """A Reply as the engine gives one, plus what the cache holds after it."""
 
-    kv: KvCacheUsage
-    load_s: float = 0.0  # reading the weights into torch, when this reply had to (the first one)
+    # Keyword-only: Reply's own fields end with one that has a default (tool_calls).
+    kv: KvCacheUsage = field(kw_only=True)
+    load_s: float = field(
+        default=0.0, kw_only=True
+    )  # reading the weights into torch, when this reply had to (the first one)
 
 
 def _stop_reason(stop: StopReason | None, cancelled: bool, at_context: bool) -> StopReason:

@@ -14,21 +14,35 @@ import enum
 import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from vrampilot.engine import ChatBackend, ContextOverflow, Engine, LlamaCppBackend, Message, Reply, format_summary
+from vrampilot.agents import ToolLoop
+from vrampilot.engine import (
+    ChatBackend,
+    ContextOverflow,
+    Engine,
+    LlamaCppBackend,
+    Message,
+    Reply,
+    SamplingParams,
+    format_summary,
+)
 from vrampilot.log import describe_error
 from vrampilot.message import TurnDrop
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Plan
+from vrampilot.server.chat import ServerBackend
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
 from vrampilot.storage.chats import StoredMessage
 from vrampilot.storage.images import DAMAGED, ImageFileError, read_image
+from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui import chat_backends
+from vrampilot.ui.agents.approval import GuiApprover
+from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
 from vrampilot.ui.context import AppContext
@@ -37,6 +51,13 @@ from vrampilot.ui.plan_controller import PlanController
 from vrampilot.units import format_tokens
 
 ConfirmFn = Callable[[str, str], bool]
+
+
+@dataclass(frozen=True)
+class ToolsCapped:
+    """The tool loop reached the rounds cap: the last answer was asked without tools."""
+
+    rounds: int
 
 
 class ChatState(enum.Enum):
@@ -87,10 +108,16 @@ class ChatController(QObject):
         documents: DocumentsController,
         *,
         confirm: ConfirmFn,
+        agents: AgentsController | None = None,
+        approver: GuiApprover | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self.ctx = ctx
+        # The MCP servers and the approval dialog ("Use tools"); None where the window has none.
+        self.agents, self.approver = agents, approver
+        self._answer_when_served = False  # "Serve and answer": the tools wait for llama-server
+        self._capped: ToolsCapped | None = None
         self.chats = ctx.conversations
         self.view = view
         self.chat_list = chat_list
@@ -399,6 +426,9 @@ class ChatController(QObject):
         self.view.mark_unseen(int((last.stats or {}).get("dropped_messages", 0)) if last is not None else 0)
 
     def _add_stored(self, m: StoredMessage) -> None:
+        if m.tool_round is not None:  # a round of tool calls, shown again as it ran
+            self.view.add_tool_round(m.position, m.tool_round)
+            return
         images = [(self.chats.images.path(i), i.name or i.file_name) for i in m.images]
         self.view.add_message(m.position, m.role, m.content, summary_line(m.stats), images=images)
 
@@ -413,6 +443,9 @@ class ChatController(QObject):
     def _reply(self, *, trim: bool = False) -> None:
         """Reply to the stored conversation; load the model first when it is not loaded, or was
         loaded before the user changed the settings (what they set is what answers)."""
+        if self._tools_on() and not isinstance(self._served_backend(), ServerBackend):
+            self._ask_to_serve()  # before loading: the in-app engine cannot run tools
+            return
         if self.plans.loaded_answers() or self._served_backend() is not None:
             self._generate(trim=trim)
             return
@@ -455,6 +488,9 @@ class ChatController(QObject):
                 [("banner_ok", "OK", self.view.hide_banner)],
             )
             return
+        if self._tools_on() and self.agents is not None and self.approver is not None:
+            self._generate_with_tools(list(messages), sampling, served, self.agents, self.approver)
+            return
         if self.documents.active and self.ctx.engine.engine.loaded:
             # The documents go into the prompt: whole, or the passages retrieved for this question.
             self.documents.reply_tokens = sampling.max_tokens
@@ -495,6 +531,102 @@ class ChatController(QObject):
 
         self.ctx.engine.run_chat(job)
 
+    def _generate_with_tools(
+        self,
+        messages: list[Message],
+        sampling: SamplingParams,
+        served: ChatBackend | None,
+        agents: AgentsController,
+        approver: GuiApprover,
+    ) -> None:
+        """A reply through the tool loop (vrampilot.agents.loop): llama-server parses the model's
+        calls, each call is asked in a dialog, the results go back to the model, and each round is
+        stored as it ends. Runs on the engine thread as any reply does; Stop ends it."""
+        assert self.chat_id is not None
+        if not isinstance(served, ServerBackend):
+            self._ask_to_serve()
+            return
+        manager, catalog = agents.manager, agents.catalog()
+        if manager is None or not catalog:
+            self._set_state(ChatState.IDLE)
+            self.view.show_banner(
+                "No MCP tool is ready: add a server or see why one failed in the MCP servers tab (or turn off "
+                "“Use tools”). Your question is kept.",
+                [("banner_ok", "OK", self.view.hide_banner)],
+            )
+            return
+        self.replying = served
+        self._learn_speed, self._learn_drafting, self._capped = False, None, None
+        position = len(self.chats.messages(self.chat_id))
+        self._set_state(ChatState.GENERATING)
+        self.view.begin_reply(position)
+        n = len(catalog.offered)
+        self.status.emit(f"Generating with {n} tool{'s' if n != 1 else ''} (served by llama-server)…")
+        rounds, policy = self.view.tool_rounds.value(), agents.policy
+
+        def job(
+            _engine: Engine,
+            on_text: Callable[[str], None],
+            on_report: Callable[[object], None],
+            cancel: threading.Event,
+        ) -> Reply:
+            loop = ToolLoop(
+                served,
+                manager,
+                catalog,
+                approver.for_reply(cancel),
+                policy,
+                max_rounds=rounds,
+                # a quarter of the context for one result, at about 3 characters a token (as the CLI)
+                result_budget_chars=max(2_000, served.n_ctx() // 4 * 3),
+                on_step=on_report,
+                on_round=on_report,  # stored on the GUI thread, in order, before the next round's text
+            )
+            result = loop.run(messages, sampling, on_text=on_text, cancel=cancel)
+            if result.capped:
+                on_report(ToolsCapped(rounds))
+            if result.reply.tool_calls:  # stopped after a round: its text is stored with the round
+                return Reply("", replace(result.reply.stats, stop_reason="cancelled"))
+            return result.reply
+
+        self.ctx.engine.run_chat(job)
+
+    def _tools_on(self) -> bool:
+        return self.agents is not None and self.view.use_tools.isChecked()
+
+    def _ask_to_serve(self) -> None:
+        self._set_state(ChatState.IDLE)
+        self.view.show_banner(
+            "Tools run through llama-server, which reads the model's tool calls: serve the model to use them "
+            "(or turn off “Use tools”). Your question is kept.",
+            [
+                ("serve_for_tools", "Serve and answer", self._serve_then_answer),
+                ("banner_ok", "OK", self.view.hide_banner),
+            ],
+        )
+
+    def _serve_then_answer(self) -> None:
+        self.view.hide_banner()
+        self._answer_when_served = True
+        self.plans.serve_requested.emit()
+
+    def _tool_report(self, item: object) -> None:
+        if self.state is not ChatState.GENERATING or self.chat_id is None:
+            return
+        if isinstance(item, ToolStep):
+            self.view.add_tool_step(item)
+        elif isinstance(item, ToolRound):
+            try:
+                stored = self.chats.add_tool_round(self.chat_id, item)
+            except StorageError as exc:
+                self.status.emit(f"A round of tool calls was not saved: {exc}")
+                next_position = len(self.view.messages())
+            else:
+                next_position = stored.position + 1
+            self.view.end_tool_round(item.text, next_position)
+        elif isinstance(item, ToolsCapped):
+            self._capped = item
+
     def _text(self, text: str) -> None:
         if self.state is ChatState.GENERATING:
             self.view.append_reply_text(text)
@@ -528,6 +660,13 @@ class ChatController(QObject):
             self._offer_answer()
             return
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
+        if self._capped is not None:
+            self.view.show_banner(
+                f"The model called tools for {self._capped.rounds} rounds, the most this chat allows: it was asked "
+                "to answer without them.",
+                [("banner_ok", "OK", self.view.hide_banner)],
+            )
+            self._capped = None
         self._context_used = int(stats.get("context_used", 0))
         self.refresh_backend_choices()
         self._offer_continue(stats)
@@ -682,6 +821,9 @@ class ChatController(QObject):
         self._reply()
 
     def _report(self, item: object) -> None:
+        if isinstance(item, (ToolStep, ToolRound, ToolsCapped)):
+            self._tool_report(item)
+            return
         if isinstance(item, KvCacheUsage) and is_hybrid(self.backend_key):
             self.kv_usage.emit(item)
             if self.state is ChatState.GENERATING:
@@ -701,6 +843,9 @@ class ChatController(QObject):
         """The app started (a backend) or stopped (None) serving the planned model."""
         self.served = backend
         self.update_hint()
+        if backend is not None and self._answer_when_served:
+            self._answer_when_served = False
+            self.answer()
 
     def _served_backend(self) -> ChatBackend | None:
         """The server, when it holds the selected model and the chat is a llama.cpp chat."""

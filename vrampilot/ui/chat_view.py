@@ -42,7 +42,9 @@ from PySide6.QtWidgets import (
 
 from vrampilot.engine import SamplingParams
 from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
+from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui import chat_backends
+from vrampilot.ui.agents.transcript import ToolCallsView
 from vrampilot.ui.chat_backends import BackendChoice
 from vrampilot.ui.markdown_view import MarkdownView
 
@@ -153,6 +155,16 @@ class MessageWidget(QFrame):
         self.unseen.hide()
         lay.insertWidget(1, self.unseen)
         self._text = content
+        self.tool_calls: ToolCallsView | None = None  # the calls this message made (a tool round)
+
+    def add_tool_step(self, step: ToolStep) -> None:
+        """A tool call of this reply, shown under its text."""
+        if self.tool_calls is None:
+            self.tool_calls = ToolCallsView()
+            lay = self.layout()
+            assert isinstance(lay, QVBoxLayout)
+            lay.insertWidget(lay.indexOf(self.body) + 1, self.tool_calls)
+        self.tool_calls.add_step(step)
 
     def text(self) -> str:
         return self._text
@@ -440,6 +452,32 @@ class ChatView(QWidget):
         top.addWidget(self.sampling_toggle)
         lay.addLayout(top)
 
+        # Tools (vrampilot.agents): off by default; on, the reply runs through the tool loop, every
+        # call asked first. The cap ends a model that would call tools forever.
+        tools_row = QHBoxLayout()
+        self.use_tools = QCheckBox("Use tools")
+        self.use_tools.setObjectName("use_tools")
+        self.use_tools.setToolTip(
+            "Let the model call the tools of your MCP servers (the MCP servers tab); you are asked before "
+            "every call. Replies then run through llama-server (the Server tab)."
+        )
+        tools_row.addWidget(self.use_tools)
+        rounds_label = QLabel("at most")
+        tools_row.addWidget(rounds_label)
+        self.tool_rounds = QSpinBox()
+        self.tool_rounds.setObjectName("tool_rounds")
+        self.tool_rounds.setRange(1, 64)
+        self.tool_rounds.setValue(8)
+        self.tool_rounds.setSuffix(" rounds of calls")
+        self.tool_rounds.setToolTip("After this many rounds of calls the model is asked to answer without tools")
+        rounds_label.setBuddy(self.tool_rounds)
+        tools_row.addWidget(self.tool_rounds)
+        tools_row.addStretch(1)
+        for w in (rounds_label, self.tool_rounds):
+            w.setEnabled(False)
+            self.use_tools.toggled.connect(w.setEnabled)
+        lay.addLayout(tools_row)
+
         # What the chosen backend is, or why it cannot be used; hidden for plain llama.cpp chats.
         self.backend_note = QLabel()
         self.backend_note.setObjectName("backend_note")
@@ -684,6 +722,27 @@ class ChatView(QWidget):
         self._follow = True
         return w
 
+    def add_tool_round(self, position: int, rnd: ToolRound) -> MessageWidget:
+        """A stored round of tool calls: the model's text, then each call with its result."""
+        w = self.add_message(position, "assistant", rnd.text)
+        for step in rnd.steps:
+            w.add_tool_step(step)
+        return w
+
+    def add_tool_step(self, step: ToolStep) -> None:
+        """A call the streaming reply made, shown as soon as it ended."""
+        if self._streaming is not None:
+            self._streaming.add_tool_step(step)
+
+    def end_tool_round(self, text: str, next_position: int) -> None:
+        """The round's calls are done: its message keeps its own text, and the model's next words
+        stream into a new message below it."""
+        self._render_timer.stop()
+        if self._streaming is not None:
+            self._streaming.set_text(text)
+            self._streaming.set_stats("")
+        self.begin_reply(next_position)
+
     def mark_unseen(self, n_messages: int) -> None:
         """Mark the first `n_messages` messages as not seen by the model's latest reply."""
         for i, w in enumerate(self._messages):
@@ -739,6 +798,7 @@ class ChatView(QWidget):
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self.backend.setEnabled(not busy)
+        self.use_tools.setEnabled(not busy)
         self.send_button.setEnabled(not busy)
         self.attach_button.setEnabled(not busy)
         self.stop_button.setEnabled(busy)

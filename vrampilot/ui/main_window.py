@@ -37,6 +37,9 @@ from vrampilot.log import describe_error
 from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 from vrampilot.ui import dialogs
+from vrampilot.ui.agents.approval import GuiApprover
+from vrampilot.ui.agents.controller import AgentsController
+from vrampilot.ui.agents.mcp_panel import McpPanel
 from vrampilot.ui.chat_controller import ChatController, ChatState
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
@@ -68,6 +71,8 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._shut = False
         self.actions_by_name: dict[str, QAction] = {}  # the menus' named actions, once built
+        self.agents = AgentsController(parent=self)  # the MCP servers of mcp.json (vrampilot.agents)
+        self.approver = GuiApprover(self)
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
@@ -76,7 +81,15 @@ class MainWindow(QMainWindow):
         )
         self.documents = DocumentsController(ctx, parent=self)
         self.chats = ChatController(
-            ctx, self.chat_view, self.chat_list, self.plans, self.documents, confirm=ask, parent=self
+            ctx,
+            self.chat_view,
+            self.chat_list,
+            self.plans,
+            self.documents,
+            confirm=ask,
+            agents=self.agents,
+            approver=self.approver,
+            parent=self,
         )
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self._wire()
@@ -86,6 +99,7 @@ class MainWindow(QMainWindow):
         self._restore()
         self.chat_view.set_empty_hint("Looking at this machine…")
         self.plans.start(Path(initial_model).expanduser() if initial_model else None)
+        self.agents.start()  # the servers start while the model is planned
 
     # -- layout --------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -125,6 +139,9 @@ class MainWindow(QMainWindow):
         self.right_tabs.addTab(self.meters_panel, "Meters")
         self.server_panel = ServerPanel()
         self.right_tabs.addTab(self.server_panel, "Server")
+        self.mcp_panel = McpPanel(self.agents)
+        self.mcp_panel.setObjectName("mcp_panel")
+        self.right_tabs.addTab(self.mcp_panel, "MCP servers")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         for i, w in enumerate((self.chat_list, self.center_tabs, self.right_tabs)):
             self.splitter.addWidget(w)
@@ -146,7 +163,15 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         plans, chats, docs = self.plans, self.chats, self.documents
-        for source in (plans.status, chats.status, docs.status, self.hub.status_changed, self.server.status):
+        sources = (
+            plans.status,
+            chats.status,
+            docs.status,
+            self.hub.status_changed,
+            self.server.status,
+            self.agents.status,
+        )
+        for source in sources:
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
@@ -341,10 +366,12 @@ class MainWindow(QMainWindow):
         self._shut = True
         # A plan, fit or reply still on its way must not reach a window whose databases are closing.
         self.plans.shutdown()
+        self.approver.shutdown()  # a reply waiting on the approval dialog is denied, not left waiting
         self.chats.blockSignals(True)
         self.hub.shutdown()
         self.server.shutdown()
         self.meters_feed.stop()
         self.sampler.close()
         self.documents.shutdown()
+        self.agents.shutdown()
         self.ctx.engine.shutdown()  # the model is freed with the window; the context's owner closes the rest

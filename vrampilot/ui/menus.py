@@ -47,6 +47,8 @@ class MenuWindow(MenuBarOwner, Protocol):
     @property
     def server_panel(self) -> QWidget: ...
     @property
+    def mcp_panel(self) -> QWidget: ...
+    @property
     def center_tabs(self) -> QTabWidget: ...
     @property
     def right_tabs(self) -> QTabWidget: ...
@@ -167,6 +169,7 @@ def window_menus(w: MenuWindow) -> dict[str, QAction]:
                 [
                     ("Chat", lambda: w.center_tabs.setCurrentWidget(w.chat_view), key("Alt+1"), ""),
                     ("Hub", lambda: w.center_tabs.setCurrentWidget(w.hub), key("Alt+2"), ""),
+                    ("MCP servers", lambda: w.right_tabs.setCurrentWidget(w.mcp_panel), None, "action_view_mcp"),
                     None,
                     # Checkable (the window sets it): a narrow window hides the list, this brings it back.
                     ("Chat list", w.columns.toggle_chat_list, key("Ctrl+Shift+L"), "action_chat_list"),
