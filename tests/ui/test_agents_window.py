@@ -33,9 +33,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QPushButton
 from pytestqt.qtbot import QtBot
 
+from testkit.gguf_models import write_with_chat_template
 from tests import waits
 from tests.ui.conftest import OpenWindow, heard, open_chat, seed_prefs
-from vrampilot.agents import ApprovalRequest, Decision, State, cut_result, load_config
+from vrampilot.agents import ApprovalRequest, Decision, State, load_config
+from vrampilot.message import fit_tool_result
+from vrampilot.paths import embedded_model_path
 from vrampilot.server import free_port
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import ApprovalDialog
@@ -160,7 +163,7 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     qtbot.waitUntil(lambda: stopped == [Decision.DENY] and not dialog_s.isVisible(), timeout=10_000)
     failed = manager.call("tools", "fail", {})
     big = manager.call("tools", "big", {})
-    big_cut = cut_result(big.text, 2_000)  # as the loop gives it to the model
+    big_cut = fit_tool_result(big.text, 2_000, len, unit="characters").text  # as the loop gives it to the model
 
     # A round as the tool loop stores it, then an answer; the transcript shows it after a restart.
     steps = (
@@ -223,6 +226,31 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     assert "Tools run through llama-server" in w2.chat_view.banner_text.text()
     assert w2.ctx.conversations.unanswered(chat_id) is not None
     assert w2.agents.manager is not None and w2.agents.manager.statuses()[0].state in (State.STARTING, State.READY)
+
+
+def test_use_tools_puts_the_tools_tokens_in_the_plan(open_window: OpenWindow, home: Path, qtbot: QtBot) -> None:
+    """With "Use tools" on, the plan's context budget carries what the allowed tools add to every
+    prompt, counted with the model's own template (here a copy of the embedded model whose template
+    describes tools); fewer tools allowed cost fewer tokens, and tools off take them out again."""
+    _write_config(home)
+    template = (Path(__file__).parents[1] / "agents" / "tool_template.jinja").read_text(encoding="utf-8")
+    copy = write_with_chat_template(embedded_model_path(), home / "tools-smollm2.gguf", template)
+    w = open_window(initial_model=str(copy))
+    waits.until(qtbot, lambda: len(w.agents.catalog().api_tools()) == 6, cpu_s=120)
+    assert w.plans.pins.tools_tokens is None  # tools off: nothing in the plan
+    w.chat_view.use_tools.setChecked(True)
+    waits.until(qtbot, lambda: w.plans.plan is not None and w.plans.plan.context_budget.tools_tokens > 0, cpu_s=60)
+    plan = w.plans.plan
+    assert plan is not None
+    counted = w.tools_budget.last
+    assert counted is not None and counted.described and plan.context_budget.tools_tokens == counted.tokens
+    assert any("tools" in r.lower() and f"{counted.tokens:,}" in r for r in plan.reasons), plan.reasons
+    # Fewer tools allowed, fewer tokens; off again, none.
+    w.agents.set_tool_allowed("tools", "big", False)
+    waits.until(qtbot, lambda: w.plans.pins.tools_tokens not in (None, counted.tokens), cpu_s=60)
+    assert (w.plans.pins.tools_tokens or 0) < counted.tokens
+    w.chat_view.use_tools.setChecked(False)
+    waits.until(qtbot, lambda: w.plans.pins.tools_tokens is None, cpu_s=60)
 
 
 @pytest.mark.slow

@@ -40,6 +40,7 @@ from vrampilot.ui import dialogs
 from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.agents.mcp_panel import McpPanel
+from vrampilot.ui.agents.tools_budget import ToolsBudget
 from vrampilot.ui.chat_controller import ChatController, ChatState
 from vrampilot.ui.chat_list import ChatList
 from vrampilot.ui.chat_view import ChatView
@@ -92,6 +93,7 @@ class MainWindow(QMainWindow):
             parent=self,
         )
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
+        self.tools_budget = ToolsBudget(ctx, self.agents, self.plans, parent=self)  # the tools' tokens in the plan
         self._wire()
         self.actions_by_name = window_menus(self)
         self.columns.set_action(self.actions_by_name["action_chat_list"])
@@ -175,6 +177,8 @@ class MainWindow(QMainWindow):
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
         plans.plan_shown.connect(self._plan_shown)
+        self.chat_view.use_tools.toggled.connect(self.tools_budget.set_on)
+        self.tools_budget.set_on(self.chat_view.use_tools.isChecked())
         plans.model_failed.connect(self.chat_view.show_model_failure)
         plans.model_read.connect(lambda _path: self.chat_view.model_read())
         plans.loaded.connect(self._loaded)
