@@ -15,7 +15,7 @@ from typing import Any
 
 from vrampilot.server.chat import ServerBackend, ServerChatError
 from vrampilot.server.launch import launch
-from vrampilot.server.process import ServerConfig, ServerExited, free_port
+from vrampilot.server.process import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 
 LOAD_TIMEOUT_S = 600.0
 # The kernel closes a dying server's sockets: by the time a reply is cut it has ended, and waiting
@@ -23,11 +23,27 @@ LOAD_TIMEOUT_S = 600.0
 EXIT_GRACE_S = 2.0
 
 
+PORT_TRIES = 3
+
+
+def _launch_on_a_free_port(plan: Any) -> tuple[ServerProcess, ServerConfig]:
+    """The server on a port the system called free. Between asking and binding, another program
+    may take it (an outgoing connection's port is drawn from the same range): nobody else knows a
+    private server's port, so it simply tries another."""
+    for attempt in range(PORT_TRIES):
+        config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
+        try:
+            return launch(plan, config, timeout_s=LOAD_TIMEOUT_S), config
+        except PortInUseError:
+            if attempt == PORT_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def private_server(plan: Any) -> Iterator[ServerBackend]:
     """llama-server running `plan` (a planner Plan) on 127.0.0.1, with a key nobody else has."""
-    config = ServerConfig("127.0.0.1", free_port(), secrets.token_urlsafe(16))
-    server = launch(plan, config, timeout_s=LOAD_TIMEOUT_S)
+    server, config = _launch_on_a_free_port(plan)
     try:
         proj = plan.memory.projector
         yield ServerBackend(
