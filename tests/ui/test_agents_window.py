@@ -234,7 +234,9 @@ def test_use_tools_puts_the_tools_tokens_in_the_plan(open_window: OpenWindow, ho
     describes tools); fewer tools allowed cost fewer tokens, and tools off take them out again."""
     _write_config(home)
     template = (Path(__file__).parents[1] / "agents" / "tool_template.jinja").read_text(encoding="utf-8")
-    copy = write_with_chat_template(embedded_model_path(), home / "tools-smollm2.gguf", template)
+    model = embedded_model_path()
+    assert model is not None  # the test extras install it
+    copy = write_with_chat_template(model, home / "tools-smollm2.gguf", template)
     w = open_window(initial_model=str(copy))
     waits.until(qtbot, lambda: len(w.agents.catalog().api_tools()) == 6, cpu_s=120)
     assert w.plans.pins.tools_tokens is None  # tools off: nothing in the plan
