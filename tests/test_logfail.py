@@ -70,7 +70,9 @@ def test_logged_errors_and_dead_threads_fail_the_test_unless_expected(tmp_path: 
     argv = [sys.executable, "-m", "pytest", "-p", "tests.logfail", "-n", "2", "-rfE", "-p", "no:cacheprovider"]
     r = waits.run([*argv, "-o", "addopts=", str(tmp_path)], cpu_s=120, cwd=tmp_path, env=env)
     out = r.stdout
-    errors = {line.split("::")[1].split()[0] for line in out.splitlines() if line.startswith(("ERROR test_", "FAILED test_"))}
+    errors = {
+        line.split("::")[1].split()[0] for line in out.splitlines() if line.startswith(("ERROR test_", "FAILED test_"))
+    }
     assert errors == {
         "test_logs_an_error",
         "test_logs_an_exception",
