@@ -71,11 +71,11 @@ def _kill_at(
     )
     try:
 
-        def held() -> bool:
+        def holding() -> bool:
             assert child.poll() is None, f"the download ended before it was killed: {child.stderr.read()!r}"  # type: ignore[union-attr]  # stderr=PIPE
             return hub.holding.is_set() and part.is_file() and part.stat().st_size >= at_least
 
-        waits.until_true(held, cpu_s=CPU_S, poll_s=0.05)
+        waits.until_true(holding, cpu_s=CPU_S, poll_s=0.05)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()  # SIGKILL cannot be ignored

@@ -15,7 +15,6 @@ KeyError, TypeError or ValueError, which the store turns into "ignoring the spee
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -37,14 +36,20 @@ class _Field:
     digits: int | None
 
 
-@functools.cache
+_FIELDS: dict[type, tuple[_Field, ...]] = {}  # each record class resolved once
+
+
 def _fields(cls: type) -> tuple[_Field, ...]:
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
     hints = typing.get_type_hints(cls)
-    return tuple(
+    _FIELDS[cls] = found = tuple(
         _Field(f.name, f.metadata.get("key") or f.name, hints[f.name], f.metadata.get("digits"))
         for f in dataclasses.fields(cls)
         if f.metadata.get("stored", True)
     )
+    return found
 
 
 def encode(record: object) -> dict[str, Any]:
@@ -81,7 +86,7 @@ def _decode_value(kind: Any, value: Any) -> Any:
         if isinstance(value, str | bytes | Mapping):
             raise TypeError(f"expected a list, got {type(value).__name__}")
         return tuple(_decode_value(item, v) for v in value)
-    if dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         return decode(kind, value)
     if kind in (int, float, str, bool):
         return kind(value)

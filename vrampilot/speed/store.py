@@ -63,7 +63,13 @@ def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
                 k.setdefault(key, [])
         for a in probe.get("attention", ()):
             a.setdefault("decode_ram_gflops", [])
-        defaults = {"cpu_variant": None, "others_cpu_share": 0.0, "app_busy": False, "pace_ms": [], "elementwise": None}
+        defaults: dict[str, Any] = {
+            "cpu_variant": None,
+            "others_cpu_share": 0.0,
+            "app_busy": False,
+            "pace_ms": [],
+            "elementwise": None,
+        }
         probe.update({k: v for k, v in defaults.items() if k not in probe})
         probe["reference"] = probe.get("reference") or None
     for f in record.get("factors", ()):
