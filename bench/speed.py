@@ -473,10 +473,12 @@ def main() -> int:
         summary[phase]["worst"] = {"ratio": ratio, "case": row["case"], "kind": row["kind"]}
         print(f"worst ratio {what}: {ratio:.2f} ({row['case']}, {row['kind']})")
     if args.json:
+        from vrampilot.speed.codec import encode
+
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
-                {"probe": probe.to_dict(), "calibration_replies": replies, "rows": rows, "summary": summary}, indent=1
+                {"probe": encode(probe), "calibration_replies": replies, "rows": rows, "summary": summary}, indent=1
             )
         )
     return 0

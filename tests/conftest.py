@@ -14,6 +14,10 @@ from typing import TypeVar, cast
 import pytest
 
 from tests import system_packages
+
+# Every test fails on an error the product logs or a thread leaves unhandled, unless marked
+# @pytest.mark.expect_errors(pattern): the autouse fixture and its marker, from tests/logfail.py.
+from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa: F401
 from vrampilot.speed.measured import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

@@ -29,3 +29,10 @@ def test_a_child_that_works_forever_is_ended_at_its_cpu_bound() -> None:
     spin = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
     with pytest.raises(waits.WorkBoundExceeded, match="more than the 1 s"):
         waits.run([sys.executable, "-c", spin], cpu_s=1, idle_s=600)
+
+
+def test_a_wait_on_something_that_never_comes_ends_as_blocked_however_fast_it_polls() -> None:
+    # Polling costs this process CPU; counted as work, a wait on another process's end (a server
+    # that outlives its command) would never look blocked.
+    with pytest.raises(waits.WorkBoundExceeded, match="doing no work for 2 s"):
+        waits.until_true(lambda: False, cpu_s=5, idle_s=2, poll_s=0.0005)

@@ -86,21 +86,46 @@ def until(qtbot: Any, predicate: Callable[[], object], *, cpu_s: float, idle_s: 
     """`qtbot.waitUntil(predicate)` bounded by work: this process (the window, its workers, the
     engine's threads) and its children (a llama-server) using over `cpu_s` of CPU while waiting,
     or doing no work for `idle_s`, fails the wait; wall-clock time alone never does."""
-    _until(lambda: qtbot.wait(50), predicate, cpu_s=cpu_s, idle_s=idle_s)
+    until_polled(lambda: qtbot.wait(50), predicate, cpu_s=cpu_s, idle_s=idle_s)
 
 
-def until_true(predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S) -> None:
-    """`until` without Qt: polls `predicate` (e.g. a child server's health) under the same bounds."""
-    _until(lambda: time.sleep(POLL_S), predicate, cpu_s=cpu_s, idle_s=idle_s)
+def until_true(
+    predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S, poll_s: float = POLL_S
+) -> None:
+    """`until` without Qt: polls `predicate` (e.g. a child server's health) every `poll_s` under
+    the same bounds. A predicate that finds the wait hopeless (the child died) raises itself."""
+    until_polled(lambda: time.sleep(poll_s), predicate, cpu_s=cpu_s, idle_s=idle_s)
 
 
-def _until(pause: Callable[[], object], predicate: Callable[[], object], *, cpu_s: float, idle_s: float) -> None:
+def holds(
+    pause: Callable[[], object], predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S
+) -> bool:
+    """`until_polled` for a child script that reports rather than raises: False where the bounds ended it."""
+    try:
+        until_polled(pause, predicate, cpu_s=cpu_s, idle_s=idle_s)
+    except WorkBoundExceeded:
+        return False
+    return True
+
+
+def until_polled(
+    pause: Callable[[], object], predicate: Callable[[], object], *, cpu_s: float, idle_s: float = IDLE_S
+) -> None:
+    """Calls `pause()` (an event loop's turn, a sleep) until `predicate()`, under the bounds above."""
     me = psutil.Process()
     start = last_used = tree_cpu_s(me)
     last_work = time.monotonic()
-    while not predicate():
+    own = 0.0  # what the waiting itself costs (measuring, polling): not work the wait waits for
+    while True:
+        polled = time.thread_time()
+        if predicate():
+            return
+        own += time.thread_time() - polled
         pause()
+        measured = time.thread_time()
         used, now = tree_cpu_s(me), time.monotonic()
+        own += time.thread_time() - measured
+        used -= own
         if used - last_used >= IDLE_CPU_S:
             last_used, last_work = used, now
         if used - start > cpu_s:

@@ -22,14 +22,15 @@ from vrampilot.ui.services import build_services
 from vrampilot.ui.theme import apply_theme
 
 
-def wait(app: QApplication, until: Callable[[], object], seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+def wait(app: QApplication, until: Callable[[], object], cpu_s: float) -> bool:
+    """Turns of the event loop until `until()`, bounded by work (tests/waits.py), not the clock."""
+    from tests import waits
+
+    def turn() -> None:
         app.processEvents()
-        if until():
-            return True
         time.sleep(0.02)
-    return False
+
+    return waits.holds(turn, until, cpu_s=cpu_s)
 
 
 def main() -> int:
@@ -44,24 +45,28 @@ def main() -> int:
     w.resize(1500, 950)
     w.show()
     try:
-        if not wait(app, lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, 120):
+        if not wait(app, lambda: w.plans.plan is not None and w.plans.plan.spec.path == model, cpu_s=240):
             print(json.dumps({"error": "no plan"}))
             return 1
         w.plans.load()
-        if not wait(app, lambda: w.plans.is_loaded(), 300):
+        if not wait(app, lambda: w.plans.is_loaded(), cpu_s=600):
             print(json.dumps({"error": "not loaded"}))
             return 1
-        wait(app, lambda: False, 1.5)  # the meters' first samples and the panel's repaint
+        # The meters' samples since the load, drawn: the panel's listener runs before this one.
+        drawn: list[object] = []
+        w.meters_panel.feed.add_listener(drawn.append)
+        wait(app, lambda: len(drawn) >= 2, cpu_s=60)
         w.grab().save(sys.argv[1])
         # A short reply: lavapipe generates a few tokens a second, and the test needs a reply, not its length.
         w.chat_view.sampling.set_params(replace(w.chat_view.sampling.params(), max_tokens=6, seed=1))
         w.chat_view.input.setPlainText("Say hello.")
         w.chat_view.send_button.click()
-        if not wait(app, lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, 300):
+        if not wait(app, lambda: w.chats.state is ChatState.IDLE and len(w.chat_view.messages()) == 2, cpu_s=600):
             print(json.dumps({"error": "no reply"}))
             return 1
         w.right_tabs.setCurrentWidget(w.meters_panel)
-        wait(app, lambda: False, 1.5)
+        shown = len(drawn)
+        wait(app, lambda: len(drawn) >= shown + 2, cpu_s=60)  # the tab shown, drawn with new samples
         w.grab().save(sys.argv[2])
         p = w.plans.plan
         assert p is not None

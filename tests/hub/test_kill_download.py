@@ -3,7 +3,7 @@ bytes on disk (none fetched twice), the result is verified by sha256, and until 
 is never offered as a model: not by `hub library`, not by the library code, not loadable.
 
 The fake Hub holds each transfer open after a chosen number of bytes, so the kill lands at a known
-point with no timing guess: the test waits (bounded) for the Hub to say it is holding.
+point with no timing guess: the test waits (bounded by work, tests/waits.py) for the Hub to say it is holding.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests import waits
 from tests.clock import FUTURE, PAST, env_at
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
@@ -28,7 +28,7 @@ from vrampilot.hub.records import verified_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 F16 = "tiny-llama-F16.gguf"
-WAIT_S = 120.0  # for a child process to start and write a few bytes, on a busy machine
+CPU_S = 60.0  # for a child process to start and write a few bytes
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +41,7 @@ def _env(tmp_path: Path, when: str | None = None) -> dict[str, str]:
 
 
 def _cli(tmp_path: Path, *args: str, when: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vrampilot", *args],
-        env=_env(tmp_path, when),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    return waits.run([sys.executable, "-m", "vrampilot", *args], cpu_s=300, env=_env(tmp_path, when), cwd=ROOT)
 
 
 def _parts(repo: str) -> list[Path]:
@@ -77,13 +70,15 @@ def _kill_at(
         cwd=ROOT,
     )
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not (hub.holding.wait(0.05) and part.is_file() and part.stat().st_size >= at_least):
+
+        def holding() -> bool:
             assert child.poll() is None, f"the download ended before it was killed: {child.stderr.read()!r}"  # type: ignore[union-attr]  # stderr=PIPE
-            assert time.monotonic() < deadline, f"the download did not reach the held byte in {WAIT_S} s"
+            return hub.holding.is_set() and part.is_file() and part.stat().st_size >= at_least
+
+        waits.until_true(holding, cpu_s=CPU_S, poll_s=0.05)
     finally:
         child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        child.wait()  # SIGKILL cannot be ignored
         assert child.stderr is not None
         child.stderr.close()
     return part.stat().st_size if part.is_file() else 0

@@ -22,6 +22,7 @@ from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
 from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (
     FACTOR_MAX,
     FACTOR_MIN,
@@ -203,7 +204,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     assert speed.factors_for(key).decode_ratios == pytest.approx((0.8, 0.8, 0.8, 1.2, 1.2))
     assert plan_of(third, speed).speed.decode_factor == pytest.approx(followed(0.8, 5))  # the machine's median
     # Stored and read back with the model each window belongs to.
-    again = MachineSpeed.from_dict(speed.to_dict())
+    again = decode(MachineSpeed, encode(speed))
     assert again.learned(key, other.name) == speed.learned(key, other.name)
     assert again.factors_for(key, other.name).n_replies == 2
     # Only the most recently updated models keep factors of their own; the backend's stay.
@@ -246,7 +247,7 @@ def test_a_reply_read_while_the_machine_ran_slow_is_shown_but_not_learned(embedd
     assert usual.usual_pace_ms(1) == pytest.approx(2.1)  # median of 2.0, 2.5, 2.1
     assert usual.usual_pace_ms(2) is None  # never read at 2 threads: nothing to compare with
     # The record keeps it all.
-    assert MachineSpeed.from_dict(usual.to_dict()) == usual
+    assert decode(MachineSpeed, encode(usual)) == usual
     # A gauge never read (a GPU plan, a record from before the gauge) changes nothing.
     assert learn_reply(speed, p, _reply(p, 0.9, 0.9)).factors_for(key).n_replies == 1
     # A machine never gauged before learns from its first reading on.

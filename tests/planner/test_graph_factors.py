@@ -33,6 +33,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
 from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.host_probe import probe_outdated
 from vrampilot.speed.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
 
@@ -220,7 +221,7 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     for t in threads:
         for f in (*got.decode(t), *got.prefill(t)):
             assert 0.5 <= f <= FACTOR_MAX
-    assert HostProbe.from_dict(host_probe.to_dict()) == host_probe
+    assert decode(HostProbe, encode(host_probe)) == host_probe
 
 
 def test_a_run_whose_weight_types_were_not_measured_gives_no_factors(spec: ModelSpec, embedded_model: Path) -> None:

@@ -12,13 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from testkit.gguf_models import write_model
+from tests import waits
 from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
@@ -41,15 +41,17 @@ PRINT_MIB = 0.005 * MIB + 1  # llama.cpp prints MiB with two decimals
 def start_rpc_host(port: int) -> ServerProcess:
     host = ServerProcess([str(tool_path("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(port), "-t", "1"], tool_env())
     host.start()
-    deadline = time.monotonic() + 30
-    while True:
+
+    def answers() -> bool:
         try:
             query_host(f"127.0.0.1:{port}", timeout_s=2)
-            return host
         except RpcHostError:
-            if time.monotonic() > deadline or not host.running:
-                raise
-            time.sleep(0.2)
+            assert host.running, host.lines()[-5:]  # it ended: no answer will come
+            return False
+        return True
+
+    waits.until_true(answers, cpu_s=30, poll_s=0.2)
+    return host
 
 
 @pytest.fixture(scope="module")
@@ -209,10 +211,12 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
         argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))
         server = ServerProcess([*argv, "-lv", "4"], tool_env())
         server.start()
-        deadline = time.monotonic() + 60
-        while not any("load_tensors" in line or "RPC1" in line for line in server.lines()):
-            assert time.monotonic() < deadline and server.running, server.lines()[-5:]
-            time.sleep(0.01)
+
+        def loading() -> bool:
+            assert server.running, server.lines()[-5:]
+            return any("load_tensors" in line or "RPC1" in line for line in server.lines())
+
+        waits.until_true(loading, cpu_s=120, poll_s=0.01)
         mine[1].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]  # the second PC loses power
         try:
             server.wait_ready(f"http://127.0.0.1:{port}", timeout_s=60)
@@ -230,9 +234,7 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
                 capture_output=True,
                 timeout=60,
             )
-            deadline = time.monotonic() + 30
-            while server.running and time.monotonic() < deadline:
-                time.sleep(0.1)
+            waits.until_true(lambda: not server.running, cpu_s=60, poll_s=0.1)
             why = str(ServerExited(server.returncode, server.lines()))
         except ServerExited as exc:
             why = str(exc)
@@ -295,7 +297,7 @@ def test_an_rpc_host_killed_says_so_in_one_line_and_a_killed_command_leaves_none
     proc, pid = _rpc_host_cli(free_port(), env)
     proc.kill()  # kill -9 of the command: the kernel ends its ggml-rpc-server
     proc.wait(30)
-    assert wait_gone(pid, 15), f"ggml-rpc-server {pid} outlived its command"
+    assert wait_gone(pid), f"ggml-rpc-server {pid} outlived its command"
 
 
 def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tmp_path: Path) -> None:
@@ -336,7 +338,7 @@ def test_a_host_killed_mid_reply_ends_chat_with_llama_cpps_reason_in_one_line(tm
         last = proc.stderr.read().strip().splitlines()[-1]
         assert last.startswith("vrampilot: the plan across the RPC hosts stopped: llama-server "), last
         assert "RPC" in last.split("stopped:", 1)[1], last  # llama.cpp's words, not "does not answer"
-        assert wait_gone(servers[0], 15)
+        assert wait_gone(servers[0])
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -397,7 +399,7 @@ def test_a_host_killed_mid_stream_ends_serve_with_llama_cpps_reason_in_one_line(
         assert proc.stderr is not None
         last = proc.stderr.read().strip().splitlines()[-1]
         assert last.startswith("vrampilot: llama-server exited with status -6: ") and "RPC" in last, last
-        assert wait_gone(server_pid, 15)
+        assert wait_gone(server_pid)
     finally:
         if proc.poll() is None:
             proc.kill()

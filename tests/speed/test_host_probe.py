@@ -13,6 +13,7 @@ import pytest
 
 from tests.busy import busy_loops
 from vrampilot.hardware import detect_machine
+from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.cpu_load import BUSY_SHARE
 from vrampilot.speed.host_probe import (
     ProbeCancelled,
@@ -88,7 +89,7 @@ def test_probe_measures_every_kind_of_kernel(host_probe: HostProbe) -> None:
     )
     # The pace gauge's first reading, at each thread count (speed/pace.py), kept in the record.
     assert {r.threads for r in host_probe.pace_ms} == set(threads) and all(r.value > 0 for r in host_probe.pace_ms)
-    assert HostProbe.from_dict(json.loads(json.dumps(host_probe.to_dict()))) == host_probe
+    assert decode(HostProbe, json.loads(json.dumps(encode(host_probe)))) == host_probe
 
 
 def test_the_built_in_model_is_read_before_and_after_the_second_kernel_pass(

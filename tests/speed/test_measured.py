@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (
     FACTOR_MAX,
     FACTOR_MIN,
@@ -81,7 +82,7 @@ def test_the_probe_s_prediction_weighs_as_replies_against_what_replies_taught() 
     assert speed.factors[0].prior_replies == 0.0
     assert speed.factors_for("cpu:x").prior_replies == 2.0
     assert speed.learned("cpu:x", "m.gguf").decode == pytest.approx(0.8 ** (1 / 3))
-    assert MachineSpeed.from_dict(json.loads(json.dumps(speed.to_dict()))) == speed
+    assert decode(MachineSpeed, json.loads(json.dumps(encode(speed)))) == speed
 
 
 def test_a_probe_whose_pace_gauge_read_slower_than_the_replies_usual_ran_at_a_slow_moment() -> None:
@@ -107,7 +108,7 @@ def test_a_probe_whose_pace_gauge_read_slower_than_the_replies_usual_ran_at_a_sl
 def test_machine_speed_round_trips_through_json() -> None:
     last = LastReply("m.gguf", "cpu:haswell", "t", 10.0, 11.0, 100.0, 90.0, 30, 40)
     m = MachineSpeed("abc", _probe(), (SpeedFactors("cpu:haswell", (0.9,), (1.1,), "t"),), (last,))
-    again = MachineSpeed.from_dict(json.loads(json.dumps(m.to_dict())))
+    again = decode(MachineSpeed, json.loads(json.dumps(encode(m))))
     assert again == m
 
 

@@ -106,6 +106,15 @@ def activate(qtbot: QtBot, w: QWidget) -> None:
             w.activateWindow()
 
 
+def settle(rounds: int = 5) -> None:
+    """Deliver what is queued for the event loop (layout requests, deferred repaints and the events
+    they post in turn), so a geometry check or a screenshot sees the laid-out window: a fixed
+    number of rounds of work, never a wait on the clock."""
+    for _ in range(rounds):
+        QApplication.sendPostedEvents()
+        QApplication.processEvents()
+
+
 @pytest.fixture
 def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""

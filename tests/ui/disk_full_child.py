@@ -31,14 +31,15 @@ def fill() -> None:
         f.write(b"\0" * free)
 
 
-def wait(app: QApplication, cond: Callable[[], object], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def wait(app: QApplication, cond: Callable[[], object], cpu_s: float) -> bool:
+    """Turns of the event loop until `cond()`, bounded by work (tests/waits.py), not the clock."""
+    from tests import waits
+
+    def turn() -> None:
         app.processEvents()
-        if cond():
-            return True
         time.sleep(0.01)
-    return False
+
+    return waits.holds(turn, cond, cpu_s=cpu_s)
 
 
 def reply() -> dict[str, object]:
@@ -54,12 +55,12 @@ def reply() -> dict[str, object]:
     ctx = build_context()
     w = MainWindow(ctx, build_services(ctx))
     w.show()
-    out: dict[str, object] = {"planned": wait(app, lambda: w.plans.plan is not None, 60)}
+    out: dict[str, object] = {"planned": wait(app, lambda: w.plans.plan is not None, cpu_s=120)}
     # The disk fills up while the reply streams: after the question was stored.
     ctx.engine.text.connect(lambda _t: None if FILLER.exists() else fill())
     w.chat_view.input.setPlainText("Hi!")
     w.chat_view.send_button.click()
-    out["idle"] = wait(app, lambda: w.chats.state is ChatState.IDLE and w.chat_view.banner_visible(), 120)
+    out["idle"] = wait(app, lambda: w.chats.state is ChatState.IDLE and w.chat_view.banner_visible(), cpu_s=240)
     out["banner"] = w.chat_view.banner_text.text()
     out["send_enabled"] = w.chat_view.send_button.isEnabled()
     out["reply_on_screen"] = [m.role for m in w.chat_view.messages()]

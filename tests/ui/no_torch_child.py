@@ -33,7 +33,6 @@ class _NoTorch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _NoTorch())
 
 import json  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
@@ -41,17 +40,18 @@ from PySide6.QtGui import QStandardItemModel  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
-def _wait(cond: Callable[[], bool], timeout_s: float) -> bool:
-    """Run the event loop until `cond()`. Not QTest.qWait: PySide6 holds the GIL while it sleeps,
-    which starves the app's worker threads (an import of torch took 90 s instead of 2)."""
-    end = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > end:
-            return False
+def _wait(cond: Callable[[], bool], cpu_s: float) -> bool:
+    """Run the event loop until `cond()`, bounded by work (tests/waits.py). Not QTest.qWait:
+    PySide6 holds the GIL while it sleeps, which starves the app's worker threads (an import of
+    torch took 90 s instead of 2)."""
+    from tests import waits
+
+    def turn() -> None:
         loop = QEventLoop()
         QTimer.singleShot(20, loop.quit)
         loop.exec()
-    return True
+
+    return waits.holds(turn, cond, cpu_s=cpu_s)
 
 
 def main() -> int:
@@ -81,7 +81,7 @@ def main() -> int:
     def drive() -> None:
         try:
             w = next(x for x in QApplication.topLevelWidgets() if isinstance(x, MainWindow))
-            out["window"] = _wait(lambda: w.plans.plan is not None, 60)
+            out["window"] = _wait(lambda: w.plans.plan is not None, cpu_s=120)
             view = w.chat_view
             combo = view.backend
             index = combo.findData("hybrid")
@@ -97,7 +97,7 @@ def main() -> int:
             out["note"] = view.backend_note.text() if not view.backend_note.isHidden() else ""
             view.input.setPlainText("Hi!")
             view.send_button.click()
-            out["replied"] = _wait(lambda: len(view.messages()) == 2 and w.chats.state is ChatState.IDLE, 120)
+            out["replied"] = _wait(lambda: len(view.messages()) == 2 and w.chats.state is ChatState.IDLE, cpu_s=240)
             stored = w.ctx.store.messages(chat.id)
             out["reply"] = stored[-1].content if stored else ""
             out["reply_stats"] = stored[-1].stats if stored else None

@@ -14,7 +14,7 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.documents.writers import long_report
-from tests.ui.conftest import OpenWindow, open_chat, seed_prefs
+from tests.ui.conftest import OpenWindow, open_chat, seed_prefs, settle
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
@@ -24,7 +24,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 def shot(widget: QWidget, qtbot: QtBot, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    qtbot.wait(80)
+    settle()
     assert widget.grab().save(str(ARTIFACTS / f"docs-{name}.png"))
 
 

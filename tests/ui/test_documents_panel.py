@@ -12,6 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from testkit.machines import cpu_machine
 from tests.documents.writers import long_report, write_pdf
+from tests.ui.conftest import settle
 from vrampilot.documents import DocumentSet, analyze_fit, extract, tokenizer_for
 from vrampilot.engine import PromptProgress
 from vrampilot.gguf import load_model_spec
@@ -68,7 +69,7 @@ def test_panel_shows_documents_fit_progress_and_context(qtbot: QtBot, tmp_path: 
     shown = panel.context_view.toPlainText()
     assert f"[1] {composed.given.chunks[0].chunk.label}" in shown and "chosen by BM25" in shown
     ARTIFACTS.mkdir(exist_ok=True)
-    qtbot.wait(50)
+    settle()
     assert panel.grab().save(str(ARTIFACTS / "docs-panel.png"))
 
     # Fits: green, no Re-plan button.

@@ -180,9 +180,7 @@ def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(
     w: MainWindow = open_window()
     assert w.minimumSizeHint().width() <= size[0]  # the window can be that small at all
     w.resize(*size)
-    QApplication.processEvents()
-    qtbot.wait(100)
-    assert w.width() == size[0]
+    waits.until(qtbot, lambda: (w.width(), w.height()) == size, cpu_s=10)
     assert _fully_inside(w)
     scroll = w.right_scroll
     content = scroll.widget()
@@ -322,6 +320,8 @@ def test_a_plan_that_arrives_after_the_window_closed_is_dropped(open_window: Ope
     w: MainWindow = open_window()
     w.chats.open_chat(w.ctx.store.create_chat("An open chat").id)
     w.plans.replan()
+    assert w.plans.planning()  # a plan is on its way, or this test would check nothing
     w.close()
-    w.ctx.close()
-    qtbot.wait(300)  # the plan's result is delivered now, to nobody; an exception here fails the test
+    w.ctx.close()  # waits for the workers: the plan's result is queued for the GUI thread
+    # Delivered now, to nobody (the task is retired once its result arrives); an exception fails the test.
+    waits.until(qtbot, lambda: not w.plans.planning(), cpu_s=30)

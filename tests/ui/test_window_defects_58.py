@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from testkit.gguf_models import write_model
 from tests import waits
-from tests.ui.conftest import OpenWindow, activate, screenshot
+from tests.ui.conftest import OpenWindow, activate, screenshot, settle
 from tests.ui.test_window_defects import broken_model
 from vrampilot.paths import embedded_model_path
 from vrampilot.ui.library_view import UNREADABLE
@@ -36,13 +36,6 @@ def sized(open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]) -> MainW
     QApplication.processEvents()
     qtbot.waitUntil(lambda: w.width() == size[0] and w.height() == size[1], timeout=5000)
     return w
-
-
-def settle(qtbot: QtBot) -> None:
-    """Let posted layout requests run (a new plan re-lays out the side panel, then its column)."""
-    for _ in range(3):
-        QApplication.processEvents()
-        qtbot.wait(30)
 
 
 def off_the_panel(w: MainWindow) -> list[str]:
@@ -78,7 +71,7 @@ def test_1_the_plan_panel_fits_its_column(
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == long_name, timeout=30000)
     qtbot.waitUntil(lambda: w.library_view.entry(long_name) is not None, timeout=30000)
     w.plan_view.cache_toggle.setChecked(True)  # the widest section, opened
-    settle(qtbot)
+    settle()
     scroll = w.right_scroll
     assert scroll.horizontalScrollBar().maximum() == 0, "the panel scrolls sideways"
     assert off_the_panel(w) == []

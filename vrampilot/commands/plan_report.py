@@ -22,6 +22,7 @@ from vrampilot.planner.plan import Plan
 from vrampilot.planner.reasons import placement_text
 from vrampilot.planner.speed import backend_key
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
+from vrampilot.speed.codec import encode
 from vrampilot.units import format_bytes
 
 _COMPONENTS = ("weights", "kv", "compute", "output", "margin", "projector", "total")
@@ -170,7 +171,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
             "decode_factor": round(sp.decode_factor, 4),
             "prefill_factor": round(sp.prefill_factor, 4),
         },
-        "last_measured": last.to_dict() if last is not None else None,
+        "last_measured": encode(last) if last is not None else None,
     }
 
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from vrampilot.speed.codec import meta
 from vrampilot.speed.cpu_load import BUSY_SHARE
 from vrampilot.speed.probe_model import N_EMBD as _PROBE_MODEL_EMBD
 
@@ -74,7 +73,7 @@ class RateAt:
     """A rate measured with `threads` threads."""
 
     threads: int
-    value: float
+    value: float = field(metadata=meta(digits=4))
 
 
 def rate_at(rates: tuple[RateAt, ...], threads: int) -> float:
@@ -95,14 +94,6 @@ def rate_at(rates: tuple[RateAt, ...], threads: int) -> float:
     return pts[-1].value
 
 
-def _rates(values: Iterable[Any]) -> tuple[RateAt, ...]:
-    return tuple(RateAt(int(v["threads"]), float(v["value"])) for v in values)
-
-
-def _rates_dict(rates: tuple[RateAt, ...]) -> list[dict[str, float]]:
-    return [{"threads": r.threads, "value": round(r.value, 4)} for r in rates]
-
-
 # The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
 # more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here). With 2
 # threads on the machine measured, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
@@ -121,7 +112,7 @@ CHAIN_MATRIX_ROWS = 256
 class KernelRates:
     """One weight type through llama.cpp's matrix kernels on this CPU."""
 
-    type_name: str  # ggml's name, lower case: "q4_k", "q8_0", "f16"
+    type_name: str = field(metadata=meta(key="type"))  # ggml's name, lower case: "q4_k", "q8_0", "f16"
     buffer: str  # where llama.cpp keeps such weights: "CPU", or "CPU_REPACK" (repacked for x86 kernels)
     decode_gbps: tuple[RateAt, ...]  # mat-vec over rows of LONG_ROW, weights in RAM: weight bytes per second
     decode_short_gbps: tuple[RateAt, ...]  # the same over rows of SHORT_ROW
@@ -131,31 +122,6 @@ class KernelRates:
     # What one mat-vec of a decode step's chain costs beyond its bytes at the SHORT_ROW rate,
     # microseconds (ggml/CpuKernels.mul_vec_chain; empty: not measured).
     matvec_overhead_us: tuple[RateAt, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type_name,
-            "buffer": self.buffer,
-            "decode_gbps": _rates_dict(self.decode_gbps),
-            "decode_short_gbps": _rates_dict(self.decode_short_gbps),
-            "decode_shortest_gbps": _rates_dict(self.decode_shortest_gbps),
-            "prefill_gflops": _rates_dict(self.prefill_gflops),
-            "prefill_moe_gflops": _rates_dict(self.prefill_moe_gflops),
-            "matvec_overhead_us": _rates_dict(self.matvec_overhead_us),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> KernelRates:
-        return cls(
-            str(d["type"]),
-            str(d["buffer"]),
-            _rates(d["decode_gbps"]),
-            _rates(d.get("decode_short_gbps", d["decode_gbps"])),
-            _rates(d["prefill_gflops"]),
-            _rates(d.get("prefill_moe_gflops", ())),
-            _rates(d.get("decode_shortest_gbps", ())),
-            _rates(d.get("matvec_overhead_us", ())),
-        )
 
 
 @dataclass(frozen=True)
@@ -170,25 +136,6 @@ class AttentionRates:
     prefill_gflops: tuple[RateAt, ...]  # a batch of queries
     decode_ram_gflops: tuple[RateAt, ...] = ()  # one query over a cache too large for them (f16 only)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kv_type": self.kv_type,
-            "head_dim": self.head_dim,
-            "decode_gflops": _rates_dict(self.decode_gflops),
-            "prefill_gflops": _rates_dict(self.prefill_gflops),
-            "decode_ram_gflops": _rates_dict(self.decode_ram_gflops),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AttentionRates:
-        return cls(
-            str(d["kv_type"]),
-            int(d["head_dim"]),
-            _rates(d["decode_gflops"]),
-            _rates(d["prefill_gflops"]),
-            _rates(d.get("decode_ram_gflops", ())),
-        )
-
 
 @dataclass(frozen=True)
 class ElementwiseRates:
@@ -200,13 +147,6 @@ class ElementwiseRates:
     op: str  # "norm", "swiglu", "geglu", "rope"
     ns_per_element: tuple[RateAt, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "ns_per_element": _rates_dict(self.ns_per_element)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ElementwiseRates:
-        return cls(str(d["op"]), _rates(d["ns_per_element"]))
-
 
 @dataclass(frozen=True)
 class StepTiming:
@@ -217,13 +157,6 @@ class StepTiming:
     n_layer: int
     n_vocab: int
     step_us: tuple[RateAt, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"n_layer": self.n_layer, "n_vocab": self.n_vocab, "step_us": _rates_dict(self.step_us)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StepTiming:
-        return cls(int(d["n_layer"]), int(d["n_vocab"]), _rates(d["step_us"]))
 
 
 @dataclass(frozen=True)
@@ -242,14 +175,7 @@ class ReferenceDecode:
 
     threads: int
     depth: int
-    step_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "depth": self.depth, "step_s": round(self.step_s, 7)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReferenceDecode:
-        return cls(int(d["threads"]), int(d["depth"]), float(d["step_s"]))
+    step_s: float = field(metadata=meta(digits=7))
 
 
 @dataclass(frozen=True)
@@ -259,19 +185,7 @@ class ReferencePrefill:
     threads: int
     n_past: int
     n_tokens: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "threads": self.threads,
-            "n_past": self.n_past,
-            "n_tokens": self.n_tokens,
-            "seconds": round(self.seconds, 6),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReferencePrefill:
-        return cls(int(d["threads"]), int(d["n_past"]), int(d["n_tokens"]), float(d["seconds"]))
+    seconds: float = field(metadata=meta(digits=6))
 
 
 @dataclass(frozen=True)
@@ -289,36 +203,13 @@ class ReferenceRun:
     decode: tuple[ReferenceDecode, ...]
     prefill: tuple[ReferencePrefill, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model_name": self.model_name,
-            "model_bytes": self.model_bytes,
-            "n_ctx": self.n_ctx,
-            "n_ubatch": self.n_ubatch,
-            "kv_type": self.kv_type,
-            "decode": [x.to_dict() for x in self.decode],
-            "prefill": [x.to_dict() for x in self.prefill],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReferenceRun:
-        return cls(
-            model_name=str(d["model_name"]),
-            model_bytes=int(d["model_bytes"]),
-            n_ctx=int(d["n_ctx"]),
-            n_ubatch=int(d["n_ubatch"]),
-            kv_type=str(d["kv_type"]),
-            decode=tuple(ReferenceDecode.from_dict(x) for x in d["decode"]),
-            prefill=tuple(ReferencePrefill.from_dict(x) for x in d["prefill"]),
-        )
-
 
 @dataclass(frozen=True)
 class HostProbe:
     """One run of the speed probe on this machine's CPU (see speed/host_probe.py)."""
 
     measured_at: str  # ISO 8601, UTC
-    duration_s: float
+    duration_s: float = field(metadata=meta(digits=3))
     cpu_variant: str | None  # the llama.cpp CPU code that ran the kernels ("haswell")
     ram_read_gbps: tuple[RateAt, ...]
     steps: tuple[StepTiming, ...]  # the tiny model: few and many layers, small and large vocabulary
@@ -326,7 +217,7 @@ class HostProbe:
     attention: tuple[AttentionRates, ...]
     # Other programs' share of all cores while the probe ran (speed/cpu_load.py): above
     # BUSY_SHARE the figures may be low, and the plan says "measured while busy" (see probe_outdated).
-    others_cpu_share: float = 0.0
+    others_cpu_share: float = field(default=0.0, metadata=meta(digits=3))
     # The app itself ran llama.cpp meanwhile (a reply): other programs' share does not see that.
     app_busy: bool = False
     # The built-in model run for real (None: a record from before the probe did, or no model).
@@ -394,43 +285,6 @@ class HostProbe:
         """The measurements of one KV type, smallest head size first."""
         return tuple(sorted((a for a in self.attention if a.kv_type == kv_type.lower()), key=lambda a: a.head_dim))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "measured_at": self.measured_at,
-            "duration_s": round(self.duration_s, 3),
-            "cpu_variant": self.cpu_variant,
-            "ram_read_gbps": _rates_dict(self.ram_read_gbps),
-            "steps": [x.to_dict() for x in self.steps],
-            "kernels": [k.to_dict() for k in self.kernels],
-            "attention": [a.to_dict() for a in self.attention],
-            "others_cpu_share": round(self.others_cpu_share, 3),
-            "app_busy": self.app_busy,
-            "reference": self.reference.to_dict() if self.reference else None,
-            "pace_ms": _rates_dict(self.pace_ms),
-            "elementwise": [e.to_dict() for e in self.elementwise] if self.elementwise is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> HostProbe:
-        return cls(
-            measured_at=str(d["measured_at"]),
-            duration_s=float(d["duration_s"]),
-            cpu_variant=d.get("cpu_variant"),
-            ram_read_gbps=_rates(d["ram_read_gbps"]),
-            steps=tuple(StepTiming.from_dict(x) for x in d["steps"]),
-            kernels=tuple(KernelRates.from_dict(k) for k in d["kernels"]),
-            attention=tuple(AttentionRates.from_dict(a) for a in d["attention"]),
-            others_cpu_share=float(d.get("others_cpu_share", 0.0)),
-            app_busy=bool(d.get("app_busy", False)),
-            reference=ReferenceRun.from_dict(d["reference"]) if d.get("reference") else None,
-            pace_ms=_rates(d.get("pace_ms", ())),
-            elementwise=_elementwise(d.get("elementwise")),
-        )
-
-
-def _elementwise(values: Iterable[Any] | None) -> tuple[ElementwiseRates, ...] | None:
-    return tuple(ElementwiseRates.from_dict(e) for e in values) if values is not None else None
-
 
 def _median_factor(ratios: tuple[float, ...], prior_replies: float = 0.0) -> float:
     if not ratios:
@@ -451,7 +305,7 @@ class SpeedFactors:
     model: str = ""  # the GGUF file's name: replies of that model alone ("": of every model)
     # How many replies the prediction itself weighs as (PROBE_PRIOR_REPLIES where the probe
     # measured the backend); set by MachineSpeed when it hands the factors out, not stored.
-    prior_replies: float = 0.0
+    prior_replies: float = field(default=0.0, metadata=meta(stored=False))
 
     @property
     def decode(self) -> float:
@@ -485,25 +339,6 @@ class SpeedFactors:
             updated_at=at,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "model": self.model,
-            "decode_ratios": list(self.decode_ratios),
-            "prefill_ratios": list(self.prefill_ratios),
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SpeedFactors:
-        return cls(
-            backend=str(d["backend"]),
-            decode_ratios=tuple(float(x) for x in d.get("decode_ratios", ())),
-            prefill_ratios=tuple(float(x) for x in d.get("prefill_ratios", ())),
-            updated_at=str(d.get("updated_at", "")),
-            model=str(d.get("model", "")),
-        )
-
 
 @dataclass(frozen=True)
 class LastReply:
@@ -512,34 +347,15 @@ class LastReply:
     model: str  # the GGUF file's name, with its placement when split (planner/speed.py calibration_model)
     backend: str
     at: str
-    decode_tps: float
-    predicted_decode_tps: float  # for that reply's context, before its own correction
-    prefill_tps: float
-    predicted_prefill_tps: float
+    decode_tps: float = field(metadata=meta(digits=2))
+    predicted_decode_tps: float = field(metadata=meta(digits=2))  # for that reply's context, before its own correction
+    prefill_tps: float = field(metadata=meta(digits=2))
+    predicted_prefill_tps: float = field(metadata=meta(digits=2))
     prompt_tokens: int  # evaluated this turn
     context_tokens: int  # in the cache when generation started
     # The machine's pace during it against its usual (MachineSpeed.pace_share; None: not read).
-    pace_share: float | None = None
+    pace_share: float | None = field(default=None, metadata=meta(digits=2))
     set_aside: str = ""  # why it was not learned from ("": it was), planner/calibration.py
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LastReply:
-        return cls(
-            model=str(d["model"]),
-            backend=str(d["backend"]),
-            at=str(d["at"]),
-            decode_tps=float(d["decode_tps"]),
-            predicted_decode_tps=float(d["predicted_decode_tps"]),
-            prefill_tps=float(d["prefill_tps"]),
-            predicted_prefill_tps=float(d["predicted_prefill_tps"]),
-            prompt_tokens=int(d["prompt_tokens"]),
-            context_tokens=int(d["context_tokens"]),
-            pace_share=float(d["pace_share"]) if d.get("pace_share") is not None else None,
-            set_aside=str(d.get("set_aside", "")),
-        )
 
 
 @dataclass(frozen=True)
@@ -548,13 +364,6 @@ class PaceReading:
 
     threads: int
     pace_ms: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "pace_ms": self.pace_ms}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PaceReading:
-        return cls(int(d["threads"]), float(d["pace_ms"]))
 
 
 @dataclass(frozen=True)
@@ -573,21 +382,6 @@ class DeviceRates:
     @property
     def date(self) -> str:
         return self.measured_at[:10]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DeviceRates:
-        return cls(
-            str(d["llama_name"]),
-            str(d["description"]),
-            str(d["measured_at"]),
-            str(d["weight_type"]),
-            float(d["decode_gbps"]),
-            float(d["prefill_gflops"]),
-            float(d["product_overhead_us"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -683,25 +477,3 @@ class MachineSpeed:
     def with_last_reply(self, reply: LastReply) -> MachineSpeed:
         kept = tuple(r for r in self.last_replies if (r.model, r.backend) != (reply.model, reply.backend))
         return replace(self, last_replies=(*kept, reply)[-LAST_REPLIES_KEPT:])
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "probe": self.probe.to_dict() if self.probe else None,
-            "factors": [f.to_dict() for f in self.factors],
-            "last_replies": [r.to_dict() for r in self.last_replies],
-            "paces": [r.to_dict() for r in self.paces],
-            "devices": [d.to_dict() for d in self.devices],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MachineSpeed:
-        probe = d.get("probe")
-        return cls(
-            fingerprint=str(d["fingerprint"]),
-            probe=HostProbe.from_dict(probe) if probe else None,
-            factors=tuple(SpeedFactors.from_dict(f) for f in d.get("factors", ())),
-            last_replies=tuple(LastReply.from_dict(r) for r in d.get("last_replies", ())),
-            paces=tuple(PaceReading.from_dict(r) for r in d.get("paces", ())),
-            devices=tuple(DeviceRates.from_dict(r) for r in d.get("devices", ())),
-        )

@@ -6,6 +6,7 @@ from typing import Any
 
 from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.types import Machine
+from vrampilot.speed.codec import encode
 from vrampilot.speed.measured import HostProbe, KernelRates, MachineSpeed, RateAt
 
 
@@ -142,11 +143,11 @@ def format_speed(machine: Machine) -> list[str]:
 def speed_to_dict(speed: MachineSpeed | None) -> dict[str, Any] | None:
     if speed is None:
         return None
-    d = speed.to_dict()
+    d = encode(speed)
     d["factors"] = []
     for stored in speed.factors:
         f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
-        d["factors"].append({**f.to_dict(), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)})
+        d["factors"].append({**encode(f), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)})
     # "measured" once the device probe timed every device listed, else NVML's peak and an assumed share
     d["gpu"] = "measured" if speed.devices else "assumed"
     return d

@@ -13,6 +13,7 @@ every change is a read-modify-write under a file lock, and the file is replaced 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -26,12 +27,16 @@ from filelock import FileLock
 
 from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
 from vrampilot.paths import set_aside
+from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed
 
 _log = logging.getLogger("vrampilot.speed.store")
 
 FILE_NAME = "machine-speed.json"
-FORMAT_VERSION = 1
+# The schema of a machine's record (speed/codec.py reads only the current one); each older schema
+# has a step in MIGRATIONS that turns its records into the next one's. A file of a newer schema
+# (a newer VRAM Pilot wrote it) is kept aside, not read.
+FORMAT_VERSION = 2
 MACHINES_KEPT = 8
 
 
@@ -45,6 +50,54 @@ def machine_fingerprint(cpu: CpuInfo, ram_total_bytes: int, llama: LlamaBackendI
         "gpus": [[g.name, g.uuid, g.memory_total_bytes] for g in gpus],
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 grew field by field, its readers filling what older files lacked: these are those
+    fills. Schema 2 is schema 1 with every field written."""
+    probe = record.get("probe") or None
+    if probe is not None:
+        for k in probe.get("kernels", ()):
+            k.setdefault("decode_short_gbps", k.get("decode_gbps"))
+            for key in ("prefill_moe_gflops", "decode_shortest_gbps", "matvec_overhead_us"):
+                k.setdefault(key, [])
+        for a in probe.get("attention", ()):
+            a.setdefault("decode_ram_gflops", [])
+        defaults: dict[str, Any] = {
+            "cpu_variant": None,
+            "others_cpu_share": 0.0,
+            "app_busy": False,
+            "pace_ms": [],
+            "elementwise": None,
+        }
+        probe.update({k: v for k, v in defaults.items() if k not in probe})
+        probe["reference"] = probe.get("reference") or None
+    for f in record.get("factors", ()):
+        for key, value in (("decode_ratios", []), ("prefill_ratios", []), ("updated_at", ""), ("model", "")):
+            f.setdefault(key, value)
+    for r in record.get("last_replies", ()):
+        r.setdefault("pace_share", None)
+        r.setdefault("set_aside", "")
+    return {"factors": [], "last_replies": [], "paces": [], "devices": [], **record, "probe": probe}
+
+
+# MIGRATIONS[n]: a record of schema n as a record of schema n + 1.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
+
+
+def _migrated(data: dict[str, Any]) -> dict[str, Any]:
+    """The file's records brought to FORMAT_VERSION. A record a step cannot read stays as it was:
+    the codec then finds it damaged and the app measures that machine again."""
+    version = data["version"]
+    machines: dict[str, Any] = data["machines"]
+    for fingerprint, record in list(machines.items()):
+        for step in range(version, FORMAT_VERSION):
+            try:
+                record = MIGRATIONS[step](copy.deepcopy(record))
+            except (AttributeError, KeyError, TypeError, ValueError):
+                break
+        machines[fingerprint] = record
+    return {**data, "version": FORMAT_VERSION, "machines": machines}
 
 
 def _path(folder: Path | None) -> Path:
@@ -72,9 +125,10 @@ def _read_or_why(path: Path) -> tuple[dict[str, Any], str | None]:
         return empty, str(exc)
     if not isinstance(data, dict) or not isinstance(data.get("machines"), dict):
         return empty, "not a speed record"
-    if data.get("version") != FORMAT_VERSION:
-        return empty, f"format {data.get('version')!r}, this version reads {FORMAT_VERSION}"
-    return data, None
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        return empty, f"format {version!r}, this version reads {FORMAT_VERSION}"
+    return _migrated(data), None
 
 
 def load_machine_speed(fingerprint: str, folder: Path | None = None) -> MachineSpeed:
@@ -82,7 +136,7 @@ def load_machine_speed(fingerprint: str, folder: Path | None = None) -> MachineS
     record = _read(_path(folder))["machines"].get(fingerprint)
     if record is not None:
         try:
-            return MachineSpeed.from_dict(record)
+            return decode(MachineSpeed, record)
         except (KeyError, TypeError, ValueError) as exc:
             _log.warning("ignoring the speed record of this machine: %s", exc)
     return MachineSpeed(fingerprint)
@@ -105,10 +159,10 @@ def update_machine_speed(
         current = MachineSpeed(fingerprint)
         if fingerprint in machines:
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                current = MachineSpeed.from_dict(machines[fingerprint])
+                current = decode(MachineSpeed, machines[fingerprint])
         new = change(current)
         machines.pop(fingerprint, None)
-        machines[fingerprint] = new.to_dict()  # most recent last: the oldest machines go first
+        machines[fingerprint] = encode(new)  # most recent last: the oldest machines go first
         for old in list(machines)[:-MACHINES_KEPT]:
             del machines[old]
         tmp = path.with_name(path.name + ".tmp")
