@@ -29,7 +29,13 @@ def test_the_window_plans_and_loads_layers_on_the_vulkan_device(
     shot, meters = ARTIFACTS / "window-vulkan.png", ARTIFACTS / "window-vulkan-meters.png"
     shot.unlink(missing_ok=True)
     meters.unlink(missing_ok=True)
-    env = {**os.environ, "VRAMPILOT_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
+    # PYTHONPATH: the child imports tests.waits, and a script sees only its own folder.
+    env = {
+        **os.environ,
+        "VRAMPILOT_HOME": str(tmp_path / "home"),
+        "QT_QPA_PLATFORM": "offscreen",
+        "PYTHONPATH": str(ROOT),
+    }
     r = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "gpu" / "window_child.py"), str(shot), str(meters), str(small_model)],
         capture_output=True,

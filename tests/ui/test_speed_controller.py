@@ -78,7 +78,8 @@ def test_a_probe_read_at_a_slow_moment_runs_again_says_why_and_stops_on_shutdown
     speed.machine_ready(measured_machine(), None)
     assert speed.probing
     why = (
-        f"measuring again now, about {before.probe.duration_s:.0f} s in the background: the last measurement ran at 75%"
+        f"measuring again now, in the background (the last measurement took {before.probe.duration_s:.0f} s; "
+        "longer while other programs run): the last measurement ran at 75%"
     )
     assert measuring[0].startswith(why) and status == [measuring[0][0].upper() + measuring[0][1:]]
     speed.shutdown()  # the window closes: the probe stops at its next check

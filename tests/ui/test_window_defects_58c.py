@@ -167,7 +167,7 @@ def test_models_list_marks_a_model_with_pins(open_window: OpenWindow, qtbot: QtB
     assert text.split("\n")[0].endswith(" · pinned")
     assert "Pinned by you for this model" in tip and "Threads 1" in tip and "Context 1K" in tip
     assert w.library_view.pinned(embedded) == ["Context 1K", "Threads 1"]
-    settle(qtbot)
+    settle()
     screenshot(w, f"58c-models-pinned-{size[0]}x{size[1]}")
     # The mark is there at the next start (pins are remembered per model), and goes with the pins.
     w.close()
@@ -274,7 +274,7 @@ def test_the_plan_never_rounds_a_speed_to_0_and_alternatives_say_an_equal_speed_
     w.plan_view.set_plan(slow)
     assert "(0.37 filling the context)" in w.plan_view.speed.text()
     w.plan_view.set_plan(plan)
-    settle(qtbot)
+    settle()
     w.right_scroll.ensureWidgetVisible(w.plan_view.alternatives_note)
     screenshot(w, f"58c-alternatives-{size[0]}x{size[1]}")
 

@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
     config = ServerConfig(
         args.host, args.port, api_key, public=True, on_log=on_log, chat_template_file=args.chat_template_file
     )
+    generated = False
+    if not config.loopback_only and not config.api_key:
+        config = replace(config, api_key=secrets.token_urlsafe(24))
+        generated = True
+    server = prepare(plan, config)  # a port in use is refused first, in its one line
     tools_shown = _template_shows_tools(plan.spec.path, template)
     if not tools_shown:
         print(
@@ -91,11 +96,6 @@ def run(args: argparse.Namespace) -> int:
             "model, which answers requests with `tools` in text (--chat-template-file FILE gives one that does)",
             file=sys.stderr,
         )
-    generated = False
-    if not config.loopback_only and not config.api_key:
-        config = replace(config, api_key=secrets.token_urlsafe(24))
-        generated = True
-    server = prepare(plan, config)
     shown_env = {k: v for k, v in (server.env or {}).items() if k == "GGML_BACKEND_PATH"}
 
     def ready(stopping: threading.Event) -> None:

@@ -11,11 +11,10 @@ from vrampilot.engine.errors import (
     NoModelLoaded,
     NoTokenizer,
     TemplateError,
-    UnparsedReply,
 )
 from vrampilot.engine.progress import PromptProgress, PromptProgressFn
 from vrampilot.engine.sampling import SamplingParams
-from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState
+from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState, UnparsedReply
 from vrampilot.engine.stats import GenerationStats, format_summary
 from vrampilot.engine.template import ChatTemplate
 from vrampilot.engine.tool_tokens import ToolsTokens, count_tools_tokens, openai_tool

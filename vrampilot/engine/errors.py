@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from vrampilot.errors import UserError
 from vrampilot.message import TurnDrop
 from vrampilot.units import format_count
-
-if TYPE_CHECKING:
-    from vrampilot.engine.session import Reply
 
 
 class EngineError(UserError):
@@ -54,16 +49,6 @@ class NoTokenizer(EngineError):
 class LoadCancelled(EngineError):
     def __init__(self) -> None:
         super().__init__("loading was cancelled")
-
-
-class UnparsedReply(EngineError):
-    """llama-server could not read the model's output as its tool-call format expects (a call cut
-    by the reply's length, JSON that is no call): it ends the stream with an error event instead
-    of the reply. `partial` is what was streamed before it, so the text is not lost."""
-
-    def __init__(self, message: str, partial: Reply) -> None:
-        super().__init__(message)
-        self.partial = partial
 
 
 class TemplateError(EngineError):

@@ -76,6 +76,16 @@ class Reply:
     tool_calls: tuple[ToolCall, ...] = ()
 
 
+class UnparsedReply(EngineError):
+    """llama-server could not read the model's output as its tool-call format expects (a call cut
+    by the reply's length, JSON that is no call): it ends the stream with an error event instead
+    of the reply. `partial` is what was streamed before it, so the text is not lost."""
+
+    def __init__(self, message: str, partial: Reply) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
 @dataclass(frozen=True)
 class ContextCheck:
     prompt_tokens: int

@@ -491,7 +491,9 @@ def _finish(
         fits = False
     reasons = plan_reasons(spec, target, pins, chosen, mem, speed, tried, fits, g.is_measured(chosen), refused)
     if server.reason:
-        reasons.append(f"llama-server: {server.reason}.")
+        # Before the last reason: that one is the verdict, which callers quote when a plan does
+        # not fit ("Does not fit: needs ..."), and a shortage of RAM says "prompt cache off" too.
+        reasons[-1:-1] = [f"llama-server: {server.reason}."]
     # Another file cannot cure a refusal (a setting llama.cpp rejects), only a change of settings.
     suggestion = None if fits or refused else _suggest_quant(spec, target, chosen, g)
     warnings: list[str] = list(target.notes)
