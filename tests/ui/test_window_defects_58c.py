@@ -19,8 +19,8 @@ from PySide6.QtGui import QColor, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from tests.ui.conftest import OpenWindow, screenshot
-from tests.ui.test_window_defects_58 import SIZES, settle, sized
+from tests.ui.conftest import OpenWindow, screenshot, settle
+from tests.ui.test_window_defects_58 import SIZES, sized
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.ui.main_window import MainWindow
