@@ -921,6 +921,25 @@ def _is_backend_module(name: str) -> bool:
     return base.startswith(("libggml-", "ggml-")) and (base.endswith((".so", ".dll")) or ".so." in base)
 
 
+def same_module(a: bytes, b: bytes) -> bool:
+    """The same library, installed twice. A Windows DLL's two copies differ in their PE header's
+    TimeDateStamp and CheckSum (MinGW's two install steps link or strip each copy at its own
+    moment): those eight bytes are left out of the comparison, nothing else."""
+    if a == b:
+        return True
+    if len(a) != len(b) or not a.startswith(b"MZ") or len(a) < 0x40:
+        return False
+    pe = int.from_bytes(a[0x3C:0x40], "little")
+    if a[pe : pe + 4] != b"PE\0\0" or len(a) < pe + 24 + 68:
+        return False
+    stamp, checksum = pe + 8, pe + 24 + 64  # COFF header's TimeDateStamp; optional header's CheckSum
+
+    def masked(x: bytes) -> bytes:
+        return x[:stamp] + bytes(4) + x[stamp + 4 : checksum] + bytes(4) + x[checksum + 4 :]
+
+    return masked(a) == masked(b)
+
+
 def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str, object]:
     """Move the dynamic backends next to libggml and add the manifest; RECORD is rewritten."""
     moved: list[str] = []
@@ -940,7 +959,7 @@ def postprocess(wheel: Path, manifest: dict[str, object], out: Path) -> dict[str
             base = name.rsplit("/", 1)[-1]
             target = ("llama_cpp/lib/cpu/" if _variant_of(base) else "llama_cpp/lib/") + base
             if "llama_cpp/lib/" + base in packaged:  # llama-cpp-python installs some (ggml-rpc) itself
-                if packaged["llama_cpp/lib/" + base] != data:
+                if not same_module(packaged["llama_cpp/lib/" + base], data):
                     raise SystemExit(f"engine: {name} differs from llama_cpp/lib/{base}; update the recipe")
                 moved.append(target.removeprefix("llama_cpp/lib/"))
                 continue

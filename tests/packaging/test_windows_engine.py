@@ -79,6 +79,23 @@ def test_the_windows_engine_has_its_own_key_and_check_builds_nothing(tmp_path: P
     assert refused.returncode == 2 and "installs nothing here" in refused.stderr
 
 
+def pe_file(*, stamp: int, checksum: int, code: bytes = b"code") -> bytes:
+    """The smallest bytes recipe.same_module reads as a PE file: a DOS header pointing at a PE
+    header whose COFF time stamp and optional-header checksum are given."""
+    pe = 0x40
+    head = bytearray(pe + 24 + 96)
+    head[:2], head[0x3C:0x40], head[pe : pe + 4] = b"MZ", pe.to_bytes(4, "little"), b"PE\0\0"
+    head[pe + 8 : pe + 12] = stamp.to_bytes(4, "little")
+    head[pe + 24 + 64 : pe + 24 + 68] = checksum.to_bytes(4, "little")
+    return bytes(head) + code
+
+
+def test_two_copies_of_a_dll_are_the_same_module_when_only_their_stamp_differs() -> None:
+    assert recipe.same_module(pe_file(stamp=1, checksum=2), pe_file(stamp=3, checksum=4))
+    assert not recipe.same_module(pe_file(stamp=1, checksum=2), pe_file(stamp=1, checksum=2, code=b"edoc"))
+    assert not recipe.same_module(b"\x7fELF one", b"\x7fELF two")
+
+
 def test_post_processing_lays_a_mingw_build_out_as_the_app_loads_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,8 +103,12 @@ def test_post_processing_lays_a_mingw_build_out_as_the_app_loads_it(
     libraries in lib/, llama-cpp-python's copies in llama_cpp/lib) becomes the Windows wheel."""
     monkeypatch.setattr(recipe, "building_for_windows", lambda: True)
     info = "llama_cpp_python-0.3.36.dist-info/"
-    ours = {f"llama_cpp/lib/{n}": n.encode() for n in ("libllama.dll", "ggml.dll", "ggml-base.dll", "ggml-rpc.dll")}
-    ggml = {f"bin/{n}": n.encode() for n in ("ggml.dll", "ggml-base.dll", "ggml-rpc.dll", "ggml-vulkan.dll")}
+    ours = {f"llama_cpp/lib/{n}": n.encode() for n in ("libllama.dll", "ggml.dll", "ggml-base.dll")}
+    ggml = {f"bin/{n}": n.encode() for n in ("ggml.dll", "ggml-base.dll", "ggml-vulkan.dll")}
+    # ggml-rpc.dll is installed twice, as two PE files that differ only in their link time stamp
+    # and checksum (what the first MinGW build gave): the same module, kept once.
+    ours["llama_cpp/lib/ggml-rpc.dll"] = pe_file(stamp=1, checksum=2)
+    ggml["bin/ggml-rpc.dll"] = pe_file(stamp=3, checksum=4)
     ggml |= {f"bin/{n}": n.encode() for n in ("ggml-cpu-x64.dll", "ggml-cpu-haswell.dll", "libllama.dll")}
     ggml |= {f"bin/{n}": n.encode() for n in ("libmtmd.dll", "libllama-common.dll", "libllama-server-impl.dll")}
     ggml |= {f"bin/{n}": n.encode() for n in ("llama-server.exe", "ggml-rpc-server.exe", "llama-bench.exe")}
@@ -269,10 +290,19 @@ def _windows_path(path: Path) -> str:
     return "Z:" + str(path.resolve()).replace("/", "\\")
 
 
+# ggml's loader loads every CPU variant to score it and unloads the losers; this llama.cpp no longer
+# logs which it kept, so the test reads Wine's own trace of DLL loads (WINEDEBUG=+loaddll).
+LOADDLL = "+loaddll"
+
+
 def _chosen_variant(log: str) -> str:
-    found = re.findall(r"loaded CPU backend from \S*ggml-cpu-(\w+)\.dll", log)
-    assert len(found) == 1, log[-4000:]
-    return str(found[0])
+    """The CPU variant still loaded once the loader is done: loaded once more than unloaded."""
+    count: dict[str, int] = {}
+    for what, name in re.findall(r"(Loaded|Unloaded module) L\"[^\"]*ggml-cpu-(\w+)\.dll\"", log):
+        count[name] = count.get(name, 0) + (1 if what == "Loaded" else -1)
+    kept = [name for name, n in count.items() if n > 0]
+    assert len(kept) == 1, (count, log[-4000:])
+    return kept[0]
 
 
 def _chat(port: int) -> dict[str, object]:
@@ -305,7 +335,7 @@ def test_llama_server_answers_under_wine_on_the_cpu_variant_ggml_picks(
         server = subprocess.Popen(
             argv,
             cwd=windows_lib / "cpu",
-            env=wine_env,
+            env={**wine_env, "WINEDEBUG": LOADDLL},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -357,7 +387,8 @@ def _manifest_variants(lib: Path) -> set[str]:
 def test_llama_bench_runs_under_wine(windows_lib: Path, wine_env: dict[str, str], embedded_model: Path) -> None:
     argv = ["wine", str(windows_lib / "llama-bench.exe"), "-m", _windows_path(embedded_model)]
     argv += ["-p", "16", "-n", "4", "-r", "1", "-t", "2", "-o", "json"]
-    done = waits.run(argv, cpu_s=600, cwd=windows_lib / "cpu", env=wine_env, stdin=subprocess.DEVNULL)
+    env = {**wine_env, "WINEDEBUG": LOADDLL}
+    done = waits.run(argv, cpu_s=600, cwd=windows_lib / "cpu", env=env, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     results = json.loads(done.stdout[done.stdout.index("[") :])
     assert {r["n_prompt"] for r in results} == {16, 0} and all(r["avg_ts"] > 0 for r in results)
