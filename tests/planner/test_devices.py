@@ -9,16 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from testkit.gguf_models import write_header_only
+from testkit.gguf_models import write_header_only, write_model
 from testkit.machines import cpu_machine, uniform_probe
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine
 from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
+from vrampilot.planner.compute import graph_key
 from vrampilot.planner.memory import layer_devices, memory_breakdown
+from vrampilot.planner.placement import layers_per_device
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
+from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed import backend_key
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import MachineSpeed
@@ -90,6 +93,27 @@ def test_layers_split_as_llama_cpp_splits_them() -> None:
     # One device: the classic -ngl rule, the output layer first to move.
     where, out = layer_devices(spec, 1, (1.0,))
     assert where == (-1,) * 30 and out == 0
+
+
+def test_a_measured_compute_buffer_is_keyed_by_the_layers_each_device_holds() -> None:
+    # 7 offloaded layers at 223:777: two on the first device (as llama.cpp's log shows), five on
+    # the second, as layer_devices places them; a device's compute buffer is its layers' graph.
+    assert layers_per_device(7, (223.0, 777.0)) == (2, 5)
+    assert layers_per_device(31, (2.0, 1.0)) == (21, 10)  # the 30 layers and output above
+    s = Settings(n_ctx=2048, n_gpu_layers=7, tensor_split=(223.0, 777.0))
+    assert graph_key(s) == graph_key(s.with_(tensor_split=(220.0, 780.0)))  # the same layers each
+    assert graph_key(s) != graph_key(s.with_(tensor_split=(100.0, 900.0)))  # layer 0 alone first
+
+
+def test_experts_kept_in_ram_turn_llama_cpps_pipelining_off(tmp_path: Path) -> None:
+    spec = load_model_spec(write_model(tmp_path / "moe.gguf", "qwen3moe", n_layer=6))
+    target = resolve_target(TargetRequest(), two_gpu_machine())
+    s = Settings(n_ctx=2048, n_gpu_layers=spec.n_layer + 1, tensor_split=(1.0, 3.0))
+    assert memory_breakdown(spec, s, target).pipelined
+    # llama_context() pipelines only without tensor overrides, which --n-cpu-moe and -ot are.
+    for kept in (s.with_(n_cpu_moe=2), s.with_(cpu_tensor_patterns=("blk\\.5\\.ffn_up_exps",))):
+        mem = memory_breakdown(spec, kept, target)
+        assert not mem.pipelined and sum(mem.host_override_bytes) > 0
 
 
 def test_two_cards_each_hold_what_fits_them_and_the_split_is_exported(qwen7b: Path) -> None:

@@ -30,7 +30,12 @@ from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
 from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
-from vrampilot.planner.placement import OP_OFFLOAD_MIN_BATCH, largest_held_offloaded_bytes, offload_copy_bytes
+from vrampilot.planner.placement import (
+    OP_OFFLOAD_MIN_BATCH,
+    largest_held_offloaded_bytes,
+    layers_per_device,
+    offload_copy_bytes,
+)
 from vrampilot.planner.settings import Settings
 
 F32 = 4
@@ -185,10 +190,14 @@ def graph_peak_bytes(t: ComputeTerms, fit: dict[str, tuple[float, ...]] | None =
 
 def graph_key(settings: Settings) -> tuple[object, ...]:
     """The settings a measured compute buffer depends on (not -b or threads). Offload moves the
-    graph between the host and the devices, so it counts (a CPU plan has -ngl 0 throughout); the
-    split does not: each device's buffer is its busiest layer's, whichever layers it holds
-    (measured on RPC devices: the same at 2:1 and 1:3), and the search moves the split as the
-    measurement moves the buffers, so a key with it would never settle."""
+    graph between the host and the devices, so it counts (a CPU plan has -ngl 0 throughout). So
+    does which run of layers each device of a split holds, though not the split's exact shares:
+    a device's buffer is what its own layers' graph needs, and that changes with them (the first
+    layers' experts kept in RAM run on the host, so a device holding only those needs less;
+    llama.cpp's allocator reuses a device's activations across its layers, so one layer needs
+    less than two): on the qwen3moe fixture over two RPC hosts with --n-cpu-moe 2, 3.01 MiB for
+    a host holding layer 0 alone, 3.26 MiB holding layers 0-1. Keyed by the layer counts, a
+    measurement serves every split that places the layers alike, and the search settles."""
     s = settings
     return (
         s.n_ctx,
@@ -206,6 +215,7 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
         s.n_cpu_moe,
         s.cpu_tensor_patterns,
         s.n_outputs_max,  # logit rows: the verify batch of speculative decoding asks for more
+        layers_per_device(s.n_gpu_layers, s.tensor_split) if len(s.tensor_split) > 1 else (),
     )
 
 
@@ -339,7 +349,10 @@ def dry_run_surplus_bytes(spec: ModelSpec, settings: Settings) -> int:
     """What llama.cpp's no_alloc dry run (and so its own --fit) reserves on each pipelined device
     after the first beyond what the real reservation takes: the previous device's activations,
     once per copy. Measured with two RPC devices on loopback (tests/server/test_rpc.py holds the
-    corrected number against llama-server's real buffers)."""
+    corrected number against llama-server's real buffers). Only a device holding a repeating
+    layer receives a whole ubatch's activations: one holding the output layer alone receives the
+    last layer's output rows (n_outputs), and its buffer is the same in both (0.01 MiB on the
+    qwen3moe fixture, dry and real), so nothing is taken off it."""
     return SCHED_COPIES * effective_ubatch(spec, settings) * spec.n_embd * F32
 
 
@@ -358,7 +371,8 @@ def compute_buffer_bytes(
     "gpu":  the compute buffer of a device holding layers (`label`: its buffer name). The same
             graph model, measured against llama.cpp on RPC devices on loopback (another backend
             with its own buffers, as a GPU has): within 0-15% above for one device. Pipelined
-            (`pipelined`: every layer on several async devices), each split's inputs are kept
+            (`pipelined`: every layer on several async devices, no tensor kept in host memory;
+            memory.memory_breakdown decides), each split's inputs are kept
             SCHED_COPIES times (the masks and the hidden state).
     "host": the host-side buffer next to the devices. The token-embedding lookup always runs on
             the CPU (llama-model.cpp keeps the input layer there) and the graph inputs are

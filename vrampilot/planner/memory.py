@@ -16,16 +16,13 @@ says clip.cpp puts it.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
 from vrampilot.planner.kv import KvBreakdown, drafts_with_mtp
-from vrampilot.planner.placement import host_layer_bytes
+from vrampilot.planner.placement import cpu_override_patterns, host_layer_bytes, offloaded_layer_device, split_points
 from vrampilot.planner.projector import ProjectorLoad, projector_load
 from vrampilot.planner.server_host import ServerHost
 from vrampilot.planner.settings import Settings
@@ -99,17 +96,6 @@ class MemoryBreakdown:
         return tuple(il for il, d in enumerate(self.layer_devices) if d == position)
 
 
-def split_points(shares: Sequence[float]) -> list[float]:
-    """llama-model.cpp's cumulative split points for -ts (or the free memory), in float32 as it
-    computes them, so that a layer on a boundary lands where llama.cpp puts it."""
-    total = np.float32(0.0)
-    points = []
-    for x in shares:
-        total = np.float32(total + np.float32(x))
-        points.append(total)
-    return [float(np.float32(p / total)) if total > 0 else 1.0 for p in points]
-
-
 def layer_devices(spec: ModelSpec, n_gpu_layers: int, shares: Sequence[float]) -> tuple[tuple[int, ...], int]:
     """Where llama.cpp puts each repeating layer and the output layer for -ngl N across devices
     with these split shares (llama-model.cpp, load_tensors): the last N of the n_layer + 1 layers
@@ -124,8 +110,7 @@ def layer_devices(spec: ModelSpec, n_gpu_layers: int, shares: Sequence[float]) -
     def where(il: int) -> int:
         if ngl == 0 or il < start or il - start >= ngl:
             return -1
-        x = np.float32(np.float32(il - start) / np.float32(ngl))
-        return min(bisect.bisect_right(points, float(x)), n_dev - 1)
+        return offloaded_layer_device(il - start, ngl, points)
 
     return tuple(where(il) for il in range(n_all)), where(n_all)
 
@@ -170,9 +155,17 @@ def memory_breakdown(
     where, out_dev = layer_devices(spec, settings.n_gpu_layers, shares)
     kept = host_layer_bytes(spec, settings)
     moved = tuple(kept[il] if where[il] >= 0 and layer_bytes[il] else 0 for il in range(spec.n_layer))
-    # llama.cpp pipelines ubatches across several devices when every layer is offloaded and each
-    # device supports async compute and events (llama-context.cpp); RPC and CUDA devices do.
-    pipelined = n_dev > 1 and settings.n_gpu_layers > spec.n_layer and all(g.asynchronous for g in target.gpus)
+    # llama.cpp pipelines ubatches across several devices when every layer is offloaded, no tensor
+    # override is given and each device supports async compute and events (llama-context.cpp,
+    # llama_context(): `!model.has_tensor_overrides()`; its split mode is layer and offload_kqv on,
+    # as every plan's). RPC and CUDA devices are async; experts kept in RAM (--n-cpu-moe, -ot) turn
+    # pipelining off, and with it the scheduler's input copies.
+    pipelined = (
+        n_dev > 1
+        and settings.n_gpu_layers > spec.n_layer
+        and not cpu_override_patterns(settings)
+        and all(g.asynchronous for g in target.gpus)
+    )
     per_device = []
     for d in range(n_dev):
         mine = [il for il, x in enumerate(where) if x == d]

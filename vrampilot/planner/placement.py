@@ -10,7 +10,12 @@ model; `cpu_override_patterns` is the one list the engine and the exported line 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
+from collections.abc import Sequence
+
+import numpy as np
 
 from vrampilot.gguf import ModelSpec, TensorInfo
 from vrampilot.gguf.spec import EXPERT_TENSOR_RE, active_share
@@ -26,6 +31,35 @@ _NOT_ECMASCRIPT = re.compile(r"\(\?(?:P|<|#|[aiLmsux])|\\[AZ]")
 # this many tokens whose weight sits in host memory runs on the GPU anyway, its weight copied into
 # the GPU's compute buffer for the ubatch (ggml-backend.cpp, the scheduler's offload_op pass).
 OP_OFFLOAD_MIN_BATCH = 32
+
+
+def split_points(shares: Sequence[float]) -> list[float]:
+    """llama-model.cpp's cumulative split points for -ts (or the free memory), in float32 as it
+    computes them, so that a layer on a boundary lands where llama.cpp puts it."""
+    total = np.float32(0.0)
+    points = []
+    for x in shares:
+        total = np.float32(total + np.float32(x))
+        points.append(total)
+    return [float(np.float32(p / total)) if total > 0 else 1.0 for p in points]
+
+
+def offloaded_layer_device(k: int, n_offloaded: int, points: Sequence[float]) -> int:
+    """The device of the k-th of `n_offloaded` offloaded layers (the output layer is the last)
+    for these split points (llama-model.cpp, load_tensors): the first whose point exceeds k / N."""
+    x = np.float32(np.float32(k) / np.float32(n_offloaded))
+    return min(bisect.bisect_right(points, float(x)), len(points) - 1)
+
+
+@functools.lru_cache(maxsize=1024)  # part of every measured buffer's key (compute.graph_key): asked often
+def layers_per_device(n_gpu_layers: int, shares: tuple[float, ...]) -> tuple[int, ...]:
+    """How many of the -ngl offloaded layers each device of the split takes, first to last."""
+    counts = [0] * len(shares)
+    if n_gpu_layers > 0 and shares:
+        points = split_points(shares)
+        for k in range(n_gpu_layers):
+            counts[offloaded_layer_device(k, n_gpu_layers, points)] += 1
+    return tuple(counts)
 
 
 def expert_layer_pattern(il: int) -> str:

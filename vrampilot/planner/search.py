@@ -347,7 +347,7 @@ def _device_buffers(
     buffers: dict[str, int] = {}
     for name, n in compute_bytes.items():
         label = name if name in names else HOST  # CPU, CUDA_Host, ...: the host side
-        if formula.pipelined and label in names[1:]:
+        if formula.pipelined and label in names[1:] and formula.device_layers(names.index(label)):
             n -= dry_run_surplus_bytes(spec, s)  # the dry run's over-count on later devices
         buffers[label] = buffers.get(label, 0) + n
     return buffers, formula.device.compute_bytes + formula.host.compute_bytes
