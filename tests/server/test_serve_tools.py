@@ -234,6 +234,37 @@ def test_openai_streams_tool_call_deltas(served: dict[str, Any]) -> None:
     _assert_weather_call(name, arguments)
 
 
+def test_a_reply_started_at_the_templates_call_opener_is_a_call(served: dict[str, Any]) -> None:
+    """The window's "call a tool first": llama-server's `required` lets the model write text before
+    its call, so the reply is started at the call's opener as the template writes it (here Qwen's
+    `<tool_call>` form, found by ServerBackend.call_opener from llama-server's own rendering), from
+    where the grammar allows only a valid call: the bare question, with no earlier calls to copy,
+    gets one."""
+    import threading
+
+    from vrampilot.engine import SamplingParams
+    from vrampilot.message import Message
+    from vrampilot.server.chat import ServerBackend
+
+    backend = ServerBackend(f"http://127.0.0.1:{served['port']}", api_key=KEY, timeout_s=120)
+    opener = backend.call_opener(OPENAI_TOOLS)
+    assert opener == "<tool_call>\n{"
+    reply = backend.reply_with_tools(
+        [Message("user", QUESTION)],
+        SamplingParams(temperature=0.0, max_tokens=60, seed=1),
+        tools=OPENAI_TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        start_with=opener,
+        on_text=lambda _t: None,
+        cancel=threading.Event(),
+    )
+    # One call: this llama-server lets the model go on with more `<tool_call>`s whatever
+    # parallel_tool_calls says (the 135M model does, until max_tokens); the backend keeps the first.
+    (call,) = reply.tool_calls
+    _assert_weather_call(call.name, call.arguments)
+
+
 def test_the_tools_cost_in_the_prompt_is_what_the_planner_counts(served: dict[str, Any]) -> None:
     """llama-server's own prompt count grows by exactly count_tools_tokens' figure for this template."""
     from vrampilot.engine.tool_tokens import count_tools_tokens

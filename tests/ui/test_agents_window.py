@@ -1,24 +1,36 @@
-"""The window's part of the agents (docs/agents.md), driven offscreen with a real MCP server child
+"""The window's part of the agents (docs/agents.md), driven offscreen with real MCP server children
 (tests/agents/mcp_servers.py, the SDK's own server side over stdio):
 
 - the "MCP servers" tab, reached from the View menu, lists the server with its tools, a server
   that cannot start with its error in one line; unticking a tool saves allowedTools and takes it
   from the model; the raw editor and the add dialog refuse a broken config in one line naming the
   server and the field, and save a good one;
+- each tool's and server's cost in the model's tokens and the share of the plan's context (the
+  embedded model's own template: 0, and the line says it never calls; a copy whose template shows
+  tools: what unticking a tool gives back is what the plan then loses);
+- "Always allow this tool" answers, listed per tool and per server and taken back with Ask again
+  (the tool, then every tool of the server), the approvals file rewritten;
 - the approval dialog, asked from a worker thread as the tool loop asks it, through an allow (the
   real MCP call runs) and a deny, with Deny the default button, and Stop withdrawing a question;
 - the calls in the transcript, stored as the tool loop stores a round, shown again when the app
   restarts: tool, arguments, result as plain text (markup shown, never rendered), long results
   collapsed, errors; "Use tools" without llama-server says why, and nothing is lost.
 
-- "Use tools" end to end (slow): the question waits for llama-server, "Serve and answer" starts it,
-  and the reply runs through the ToolLoop with the server's tools offered.
+Slow, with llama-server:
+- "Use tools" with the embedded model: the question waits for llama-server ("Serve and answer"),
+  then the reply runs through the ToolLoop with the server's tools offered; its template shows no
+  tools, so it answers without a call;
+- a model calling a tool in the window, the issue's "done when": a Claude-Desktop-style mcp.json
+  pasted in the mcp.json tab, "call a tool first", Serve and answer, the dialog answered Allow
+  once, and the call, its result and the answer in the transcript and the chat. The model is a
+  copy of the embedded one with tests/agents/tool_template.jinja as its template (a real GGUF
+  with a template that shows tools); the tool takes no argument, so the 135M model cannot get the
+  call wrong.
 
-Not exercised here: a model making a call in the window. The embedded SmolLM2's template does not
-render tools, so llama-server never produces a call with it, even with tool_choice "required"
-(docs/agents.md, limits). So the live path from a call to the dialog, the transcript's live steps
-and the rounds cap are not driven by a model: the dialog is asked as the loop asks it, and the
-transcript is fed the round the loop stores.
+Not exercised here: "Always allow this tool" answered in the dialog during a model's reply (the
+loop's remember is called from a worker thread here, as the loop calls it), a denial and the
+rounds cap driven by a model, and "call a tool first" with a template other than bare JSON
+(call_opener's other forms: tests/server).
 """
 
 from __future__ import annotations
@@ -35,16 +47,20 @@ from pytestqt.qtbot import QtBot
 
 from testkit.gguf_models import write_with_chat_template
 from tests import waits
-from tests.ui.conftest import OpenWindow, heard, open_chat, seed_prefs
-from vrampilot.agents import ApprovalRequest, Decision, State, load_config
+from tests.ui.conftest import FAST_PINS, OpenWindow, heard, open_chat, screenshot, seed_prefs
+from vrampilot.agents import ApprovalPolicy, ApprovalRequest, Decision, State, load_config
+from vrampilot.engine import SamplingParams
 from vrampilot.message import fit_tool_result
 from vrampilot.paths import embedded_model_path
 from vrampilot.server import free_port
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import ApprovalDialog
+from vrampilot.ui.agents.mcp_panel import ALWAYS
 from vrampilot.ui.agents.transcript import ToolStepWidget
 from vrampilot.ui.chat_controller import ChatState
 from vrampilot.ui.main_window import MainWindow
+from vrampilot.ui.prefs import Prefs
+from vrampilot.units import format_tokens
 
 SERVERS = str(Path(__file__).parents[1] / "agents" / "mcp_servers.py")
 SHOTS = Path("/tmp/vrampilot-agents-ui")
@@ -96,7 +112,13 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     assert tools is not None and tools.text(1).startswith("ready · 6 of 6 tools allowed")
     assert tools.checkState(0) == Qt.CheckState.Checked
     add = panel.tool_item("tools", "add")
-    assert add is not None and add.text(2).endswith("chars") and add.checkState(0) == Qt.CheckState.Checked
+    assert add is not None and add.checkState(0) == Qt.CheckState.Checked
+    # The tokens each tool costs, counted with the selected model: SmolLM2's own template shows no
+    # tools, so they cost nothing, and the line under the list says the model never calls one.
+    waits.until(qtbot, lambda: w.tools_budget.costs is not None, cpu_s=60)
+    add, tools = panel.tool_item("tools", "add"), panel.server_item("tools")  # the list may have been rebuilt
+    assert add is not None and tools is not None and add.text(2) == "0" and tools.text(2) == "0"
+    assert "chat template does not show tools to the model" in panel.costs.text()
     missing_error = _error_line(w, "missing")
     assert missing_error.startswith("Last error: the command 'vrampilot-no-such-command' was not found")
     assert "\n" not in missing_error
@@ -113,6 +135,37 @@ def test_mcp_view_approvals_and_tool_calls_in_the_transcript(open_window: OpenWi
     assert saved.allowed_tools is not None and "crash" not in saved.allowed_tools and "add" in saved.allowed_tools
     assert saved.extra == {"type": "stdio"}
     assert "crash" not in w.agents.catalog().offered and "add" in w.agents.catalog().offered
+
+    # "Always allow this tool", answered during a reply (the loop remembers it on its own thread):
+    # listed per server and per tool, and taken back with Ask again.
+    policy = w.agents.policy
+
+    def always_allow() -> None:
+        for tool in ("echo", "add"):
+            policy.remember("tools", tool)
+
+    remember = threading.Thread(target=always_allow)
+    remember.start()
+    remember.join()
+    qtbot.waitUntil(lambda: (row := panel.tool_item("tools", "echo")) is not None and row.text(1) == ALWAYS)
+    echo_row = panel.tool_item("tools", "echo")
+    assert echo_row is not None
+    panel.tree.setCurrentItem(echo_row)
+    assert "Runs without asking: add, echo" in panel.details.text() and panel.ask_again_button.isEnabled()
+    assert panel.grab().save(str(SHOTS / "mcp-always.png"))
+    qtbot.mouseClick(panel.ask_again_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: (row := panel.tool_item("tools", "echo")) is not None and row.text(1) == "allowed")
+    approvals = ApprovalPolicy(home / "data" / "tool-approvals.json")  # the file, read anew
+    assert approvals.entries() == [("tools", "add")] and not policy.always_allowed("tools", "echo")
+    assert "Runs without asking: add" in panel.details.text() and not panel.ask_again_button.isEnabled()
+    server_row = panel.server_item("tools")
+    assert server_row is not None
+    panel.tree.setCurrentItem(server_row)  # the server's row: every tool of it
+    assert panel.ask_again_button.isEnabled()
+    qtbot.mouseClick(panel.ask_again_button, Qt.MouseButton.LeftButton)
+    assert ApprovalPolicy(home / "data" / "tool-approvals.json").entries() == []
+    qtbot.waitUntil(lambda: "Runs without asking: no tool (every call is asked)" in panel.details.text())
+    assert not panel.ask_again_button.isEnabled()
 
     # The raw editor: a broken config is one line naming the server and the field; nothing saved.
     before = config_path.read_text(encoding="utf-8")
@@ -244,15 +297,37 @@ def test_use_tools_puts_the_tools_tokens_in_the_plan(open_window: OpenWindow, ho
     waits.until(qtbot, lambda: w.plans.plan is not None and w.plans.plan.context_budget.tools_tokens > 0, cpu_s=60)
     plan = w.plans.plan
     assert plan is not None
-    counted = w.tools_budget.last
-    assert counted is not None and counted.described and plan.context_budget.tools_tokens == counted.tokens
-    assert any("tools" in r.lower() and f"{counted.tokens:,}" in r for r in plan.reasons), plan.reasons
-    # Fewer tools allowed, fewer tokens; off again, none.
+    counted = w.tools_budget.costs
+    assert counted is not None and counted.described and not counted.estimate
+    assert plan.context_budget.tools_tokens == counted.total_tokens
+    assert any("tools" in r.lower() and f"{counted.total_tokens:,}" in r for r in plan.reasons), plan.reasons
+    # The MCP servers tab: each tool's tokens, the server's, and their share of the plan's context.
+    panel = w.mcp_panel
+    w.actions_by_name["action_view_mcp"].trigger()
+    server, big = panel.server_item("tools"), panel.tool_item("tools", "big")
+    assert server is not None and big is not None
+    big_tokens = counted.tool_tokens[("tools", "big")]
+    assert big.text(2) == f"{big_tokens:,}" and big_tokens > 5
+    assert server.text(2) == f"{counted.server_tokens['tools']:,}"
+    share = 100 * counted.total_tokens / plan.settings.n_ctx
+    assert panel.costs.text() == (
+        f"The allowed tools take {counted.total_tokens:,} tokens of every prompt: {share:.0f}% of the plan's "
+        f"{format_tokens(plan.settings.n_ctx)}-token context (counted with tools-smollm2.gguf's chat template "
+        "and tokenizer)."
+    )
+    SHOTS.mkdir(exist_ok=True)
+    assert panel.grab().save(str(SHOTS / "mcp-tokens.png"))
+    # Untick a tool: the plan gives back exactly what the tab said it costs; ticking it would add it again.
     w.agents.set_tool_allowed("tools", "big", False)
-    waits.until(qtbot, lambda: w.plans.pins.tools_tokens not in (None, counted.tokens), cpu_s=60)
-    assert (w.plans.pins.tools_tokens or 0) < counted.tokens
+    waits.until(qtbot, lambda: w.plans.pins.tools_tokens not in (None, counted.total_tokens), cpu_s=60)
+    assert w.plans.pins.tools_tokens == counted.total_tokens - big_tokens
+    waits.until(
+        qtbot, lambda: (item := panel.tool_item("tools", "big")) is not None and item.text(2).startswith("+"), cpu_s=60
+    )
+    # Off again: the plan has no tools; the tab still says what they would cost.
     w.chat_view.use_tools.setChecked(False)
     waits.until(qtbot, lambda: w.plans.pins.tools_tokens is None, cpu_s=60)
+    assert panel.costs.text().startswith("The allowed tools take ")
 
 
 @pytest.mark.slow
@@ -283,5 +358,78 @@ def test_use_tools_serves_the_model_and_answers_through_the_tool_loop(
     stored = w.ctx.conversations.messages(open_chat(w))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content and stored[1].tool_round is None
     assert view.messages()[1].text() == stored[1].content and not w.ctx.engine.engine.loaded
+    w.server.stop()
+    waits.until(qtbot, lambda: w.server.state == "stopped", cpu_s=30)
+
+
+@pytest.mark.slow
+def test_a_model_calls_a_tool_in_the_window_and_answers_with_its_result(
+    open_window: OpenWindow, home: Path, qtbot: QtBot
+) -> None:
+    """The issue's "done when" in the window: a Claude-Desktop-style mcp.json pasted into the MCP
+    servers tab, "Use tools" with "call a tool first", a question, "Serve and answer"; the model
+    calls the clock tool, the dialog is answered "Allow once", the MCP server runs it, and the
+    transcript shows the call, its arguments, its result and the model's answer, all kept in the
+    chat. The model is a copy of the embedded one whose template shows tools (tool_template.jinja):
+    SmolLM2's own template shows none, so no setting makes it call (docs/agents.md)."""
+    template = (Path(__file__).parents[1] / "agents" / "tool_template.jinja").read_text(encoding="utf-8")
+    model = embedded_model_path()
+    assert model is not None  # the test extras install it
+    copy = write_with_chat_template(model, home / "tools-smollm2.gguf", template)
+    prefs = Prefs()
+    prefs.set_pins_for(copy, FAST_PINS)
+    prefs.set_sampling(SamplingParams(temperature=0.0, max_tokens=60, seed=1))
+    prefs.sync()
+    w = open_window(initial_model=str(copy))
+    panel = w.mcp_panel
+    w.actions_by_name["action_view_mcp"].trigger()
+    panel.tabs.setCurrentIndex(1)  # the mcp.json tab, where a config from another host is pasted whole
+    pasted = {"mcpServers": {"clock": {"command": sys.executable, "args": [SERVERS, "clock"]}}}
+    panel.raw.setPlainText(json.dumps(pasted, indent=2))
+    qtbot.mouseClick(panel.raw_save, Qt.MouseButton.LeftButton)
+    assert panel.raw_error.isHidden()
+    waits.until(qtbot, lambda: panel.tool_item("clock", "clock") is not None, cpu_s=120)
+    w.server_panel.port.setValue(free_port())
+    view = w.chat_view
+    view.use_tools.setChecked(True)
+    view.tool_choice.setCurrentIndex(view.tool_choice.findData("required"))
+    view.tool_rounds.setValue(1)  # one round of calls, then the answer (asked without tools)
+    dialogs = heard(w.approver.asked)
+    w.chats.send("What time is it in Paris?")
+    serve = view.banner.findChild(QPushButton, "serve_for_tools")
+    assert serve is not None
+    qtbot.mouseClick(serve, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=120)
+    assert w.server.state == "ready"
+    # The reply starts once the server is up; the model's call is asked in the dialog.
+    waits.until(
+        qtbot, lambda: bool(dialogs) or (len(view.messages()) > 1 and w.chats.state is ChatState.IDLE), cpu_s=240
+    )
+    assert dialogs, [m.text() for m in view.messages()]
+    dialog = dialogs[0]
+    assert (dialog.request.server, dialog.request.tool, dict(dialog.request.arguments)) == ("clock", "clock", {})
+    assert screenshot(dialog, "agents-window-approval")
+    qtbot.mouseClick(dialog.allow_once, Qt.MouseButton.LeftButton)
+    waits.until(qtbot, lambda: w.chats.state is ChatState.IDLE and len(view.messages()) == 3, cpu_s=240)
+
+    msgs = view.messages()
+    calls = msgs[1].tool_calls
+    assert calls is not None and len(calls.steps) == 1
+    step = calls.steps[0]
+    assert step.title.text() == "Tool call: clock/clock" and json.loads(step.step.arguments) == {}
+    assert step.shown_result() == "It is 10:42 in Paris." and "allowed once" in step.facts.text()
+    answer = msgs[2].text()
+    assert answer.strip()  # the answer's words are the 135M model's judgement, not checked
+    stored = w.ctx.conversations.messages(open_chat(w))
+    assert [(m.role, m.tool_round is not None) for m in stored] == [
+        ("user", False),
+        ("assistant", True),
+        ("assistant", False),
+    ]
+    assert stored[2].content == answer
+    # One round, the most allowed here: the answer was asked without tools, and the window says so.
+    assert "called tools for 1 round, the most this chat allows" in view.banner_text.text()
+    view.messages_area.verticalScrollBar().setValue(0)
+    assert screenshot(w, "agents-window-call")
     w.server.stop()
     waits.until(qtbot, lambda: w.server.state == "stopped", cpu_s=30)

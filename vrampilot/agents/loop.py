@@ -18,8 +18,8 @@ cannot read as a call at all (a call cut by max_tokens) ends the loop with the t
 far as the answer, and a line saying why.
 
 After `max_rounds` rounds of calls the model is asked once more with tool_choice "none": it
-answers with what it has rather than calling forever. A logit bias in the sampling applies to the
-first round only (the round `first_choice` sets).
+answers with what it has rather than calling forever. A logit bias in the sampling, and the
+reply's start (`first_start`), apply to the first round only (the round `first_choice` sets).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class ToolModel(Protocol):
         tools: Sequence[dict[str, Any]],
         tool_choice: str,
         parallel_tool_calls: bool,
+        start_with: str = "",
         on_text: Callable[[str], None],
         cancel: threading.Event,
     ) -> Reply: ...
@@ -103,6 +104,9 @@ class ToolLoop:
     max_rounds: int = MAX_ROUNDS
     first_choice: str = "auto"  # tool_choice of the first round ("required": a call, whatever the model judges)
     parallel_calls: bool = True  # False: at most one call a round (llama-server's parallel_tool_calls)
+    # The first round's reply starts with this text: the template's call opener (ServerBackend's
+    # call_opener) makes a "required" first round a call from its first token.
+    first_start: str = ""
     result_budget_chars: int = RESULT_BUDGET_CHARS
     on_step: Callable[[ToolStep], None] = lambda _s: None
     on_round: Callable[[ToolRound], None] = lambda _r: None  # the history stores each round here
@@ -131,6 +135,7 @@ class ToolLoop:
                     tools=tools,
                     tool_choice=choice,
                     parallel_tool_calls=self.parallel_calls,
+                    start_with=self.first_start if n == 0 and not capped else "",
                     on_text=on_text,
                     cancel=cancel,
                 )

@@ -11,6 +11,7 @@ import enum
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from vrampilot.paths import data_dir
@@ -36,6 +37,9 @@ class ApprovalPolicy:
         self.path = path or data_dir() / POLICY_FILE
         self._lock = threading.Lock()
         self._always: dict[str, set[str]] = self._read()
+        # Called after each change, on the thread that made it (the window's list of approvals
+        # follows an "Always allow" answered during a reply).
+        self.on_change: Callable[[], None] | None = None
 
     def _read(self) -> dict[str, set[str]]:
         try:
@@ -60,6 +64,7 @@ class ApprovalPolicy:
         with self._lock:
             self._always.setdefault(server, set()).add(tool)
             self._write()
+        self._changed()
 
     def forget(self, server: str, tool: str | None = None) -> None:
         """Ask again for `tool` (or every tool of `server`)."""
@@ -69,10 +74,20 @@ class ApprovalPolicy:
             else:
                 self._always.get(server, set()).discard(tool)
             self._write()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def entries(self) -> list[tuple[str, str]]:
         with self._lock:
             return sorted((s, t) for s, tools in self._always.items() for t in tools)
+
+    def tools_of(self, server: str) -> list[str]:
+        """The tools of `server` that run without asking, by name."""
+        with self._lock:
+            return sorted(self._always.get(server, set()))
 
     def _write(self) -> None:
         data = {"always": {s: sorted(t) for s, t in sorted(self._always.items()) if t}}

@@ -17,7 +17,7 @@ from vrampilot.engine.sampling import SamplingParams
 from vrampilot.engine.session import ContextCheck, Engine, LoadResult, Reply, SavedState, UnparsedReply
 from vrampilot.engine.stats import GenerationStats, format_summary
 from vrampilot.engine.template import ChatTemplate
-from vrampilot.engine.tool_tokens import ToolsTokens, count_tools_tokens, openai_tool
+from vrampilot.engine.tool_tokens import ToolsCounter, ToolsTokens, count_tools_tokens, openai_tool
 from vrampilot.message import Message
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "SamplingParams",
     "SavedState",
     "TemplateError",
+    "ToolsCounter",
     "ToolsTokens",
     "UnparsedReply",
     "count_tools_tokens",

@@ -58,14 +58,31 @@ def count_tools_tokens(
     TemplateError when the template fails on them."""
     if not tools:
         return ToolsTokens(0, False, 0)
-    source = template if template is not None else load_model_spec(Path(model_path)).chat_template
-    chat = ChatTemplate(source)
-    with_tools = chat.render_tools(_PROBE, tools)
-    without = chat.render_tools(_PROBE, None)
-    tokenize = _vocab(Path(model_path))
-    added = max(0, tokenize(with_tools) - tokenize(without))
-    schema = tokenize(json.dumps(list(tools), ensure_ascii=False))
-    return ToolsTokens(tokens=added, described=with_tools != without, schema_tokens=schema)
+    return ToolsCounter(model_path, template=template).count(tools)
+
+
+class ToolsCounter:
+    """count_tools_tokens for many sets of tools with one model: the template parsed, and the
+    prompt without tools counted, once (the MCP view prices each tool and each server this way)."""
+
+    def __init__(self, model_path: str | Path, *, template: str | None = None) -> None:
+        path = Path(model_path)
+        source = template if template is not None else load_model_spec(path).chat_template
+        self._chat = ChatTemplate(source)
+        self._tokenize = _vocab(path)
+        self._without: tuple[str, int] | None = None  # the prompt without tools, and its tokens
+
+    def count(self, tools: Sequence[dict[str, Any]]) -> ToolsTokens:
+        """What `tools` add to every prompt. TemplateError when the template fails on them."""
+        if not tools:
+            return ToolsTokens(0, False, 0)
+        if self._without is None:
+            without = self._chat.render_tools(_PROBE, None)
+            self._without = (without, self._tokenize(without))
+        with_tools = self._chat.render_tools(_PROBE, tools)
+        added = max(0, self._tokenize(with_tools) - self._without[1])
+        schema = self._tokenize(json.dumps(list(tools), ensure_ascii=False))
+        return ToolsTokens(tokens=added, described=with_tools != self._without[0], schema_tokens=schema)
 
 
 _vocabs: dict[tuple[str, int, int], tuple[llama_cpp.Llama, threading.Lock]] = {}

@@ -170,6 +170,7 @@ class ServerBackend:
         tools: Sequence[dict[str, Any]],
         tool_choice: str,
         parallel_tool_calls: bool = True,
+        start_with: str = "",
         on_text: TextFn,
         cancel: threading.Event,
     ) -> Reply:
@@ -177,11 +178,58 @@ class ServerBackend:
         list and `tool_choice` ("auto", "required", "none"); llama-server renders them with the
         model's template (--jinja), parses the calls in the model's own format and, for
         "required", constrains the output by a grammar to a valid call (after free text, in this
-        llama.cpp: docs/agents.md). `parallel_tool_calls` False ends the reply after one call. The
-        reply's tool_calls are the calls, streamed and joined here."""
+        llama.cpp: docs/agents.md). `parallel_tool_calls` False ends the reply after one call.
+        `start_with`: the reply starts with this text (llama-server's prefill of a last assistant
+        message): with "required" and call_opener's text, the call starts at once. The reply's
+        tool_calls are the calls, streamed and joined here."""
         return self._send(
-            messages, sampling, on_text, cancel, tools=tools, tool_choice=tool_choice, parallel=parallel_tool_calls
+            messages,
+            sampling,
+            on_text,
+            cancel,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel=parallel_tool_calls,
+            start_with=start_with,
         )
+
+    def call_opener(self, tools: Sequence[dict[str, Any]]) -> str:
+        """The text the model's template starts a tool call with (`{` for a bare JSON call,
+        `<tool_call>\n{` for Qwen's), found by asking llama-server to render a call with its own
+        template: the turn up to the reply, and the turn with a call in the reply, differ by the
+        call. Up to the call's first `{`, or up to the tool's name where the name comes first. ""
+        when the template writes no call (nothing to start with).
+
+        Why: with tool_choice "required", this llama.cpp's grammar still lets the model write text
+        before the call (docs/agents.md); a reply that starts with the opener is inside the call,
+        and from there the grammar allows only a whole, valid one."""
+        if not tools:
+            return ""
+        name = "vrampilot_opener_probe"  # a name no template's own text contains, found where the call names it
+        question = {"role": "user", "content": "Hi"}
+        call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        asked = self._post("/apply-template", {"messages": [question], "tools": list(tools)})["prompt"]
+        called = self._post(
+            "/apply-template",
+            {
+                "messages": [
+                    question,
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "call_0", "content": "ok"},
+                ],
+                "tools": list(tools),
+            },
+        )["prompt"]
+        # The turn with the call may differ from the reply's start in whitespace (a template whose
+        # generation prompt ends in a newline that its call turns leave out).
+        head = asked.rstrip() if isinstance(asked, str) else ""
+        if not head or not isinstance(called, str) or not called.startswith(head):
+            return ""
+        rest = called[len(head) :].lstrip()
+        brace, at = rest.find("{"), rest.find(name)
+        if at < 0:
+            return ""  # the template does not write calls: the model has no way to make one
+        return rest[: brace + 1 if 0 <= brace < at else at]
 
     def _send(
         self,
@@ -193,9 +241,12 @@ class ServerBackend:
         tools: Sequence[dict[str, Any]] = (),
         tool_choice: str | None = None,
         parallel: bool = True,
+        start_with: str = "",
     ) -> Reply:
+        # A last assistant message is continued by llama-server (its prefill): the reply's start.
+        opening = [{"role": "assistant", "content": start_with}] if start_with else []
         body: dict[str, Any] = {
-            "messages": [_api_message(m) for m in messages],
+            "messages": [_api_message(m) for m in messages] + opening,
             "stream": True,
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
@@ -227,7 +278,7 @@ class ServerBackend:
             if resp.status != 200:
                 data = json.loads(resp.read() or b"{}")
                 _raise_for(data, sampling.max_tokens, resp.status)
-            return self._stream(resp, on_text, cancel, t0, with_tools=bool(tools))
+            return self._stream(resp, on_text, cancel, t0, with_tools=bool(tools), one_call=not parallel)
         except (OSError, http.client.HTTPException) as exc:
             if cancel.is_set():
                 return Reply("", _cancelled_stats(t0))
@@ -238,7 +289,14 @@ class ServerBackend:
             conn.close()  # closing mid-stream is how a reply is stopped: the server ends the task
 
     def _stream(
-        self, resp: http.client.HTTPResponse, on_text: TextFn, cancel: threading.Event, t0: float, *, with_tools: bool
+        self,
+        resp: http.client.HTTPResponse,
+        on_text: TextFn,
+        cancel: threading.Event,
+        t0: float,
+        *,
+        with_tools: bool,
+        one_call: bool = False,
     ) -> Reply:
         pieces: list[str] = []
         first: float | None = None
@@ -306,6 +364,11 @@ class ServerBackend:
         tool_calls = tuple(
             ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())
         )
+        if one_call:
+            # This llama-server's grammar ignores parallel_tool_calls for call formats wrapped one
+            # by one (Qwen's <tool_call>...</tool_call>): a small model writes call after call until
+            # max_tokens, the last one cut. The first is the one asked for.
+            tool_calls = tool_calls[:1]
         return Reply("".join(pieces), stats, () if stopped else tool_calls)
 
 

@@ -563,6 +563,7 @@ class ChatController(QObject):
         n = len(catalog.offered)
         self.status.emit(f"Generating with {n} tool{'s' if n != 1 else ''} (served by llama-server)…")
         rounds, policy = self.view.tool_rounds.value(), agents.policy
+        choice = str(self.view.tool_choice.currentData() or "auto")
 
         def job(
             _engine: Engine,
@@ -570,6 +571,9 @@ class ChatController(QObject):
             on_report: Callable[[object], None],
             cancel: threading.Event,
         ) -> Reply:
+            # "Call a tool first": the first round is "required" and its reply starts inside the call
+            # (the template's opener), one call, so a small model calls rather than writing text.
+            forced = choice == "required"
             loop = ToolLoop(
                 served,
                 manager,
@@ -577,6 +581,9 @@ class ChatController(QObject):
                 approver.for_reply(cancel),
                 policy,
                 max_rounds=rounds,
+                first_choice=choice,
+                parallel_calls=not forced,
+                first_start=served.call_opener(catalog.api_tools()) if forced else "",
                 # a quarter of the context for one result, at about 3 characters a token (as the CLI)
                 result_budget_chars=max(2_000, served.n_ctx() // 4 * 3),
                 on_step=on_report,
@@ -662,8 +669,8 @@ class ChatController(QObject):
         self._store_reply(self.chat_id, reply.text, stats, save_state=kv is None)
         if self._capped is not None:
             self.view.show_banner(
-                f"The model called tools for {self._capped.rounds} rounds, the most this chat allows: it was asked "
-                "to answer without them.",
+                f"The model called tools for {self._capped.rounds} round{'s' if self._capped.rounds != 1 else ''}, "
+                "the most this chat allows: it was asked to answer without them.",
                 [("banner_ok", "OK", self.view.hide_banner)],
             )
             self._capped = None

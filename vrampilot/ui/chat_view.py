@@ -462,6 +462,18 @@ class ChatView(QWidget):
             "every call. Replies then run through llama-server (the Server tab)."
         )
         tools_row.addWidget(self.use_tools)
+        # llama-server's tool_choice for the first round: "required" with the reply started at the
+        # template's call opener, so even a small model calls at once (docs/agents.md).
+        self.tool_choice = QComboBox()
+        self.tool_choice.setObjectName("tool_choice")
+        self.tool_choice.addItem("model decides", "auto")
+        self.tool_choice.addItem("call a tool first", "required")
+        self.tool_choice.setToolTip(
+            "Model decides: the model calls a tool when it judges one useful.\n"
+            "Call a tool first: its first reply is one call of one of the allowed tools (it still chooses "
+            "which, and the arguments); then it answers or calls again. For models too small to decide."
+        )
+        tools_row.addWidget(self.tool_choice)
         rounds_label = QLabel("at most")
         tools_row.addWidget(rounds_label)
         self.tool_rounds = QSpinBox()
@@ -473,7 +485,7 @@ class ChatView(QWidget):
         rounds_label.setBuddy(self.tool_rounds)
         tools_row.addWidget(self.tool_rounds)
         tools_row.addStretch(1)
-        for w in (rounds_label, self.tool_rounds):
+        for w in (self.tool_choice, rounds_label, self.tool_rounds):
             w.setEnabled(False)
             self.use_tools.toggled.connect(w.setEnabled)
         lay.addLayout(tools_row)

@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         )
         self.server = ServerController(ctx, self.server_panel, self.plans, self.sampler, confirm=ask, parent=self)
         self.tools_budget = ToolsBudget(ctx, self.agents, self.plans, parent=self)  # the tools' tokens in the plan
+        self.mcp_panel.set_budget(self.tools_budget)  # each tool's tokens in the MCP servers tab
         self._wire()
         self.actions_by_name = window_menus(self)
         self.columns.set_action(self.actions_by_name["action_chat_list"])

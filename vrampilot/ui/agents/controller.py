@@ -42,6 +42,9 @@ class AgentsController(QObject):
         super().__init__(parent)
         self.path = path or default_config_path()
         self.policy = ApprovalPolicy()
+        # An "Always allow" answered during a reply (on the engine's thread) shows in the list at
+        # once; the signal is queued to the view.
+        self.policy.on_change = self.servers_changed.emit
         self.manager: McpManager | None = None
         self.load_error: str | None = None  # mcp.json as found at start could not be read (one line)
         try:
@@ -100,10 +103,14 @@ class AgentsController(QObject):
             return replace(tool, allowed=False)
         return replace(tool, allowed=entry.allows(tool.name))
 
+    def listed_tools(self) -> list[ToolInfo]:
+        """Every tool the ready servers list, `allowed` as the config says now."""
+        tools = self.manager.tools(allowed_only=False) if self.manager is not None else []
+        return [self._allowed(t) for t in tools]
+
     def catalog(self) -> ToolCatalog:
         """The tools offered to the model now: those of ready servers that the config allows."""
-        tools = self.manager.tools(allowed_only=False) if self.manager is not None else []
-        return ToolCatalog.build(self._allowed(t) for t in tools)
+        return ToolCatalog.build(self.listed_tools())
 
     def config_text(self) -> str:
         """mcp.json as it is on disk (what the raw editor opens), or the config as the app holds it."""
@@ -135,9 +142,27 @@ class AgentsController(QObject):
             entries[name if s.name == old_name else s.name] = raw if s.name == old_name else s.to_json()
         entries.setdefault(name, raw)
         self.apply(parse_config(json.dumps({"mcpServers": entries}), self.path))
+        if old_name is not None and old_name != name and self.policy.tools_of(old_name):
+            self.policy.forget(old_name)  # approvals are by server name: a renamed one is asked again
 
     def remove(self, name: str) -> None:
         self.apply(replace(self.config, servers=tuple(s for s in self.config.servers if s.name != name)))
+        # A server added later under this name is another program: it starts with every call asked.
+        if self.policy.tools_of(name):
+            self.policy.forget(name)
+
+    # -- approvals ("Always allow this tool", revoked here) -------------------------------------
+    def always_allowed(self, server: str) -> list[str]:
+        """The tools of `server` that run without asking (the user's "Always allow this tool")."""
+        return self.policy.tools_of(server)
+
+    def ask_again(self, server: str, tool: str | None = None) -> None:
+        """Revoke "Always allow": `tool`'s calls (or every tool's of `server`) are asked again."""
+        names = [tool] if tool is not None else self.policy.tools_of(server)
+        if not names:
+            return
+        self.policy.forget(server, tool)
+        self.status.emit(f"Calls of {', '.join(f'{server}/{n}' for n in names)} will be asked before they run")
 
     def set_enabled(self, name: str, on: bool) -> None:
         self._change(name, disabled=not on)

@@ -1,8 +1,9 @@
 """The "MCP servers" tab: the servers of mcp.json with their state and last error, each one's tools
-with the ones the model may call ticked, and the config edited entry by entry or as raw JSON.
-The servers, the config and its checks live in AgentsController; this view shows them and passes
-the user's changes on. A change that the config's check refuses is one line under the editor,
-nothing saved.
+with the ones the model may call ticked, what each tool and server costs in every prompt in the
+model's tokens (ToolsBudget counts them off the GUI thread), the tools that run without asking
+with a way to revoke that, and the config edited entry by entry or as raw JSON. The servers, the
+config and its checks live in AgentsController; this view shows them and passes the user's
+changes on. A change that the config's check refuses is one line under the editor, nothing saved.
 """
 
 from __future__ import annotations
@@ -27,20 +28,46 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vrampilot.agents import McpConfigError, ServerStatus, State, ToolInfo
+from vrampilot.agents import McpConfigError, ServerStatus, State
+from vrampilot.agents.costs import ToolCosts
+from vrampilot.planner.context_budget import TOOLS_SHARE_WARN
 from vrampilot.ui.agents.controller import AgentsController
+from vrampilot.ui.agents.tools_budget import ToolsBudget
 from vrampilot.ui.agents.transcript import plain_label
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
+from vrampilot.units import format_count, format_tokens
 
 STATE_COLORS = {State.READY: OK_GREEN, State.STARTING: WARN_AMBER, State.FAILED: OVER_BUDGET}
 NAME_ROLE = Qt.ItemDataRole.UserRole  # (server, tool or None) of a row
 NEW_ENTRY = '{\n  "command": "npx",\n  "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/notes"]\n}\n'
 
 
-def schema_chars(tool: ToolInfo) -> int:
-    """What the tool's description and schema add to every prompt, in characters of JSON (the
-    model's own token count is the planner's: docs/agents.md)."""
-    return len(tool.description) + len(json.dumps(dict(tool.input_schema), ensure_ascii=False))
+ALWAYS = "always allowed"  # the user's "Always allow this tool": its calls run without asking
+
+
+def tokens_text(n: int, costs: ToolCosts, *, allowed: bool = True) -> str:
+    """A cost in the Tokens column: `~` marks an estimate; a tool not offered shows what ticking it adds."""
+    text = f"{'~' if costs.estimate else ''}{format_count(n)}"
+    # A template that shows no tools: nothing is added either way.
+    return text if allowed or not costs.described else f"+{text} if ticked"
+
+
+def costs_text(costs: ToolCosts | None, model: str | None, n_ctx: int | None) -> str:
+    """The line under the list: what the allowed tools take of every prompt and of the plan's context."""
+    if costs is None:
+        return "What the tools cost in every prompt shows here once a server lists them."
+    if not costs.estimate and not costs.described:
+        return (
+            f"{model}'s chat template does not show tools to the model: they take no tokens, and the model "
+            "never calls one (docs/agents.md, Models that can call tools)."
+        )
+    amount = f"about {format_count(costs.total_tokens)}" if costs.estimate else format_count(costs.total_tokens)
+    text = f"The allowed tools take {amount} tokens of every prompt"
+    if n_ctx:
+        text += f": {100 * costs.share_of(n_ctx):.0f}% of the plan's {format_tokens(n_ctx)}-token context"
+    if costs.estimate:
+        return f"{text} (an estimate from the schemas' characters: {costs.estimate})."
+    return f"{text} (counted with {model}'s chat template and tokenizer)."
 
 
 def state_text(s: ServerStatus) -> str:
@@ -123,6 +150,7 @@ class McpPanel(QWidget):
     def __init__(self, controller: AgentsController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
+        self.budget: ToolsBudget | None = None  # the tokens' counter (set_budget), built after the view
         self.dialog: ServerDialog | None = None  # the add/edit dialog while open
         lay = QVBoxLayout(self)
         intro = plain_label(
@@ -140,7 +168,12 @@ class McpPanel(QWidget):
         self.tree = QTreeWidget()
         self.tree.setObjectName("mcp_servers")
         self.tree.setColumnCount(3)
-        self.tree.setHeaderLabels(["Server / tool", "Status", "Schema"])
+        self.tree.setHeaderLabels(["Server / tool", "Status", "Tokens"])
+        self.tree.headerItem().setToolTip(
+            2,
+            "What each tool and server adds to every prompt while allowed (or would add, ticked), in the "
+            "model's tokens: unticking it gives that much back to the conversation",
+        )
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
         header = self.tree.header()
@@ -152,6 +185,8 @@ class McpPanel(QWidget):
         self.tree.itemChanged.connect(self._item_changed)
         self.tree.currentItemChanged.connect(lambda *_a: self._show_details())
         sl.addWidget(self.tree, 1)
+        self.costs = plain_label("", "mcp_costs")
+        sl.addWidget(self.costs)
         self.details = plain_label("", "mcp_details")
         sl.addWidget(self.details)
         buttons = QHBoxLayout()
@@ -161,6 +196,11 @@ class McpPanel(QWidget):
         self.restart_button = _button("mcp_restart", "Restart", self.restart_server, buttons)
         self.restart_button.setToolTip(
             "Start the selected server again now (after a failure, or after it was given up)"
+        )
+        self.ask_again_button = _button("mcp_ask_again", "Ask again", self.ask_again, buttons)
+        self.ask_again_button.setToolTip(
+            "Take back “Always allow this tool”: the selected tool's calls (or every tool's of the "
+            "selected server) are asked again before they run"
         )
         buttons.addStretch(1)
         sl.addLayout(buttons)
@@ -224,22 +264,54 @@ class McpPanel(QWidget):
                     err.setForeground(0, QBrush(QColor(OVER_BUDGET)))
                     err.setToolTip(0, s.last_error)
                     item.addChild(err)
+                always = set(self.controller.always_allowed(s.name))
                 for t in s.tools:
-                    child = QTreeWidgetItem(
-                        [t.name, "allowed" if t.allowed else "not offered", f"{schema_chars(t):,} chars"]
-                    )
+                    status = (ALWAYS if t.name in always else "allowed") if t.allowed else "not offered"
+                    child = QTreeWidgetItem([t.name, status, ""])
                     child.setData(0, NAME_ROLE, (s.name, t.name))
                     child.setFlags(child.flags() | Qt.ItemFlag.ItemIsUserCheckable)
                     child.setCheckState(0, Qt.CheckState.Checked if t.allowed else Qt.CheckState.Unchecked)
                     child.setToolTip(0, t.description or t.name)
-                    child.setToolTip(2, "The tool's description and schema, sent with every prompt while it is allowed")
+                    if t.name in always:
+                        child.setToolTip(
+                            1, "Runs without asking (you chose “Always allow this tool”): Ask again takes it back"
+                        )
                     item.addChild(child)
                 item.setExpanded(s.name in expanded or bool(s.tools) or bool(s.last_error))
-                if current is not None and current[0] == s.name and current[1] is None:
-                    self.tree.setCurrentItem(item)
+                if current is not None and current[0] == s.name:
+                    keep = item if current[1] is None else self.tool_item(s.name, current[1])
+                    if keep is not None:
+                        self.tree.setCurrentItem(keep)
         finally:
             self.tree.blockSignals(False)
+        self.show_costs()
         self._show_details()
+
+    def set_budget(self, budget: ToolsBudget) -> None:
+        self.budget = budget
+        budget.costs_changed.connect(self.show_costs)
+        self.show_costs()
+
+    def show_costs(self) -> None:
+        """The Tokens column and the line under the list, from the budget's latest count."""
+        costs = self.budget.costs if self.budget is not None else None
+        model = self.budget.model_name() if self.budget is not None else None
+        n_ctx = self.budget.n_ctx() if self.budget is not None else None
+        for item in self.server_items():
+            server = item.text(0)
+            n = costs.server_tokens.get(server) if costs is not None else None
+            item.setText(2, tokens_text(n, costs) if costs is not None and n is not None else "")
+            for i in range(item.childCount()):
+                child = item.child(i)
+                data = child.data(0, NAME_ROLE) if child is not None else None
+                if child is None or not isinstance(data, tuple) or data[1] is None:
+                    continue
+                n = costs.tool_tokens.get((server, data[1])) if costs is not None else None
+                allowed = child.checkState(0) == Qt.CheckState.Checked
+                child.setText(2, tokens_text(n, costs, allowed=allowed) if costs is not None and n is not None else "")
+        self.costs.setText(costs_text(costs, model, n_ctx))
+        heavy = costs is not None and n_ctx is not None and costs.share_of(n_ctx) > TOOLS_SHARE_WARN
+        self.costs.setStyleSheet(f"color: {WARN_AMBER};" if heavy else "")
 
     def server_items(self) -> list[QTreeWidgetItem]:
         items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
@@ -266,12 +338,15 @@ class McpPanel(QWidget):
         status = next((s for s in self.controller.statuses() if sel is not None and s.name == sel[0]), None)
         for b in (self.edit_button, self.remove_button, self.restart_button):
             b.setEnabled(status is not None)
+        always = self.controller.always_allowed(sel[0]) if sel is not None else []
+        self.ask_again_button.setEnabled(bool(always) and (sel is None or sel[1] is None or sel[1] in always))
         if status is None:
             self.details.setText("Select a server to see what it runs and its last error.")
             return
         text = f"{status.name} ({status.transport}): {status.target}"
         if status.last_error:
             text += f"\nLast error: {status.last_error}"
+        text += "\nRuns without asking: " + (", ".join(always) if always else "no tool (every call is asked)")
         self.details.setText(text)
 
     def _item_changed(self, item: QTreeWidgetItem, column: int) -> None:
@@ -323,6 +398,12 @@ class McpPanel(QWidget):
         sel = self.selected()
         if sel is not None:
             self.controller.restart(sel[0])
+
+    def ask_again(self) -> None:
+        """The selected tool (or every tool of the selected server) is asked again before it runs."""
+        sel = self.selected()
+        if sel is not None:
+            self.controller.ask_again(sel[0], sel[1])
 
     # -- raw JSON ------------------------------------------------------------------------------
     def load_raw(self) -> None:
