@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -453,6 +454,39 @@ WINDOWS_CMAKE_ARGS = ("-DBUILD_SHARED_LIBS=ON",)
 # The C++ runtime, winpthreads and OpenMP (ggml-cpu uses it) as DLLs, shipped beside the
 # libraries: a Windows machine has none of them.
 MINGW_RUNTIME_DLLS = ("libstdc++-6.dll", "libgcc_s_seh-1.dll", "libwinpthread-1.dll", "libgomp-1.dll")
+# Both engines' CPU variants are compiled with a header of fixes to GCC 12's AMX intrinsics (Debian
+# 12's compiler; later GCCs have the same fixes), included before every C++ file (`-include`):
+# - `_tile_loadconfig` tells the compiler that `ldtilecfg` reads 8 bytes of its 64-byte config, so
+#   GCC drops the stores of the tile rows and columns that ggml-cpu/amx/mmq.cpp makes on the stack
+#   (`ggml_tile_config_init`), and the first `tileloadd` of the sapphirerapids variant faults:
+#   SIGILL on every batched prompt on a CPU with AMX (Xeon 4th generation and later). Found on an
+#   AMX build machine, 2026-12-07; llama.cpp PR #26954 moves the config out of the stack instead.
+# - The tile loads and stores pass a row stride to the assembler as `long`, 32 bits on Win64, so
+#   under MinGW they come out as `tileloadd (%rax,%edi,1)`, an address the assembler refuses. The
+#   same three macros with a 64-bit stride (what later GCCs pass); no other file uses them.
+AMX_COMPAT_HEADER = """\
+#pragma once
+#if defined(__AMX_TILE__) && defined(__x86_64__)
+#include <immintrin.h>
+typedef struct { unsigned char bytes[64]; } vrampilot_tile_config_bytes;
+static __inline__ void vrampilot_tile_loadconfig(const void *config) {
+    __asm__ volatile("ldtilecfg\\t%X0" ::"m"(*(const vrampilot_tile_config_bytes *) config));
+}
+#define _tile_loadconfig vrampilot_tile_loadconfig
+#undef _tile_loadd_internal
+#undef _tile_stream_loadd_internal
+#undef _tile_stored_internal
+#define _tile_loadd_internal(dst, base, stride) \\
+    __asm__ volatile("{tileloadd\\t(%0,%1,1), %%tmm" #dst "|tileloadd\\t%%tmm" #dst ", [%0+%1*1]}" \\
+                     ::"r"((const void *) (base)), "r"((long long) (stride)))
+#define _tile_stream_loadd_internal(dst, base, stride) \\
+    __asm__ volatile("{tileloaddt1\\t(%0,%1,1), %%tmm" #dst "|tileloaddt1\\t%%tmm" #dst ", [%0+%1*1]}" \\
+                     ::"r"((const void *) (base)), "r"((long long) (stride)))
+#define _tile_stored_internal(src, base, stride) \\
+    __asm__ volatile("{tilestored\\t%%tmm" #src ", (%0,%1,1)|tilestored\\t[%0+%1*1], %%tmm" #src "}" \\
+                     ::"r"((void *) (base)), "r"((long long) (stride)) : "memory")
+#endif
+"""
 # Debian 12's mingw-w64 (10.0) lacks the thread power-throttling declarations of the Windows
 # SDK 10.0.16299 (mingw-w64 11 has them), which ggml-cpu uses to keep Windows 11 from parking its
 # threads on a few cores: declared here, as the SDK does, and included before every source file.
@@ -469,26 +503,7 @@ typedef struct _THREAD_POWER_THROTTLING_STATE {
     unsigned long StateMask;
 } THREAD_POWER_THROTTLING_STATE;
 #endif
-#if defined(__AMX_TILE__) && defined(__x86_64__)
-#include <immintrin.h>
-#undef _tile_loadd_internal
-#undef _tile_stream_loadd_internal
-#undef _tile_stored_internal
-#define _tile_loadd_internal(dst, base, stride) \\
-    __asm__ volatile("{tileloadd\\t(%0,%1,1), %%tmm" #dst "|tileloadd\\t%%tmm" #dst ", [%0+%1*1]}" \\
-                     ::"r"((const void *) (base)), "r"((long long) (stride)))
-#define _tile_stream_loadd_internal(dst, base, stride) \\
-    __asm__ volatile("{tileloaddt1\\t(%0,%1,1), %%tmm" #dst "|tileloaddt1\\t%%tmm" #dst ", [%0+%1*1]}" \\
-                     ::"r"((const void *) (base)), "r"((long long) (stride)))
-#define _tile_stored_internal(src, base, stride) \\
-    __asm__ volatile("{tilestored\\t%%tmm" #src ", (%0,%1,1)|tilestored\\t[%0+%1*1], %%tmm" #src "}" \\
-                     ::"r"((void *) (base)), "r"((long long) (stride)) : "memory")
-#endif
-"""
-# The AMX part: GCC 12's amxtileintrin.h passes a tile's row stride to the assembler as `long`,
-# which is 32 bits on Win64, so the sapphirerapids variant's AMX kernels (ggml-cpu/amx/mmq.cpp)
-# come out as `tileloadd (%rax,%edi,1)`, an address the assembler refuses. The same three macros
-# with a 64-bit stride (what later GCCs pass) compile; no other file uses them.
+""" + AMX_COMPAT_HEADER.removeprefix("#pragma once\n")
 # The C and C++ flags also carry -muse-unaligned-vector-move: GCC aligns 32-byte stack slots for
 # AVX only to 16 bytes on Win64 (GCC bug 54412), and the aligned moves it emits on them fault at
 # random; the assembler turns every aligned move into an unaligned one (llama.cpp's old Makefile
@@ -534,9 +549,10 @@ def _mingw_version() -> str:
     return out.stdout.splitlines()[0].strip()
 
 
-def _windows_toolchain() -> dict[str, str]:
+def _compiler_inputs() -> dict[str, str]:
+    """What the compiler is given besides CMake arguments: the AMX header, and the Windows toolchain."""
     if not building_for_windows():
-        return {}
+        return {"cpu_compat_header": AMX_COMPAT_HEADER}
     why = mingw_problem()
     if why is not None:
         raise SystemExit(f"engine: {why}")
@@ -731,7 +747,7 @@ def recipe() -> dict[str, object]:
         "platform": platform_tag(),
         "recipe_revision": RECIPE_REVISION,
         **_vulkan_versions(args),
-        **_windows_toolchain(),
+        **_compiler_inputs(),
     }
 
 
@@ -751,7 +767,7 @@ def _compile_key_for(args: list[str]) -> str:
             "cmake_args": _keyed_args(args),
             "platform": platform_tag(),
             **_vulkan_versions(args),
-            **_windows_toolchain(),
+            **_compiler_inputs(),
         }
     )
 
@@ -871,6 +887,13 @@ def build_wheel(python: str, sdist: Path, out_dir: Path, *, build_dir: Path | No
     env = dict(os.environ)
     env["CMAKE_ARGS"] = " ".join(cmake_args())
     env["FORCE_CMAKE"] = "1"
+    if not building_for_windows():  # the Windows toolchain file includes its own (mingw-compat.h)
+        header = cache_root() / "amx-compat.h"
+        header.parent.mkdir(parents=True, exist_ok=True)
+        if not header.is_file() or header.read_text(encoding="utf-8") != AMX_COMPAT_HEADER:
+            header.write_text(AMX_COMPAT_HEADER, encoding="utf-8")
+        # CMake takes CXXFLAGS into CMAKE_CXX_FLAGS when it first configures the build.
+        env["CXXFLAGS"] = f"{env.get('CXXFLAGS', '')} -include {shlex.quote(str(header))}".strip()
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     vulkan = vulkan_inputs()[0] if "-DGGML_VULKAN=ON" in cmake_args() else None
     if vulkan is not None:

@@ -20,11 +20,14 @@ from vrampilot.llamacpp.backends import loaded_backends  # noqa: E402
 
 def main() -> None:
     model, n_tokens = sys.argv[1], int(sys.argv[2])
+    # The sentence said this many times: more than one token per row makes every weight a
+    # matrix-matrix product (on a CPU with AMX, the sapphirerapids variant's tile kernels).
+    repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     llama_cpp = llamacpp.load()
     loaded = loaded_backends()
     assert loaded is not None
     llm = llama_cpp.Llama(model, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1, n_threads_batch=1, verbose=False)
-    prompt = llm.tokenize(b"The capital of France is", add_bos=True)
+    prompt = llm.tokenize(b" ".join([b"The capital of France is"] * repeats), add_bos=True)
     out: list[int] = []
     for tok in llm.generate(prompt, temp=0.0, top_k=1):
         out.append(int(tok))
@@ -41,6 +44,7 @@ def main() -> None:
                 "features": list(loaded.cpu_features),
                 # llama.cpp's own view of its registry, through libllama: what it really runs with.
                 "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+                "prompt_tokens": len(prompt),
                 "tokens": out,
                 "text": llm.detokenize(out).decode("utf-8", "replace"),
             }

@@ -28,12 +28,14 @@ QEMU = shutil.which("qemu-x86_64")
 pytestmark = pytest.mark.skipif(not cpu_probe.is_x86_64(), reason="x86-64 CPU variants")
 
 
-def decode(model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = None, home: Path) -> dict[str, Any]:
+def decode(
+    model: Path, *, qemu_cpu: str | None = None, lib_dir: Path | None = None, home: Path, repeats: int = 1
+) -> dict[str, Any]:
     env = {**os.environ, "VRAMPILOT_HOME": str(home), "OMP_NUM_THREADS": "1"}
     env.pop("VRAMPILOT_CPU_VARIANT", None)
     if lib_dir is not None:
         env["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
-    cmd = [sys.executable, str(CHILD), str(model), str(N_TOKENS)]
+    cmd = [sys.executable, str(CHILD), str(model), str(N_TOKENS), str(repeats)]
     if qemu_cpu is not None:
         cmd = [require_qemu(), "-cpu", qemu_cpu, *cmd]
         # numpy's bundled OpenBLAS picks its kernels at import by its own CPU detection, which
@@ -97,6 +99,16 @@ def test_natively_the_best_variant_this_cpu_really_runs_is_loaded(native: dict[s
     assert "CPU" in native["registered"]
     assert_llama_cpp_runs_the_variant(native)
     assert len(native["tokens"]) == N_TOKENS and native["text"].strip()
+
+
+def test_the_variant_loaded_here_reads_a_batched_prompt(embedded_model: Path, tmp_path: Path) -> None:
+    """A prompt of 60-odd tokens in ubatches of 32: every weight is multiplied as a matrix, the
+    kernels a decode of one token never reaches. On a CPU with AMX the sapphirerapids variant runs
+    its tile kernels here, which died with SIGILL when GCC 12 dropped the tile configuration's
+    stores (packaging/engine/build.py, AMX_COMPAT_HEADER)."""
+    batched = decode(embedded_model, home=tmp_path, repeats=12)
+    assert batched["prompt_tokens"] > 32, batched
+    assert len(batched["tokens"]) == N_TOKENS and batched["text"].strip()
 
 
 @pytest.mark.slow

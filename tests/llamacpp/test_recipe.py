@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -117,3 +118,39 @@ def test_the_cache_entry_is_cut_from_a_runpath_and_nothing_else_is_touched(
     assert recipe.strip_cache_runpath(b"not an elf " + lib, "x") == b"not an elf " + lib
     with pytest.raises(SystemExit, match="outside its RUNPATH"):
         recipe.strip_cache_runpath(b"\x7fELF\0" + lib + b"\0", "libx.so")
+
+
+# ggml-cpu/amx/mmq.cpp's tile configuration, as small: zeroed on the stack, three fields set, loaded.
+_TILE_CONFIG_SOURCE = """\
+#include <immintrin.h>
+struct config { unsigned char palette_id = 0, start_row = 0; unsigned char reserved[14] = {0};
+                unsigned short colsb[16] = {0}; unsigned char rows[16] = {0}; };
+void configure() {
+    alignas(64) config c = {};
+    c.palette_id = 1;
+    c.colsb[0] = 4660;
+    c.rows[0] = 86;
+    _tile_loadconfig(&c);
+}
+"""
+
+
+def test_the_amx_header_keeps_the_tile_configuration_the_kernels_load(tmp_path: Path) -> None:
+    """GCC 12 drops the stores of a tile configuration before `ldtilecfg` (its intrinsic says it
+    reads 8 of the 64 bytes), and the sapphirerapids variant then dies with SIGILL on the first
+    batched prompt; the recipe's header makes the whole configuration an input of the instruction."""
+    source, header = tmp_path / "config.cpp", tmp_path / "amx-compat.h"
+    source.write_text(_TILE_CONFIG_SOURCE)
+    header.write_text(recipe.AMX_COMPAT_HEADER)
+
+    def assembly(*flags: str) -> str:
+        out = tmp_path / "config.s"
+        subprocess.run(["g++", "-O2", "-mamx-tile", *flags, "-S", str(source), "-o", str(out)], check=True)
+        return out.read_text()
+
+    fixed = assembly("-include", str(header))
+    assert "$4660" in fixed and "$86" in fixed, fixed
+    assert recipe.AMX_COMPAT_HEADER.removeprefix("#pragma once\n") in recipe.MINGW_COMPAT_HEADER
+    version = subprocess.run(["g++", "-dumpversion"], capture_output=True, text=True, check=True).stdout
+    if version.split(".")[0] == "12":  # the compiler the fix is for: without it, the stores are gone
+        assert "$4660" not in assembly()
