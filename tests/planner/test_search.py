@@ -211,3 +211,27 @@ def test_a_gpu_no_larger_than_the_margin_is_said_so_not_blamed_on_a_layer(embedd
         spec, resolve_target(TargetRequest(vram_bytes=300 * 2**20, margin_bytes=64 * 2**20), cpu_machine()), Pins()
     )
     assert roomy.settings.n_gpu_layers > 0 and "kept free for the driver" not in " ".join(roomy.reasons)
+
+
+@pytest.mark.parametrize(
+    ("variant", "arch", "expected"),
+    [("sapphirerapids", "deepseek2", True), ("zen4", "deepseek2", False), ("sapphirerapids", "llama", False)],
+)
+def test_deepseek2_on_the_amx_variant_keeps_its_weights_unrepacked(
+    tmp_path: Path, variant: str, arch: str, expected: bool
+) -> None:
+    """llama.cpp's AMX buffer takes attn_k_b, then refuses its product with the permuted queries,
+    and the scheduler aborts the process: a plan for the AMX variant says --no-repack, explains it,
+    and the exported line and the engine load it so; other variants and models repack as before."""
+    from dataclasses import replace
+
+    from testkit.gguf_models import write_model
+    from vrampilot.export.args import llama_server_argv
+
+    spec = load_model_spec(write_model(tmp_path / f"{arch}.gguf", arch))
+    machine = cpu_machine()
+    machine = replace(machine, llama=replace(machine.llama, cpu_variant=variant))
+    p = plan(spec, resolve_target(TargetRequest(), machine), alternatives=False)
+    assert p.settings.no_repack is expected
+    assert ("--no-repack" in llama_server_argv(tmp_path / "m.gguf", p.settings)) is expected
+    assert any(r.startswith("--no-repack: ") and "AMX" in r for r in p.reasons) is expected

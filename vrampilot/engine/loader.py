@@ -47,9 +47,11 @@ class _Llama(llama_cpp.Llama):
         n_outputs: int = 1,
         devices: tuple[str, ...] = (),
         cpu_patterns: tuple[str, ...] = (),
+        extra_buffers: bool = True,
         **kwargs: Any,
     ) -> None:
         self._vp_outputs = n_outputs
+        self._vp_extra_buffers = extra_buffers  # Settings.no_repack: llama-cpp-python has no keyword
         # The plan's devices, in its order (llama_model_params.devices, NULL-terminated): kept
         # alive with the instance, since llama.cpp reads the array while it loads.
         self._vp_devices: ctypes.Array[ctypes.c_void_p] | None = None
@@ -133,6 +135,7 @@ class _Llama(llama_cpp.Llama):
         if self._vp_devices is not None:
             params.devices = ctypes.cast(self._vp_devices, ctypes.c_void_p).value  # type: ignore[assignment]  # the binding types an array; llama.cpp takes its address
         self._vp_overrides.apply(params)
+        params.use_extra_bufts = self._vp_extra_buffers
         self._vp_model_params = params
 
 
@@ -190,6 +193,7 @@ def open_llama(
                 n_outputs=settings.n_outputs_max,
                 devices=settings.devices,
                 cpu_patterns=cpu_override_patterns(settings),
+                extra_buffers=not settings.no_repack,
                 verbose=False,
                 **kwargs,
             )

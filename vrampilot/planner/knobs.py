@@ -270,6 +270,9 @@ KNOBS: tuple[Knob, ...] = (
         panel_text=lambda on: "on" if on else "off",
         server=(ServerArg("--swa-full", kwarg="swa_full", to_kwarg=bool, when=bool, switch=True),),
     ),
+    # The target's CPU code decides it (placement.no_repack_reason); llama-cpp-python takes no keyword
+    # for it, so the engine sets llama_model_params.use_extra_bufts itself.
+    Knob("no_repack", server=(ServerArg("--no-repack", kwarg=None, when=bool, switch=True),), pinned=False),
     # Several devices: layers split by -ts across them in --device's order.
     Knob(
         "tensor_split",

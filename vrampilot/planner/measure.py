@@ -314,9 +314,11 @@ def _load_model(
     overrides: CpuOverrides | None = None,
     mmap: bool = True,
     load_mtp: bool = False,
+    extra_buffers: bool = True,
 ) -> Any:
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    mparams.use_extra_bufts = extra_buffers  # Settings.no_repack: as the engine and llama-server load it
     mparams.load_mtp = load_mtp  # the MTP block's weights, which only a drafting context uses
     if offload is not None:
         offload.apply(mparams)
@@ -424,6 +426,7 @@ def measure_allocations(
                     CpuOverrides(cpu_override_patterns(settings)),
                     mmap,
                     load_mtp=drafting,
+                    extra_buffers=not settings.no_repack,
                 )
                 n_errors_after_load = len(errors)
                 ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
@@ -590,7 +593,7 @@ def _graph_compute(
         with _held(_lock):
             _ensure_backend(llama_cpp)
             patterns = cpu_override_patterns(settings)
-            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload)
+            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload, settings.no_repack)
             rkey = (
                 fkey,
                 settings.n_ctx,
@@ -622,6 +625,7 @@ def _graph_compute(
                             errors,
                             devices,
                             CpuOverrides(patterns) if offload else None,
+                            extra_buffers=not settings.no_repack,
                         )
                     except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)

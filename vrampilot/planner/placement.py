@@ -205,3 +205,28 @@ def check_placement(spec: ModelSpec, n_cpu_moe: int | None, patterns: tuple[str,
             )
     for p in unmatched_patterns(spec, patterns):
         raise PlanError(f"tensor pattern {p!r} matches no tensor of {spec.path.name}; check the tensor names")
+
+
+# CPU variants whose extra buffer type is ggml's AMX one (ggml-cpu/amx): it takes a weight for
+# every matrix product llama.cpp tests at load, then refuses one whose other operand is not
+# contiguous, and no other backend can read the weight it repacked.
+AMX_VARIANTS = ("sapphirerapids",)
+
+
+def no_repack_reason(spec: ModelSpec, cpu_variant: str | None) -> str | None:
+    """Why this model's weights must stay out of ggml-cpu's extra buffer types here, or None.
+
+    DeepSeek-2's multi-head latent attention multiplies attn_k_b by a permuted (not contiguous)
+    view of the queries (llama.cpp's deepseek2 graph). On the AMX variant that weight is repacked
+    for AMX at load, AMX then refuses the product, and llama.cpp's scheduler aborts the process
+    (GGML_ASSERT "*cur_backend_id != -1", ggml-backend.cpp) at the first graph: found on a Xeon
+    with AMX, 2026-12-07. Without the extra buffer types every weight sits in a plain buffer,
+    as on a CPU without AMX; the other variants' repacking takes such products."""
+    if cpu_variant not in AMX_VARIANTS:
+        return None
+    if not any(t.name.endswith(".attn_k_b.weight") for t in spec.tensors):
+        return None
+    return (
+        f"weights not repacked for AMX (--no-repack): llama.cpp's AMX code cannot run this model's "
+        f"latent-attention products, and its {cpu_variant} CPU code would stop at the first prompt"
+    )

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.context_budget import context_budget
 from vrampilot.planner.memory import MemoryBreakdown
-from vrampilot.planner.placement import experts_in_ram
+from vrampilot.planner.placement import experts_in_ram, no_repack_reason
 from vrampilot.planner.plan import DEFAULT_MAX_CTX, DEFAULT_UBATCH, FULL_PRECISION_KV, Pins
 from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
 from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
@@ -126,6 +126,9 @@ def plan_reasons(
                 f"{n_swa} of {spec.n_layer} layers use a {spec.sliding_window}-token sliding window and keep only "
                 f"{mem.kv.n_cells_swa} cells (llama-server's default; --swa-full on keeps them all)."
             )
+    if s.no_repack:
+        repack = no_repack_reason(spec, target.cpu_variant)
+        r.append(f"--no-repack: {repack}." if repack else "--no-repack: weights in plain CPU buffers.")
     # GPU layers
     if gpu:
         max_ngl = spec.n_layer + 1

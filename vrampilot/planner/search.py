@@ -25,7 +25,7 @@ from vrampilot.planner.context_budget import context_budget
 from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.kv import kv_refusal
 from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
-from vrampilot.planner.placement import check_placement
+from vrampilot.planner.placement import check_placement, no_repack_reason
 from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
@@ -387,6 +387,7 @@ def _choose(
             cpu_tensor_patterns=pins.cpu_tensor_patterns or (),
             mmproj_path=pins.mmproj_path or "",
             mmproj_cpu=bool(pins.mmproj_cpu),
+            no_repack=no_repack_reason(spec, target.cpu_variant) is not None,
         )
         devices, rpc = _device_settings(target)
         return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)

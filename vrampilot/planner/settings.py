@@ -34,6 +34,10 @@ class Settings:
     n_threads_batch: int = 4
     flash_attn: bool = True
     swa_full: bool = False
+    # Weights in ggml-cpu's plain buffers, never repacked into its extra buffer types (llama-server's
+    # --no-repack): set by the search where an extra buffer type cannot run an op the graph gives
+    # its weight (placement.no_repack_reason).
+    no_repack: bool = False
     n_seq: int = 1
     # Several offload devices: each one's share of the offloaded layers (-ts), in the target's
     # device order; () when there is one device (or llama.cpp's default split applies).
