@@ -98,19 +98,10 @@ def test_gpt_oss_experts_are_mxfp4(files: dict[str, Path]) -> None:
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_llama_cpp_loads_and_builds_a_context(files: dict[str, Path], arch: str) -> None:
     pytest.importorskip("llama_cpp")
-    from vrampilot import llamacpp
-    from vrampilot.llamacpp.backends import loaded_backends
     from vrampilot.planner.measure import measure_allocations
-    from vrampilot.planner.placement import no_repack_reason
 
-    llamacpp.load()
-    loaded = loaded_backends()
-    # As a plan for this machine has it: DeepSeek-2 on the AMX variant keeps its weights unrepacked
-    # (else llama.cpp aborts at the first graph), everything else as llama.cpp loads it.
-    no_repack = no_repack_reason(load_model_spec(files[arch]), loaded.cpu_variant if loaded else None) is not None
     for flash_attn in (False, True):
-        settings = Settings(n_ctx=512, n_ubatch=128, flash_attn=flash_attn, no_repack=no_repack)
-        m = measure_allocations(files[arch], settings, dry_run=False)
+        m = measure_allocations(files[arch], Settings(n_ctx=512, n_ubatch=128, flash_attn=flash_attn), dry_run=False)
         assert m.refused is None, m.refused
         assert sum(m.model_bytes.values()) > 0
         assert m.kv_lines and m.compute_total > 0

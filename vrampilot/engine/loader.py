@@ -25,6 +25,7 @@ from vrampilot.llamacpp import allocations
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.llamacpp.overrides import CpuOverrides
+from vrampilot.planner.measure import extra_buffers_allowed
 from vrampilot.planner.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
 
@@ -193,7 +194,7 @@ def open_llama(
                 n_outputs=settings.n_outputs_max,
                 devices=settings.devices,
                 cpu_patterns=cpu_override_patterns(settings),
-                extra_buffers=not settings.no_repack,
+                extra_buffers=extra_buffers_allowed(model_path, settings),
                 verbose=False,
                 **kwargs,
             )

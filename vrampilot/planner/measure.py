@@ -41,7 +41,7 @@ from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.llamacpp.overrides import CpuOverrides
 from vrampilot.planner.kv import ggml_type, kv_unified
-from vrampilot.planner.placement import cpu_override_patterns
+from vrampilot.planner.placement import AMX_VARIANTS, cpu_override_patterns, no_repack_reason
 from vrampilot.planner.settings import Settings
 
 MIB = 1024 * 1024
@@ -304,6 +304,27 @@ def _captured_log(llama_cpp: Any) -> Iterator[tuple[list[str], list[str]]]:
         llama_cpp.llama_log_set(prev_cb, prev_ud)
 
 
+def extra_buffers_allowed(path: str | os.PathLike[str], settings: Settings) -> bool:
+    """Whether llama.cpp may repack this file's weights into ggml-cpu's extra buffers here: not where
+    the plan says --no-repack, nor where the CPU code loaded in this process could not run them
+    (placement.no_repack_reason). The second check guards loads whose settings were not planned on
+    this machine (a saved profile's, a caller's own), since the failure aborts the whole process."""
+    if settings.no_repack:
+        return False
+    from vrampilot.llamacpp.backends import loaded_backends
+
+    loaded = loaded_backends()
+    if loaded is None or loaded.cpu_variant not in AMX_VARIANTS:
+        return True  # the header is read only where the answer can be no
+    from vrampilot.gguf import GGUFError, load_model_spec
+
+    try:
+        spec = load_model_spec(path)
+    except GGUFError:
+        return True  # llama.cpp refuses the file itself, with its own reason
+    return no_repack_reason(spec, loaded.cpu_variant) is None
+
+
 def _load_model(
     llama_cpp: Any,
     p: Path,
@@ -426,7 +447,7 @@ def measure_allocations(
                     CpuOverrides(cpu_override_patterns(settings)),
                     mmap,
                     load_mtp=drafting,
-                    extra_buffers=not settings.no_repack,
+                    extra_buffers=extra_buffers_allowed(p, settings),
                 )
                 n_errors_after_load = len(errors)
                 ctx = llama_cpp.llama_init_from_model(model, _context_params(llama_cpp, settings))
@@ -593,7 +614,8 @@ def _graph_compute(
         with _held(_lock):
             _ensure_backend(llama_cpp)
             patterns = cpu_override_patterns(settings)
-            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload, settings.no_repack)
+            extra_buffers = extra_buffers_allowed(p, settings)
+            fkey = (*_file_key(p, settings.n_gpu_layers, offload is not None, patterns), offload, extra_buffers)
             rkey = (
                 fkey,
                 settings.n_ctx,
@@ -625,7 +647,7 @@ def _graph_compute(
                             errors,
                             devices,
                             CpuOverrides(patterns) if offload else None,
-                            extra_buffers=not settings.no_repack,
+                            extra_buffers=extra_buffers,
                         )
                     except (MeasureError, KeyError) as exc:
                         _unloadable[fkey] = str(exc)
