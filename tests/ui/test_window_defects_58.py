@@ -118,6 +118,8 @@ def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
     assert lib.selected_path() == broken and lib.remove_b.isEnabled()
     assert w.plans.model_path == embedded and w.plans.plan is shown
     assert "b'" not in w.status.text()
+    # A model cut short is said with what the user can do about it, as the half-file message does.
+    assert "the download or copy may be incomplete" in w.status.text()
 
     # The arrow keys go past it (the next one, unreadable too, is selected; then the good one plans).
     activate(qtbot, w)
