@@ -137,3 +137,28 @@ def test_the_overflow_choices_wrap_under_their_text_and_take_no_room_from_the_pl
         corner = b.mapTo(view.banner, b.rect().bottomRight())
         assert inside.contains(corner) and b.width() >= b.sizeHint().width(), b.text()
     screenshot(w, f"58d-overflow-banner-{size[0]}x{size[1]}")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_long_status_is_cut_with_an_ellipsis_after_what_matters(
+    open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]
+) -> None:
+    """A profile's export said what the line is after the file name, and the status bar clipped it
+    mid-word ("… (SmolLM2-135M-Instruct.Q4_1.g") at 800x600, and at 1400x900 before "threads"."""
+    from tests.ui.test_window_defects_58c import choose_profile
+
+    w = sized(open_window, qtbot, size)
+    choose_profile(w, qtbot)
+    w.plans.copy_command("bash")
+    settle()
+    status = w.status
+    full = status.text()
+    assert full.startswith("Copied the llama-server command for bash: a portable line for that GPU's machine")
+    assert status.toolTip() == full  # the whole line, on hover
+    shown = status.shown_text()
+    room = status.contentsRect().width()
+    assert status.fontMetrics().horizontalAdvance(shown) <= room
+    if status.fontMetrics().horizontalAdvance(full) > room:
+        assert shown.endswith("…") and full.startswith(shown[:-1])
+    assert "a portable line" in shown
+    screenshot(w, f"58d-status-{size[0]}x{size[1]}")

@@ -512,9 +512,12 @@ class PlanController(QObject):
             return ""
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
+        copied = f"Copied the llama-server command for {SHELL_NAMES[shell]}"
         if p.target.elsewhere:
-            note += f"; {PORTABLE_NOTE}"
-        self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")
+            # What the line is comes first: a narrow status bar cuts the end of a long line.
+            self.status.emit(f"{copied}: {PORTABLE_NOTE} ({p.spec.path.name}){note}")
+        else:
+            self.status.emit(f"{copied} ({p.spec.path.name}){note}")
         return text
 
     def planning(self) -> bool:
