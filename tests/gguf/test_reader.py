@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
+from vrampilot.paths import embedded_model_path
 
 
 def _s(text: str) -> bytes:
@@ -127,6 +128,16 @@ def test_truncated_header(tmp_path: Path) -> None:
             read_gguf(write(tmp_path, full[:cut]))
         if info.value.problem.startswith("truncated"):  # in words too: what the user can do about it
             assert "the download or copy may be incomplete" in info.value.problem
+
+
+def test_the_start_of_a_model_cut_short_says_the_download_may_be_incomplete(tmp_path: Path) -> None:
+    """The first 5,000 bytes of a real model (a download stopped early): its header lists more
+    tensors than the file can hold, said with what the user can do about it (issue 58)."""
+    model = embedded_model_path()
+    assert model is not None
+    with pytest.raises(GGUFError, match=r"tensor count [0-9,]+ cannot fit in a file of 5,000 bytes") as info:
+        read_gguf(write(tmp_path, model.read_bytes()[:5000]))
+    assert "the download or copy may be incomplete" in info.value.problem
 
 
 def test_absurd_tensor_count_is_rejected_fast(tmp_path: Path) -> None:

@@ -108,6 +108,10 @@ def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
     qtbot.waitUntil(lambda: not w.plans.planning(), timeout=30000)
     lib = w.library_view
     assert lib.entry(broken).badge == UNREADABLE and lib.entry(noise).badge == UNREADABLE  # type: ignore[union-attr]  # listed above
+    # The row says why under the name, the reason first (the tooltip adds the path).
+    row = lib.item_for(noise)
+    assert row is not None and row.text(0).split("\n")[1].startswith("not a GGUF file")
+    assert str(noise) in row.toolTip(0)
     w.plans.select_model(embedded)  # type: ignore[arg-type]  # the embedded model is installed
     qtbot.waitUntil(lambda: lib.selected_path() == embedded and not w.plans.planning(), timeout=30000)
     shown = w.plans.plan
@@ -118,6 +122,10 @@ def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
     assert lib.selected_path() == broken and lib.remove_b.isEnabled()
     assert w.plans.model_path == embedded and w.plans.plan is shown
     assert "b'" not in w.status.text()
+    # A model cut short is said with what the user can do about it, as the half-file message does,
+    # and its path is not said again before the reason (the status bar cut the reason off).
+    assert "the download or copy may be incomplete" in w.status.text()
+    assert w.status.text().startswith("Could not read broken.gguf: tensor count") and str(broken) not in w.status.text()
 
     # The arrow keys go past it (the next one, unreadable too, is selected; then the good one plans).
     activate(qtbot, w)

@@ -19,6 +19,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from vrampilot.errors import UserError
+from vrampilot.units import format_count
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -316,10 +317,16 @@ def _parse(cur: _Cursor, path: Path, file_bytes: int) -> GGUFFile:
     n_kv = cur.unpack("<Q", "metadata count")
     # Each metadata entry takes at least 8+1+4 bytes, each tensor entry 8+1+4+4+8+8: counts that
     # cannot fit in the file are rejected before any loop runs.
+    # Said in words too: the first bytes of a model whose download stopped early read this way.
+    cut = "the file ends early (the download or copy may be incomplete) or is damaged"
     if n_kv * 13 > file_bytes - cur.pos:
-        raise cur.fail(f"metadata count {n_kv} cannot fit in a file of {file_bytes} bytes")
+        raise cur.fail(
+            f"metadata count {format_count(n_kv)} cannot fit in a file of {format_count(file_bytes)} bytes: {cut}"
+        )
     if n_tensors * 33 > file_bytes - cur.pos:
-        raise cur.fail(f"tensor count {n_tensors} cannot fit in a file of {file_bytes} bytes")
+        raise cur.fail(
+            f"tensor count {format_count(n_tensors)} cannot fit in a file of {format_count(file_bytes)} bytes: {cut}"
+        )
 
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QDragEnterEvent,
     QDragMoveEvent,
@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -46,6 +47,7 @@ from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui import chat_backends
 from vrampilot.ui.agents.transcript import ToolCallsView
 from vrampilot.ui.chat_backends import BackendChoice
+from vrampilot.ui.flow import flow_box
 from vrampilot.ui.markdown_view import MarkdownView
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
@@ -53,6 +55,7 @@ RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
 COPIED_MS = 1500  # how long a Copy button says "Copied"
 THUMB_PX = 96  # an image's thumbnail in a message fits this square
 ATTACHED_THUMB_PX = 64  # and one waiting under the input, this one
+BANNER_TEXT_CHARS = 36  # the banner's text keeps this many average characters beside its choices
 
 
 def thumbnail(image: QImage, size: int = THUMB_PX) -> QPixmap:
@@ -540,15 +543,22 @@ class ChatView(QWidget):
         self.banner = QFrame()
         self.banner.setObjectName("banner")
         self.banner.setFrameShape(QFrame.Shape.StyledPanel)
-        bl = QHBoxLayout(self.banner)
+        bl = QGridLayout(self.banner)
         bl.setContentsMargins(6, 4, 6, 4)
+        bl.setColumnStretch(0, 1)
         self._model_failure = ""  # the banner's text while it says a model could not be read
         self.banner_text = QLabel()
         self.banner_text.setObjectName("banner_text")
         self.banner_text.setWordWrap(True)
-        bl.addWidget(self.banner_text, 1)
+        bl.addWidget(self.banner_text, 0, 0)
+        # The choices sit beside the text where the text keeps a readable width, else under it,
+        # wrapping: in one row they set the chat column's minimum width (_place_banner_buttons).
+        self._banner_box, self._banner_flow = flow_box(self.banner)
+        self._banner_box.setObjectName("banner_buttons")
+        bl.addWidget(self._banner_box, 0, 1)
         self._banner_buttons: list[QPushButton] = []
-        self._banner_layout = bl
+        self._banner_grid = bl
+        self.banner.installEventFilter(self)
         self.banner.hide()
         lay.addWidget(self.banner)
 
@@ -623,6 +633,11 @@ class ChatView(QWidget):
         text = self.input.toPlainText().strip()
         if (text or self.attachments.paths()) and not self.busy:
             self.send_requested.emit(text)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.banner and event.type() == QEvent.Type.Resize:
+            self._place_banner_buttons()
+        return super().eventFilter(watched, event)
 
     def clear_input(self) -> None:
         self.input.clear()
@@ -843,9 +858,22 @@ class ChatView(QWidget):
             b = QPushButton(label)
             b.setObjectName(name)
             b.clicked.connect(callback)
-            self._banner_layout.addWidget(b)
+            self._banner_flow.addWidget(b)
             self._banner_buttons.append(b)
         self.banner.show()
+        self._place_banner_buttons()
+
+    def _place_banner_buttons(self) -> None:
+        """Beside the text while it keeps BANNER_TEXT_CHARS of width, else on rows under it."""
+        grid, box = self._banner_grid, self._banner_box
+        margins = grid.contentsMargins()
+        room = self.banner.width() - margins.left() - margins.right() - grid.horizontalSpacing()
+        beside = room - box.sizeHint().width() >= BANNER_TEXT_CHARS * self.fontMetrics().averageCharWidth()
+        at = (0, 1) if beside else (1, 0)
+        row, column, _rows, _columns = cast(tuple[int, int, int, int], grid.getItemPosition(grid.indexOf(box)))
+        if (row, column) != at:
+            grid.removeWidget(box)
+            grid.addWidget(box, *at)
 
     def hide_banner(self) -> None:
         self.banner.hide()

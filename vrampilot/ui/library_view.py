@@ -58,7 +58,11 @@ def describe_entry(path: Path, target: Target, *, embedded: bool = False) -> Lib
     """Read the header and ask the planner whether it fits (runs on a worker thread)."""
     try:
         spec = load_model_spec(path)
-    except (GGUFError, OSError) as exc:
+    except GGUFError as exc:
+        # The problem alone: the row names the file above it, and the path before the reason
+        # filled the row's second line, elided in the middle over the reason (the tooltip has both).
+        return LibraryEntry(path, embedded, None, UNREADABLE, exc.problem)
+    except OSError as exc:
         return LibraryEntry(path, embedded, None, UNREADABLE, str(exc))
     try:
         p = plan(spec, target, alternatives=False)

@@ -21,7 +21,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QApplication,
     QGroupBox,
-    QLabel,
     QMainWindow,
     QScrollArea,
     QSizePolicy,
@@ -58,6 +57,7 @@ from vrampilot.ui.plan_view import PlanView
 from vrampilot.ui.server_controller import ServerController
 from vrampilot.ui.server_view import ServerPanel
 from vrampilot.ui.services import Services
+from vrampilot.ui.status_line import StatusLine
 from vrampilot.ui.theme import ThemeChoice, apply_theme
 from vrampilot.ui.wheel_guard import guard_wheel
 
@@ -158,9 +158,8 @@ class MainWindow(QMainWindow):
         self.columns = Columns(
             self, self.splitter, self.chat_list, self.center_tabs, self.right_tabs, self.right_scroll
         )
-        self.status = QLabel()
+        self.status = StatusLine()
         self.status.setObjectName("status")
-        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.statusBar().addWidget(self.status, 1)
         self.statusBar().addPermanentWidget(self.meters_status)
 
@@ -342,8 +341,7 @@ class MainWindow(QMainWindow):
         apply_theme(cast(QApplication, QApplication.instance()), choice)  # Qt types it as QCoreApplication
 
     def set_status(self, text: str) -> None:
-        self.status.setText(text)
-        self.status.setToolTip(text)
+        self.status.set_line(text)
 
     def raise_window(self) -> None:
         """A second start of the app asked for this window."""

@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
-from vrampilot.gguf import ModelSpec, load_model_spec
+from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, load_profiles
 from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group_cards
@@ -56,6 +56,12 @@ class LoadState(enum.Enum):
     UNLOADED = "unloaded"
     LOADING = "loading"
     LOADED = "loaded"
+
+
+def _unreadable(exc: BaseException) -> str:
+    """Why a model file cannot be read, after its name: a GGUF problem without the path again (the
+    path before it pushed the reason past the status bar's end)."""
+    return exc.problem if isinstance(exc, GGUFError) else describe_error(exc)
 
 
 class PlanController(QObject):
@@ -343,7 +349,7 @@ class PlanController(QObject):
         path = entry.path
 
         def failed(exc: BaseException) -> None:
-            self.status.emit(f"Could not read {path.name}: {describe_error(exc)} (Remove takes it off the list)")
+            self.status.emit(f"Could not read {path.name}: {_unreadable(exc)} (Remove takes it off the list)")
 
         self.ctx.tasks.submit(
             lambda _t: load_model_spec(path),
@@ -378,7 +384,7 @@ class PlanController(QObject):
                 self.refresh_library()
 
         def failed(exc: BaseException) -> None:
-            why = f"Could not read {path.name}: {describe_error(exc)}"
+            why = f"Could not read {path.name}: {_unreadable(exc)}"
             embedded = embedded_model_path()
             back = previous if previous is not None and previous != path else None
             if back is None and embedded is not None and embedded != path:
@@ -512,9 +518,12 @@ class PlanController(QObject):
             return ""
         QGuiApplication.clipboard().setText(text)
         note = "" if p.fits else " (this plan does not fit: it may fail to load)"
+        copied = f"Copied the llama-server command for {SHELL_NAMES[shell]}"
         if p.target.elsewhere:
-            note += f"; {PORTABLE_NOTE}"
-        self.status.emit(f"Copied the llama-server command for {SHELL_NAMES[shell]} ({p.spec.path.name}){note}")
+            # What the line is comes first: a narrow status bar cuts the end of a long line.
+            self.status.emit(f"{copied}: {PORTABLE_NOTE} ({p.spec.path.name}){note}")
+        else:
+            self.status.emit(f"{copied} ({p.spec.path.name}){note}")
         return text
 
     def planning(self) -> bool:

@@ -56,6 +56,8 @@ from vrampilot.units import format_bytes, format_count, format_tokens
 
 SHELL_NAMES = {"bash": "bash", "powershell": "PowerShell", "cmd": "cmd"}
 PROMPT_COLUMN = 3  # the Alternatives table's prompt speed, hidden first in a narrow column
+ALTERNATIVE_HEADERS = ["Change", "Memory", "Full ctx\nt/s", "Prompt\nt/s", "Fits"]
+CHANGE_MIN_CHARS = 11  # the "Change" column is never narrower: "attention" and "ubatch 1024" fit a line
 
 
 def _signed_bytes(n: int) -> str:
@@ -305,14 +307,23 @@ class PlanView(QWidget):
         # Generating is compared with the context full: at its start every alternative that keeps the
         # layers where they are generates at the plan's speed (context and cache type cost nothing
         # yet), which the note below says once instead of a column of equal figures.
-        self.alternatives.setHorizontalHeaderLabels(["Change", "Memory", "Full ctx t/s", "Prompt t/s", "Fits"])
+        # The figures' headers and the memory cell take two short lines, and a change wraps at its
+        # words (never elided: "16K contex…" hid which change it was), so that at the default size
+        # every column fits the side panel's column beside a readable "Change".
+        self.alternatives.setHorizontalHeaderLabels(ALTERNATIVE_HEADERS)
         self.alternatives.verticalHeader().hide()
+        self.alternatives.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.alternatives.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.alternatives.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.alternatives.setWordWrap(True)
+        self.alternatives.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.alternatives.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.alternatives.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         hdr = self.alternatives.horizontalHeader()
         hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for c in (1, 2, 3, 4):
             hdr.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.sectionResized.connect(self._change_column_resized)
         self.alternatives.cellDoubleClicked.connect(self._alt_clicked)
         al.addWidget(self.alternatives)
         self.alternatives_note = QLabel()
@@ -509,19 +520,20 @@ class PlanView(QWidget):
         for i, a in enumerate(rows):
             cells = [
                 a.label,
-                f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})",
+                f"{format_bytes(a.memory_total_bytes)}\n{_signed_bytes(a.memory_delta_bytes)}",
                 format_count(a.speed.decode_tps_full_ctx, 1),
                 format_count(a.speed.prefill_tps),
                 {FITS: "yes", TOO_BIG: "no"}.get(a.verdict, a.verdict),
             ]
+            memory = f"{format_bytes(a.memory_total_bytes)} ({_signed_bytes(a.memory_delta_bytes)})"
             summary = (
-                f"{a.label}: {cells[1]}, {format_count(a.speed.decode_tps, 1)} tokens/s generating at the start "
+                f"{a.label}: {memory}, {format_count(a.speed.decode_tps, 1)} tokens/s generating at the start "
                 f"and {cells[2]} with the context full, {cells[3]} tokens/s reading a prompt, fits: {cells[4]}"
             )
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(summary)
-                if c in (2, 3):
+                if c in (1, 2, 3):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if c == 4:
                     item.setForeground(QColor(OK_GREEN if a.verdict == FITS else OVER_BUDGET))
@@ -529,11 +541,6 @@ class PlanView(QWidget):
                     item.setToolTip(f"{summary}\n{a.refused}")
                 self.alternatives.setItem(i, c, item)
         self._fit_alternative_columns()
-        self.alternatives.setFixedHeight(
-            self.alternatives.horizontalHeader().height()
-            + sum(self.alternatives.rowHeight(r) for r in range(self.alternatives.rowCount()))
-            + 4
-        )
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.alternatives and event.type() == QEvent.Type.Resize:
@@ -546,10 +553,23 @@ class PlanView(QWidget):
         """Show the prompt speed column only where every column fits beside a readable "Change"."""
         table, hdr = self.alternatives, self.alternatives.horizontalHeader()
         table.setColumnHidden(PROMPT_COLUMN, False)
-        need = self.fontMetrics().averageCharWidth() * 16 + sum(
+        need = self.fontMetrics().averageCharWidth() * CHANGE_MIN_CHARS + sum(
             max(hdr.sectionSizeHint(c), table.sizeHintForColumn(c)) for c in range(1, table.columnCount())
         )
         table.setColumnHidden(PROMPT_COLUMN, need > table.viewport().width())
+        self._fit_alternative_rows()
+
+    def _change_column_resized(self, column: int, _old: int, _new: int) -> None:
+        if column == 0:
+            self._fit_alternative_rows()
+
+    def _fit_alternative_rows(self) -> None:
+        """The table as tall as its rows, wrapped at the width "Change" got (it never scrolls: the
+        panel does). Also on each resize of that column, which the header makes after the table's."""
+        table = self.alternatives
+        table.resizeRowsToContents()
+        rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
+        table.setFixedHeight(table.horizontalHeader().sizeHint().height() + rows + 2 * table.frameWidth())
 
     def _alt_clicked(self, row: int, _col: int) -> None:
         if self._plan is not None and 0 <= row < len(self._plan.alternatives):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from vrampilot.planner.memory import Components
@@ -107,13 +107,28 @@ class BarData:
         )
 
 
+@dataclass(frozen=True)
+class BarLayout:
+    """Where a bar's parts go at one width, in pixels: the caption's lines, the bar, and each
+    legend entry's text at its position. Painting and the height the bar asks for both come from
+    it, so what is drawn always fits the height laid out (a fixed height cut the legend's last
+    row and the caption ran past the right edge, issue 58)."""
+
+    caption_lines: tuple[str, ...]
+    bar_top: float
+    legend: tuple[tuple[str, Segment | None, float, float], ...]  # text, segment (None: marker), x, y
+    height: int
+
+
 class UsageBar(QWidget):
-    """Draws a UsageData."""
+    """Draws a UsageData: its height follows its width (the caption and legend wrap)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._usage: UsageData | None = None
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
 
     def set_usage(self, data: UsageData | None) -> None:
         self._usage = data
@@ -132,18 +147,66 @@ class UsageBar(QWidget):
     def data(self) -> UsageData | None:
         return self._usage
 
+    def bar_layout(self, width: int) -> BarLayout:
+        """The caption wrapped at its words, then the bar, then the legend's entries flowed into
+        rows, an entry's label shortened only when it alone is wider than the bar (the tooltip has
+        it whole)."""
+        fm = self.fontMetrics()
+        line = fm.height()
+        w = max(width - 2, 1)
+        d = self._usage
+        caption_lines: list[str] = []
+        for word in (d.caption if d else "").split(" "):
+            if caption_lines and fm.horizontalAdvance(f"{caption_lines[-1]} {word}") <= w:
+                caption_lines[-1] = f"{caption_lines[-1]} {word}"
+            else:
+                caption_lines.append(fm.elidedText(word, Qt.TextElideMode.ElideRight, w))
+        bar_top = line * max(len(caption_lines), 1) + 3
+        entries: list[tuple[str, str, Segment | None]] = []
+        if d is not None:
+            entries = [(s.label, format_bytes(s.n_bytes), s) for s in d.segments]
+            if d.marker_bytes is not None and d.marker_label:
+                entries.append((d.marker_label, format_bytes(d.marker_bytes), None))
+        sw = line * 0.7
+        y = bar_top + line * 1.1 + 4
+        lx = 1.0
+        legend: list[tuple[str, Segment | None, float, float]] = []
+        for label, size, seg in entries:
+            # The size always shows; a label too long for a row of its own is shortened.
+            room = int(w - sw - 4 - fm.horizontalAdvance(f" {size}"))
+            fitted = f"{fm.elidedText(label, Qt.TextElideMode.ElideRight, max(room, 0))} {size}"
+            tw = fm.horizontalAdvance(fitted)
+            if lx + sw + 4 + tw > w and lx > 1:
+                lx = 1.0
+                y += line + 2
+            legend.append((fitted, seg, lx, y))
+            lx += sw + 4 + tw + line * 0.8
+        bottom = y + line if legend else bar_top + line * 1.1
+        return BarLayout(tuple(caption_lines), bar_top, tuple(legend), int(bottom + 4))
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self.bar_layout(width).height
+
     def sizeHint(self) -> QSize:
-        # caption, bar, two legend lines; a third for a bar with llama-server's parts
-        lines = 4.7 + (1.2 if self._usage is not None and len(self._usage.segments) > 5 else 0.0)
-        return QSize(300, int(self.fontMetrics().height() * lines + 8))
+        return QSize(300, self.heightForWidth(self.width() if self.width() > 1 else 300))
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(160, self.sizeHint().height())
+        return QSize(160, self.heightForWidth(self.width() if self.width() > 1 else 160))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # A new width may need another height (more or fewer legend rows): ask the layout for it.
+        if self.heightForWidth(event.size().width()) != event.size().height():
+            self.updateGeometry()
+        super().resizeEvent(event)
 
     def paintEvent(self, _event: QPaintEvent) -> None:
         d = self._usage
         if d is None:
             return
+        lay = self.bar_layout(self.width())
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         pal = self.palette()
@@ -152,8 +215,9 @@ class UsageBar(QWidget):
         w = self.width() - 2
         text_color = pal.color(QPalette.ColorRole.WindowText)
         p.setPen(QColor(SPILLED_COLOR if d.marker_color is None else d.marker_color) if d.warn else text_color)
-        p.drawText(QRectF(1, 0, w, line), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, d.caption)
-        bar = QRectF(1, line + 3, w, line * 1.1)
+        for i, text in enumerate(lay.caption_lines):
+            p.drawText(QRectF(1, i * line, w, line), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
+        bar = QRectF(1, lay.bar_top, w, line * 1.1)
         p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
         p.setBrush(pal.color(QPalette.ColorRole.Base))
         p.drawRoundedRect(bar, 3, 3)
@@ -177,17 +241,8 @@ class UsageBar(QWidget):
             mx = bar.left() + bar.width() * min(d.marker_bytes, scale) / scale
             p.setPen(marker_pen)
             p.drawLine(int(mx), int(bar.top() - 3), int(mx), int(bar.bottom() + 3))
-        entries: list[tuple[str, Segment | None]] = [(f"{s.label} {format_bytes(s.n_bytes)}", s) for s in d.segments]
-        if d.marker_bytes is not None and d.marker_label:
-            entries.append((f"{d.marker_label} {format_bytes(d.marker_bytes)}", None))
-        y = bar.bottom() + 4
-        lx = 1.0
         sw = line * 0.7
-        for text, seg in entries:
-            tw = fm.horizontalAdvance(text)
-            if lx + sw + 4 + tw > w and lx > 1:
-                lx = 1.0
-                y += line + 2
+        for text, seg, lx, y in lay.legend:
             if seg is None:
                 p.setPen(marker_pen)
                 p.drawLine(int(lx + sw / 2), int(y + 1), int(lx + sw / 2), int(y + line - 1))
@@ -196,8 +251,9 @@ class UsageBar(QWidget):
                 p.setBrush(QColor(seg.color) if seg.color else pal.color(QPalette.ColorRole.Base))
                 p.drawRect(QRectF(lx, y + (line - sw) / 2, sw, sw))
             p.setPen(text_color)
-            p.drawText(QRectF(lx + sw + 4, y, tw + 2, line), Qt.AlignmentFlag.AlignVCenter, text)
-            lx += sw + 4 + tw + line * 0.8
+            p.drawText(
+                QRectF(lx + sw + 4, y, fm.horizontalAdvance(text) + 2, line), Qt.AlignmentFlag.AlignVCenter, text
+            )
         p.end()
 
 
