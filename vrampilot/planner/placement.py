@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from vrampilot.gguf import ModelSpec, TensorInfo
-from vrampilot.gguf.spec import EXPERT_TENSOR_RE, active_share
+from vrampilot.gguf.spec import DSV4_ARCH, EXPERT_TENSOR_RE, active_share
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.settings import Settings
 
@@ -217,16 +217,19 @@ def no_repack_reason(spec: ModelSpec, cpu_variant: str | None) -> str | None:
     """Why this model's weights must stay out of ggml-cpu's extra buffer types here, or None.
 
     DeepSeek-2's multi-head latent attention multiplies attn_k_b by a permuted (not contiguous)
-    view of the queries (llama.cpp's deepseek2 graph). On the AMX variant that weight is repacked
-    for AMX at load, AMX then refuses the product, and llama.cpp's scheduler aborts the process
+    view of the queries (llama.cpp's deepseek2 graph, also DeepSeek-3.2's), and DeepSeek-V4's
+    compressed attention has such products too. On the AMX variant those weights are repacked for
+    AMX at load, AMX then refuses the product, and llama.cpp's scheduler aborts the process
     (GGML_ASSERT "*cur_backend_id != -1", ggml-backend.cpp) at the first graph: found on a Xeon
-    with AMX, 2026-12-07. Without the extra buffer types every weight sits in a plain buffer,
-    as on a CPU without AMX; the other variants' repacking takes such products."""
+    with AMX, 2026-12-07, on the deepseek2, deepseek32 and deepseek4 fixtures. Without the extra
+    buffer types every weight sits in a plain buffer, as on a CPU without AMX; the other
+    variants' repacking takes such products."""
     if cpu_variant not in AMX_VARIANTS:
         return None
-    if not any(t.name.endswith(".attn_k_b.weight") for t in spec.tensors):
+    latent = any(t.name.endswith(".attn_k_b.weight") for t in spec.tensors)
+    if not latent and spec.architecture != DSV4_ARCH:
         return None
     return (
-        f"weights not repacked for AMX (--no-repack): llama.cpp's AMX code cannot run this model's "
-        f"latent-attention products, and its {cpu_variant} CPU code would stop at the first prompt"
+        f"weights not repacked for AMX (--no-repack): llama.cpp's AMX code cannot run some of this model's "
+        f"attention products, and its {cpu_variant} CPU code would stop at the first prompt"
     )
