@@ -101,6 +101,7 @@ class _Api:
         self.alloc_ctx_tensors_from_buft = d(base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, _vp, _vp)
         self.buffer_free = d(base, "ggml_backend_buffer_free", None, _vp)
         self.buft_alloc_buffer = d(base, "ggml_backend_buft_alloc_buffer", _vp, _vp, ctypes.c_size_t)
+        self.buft_get_alloc_size = d(base, "ggml_backend_buft_get_alloc_size", ctypes.c_size_t, _vp, _vp)
         self.buffer_get_base = d(base, "ggml_backend_buffer_get_base", _vp, _vp)
         self.buffer_get_size = d(base, "ggml_backend_buffer_get_size", ctypes.c_size_t, _vp)
         self.tensor_alloc = d(base, "ggml_backend_tensor_alloc", ctypes.c_int, _vp, _vp, _vp)
@@ -336,19 +337,24 @@ class CpuKernels(_Kernels):
         llama.cpp's loader chooses: an extra one that supports the product, else the plain CPU one."""
         api = self.api
         for buft in [*self.extra_bufts, self.cpu_buft]:
-            arena = self._arena(buft, w_bytes)
-            if arena is None:
-                continue
             # A fresh pair of contexts per try: a tensor keeps the buffer it was first given.
             cw, cx = self._context(tensors[0]), self._context(tensors[1])
             bx = 0
             try:
                 g = build(cw, cx)
+                # A buffer type may ask more than a weight's own bytes (AMX pads a q8_0 matrix for
+                # its tiles; llama.cpp aborts the process when a tensor overruns its buffer): each
+                # weight gets what its buffer type asks for.
+                need = max(int(api.buft_get_alloc_size(buft, w)) for w in g.weights)
+                stride = max(g.stride, -(-need // 64) * 64) if len(g.weights) > 1 else 0
+                arena = self._arena(buft, max(w_bytes, stride * (len(g.weights) - 1) + need))
+                if arena is None:
+                    continue
                 bx = api.alloc_ctx_tensors_from_buft(cx, self.cpu_buft)
                 if not bx:
                     raise GgmlError("could not allocate activations")
                 base = api.buffer_get_base(arena)
-                if any(api.tensor_alloc(arena, w, base + i * g.stride) != 0 for i, w in enumerate(g.weights)):
+                if any(api.tensor_alloc(arena, w, base + i * stride) != 0 for i, w in enumerate(g.weights)):
                     continue
                 if buft != self.cpu_buft and not api.dev_supports_op(self.dev, g.product):
                     continue
