@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -21,6 +22,7 @@ from tests.cpu_profile import pytest_runtest_protocol  # noqa: F401
 # Every test fails on an error the product logs or a thread leaves unhandled, unless marked
 # @pytest.mark.expect_errors(pattern): the autouse fixture and its marker, from tests/logfail.py.
 from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa: F401
+from tests.speed_record import FIRST_START_KV, FIRST_START_TYPES, MeasuredRun, doctor_measure
 from vrampilot.speed.measured import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -99,29 +101,28 @@ def _once_per_run(
         return value
 
 
-def _measure_host() -> tuple[HostProbe, list[str]]:
-    from vrampilot.hardware import detect_machine
-    from vrampilot.speed.host_probe import measure_host
-
-    machine = detect_machine()
-    steps: list[str] = []
-    probe = measure_host(
-        machine.cpu.physical_cores,
-        machine.llama.cpu_variant,
-        weight_types=("q4_0", "q4_1", "q8_0", "f16"),
-        kv_types=("f16", "q8_0"),
-        progress=steps.append,
-    )
-    return probe, steps
+@pytest.fixture(scope="session")
+def measured_run(
+    _llama_backends: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> MeasuredRun:
+    """The run's one measurement of this machine: `vrampilot doctor --measure` as a user runs it
+    (tests/cli/test_speed_cli.py checks what it said and plans from its record; `host_probe` is its
+    probe), shared by the run's parallel workers. Its folder is the run's own (see `_once_per_run`)."""
+    home = tmp_path_factory.mktemp("measured-home")
+    return _once_per_run(request, tmp_path_factory, "measured_run", lambda: doctor_measure(home))
 
 
 @pytest.fixture(scope="session")
-def host_probe_steps(
-    _llama_backends: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[HostProbe, list[str]]:
-    """One real run of the speed probe for the whole run (about 30 seconds on 2 cores), on a few
-    types, and the steps it reported as it went; shared by the run's parallel workers."""
-    return _once_per_run(request, tmp_path_factory, "host_probe", _measure_host)
+def host_probe_steps(measured_run: MeasuredRun) -> tuple[HostProbe, list[str]]:
+    """The run's one real probe (`measured_run`) as a first start keeps it (FIRST_START_TYPES and
+    FIRST_START_KV: the figures measured for those, the rest left out), and the steps it said."""
+    probe = measured_run.probe
+    first_start = replace(
+        probe,
+        kernels=tuple(k for k in probe.kernels if k.type_name in FIRST_START_TYPES),
+        attention=tuple(a for a in probe.attention if a.kv_type in FIRST_START_KV),
+    )
+    return first_start, list(measured_run.steps)
 
 
 @pytest.fixture(scope="session")

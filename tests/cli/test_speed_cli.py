@@ -1,22 +1,26 @@
 """Measured speed from the command line: `doctor --measure`, the plan's speed basis, and `chat`
-teaching the speed model, in a data folder of the test's own (a machine nobody measured yet)."""
+teaching the speed model: first in a data folder of the test's own (a machine nobody measured
+yet), then in a copy of the one the run's `doctor --measure` measured in (tests/conftest.py
+`measured_run`: the run measures this machine once, and this test is the one of that command)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.cli.test_cli import vrampilot
+from tests.speed_record import MeasuredRun
 from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
 
 PINS = ("--ctx", "1024", "--threads", "1", "--threads-batch", "1")
 
 
 @pytest.mark.slow
-def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
-    env = {"VRAMPILOT_HOME": str(tmp_path)}
+def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path, measured_run: MeasuredRun) -> None:
+    env = {"VRAMPILOT_HOME": str(tmp_path / "unmeasured")}
 
     # Nothing measured yet: the doctor says so, and so does the plan.
     r = vrampilot("doctor", env=env)
@@ -25,12 +29,20 @@ def test_measure_then_plan_then_chat_teaches_the_plan(tmp_path: Path) -> None:
     assert d["speed"]["host_rates"] == "assumed" and d["speed"]["last_measured"] is None
     assert any(x.startswith("Speed basis (cpu:") and "assumed rates" in x for x in d["reasons"])
 
-    # Measured: every weight type of released files, the cache types, kept for this machine.
-    # About 40 s of two threads' work on a quiet 2-core machine.
-    r = vrampilot("doctor", "--measure", "--json", env=env, cpu_s=1200)
-    assert r.returncode == 0, r.stderr
-    speed = json.loads(r.stdout)["speed"]
+    # Measured: the run's one `doctor --measure` (tests/conftest.py `measured_run`, which every
+    # test reading a probe shares), in a data folder of its own, copied here to plan and chat in.
+    # It said what it measures and for how long before it started, and each step as it started.
+    assert measured_run.returncode == 0, measured_run.stderr
+    assert measured_run.stderr.startswith("Measuring this machine (llama.cpp's kernels and the built-in model: ")
+    assert measured_run.steps[0] == "RAM bandwidth" and "q6_k kernels (pass 2 of 2)" in measured_run.steps
+    assert "Speed: measured " in measured_run.stdout and "the built-in model (SmolLM2" in measured_run.stdout
+    home = tmp_path / "measured"
+    shutil.copytree(measured_run.home, home)
+    env = {"VRAMPILOT_HOME": str(home)}
+    # Every weight type of released files, the cache types, kept for this machine.
+    speed = json.loads(vrampilot("doctor", "--json", env=env).stdout)["speed"]
     probe = speed["probe"]
+    assert probe["measured_at"] == measured_run.probe.measured_at
     assert {k["type"] for k in probe["kernels"]} <= set(ALL_WEIGHT_TYPES)
     assert {"q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f16"} <= {k["type"] for k in probe["kernels"]}
     assert {a["kv_type"] for a in probe["attention"]} == {"f16", "q8_0", "q4_0"}

@@ -1,8 +1,9 @@
 """`vrampilot doctor [--measure] [--json]`: what this machine has, as the planner will use it.
 
-`--measure` runs the speed probe now, for every weight type of released GGUF files (about 10 s on
-2 cores, the built-in model's run included), and keeps its figures for this machine; the app's first
-start runs a shorter one. `--measure gpus` times only the GPUs' kernels (after a driver update, a
+`--measure` runs the speed probe now, for every weight type of released GGUF files (about 40 s of
+two cores' work at a quiet moment, the built-in model's run included; minutes beside other work),
+saying each step as it starts, and keeps its figures for this machine; the app's first start runs
+a shorter one. `--measure gpus` times only the GPUs' kernels (after a driver update, a
 new card), keeping the CPU's figures. What the built-in model's run teaches the speed model (planner/
 graph_factors.py) is shown beside the probe's figures.
 """
@@ -64,7 +65,9 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
             flush=True,
         )
     try:
-        taken = take_probe(machine, ALL_WEIGHT_TYPES)
+        # Each step on a line of its own as it starts: the whole takes from half a minute to
+        # minutes, and a user watching a silent terminal cannot tell a busy machine from a hang.
+        taken = take_probe(machine, ALL_WEIGHT_TYPES, progress=_say_step if say else None)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
     probed = save_taken(machine, taken)
@@ -76,6 +79,10 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
             file=sys.stderr,
         )
     return replace(machine, speed=_measure_devices(speed, devices) if devices else speed)
+
+
+def _say_step(what: str) -> None:
+    print(f"  {what}", file=sys.stderr, flush=True)
 
 
 def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> MachineSpeed:

@@ -23,8 +23,9 @@ _log = logging.getLogger(__name__)
 
 def measure_pace_ms(threads: int) -> float | None:
     """Milliseconds for the gauge's two kernels at `threads` threads, each the best of three runs
-    (about 10 ms of kernels; 40-60 ms with setting up their weights). None when llama.cpp's CPU
-    backend cannot run them."""
+    (about 10 ms of kernels; 40-60 ms with setting up their weights where the last-level cache is
+    32 MB: the mat-vec streams 1.5x it, so on a VM that reports its host's 480 MiB it is 0.8 s of
+    CPU). None when llama.cpp's CPU backend cannot run them."""
     from vrampilot.llamacpp.ggml import CpuKernels, GgmlError
 
     try:

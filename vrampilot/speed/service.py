@@ -21,7 +21,7 @@ from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.detect import detect_machine
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.speed.device_probe import measure_devices
-from vrampilot.speed.host_probe import measure_host, measure_kernels, missing_kernels
+from vrampilot.speed.host_probe import ProgressFn, measure_host, measure_kernels, missing_kernels
 from vrampilot.speed.measured import HostProbe, MachineSpeed
 from vrampilot.speed.store import add_kernels, load_machine_speed, machine_fingerprint, save_device_rates, save_probe
 
@@ -56,10 +56,22 @@ class Probed:
         return stored is not None and stored.measured_at != self.taken.measured_at
 
 
-def take_probe(machine: Machine, weight_types: Sequence[str], *, cancel: threading.Event | None = None) -> HostProbe:
-    """Run the speed probe on this machine's CPU (nothing saved). Raises GgmlError when llama.cpp
-    cannot run it, ProbeCancelled when `cancel` is set."""
-    return measure_host(machine.cpu.physical_cores, machine.llama.cpu_variant, weight_types=weight_types, cancel=cancel)
+def take_probe(
+    machine: Machine,
+    weight_types: Sequence[str],
+    *,
+    cancel: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+) -> HostProbe:
+    """Run the speed probe on this machine's CPU (nothing saved); `progress` hears each step as it
+    starts. Raises GgmlError when llama.cpp cannot run it, ProbeCancelled when `cancel` is set."""
+    return measure_host(
+        machine.cpu.physical_cores,
+        machine.llama.cpu_variant,
+        weight_types=weight_types,
+        cancel=cancel,
+        progress=progress,
+    )
 
 
 def save_taken(machine: Machine, taken: HostProbe) -> Probed:
