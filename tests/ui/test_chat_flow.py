@@ -247,7 +247,7 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     assert [b.objectName() for b in buttons][:2] == ["replan_bigger", "drop_oldest"]
     drop = w.chat_view.banner.findChild(QPushButton, "drop_oldest")
     assert drop is not None and drop.text() == "Drop all earlier turns"
-    screenshot(w, "overflow-drop-preview").replace("/tmp/w58b-overflow-before.png")
+    screenshot(w, "overflow-drop-preview")
     qtbot.mouseClick(drop, Qt.MouseButton.LeftButton)
     waits.until(qtbot, lambda: _reply_done(w) and len(w.ctx.store.messages(chat.id)) == 4, cpu_s=60)
     reply = w.ctx.store.messages(chat.id)[3]
@@ -259,7 +259,7 @@ def test_dropping_the_oldest_turns_makes_room(open_window: OpenWindow, qtbot: Qt
     shown = w.chat_view.messages()
     assert [not m.unseen.isHidden() for m in shown] == [True, True, False, False]
     assert "2 earlier messages dropped to fit" in shown[3].stats.text()
-    screenshot(w, "overflow-dropped").replace("/tmp/w58b-overflow-after.png")
+    screenshot(w, "overflow-dropped")
     w.chats.new_chat()
     w.chats.open_chat(chat.id)
     # (Just added to the shown list: Qt shows them on its next pass, so ask what was set.)
@@ -291,4 +291,4 @@ def test_continue_goes_on_from_a_reply_cut_by_max_tokens(open_window: OpenWindow
     assert msgs[-1].stats is not None and msgs[-1].stats["completion_tokens"] > first.stats["completion_tokens"]
     shown = view.messages()
     assert len(shown) == 2 and shown[-1].text() == msgs[-1].content
-    screenshot(w, "continued").replace("/tmp/w58b-continue.png")
+    screenshot(w, "continued")
