@@ -137,6 +137,8 @@ class Settings:
                 del d[key]  # one device: the JSON stays as it was
         if not d["n_cpu_moe"]:
             del d["n_cpu_moe"]
+        if not d["no_repack"]:
+            del d["no_repack"]  # weights repacked as llama.cpp does by default: the JSON stays as it was
         if not d["rope_scale"]:
             del d["rope_scale"], d["yarn_orig_ctx"]  # no context past the trained one: the JSON stays as it was
         if not d["mmproj_path"]:

@@ -90,7 +90,11 @@ _theme = _Theme()
 def apply_theme(app: QApplication, choice: ThemeChoice | None = None) -> None:
     """Fusion with the palette of `choice` (None: the one applied last, "system" at first), now and,
     while it is "system", whenever the system's scheme changes."""
-    app.setStyle("Fusion")
+    # Only when another style is on: setStyle deletes the style in use, and a widget still drawing
+    # with it (one waiting for deleteLater, a delegate) then reads freed memory: a choice made from
+    # the View menu, with windows open, crashed the app's event loop.
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")
     if _theme.app is not app:
         _theme.app = app
         app.styleHints().colorSchemeChanged.connect(lambda scheme: _system_changed(app, scheme))
