@@ -1,8 +1,10 @@
 """The MCP servers as the window holds them: the config (mcp.json in the data folder), the running
 McpManager, and the approvals the user chose to remember.
 
-The manager reports on its own thread; `servers_changed` is emitted there and, the controller living
-on the GUI thread, Qt queues it to the view. A change of which tools are allowed is saved and takes
+The manager reports on its own thread, and so does an "Always allow" answered during a reply: those
+only mark the list changed, and a timer on the GUI thread emits `servers_changed` (no Python-side
+emit from another thread: PySide6 6.12.0 drops a reference to `True` on each one, and a server
+retried with backoff for a whole session made the interpreter crash, as meters_feed.py says). A change of which tools are allowed is saved and takes
 effect at once (the catalog is built from the config each reply); any other change (a server added,
 removed, turned on or off, or its command, URL, env or headers edited) starts the servers again
 with the saved config, the old ones closed off the GUI thread.
@@ -15,7 +17,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from vrampilot.agents import (
     ApprovalPolicy,
@@ -35,16 +37,21 @@ from vrampilot.agents import (
 
 
 class AgentsController(QObject):
-    servers_changed = Signal()  # a server's status, the config, or both changed (may come from the manager's thread)
+    servers_changed = Signal()  # a server's status, the config, or both changed (always on the GUI thread)
     status = Signal(str)
 
     def __init__(self, path: Path | None = None, *, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.path = path or default_config_path()
         self.policy = ApprovalPolicy()
-        # An "Always allow" answered during a reply (on the engine's thread) shows in the list at
-        # once; the signal is queued to the view.
-        self.policy.on_change = self.servers_changed.emit
+        # Changes reported on other threads (the manager's, the engine's for an "Always allow"):
+        # marked here, emitted on the GUI thread within a fifth of a second.
+        self._changed = threading.Event()
+        self._poll = QTimer(self)
+        self._poll.setInterval(200)
+        self._poll.timeout.connect(self._emit_if_changed)
+        self._poll.start()
+        self.policy.on_change = self._changed.set
         self.manager: McpManager | None = None
         self.load_error: str | None = None  # mcp.json as found at start could not be read (one line)
         try:
@@ -59,8 +66,13 @@ class AgentsController(QObject):
         """Start the enabled servers (nothing runs without any)."""
         if self._closed or not self.config.enabled():
             return
-        self.manager = McpManager(self.config, on_status=lambda _s: self.servers_changed.emit())
+        self.manager = McpManager(self.config, on_status=lambda _s: self._changed.set())
         self.manager.start()
+
+    def _emit_if_changed(self) -> None:
+        if self._changed.is_set():
+            self._changed.clear()
+            self.servers_changed.emit()
 
     def _restart_all(self) -> None:
         old, self.manager = self.manager, None
@@ -78,6 +90,7 @@ class AgentsController(QObject):
 
     def shutdown(self) -> None:
         self._closed = True
+        self._poll.stop()
         old, self.manager = self.manager, None
         if old is not None:
             old.on_status = None
