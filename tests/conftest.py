@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar, cast
@@ -63,6 +64,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     )
     for line in report:
         reporter.write_line(line, yellow=True)
+
+
+@pytest.fixture(autouse=True)
+def _garbage_freed_on_the_main_thread() -> Iterator[None]:
+    """A test's unreachable Qt objects are freed here, on the GUI thread, when it ends. Left to the
+    cyclic collector they are freed by whichever thread allocates next: an MCP client's asyncio
+    loop or a sampler thread kept running by a later test then deleted a QObject with a live timer
+    off the GUI thread, and the next test's event processing segfaulted (twice in CI, in a UI
+    worker, with an MCP loop thread alive)."""
+    yield
+    if "PySide6.QtCore" in sys.modules:
+        gc.collect()
 
 
 @pytest.fixture(scope="session", autouse=True)
