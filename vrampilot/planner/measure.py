@@ -25,6 +25,7 @@ and also reports model and KV buffers.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import threading
@@ -316,13 +317,23 @@ def extra_buffers_allowed(path: str | os.PathLike[str], settings: Settings) -> b
     loaded = loaded_backends()
     if loaded is None or loaded.cpu_variant not in AMX_VARIANTS:
         return True  # the header is read only where the answer can be no
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # llama.cpp refuses the file itself, with its own reason
+    return _repackable(os.fspath(path), st.st_mtime_ns, st.st_size, loaded.cpu_variant)
+
+
+@functools.lru_cache(maxsize=16)
+def _repackable(path: str, _mtime_ns: int, _size: int, cpu_variant: str) -> bool:
+    """The header read once per file version: a plan's dry runs load the same file many times."""
     from vrampilot.gguf import GGUFError, load_model_spec
 
     try:
         spec = load_model_spec(path)
     except GGUFError:
         return True  # llama.cpp refuses the file itself, with its own reason
-    return no_repack_reason(spec, loaded.cpu_variant) is None
+    return no_repack_reason(spec, cpu_variant) is None
 
 
 def _load_model(
