@@ -8,7 +8,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,16 @@ from vrampilot.storage.db import _MIGRATIONS, connect
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 8
+# Each child imports what it needs, says so, then blocks reading the start pipe: the parent closes
+# its end once every child is ready, and the end of file wakes them all at once. (They spun on the
+# clock before: 8 children x 1.5 s x 6 rounds of both cores burnt, taken from the other tests.)
 CHILD = """
-import sys, time
+import os, sys
 from pathlib import Path
-start = float(sys.argv[3])
-while time.time() < start:
-    pass
 from vrampilot.storage.db import connect
 from vrampilot.documents.store import DocumentStore
+print("ready", flush=True)
+os.read(int(sys.argv[3]), 1)
 conn = connect(Path(sys.argv[1]))
 conn.execute("INSERT INTO chats (title, created_at, updated_at) VALUES ('x', 0, 0)")
 conn.close()
@@ -34,13 +35,22 @@ print("ok")
 
 
 def _start_together(db: Path, docs: Path) -> list[subprocess.CompletedProcess[str]]:
-    start = time.time() + 1.5  # every child is imported and spinning by then
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", CHILD, str(db), str(docs), str(start)]
-    procs = [
-        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(N)
-    ]
+    start_r, start_w = os.pipe()
+    cmd = [sys.executable, "-c", CHILD, str(db), str(docs), str(start_r)]
+    try:
+        procs = [
+            subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=(start_r,)
+            )
+            for _ in range(N)
+        ]
+        for p in procs:  # every child imported and waiting (a child that died says why below)
+            assert p.stdout is not None
+            p.stdout.readline()
+    finally:
+        os.close(start_r)
+        os.close(start_w)  # the start: every child's read returns at once
     out = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=120)
