@@ -13,16 +13,16 @@ from pytestqt.qtbot import QtBot
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.engine import GenerationStats, SamplingParams
 from vrampilot.paths import embedded_model_path
-from vrampilot.ui.chat_controller import ChatController, ChatState
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.controller import ChatController, ChatState
+from vrampilot.ui.chat.documents_controller import DocumentsController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.documents_controller import DocumentsController
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 
 
 class Answers:

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytest.importorskip("torch")

@@ -15,11 +15,11 @@ from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 
 
 def load_state_of(plans: PlanController) -> LoadState:

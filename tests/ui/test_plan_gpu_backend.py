@@ -16,12 +16,12 @@ from testkit.dual_backend import nvidia_machine
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.ui.context import AppContext, build_context
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 from vrampilot.ui.prefs import Prefs
-from vrampilot.ui.speed_controller import SpeedController
 
 
 @pytest.fixture

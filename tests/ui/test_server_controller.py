@@ -20,12 +20,12 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.process import is_alive
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.server_controller import ServerController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.view import PlanView
+from vrampilot.ui.server.controller import ServerController
+from vrampilot.ui.server.view import ServerPanel
 from vrampilot.ui.services import Services, build_services
 
 

@@ -19,9 +19,9 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, activate, open_chat, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.plan_controller import TARGET_MACHINE, LoadState
+from vrampilot.ui.plan.controller import TARGET_MACHINE, LoadState
 from vrampilot.ui.prefs import Prefs
 from vrampilot.ui.wrap import unwrapped
 

@@ -23,7 +23,7 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, activate, screenshot, settle
 from tests.ui.test_window_defects import broken_model
 from vrampilot.paths import embedded_model_path
-from vrampilot.ui.library_view import UNREADABLE
+from vrampilot.ui.library.view import UNREADABLE
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.wrap import unwrapped
 

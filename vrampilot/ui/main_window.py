@@ -40,22 +40,22 @@ from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.agents.mcp_panel import McpPanel
 from vrampilot.ui.agents.tools_budget import ToolsBudget
-from vrampilot.ui.chat_controller import ChatController, ChatState
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.controller import ChatController, ChatState
+from vrampilot.ui.chat.documents_controller import DocumentsController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.columns import Columns
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.documents_controller import DocumentsController
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.hub_view import HubView
-from vrampilot.ui.library_view import LibraryView
+from vrampilot.ui.hub.view import HubView
+from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.log_window import LogWindow
 from vrampilot.ui.menus import window_menus
-from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.server_controller import ServerController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.meters.panel import MetersPanel, MetersStatusWidget
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.view import PlanView
+from vrampilot.ui.server.controller import ServerController
+from vrampilot.ui.server.view import ServerPanel
 from vrampilot.ui.services import Services
 from vrampilot.ui.status_line import StatusLine
 from vrampilot.ui.theme import ThemeChoice, apply_theme

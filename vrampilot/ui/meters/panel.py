@@ -2,7 +2,7 @@
 
 Both render a MeterReadout from the shared MetersFeed and compute nothing themselves: every number
 comes from vrampilot.meters (tests check them there and here). Plots are QPainter RollingPlots (see
-meters_plot.py for why not pyqtgraph); the bars are the planner's MemoryBar above a measured
+plot.py for why not pyqtgraph); the bars are the planner's MemoryBar above a measured
 UsageBar on the same scale. Without NVML the GPU groups hide and a line says why, while RAM, CPU
 and (for a plan) bandwidth keep working. Methods are named show_*, not render: QWidget.render
 paints a widget into a device, and shadowing it would break grab-like callers.
@@ -33,8 +33,8 @@ from vrampilot.meters.state import MeterReadout, RamView, VramView
 from vrampilot.meters.types import MeterSample
 from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Plan
-from vrampilot.ui.meters_feed import MetersFeed
-from vrampilot.ui.meters_plot import RollingPlot
+from vrampilot.ui.meters.feed import MetersFeed
+from vrampilot.ui.meters.plot import RollingPlot
 from vrampilot.ui.stacked_bar import (
     OTHERS_COLOR,
     PROCESS_COLOR,

@@ -36,10 +36,10 @@ from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import detect_measured_machine
 from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryEntry, LibraryView, describe_entry
-from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.view import LibraryEntry, LibraryView, describe_entry
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import SHELL_NAMES, PlanView
 from vrampilot.units import format_tokens
 
 TARGET_MACHINE = "machine"
@@ -72,7 +72,7 @@ class PlanController(QObject):
     unloaded = Signal()
     load_state_changed = Signal(object)  # LoadState
     status = Signal(str)
-    # The shown plan uses RPC hosts or drafts with MTP: it runs in llama-server (vrampilot.ui.server_controller),
+    # The shown plan uses RPC hosts or drafts with MTP: it runs in llama-server (vrampilot.ui.server.controller),
     # which answers with served() or serve_failed().
     serve_requested = Signal()
 
@@ -269,7 +269,7 @@ class PlanController(QObject):
         self.replan()
 
     def shutdown(self) -> None:
-        """With the window: nothing more reaches it, and measuring stops (speed_controller)."""
+        """With the window: nothing more reaches it, and measuring stops (speed_controller.py)."""
         self.blockSignals(True)
         self.speed.shutdown()
 

@@ -26,8 +26,8 @@ from vrampilot.server.chat import ServerBackend
 from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.server.view import ServerPanel
 
 POLL_MS = 1000
 _METRIC = re.compile(r"^llamacpp:(\w+)\s+([0-9.eE+-]+)$")

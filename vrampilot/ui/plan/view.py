@@ -47,8 +47,8 @@ from vrampilot.planner.explain import (
 from vrampilot.planner.families import is_routed
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.reasons import placement_text
-from vrampilot.ui.pin_controls import PinControls
-from vrampilot.ui.projector_control import ProjectorControl
+from vrampilot.ui.plan.pin_controls import PinControls
+from vrampilot.ui.plan.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.ui.wrap import wrappable

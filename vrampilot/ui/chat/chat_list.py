@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.storage import ChatSummary
-from vrampilot.ui.search_results import HTML_ROLE, ResultDelegate, result_html
+from vrampilot.ui.chat.search_results import HTML_ROLE, ResultDelegate, result_html
 
 
 def _when(ts: float) -> str:
