@@ -119,7 +119,7 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window: OpenWindow,
     w: MainWindow = open_window()
     w.chats.new_chat()
     qwen = write_model(tmp_path / "tiny-qwen2.gguf", "qwen2")
-    w.plans.add_models([qwen])
+    w.library.add_models([qwen])
     qtbot.waitUntil(lambda: w.plans.spec is not None and w.plans.spec.path == qwen, timeout=20000)
     _pick(w, BACKEND_HYBRID)
     waits.until(qtbot, lambda: w.chats.backend_key == BACKEND_LLAMA, cpu_s=30)

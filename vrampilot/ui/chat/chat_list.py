@@ -143,6 +143,10 @@ class ChatList(QWidget):
             self._quiet = False
         self._update_buttons()
 
+    def query(self) -> str:
+        """The search box's words (the list shows the chats they find)."""
+        return self.search.text()
+
     def focus_search(self) -> None:
         """Ctrl+F: into the search field, its text selected to type over."""
         self.search.setFocus()

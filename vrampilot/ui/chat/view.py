@@ -6,6 +6,7 @@ Views only: the main window decides what happens on send, stop, edit and regener
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -56,6 +57,16 @@ COPIED_MS = 1500  # how long a Copy button says "Copied"
 THUMB_PX = 96  # an image's thumbnail in a message fits this square
 ATTACHED_THUMB_PX = 64  # and one waiting under the input, this one
 BANNER_TEXT_CHARS = 36  # the banner's text keeps this many average characters beside its choices
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """The chat's tools row: whether replies may call tools, llama-server's tool_choice for the first
+    round ("auto" or "required"), and after how many rounds of calls the model must answer."""
+
+    on: bool
+    choice: str
+    rounds: int
 
 
 def thumbnail(image: QImage, size: int = THUMB_PX) -> QPixmap:
@@ -413,6 +424,7 @@ class ChatView(QWidget):
     enter_sends_changed = Signal(bool)
     backend_changed = Signal(str)  # the user picked another backend for this chat
     attach_requested = Signal()  # the Attach button: the window asks for documents and images
+    tools_toggled = Signal(bool)  # "Use tools" turned on or off
     files_attached = Signal(list)  # list[Path]: images dropped onto the input
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -464,6 +476,7 @@ class ChatView(QWidget):
             "Let the model call the tools of your MCP servers (the MCP servers tab); you are asked before "
             "every call. Replies then run through llama-server (the Server tab)."
         )
+        self.use_tools.toggled.connect(self.tools_toggled)
         tools_row.addWidget(self.use_tools)
         # llama-server's tool_choice for the first round: "required" with the reply started at the
         # template's call opener, so even a small model calls at once (docs/agents.md).
@@ -645,6 +658,37 @@ class ChatView(QWidget):
 
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def show_documents(self, panel: QWidget) -> None:
+        """The attached documents' panel, just above the banner."""
+        lay = self.layout()
+        assert isinstance(lay, QVBoxLayout)
+        lay.insertWidget(lay.indexOf(self.banner), panel)
+
+    def set_input(self, text: str) -> None:
+        self.input.setPlainText(text)
+
+    def pending_images(self) -> list[Path]:
+        """The images attached to the next message."""
+        return self.attachments.paths()
+
+    def add_pending_image(self, path: Path, image: QImage) -> None:
+        if path not in self.attachments.paths():
+            self.attachments.add(path, image)
+
+    def sampling_params(self) -> SamplingParams:
+        return self.sampling.params()
+
+    def set_sampling_params(self, params: SamplingParams) -> None:
+        self.sampling.set_params(params)
+
+    def system_prompt_text(self) -> str:
+        return self.system_prompt.toPlainText()
+
+    def tool_settings(self) -> ToolSettings:
+        return ToolSettings(
+            self.use_tools.isChecked(), str(self.tool_choice.currentData() or "auto"), self.tool_rounds.value()
+        )
 
     # -- backend -------------------------------------------------------------------------------
     def _backend_picked(self, index: int) -> None:

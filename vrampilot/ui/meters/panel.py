@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vrampilot.engine import GenerationStats
 from vrampilot.meters.bandwidth import BandwidthReading
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.meters.sampler import Sampler
@@ -273,6 +274,11 @@ class MetersPanel(QWidget):
         self, decode_tps: float, *, context_tokens: int | None = None, duration_s: float | None = None
     ) -> SpillAssessment:
         return self.feed.record_decode(decode_tps, context_tokens=context_tokens, duration_s=duration_s)
+
+    def record_reply(self, stats: GenerationStats) -> None:
+        """A llama.cpp reply's measured speed, compared with the plan's prediction (spill detection);
+        the context matters, since a long chat is slower without anything having spilled."""
+        self.record_decode(stats.decode_tps, context_tokens=stats.context_used, duration_s=stats.decode_s)
 
     def set_kv_usage(self, usage: KvCacheUsage | None) -> None:
         """The hybrid cache's bytes after the latest tokens; None hides the group (llama.cpp chats)."""
