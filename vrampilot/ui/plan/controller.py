@@ -2,11 +2,11 @@
 
 It owns what the plan depends on (machine, target, pins; the model is the library's choice,
 vrampilot.ui.library.controller) and the plan itself, asks the core for each on a worker (latest
-request wins), and loads the plan on the engine thread. Who
-needs the model loaded (a reply, a one-click re-plan) says so with `load(then=...)` or
-`when_planned(...)`: the callback runs when that happens, or its failure callback with the reason,
-instead of anyone polling. Every failure leaves the panel usable: an unreadable model falls back
-to the one before it, or to the built-in model, with a line saying why.
+request wins), and loads the plan on the engine thread. Who needs the model loaded (a reply, a
+one-click re-plan) says so with `load(then=...)` or `when_planned(...)`: the callback runs when
+that happens, or its failure callback with the reason, instead of anyone polling. Every failure
+leaves the panel usable: an unreadable model falls back to the one before it, or to the built-in
+model, with a line saying why.
 """
 
 from __future__ import annotations
