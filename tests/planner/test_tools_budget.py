@@ -104,7 +104,7 @@ def test_the_cli_takes_tools_tokens(tmp_path: Path) -> None:
 def test_the_plan_panel_lists_the_tools_in_what_fills_the_context(
     qtbot: Any, embedded_model: Path, tmp_path: Path
 ) -> None:
-    from vrampilot.ui.plan_view import PlanView
+    from vrampilot.ui.plan.view import PlanView
 
     spec = load_model_spec(embedded_model)
     target = resolve_target(TargetRequest(cpu_only=True), cpu_machine())

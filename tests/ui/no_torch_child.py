@@ -59,7 +59,7 @@ def main() -> int:
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.plan import Pins
     from vrampilot.storage import ChatStore
-    from vrampilot.ui.chat_controller import ChatState
+    from vrampilot.ui.chat.controller import ChatState
     from vrampilot.ui.launch import launch_gui
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.prefs import Prefs

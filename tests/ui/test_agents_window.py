@@ -57,7 +57,7 @@ from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import ApprovalDialog
 from vrampilot.ui.agents.mcp_panel import ALWAYS
 from vrampilot.ui.agents.transcript import ToolStepWidget
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.prefs import Prefs
 from vrampilot.units import format_tokens

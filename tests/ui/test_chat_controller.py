@@ -13,16 +13,17 @@ from pytestqt.qtbot import QtBot
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.engine import GenerationStats, SamplingParams
 from vrampilot.paths import embedded_model_path
-from vrampilot.ui.chat_controller import ChatController, ChatState
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.controller import ChatController, ChatState
+from vrampilot.ui.chat.documents_controller import DocumentsController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.documents_controller import DocumentsController
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.controller import LibraryController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 
 
 class Answers:
@@ -53,7 +54,8 @@ def chats(qtbot: QtBot, app_context: AppContext, answers: Answers) -> Iterator[C
         qtbot.addWidget(v)
     chat_view, chat_list, plan_view, library_view, hardware_view = views
     chat_view.sampling.set_params(SamplingParams(temperature=0.0, max_tokens=12, seed=1))
-    plans = PlanController(ctx, SpeedController(ctx), plan_view, library_view, hardware_view, confirm=answers)
+    library = LibraryController(ctx, library_view)
+    plans = PlanController(ctx, SpeedController(ctx), plan_view, library, hardware_view, confirm=answers)
     documents = DocumentsController(ctx)
     controller = ChatController(ctx, chat_view, chat_list, plans, documents, confirm=answers)
     with qtbot.waitSignal(plans.plan_shown, timeout=20000):

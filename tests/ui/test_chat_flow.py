@@ -13,9 +13,9 @@ from pytestqt.qtbot import QtBot
 
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, activate, open_chat, screenshot, seed_prefs
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.plan_controller import LoadState
+from vrampilot.ui.plan.controller import LoadState
 from vrampilot.ui.services import build_services
 from vrampilot.ui.wrap import unwrapped
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from vrampilot.ui.chat_list import _when
+from vrampilot.ui.chat.chat_list import _when
 
 
 def test_a_chat_stamped_at_another_time_shows_its_year() -> None:

@@ -1,8 +1,8 @@
-"""The scanner behind code blocks' syntax colours (vrampilot/ui/code_tokens.py), on its own."""
+"""The scanner behind code blocks' syntax colours (vrampilot/ui/chat/code_tokens.py), on its own."""
 
 from __future__ import annotations
 
-from vrampilot.ui.code_tokens import tokens
+from vrampilot.ui.chat.code_tokens import tokens
 
 
 def parts(code: str, info: str = "") -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.documents.writers import long_report
 from tests.ui.conftest import OpenWindow, open_chat, seed_prefs, settle
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.ui.documents_panel import DocumentsPanel
+from vrampilot.ui.chat.documents_panel import DocumentsPanel
 from vrampilot.ui.theme import apply_theme
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

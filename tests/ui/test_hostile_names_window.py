@@ -60,7 +60,7 @@ def test_a_megabyte_architecture_is_listed_on_one_short_line(
 
     hostile = write_raw_header(tmp_path / "arch.gguf", n_kv=1, body=kv_string("general.architecture", "x" * 1_000_000))
     w: MainWindow = open_window()
-    w.plans.add_models([hostile])
+    w.library.add_models([hostile])
     tree = w.library_view.tree
 
     def cell() -> str:

@@ -16,7 +16,7 @@ from tests.hub.conftest import Models, gpu_target
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import AccessDeniedError, Fit, list_pending
 from vrampilot.ui.context import AppContext, build_context
-from vrampilot.ui.hub_controller import HubController, HubState
+from vrampilot.ui.hub.controller import HubController, HubState
 
 TINY = "tiny-llama-F16.gguf"
 GATED = "meta-llama/Gated-GGUF"

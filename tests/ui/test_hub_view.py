@@ -58,8 +58,8 @@ def mixed_repo(hub: FakeHub, models: Models, tiny_repo: str) -> str:
 
 
 def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: str, models: Models) -> None:
-    from vrampilot.ui.hub_controller import HubController
-    from vrampilot.ui.hub_view import HubView
+    from vrampilot.ui.hub.controller import HubController
+    from vrampilot.ui.hub.view import HubView
     from vrampilot.ui.workers import Tasks
 
     # 6.25 GiB of VRAM and 12 GiB of RAM at 32K context: fits, partial offload, too large. (At 6.5
@@ -125,8 +125,8 @@ def test_search_files_badges_download(qtbot: QtBot, hub: FakeHub, mixed_repo: st
 
 
 def test_gated_repo_and_sign_in(qtbot: QtBot, hub: FakeHub, mixed_repo: str, hf_env: Path) -> None:
-    from vrampilot.ui.hub_controller import HubController
-    from vrampilot.ui.hub_view import HubView
+    from vrampilot.ui.hub.controller import HubController
+    from vrampilot.ui.hub.view import HubView
     from vrampilot.ui.workers import Tasks
 
     view = HubView(HubController(Tasks(), target=gpu_target(vram_gib=8)))

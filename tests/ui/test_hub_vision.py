@@ -14,8 +14,8 @@ from tests.hub.fake_hub import FakeHub
 
 
 def test_the_fitting_projector_follows_the_model(qtbot: QtBot, hub: FakeHub, vision_repo: str, models: Models) -> None:
-    from vrampilot.ui.hub_controller import HubController
-    from vrampilot.ui.hub_view import HubView
+    from vrampilot.ui.hub.controller import HubController
+    from vrampilot.ui.hub.view import HubView
     from vrampilot.ui.workers import Tasks
 
     view = HubView(HubController(Tasks(), target=gpu_target(vram_gib=8), n_ctx=4096))

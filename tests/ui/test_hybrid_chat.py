@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytest.importorskip("torch")
@@ -119,7 +119,7 @@ def test_a_model_the_backend_cannot_run_keeps_llama_cpp(open_window: OpenWindow,
     w: MainWindow = open_window()
     w.chats.new_chat()
     qwen = write_model(tmp_path / "tiny-qwen2.gguf", "qwen2")
-    w.plans.add_models([qwen])
+    w.library.add_models([qwen])
     qtbot.waitUntil(lambda: w.plans.spec is not None and w.plans.spec.path == qwen, timeout=20000)
     _pick(w, BACKEND_HYBRID)
     waits.until(qtbot, lambda: w.chats.backend_key == BACKEND_LLAMA, cpu_s=30)

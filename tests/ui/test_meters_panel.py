@@ -20,8 +20,8 @@ from vrampilot.gguf import ModelSpec
 from vrampilot.meters.sampler import Sampler
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
-from vrampilot.ui.meters_feed import MetersFeed
-from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
+from vrampilot.ui.meters.feed import MetersFeed
+from vrampilot.ui.meters.panel import MetersPanel, MetersStatusWidget
 from vrampilot.units import MIB, format_bytes
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -15,7 +15,7 @@ from vrampilot.gguf.spec import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.plan.view import PlanView
 
 
 def test_cache_by_part_shows_the_parts_and_what_if(qtbot: QtBot, tmp_path: Path) -> None:

@@ -15,11 +15,12 @@ from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.controller import LibraryController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 
 
 def load_state_of(plans: PlanController) -> LoadState:
@@ -30,10 +31,13 @@ def load_state_of(plans: PlanController) -> LoadState:
 
 @pytest.fixture
 def plans(qtbot: QtBot, app_context: AppContext) -> Iterator[PlanController]:
-    views = PlanView(), LibraryView(), HardwareView()
+    plan_view, library_view, hardware_view = views = PlanView(), LibraryView(), HardwareView()
     for v in views:
         qtbot.addWidget(v)
-    controller = PlanController(app_context, SpeedController(app_context), *views, confirm=lambda _t, _x: True)
+    library = LibraryController(app_context, library_view)
+    controller = PlanController(
+        app_context, SpeedController(app_context), plan_view, library, hardware_view, confirm=lambda _t, _x: True
+    )
     yield controller
     controller.shutdown()
 
@@ -50,7 +54,7 @@ def test_start_plans_the_built_in_model_for_the_fixed_machine(qtbot: QtBot, plan
     assert plans.plan is not None and plans.plan.spec.path == embedded_model_path()
     assert plans.plan.fits and plans.load_state is LoadState.UNLOADED
     assert status[0] == "No GPU found: planning for the CPU"
-    qtbot.waitUntil(lambda: plans.library_view.entry(embedded_model_path()) is not None, timeout=20000)  # type: ignore[arg-type]  # the embedded model is installed with the app
+    qtbot.waitUntil(lambda: plans.library.view.entry(embedded_model_path()) is not None, timeout=20000)  # type: ignore[arg-type]  # the embedded model is installed with the app
 
 
 def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(
@@ -59,10 +63,10 @@ def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(
     start(qtbot, plans)
     tiny = write_model(tmp_path / "tiny-llama.gguf", "llama")
     shown = heard(plans.plan_shown)
-    plans.add_models([tiny, tmp_path / "notes.txt"])  # only GGUF files join the library
+    plans.library.add_models([tiny, tmp_path / "notes.txt"])  # only GGUF files join the library
     qtbot.waitUntil(lambda: bool(shown) and shown[-1].spec.path == tiny, timeout=20000)
     assert plans.model_path == tiny and plans.ctx.library.files() == [tiny]
-    qtbot.waitUntil(lambda: plans.library_view.entry(tiny) is not None, timeout=20000)
+    qtbot.waitUntil(lambda: plans.library.view.entry(tiny) is not None, timeout=20000)
 
     with qtbot.waitSignal(plans.plan_shown, timeout=20000, check_params_cb=lambda p: p.settings.n_ctx == 2048):
         plans.set_pins(Pins(n_ctx=2048))
@@ -71,7 +75,7 @@ def test_a_new_file_is_planned_its_pins_kept_and_a_damaged_one_refused(
     bad = tmp_path / "damaged.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 16)
     with qtbot.waitSignal(plans.model_failed, timeout=20000) as failed:
-        plans.add_models([bad])
+        plans.library.add_models([bad])
     why = failed.args[0]
     assert why.startswith("Could not read damaged.gguf: ") and why.endswith("; using tiny-llama.gguf instead")
     assert "Traceback" not in why

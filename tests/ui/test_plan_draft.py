@@ -18,9 +18,9 @@ from tests.ui.test_plan_controller import plans, start  # noqa: F401 - the contr
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.draft import request_from_text, stored_acceptance
 from vrampilot.server import free_port
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.plan_controller import PlanController
+from vrampilot.ui.plan.controller import PlanController
 from vrampilot.ui.wrap import unwrapped
 
 

@@ -16,12 +16,13 @@ from testkit.dual_backend import nvidia_machine
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.ui.context import AppContext, build_context
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.library.controller import LibraryController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import PlanView
 from vrampilot.ui.prefs import Prefs
-from vrampilot.ui.speed_controller import SpeedController
 
 
 @pytest.fixture
@@ -36,10 +37,11 @@ def nvidia_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 def _controller(qtbot: QtBot, ctx: AppContext) -> PlanController:
-    views = PlanView(), LibraryView(), HardwareView()
+    plan_view, library_view, hardware_view = views = PlanView(), LibraryView(), HardwareView()
     for v in views:
         qtbot.addWidget(v)
-    return PlanController(ctx, SpeedController(ctx), *views, confirm=lambda _t, _x: True)
+    library = LibraryController(ctx, library_view)
+    return PlanController(ctx, SpeedController(ctx), plan_view, library, hardware_view, confirm=lambda _t, _x: True)
 
 
 def test_the_card_shows_once_and_the_panel_picks_its_backend(qtbot: QtBot, nvidia_context: AppContext) -> None:

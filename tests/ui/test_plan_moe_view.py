@@ -18,7 +18,7 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan, replan_with
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.ui.plan_view import PlanView
+from vrampilot.ui.plan.view import PlanView
 from vrampilot.units import GIB
 
 

@@ -10,7 +10,7 @@ from pytestqt.qtbot import QtBot
 from vrampilot.planner.knobs import KNOBS
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.settings import Settings
-from vrampilot.ui.pin_controls import PinControls
+from vrampilot.ui.plan.pin_controls import PinControls
 
 
 def test_each_knob_with_a_row_has_its_control_and_label(qtbot: QtBot) -> None:

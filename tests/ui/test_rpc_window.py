@@ -14,7 +14,7 @@ from tests import waits
 from tests.server.test_rpc import start_rpc_host
 from tests.ui.conftest import OpenWindow, screenshot, seed_prefs
 from vrampilot.server import free_port
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.slow

@@ -20,12 +20,13 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.process import is_alive
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryView
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.server_controller import ServerController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.library.controller import LibraryController
+from vrampilot.ui.library.view import LibraryView
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.view import PlanView
+from vrampilot.ui.server.controller import ServerController
+from vrampilot.ui.server.view import ServerPanel
 from vrampilot.ui.services import Services, build_services
 
 
@@ -45,7 +46,8 @@ def server(qtbot: QtBot, app_context: AppContext, services: Services) -> Iterato
     for v in views:
         qtbot.addWidget(v)
     panel, plan_view, library_view, hardware_view = views
-    plans = PlanController(ctx, services.speed, plan_view, library_view, hardware_view, confirm=lambda _t, _x: True)
+    library = LibraryController(ctx, library_view)
+    plans = PlanController(ctx, services.speed, plan_view, library, hardware_view, confirm=lambda _t, _x: True)
     controller = ServerController(ctx, panel, plans, services.sampler, confirm=lambda _t, _x: True)
     yield controller
     controller.shutdown()

@@ -17,7 +17,7 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from vrampilot.server import free_port
 from vrampilot.server.process import is_alive, lan_address
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.units import format_count
 

@@ -20,7 +20,7 @@ from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceRead
 from vrampilot.speed.service import detect_measured_machine
 from vrampilot.speed.store import load_machine_speed, update_machine_speed
 from vrampilot.ui.context import build_context
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.plan.speed_controller import SpeedController
 
 
 def measured_machine() -> Machine:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from vrampilot.speed.measured import HostProbe, MachineSpeed
-from vrampilot.ui.speed_controller import _measuring_why
+from vrampilot.ui.plan.speed_controller import _measuring_why
 
 
 def test_each_reason_to_measure_is_said_with_the_last_probe_s_duration(host_probe: HostProbe) -> None:

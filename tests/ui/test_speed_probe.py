@@ -16,9 +16,9 @@ from tests import waits
 from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.paths import data_dir
 from vrampilot.speed.store import FILE_NAME, load_machine_speed
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.plan.speed_controller import SpeedController
 
 pytestmark = pytest.mark.slow
 

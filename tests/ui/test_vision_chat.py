@@ -21,7 +21,7 @@ from tests import waits
 from tests.images import png_bytes
 from tests.ui.conftest import FAST_PINS, OpenWindow, open_chat, screenshot
 from vrampilot.engine import SamplingParams
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ from pytestqt.qtbot import QtBot
 from tests.ui.conftest import screenshot
 from vrampilot.engine import SamplingParams
 from vrampilot.planner.memory import Components
-from vrampilot.ui.chat_view import ChatView, InputEdit, SamplingPanel
-from vrampilot.ui.markdown_view import MarkdownView
-from vrampilot.ui.pin_controls import PinControls, context_steps
+from vrampilot.ui.chat.markdown_view import MarkdownView
+from vrampilot.ui.chat.view import ChatView, InputEdit, SamplingPanel
+from vrampilot.ui.plan.pin_controls import PinControls, context_steps
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.units import MIB
 
@@ -162,8 +162,8 @@ def test_a_search_result_says_where_it_matched_with_its_date_and_the_match_marke
     import time
 
     from vrampilot.storage import ChatSummary
-    from vrampilot.ui.chat_list import ChatList
-    from vrampilot.ui.search_results import HTML_ROLE
+    from vrampilot.ui.chat.chat_list import ChatList
+    from vrampilot.ui.chat.search_results import HTML_ROLE
 
     chats = ChatList()
     qtbot.addWidget(chats)

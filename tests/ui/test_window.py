@@ -191,7 +191,7 @@ def test_drop_a_gguf_file_adds_it_to_the_library(open_window: OpenWindow, qtbot:
     w: MainWindow = open_window()
     copy = tmp_path / "my-model.gguf"
     shutil.copy(embedded_model_path(), copy)  # type: ignore[arg-type]  # the embedded model is installed here
-    w.plans.add_models([copy, tmp_path / "notes.txt"])
+    w.library.add_models([copy, tmp_path / "notes.txt"])
     qtbot.waitUntil(lambda: w.library_view.entry(copy) is not None, timeout=10000)
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == copy, timeout=10000)
     assert w.ctx.library.files() == [copy]
@@ -210,7 +210,7 @@ def test_one_attach_button_sends_images_to_the_message_and_documents_to_the_chat
     notes.write_text("# Notes\n\nThe launch is on Tuesday.\n", encoding="utf-8")
     button = w.chat_view.attach_button
     assert button.text() == "Attach…" and "documents" in button.toolTip() and "images" in button.toolTip()
-    w.attach([picture, notes])  # what the Attach dialog and a drop on the window hand over
+    w.chats.attach_files([picture, notes])  # what the Attach dialog and a drop on the window hand over
     # The built-in model has no vision projector to turn on: the image is refused now, with advice
     # that can be followed (issue 58, low), not accepted and then refused at Send.
     assert w.chat_view.attachments.paths() == []

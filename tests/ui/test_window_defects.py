@@ -19,9 +19,9 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, activate, open_chat, screenshot, seed_prefs
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.ui.chat_controller import ChatState
+from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.plan_controller import TARGET_MACHINE, LoadState
+from vrampilot.ui.plan.controller import TARGET_MACHINE, LoadState
 from vrampilot.ui.prefs import Prefs
 from vrampilot.ui.wrap import unwrapped
 
@@ -68,7 +68,7 @@ def test_11_opening_a_broken_file_keeps_the_model_and_its_row(
     w: MainWindow = open_window()
     before = w.plans.plan
     broken = broken_model(tmp_path)
-    w.plans.add_models([broken])
+    w.library.add_models([broken])
     qtbot.waitUntil(lambda: "Could not read broken.gguf" in w.status.text(), timeout=10000)
     assert w.plans.model_path == embedded_model_path() and w.plans.plan is before
     qtbot.waitUntil(lambda: w.library_view.entry(broken) is not None, timeout=10000)
@@ -265,7 +265,7 @@ def test_low_items_copy_feedback_empty_search_and_folder_feedback(
     folder = tmp_path / "models"
     folder.mkdir()
     shutil.copy(embedded_model_path(), folder / "a.gguf")  # type: ignore[arg-type]  # the embedded model is installed here
-    assert w.plans.add_folder(folder) == 1
+    assert w.library.add_folder(folder) == 1
     assert "1 GGUF model found" in w.status.text()
     # A new chat clears the previous chat's status line.
     w.chats.new_chat()

@@ -23,7 +23,7 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, activate, screenshot, settle
 from tests.ui.test_window_defects import broken_model
 from vrampilot.paths import embedded_model_path
-from vrampilot.ui.library_view import UNREADABLE
+from vrampilot.ui.library.view import UNREADABLE
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.wrap import unwrapped
 
@@ -67,7 +67,7 @@ def test_1_the_plan_panel_fits_its_column(
     w = sized(open_window, qtbot, size)
     # A file name of one long word (underscores do not break a line) was what widened panels most.
     long_name = write_model(tmp_path / "qwen2_5_coder_7b_instruct_abliterated_imatrix_q4_k_m.gguf", "llama")
-    w.plans.add_models([long_name])
+    w.library.add_models([long_name])
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == long_name, timeout=30000)
     qtbot.waitUntil(lambda: w.library_view.entry(long_name) is not None, timeout=30000)
     w.plan_view.cache_toggle.setChecked(True)  # the widest section, opened
@@ -103,7 +103,7 @@ def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
     noise = tmp_path / "noise.gguf"
     noise.write_bytes(bytes.fromhex("dd67919f") + os.urandom(4000))
     good = write_model(tmp_path / "good.gguf", "llama")
-    w.plans.add_models([broken, noise, good])
+    w.library.add_models([broken, noise, good])
     qtbot.waitUntil(lambda: all(w.library_view.entry(p) is not None for p in (broken, noise, good)), timeout=30000)
     qtbot.waitUntil(lambda: not w.plans.planning(), timeout=30000)
     lib = w.library_view
@@ -162,7 +162,7 @@ def test_low_a_fixed_file_or_a_good_one_clears_the_old_failure(
     embedded = embedded_model_path()
     assert embedded is not None
     broken = broken_model(tmp_path)
-    w.plans.add_models([broken])
+    w.library.add_models([broken])
     qtbot.waitUntil(lambda: w.chat_view.banner_visible(), timeout=10000)
     assert "Could not read broken.gguf" in w.chat_view.banner_text.text()
     qtbot.waitUntil(lambda: (e := w.library_view.entry(broken)) is not None and e.badge == UNREADABLE, timeout=30000)
@@ -177,9 +177,9 @@ def test_low_a_fixed_file_or_a_good_one_clears_the_old_failure(
     # Another bad file, then a good one opened: the banner about the bad one goes.
     other = tmp_path / "half.gguf"
     other.write_bytes(embedded.read_bytes()[:5000])
-    w.plans.add_models([other])
+    w.library.add_models([other])
     qtbot.waitUntil(lambda: w.chat_view.banner_visible(), timeout=10000)
-    w.plans.add_models([embedded])
+    w.library.add_models([embedded])
     qtbot.waitUntil(lambda: w.plans.plan is not None and w.plans.plan.spec.path == embedded, timeout=30000)
     assert not w.chat_view.banner_visible()
 

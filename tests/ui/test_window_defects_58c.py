@@ -23,8 +23,8 @@ from tests.ui.conftest import OpenWindow, screenshot, settle
 from tests.ui.test_window_defects_58 import SIZES, sized
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
+from vrampilot.ui.chat.markdown_view import MarkdownView
 from vrampilot.ui.main_window import MainWindow
-from vrampilot.ui.markdown_view import MarkdownView
 from vrampilot.ui.theme import ThemeChoice, apply_theme, code_colors, code_shade, is_dark
 from vrampilot.units import format_count
 
@@ -193,7 +193,7 @@ def choose_profile(w: MainWindow, qtbot: QtBot) -> str:
 
 def send(w: MainWindow, qtbot: QtBot, text: str) -> None:
     from tests import waits
-    from vrampilot.ui.chat_controller import ChatState
+    from vrampilot.ui.chat.controller import ChatState
 
     n = len(w.chat_view.messages())
     w.chat_view.input.setPlainText(text)
@@ -236,8 +236,8 @@ def test_a_profile_shown_over_a_loaded_model_says_what_the_chat_uses_and_switche
 
 
 def test_a_reply_line_shows_no_rate_it_did_not_measure(qtbot: QtBot) -> None:
-    from vrampilot.ui.chat_controller import summary_line
-    from vrampilot.ui.chat_view import ChatView
+    from vrampilot.ui.chat.controller import summary_line
+    from vrampilot.ui.chat.view import ChatView
 
     view = ChatView()
     qtbot.addWidget(view)
@@ -285,7 +285,7 @@ def test_a_slow_measurement_is_kept_at_a_start_that_is_not_quiet(
     from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
     from vrampilot.speed.service import detect_measured_machine
     from vrampilot.speed.store import load_machine_speed, update_machine_speed
-    from vrampilot.ui.speed_controller import SpeedController
+    from vrampilot.ui.plan.speed_controller import SpeedController
 
     fp = detect_measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the home fixture saved a record
 

@@ -1,7 +1,7 @@
 """Measuring this machine and reading what was measured: the one sequence every front end runs.
 
 Detection (vrampilot.hardware) reads nothing that was measured: `with_measured_speed` adds this
-machine's record to the detected machine, and `detect_measured_machine` does both. The window (ui/speed_controller.py, on its workers),
+machine's record to the detected machine, and `detect_measured_machine` does both. The window (ui/plan/speed_controller.py, on its workers),
 `vrampilot doctor --measure`, `vrampilot plan` and bench/speed.py measure through here: the probe,
 then its save (which keeps a quieter earlier measurement over one taken while the machine was busy,
 speed/store.py `kept_quieter`), the offload devices, and kernels for weight types a model adds.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMainWindow, QScrollArea, QSplitter, QStackedWidget, QTabWidget
 
-from vrampilot.ui.chat_list import ChatList
+from vrampilot.ui.chat.chat_list import ChatList
 
 # The narrowest window the layout is made for (docs/user-guide.md): the chat list steps aside, and
 # only below about 800 pixels does the Plan panel's column get narrower than its content.

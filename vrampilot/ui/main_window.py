@@ -1,12 +1,11 @@
 """The main window: chats on the left, the conversation in the middle, machine, models and plan on
-the right. It lays out the views, owns dialogs and drag-drop, and wires the controllers, which hold
-the state (the plan, chat, documents, server and hub controllers); its menus are the table in
-menus.window_menus."""
+the right. It lays out the views, owns dialogs and drag-drop, and wires the controllers of different
+features to each other (each feature's controller wires its own views); the controllers hold the
+state. Its menus are the table in menus.window_menus."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -31,31 +30,30 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.documents import is_supported
-from vrampilot.engine import GenerationStats, LoadResult
 from vrampilot.log import describe_error
-from vrampilot.planner.plan import Plan
 from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 from vrampilot.ui import dialogs
 from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.agents.mcp_panel import McpPanel
 from vrampilot.ui.agents.tools_budget import ToolsBudget
-from vrampilot.ui.chat_controller import ChatController, ChatState
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.controller import ChatController, ChatState
+from vrampilot.ui.chat.documents_controller import DocumentsController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.columns import Columns
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.documents_controller import DocumentsController
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.hub_view import HubView
-from vrampilot.ui.library_view import LibraryView
+from vrampilot.ui.hub.view import HubView
+from vrampilot.ui.library.controller import LibraryController
+from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.log_window import LogWindow
 from vrampilot.ui.menus import window_menus
-from vrampilot.ui.meters_panel import MetersPanel, MetersStatusWidget
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import PlanView
-from vrampilot.ui.server_controller import ServerController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.meters.panel import MetersPanel, MetersStatusWidget
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.view import PlanView
+from vrampilot.ui.server.controller import ServerController
+from vrampilot.ui.server.view import ServerPanel
 from vrampilot.ui.services import Services
 from vrampilot.ui.status_line import StatusLine
 from vrampilot.ui.theme import ThemeChoice, apply_theme
@@ -77,8 +75,9 @@ class MainWindow(QMainWindow):
         self._build()
         # Through a lambda, so that replacing `confirm` (tests) reaches the controllers too.
         ask = lambda title, text: self.confirm(title, text)  # noqa: E731
+        self.library = LibraryController(ctx, self.library_view, parent=self)
         self.plans = PlanController(
-            ctx, services.speed, self.plan_view, self.library_view, self.hardware, confirm=ask, parent=self
+            ctx, services.speed, self.plan_view, self.library, self.hardware, confirm=ask, parent=self
         )
         self.documents = DocumentsController(ctx, parent=self)
         self.chats = ChatController(
@@ -164,11 +163,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.meters_status)
 
     def _wire(self) -> None:
-        plans, chats, docs = self.plans, self.chats, self.documents
+        """What one feature tells another (the chat, plan, library and documents wire their own views)."""
+        plans, chats, hub = self.plans, self.chats, self.services.hub
         sources = (
-            plans.status,
+            plans.status,  # the library's too
             chats.status,
-            docs.status,
+            self.documents.status,
             self.hub.status_changed,
             self.server.status,
             self.agents.status,
@@ -176,79 +176,40 @@ class MainWindow(QMainWindow):
         for source in sources:
             source.connect(self.set_status)
         self.ctx.tasks.unhandled_error.connect(lambda exc: self.set_status(describe_error(exc)))
-        plans.plan_shown.connect(self._plan_shown)
-        self.chat_view.use_tools.toggled.connect(self.tools_budget.set_on)
-        self.tools_budget.set_on(self.chat_view.use_tools.isChecked())
-        plans.model_failed.connect(self.chat_view.show_model_failure)
-        plans.model_read.connect(lambda _path: self.chat_view.model_read())
-        plans.loaded.connect(self._loaded)
-        plans.load_state_changed.connect(lambda _s: self.chats.update_hint())
+        plans.plan_shown.connect(lambda p: hub.set_target(p.target))
+        self.chat_view.tools_toggled.connect(self.tools_budget.set_on)
+        self.tools_budget.set_on(self.chat_view.tool_settings().on)
+        plans.loaded.connect(lambda result: self.meters_panel.set_plan(result.plan))
         plans.unloaded.connect(lambda: self.meters_panel.set_plan(None))
         self.server.backend_changed.connect(chats.set_served)
         chats.kv_usage.connect(self.meters_panel.set_kv_usage)
         chats.kv_usage.connect(self.meters_status.set_kv_usage)
-        chats.reply_measured.connect(self._reply_measured)
+        chats.reply_measured.connect(self.meters_panel.record_reply)
         chats.state_changed.connect(self._chat_state)
         self.meters_status.clicked.connect(lambda: self.right_tabs.setCurrentWidget(self.meters_panel))
         self.meters_panel.replan_requested.connect(plans.replan_and_load)
-        docs.replan_requested.connect(lambda n_ctx: plans.replan_and_load(replace(plans.pins, n_ctx=n_ctx)))
-        chat_layout = self.chat_view.layout()
-        assert isinstance(chat_layout, QVBoxLayout)
-        chat_layout.insertWidget(chat_layout.indexOf(self.chat_view.banner), docs.panel)
         self.chat_view.attach_requested.connect(self.attach_files)
-        self.chat_view.files_attached.connect(self.attach)
-        self.services.hub.model_downloaded.connect(self._hub_downloaded)
-        self.services.hub.projector_downloaded.connect(
+        hub.model_downloaded.connect(self._hub_downloaded)
+        hub.projector_downloaded.connect(
             lambda path: self.set_status(f"Downloaded and verified the vision projector {Path(path).name}")
         )
         self.chat_list.rename_requested.connect(self.rename_chat)
-        self.chat_list.delete_requested.connect(self.chats.delete)
         self.chat_list.export_requested.connect(self.export_chat)
         self.library_view.open_files_requested.connect(self.open_files)
         self.library_view.add_folder_requested.connect(self.add_folder)
-        self.library_view.remove_requested.connect(plans.remove_model)
         self.plan_view.export_requested.connect(self.export_command)
 
     def _restore(self) -> None:
-        prefs = self.ctx.prefs
-        geometry = prefs.geometry()
+        geometry, splitter = self.ctx.prefs.geometry(), self.ctx.prefs.splitter()
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
             self.resize(1400, 900)
-        splitter = prefs.splitter()
         if splitter is not None:
             self.splitter.restoreState(splitter)
-        self.chat_view.sampling.set_params(prefs.sampling())
-        self.chat_view.set_enter_sends(prefs.enter_sends())
-        self.chat_view.set_system_prompt(prefs.default_system_prompt())
-        self.chats.refresh_list()
-        last = prefs.last_chat()
-        if last is not None and last in self.chat_list.ids():
-            self.chats.open_chat(last)
-        else:
-            self.chats.new_chat()
+        self.chats.restore()
 
     # -- what the controllers report -----------------------------------------------------------
-    def _plan_shown(self, p: Plan) -> None:
-        self.services.hub.set_target(p.target)
-        self.documents.reply_tokens = self.chat_view.sampling.params().max_tokens
-        self.documents.set_plan(p)
-        self.chats.check_model()
-        self.chats.update_hint()
-
-    def _loaded(self, result: LoadResult) -> None:
-        self.meters_panel.set_plan(result.plan)
-        self.documents.restore_state()
-        if result.changes:
-            msg = "llama.cpp could not allocate the plan; backed off: " + "; ".join(result.changes)
-            self.chat_view.show_banner(msg, [("banner_ok", "OK", self.chat_view.hide_banner)])
-
-    def _reply_measured(self, stats: GenerationStats) -> None:
-        # The meters compare this measured speed with the plan's prediction (spill detection);
-        # the context matters, since a long chat is slower without anything having spilled.
-        self.meters_panel.record_decode(stats.decode_tps, context_tokens=stats.context_used, duration_s=stats.decode_s)
-
     def _chat_state(self, state: ChatState) -> None:
         # What cannot be done while a reply streams or a question waits for the model.
         for name in (
@@ -262,7 +223,7 @@ class MainWindow(QMainWindow):
             self.actions_by_name[name].setEnabled(state is ChatState.IDLE)
 
     def _hub_downloaded(self, path: str) -> None:
-        self.plans.add_models([Path(path)])
+        self.library.add_models([Path(path)])
         self.center_tabs.setCurrentWidget(self.chat_view)
         self.set_status(f"Downloaded and verified {Path(path).name}")
 
@@ -272,25 +233,15 @@ class MainWindow(QMainWindow):
         return dialogs.confirm(self, title, text)
 
     def open_files(self) -> None:
-        self.plans.add_models(dialogs.gguf_files(self))
+        self.library.add_models(dialogs.gguf_files(self))
 
     def add_folder(self) -> None:
         if (folder := dialogs.model_folder(self)) is not None:
-            self.plans.add_folder(folder)
+            self.library.add_folder(folder)
 
     def attach_files(self) -> None:
         """The chat's one Attach button (and the File menu): documents and images together."""
-        self.attach(dialogs.attachments(self))
-
-    def attach(self, paths: Sequence[Path]) -> None:
-        """Images wait to be sent with the next message; anything else is attached to the chat as
-        a document (which says so when it cannot read it)."""
-        images = [p for p in paths if p.suffix.lower() in IMAGE_FILE_SUFFIXES]
-        if images:
-            self.chats.attach(images)
-        docs = [p for p in paths if p not in images]
-        if docs:
-            self.documents.attach_files(docs)
+        self.chats.attach_files(dialogs.attachments(self))
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         urls = event.mimeData().urls()
@@ -307,8 +258,8 @@ class MainWindow(QMainWindow):
         """GGUF files join the model library; images wait to be sent with the next message; anything
         else is attached to the chat as a document."""
         paths = [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
-        self.plans.add_models([p for p in paths if p.suffix.lower() == ".gguf"])
-        self.attach([p for p in paths if p.suffix.lower() != ".gguf"])
+        self.library.add_models([p for p in paths if p.suffix.lower() == ".gguf"])
+        self.chats.attach_files([p for p in paths if p.suffix.lower() != ".gguf"])
         event.acceptProposedAction()
 
     def with_chat(self, fn: Callable[[int], object]) -> None:

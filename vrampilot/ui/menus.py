@@ -16,12 +16,12 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMenu, QMenuBar, QTabWidget, QWidget
 
 from vrampilot.ui import dialogs
-from vrampilot.ui.chat_controller import ChatController
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.controller import ChatController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.columns import Columns
-from vrampilot.ui.plan_controller import PlanController
-from vrampilot.ui.plan_view import SHELL_NAMES
+from vrampilot.ui.plan.controller import PlanController
+from vrampilot.ui.plan.view import SHELL_NAMES
 from vrampilot.ui.theme import THEME_CHOICES, ThemeChoice
 
 

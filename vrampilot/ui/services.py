@@ -14,9 +14,9 @@ from PySide6.QtCore import QObject
 
 from vrampilot.meters import Sampler
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hub_controller import HubController
-from vrampilot.ui.meters_feed import MetersFeed
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.hub.controller import HubController
+from vrampilot.ui.meters.feed import MetersFeed
+from vrampilot.ui.plan.speed_controller import SpeedController
 
 
 class Services(QObject):

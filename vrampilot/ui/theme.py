@@ -161,5 +161,5 @@ _CODE_DARK = {
 
 
 def code_colors(palette: QPalette) -> dict[str, QColor]:
-    """A code token kind's colour (vrampilot/ui/code_tokens.py) for this palette's darkness."""
+    """A code token kind's colour (vrampilot/ui/chat/code_tokens.py) for this palette's darkness."""
     return {k: QColor(v) for k, v in (_CODE_DARK if is_dark(palette) else _CODE_LIGHT).items()}

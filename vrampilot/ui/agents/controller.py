@@ -4,10 +4,11 @@ McpManager, and the approvals the user chose to remember.
 The manager reports on its own thread, and so does an "Always allow" answered during a reply: those
 only mark the list changed, and a timer on the GUI thread emits `servers_changed` (no Python-side
 emit from another thread: PySide6 6.12.0 drops a reference to `True` on each one, and a server
-retried with backoff for a whole session made the interpreter crash, as meters_feed.py says). A change of which tools are allowed is saved and takes
-effect at once (the catalog is built from the config each reply); any other change (a server added,
-removed, turned on or off, or its command, URL, env or headers edited) starts the servers again
-with the saved config, the old ones closed off the GUI thread.
+retried with backoff for a whole session made the interpreter crash, as vrampilot/ui/meters/feed.py
+says). A change of which tools are allowed is saved and takes effect at once (the catalog is built
+from the config each reply); any other change (a server added, removed, turned on or off, or its
+command, URL, env or headers edited) starts the servers again with the saved config, the old ones
+closed off the GUI thread.
 """
 
 from __future__ import annotations

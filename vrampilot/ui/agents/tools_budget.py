@@ -24,7 +24,7 @@ from vrampilot.engine import ToolsCounter
 from vrampilot.log import describe_error
 from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.plan_controller import PlanController
+from vrampilot.ui.plan.controller import PlanController
 
 
 class ToolsBudget(QObject):

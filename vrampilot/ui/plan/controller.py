@@ -1,11 +1,12 @@
-"""The model, the machine and the plan, and loading it: state and work behind the right-hand panel.
+"""The machine and the plan, and loading it: state and work behind the Plan panel.
 
-It owns what the plan depends on (machine, target, model, pins) and the plan itself, asks the
-core for each on a worker (latest request wins), and loads the plan on the engine thread. Who
-needs the model loaded (a reply, a one-click re-plan) says so with `load(then=...)` or
-`when_planned(...)`: the callback runs when that happens, or its failure callback with the reason,
-instead of anyone polling. Every failure leaves the panel usable: an unreadable model falls back
-to the one before it, or to the built-in model, with a line saying why.
+It owns what the plan depends on (machine, target, pins; the model is the library's choice,
+vrampilot.ui.library.controller) and the plan itself, asks the core for each on a worker (latest
+request wins), and loads the plan on the engine thread. Who needs the model loaded (a reply, a
+one-click re-plan) says so with `load(then=...)` or `when_planned(...)`: the callback runs when
+that happens, or its failure callback with the reason, instead of anyone polling. Every failure
+leaves the panel usable: an unreadable model falls back to the one before it, or to the built-in
+model, with a line saying why.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
-from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
+from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
 from vrampilot.hardware import Machine, load_profiles
 from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group_cards
@@ -34,12 +35,11 @@ from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import detect_measured_machine
-from vrampilot.storage import scan_folder
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.hardware_view import HardwareView
-from vrampilot.ui.library_view import LibraryEntry, LibraryView, describe_entry
-from vrampilot.ui.plan_view import SHELL_NAMES, PlanView
-from vrampilot.ui.speed_controller import SpeedController
+from vrampilot.ui.library.controller import LibraryController, unreadable
+from vrampilot.ui.plan.hardware_view import HardwareView
+from vrampilot.ui.plan.speed_controller import SpeedController
+from vrampilot.ui.plan.view import SHELL_NAMES, PlanView
 from vrampilot.units import format_tokens
 
 TARGET_MACHINE = "machine"
@@ -58,12 +58,6 @@ class LoadState(enum.Enum):
     LOADED = "loaded"
 
 
-def _unreadable(exc: BaseException) -> str:
-    """Why a model file cannot be read, after its name: a GGUF problem without the path again (the
-    path before it pushed the reason past the status bar's end)."""
-    return exc.problem if isinstance(exc, GGUFError) else describe_error(exc)
-
-
 class PlanController(QObject):
     plan_shown = Signal(object)  # Plan
     model_failed = Signal(str)  # why the chosen model could not be read
@@ -72,7 +66,7 @@ class PlanController(QObject):
     unloaded = Signal()
     load_state_changed = Signal(object)  # LoadState
     status = Signal(str)
-    # The shown plan uses RPC hosts or drafts with MTP: it runs in llama-server (vrampilot.ui.server_controller),
+    # The shown plan uses RPC hosts or drafts with MTP: it runs in llama-server (vrampilot.ui.server.controller),
     # which answers with served() or serve_failed().
     serve_requested = Signal()
 
@@ -81,7 +75,7 @@ class PlanController(QObject):
         ctx: AppContext,
         speed: SpeedController,
         plan_view: PlanView,
-        library_view: LibraryView,
+        library: LibraryController,
         hardware_view: HardwareView,
         *,
         confirm: ConfirmFn,
@@ -90,13 +84,12 @@ class PlanController(QObject):
         super().__init__(parent)
         self.ctx = ctx
         self.view = plan_view
-        self.library_view = library_view
+        self.library = library
         self.hardware_view = hardware_view
         self.confirm = confirm
         self.machine: Machine | None = None
         self.target_key = TARGET_MACHINE
         self.target: Target | None = None
-        self.model_path: Path | None = None
         self.spec: ModelSpec | None = None
         self.pins = Pins()
         self.plan: Plan | None = None
@@ -136,18 +129,31 @@ class PlanController(QObject):
         plan_view.gpu_backend_changed.connect(self.set_gpu_backend)
         plan_view.draft_changed.connect(self.set_draft)
         plan_view.cache_count_requested.connect(self._count_cache)
-        plan_view.rpc_hosts.setText(self.rpc_text)
+        plan_view.set_rpc_hosts(self.rpc_text)
         plan_view.load_requested.connect(lambda: self.load())
         plan_view.cancel_load_requested.connect(self.cancel_load)
         plan_view.unload_requested.connect(self.unload)
-        library_view.model_selected.connect(self.select_model)
-        library_view.unreadable_selected.connect(self._unreadable_selected)
+        library.chosen.connect(self.select_model)
+        library.status.connect(self.status)
         engine = ctx.engine
         engine.load_progress.connect(lambda v: self.view.show_loading(v))
         engine.loaded.connect(self._loaded)
         engine.load_failed.connect(self._load_failed)
         engine.unloaded.connect(self._unloaded)
         self._show_load_state()
+
+    @property
+    def model_path(self) -> Path | None:
+        """The model planned (the library's choice; set before its file is read)."""
+        return self.library.current
+
+    @model_path.setter
+    def model_path(self, path: Path | None) -> None:
+        self.library.current = path
+
+    def _retarget(self) -> None:
+        """The target for the key chosen, also the one the library's rows are rated against."""
+        self.target = self.library.target = self._make_target(self.target_key)
 
     # -- machine and targets -------------------------------------------------------------------
     def start(self, initial_model: Path | None) -> None:
@@ -180,7 +186,7 @@ class PlanController(QObject):
         self.view.set_gpu_backends(
             [(flag, name) for flag, name in GPU_BACKEND_CHOICES.items() if name in choices], self.gpu_backend
         )
-        self.target = self._make_target(self.target_key)
+        self._retarget()
         if self.rpc_text:
             self.set_rpc_hosts(self.rpc_text)
         restored = self.model_path is None
@@ -188,7 +194,7 @@ class PlanController(QObject):
         if path is None:
             last = self.ctx.prefs.last_model()
             path = last if last is not None and last.is_file() else embedded_model_path()
-        self.refresh_library()
+        self.library.refresh()
         self.speed.machine_ready(machine, path)
         if path is not None:
             self.select_model(path, fallback=restored)
@@ -201,7 +207,7 @@ class PlanController(QObject):
         if self.machine is None:
             return
         self.machine = replace(self.machine, speed=speed)  # type: ignore[arg-type]  # the probe's Signal(object) carries a MachineSpeed
-        self.target = self._make_target(self.target_key)
+        self._retarget()
         self.replan()
 
     def _target_request(self, key: str) -> TargetRequest:
@@ -264,13 +270,14 @@ class PlanController(QObject):
         if self.machine is None:
             return
         self.target_key = key
-        self.target = self._make_target(key)
+        self._retarget()
         self.view.set_targets_current(key)
         self.replan()
 
     def shutdown(self) -> None:
-        """With the window: nothing more reaches it, and measuring stops (speed_controller)."""
+        """With the window: nothing more reaches it, and measuring stops (speed_controller.py)."""
         self.blockSignals(True)
+        self.library.blockSignals(True)
         self.speed.shutdown()
 
     def set_chat_busy(self, busy: bool) -> None:
@@ -287,78 +294,6 @@ class PlanController(QObject):
             return "Planning…"
         return None
 
-    # -- the model library ---------------------------------------------------------------------
-    def refresh_library(self) -> None:
-        target = self.target
-        if target is None:
-            return
-        embedded = embedded_model_path()
-        paths, folders = self.ctx.library.files(), self.ctx.library.folders()
-
-        def work(_task: object) -> list[LibraryEntry]:
-            seen: set[Path] = set()
-            candidates: list[tuple[Path, bool]] = []
-            if embedded is not None and embedded.is_file():
-                candidates.append((embedded, True))
-            candidates += [(p, False) for p in paths if p.is_file()]
-            for folder in folders:
-                candidates += [(p, False) for p in scan_folder(folder)]
-            entries = []
-            for p, is_embedded in candidates:
-                if p not in seen:
-                    seen.add(p)
-                    entries.append(describe_entry(p, target, embedded=is_embedded))
-            return entries
-
-        self.ctx.tasks.submit(
-            work,
-            # The pins are read here, on the GUI thread that writes them.
-            done=lambda entries: self.library_view.set_entries(
-                entries, self.model_path, {e.path: self.ctx.prefs.pins_for(e.path) for e in entries}
-            ),
-            failed=self._failed("listing the models"),
-            key="library",
-            owner=self,
-        )
-
-    def add_models(self, paths: list[Path]) -> None:
-        paths = [p for p in paths if p.suffix.lower() == ".gguf"]
-        if not paths:
-            return
-        for p in paths:
-            self.ctx.library.add_file(p)
-        self.select_model(paths[0])
-        self.refresh_library()
-
-    def add_folder(self, folder: Path) -> int:
-        """Adds the folder; returns how many GGUF models it holds (the user hears at once)."""
-        self.ctx.library.add_folder(folder)
-        found = len(scan_folder(folder))
-        self.status.emit(f"Added {folder}: {found} GGUF model{'s' if found != 1 else ''} found")
-        self.refresh_library()
-        return found
-
-    def remove_model(self, path: Path) -> None:
-        self.ctx.library.remove_file(path)
-        self.refresh_library()
-
-    def _unreadable_selected(self, entry: LibraryEntry) -> None:
-        """A row listed as unreadable was selected: the selection stays there (Remove, Delete and the
-        context menu act on it) and the shown plan stays; the file is read again in case it was
-        fixed or replaced since it was listed, and planned only if it now reads."""
-        path = entry.path
-
-        def failed(exc: BaseException) -> None:
-            self.status.emit(f"Could not read {path.name}: {_unreadable(exc)} (Remove takes it off the list)")
-
-        self.ctx.tasks.submit(
-            lambda _t: load_model_spec(path),
-            done=lambda _spec: self.select_model(path),
-            failed=failed,
-            key="spec-check",
-            owner=self,
-        )
-
     # -- model and plan ------------------------------------------------------------------------
     def select_model(self, path: Path, *, fallback: bool = False, instead: bool = False) -> None:
         """Plan `path`. An unreadable file never becomes the model: the previous one stays (or, at
@@ -373,18 +308,15 @@ class PlanController(QObject):
             self.spec = spec
             self.pins = replace(self.ctx.prefs.pins_for(path), tools_tokens=self.tools_tokens)
             self.ctx.prefs.set_last_model(path)
-            self.library_view.select(path)
+            self.library.select(path)
             self.replan()
             self._find_projector(spec)
             self.speed.model_selected(spec)
             if not instead:
                 self.model_read.emit(path)
-            listed = self.library_view.entry(path)
-            if listed is not None and listed.spec is None:  # listed while it was unreadable: fixed since
-                self.refresh_library()
 
         def failed(exc: BaseException) -> None:
-            why = f"Could not read {path.name}: {_unreadable(exc)}"
+            why = f"Could not read {path.name}: {unreadable(exc)}"
             embedded = embedded_model_path()
             back = previous if previous is not None and previous != path else None
             if back is None and embedded is not None and embedded != path:
@@ -403,7 +335,7 @@ class PlanController(QObject):
                 self._show_load_state()
                 self._fail_plan_waiters(why)
                 return
-            self.library_view.select(back)
+            self.library.select(back)
             if back == previous and self.spec is not None and self.plan is not None:
                 self.view.set_plan(self.plan)  # the previous model's plan, shown again
                 self._show_load_state()
@@ -416,24 +348,24 @@ class PlanController(QObject):
     def _find_projector(self, spec: ModelSpec) -> None:
         """The vision projector beside the model that fits it, for the Plan panel's control (read
         off the GUI thread: it opens each mmproj*.gguf's header)."""
-        self.view.projector.set_found(None, spec.path.name)
+        self.view.show_projector_found(None, spec.path.name)
 
         def done(found: Path | None) -> None:
             if self.spec is spec:
-                self.view.projector.set_found(found, spec.path.name)
+                self.view.show_projector_found(found, spec.path.name)
 
         self.ctx.tasks.submit(lambda _t: matching_projector(spec), done=done, key="mmproj-find", owner=self)
 
     def projector_available(self) -> bool:
         """Whether the model has a vision projector the user can turn on (found beside it, or pinned)."""
-        return self.view.projector.path() is not None
+        return self.view.projector_path() is not None
 
     def set_pins(self, pins: Pins) -> None:
         self.pins = pins
-        self.view.projector.show_pins(pins)
+        self.view.show_projector_pins(pins)
         if self.model_path is not None:
             self.ctx.prefs.set_pins_for(self.model_path, pins)
-            self.library_view.set_pins(self.model_path, pins)
+            self.library.show_pins(self.model_path, pins)
         self.replan()
 
     def set_tools_tokens(self, tokens: int | None) -> None:
@@ -655,7 +587,7 @@ class PlanController(QObject):
             self._loaded_for = (pins, self.target_key)
             if self.model_path is not None:
                 self.ctx.prefs.set_pins_for(self.model_path, self.pins)
-                self.library_view.set_pins(self.model_path, self.pins)
+                self.library.show_pins(self.model_path, self.pins)
             self.replan()
         self.status.emit(msg)
         self._show_load_state()

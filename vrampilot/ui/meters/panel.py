@@ -2,7 +2,7 @@
 
 Both render a MeterReadout from the shared MetersFeed and compute nothing themselves: every number
 comes from vrampilot.meters (tests check them there and here). Plots are QPainter RollingPlots (see
-meters_plot.py for why not pyqtgraph); the bars are the planner's MemoryBar above a measured
+plot.py for why not pyqtgraph); the bars are the planner's MemoryBar above a measured
 UsageBar on the same scale. Without NVML the GPU groups hide and a line says why, while RAM, CPU
 and (for a plan) bandwidth keep working. Methods are named show_*, not render: QWidget.render
 paints a widget into a device, and shadowing it would break grab-like callers.
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from vrampilot.engine import GenerationStats
 from vrampilot.meters.bandwidth import BandwidthReading
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.meters.sampler import Sampler
@@ -33,8 +34,8 @@ from vrampilot.meters.state import MeterReadout, RamView, VramView
 from vrampilot.meters.types import MeterSample
 from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Plan
-from vrampilot.ui.meters_feed import MetersFeed
-from vrampilot.ui.meters_plot import RollingPlot
+from vrampilot.ui.meters.feed import MetersFeed
+from vrampilot.ui.meters.plot import RollingPlot
 from vrampilot.ui.stacked_bar import (
     OTHERS_COLOR,
     PROCESS_COLOR,
@@ -273,6 +274,11 @@ class MetersPanel(QWidget):
         self, decode_tps: float, *, context_tokens: int | None = None, duration_s: float | None = None
     ) -> SpillAssessment:
         return self.feed.record_decode(decode_tps, context_tokens=context_tokens, duration_s=duration_s)
+
+    def record_reply(self, stats: GenerationStats) -> None:
+        """A llama.cpp reply's measured speed, compared with the plan's prediction (spill detection);
+        the context matters, since a long chat is slower without anything having spilled."""
+        self.record_decode(stats.decode_tps, context_tokens=stats.context_used, duration_s=stats.decode_s)
 
     def set_kv_usage(self, usage: KvCacheUsage | None) -> None:
         """The hybrid cache's bytes after the latest tokens; None hides the group (llama.cpp chats)."""

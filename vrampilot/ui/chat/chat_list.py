@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.storage import ChatSummary
-from vrampilot.ui.search_results import HTML_ROLE, ResultDelegate, result_html
+from vrampilot.ui.chat.search_results import HTML_ROLE, ResultDelegate, result_html
 
 
 def _when(ts: float) -> str:
@@ -142,6 +142,10 @@ class ChatList(QWidget):
         finally:
             self._quiet = False
         self._update_buttons()
+
+    def query(self) -> str:
+        """The search box's words (the list shows the chats they find)."""
+        return self.search.text()
 
     def focus_search(self) -> None:
         """Ctrl+F: into the search field, its text selected to type over."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from html import escape
+from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QStringListModel, Qt, Signal
 from PySide6.QtGui import QColor
@@ -47,8 +48,8 @@ from vrampilot.planner.explain import (
 from vrampilot.planner.families import is_routed
 from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.reasons import placement_text
-from vrampilot.ui.pin_controls import PinControls
-from vrampilot.ui.projector_control import ProjectorControl
+from vrampilot.ui.plan.pin_controls import PinControls
+from vrampilot.ui.plan.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.ui.wrap import wrappable
@@ -362,6 +363,22 @@ class PlanView(QWidget):
             + ". The plan counts the draft's memory on its device and predicts the speed-up from the "
             "acceptance measured here."
         )
+
+    def set_rpc_hosts(self, text: str) -> None:
+        """The RPC hosts kept from the last session, as typed then."""
+        self.rpc_hosts.setText(text)
+
+    def show_projector_found(self, path: Path | None, model_name: str) -> None:
+        """The vision projector found beside `model_name` (None: none yet, or none fits)."""
+        self.projector.set_found(path, model_name)
+
+    def projector_path(self) -> Path | None:
+        """The vision projector the user can turn on (found beside the model, or pinned), or None."""
+        return self.projector.path()
+
+    def show_projector_pins(self, pins: Pins) -> None:
+        """The projector row follows pins set elsewhere (an alternative, a back-off)."""
+        self.projector.show_pins(pins)
 
     def set_targets(self, targets: list[tuple[str, str]], current: str) -> None:
         self.target_box.clear()

@@ -26,6 +26,7 @@ from vrampilot.engine import (
     ContextOverflow,
     Engine,
     LlamaCppBackend,
+    LoadResult,
     Message,
     Reply,
     SamplingParams,
@@ -38,16 +39,16 @@ from vrampilot.planner.plan import Plan
 from vrampilot.server.chat import ServerBackend
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
 from vrampilot.storage.chats import StoredMessage
-from vrampilot.storage.images import DAMAGED, ImageFileError, read_image
+from vrampilot.storage.images import DAMAGED, IMAGE_FILE_SUFFIXES, ImageFileError, read_image
 from vrampilot.tool_turn import ToolRound, ToolStep
-from vrampilot.ui import chat_backends
 from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
-from vrampilot.ui.chat_list import ChatList
-from vrampilot.ui.chat_view import ChatView
+from vrampilot.ui.chat import backends
+from vrampilot.ui.chat.chat_list import ChatList
+from vrampilot.ui.chat.documents_controller import DocumentsController
+from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.documents_controller import DocumentsController
-from vrampilot.ui.plan_controller import PlanController
+from vrampilot.ui.plan.controller import PlanController
 from vrampilot.units import format_tokens
 
 ConfirmFn = Callable[[str, str], bool]
@@ -132,7 +133,7 @@ class ChatController(QObject):
         self.editing: int | None = None
         self.backend_key = BACKEND_LLAMA
         self.backend: ChatBackend = LlamaCppBackend()
-        # The running llama-server (vrampilot.ui.server_controller), which answers llama.cpp chats
+        # The running llama-server (vrampilot.ui.server.controller), which answers llama.cpp chats
         # on its model instead of a second in-process copy; None when the app does not serve.
         self.served: ChatBackend | None = None
         self.replying: ChatBackend = self.backend  # the one the current (or last) reply came from
@@ -152,16 +153,52 @@ class ChatController(QObject):
         view.sampling_changed.connect(ctx.prefs.set_sampling)
         view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
         view.backend_changed.connect(self.set_backend)
-        # Unavailable backends are listed greyed (chat_backends.choices): the user learns they exist.
+        # Unavailable backends are listed greyed (backends.choices): the user learns they exist.
         self.refresh_backend_choices()
         chat_list.chat_selected.connect(self.open_chat)
         chat_list.new_chat_requested.connect(self.new_chat)
         chat_list.search_changed.connect(lambda _t: self.refresh_list())
+        chat_list.delete_requested.connect(self.delete)
+        view.files_attached.connect(self.attach_files)
+        # The documents' panel sits above the banner; their one-click fix re-plans with more context.
+        view.show_documents(documents.panel)
+        documents.replan_requested.connect(lambda n_ctx: plans.replan_and_load(replace(plans.pins, n_ctx=n_ctx)))
+        plans.plan_shown.connect(self._plan_shown)
+        plans.model_failed.connect(view.show_model_failure)
+        plans.model_read.connect(lambda _path: view.model_read())
+        plans.loaded.connect(self._model_loaded)
+        plans.load_state_changed.connect(lambda _s: self.update_hint())
         engine = ctx.engine
         engine.text.connect(self._text)
         engine.replied.connect(self._replied)
         engine.chat_failed.connect(self._failed)
         engine.report.connect(self._report)
+
+    def restore(self) -> None:
+        """The chat settings kept from the last session, and the chat open then (or a new one)."""
+        prefs = self.ctx.prefs
+        self.view.set_sampling_params(prefs.sampling())
+        self.view.set_enter_sends(prefs.enter_sends())
+        self.view.set_system_prompt(prefs.default_system_prompt())
+        self.refresh_list()
+        last = prefs.last_chat()
+        if last is not None and last in self.chat_list.ids():
+            self.open_chat(last)
+        else:
+            self.new_chat()
+
+    # -- what the plan controller reports ------------------------------------------------------
+    def _plan_shown(self, p: Plan) -> None:
+        self.documents.reply_tokens = self.view.sampling_params().max_tokens
+        self.documents.set_plan(p)
+        self.check_model()
+        self.update_hint()
+
+    def _model_loaded(self, result: LoadResult) -> None:
+        self.documents.restore_state()
+        if result.changes:
+            msg = "llama.cpp could not allocate the plan; backed off: " + "; ".join(result.changes)
+            self.view.show_banner(msg, [("banner_ok", "OK", self.view.hide_banner)])
 
     # -- state ---------------------------------------------------------------------------------
     def _set_state(self, state: ChatState) -> None:
@@ -178,7 +215,7 @@ class ChatController(QObject):
 
     # -- chats ---------------------------------------------------------------------------------
     def refresh_list(self) -> None:
-        query = self.chat_list.search.text()
+        query = self.chat_list.query()
         chats = self.chats.summaries(query)
         self.chat_list.set_chats(chats, self.chat_id, query=query)
 
@@ -267,6 +304,16 @@ class ChatController(QObject):
         self.status.emit(f"Exported to {path}")
 
     # -- images --------------------------------------------------------------------------------
+    def attach_files(self, paths: Sequence[Path]) -> None:
+        """Attach and a drop hand over: images wait to be sent with the next message; anything else
+        is attached to the chat as a document (which says so when it cannot read it)."""
+        images = [p for p in paths if p.suffix.lower() in IMAGE_FILE_SUFFIXES]
+        if images:
+            self.attach(images)
+        docs = [p for p in paths if p not in images]
+        if docs:
+            self.documents.attach_files(docs)
+
     def attach(self, paths: Sequence[Path]) -> None:
         """Images for the next message: each checked as the engine would (size, format) and decoded
         for its thumbnail now, so a bad one is refused here, in one line, with nothing else lost."""
@@ -289,8 +336,7 @@ class ChatController(QObject):
             if image.isNull():
                 refused.append(f"{Path(path).name}: {DAMAGED}")
                 continue
-            if Path(path) not in self.view.attachments.paths():
-                self.view.attachments.add(Path(path), image)
+            self.view.add_pending_image(Path(path), image)
         if refused:
             text = "Not attached: " + "; ".join(refused)
             self.view.show_banner(text, [("banner_ok", "OK", self.view.hide_banner)])
@@ -335,7 +381,7 @@ class ChatController(QObject):
 
     # -- turns ---------------------------------------------------------------------------------
     def send(self, text: str) -> None:
-        attached = self.view.attachments.paths()
+        attached = self.view.pending_images()
         if self.busy or not (text.strip() or attached):
             return
         if attached and (why := self._images_refused()):
@@ -349,7 +395,7 @@ class ChatController(QObject):
                 model = self.plans.model_path
                 chat = self.chats.create(
                     model_path=str(model) if model else None,
-                    system_prompt=self.view.system_prompt.toPlainText(),
+                    system_prompt=self.view.system_prompt_text(),
                     backend=self.backend_key,
                 )
                 self.chat_id = chat.id
@@ -393,7 +439,7 @@ class ChatController(QObject):
         if position not in msgs or msgs[position].role != "user":
             return
         self.editing = position
-        self.view.input.setPlainText(msgs[position].content)
+        self.view.set_input(msgs[position].content)
         self.view.focus_input()
         self.view.show_banner(
             "Editing an earlier message: sending replaces it and everything after it.",
@@ -477,7 +523,7 @@ class ChatController(QObject):
             return
         self.view.hide_banner()
         messages: Sequence[Message] = self.chats.for_model(self.chat_id)
-        sampling = self.view.sampling.params()
+        sampling = self.view.sampling_params()
         served = self._served_backend()
         if served is not None and self.documents.active:
             # The documents' passages and saved caches belong to the in-process engine.
@@ -562,8 +608,8 @@ class ChatController(QObject):
         self.view.begin_reply(position)
         n = len(catalog.offered)
         self.status.emit(f"Generating with {n} tool{'s' if n != 1 else ''} (served by llama-server)…")
-        rounds, policy = self.view.tool_rounds.value(), agents.policy
-        choice = str(self.view.tool_choice.currentData() or "auto")
+        tools = self.view.tool_settings()
+        rounds, choice, policy = tools.rounds, tools.choice, agents.policy
 
         def job(
             _engine: Engine,
@@ -599,7 +645,7 @@ class ChatController(QObject):
         self.ctx.engine.run_chat(job)
 
     def _tools_on(self) -> bool:
-        return self.agents is not None and self.view.use_tools.isChecked()
+        return self.agents is not None and self.view.tool_settings().on
 
     def _ask_to_serve(self) -> None:
         self._set_state(ChatState.IDLE)
@@ -844,7 +890,7 @@ class ChatController(QObject):
             return
         loaded = self.plans.load_result
         threads = loaded.plan.settings.n_threads if loaded is not None else None
-        self.backend = chat_backends.make_backend(self.backend_key, model, threads=threads)
+        self.backend = backends.make_backend(self.backend_key, model, threads=threads)
 
     def set_served(self, backend: ChatBackend | None) -> None:
         """The app started (a backend) or stopped (None) serving the planned model."""
@@ -870,18 +916,18 @@ class ChatController(QObject):
             self.chats.set_backend(self.chat_id, key)
             self.refresh_list()
         self._show_backend(key)
-        self.status.emit(f"This chat replies with {chat_backends.label(key)}")
+        self.status.emit(f"This chat replies with {backends.label(key)}")
 
     def _show_backend(self, key: str) -> None:
         """Show `key` as the open chat's backend: the selector, the note and the KV meter."""
-        missing = chat_backends.unavailable(key)
+        missing = backends.unavailable(key)
         if missing:
             key = BACKEND_LLAMA
             self.view.set_backend_note(
-                f"This chat was on {chat_backends.label(key)}; it replies with llama.cpp until that is available. {missing}."
+                f"This chat was on {backends.label(key)}; it replies with llama.cpp until that is available. {missing}."
             )
         else:
-            self.view.set_backend_note(chat_backends.about(key))
+            self.view.set_backend_note(backends.about(key))
         self.backend_key = key
         # Made for this chat on its first reply (a hybrid one holds the chat's own cache).
         self.backend = LlamaCppBackend()
@@ -895,7 +941,7 @@ class ChatController(QObject):
         """The selector's list, each hybrid config with the bytes it would hold at the open chat's
         length (the tokens of its last reply), or at the model's full context for a new chat."""
         n_tokens = self._context_used if self.chat_id is not None else 0
-        self.view.set_backend_choices(chat_backends.choices(self.plans.spec, n_tokens))
+        self.view.set_backend_choices(backends.choices(self.plans.spec, n_tokens))
 
     def check_model(self) -> None:
         """Can the chat's backend run the selected model? Asked off the GUI thread (imports torch)."""
@@ -912,7 +958,7 @@ class ChatController(QObject):
             self._model_checked(path, reason)
 
         self.ctx.tasks.submit(
-            lambda _t: chat_backends.model_problem(self.backend_key, path), done=done, key="backend-check", owner=self
+            lambda _t: backends.model_problem(self.backend_key, path), done=done, key="backend-check", owner=self
         )
 
     def _model_checked(self, path: object, reason: str | None) -> None:

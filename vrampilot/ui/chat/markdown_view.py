@@ -32,7 +32,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QWidget
 
-from vrampilot.ui.code_tokens import tokens
+from vrampilot.ui.chat.code_tokens import tokens
 from vrampilot.ui.theme import code_colors, code_shade
 
 COPY_SCHEME = "vrampilot-copy"

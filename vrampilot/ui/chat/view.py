@@ -6,6 +6,7 @@ Views only: the main window decides what happens on send, stop, edit and regener
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,11 +45,11 @@ from PySide6.QtWidgets import (
 from vrampilot.engine import SamplingParams
 from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
 from vrampilot.tool_turn import ToolRound, ToolStep
-from vrampilot.ui import chat_backends
 from vrampilot.ui.agents.transcript import ToolCallsView
-from vrampilot.ui.chat_backends import BackendChoice
+from vrampilot.ui.chat import backends
+from vrampilot.ui.chat.backends import BackendChoice
+from vrampilot.ui.chat.markdown_view import MarkdownView
 from vrampilot.ui.flow import flow_box
-from vrampilot.ui.markdown_view import MarkdownView
 
 ROLE_NAMES = {"user": "You", "assistant": "Assistant", "system": "System"}
 RENDER_INTERVAL_MS = 50  # streamed text is re-rendered at most this often
@@ -56,6 +57,16 @@ COPIED_MS = 1500  # how long a Copy button says "Copied"
 THUMB_PX = 96  # an image's thumbnail in a message fits this square
 ATTACHED_THUMB_PX = 64  # and one waiting under the input, this one
 BANNER_TEXT_CHARS = 36  # the banner's text keeps this many average characters beside its choices
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """The chat's tools row: whether replies may call tools, llama-server's tool_choice for the first
+    round ("auto" or "required"), and after how many rounds of calls the model must answer."""
+
+    on: bool
+    choice: str
+    rounds: int
 
 
 def thumbnail(image: QImage, size: int = THUMB_PX) -> QPixmap:
@@ -413,6 +424,7 @@ class ChatView(QWidget):
     enter_sends_changed = Signal(bool)
     backend_changed = Signal(str)  # the user picked another backend for this chat
     attach_requested = Signal()  # the Attach button: the window asks for documents and images
+    tools_toggled = Signal(bool)  # "Use tools" turned on or off
     files_attached = Signal(list)  # list[Path]: images dropped onto the input
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -431,7 +443,7 @@ class ChatView(QWidget):
         # Per chat, as LM Studio and Jan put the model choice: beside the chat's title.
         self.backend = QComboBox()
         self.backend.setObjectName("backend")
-        self.set_backend_choices(chat_backends.choices(None, 0))
+        self.set_backend_choices(backends.choices(None, 0))
         self.backend.setToolTip("What replies in this chat")
         # Shrinks with a narrow window (the full label is in the list and the tooltip).
         self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -464,6 +476,7 @@ class ChatView(QWidget):
             "Let the model call the tools of your MCP servers (the MCP servers tab); you are asked before "
             "every call. Replies then run through llama-server (the Server tab)."
         )
+        self.use_tools.toggled.connect(self.tools_toggled)
         tools_row.addWidget(self.use_tools)
         # llama-server's tool_choice for the first round: "required" with the reply started at the
         # template's call opener, so even a small model calls at once (docs/agents.md).
@@ -645,6 +658,37 @@ class ChatView(QWidget):
 
     def focus_input(self) -> None:
         self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def show_documents(self, panel: QWidget) -> None:
+        """The attached documents' panel, just above the banner."""
+        lay = self.layout()
+        assert isinstance(lay, QVBoxLayout)
+        lay.insertWidget(lay.indexOf(self.banner), panel)
+
+    def set_input(self, text: str) -> None:
+        self.input.setPlainText(text)
+
+    def pending_images(self) -> list[Path]:
+        """The images attached to the next message."""
+        return self.attachments.paths()
+
+    def add_pending_image(self, path: Path, image: QImage) -> None:
+        if path not in self.attachments.paths():
+            self.attachments.add(path, image)
+
+    def sampling_params(self) -> SamplingParams:
+        return self.sampling.params()
+
+    def set_sampling_params(self, params: SamplingParams) -> None:
+        self.sampling.set_params(params)
+
+    def system_prompt_text(self) -> str:
+        return self.system_prompt.toPlainText()
+
+    def tool_settings(self) -> ToolSettings:
+        return ToolSettings(
+            self.use_tools.isChecked(), str(self.tool_choice.currentData() or "auto"), self.tool_rounds.value()
+        )
 
     # -- backend -------------------------------------------------------------------------------
     def _backend_picked(self, index: int) -> None:

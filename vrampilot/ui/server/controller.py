@@ -26,8 +26,8 @@ from vrampilot.server.chat import ServerBackend
 from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
 from vrampilot.ui.context import AppContext
-from vrampilot.ui.plan_controller import LoadState, PlanController
-from vrampilot.ui.server_view import ServerPanel
+from vrampilot.ui.plan.controller import LoadState, PlanController
+from vrampilot.ui.server.view import ServerPanel
 
 POLL_MS = 1000
 _METRIC = re.compile(r"^llamacpp:(\w+)\s+([0-9.eE+-]+)$")
@@ -71,31 +71,29 @@ class ServerController(QObject):
         plans.serve_requested.connect(self.start)  # a plan with RPC hosts runs only in llama-server
         panel.stop_requested.connect(self.stop)
         panel.lan_toggled.connect(self._lan_toggled)
-        panel.port.valueChanged.connect(lambda _port: self._show_url())
-        panel.new_key_requested.connect(lambda: panel.key.setText(secrets.token_urlsafe(24)))
+        panel.port_changed.connect(lambda _port: self._show_url())
+        panel.new_key_requested.connect(lambda: panel.set_key(secrets.token_urlsafe(24)))
         self._show_url()
 
     # -- settings ------------------------------------------------------------------------------
     def _lan_toggled(self, on: bool) -> None:
         # Other devices may only connect with a key: it is made the moment the switch is on.
-        if on and not self.panel.key.text().strip():
-            self.panel.key.setText(secrets.token_urlsafe(24))
+        if on and self.panel.settings().api_key is None:
+            self.panel.set_key(secrets.token_urlsafe(24))
         if not on:
-            self.panel.key.clear()
+            self.panel.set_key(None)
         self._show_url()
 
     def _config(self) -> ServerConfig:
-        host = "0.0.0.0" if self.panel.lan.isChecked() else "127.0.0.1"
-        # Blanks at a key's ends never reach llama-server in a header: a blank key is no key (a
-        # new one is made for the network), and one typed with a blank works as clients send it.
-        key = self.panel.key.text().strip() or None
-        return ServerConfig(host, self.panel.port.value(), key, public=True, on_log=self._log_line.emit)
+        settings = self.panel.settings()  # a blank key is no key: a new one is made for the network
+        host = "0.0.0.0" if settings.lan else "127.0.0.1"
+        return ServerConfig(host, settings.port, settings.api_key, public=True, on_log=self._log_line.emit)
 
     def _show_url(self) -> None:
         config = self._config()
         # On the network, the address the other devices type; here, the loopback one.
         host = "127.0.0.1" if config.loopback_only else lan_address()
-        self.panel.url.setText(f"http://{host}:{config.port}/v1")
+        self.panel.show_url(f"http://{host}:{config.port}/v1")
 
     def _set_state(self, state: str, text: str) -> None:
         self.state = state
@@ -127,14 +125,14 @@ class ServerController(QObject):
                 return
         config = self._config()
         if not config.loopback_only and not config.api_key:  # never open to the network without a key
-            self.panel.key.setText(secrets.token_urlsafe(24))
+            self.panel.set_key(secrets.token_urlsafe(24))
             config = self._config()
         try:
             server = prepare(plan, config)
         except PortInUseError as exc:
             suggestion = exc.suggestion or free_port(config.host, near=config.port)
             self._set_state("stopped", f"Port {config.port} is in use by another program; port {suggestion} is free")
-            self.panel.port.setValue(suggestion)
+            self.panel.set_port(suggestion)
             return
         except Exception as exc:
             self._set_state("crashed", describe_error(exc, context="preparing llama-server"))
@@ -142,7 +140,7 @@ class ServerController(QObject):
         # One copy of the model in memory: the in-app engine lets it go first.
         if self.plans.load_state is LoadState.LOADED:
             self.plans.unload()
-        self.panel.log.clear()
+        self.panel.clear_log()
         self.config = config
         self.model_path = plan.spec.path
         self.projector = plan.memory.projector.spec if plan.memory.projector is not None else None
@@ -238,7 +236,7 @@ class ServerController(QObject):
             parts.append(f"{m['predicted_tokens_seconds']:.1f} tokens/s generating")
         if m.get("requests_processing"):
             parts.append(f"{int(m['requests_processing'])} request(s) in progress")
-        self.panel.stats.setText(" · ".join(parts))
+        self.panel.show_stats(" · ".join(parts))
 
     # -- stop ----------------------------------------------------------------------------------
     def stop(self) -> None:

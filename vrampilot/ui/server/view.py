@@ -3,6 +3,8 @@ OpenAI-compatible API, and see what it does. The state lives in ServerController
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
@@ -30,10 +32,22 @@ STATE_COLORS = {
 }
 
 
+@dataclass(frozen=True)
+class ServerSettings:
+    """What the tab is set to: whether other devices may connect, the port, and the API key (None:
+    no key; blanks at a key's ends never reach llama-server in a header, so a blank key is no key
+    and one typed with a blank works as clients send it)."""
+
+    lan: bool
+    port: int
+    api_key: str | None
+
+
 class ServerPanel(QWidget):
     start_requested = Signal()
     stop_requested = Signal()
     lan_toggled = Signal(bool)
+    port_changed = Signal(int)
     new_key_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -51,6 +65,7 @@ class ServerPanel(QWidget):
         self.port.setObjectName("server_port")
         self.port.setRange(1024, 65535)
         self.port.setValue(8080)
+        self.port.valueChanged.connect(self.port_changed)
         form.addRow("Port", self.port)
         self.lan = QCheckBox("Allow other devices on my network")
         self.lan.setObjectName("server_lan")
@@ -121,6 +136,24 @@ class ServerPanel(QWidget):
         self.port.setEnabled(not running)
         self.lan.setEnabled(not running)
         self.new_key.setEnabled(not running)
+
+    def settings(self) -> ServerSettings:
+        return ServerSettings(self.lan.isChecked(), self.port.value(), self.key.text().strip() or None)
+
+    def set_key(self, key: str | None) -> None:
+        self.key.setText(key or "")
+
+    def set_port(self, port: int) -> None:
+        self.port.setValue(port)
+
+    def show_url(self, url: str) -> None:
+        self.url.setText(url)
+
+    def show_stats(self, text: str) -> None:
+        self.stats.setText(text)
+
+    def clear_log(self) -> None:
+        self.log.clear()
 
     def append_log(self, line: str) -> None:
         self.log.appendPlainText(line)

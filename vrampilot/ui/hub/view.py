@@ -44,7 +44,7 @@ from vrampilot.hub import (
 )
 from vrampilot.hub.badge import format_tps
 from vrampilot.hub.search import SORT_KEYS
-from vrampilot.ui.hub_controller import HubController, HubState
+from vrampilot.ui.hub.controller import HubController, HubState
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens
 
