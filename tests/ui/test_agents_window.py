@@ -345,6 +345,7 @@ def test_use_tools_serves_the_model_and_answers_through_the_tool_loop(
     view = w.chat_view
     view.use_tools.setChecked(True)
     view.tool_rounds.setValue(2)
+    assert view.tool_rounds.text() == "2 rounds of calls"
     statuses = heard(w.chats.status)
     w.chats.send("What is 2 plus 3?")
     assert "Tools run through llama-server" in view.banner_text.text() and not w.ctx.engine.engine.loaded
@@ -394,6 +395,7 @@ def test_a_model_calls_a_tool_in_the_window_and_answers_with_its_result(
     view.use_tools.setChecked(True)
     view.tool_choice.setCurrentIndex(view.tool_choice.findData("required"))
     view.tool_rounds.setValue(1)  # one round of calls, then the answer (asked without tools)
+    assert view.tool_rounds.text() == "1 round of calls"
     dialogs = heard(w.approver.asked)
     w.chats.send("What time is it in Paris?")
     serve = view.banner.findChild(QPushButton, "serve_for_tools")

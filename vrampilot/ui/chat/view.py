@@ -497,6 +497,9 @@ class ChatView(QWidget):
         self.tool_rounds.setRange(1, 64)
         self.tool_rounds.setValue(8)
         self.tool_rounds.setSuffix(" rounds of calls")
+        self.tool_rounds.valueChanged.connect(
+            lambda n: self.tool_rounds.setSuffix(" round of calls" if n == 1 else " rounds of calls")
+        )
         self.tool_rounds.setToolTip("After this many rounds of calls the model is asked to answer without tools")
         rounds_label.setBuddy(self.tool_rounds)
         tools_row.addWidget(self.tool_rounds)
