@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.machines import measured_machine, uniform_probe
+from testkit.machines import measured_target, uniform_probe
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.calibration import (
     MIN_PREFILL_TOKENS,
@@ -21,7 +21,7 @@ from vrampilot.planner.calibration import (
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
-from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (
     FACTOR_MAX,
@@ -45,7 +45,7 @@ PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
 def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
     return plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+        measured_target(TargetRequest(cpu_only=True), None, speed=speed),
         PINS,
     )
 
@@ -139,10 +139,9 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     # What 2-thread replies taught did not hold at 1 thread (bench/speed.py): each CPU thread
     # setting learns on its own, and another one starts from the probe alone.
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
-    machine = measured_machine(None, speed=speed)
     two = plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), machine),
+        measured_target(TargetRequest(cpu_only=True), None, speed=speed),
         replace(PINS, n_threads=2, n_threads_batch=2),
     )
     for _ in range(2):
@@ -151,7 +150,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     def again(pins: Pins) -> Plan:
         return plan(
             load_model_spec(embedded_model),
-            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            measured_target(TargetRequest(cpu_only=True), None, speed=speed),
             pins,
         )
 
@@ -180,7 +179,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     def plan_of(path: Path, speed: MachineSpeed) -> Plan:
         return plan(
             load_model_spec(path),
-            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            measured_target(TargetRequest(cpu_only=True), None, speed=speed),
             PINS,
         )
 
@@ -374,7 +373,7 @@ def test_a_model_split_with_the_cpu_learns_apart_from_the_same_file_wholly_on_th
     spec = load_model_spec(embedded_model)
 
     def plan_at(ngl: int, speed: MachineSpeed) -> Plan:
-        target = resolve_target(TargetRequest(vram_bytes=8 << 30), measured_machine(None, speed=speed))
+        target = measured_target(TargetRequest(vram_bytes=8 << 30), None, speed=speed)
         return plan(spec, target, replace(PINS, n_gpu_layers=ngl))
 
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))

@@ -133,17 +133,18 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     pace = measure_pace_ms(1)
     assert pace is not None and pace > 0
     # A CPU plan reads it at its own thread count.
-    machine = measured_machine(host_probe)
+    found = measured_machine(host_probe)
     p = plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), machine),
+        resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed),
         Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
     )
     again = reply_pace_ms(p)
     assert again is not None and again > 0
     # A plan generating on a GPU: the CPU's pace is not what its replies measure.
     gpu = plan(
-        load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 << 30), machine), Pins(n_ctx=1024)
+        load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 << 30), found.machine, found.speed),
+        Pins(n_ctx=1024),
     )
     assert gpu.settings.n_gpu_layers > 0 and reply_pace_ms(gpu) is None
 

@@ -22,7 +22,7 @@ from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,28 +39,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
-def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machine:
+def measure(found: MeasuredMachine, what: str = "all", *, say: bool = False) -> MachineSpeed:
     """Run the probe for every weight type (`what` "all") or only the GPUs' ("gpus") and store it;
-    returns the machine with the new figures. `say`: a line on stderr as it starts."""
-    from dataclasses import replace
-
+    returns the machine's record with the new figures. `say`: a line on stderr as it starts."""
     from vrampilot.llamacpp.ggml import GgmlError
     from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
     from vrampilot.speed.service import save_taken, take_probe
 
+    machine, record = found.machine, found.speed
+    assert record is not None  # detect_measured_machine always gives a record
     devices = card_devices(machine.llama, machine.gpus)  # each backend's device of every card
     if what == "gpus":
-        if not devices or machine.speed is None:
+        if not devices:
             raise UserError(
                 "no GPU that llama.cpp offloads to here: nothing to measure (`vrampilot doctor` lists the devices)"
             )
         if say:
             print(f"Measuring {', '.join(d.name for d in devices)} (llama.cpp's kernels)…", file=sys.stderr, flush=True)
-        return replace(machine, speed=_measure_devices(machine.speed, devices))
+        return _measure_devices(record, devices)
     if say:
-        previous = machine.speed.probe if machine.speed is not None else None
         print(
-            f"Measuring this machine (llama.cpp's kernels and the built-in model: {probe_time_text(previous)})…",
+            f"Measuring this machine (llama.cpp's kernels and the built-in model: {probe_time_text(record.probe)})…",
             file=sys.stderr,
             flush=True,
         )
@@ -70,7 +69,7 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
         taken = take_probe(machine, ALL_WEIGHT_TYPES, progress=_say_step if say else None)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
-    probed = save_taken(machine, taken)
+    probed = save_taken(record, taken)
     speed = probed.speed
     if speed.probe is not None and probed.kept_earlier:
         print(
@@ -78,7 +77,7 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
             "taken at a quiet moment",
             file=sys.stderr,
         )
-    return replace(machine, speed=_measure_devices(speed, devices) if devices else speed)
+    return _measure_devices(speed, devices) if devices else speed
 
 
 def _say_step(what: str) -> None:
@@ -96,13 +95,14 @@ def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> Mac
 
 
 def run(args: argparse.Namespace) -> int:
-    machine = detect_measured_machine()
+    found = detect_measured_machine()
+    machine, speed = found.machine, found.speed
     if args.measure:
-        machine = measure(machine, args.measure, say=not args.json)
-    graph = _graph_factors(machine)
+        speed = measure(found, args.measure, say=not args.json)
+    graph = _graph_factors(machine, speed)
     if args.json:
         d = machine_to_dict(machine)
-        d["speed"] = speed_to_dict(machine.speed)
+        d["speed"] = speed_to_dict(speed)
         if d["speed"] is not None:
             d["speed"]["graph_factors"] = graph and {
                 k: [{"threads": r.threads, "value": r.value} for r in getattr(graph, k)]
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2))
     else:
         print(format_machine(machine))
-        lines = format_speed(machine)
+        lines = format_speed(machine, speed)
         if graph is not None:
             # After the probe's lines, before what replies taught.
             at = next((i for i, line in enumerate(lines) if line.startswith("  learned from")), len(lines))
@@ -120,10 +120,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _graph_factors(machine: Machine) -> GraphFactors | None:
+def _graph_factors(machine: Machine, speed: MachineSpeed | None) -> GraphFactors | None:
     from vrampilot.planner.graph_factors import graph_factors
 
-    probe = machine.speed.probe if machine.speed is not None else None
+    probe = speed.probe if speed is not None else None
     return graph_factors(probe, machine.cpu.physical_cores)
 
 

@@ -90,9 +90,9 @@ def format_probe(probe: HostProbe) -> list[str]:
     return lines
 
 
-def format_speed(machine: Machine) -> list[str]:
-    """The doctor's speed section: the probe, what replies taught, and what stays assumed."""
-    speed = machine.speed
+def format_speed(machine: Machine, speed: MachineSpeed | None) -> list[str]:
+    """The doctor's speed section: the probe, what replies taught (`speed`, the machine's record),
+    and what stays assumed."""
     lines: list[str] = []
     if speed is None or speed.probe is None:
         lines.append(
