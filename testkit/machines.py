@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from vrampilot.hardware import CpuInfo, LlamaBackendInfo, Machine
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.speed.measured import AttentionRates, HostProbe, KernelRates, MachineSpeed, RateAt, StepTiming

@@ -242,9 +242,7 @@ def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelS
         Pins(n_ctx=2048, n_threads=1),
     )
     fast = uniform_probe(20.0, 100.0, attention_gflops={"f16": 40.0})
-    twice = plan(
-        q8_llama, measured_target(TargetRequest(cpu_only=True), fast), Pins(n_ctx=2048, n_threads=1)
-    )
+    twice = plan(q8_llama, measured_target(TargetRequest(cpu_only=True), fast), Pins(n_ctx=2048, n_threads=1))
     # Every rate doubled, and these probes have no fixed costs: every time halves.
     assert twice.speed.decode_tps == pytest.approx(2 * base.speed.decode_tps)
     assert twice.speed.prefill_tps == pytest.approx(2 * base.speed.prefill_tps)

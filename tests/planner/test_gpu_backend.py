@@ -4,7 +4,6 @@ CUDA by default with the reason in the plan, the pin to Vulkan, the devices name
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -86,7 +85,9 @@ def test_measured_on_this_card_the_faster_backend_runs_it(prefill: dict[str, flo
     assert f"runs as {runs}" in why and "measured on this card" in why and f"({ratio};" in why
     # The pin still wins over the measurement.
     other = "Vulkan" if runs == "CUDA0" else "CUDA"
-    assert [g.llama_name for g in resolve_target(TargetRequest(gpu_backend=other), machine, speed).gpus] == [f"{other}0"]
+    assert [g.llama_name for g in resolve_target(TargetRequest(gpu_backend=other), machine, speed).gpus] == [
+        f"{other}0"
+    ]
 
 
 def test_only_one_backend_measured_keeps_the_vendors_default() -> None:

@@ -143,7 +143,8 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     assert again is not None and again > 0
     # A plan generating on a GPU: the CPU's pace is not what its replies measure.
     gpu = plan(
-        load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 << 30), found.machine, found.speed),
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(vram_bytes=8 << 30), found.machine, found.speed),
         Pins(n_ctx=1024),
     )
     assert gpu.settings.n_gpu_layers > 0 and reply_pace_ms(gpu) is None
@@ -212,9 +213,10 @@ def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostP
 
 
 def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: Path) -> None:
-    machine = detect_measured_machine()
+    found = detect_measured_machine()
+    machine = found.machine
     fp = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
-    assert fp == machine.speed.fingerprint if machine.speed else False
+    assert found.speed is not None and fp == found.speed.fingerprint
     more_ram = machine_fingerprint(machine.cpu, machine.ram_total_bytes + 16 * 2**30, machine.llama, machine.gpus)
     other_cpu = machine_fingerprint(replace(machine.cpu, physical_cores=64), machine.ram_total_bytes, machine.llama, ())
     new_engine = machine_fingerprint(machine.cpu, machine.ram_total_bytes, replace(machine.llama, recipe_key="x"), ())

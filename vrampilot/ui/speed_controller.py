@@ -105,7 +105,9 @@ class SpeedController(QObject):
                     types += weight_table(load_model_spec(model)).types()
                 except Exception:  # an unreadable model is the plan's problem, not the probe's
                     _log.debug("probe: could not read %s", model, exc_info=True)
-            probed = probe_machine(machine, speed, types, cancel=task.cancelled, app_busy=lambda: self._replied_while_probing)
+            probed = probe_machine(
+                machine, speed, types, cancel=task.cancelled, app_busy=lambda: self._replied_while_probing
+            )
             saved = probed.speed
             return (saved if task.cancelled.is_set() else with_devices_measured(machine, saved)), probed.taken
 
