@@ -1,7 +1,7 @@
 """`vrampilot doctor [--measure] [--json]`: what this machine has, as the planner will use it.
 
-`--measure` runs the speed probe now, for every weight type of released GGUF files (about 40 s of
-two cores' work at a quiet moment, the built-in model's run included; minutes beside other work),
+`--measure` runs the speed probe now, for every weight type of released GGUF files (a minute or so
+at a quiet moment, the built-in model's run included; minutes beside other work),
 saying each step as it starts, and keeps its figures for this machine; the app's first start runs
 a shorter one. `--measure gpus` times only the GPUs' kernels (after a driver update, a
 new card), keeping the CPU's figures. What the built-in model's run teaches the speed model (planner/

@@ -1,7 +1,7 @@
 """What this machine measured: the speed probe's figures and what replies taught, as frozen data.
 
 The planner predicts speed from these instead of assumed constants, and says where each figure
-came from ("RAM 29.2 GB/s, measured 2026-12-01"). Two kinds of knowledge, kept together because
+came from (measured, with the probe's date, or assumed). Two kinds of knowledge, kept together because
 both belong to one machine and go stale together when its hardware changes:
 
 - `HostProbe`: llama.cpp's own kernels timed once on this CPU (`speed/host_probe.py`): weight bytes
@@ -37,34 +37,27 @@ FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
 RATIO_MIN, RATIO_MAX = 0.2, 5.0
 LAST_REPLIES_KEPT = 16
 # A model's own replies correct its predictions once they are this many (for decoding and for
-# prompts apart); until then the backend's replies over every model do. One model's error is not
-# another's: on this machine the planner was within 1.0-1.28x for one model and 0.78-0.97x for
-# another (bench/speed.py), and one factor over both moved each away from what it measured.
+# prompts apart); until then the backend's replies over every model do: one model's error is not
+# another's. Measurements: docs/speed-model.md, decision log, "A model's own window".
 MODEL_MIN_REPLIES = 2
 # On a backend the probe measured (the CPU), its prediction weighs as this many replies: a factor
-# learned from n replies moves the prediction n / (n + 2) of the way (in log) to their median.
-# With the probe within ±15% of 27-32 of the bench's 32 cases, three replies followed whole
-# carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on the machine measured) into cases
-# already right: 30 of 32 within ±15% after, where 32 were before (bench/speed.py, 2026-12-02).
-# Replayed through this module over sixteen saved runs (docs/speed-model.md):
-# 465 of 512 cases within ±15% followed whole, 473 weighed as one reply, 474 as two, 470 as four.
-# Nothing measured a GPU: replies there are followed whole.
+# learned from n replies moves the prediction n / (n + 2) of the way (in log) to their median, so a
+# few noisy replies do not undo a probe that was already right. Nothing measured a GPU: replies
+# there are followed whole. Method and error ranges: docs/speed-model.md, decision log, "How far
+# replies move a prediction".
 PROBE_PRIOR_REPLIES = 2.0
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
 # The pace gauge (speed/pace.py): a reply read when the gauge took more than its usual time
 # divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
-# last PACE_WINDOW replies' at the same thread count. On a VM whose replies moved 0.6-1.3x within
-# minutes, 0.85 set aside 59 of 296 replies, among them 22 of the 52 prompts read 15% or more
-# below the median, and the spread of the rest fell by 8-12% (docs/speed-model.md).
+# last PACE_WINDOW replies' at the same thread count. Method and error ranges: docs/speed-model.md,
+# decision log, "The pace gauge".
 SLOW_PACE = 0.85
 PACE_WINDOW = 15
 PACES_KEPT = 32
 # The probe reads the same gauge at its end. Once replies have read it this many times at a thread
 # count, a probe whose reading was slower than their median / SLOW_PACE ran at a slow moment, and
-# its figures with it: two bench runs whose probes read the gauge at 0.72 and 0.73 of the replies'
-# pace at 2 threads predicted 0.92 and 0.90 of measured at the median case (down to 0.76 and 0.72),
-# four whose probes read it at 0.89-1.04 0.93-1.04 (bench/speed.py;
-# docs/speed-model.md). The app measures again at its next start.
+# its figures with it: the app measures again at its next start (docs/speed-model.md, decision
+# log, "The pace gauge").
 PROBE_PACE_READINGS = 3
 
 
@@ -95,11 +88,10 @@ def rate_at(rates: tuple[RateAt, ...], threads: int) -> float:
 
 
 # The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
-# more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here). With 2
-# threads on the machine measured, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
-# 0.53x for Q6_K, 0.79x for F16, where repacked types (Q4_0, Q4_K) kept theirs: the built-in
-# model's rows of 576, priced at the 1024-row figure, made its 2-thread steps look 1.36-1.43x
-# slower than their kernels, a factor then charged to every model (docs/speed-model.md).
+# more per byte on some types (per-row reductions), where repacked types keep their rate; a
+# model's rows are priced between the lengths measured, since a small model's rows priced at a
+# longer row's rate made its steps look slower than their kernels, a factor then charged to every
+# model. Measurements: docs/speed-model.md, decision log, "Row length and chains of small products".
 SHORTEST_ROW = 512
 SHORT_ROW = 1024
 LONG_ROW = 4096
@@ -141,8 +133,8 @@ class AttentionRates:
 class ElementwiseRates:
     """One elementwise step a layer takes per token (llamacpp/ggml.py `CpuKernels.elementwise`):
     nanoseconds per f32 element. A prompt's ubatch runs each over all its tokens; with fast
-    matrix kernels they weigh: in a Gemma 3 ubatch (Q4_0, 1 thread) the gated GELU alone took 7% of
-    the time, norms and RoPE another 7% (docs/speed-model.md)."""
+    matrix kernels they weigh as much as a graph factor carries (docs/speed-model.md, decision log,
+    "Elementwise steps")."""
 
     op: str  # "norm", "swiglu", "geglu", "rope"
     ns_per_element: tuple[RateAt, ...]
