@@ -92,9 +92,7 @@ def test_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: Open
 
 
 @pytest.mark.slow
-def test_stop_before_the_first_token_offers_answer_and_never_asks_twice(
-    open_window: OpenWindow, qtbot: QtBot
-) -> None:
+def test_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     w.plans.load()
