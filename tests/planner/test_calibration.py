@@ -18,17 +18,22 @@ from vrampilot.planner.calibration import (
     record_reply,
     reply_prediction,
 )
+from vrampilot.planner.learned_factors import (
+    FACTOR_MAX,
+    FACTOR_MIN,
+    MODEL_MIN_REPLIES,
+    PROBE_PRIOR_REPLIES,
+    learned_factors,
+    prior_replies,
+)
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
 from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (
-    FACTOR_MAX,
-    FACTOR_MIN,
     FACTOR_WINDOW,
     PACES_KEPT,
-    PROBE_PRIOR_REPLIES,
     RATIO_MAX,
     RATIO_MIN,
     HostProbe,
@@ -108,9 +113,9 @@ def test_without_a_probe_replies_are_followed_whole(embedded_model: Path) -> Non
     assert pred.decode_tps == pytest.approx(reply.decode_tps)
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
     probed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
-    assert probed.prior_replies("cpu:zen4, 2 threads") == PROBE_PRIOR_REPLIES
-    assert probed.prior_replies("gpu:NVIDIA GeForce RTX 4090") == 0.0
-    assert speed.prior_replies("cpu:zen4, 2 threads") == 0.0
+    assert prior_replies(probed, "cpu:zen4, 2 threads") == PROBE_PRIOR_REPLIES
+    assert prior_replies(probed, "gpu:NVIDIA GeForce RTX 4090") == 0.0
+    assert prior_replies(speed, "cpu:zen4, 2 threads") == 0.0
 
 
 def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_over_the_cache(
@@ -168,7 +173,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
 def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     embedded_model: Path, tmp_path: Path
 ) -> None:
-    from vrampilot.speed.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
+    from vrampilot.speed.measured import MODEL_FACTORS_KEPT
 
     assert MODEL_MIN_REPLIES == 2
     other = tmp_path / "Other-135M.gguf"  # another file name is another model to the factors
@@ -204,7 +209,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     assert plan_of(third, speed).speed.decode_factor == pytest.approx(followed(0.8, 5))  # the machine's median
     # Stored and read back with the model each window belongs to.
     again = decode(MachineSpeed, encode(speed))
-    assert again.learned(key, other.name) == speed.learned(key, other.name)
+    assert learned_factors(again, key, other.name) == learned_factors(speed, key, other.name)
     assert again.factors_for(key, other.name).n_replies == 2
     # Only the most recently updated models keep factors of their own; the backend's stay.
     for i in range(MODEL_FACTORS_KEPT + 2):

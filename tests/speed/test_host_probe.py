@@ -222,7 +222,7 @@ def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: 
     new_engine = machine_fingerprint(machine.cpu, machine.ram_total_bytes, replace(machine.llama, recipe_key="x"), ())
     assert len({fp, more_ram, other_cpu, new_engine}) == 4
     update_machine_speed(fp, lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
-    assert load_machine_speed(fp, tmp_path).factors_for("cpu:x").decode == 0.8
+    assert load_machine_speed(fp, tmp_path).factors_for("cpu:x").decode_ratios == (0.8,)
     assert load_machine_speed(more_ram, tmp_path) == MachineSpeed(more_ram)
 
 

@@ -20,6 +20,7 @@ from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
+from vrampilot.planner.learned_factors import LearnedFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
 from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
@@ -103,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         d = machine_to_dict(machine)
         d["speed"] = speed_to_dict(speed)
-        if d["speed"] is not None:
+        if speed is not None and d["speed"] is not None:
+            for entry, f in zip(d["speed"]["factors"], _windows(speed), strict=True):
+                entry.update(decode=round(f.decode, 4), prefill=round(f.prefill, 4))
             d["speed"]["graph_factors"] = graph and {
                 k: [{"threads": r.threads, "value": r.value} for r in getattr(graph, k)]
                 for k in ("decode_base", "decode_attention", "prefill_base", "prefill_attention")
@@ -111,13 +114,29 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2))
     else:
         print(format_machine(machine))
-        lines = format_speed(machine, speed)
+        lines = format_speed(machine, speed, _learned_lines(speed))
         if graph is not None:
             # After the probe's lines, before what replies taught.
             at = next((i for i, line in enumerate(lines) if line.startswith("  learned from")), len(lines))
             lines.insert(at, _graph_line(graph))
         print("\n".join(lines))
     return 0
+
+
+def _windows(speed: MachineSpeed) -> list[LearnedFactors]:
+    """Each window of what replies taught, as predictions apply it."""
+    from vrampilot.planner.learned_factors import window_factors
+
+    return [window_factors(speed, stored) for stored in speed.factors]
+
+
+def _learned_lines(speed: MachineSpeed | None) -> list[str]:
+    return [
+        f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"
+        f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
+        f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
+        for f in (_windows(speed) if speed is not None else [])
+    ]
 
 
 def _graph_factors(machine: Machine, speed: MachineSpeed | None) -> GraphFactors | None:

@@ -8,7 +8,7 @@ in the part of a step that does not grow with the context, speed.py `corrected_d
 a chat's replies are shallow, and scaled whole their correction over-shot 4K-deep steps). Each
 ratio joins that backend's recent window (speed/measured.py `SpeedFactors`), whose median,
 bounded, then corrects every later prediction, and the model's own window, which takes over for that model
-once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
+once it holds two replies (planner/learned_factors.py). A reply is not learned from when it is too short to time
 (the first tokens of a reply and tiny prompts are mostly fixed costs), when other programs took
 a large share of the CPU meanwhile (speed/cpu_load.py): a busy machine says nothing about this
 one, or when the pace gauge read right after it (speed/pace.py) ran well below its usual: a VM's

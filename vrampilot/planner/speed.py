@@ -34,7 +34,6 @@ from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.placement import host_layer_active_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
-from vrampilot.speed.measured import SpeedFactors
 
 # What a GPU decode step is assumed to cost where no device probe measured the card, fitted on
 # published llama-bench results of real cards (bench/published_speed.py), not on any one card:
@@ -509,7 +508,7 @@ def shallow_decode_ratio(measured_s: float, t_step: float, t_shallow: float) -> 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
     model = SpeedModel(spec, settings, target, mem)
-    factors: SpeedFactors = target.factors_for(backend_key(target, settings), calibration_model(spec, settings, target))
+    factors = target.factors_for(backend_key(target, settings), calibration_model(spec, settings, target))
     t0 = model.decode_seconds(1)
     t_full = corrected_decode_seconds(model.decode_seconds(settings.n_ctx), t0, factors.decode)
     n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))

@@ -17,7 +17,8 @@ from vrampilot.hardware.cards import choose_devices
 from vrampilot.hardware.free_memory import OS_SOURCES
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
-from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
+from vrampilot.planner.learned_factors import LearnedFactors, learned_factors
+from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed
 from vrampilot.units import GIB, format_bytes
 
 # Without a measurement (no speed probe yet, speed/host_probe.py), a desktop with dual-channel
@@ -130,9 +131,9 @@ class Target:
         probe = self.host_probe
         return f"measured {probe.date}" if probe is not None else "assumed"
 
-    def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
+    def factors_for(self, backend: str, model: str = "") -> LearnedFactors:
         """The learned factors a prediction for `model` (a GGUF file's name) on `backend` uses."""
-        return self.speed.learned(backend, model) if self.speed is not None else SpeedFactors(backend)
+        return learned_factors(self.speed, backend, model)
 
     @property
     def device_budget_bytes(self) -> int:
