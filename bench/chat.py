@@ -72,7 +72,8 @@ def bare_decode(llm: llama_cpp.Llama, tokens: list[int], n_tokens: int, s: Sampl
 def run(args: argparse.Namespace) -> dict[str, Any]:
     spec = load_model_spec(resolve_model(args.model))
     pins = Pins(n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads)
-    p: Plan = plan(spec, resolve_target(TargetRequest(), detect_measured_machine()), pins)
+    found = detect_measured_machine()
+    p: Plan = plan(spec, resolve_target(TargetRequest(), found.machine, found.speed), pins)
     sampling = SamplingParams(
         temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, max_tokens=args.tokens, seed=1
     )

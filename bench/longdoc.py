@@ -122,7 +122,8 @@ def main() -> int:
         return 2
     spec = load_model_spec(model)
     pins = Pins(n_ctx=args.ctx, n_threads=args.threads, n_threads_batch=args.threads)
-    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()), pins)
+    found = detect_measured_machine()
+    p = plan(spec, resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed), pins)
     greedy = SamplingParams(temperature=0.0, max_tokens=16, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="longdoc-"))
     doc_path = tmp / "review.md"

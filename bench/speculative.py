@@ -87,7 +87,8 @@ def draft_bytes_rows(p: Plan, draft_buffers: dict[str, dict[str, int]]) -> list[
 
 def run_case(case: Case, pins: Pins, rounds: int, n_tokens: int) -> Result:
     spec = load_model_spec(embedded_model_path() or "")
-    target = resolve_target(TargetRequest(cpu_only=True), detect_measured_machine())
+    found = detect_measured_machine()
+    target = resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed)
     drafted_plan = plan_with_draft(spec, target, pins, case.request, exact=True)
     assert drafted_plan.draft is not None
     base_settings = replace(drafted_plan.settings, spec_type="", draft_n_max=0)

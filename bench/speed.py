@@ -188,7 +188,7 @@ class Calibration:
         from vrampilot.planner.target import TargetRequest, resolve_target
 
         self.path = path
-        spec, target = load_model_spec(path), resolve_target(TargetRequest(), machine)
+        spec, target = load_model_spec(path), resolve_target(TargetRequest(), machine.machine, machine.speed)
         self.plan = plan(spec, target, exact=True)
         if (self.plan.settings.n_threads, self.plan.settings.n_threads_batch) != (threads, threads):
             self.plan = plan(spec, target, Pins(n_threads=threads, n_threads_batch=threads), exact=True)
@@ -293,7 +293,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
         for c in order:
             p = plan(
                 load_model_spec(c.path),
-                resolve_target(TargetRequest(cpu_only=True), machine),
+                resolve_target(TargetRequest(cpu_only=True), machine.machine, machine.speed),
                 Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
             )
             engine = Engine()
@@ -342,7 +342,7 @@ def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
     for c in cases:
         p = plan(
             load_model_spec(c.path),
-            resolve_target(TargetRequest(cpu_only=True), machine),
+            resolve_target(TargetRequest(cpu_only=True), machine.machine, machine.speed),
             Pins(n_ctx=c.n_ctx, n_threads=c.threads, n_threads_batch=c.threads),
         )
         s = c.stats
@@ -368,7 +368,7 @@ def main() -> int:
     from vrampilot.planner.cpu_speed import weight_table
     from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
     from vrampilot.speed.report import format_probe
-    from vrampilot.speed.service import detect_measured_machine, probe_machine
+    from vrampilot.speed.service import MeasuredMachine, detect_measured_machine, probe_machine
 
     embedded = embedded_model_path()
     assert embedded is not None
@@ -383,12 +383,13 @@ def main() -> int:
             if any(k.lower().startswith(w) or (w == "embedded" and v == embedded) for w in wanted)
         }
 
-    machine = detect_measured_machine()
+    found = detect_measured_machine()
+    assert found.speed is not None  # this machine as detected always has its record
     types = list(CORE_WEIGHT_TYPES) + [t for p in models.values() for t in weight_table(load_model_spec(p)).types()]
     print("1. Speed probe (what the app's first start runs)", flush=True)
-    probed = probe_machine(machine, types)
+    probed = probe_machine(found.machine, found.speed, types)
     probe = probed.taken
-    machine = replace(machine, speed=probed.speed)
+    machine = MeasuredMachine(found.machine, probed.speed)
     print("\n".join(format_probe(probe)), flush=True)
     gauge_at_probe = ram_gauge()
     print(f"  RAM gauge right after the probe: {gauge_at_probe:.1f} GB/s (1 thread, mean of three passes)", flush=True)

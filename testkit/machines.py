@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from vrampilot.hardware import CpuInfo, LlamaBackendInfo, Machine
+from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.speed.measured import AttentionRates, HostProbe, KernelRates, MachineSpeed, RateAt, StepTiming
+from vrampilot.speed.service import MeasuredMachine
 from vrampilot.units import GIB
 
 
@@ -55,6 +55,14 @@ def uniform_probe(
     )
 
 
-def measured_machine(probe: HostProbe | None, cores: int = 1, speed: MachineSpeed | None = None) -> Machine:
-    """A CPU machine whose speed was measured (probe None: never measured, rates assumed)."""
-    return replace(cpu_machine(cores=cores), speed=speed or MachineSpeed("test-machine", probe))
+def measured_machine(probe: HostProbe | None, cores: int = 1, speed: MachineSpeed | None = None) -> MeasuredMachine:
+    """A CPU machine with its record: `speed`, or one holding `probe` (None: never measured, rates assumed)."""
+    return MeasuredMachine(cpu_machine(cores=cores), speed or MachineSpeed("test-machine", probe))
+
+
+def measured_target(
+    request: TargetRequest, probe: HostProbe | None, cores: int = 1, speed: MachineSpeed | None = None
+) -> Target:
+    """`request` resolved on `measured_machine(probe, cores, speed)`."""
+    found = measured_machine(probe, cores, speed)
+    return resolve_target(request, found.machine, found.speed)

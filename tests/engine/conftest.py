@@ -27,7 +27,8 @@ def spec(embedded_model: Path) -> ModelSpec:
 
 @pytest.fixture(scope="session")
 def cpu_target() -> Target:
-    return resolve_target(TargetRequest(cpu_only=True), detect_measured_machine())
+    found = detect_measured_machine()
+    return resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed)
 
 
 def make_plan(spec: ModelSpec, target: Target, **pins: object) -> Plan:

@@ -22,8 +22,9 @@ from vrampilot.speed.service import detect_measured_machine
 
 def main(path: Path, change: str) -> dict[str, object]:
     engine = Engine()
+    found = detect_measured_machine()
     engine.load(
-        make_plan(load_model_spec(path), resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()))
+        make_plan(load_model_spec(path), resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed))
     )
     ask = [Message("user", "Name a colour.")]
     first = engine.chat(ask, GREEDY).text

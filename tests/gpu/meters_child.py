@@ -24,7 +24,8 @@ from vrampilot.speed.service import detect_measured_machine
 
 def main() -> int:
     path = Path(sys.argv[2])
-    target = resolve_target(TargetRequest(), detect_measured_machine())
+    found = detect_measured_machine()
+    target = resolve_target(TargetRequest(), found.machine, found.speed)
     p = plan(
         load_model_spec(path),
         target,

@@ -21,8 +21,9 @@ def main() -> int:
     asked = json.loads(sys.argv[2])
     margin = asked.pop("margin_bytes", None)  # a device budget smaller than the device: what --margin does
     path, pins = Path(sys.argv[1]), Pins(n_threads=2, n_threads_batch=2, **asked)
-    machine = detect_measured_machine()
-    target = resolve_target(TargetRequest(margin_bytes=None if margin is None else int(margin)), machine)
+    found = detect_measured_machine()
+    machine = found.machine
+    target = resolve_target(TargetRequest(margin_bytes=None if margin is None else int(margin)), machine, found.speed)
     out: dict[str, object] = {"devices": [d.__dict__ for d in machine.llama.devices]}
     if not target.gpus:
         print(json.dumps({**out, "error": "no Vulkan device in the target", "vulkan": machine.llama.vulkan_status}))

@@ -26,11 +26,12 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 @pytest.fixture(scope="module")
 def engine(embedded_model: Path) -> Iterator[Engine]:
     e = Engine()
+    found = detect_measured_machine()
     # One thread: see tests/engine/conftest.py (busy 2-core machines).
     e.load(
         plan(
             load_model_spec(embedded_model),
-            resolve_target(TargetRequest(cpu_only=True), detect_measured_machine()),
+            resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed),
             Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
         )
     )

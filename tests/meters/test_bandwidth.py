@@ -89,12 +89,12 @@ def test_partial_offload_splits_bytes(qwen7b_spec: ModelSpec) -> None:
 
 
 def test_the_host_peak_is_the_measured_ram_read_rate_once_the_machine_was_measured(qwen7b_spec: ModelSpec) -> None:
-    from testkit.machines import cpu_machine, measured_machine, uniform_probe
+    from testkit.machines import cpu_machine, measured_target, uniform_probe
     from vrampilot.planner.target import TargetRequest, resolve_target
 
     pins = Pins(n_ctx=4096)
     measured = achieved_bandwidth(
-        plan(qwen7b_spec, resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(12.5))), pins),
+        plan(qwen7b_spec, measured_target(TargetRequest(cpu_only=True), uniform_probe(12.5)), pins),
         5.0,
         time_s=0,
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.machines import measured_machine, uniform_probe
+from testkit.machines import measured_target, uniform_probe
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.calibration import (
     MIN_PREFILL_TOKENS,
@@ -18,17 +18,22 @@ from vrampilot.planner.calibration import (
     record_reply,
     reply_prediction,
 )
+from vrampilot.planner.learned_factors import (
+    FACTOR_MAX,
+    FACTOR_MIN,
+    MODEL_MIN_REPLIES,
+    PROBE_PRIOR_REPLIES,
+    learned_factors,
+    prior_replies,
+)
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
-from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (
-    FACTOR_MAX,
-    FACTOR_MIN,
     FACTOR_WINDOW,
     PACES_KEPT,
-    PROBE_PRIOR_REPLIES,
     RATIO_MAX,
     RATIO_MIN,
     HostProbe,
@@ -45,7 +50,7 @@ PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
 def _plan(embedded_model: Path, speed: MachineSpeed) -> Plan:
     return plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+        measured_target(TargetRequest(cpu_only=True), None, speed=speed),
         PINS,
     )
 
@@ -108,9 +113,9 @@ def test_without_a_probe_replies_are_followed_whole(embedded_model: Path) -> Non
     assert pred.decode_tps == pytest.approx(reply.decode_tps)
     assert pred.prefill_tps == pytest.approx(reply.prefill_tps)
     probed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
-    assert probed.prior_replies("cpu:zen4, 2 threads") == PROBE_PRIOR_REPLIES
-    assert probed.prior_replies("gpu:NVIDIA GeForce RTX 4090") == 0.0
-    assert speed.prior_replies("cpu:zen4, 2 threads") == 0.0
+    assert prior_replies(probed, "cpu:zen4, 2 threads") == PROBE_PRIOR_REPLIES
+    assert prior_replies(probed, "gpu:NVIDIA GeForce RTX 4090") == 0.0
+    assert prior_replies(speed, "cpu:zen4, 2 threads") == 0.0
 
 
 def test_generating_is_corrected_where_replies_measure_it_not_in_the_attention_over_the_cache(
@@ -139,10 +144,9 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     # What 2-thread replies taught did not hold at 1 thread (bench/speed.py): each CPU thread
     # setting learns on its own, and another one starts from the probe alone.
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))
-    machine = measured_machine(None, speed=speed)
     two = plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), machine),
+        measured_target(TargetRequest(cpu_only=True), None, speed=speed),
         replace(PINS, n_threads=2, n_threads_batch=2),
     )
     for _ in range(2):
@@ -151,7 +155,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
     def again(pins: Pins) -> Plan:
         return plan(
             load_model_spec(embedded_model),
-            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            measured_target(TargetRequest(cpu_only=True), None, speed=speed),
             pins,
         )
 
@@ -169,7 +173,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
 def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     embedded_model: Path, tmp_path: Path
 ) -> None:
-    from vrampilot.speed.measured import MODEL_FACTORS_KEPT, MODEL_MIN_REPLIES
+    from vrampilot.speed.measured import MODEL_FACTORS_KEPT
 
     assert MODEL_MIN_REPLIES == 2
     other = tmp_path / "Other-135M.gguf"  # another file name is another model to the factors
@@ -180,7 +184,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     def plan_of(path: Path, speed: MachineSpeed) -> Plan:
         return plan(
             load_model_spec(path),
-            resolve_target(TargetRequest(cpu_only=True), measured_machine(None, speed=speed)),
+            measured_target(TargetRequest(cpu_only=True), None, speed=speed),
             PINS,
         )
 
@@ -205,7 +209,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     assert plan_of(third, speed).speed.decode_factor == pytest.approx(followed(0.8, 5))  # the machine's median
     # Stored and read back with the model each window belongs to.
     again = decode(MachineSpeed, encode(speed))
-    assert again.learned(key, other.name) == speed.learned(key, other.name)
+    assert learned_factors(again, key, other.name) == learned_factors(speed, key, other.name)
     assert again.factors_for(key, other.name).n_replies == 2
     # Only the most recently updated models keep factors of their own; the backend's stay.
     for i in range(MODEL_FACTORS_KEPT + 2):
@@ -374,7 +378,7 @@ def test_a_model_split_with_the_cpu_learns_apart_from_the_same_file_wholly_on_th
     spec = load_model_spec(embedded_model)
 
     def plan_at(ngl: int, speed: MachineSpeed) -> Plan:
-        target = resolve_target(TargetRequest(vram_bytes=8 << 30), measured_machine(None, speed=speed))
+        target = measured_target(TargetRequest(vram_bytes=8 << 30), None, speed=speed)
         return plan(spec, target, replace(PINS, n_gpu_layers=ngl))
 
     speed = MachineSpeed("m", uniform_probe(types=("q4_1", "q8_0")))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import write_model
-from testkit.machines import cpu_machine, measured_machine, uniform_probe
+from testkit.machines import cpu_machine, measured_target, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.plan import Pins
@@ -38,7 +38,7 @@ def q8_llama(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 
 def _model(spec: ModelSpec, probe: HostProbe | None, pins: Pins | None = None, cores: int = 1) -> SpeedModel:
-    target = resolve_target(TargetRequest(cpu_only=True), measured_machine(probe, cores=cores))
+    target = measured_target(TargetRequest(cpu_only=True), probe, cores=cores)
     p = plan(spec, target, pins or Pins(n_ctx=4096, n_threads=1, n_threads_batch=1))
     return SpeedModel(spec, p.settings, target, p.memory)
 
@@ -212,7 +212,7 @@ def test_the_plan_says_what_is_measured_and_what_is_assumed(tmp_path: Path, embe
     spec = load_model_spec(embedded_model)  # Q4_1 and Q8_0 weights
     measured = plan(
         spec,
-        resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(types=("q4_0", "q8_0")))),
+        measured_target(TargetRequest(cpu_only=True), uniform_probe(types=("q4_0", "q8_0"))),
         Pins(n_ctx=2048),
     )
     basis = measured.reasons[-1]
@@ -238,13 +238,11 @@ def test_on_a_gpu_the_bandwidth_efficiency_is_said_to_be_assumed(embedded_model:
 def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelSpec) -> None:
     base = plan(
         q8_llama,
-        resolve_target(TargetRequest(cpu_only=True), measured_machine(uniform_probe(10.0))),
+        measured_target(TargetRequest(cpu_only=True), uniform_probe(10.0)),
         Pins(n_ctx=2048, n_threads=1),
     )
     fast = uniform_probe(20.0, 100.0, attention_gflops={"f16": 40.0})
-    twice = plan(
-        q8_llama, resolve_target(TargetRequest(cpu_only=True), measured_machine(fast)), Pins(n_ctx=2048, n_threads=1)
-    )
+    twice = plan(q8_llama, measured_target(TargetRequest(cpu_only=True), fast), Pins(n_ctx=2048, n_threads=1))
     # Every rate doubled, and these probes have no fixed costs: every time halves.
     assert twice.speed.decode_tps == pytest.approx(2 * base.speed.decode_tps)
     assert twice.speed.prefill_tps == pytest.approx(2 * base.speed.prefill_tps)
@@ -252,7 +250,7 @@ def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelS
     probe = uniform_probe(attention_gflops={"f16": 20.0, "q8_0": 2.0})
     p = plan(
         q8_llama,
-        resolve_target(TargetRequest(cpu_only=True), replace(measured_machine(probe))),
+        measured_target(TargetRequest(cpu_only=True), probe),
         Pins(n_ctx=4096, n_threads=1),
     )
     q8 = next(a for a in p.alternatives if a.label == "q8_0 KV cache")

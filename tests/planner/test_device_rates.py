@@ -35,12 +35,12 @@ RATES = DeviceRates(
 )
 
 
-def vulkan_machine(speed: MachineSpeed | None) -> Machine:
+def vulkan_machine() -> Machine:
     devices = (
         LlamaDevice("CPU", "Test CPU", "cpu", "CPU", 24 * GIB, 24 * GIB),
         LlamaDevice("Vulkan0", LAVAPIPE, "gpu", "Vulkan", 2 * GIB, 2 * GIB),
     )
-    return replace(cpu_machine(), llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices), speed=speed)
+    return replace(cpu_machine(), llama=LlamaBackendInfo("0.3.36", True, None, None, devices=devices))
 
 
 def test_a_measured_device_is_priced_at_its_own_rates() -> None:
@@ -48,8 +48,8 @@ def test_a_measured_device_is_priced_at_its_own_rates() -> None:
     assert path is not None
     spec = load_model_spec(path)
     pins = Pins(n_gpu_layers=99, n_ctx=2048)
-    assumed = plan(spec, resolve_target(TargetRequest(), vulkan_machine(MachineSpeed("m"))), pins)
-    target = resolve_target(TargetRequest(), vulkan_machine(MachineSpeed("m", devices=(RATES,))))
+    assumed = plan(spec, resolve_target(TargetRequest(), vulkan_machine(), MachineSpeed("m")), pins)
+    target = resolve_target(TargetRequest(), vulkan_machine(), MachineSpeed("m", devices=(RATES,)))
     assert target.gpus[0].measured == RATES
     measured = plan(spec, target, pins)
     assert measured.settings.n_gpu_layers == assumed.settings.n_gpu_layers > spec.n_layer
@@ -68,7 +68,7 @@ def test_a_measured_device_is_priced_at_its_own_rates() -> None:
 
 
 def test_measuring_a_device_drops_what_its_replies_taught_and_keeps_the_others(tmp_path: Path) -> None:
-    target = resolve_target(TargetRequest(), vulkan_machine(MachineSpeed("m")))
+    target = resolve_target(TargetRequest(), vulkan_machine(), MachineSpeed("m"))
     key = backend_key(target, plan(load_model_spec(embedded_model_path()), target, Pins(n_gpu_layers=99)).settings)  # type: ignore[arg-type]  # the embedded model is installed here
     assert "(Vulkan0)" in key
 

@@ -148,8 +148,8 @@ def test_the_host_part_of_a_multi_device_plan_runs_at_the_measured_cpu_rates(qwe
     def decode(rate: float, n_gpu_layers: int) -> float:
         """Seconds per token with every CPU rate the probe measured scaled by `rate`."""
         probe = uniform_probe(10.0 * rate, 50.0 * rate, attention_gflops={"f16": 20.0 * rate})
-        machine = replace(two_gpu_machine(), speed=MachineSpeed("test-machine", probe))
-        p = plan(spec, resolve_target(TargetRequest(), machine), Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
+        target = resolve_target(TargetRequest(), two_gpu_machine(), MachineSpeed("test-machine", probe))
+        p = plan(spec, target, Pins(n_ctx=4096, n_gpu_layers=n_gpu_layers))
         assert len(p.memory.per_device) == 2
         return 1.0 / p.speed.decode_tps
 
@@ -221,9 +221,7 @@ def test_an_integrated_gpu_counts_against_system_ram_once(qwen7b: Path) -> None:
     assert p.fits == (p.memory.host.total_bytes + shared <= target.host_ram_bytes)
     assert "system RAM assumed" in target.gpus[0].bandwidth_note
     # Its memory is the RAM the speed probe measured: that figure, not the assumption, once measured.
-    measured = resolve_target(
-        TargetRequest(), replace(machine, speed=MachineSpeed("test-machine", uniform_probe(12.5)))
-    )
+    measured = resolve_target(TargetRequest(), machine, MachineSpeed("test-machine", uniform_probe(12.5)))
     assert measured.gpus[0].bandwidth_gbps == measured.host_bandwidth_gbps == 25.0
     assert "system RAM measured 2026-12-01, 25.0 GB/s" in measured.gpus[0].bandwidth_note
 

@@ -22,6 +22,7 @@ from vrampilot.planner.draft import (
     learn_acceptance,
     plan_with_draft,
     predicted_speedup,
+    prior_acceptance,
     replan_keeping_draft,
     stored_acceptance,
     tokens_per_step,
@@ -31,7 +32,7 @@ from vrampilot.planner.memory import Components
 from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, prior_acceptance, record_reply
+from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, record_reply
 from vrampilot.units import GIB
 
 PINS = Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
@@ -126,18 +127,21 @@ def test_speedup_arithmetic() -> None:
 
 
 def test_acceptance_is_the_prior_until_a_reply_teaches_it(tmp_path: Path) -> None:
+    request = DraftRequest("draft", Path("/m/draft.gguf"))
     key = pair_key("/m/target.gguf", "/m/draft.gguf")
-    assert load_acceptance(key, "draft", tmp_path) == prior_acceptance("draft")
-    assert not load_acceptance(key, "draft", tmp_path).measured
+    assert load_acceptance(key, tmp_path) is None  # nothing measured: the record has no figure
+    assert stored_acceptance("/m/target.gguf", request, tmp_path) == prior_acceptance("draft")
+    assert not prior_acceptance("draft").measured
     assert record_reply(key, 4, 0, 0, tmp_path) is None  # a reply that drafted nothing teaches nothing
     learned = record_reply(key, 4, 40, 40, tmp_path)
     assert learned is not None and learned.measured and learned.p > 0.99
     record_reply(key, 4, 40, 0, tmp_path)
-    both = load_acceptance(key, "draft", tmp_path)
-    assert both.replies == 2 and both.drafted_tokens == 80 and 0.4 < both.p < 0.6
-    assert not load_acceptance(pair_key("/m/target.gguf", "ngram"), "ngram", tmp_path).measured
+    both = load_acceptance(key, tmp_path)
+    assert both is not None and both.replies == 2 and both.drafted_tokens == 80 and 0.4 < both.p < 0.6
+    assert stored_acceptance("/m/target.gguf", request, tmp_path) == both
+    assert load_acceptance(pair_key("/m/target.gguf", "ngram"), tmp_path) is None
     (tmp_path / "draft-acceptance.json").write_text("{not json")
-    assert load_acceptance(key, "draft", tmp_path) == prior_acceptance("draft")  # damaged: the prior again
+    assert stored_acceptance("/m/target.gguf", request, tmp_path) == prior_acceptance("draft")  # damaged: the prior
 
 
 def test_llama_cpps_vocabulary_rule(embedded_model: Path) -> None:

@@ -4,7 +4,6 @@ CUDA by default with the reason in the plan, the pin to Vulkan, the devices name
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,16 +78,18 @@ def _measured(prefill: dict[str, float]) -> MachineSpeed:
     ],
 )
 def test_measured_on_this_card_the_faster_backend_runs_it(prefill: dict[str, float], runs: str, ratio: str) -> None:
-    machine = replace(nvidia_machine(), speed=_measured(prefill))
-    target = resolve_target(TargetRequest(), machine)
+    machine, speed = nvidia_machine(), _measured(prefill)
+    target = resolve_target(TargetRequest(), machine, speed)
     assert [g.llama_name for g in target.gpus] == [runs]
     (why,) = target.device_reasons
     assert f"runs as {runs}" in why and "measured on this card" in why and f"({ratio};" in why
     # The pin still wins over the measurement.
     other = "Vulkan" if runs == "CUDA0" else "CUDA"
-    assert [g.llama_name for g in resolve_target(TargetRequest(gpu_backend=other), machine).gpus] == [f"{other}0"]
+    assert [g.llama_name for g in resolve_target(TargetRequest(gpu_backend=other), machine, speed).gpus] == [
+        f"{other}0"
+    ]
 
 
 def test_only_one_backend_measured_keeps_the_vendors_default() -> None:
-    machine = replace(nvidia_machine(), speed=_measured({"Vulkan0": 90000.0}))
-    assert [g.llama_name for g in resolve_target(TargetRequest(), machine).gpus] == ["CUDA0"]
+    target = resolve_target(TargetRequest(), nvidia_machine(), _measured({"Vulkan0": 90000.0}))
+    assert [g.llama_name for g in target.gpus] == ["CUDA0"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.machines import measured_machine, uniform_probe
+from testkit.machines import measured_target, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.cpu_speed import (
     CpuRates,
@@ -32,7 +32,7 @@ from vrampilot.planner.graph_factors import (
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search import plan
 from vrampilot.planner.speed import SpeedModel
-from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.host_probe import probe_outdated
 from vrampilot.speed.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
@@ -142,7 +142,7 @@ def test_predictions_apply_the_factors_to_weights_and_attention_apart(spec: Mode
     with_run = replace(probe, reference=_run(spec, embedded_model, probe, _constant((1.5, 2.0), (1.2, 1.4))))
 
     def model(p: HostProbe) -> SpeedModel:
-        target = resolve_target(TargetRequest(cpu_only=True), measured_machine(p, cores=2))
+        target = measured_target(TargetRequest(cpu_only=True), p, cores=2)
         pl = plan(
             spec, target, Pins(n_ctx=8192, n_threads=2, n_threads_batch=2, type_k="f16", type_v="f16", flash_attn=True)
         )
@@ -175,7 +175,7 @@ def test_one_thread_decode_weights_carry_only_to_the_built_in_model(
     # No run, no factors for anyone.
     assert factors_for_model(other, replace(probe, reference=None), 2) is None
     # The plan says so where it applies: another model at 1 thread.
-    target = resolve_target(TargetRequest(cpu_only=True), measured_machine(probe, cores=2))
+    target = measured_target(TargetRequest(cpu_only=True), probe, cores=2)
     for model, threads, said in ((other, 1, True), (other, 2, False), (spec, 1, False)):
         pl = plan(model, target, Pins(n_ctx=2048, n_threads=threads, n_threads_batch=threads))
         basis = next(r for r in pl.reasons if r.startswith("Speed basis"))

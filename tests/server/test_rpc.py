@@ -105,11 +105,13 @@ def test_the_plan_per_device_is_what_llama_cpp_allocates(hosts: list[str], model
     rpc = [query_host(e) for e in hosts]
     mb = (spec.weight_bytes + 64 * MIB) // 2
     output_host = model == "qwen3moe-output-host"
+    found = detect_measured_machine()
     target = resolve_target(
         TargetRequest(
             rpc_hosts=tuple(rpc), rpc_budget_bytes={hosts[0]: mb * 2 if output_host else mb // 2, hosts[1]: mb * 2}
         ),
-        detect_measured_machine(),
+        found.machine,
+        found.speed,
     )
     moe = model == "qwen3moe"
     pins = Pins(
@@ -220,9 +222,9 @@ def test_a_host_that_goes_away_mid_load_is_a_clear_error_and_we_go_on(tmp_path: 
     mine = [start_rpc_host(free_port()) for _ in range(2)]
     endpoints = [f"127.0.0.1:{p.argv[p.argv.index('-p') + 1]}" for p in mine]
     try:
-        target = resolve_target(
-            TargetRequest(rpc_hosts=tuple(query_host(e) for e in endpoints)), detect_measured_machine()
-        )
+        found = detect_measured_machine()
+        request = TargetRequest(rpc_hosts=tuple(query_host(e) for e in endpoints))
+        target = resolve_target(request, found.machine, found.speed)
         p = plan(load_model_spec(path), target, Pins(n_ctx=2048, n_threads=1, n_threads_batch=1))
         port = free_port()
         argv = llama_server_argv(path, p.settings, host="127.0.0.1", port=port, server=str(tool_path("llama-server")))

@@ -133,17 +133,19 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     pace = measure_pace_ms(1)
     assert pace is not None and pace > 0
     # A CPU plan reads it at its own thread count.
-    machine = measured_machine(host_probe)
+    found = measured_machine(host_probe)
     p = plan(
         load_model_spec(embedded_model),
-        resolve_target(TargetRequest(cpu_only=True), machine),
+        resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed),
         Pins(n_ctx=1024, n_threads=1, n_threads_batch=1),
     )
     again = reply_pace_ms(p)
     assert again is not None and again > 0
     # A plan generating on a GPU: the CPU's pace is not what its replies measure.
     gpu = plan(
-        load_model_spec(embedded_model), resolve_target(TargetRequest(vram_bytes=8 << 30), machine), Pins(n_ctx=1024)
+        load_model_spec(embedded_model),
+        resolve_target(TargetRequest(vram_bytes=8 << 30), found.machine, found.speed),
+        Pins(n_ctx=1024),
     )
     assert gpu.settings.n_gpu_layers > 0 and reply_pace_ms(gpu) is None
 
@@ -211,15 +213,16 @@ def test_a_model_s_missing_weight_types_are_measured_and_added(host_probe: HostP
 
 
 def test_records_are_kept_per_machine_and_new_hardware_measures_again(tmp_path: Path) -> None:
-    machine = detect_measured_machine()
+    found = detect_measured_machine()
+    machine = found.machine
     fp = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
-    assert fp == machine.speed.fingerprint if machine.speed else False
+    assert found.speed is not None and fp == found.speed.fingerprint
     more_ram = machine_fingerprint(machine.cpu, machine.ram_total_bytes + 16 * 2**30, machine.llama, machine.gpus)
     other_cpu = machine_fingerprint(replace(machine.cpu, physical_cores=64), machine.ram_total_bytes, machine.llama, ())
     new_engine = machine_fingerprint(machine.cpu, machine.ram_total_bytes, replace(machine.llama, recipe_key="x"), ())
     assert len({fp, more_ram, other_cpu, new_engine}) == 4
     update_machine_speed(fp, lambda m: m.with_factors(SpeedFactors("cpu:x", (0.8,))), tmp_path)
-    assert load_machine_speed(fp, tmp_path).factors_for("cpu:x").decode == 0.8
+    assert load_machine_speed(fp, tmp_path).factors_for("cpu:x").decode_ratios == (0.8,)
     assert load_machine_speed(more_ram, tmp_path) == MachineSpeed(more_ram)
 
 

@@ -27,6 +27,7 @@ from vrampilot.engine import SamplingParams
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.speed.measured import HostProbe
+from vrampilot.speed.service import MeasuredMachine
 
 if TYPE_CHECKING:
     from vrampilot.ui.context import AppContext
@@ -59,7 +60,7 @@ def app_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App
     from vrampilot.ui.context import build_context
 
     monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
-    ctx = build_context(machine=cpu_machine())
+    ctx = build_context(machine=MeasuredMachine(cpu_machine()))
     yield ctx
     ctx.close()
 
@@ -127,7 +128,7 @@ def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     apply_theme(cast(QApplication, QApplication.instance()))  # Qt types it as the QCoreApplication base
 
     def make(wait_plan: bool = True, initial_model: str | None = None, machine: object = None) -> MainWindow:
-        ctx = build_context(machine=machine)  # type: ignore[arg-type]  # machine: a Machine, or None for this one
+        ctx = build_context(machine=machine)  # type: ignore[arg-type]  # machine: a MeasuredMachine, or None for this one
         w = MainWindow(ctx, build_services(ctx), initial_model=initial_model)
         qtbot.addWidget(w)
         w.resize(1500, 950)

@@ -185,16 +185,17 @@ def test_without_nvml_ram_and_cpu_still_work(qtbot: QtBot, plan8: Plan) -> None:
 def test_system_ram_bandwidth_is_against_the_measured_peak_and_says_so(qtbot: QtBot, spec: ModelSpec) -> None:
     from testkit.machines import cpu_machine, measured_machine, uniform_probe
     from vrampilot.planner.target import TargetRequest, resolve_target
+    from vrampilot.speed.service import MeasuredMachine
 
     sampler = Sampler(nvml=FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND))
     feed = MetersFeed(sampler, start=False)
     panel = MetersPanel(feed)
     qtbot.addWidget(panel)
-    for machine, label in (
+    for found, label in (
         (measured_machine(uniform_probe(12.5)), "of 25.0 GB/s measured peak, 2026-12-01 ("),
-        (cpu_machine(), "of 50.0 GB/s assumed peak ("),
+        (MeasuredMachine(cpu_machine()), "of 50.0 GB/s assumed peak ("),
     ):
-        p = plan(spec, resolve_target(TargetRequest(cpu_only=True), machine), Pins(n_ctx=4096))
+        p = plan(spec, resolve_target(TargetRequest(cpu_only=True), found.machine, found.speed), Pins(n_ctx=4096))
         panel.set_plan(p)
         sampler.sample_once()
         panel.record_decode(2.0, duration_s=2)

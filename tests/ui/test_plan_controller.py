@@ -50,7 +50,7 @@ def start(qtbot: QtBot, plans: PlanController, model: Path | None = None) -> Non
 def test_start_plans_the_built_in_model_for_the_fixed_machine(qtbot: QtBot, plans: PlanController) -> None:
     status = heard(plans.status)
     start(qtbot, plans)
-    assert plans.machine is plans.ctx.machine and plans.target is not None
+    assert plans.ctx.machine is not None and plans.machine is plans.ctx.machine.machine and plans.target is not None
     assert plans.plan is not None and plans.plan.spec.path == embedded_model_path()
     assert plans.plan.fits and plans.load_state is LoadState.UNLOADED
     assert status[0] == "No GPU found: planning for the CPU"

@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 from testkit.dual_backend import nvidia_machine
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
+from vrampilot.speed.service import MeasuredMachine
 from vrampilot.ui.context import AppContext, build_context
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView
@@ -28,7 +29,7 @@ from vrampilot.ui.prefs import Prefs
 @pytest.fixture
 def nvidia_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppContext]:
     monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
-    ctx = build_context(machine=nvidia_machine(vulkan_ids=False))
+    ctx = build_context(machine=MeasuredMachine(nvidia_machine(vulkan_ids=False)))
     model = embedded_model_path()
     assert model is not None
     ctx.prefs.set_pins_for(model, FAST_PINS)

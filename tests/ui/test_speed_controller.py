@@ -14,16 +14,15 @@ from pytestqt.qtbot import QtBot
 from testkit.gguf_models import write_model
 from tests.ui.conftest import heard
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import Machine
 from vrampilot.speed.host_probe import missing_kernels
 from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 from vrampilot.speed.store import load_machine_speed, update_machine_speed
 from vrampilot.ui.context import build_context
 from vrampilot.ui.plan.speed_controller import SpeedController
 
 
-def measured_machine() -> Machine:
+def measured_machine() -> MeasuredMachine:
     """This machine with its speed record, as the plan controller hands it over."""
     return detect_measured_machine()
 
@@ -55,7 +54,7 @@ def test_weight_types_the_probe_lacks_are_measured_saved_and_reported(
         speed.model_selected(spec)
     new: MachineSpeed = measured.args[0]
     assert new.probe is not None and new.probe.kernel("q5_0") is not None
-    assert speed.speed == new  # the controller's machine carries it; the plan controller re-plans with it
+    assert speed.speed == new  # the controller keeps it; the plan controller re-plans with it
     stored = load_machine_speed(new.fingerprint).probe
     assert stored is not None and stored.kernel("q5_0") == new.probe.kernel("q5_0")
     with qtbot.assertNotEmitted(speed.measured, wait=300):

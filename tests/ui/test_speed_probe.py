@@ -104,7 +104,7 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(
     assert before.probe_read_slow and before.probe_pace_share() == pytest.approx(0.75)
     assert before.probe is not None
     seed_prefs(max_tokens=24)
-    # Every start counts as quiet here (a busy one keeps the record: test_window_defects_58c.py).
+    # Every start counts as quiet here (a busy one keeps the record: test_window_colours_and_numbers.py).
     monkeypatch.setattr(SpeedController, "quiet_share", 1.01)
     w: MainWindow = open_window(wait_plan=False)
     speed = w.plans.speed

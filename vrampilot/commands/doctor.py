@@ -1,7 +1,7 @@
 """`vrampilot doctor [--measure] [--json]`: what this machine has, as the planner will use it.
 
-`--measure` runs the speed probe now, for every weight type of released GGUF files (about 40 s of
-two cores' work at a quiet moment, the built-in model's run included; minutes beside other work),
+`--measure` runs the speed probe now, for every weight type of released GGUF files (a minute or so
+at a quiet moment, the built-in model's run included; minutes beside other work),
 saying each step as it starts, and keeps its figures for this machine; the app's first start runs
 a shorter one. `--measure gpus` times only the GPUs' kernels (after a driver update, a
 new card), keeping the CPU's figures. What the built-in model's run teaches the speed model (planner/
@@ -20,9 +20,10 @@ from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import LlamaDevice, Machine
 from vrampilot.planner.cpu_speed import GraphFactors
+from vrampilot.planner.learned_factors import LearnedFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,28 +40,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=run)
 
 
-def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machine:
+def measure(found: MeasuredMachine, what: str = "all", *, say: bool = False) -> MachineSpeed:
     """Run the probe for every weight type (`what` "all") or only the GPUs' ("gpus") and store it;
-    returns the machine with the new figures. `say`: a line on stderr as it starts."""
-    from dataclasses import replace
-
+    returns the machine's record with the new figures. `say`: a line on stderr as it starts."""
     from vrampilot.llamacpp.ggml import GgmlError
     from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
     from vrampilot.speed.service import save_taken, take_probe
 
+    machine, record = found.machine, found.speed
+    assert record is not None  # detect_measured_machine always gives a record
     devices = card_devices(machine.llama, machine.gpus)  # each backend's device of every card
     if what == "gpus":
-        if not devices or machine.speed is None:
+        if not devices:
             raise UserError(
                 "no GPU that llama.cpp offloads to here: nothing to measure (`vrampilot doctor` lists the devices)"
             )
         if say:
             print(f"Measuring {', '.join(d.name for d in devices)} (llama.cpp's kernels)…", file=sys.stderr, flush=True)
-        return replace(machine, speed=_measure_devices(machine.speed, devices))
+        return _measure_devices(record, devices)
     if say:
-        previous = machine.speed.probe if machine.speed is not None else None
         print(
-            f"Measuring this machine (llama.cpp's kernels and the built-in model: {probe_time_text(previous)})…",
+            f"Measuring this machine (llama.cpp's kernels and the built-in model: {probe_time_text(record.probe)})…",
             file=sys.stderr,
             flush=True,
         )
@@ -70,7 +70,7 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
         taken = take_probe(machine, ALL_WEIGHT_TYPES, progress=_say_step if say else None)
     except (GgmlError, ImportError, OSError, AttributeError) as exc:
         raise UserError(f"cannot measure this machine: llama.cpp's kernels did not run ({exc})") from None
-    probed = save_taken(machine, taken)
+    probed = save_taken(record, taken)
     speed = probed.speed
     if speed.probe is not None and probed.kept_earlier:
         print(
@@ -78,7 +78,7 @@ def measure(machine: Machine, what: str = "all", *, say: bool = False) -> Machin
             "taken at a quiet moment",
             file=sys.stderr,
         )
-    return replace(machine, speed=_measure_devices(speed, devices) if devices else speed)
+    return _measure_devices(speed, devices) if devices else speed
 
 
 def _say_step(what: str) -> None:
@@ -96,14 +96,17 @@ def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> Mac
 
 
 def run(args: argparse.Namespace) -> int:
-    machine = detect_measured_machine()
+    found = detect_measured_machine()
+    machine, speed = found.machine, found.speed
     if args.measure:
-        machine = measure(machine, args.measure, say=not args.json)
-    graph = _graph_factors(machine)
+        speed = measure(found, args.measure, say=not args.json)
+    graph = _graph_factors(machine, speed)
     if args.json:
         d = machine_to_dict(machine)
-        d["speed"] = speed_to_dict(machine.speed)
-        if d["speed"] is not None:
+        d["speed"] = speed_to_dict(speed)
+        if speed is not None and d["speed"] is not None:
+            for entry, f in zip(d["speed"]["factors"], _windows(speed), strict=True):
+                entry.update(decode=round(f.decode, 4), prefill=round(f.prefill, 4))
             d["speed"]["graph_factors"] = graph and {
                 k: [{"threads": r.threads, "value": r.value} for r in getattr(graph, k)]
                 for k in ("decode_base", "decode_attention", "prefill_base", "prefill_attention")
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, indent=2))
     else:
         print(format_machine(machine))
-        lines = format_speed(machine)
+        lines = format_speed(machine, speed, _learned_lines(speed))
         if graph is not None:
             # After the probe's lines, before what replies taught.
             at = next((i for i, line in enumerate(lines) if line.startswith("  learned from")), len(lines))
@@ -120,10 +123,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _graph_factors(machine: Machine) -> GraphFactors | None:
+def _windows(speed: MachineSpeed) -> list[LearnedFactors]:
+    """Each window of what replies taught, as predictions apply it."""
+    from vrampilot.planner.learned_factors import window_factors
+
+    return [window_factors(speed, stored) for stored in speed.factors]
+
+
+def _learned_lines(speed: MachineSpeed | None) -> list[str]:
+    return [
+        f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"
+        f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
+        f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
+        for f in (_windows(speed) if speed is not None else [])
+    ]
+
+
+def _graph_factors(machine: Machine, speed: MachineSpeed | None) -> GraphFactors | None:
     from vrampilot.planner.graph_factors import graph_factors
 
-    probe = machine.speed.probe if machine.speed is not None else None
+    probe = speed.probe if speed is not None else None
     return graph_factors(probe, machine.cpu.physical_cores)
 
 

@@ -146,7 +146,8 @@ def _target(args: argparse.Namespace) -> Target:
     from vrampilot.planner.target import resolve_target
     from vrampilot.speed.service import detect_measured_machine
 
-    return resolve_target(target_request_from_args(args), detect_measured_machine())
+    found = detect_measured_machine()
+    return resolve_target(target_request_from_args(args), found.machine, found.speed)
 
 
 def model_badges(listing: RepoFiles, target: Any, n_ctx: int) -> dict[str, Badge | str]:

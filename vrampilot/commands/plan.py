@@ -18,7 +18,6 @@ from vrampilot.errors import UserError
 from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
-from vrampilot.hardware import Machine
 from vrampilot.planner.knobs import add_knob_options, at_least, pins_from_knobs
 from vrampilot.planner.plan import Pins, Plan, PlanError
 from vrampilot.planner.search import plan
@@ -26,7 +25,7 @@ from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, resolve_target
 from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 
 if TYPE_CHECKING:
     from vrampilot.planner.draft import DraftRequest
@@ -90,31 +89,32 @@ def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
     )
 
 
-def _with_model_kernels(machine: Machine, spec: ModelSpec | None) -> Machine:
+def _with_model_kernels(found: MeasuredMachine, spec: ModelSpec | None) -> MeasuredMachine:
     """The machine with the weight types of `spec` measured, when its speed probe ran but lacked
     them (about 0.15 s per type, once per machine)."""
-    speed = machine.speed
+    machine, speed = found.machine, found.speed
     if spec is None or speed is None or speed.probe is None:
-        return machine
+        return found
     from vrampilot.planner.cpu_speed import weight_table
     from vrampilot.planner.graph_factors import with_reference_types
     from vrampilot.speed.service import add_missing_kernels, kernels_missing
 
     missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
     if not missing:
-        return machine
+        return found
     try:
-        return replace(machine, speed=add_missing_kernels(machine, speed, missing))
+        return MeasuredMachine(machine, add_missing_kernels(machine, speed, missing))
     except Exception as exc:  # the plan still works with estimates from the nearest measured type
         print(f"vrampilot: could not measure {', '.join(missing)} kernels: {exc}", file=sys.stderr)
-        return machine
+        return found
 
 
 def target_from_args(args: argparse.Namespace, spec: ModelSpec | None = None) -> Target:
     """The target the options ask for (commands/options.py), on this machine with its measured speed
     (and kernels measured for `spec`'s weight types when missing)."""
     request = target_request_from_args(args)
-    return resolve_target(request, _with_model_kernels(detect_measured_machine(), spec))
+    found = _with_model_kernels(detect_measured_machine(), spec)
+    return resolve_target(request, found.machine, found.speed)
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:

@@ -23,8 +23,8 @@ def detect_machine(
     platform: str = sys.platform,
 ) -> Machine:
     """GPUs (NVML), CPU, RAM and the llama.cpp backend. What was measured here before (the speed
-    probe's figures and the factors replies taught) is not read here: vrampilot.speed adds it
-    (`with_measured_speed`). Takes about 0.1-0.5 s: loading llama-cpp-python's library dominates,
+    probe's figures and the factors replies taught) is not read here: vrampilot.speed pairs it with
+    the machine (`detect_measured_machine`). Takes about 0.1-0.5 s: loading llama-cpp-python's library dominates,
     so the GUI calls this from a worker. On Windows, DXGI's adapters too: each GPU's free memory
     then comes from NVML or DXGI (hardware/free_memory.py)."""
     nvml_result = detect_nvidia_gpus(nvml, loader=nvml_loader)

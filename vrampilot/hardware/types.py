@@ -8,10 +8,6 @@ never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the record's type only: vrampilot.speed fills it in, detection never reads it
-    from vrampilot.speed.measured import MachineSpeed
 
 BANDWIDTH_SOURCES = ("nvml", "profile", "unknown")
 
@@ -188,10 +184,6 @@ class Machine:
     nvml_status: str
     llama: LlamaBackendInfo
     nvml_available: bool = False
-    # What the speed probe and replies measured on this machine (speed/store.py), filled in by
-    # vrampilot.speed (`with_measured_speed`); None when nothing was loaded (a fixed test machine,
-    # a machine only detected), when the planner's host rates are assumed.
-    speed: MachineSpeed | None = None
     # Windows: DXGI's adapters (hardware/dxgi.py) and its one-line status; () and "" elsewhere.
     dxgi_adapters: tuple[DxgiAdapter, ...] = ()
     dxgi_status: str = ""

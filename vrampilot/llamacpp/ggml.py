@@ -228,8 +228,9 @@ class _Kernels:
         """Valid data of `ggml_type`: a few quantized rows repeated (timing does not depend on the
         values, but random bytes could hold non-finite scales). Written FILL_PIECE_BYTES at a time
         where the buffer takes parts (`_fill_whole`): a matrix streamed from RAM is 1.5x the
-        last-level cache, 720 MB on a VM that reports its host's 480 MiB, and staging it whole cost
-        as much CPU as timing it (the pace gauge after every reply: 2.9 CPU-s there, 0.8 in pieces)."""
+        last-level cache, hundreds of MB where a VM reports its host's cache, and staging it whole
+        costs as much CPU as timing it (the pace gauge runs after every reply; in pieces, a
+        fraction of that)."""
         api = self.api
         size = int(api.nbytes(tensor))
         rows = max(1, min(n_rows, 16))

@@ -8,12 +8,12 @@ in the part of a step that does not grow with the context, speed.py `corrected_d
 a chat's replies are shallow, and scaled whole their correction over-shot 4K-deep steps). Each
 ratio joins that backend's recent window (speed/measured.py `SpeedFactors`), whose median,
 bounded, then corrects every later prediction, and the model's own window, which takes over for that model
-once it holds two replies (`MachineSpeed.learned`). A reply is not learned from when it is too short to time
+once it holds two replies (planner/learned_factors.py). A reply is not learned from when it is too short to time
 (the first tokens of a reply and tiny prompts are mostly fixed costs), when other programs took
 a large share of the CPU meanwhile (speed/cpu_load.py): a busy machine says nothing about this
 one, or when the pace gauge read right after it (speed/pace.py) ran well below its usual: a VM's
-neighbours slow it with no program in sight, and three replies read at such a moment taught a
-slow machine (bench/speed.py: 10 of 16 2-thread cases then came out 0.69-0.84 of measured).
+neighbours slow it with no program in sight, and replies read at such a moment teach a slow
+machine (docs/speed-model.md, decision log, "The pace gauge").
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ MIN_DECODE_TOKENS = 8
 # A prompt shorter than this is read in one partial ubatch, another regime than the long prompts a
 # prefill factor matters for (the headline figure is for a prompt of this length, documents are
 # longer): the weights' pass and fixed costs weigh more, and the speed model's share for them is
-# less sure. Learned from, a chat's 20-40-token turns moved the predictions for 1K-4K-token prompts
-# to 0.57-1.0 of what was measured (0.76-1.33 before), and 330-520-token turns to 1.04-1.42
-# (bench/speed.py; docs/speed-model.md), so such prompts are not learned from.
+# less sure: learned from, short turns moved the predictions for long prompts both ways, so such
+# prompts are not learned from (docs/speed-model.md, decision log, "How far replies move a
+# prediction").
 MIN_PREFILL_TOKENS = HEADLINE_PROMPT_TOKENS
 # Decode time grows with the context; a reply's mean is taken over this many points of its span.
 _DECODE_POINTS = 5

@@ -49,16 +49,10 @@ FEATURES = ("E", "Q", "KV", "F", "M", "X", "U")
 
 # Fitted coefficients per model family and phase (f32 elements per token per unit of each feature).
 # "out" is the extra beyond the logits (n_vocab); "attn" adds to the masks and the score matrix
-# (flash attention off), "fa" to the masks (flash attention on), "ffn" stands alone. Fitted by
-# minimising a smooth maximum of the relative error (under-prediction weighted 1.3x) plus half the
-# mean error, over 4,956 llama.cpp 0.3.36 dry runs with one logit row reserved
-# (Settings.n_outputs_max): 10 random released-like shapes per fixture architecture (n_embd
-# 576-5120, n_vocab 32000-262144, n_ff 2.7-5.4 n_embd, GQA 1-16) and, weighted 3x, the released
-# shapes (header-only Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite and the
-# embedded SmolLM2); contexts 512-32768, ubatch 128-2048, flash attention on/off, f16/q8_0
-# caches; rounded to quarters (2026-12-01: dense -19.1%..+20.3%, mean 3.9%; MoE -17.2%..+28.2%,
-# mean 5.9%; MLA -14.5%..+21.5%, mean 8.2%).
-# Re-fit with `python bench/planner.py --fit` (needs scipy). Coefficients of features a family
+# (flash attention off), "fa" to the masks (flash attention on), "ffn" stands alone. Fitted to
+# llama.cpp's own dry runs, under-prediction weighed more than over-prediction, and rounded to
+# quarters; the method, the shapes fitted and the error ranges per family: docs/exactness.md,
+# "The compute-buffer formula". Re-fit with `python bench/planner.py --fit` (needs scipy). Coefficients of features a family
 # lacks are 0. An exact plan replaces the formula with llama.cpp's own number.
 FIT: dict[str, dict[str, tuple[float, ...]]] = {
     #            E     Q     KV    F     M     X     U

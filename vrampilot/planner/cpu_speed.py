@@ -474,17 +474,16 @@ def decode_attention_imbalance(
     Split over the cells, each thread takes an equal slice of the padded view and the masked tail
     costs nothing, so the first threads do all the work of theirs: 1030 cells in a view of 1280 on
     2 threads are 640 + 390, 1.24x the even split, and 4128 in 4352 only 1.05x. Unmodelled, the built-in
-    model's run at 1030 cells taught that excess to the attention factor, which then priced 4K-deep
-    steps at 2 threads 0.71-0.87 of what llama.cpp ran (bench/speed.py, 2026-12-02). Split over the
-    query heads (quantized caches, short views), the busiest thread takes the most heads.
+    model's run at 1030 cells teaches that excess to the attention factor, which then prices deep
+    steps too slow. Split over the query heads (quantized caches, short views), the busiest thread takes the most heads.
 
     A sliding-window layer's cache is a ring of the window plus a ubatch: position p sits in cell
     p mod `n_cells` (llama_kv_cache::find_slot reuses the cells the window has left), and the view
     covers the whole ring once it went round. Its window is a run of cells that one slice can hold
     nearly whole: the 1001st token's window of 512 in a Gemma 3 layer's 1024 cells is 23 + 489 on 2 threads.
-    Taken as spread evenly, Gemma 3's 2-thread steps at 1K-4K tokens were priced faster than
-    llama.cpp ran them, and its chat's shallower replies, corrected by that, moved them further
-    (bench/speed.py: 1.10 of measured after three replies, the median of 25 runs)."""
+    Taken as spread evenly, such steps are priced faster than llama.cpp runs them, and shallower
+    replies corrected by that move them further. Measurements and error ranges: docs/speed-model.md,
+    decision log, "Sliding windows and the busiest thread"."""
     if threads <= 1 or n_used <= 0 or n_head <= 0:
         return 1.0
     filled = min(n_used, n_cells)

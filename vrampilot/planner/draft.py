@@ -42,12 +42,19 @@ from vrampilot.speed.acceptance import (
     load_acceptance,
     p_from_rate,
     pair_key,
-    prior_acceptance,
     record_reply,
 )
 from vrampilot.units import format_bytes
 
 MAX_DRAFT_TOKENS = 16  # the planner never drafts more per step (the speed-up flattens well before)
+# Priors, until this machine measured the pair (speed/acceptance.py): a small model of the same
+# family drafting for a larger one accepts most tokens of ordinary chat (published llama.cpp runs
+# report 60-80%); prompt lookup finds a continuation only where the reply repeats the context, and
+# is often wrong. A model's own MTP block was trained with it to predict the next token
+# (DeepSeek-V3's report: 85-90% of its first drafted tokens accepted); the prior stays a little below.
+PRIOR_DRAFT_P = 0.7
+PRIOR_NGRAM_P = 0.4
+PRIOR_MTP_P = 0.8
 NGRAM_MIN_DRAFT = 4  # prompt lookup costs nothing to draft: draft at least this many
 
 
@@ -568,7 +575,13 @@ def acceptance_key(model_path: str | Path, kind: str, draft_path: str | Path | N
 
 def stored_acceptance(model_path: str | Path, request: DraftRequest, folder: Path | None = None) -> Acceptance:
     """What this machine's replies taught for this pair (the prior until one did)."""
-    return load_acceptance(acceptance_key(model_path, request.kind, request.model_path), request.kind, folder)
+    measured = load_acceptance(acceptance_key(model_path, request.kind, request.model_path), folder)
+    return measured or prior_acceptance(request.kind)
+
+
+def prior_acceptance(kind: str) -> Acceptance:
+    """The acceptance assumed for a pair of `kind` ("draft", "ngram", "mtp") nothing measured yet."""
+    return Acceptance({"ngram": PRIOR_NGRAM_P, "mtp": PRIOR_MTP_P}.get(kind, PRIOR_DRAFT_P))
 
 
 def learn_acceptance(

@@ -220,8 +220,8 @@ def no_repack_reason(spec: ModelSpec, cpu_variant: str | None) -> str | None:
     view of the queries (llama.cpp's deepseek2 graph, also DeepSeek-3.2's), and DeepSeek-V4's
     compressed attention has such products too. On the AMX variant those weights are repacked for
     AMX at load, AMX then refuses the product, and llama.cpp's scheduler aborts the process
-    (GGML_ASSERT "*cur_backend_id != -1", ggml-backend.cpp) at the first graph: found on a Xeon
-    with AMX, 2026-12-07, on the deepseek2, deepseek32 and deepseek4 fixtures. Without the extra
+    (GGML_ASSERT "*cur_backend_id != -1", ggml-backend.cpp) at the first graph, as the deepseek2,
+    deepseek32 and deepseek4 fixtures do on an AMX CPU. Without the extra
     buffer types every weight sits in a plain buffer, as on a CPU without AMX; the other
     variants' repacking takes such products."""
     if cpu_variant not in AMX_VARIANTS:

@@ -34,19 +34,15 @@ from vrampilot.planner.memory import MemoryBreakdown
 from vrampilot.planner.placement import host_layer_active_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import GpuTarget, Target
-from vrampilot.speed.measured import SpeedFactors
 
 # What a GPU decode step is assumed to cost where no device probe measured the card, fitted on
-# published llama-bench results of real cards (bench/published_speed.py; docs/speed-model.md, "GPU
-# speed against published results"), not on any one card. GDDR cards reach 84% of their peak
-# bandwidth, plus 0.3 ms a token and 2 us a layer: least squares over the 2025 runs of an RTX 4090,
-# 4070 Ti and 3060 at 1.1B, 3B and 14B parameters (the size sets the fixed part apart), within
-# 0.92-1.14 of each. HBM cards reach 0.57 of GDDR's share: an A100 SXM (2039 GB/s) and an H100
-# PCIe (2000 GB/s) decoded Llama 3 8B at 135 and 146 tokens/s, hardly faster than an RTX 4090
-# (1008 GB/s, 131) in the same 2024 run (the A100 set the figure; the H100, held back, lands
-# within 13%). Float weights (F16, BF16, F32) are read nearer the peak than quantized ones, whose
-# mat-vec kernels unpack every block: F16 decoded 1.11-1.21x faster than its bytes at the
-# quantized share say, on the four fitted cards with both. Unknown memory kinds take GDDR's.
+# published llama-bench results of real cards (bench/published_speed.py), not on any one card:
+# GDDR cards reach this share of their peak bandwidth, plus a fixed cost per token and per layer
+# (least squares over models of several sizes, which set the fixed part apart). HBM cards reach
+# a smaller share of it (MEMORY_KIND_SHARE). Float weights (F16, BF16, F32) are read nearer the
+# peak than quantized ones, whose mat-vec kernels unpack every block. Unknown memory kinds take
+# GDDR's. Method, the cards and error ranges: docs/speed-model.md, "GPU speed against published
+# results", and its decision log entry "GPU speed against published llama-bench results".
 GPU_BANDWIDTH_EFFICIENCY = 0.84
 MEMORY_KIND_SHARE = {"hbm": 0.57}
 FLOAT_DECODE_SHARE = 1.17
@@ -59,24 +55,23 @@ GPU_LAYER_OVERHEAD_S = 2e-6
 # The prompt the headline "reading prompts" figure is for: 512 tokens at the start of a chat.
 HEADLINE_PROMPT_TOKENS = 512
 # A layer on the GPU whose routed experts are in RAM hands its hidden state to the CPU and back
-# for each token: two small copies and a synchronisation (assumed, not measured on a GPU here).
+# for each token: two small copies and a synchronisation (assumed, not measured on a GPU).
 HOST_EXPERTS_HOP_S = 3e-5
 # Kernels a decoder layer's graph runs (7 products, norms, rope, cache writes, attention, the
 # residual adds, the gated activation), each paying the device probe's per-product cost.
 DEVICE_KERNELS_PER_LAYER = 16
 # A prompt's ubatch is at least its kernels' fixed costs (a launch and its tail each; no CUDA
-# graph for batches) and at least one read of its weights: without this floor a 135M model's
-# 512-token prompt on an RTX 4090 profile was priced at 414,711 tokens/s, its FLOPs over the
-# card's peak (now about 103,000). Assumed, 8 us a kernel, and set before the prompt shares below
-# were fitted: it adds 5-14% to the published rows' ubatches, which they cannot tell from the shares.
+# graph for batches) and at least one read of its weights: without this floor a tiny model's
+# prompt is priced at its FLOPs over the card's peak, far beyond any launch rate. Assumed, and set
+# before the prompt shares below were fitted (docs/speed-model.md, decision log, "GPU speed against published llama-bench results").
 GPU_PROMPT_KERNEL_S = 8e-6
 # The share of its FP16 peak a generation's prompts reach under today's llama.cpp, as a multiple
-# of _ubatch_efficiency's curve: Ada's from an RTX 4090's 2025 run, Ampere's from it times
-# Ampere's median over Ada's in the 2024 runs of nine cards (bench/published_speed.py; one
+# of _ubatch_efficiency's curve, fitted on published runs (bench/published_speed.py; one
 # multiplier per generation, not per card). Generations no fitted card has take 1 (the curve).
+# Method and error ranges: docs/speed-model.md, decision log, "GPU speed against published llama-bench results".
 PROMPT_SHARE_BY_GENERATION = {"ampere": 2.01, "ada": 1.42}
-# Quantized weights' products dequantize as they go: on the fitted cards with both, F16 prompts
-# ran 1.10-1.31x faster than Q4_K_M ones of the same model (median 1.15; 2024 builds).
+# Quantized weights' products dequantize as they go, so their prompts run slower than F16 ones of
+# the same model (fitted on the cards with both: docs/speed-model.md, decision log, "GPU speed against published llama-bench results").
 QUANTIZED_PROMPT_SHARE = 0.87
 
 
@@ -218,10 +213,9 @@ def indexer_flops(spec: ModelSpec, on_layer: Callable[[int], bool], n_tokens: in
 def backend_key(target: Target, settings: Settings) -> str:
     """Which learned factors a plan uses: the offload devices' when layers run there (all of them,
     RPC hosts by endpoint: another card or host is another speed), else the CPU code's at the plan's
-    thread counts. What replies at one thread count taught did not carry to another: learned from
-    2-thread replies, the factors moved the 1-thread cases of bench/speed.py from 0.91-1.16 of what
-    was measured (the probe alone) to 0.89-1.28 (docs/speed-model.md); the
-    probe's own figures, the graph factors included, are per thread count already."""
+    thread counts. What replies at one thread count taught did not carry to another
+    (docs/speed-model.md, decision log, "How far replies move a prediction"); the probe's own
+    figures, the graph factors included, are per thread count already."""
     if target.has_gpu and settings.n_gpu_layers > 0:
         return "gpu:" + "+".join(g.label for g in target.gpus)
     t, tb = settings.n_threads, settings.n_threads_batch
@@ -499,10 +493,8 @@ def corrected_decode_seconds(t_step: float, t_shallow: float, decode_factor: flo
     """A decode step the model prices at `t_step` with replies' `decode_factor` applied: to the
     part that does not grow with the context (`t_shallow`, the step with one token in the cache),
     not to the attention over it. Replies are mostly shallow (a chat's turns: 40-750 tokens), so
-    what they measure is that part; scaled whole, a 2-thread reply's correction carried into 4K-deep
-    steps 1.16-1.23x too fast (bench/speed.py), and on ten saved runs this rule held 282 of 320
-    cases within ±15% after three replies where scaling the whole step held 276
-    (docs/speed-model.md)."""
+    what they measure is that part; scaled whole, their correction made deep steps too fast
+    (docs/speed-model.md, decision log, "Replies correct a decode step's shallow part")."""
     return t_shallow / decode_factor + max(0.0, t_step - t_shallow)
 
 
@@ -516,7 +508,7 @@ def shallow_decode_ratio(measured_s: float, t_step: float, t_shallow: float) -> 
 
 def predict_speed(spec: ModelSpec, settings: Settings, target: Target, mem: MemoryBreakdown) -> SpeedPrediction:
     model = SpeedModel(spec, settings, target, mem)
-    factors: SpeedFactors = target.factors_for(backend_key(target, settings), calibration_model(spec, settings, target))
+    factors = target.factors_for(backend_key(target, settings), calibration_model(spec, settings, target))
     t0 = model.decode_seconds(1)
     t_full = corrected_decode_seconds(model.decode_seconds(settings.n_ctx), t0, factors.decode)
     n_prompt = max(1, min(HEADLINE_PROMPT_TOKENS, settings.n_ctx))

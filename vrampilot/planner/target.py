@@ -17,7 +17,8 @@ from vrampilot.hardware.cards import choose_devices
 from vrampilot.hardware.free_memory import OS_SOURCES
 from vrampilot.hardware.profiles import GpuProfile, match_detected
 from vrampilot.hardware.rpc import RpcHost
-from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed, SpeedFactors
+from vrampilot.planner.learned_factors import LearnedFactors, learned_factors
+from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed
 from vrampilot.units import GIB, format_bytes
 
 # Without a measurement (no speed probe yet, speed/host_probe.py), a desktop with dual-channel
@@ -130,9 +131,9 @@ class Target:
         probe = self.host_probe
         return f"measured {probe.date}" if probe is not None else "assumed"
 
-    def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
+    def factors_for(self, backend: str, model: str = "") -> LearnedFactors:
         """The learned factors a prediction for `model` (a GGUF file's name) on `backend` uses."""
-        return self.speed.learned(backend, model) if self.speed is not None else SpeedFactors(backend)
+        return learned_factors(self.speed, backend, model)
 
     @property
     def device_budget_bytes(self) -> int:
@@ -157,16 +158,21 @@ class Target:
         return sum(g.fp16_tflops for g in self.gpus)
 
 
-def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], notes: tuple[str, ...] = ()) -> Target:
+def _target(
+    machine: Machine,
+    speed: MachineSpeed | None,
+    description: str,
+    gpus: tuple[GpuTarget, ...],
+    notes: tuple[str, ...] = (),
+) -> Target:
     """A target with this machine's host side (RAM less a reserve, cores, CPU throughput, and what
-    the speed probe and replies measured here)."""
+    the speed probe and replies measured here: `speed`)."""
     phys = max(1, machine.cpu.physical_cores)
-    speed = machine.speed
     return Target(
         description=description,
         gpus=gpus,
         host_ram_bytes=max(0, machine.ram_available_bytes - DEFAULT_HOST_RESERVE_BYTES),
-        host_bandwidth_gbps=_ram_bandwidth(machine)[0],
+        host_bandwidth_gbps=_ram_bandwidth(speed)[0],
         cpu_physical_cores=phys,
         cpu_logical_cores=max(phys, machine.cpu.logical_cores),
         cpu_gflops=phys * DEFAULT_CPU_GFLOPS_PER_CORE,
@@ -176,9 +182,9 @@ def _target(machine: Machine, description: str, gpus: tuple[GpuTarget, ...], not
     )
 
 
-def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
+def _ram_bandwidth(speed: MachineSpeed | None) -> tuple[float, str]:
     """System RAM's read bandwidth (GB/s) and where it came from: the speed probe's, or assumed."""
-    probe = machine.speed.probe if machine.speed is not None else None
+    probe = speed.probe if speed is not None else None
     if probe is not None and probe.ram_peak_gbps > 0:
         return probe.ram_peak_gbps, f"measured {probe.date}"
     return DEFAULT_HOST_BANDWIDTH_GBPS, "assumed"
@@ -186,6 +192,7 @@ def _ram_bandwidth(machine: Machine) -> tuple[float, str]:
 
 def _from_machine(
     machine: Machine,
+    speed: MachineSpeed | None,
     rpc_hosts: Sequence[RpcHost] = (),
     rpc_budgets: Mapping[str, int] | None = None,
     gpu_backend: str | None = None,
@@ -197,7 +204,7 @@ def _from_machine(
     cap). `gpu_backend`: the ggml backend the cards run under where they have it ("CUDA",
     "Vulkan"), None for the planner's choice; one no card has raises GpuBackendError."""
     notes: list[str] = []
-    local, reasons, explicit = _local_devices(machine, notes, gpu_backend)
+    local, reasons, explicit = _local_devices(machine, speed, notes, gpu_backend)
     remote = _rpc_devices(rpc_hosts, rpc_budgets or {}, notes)
     gpus = (*remote, *local)
     if gpus:
@@ -208,7 +215,7 @@ def _from_machine(
         )
     else:
         desc = "CPU only" + ("" if machine.gpus else " (no GPU found)")
-    target = _target(machine, desc, gpus, tuple(notes))
+    target = _target(machine, speed, desc, gpus, tuple(notes))
     return replace(
         target,
         devices_here=bool(machine.llama.devices) or bool(remote),
@@ -218,7 +225,7 @@ def _from_machine(
 
 
 def _local_devices(
-    machine: Machine, notes: list[str], gpu_backend: str | None
+    machine: Machine, speed: MachineSpeed | None, notes: list[str], gpu_backend: str | None
 ) -> tuple[tuple[GpuTarget, ...], tuple[str, ...], bool]:
     """This machine's offload devices, the reasons for their backends, and whether llama.cpp
     must be told them (--device)."""
@@ -230,7 +237,6 @@ def _local_devices(
             notes.append(_no_gpu_backend_note(machine))
             return (), (), False
         return tuple(_nvml_target(g) for g in machine.gpus), (), False
-    speed = machine.speed
     rates = {d.name: r.prefill_gflops for d in llama.devices if speed and (r := speed.device(d.name, d.description))}
     choice = choose_devices(llama, machine.gpus, gpu_backend, rates)
     devices = choice.devices
@@ -250,7 +256,7 @@ def _local_devices(
                 f"{d.description or d.name} ({d.name}) is an integrated GPU: its memory is system RAM, "
                 "shared with the CPU's part of the plan"
             )
-            ram_gbps, ram_source = _ram_bandwidth(machine)  # the CPU's measurement holds for its RAM
+            ram_gbps, ram_source = _ram_bandwidth(speed)  # the CPU's measurement holds for its RAM
             out.append(
                 GpuTarget(
                     name=d.description or d.name,
@@ -268,7 +274,7 @@ def _local_devices(
             )
             continue
         bw, tflops, note = _bandwidth_of(d.description or d.name, d.memory_total_bytes, nv)
-        measured = machine.speed.device(d.name, d.description) if machine.speed is not None else None
+        measured = speed.device(d.name, d.description) if speed is not None else None
         out.append(
             _with_profile_traits(
                 GpuTarget(
@@ -430,33 +436,34 @@ class TargetRequest:
         return not self.cpu_only and self.profile is None and self.vram_bytes is None
 
 
-def resolve_target(request: TargetRequest, machine: Machine) -> Target:
-    """The one way to a Target: `request` on `machine` (detected, with its measured speed:
-    vrampilot.speed.service.detect_measured_machine; or described by hand in tests).
+def resolve_target(request: TargetRequest, machine: Machine, speed: MachineSpeed | None = None) -> Target:
+    """The one way to a Target: `request` on `machine` with `speed`, what was measured on it (both
+    from vrampilot.speed.service.detect_measured_machine; or a machine described by hand in tests,
+    whose rates are then assumed).
 
     A profile or a VRAM size is a hypothetical GPU beside this machine's host side. This machine
     is its offload devices as llama.cpp lists them, RPC hosts first; CPU only leaves its GPUs out,
     never the hosts the user named (an exact plan still asks llama.cpp, whose devices here are then
     the CPU and the hosts). A `gpu_backend` no card has raises GpuBackendError."""
     if request.profile is not None:
-        target = _from_profile(request.profile, machine)
+        target = _from_profile(request.profile, machine, speed)
     elif request.vram_bytes is not None:
-        target = _from_vram(request.vram_bytes, machine)
+        target = _from_vram(request.vram_bytes, machine, speed)
     elif request.cpu_only and not request.rpc_hosts:
-        target = _cpu_only(machine)
+        target = _cpu_only(machine, speed)
     else:
         if request.cpu_only:
             # llama.cpp's devices here less those it offloads to (the CPU, an accelerator like
             # BLAS stays): the hosts are the only offload devices.
             cpu_devices = tuple(d for d in machine.llama.devices if d.kind not in ("gpu", "igpu"))
             machine = replace(machine, gpus=(), llama=replace(machine.llama, devices=cpu_devices))
-        target = _from_machine(machine, request.rpc_hosts, request.rpc_budget_bytes, request.gpu_backend)
+        target = _from_machine(machine, speed, request.rpc_hosts, request.rpc_budget_bytes, request.gpu_backend)
     if request.margin_bytes is not None:
         target = replace(target, device_margin_bytes=request.margin_bytes)
     return target
 
 
-def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
+def _from_profile(profile: GpuProfile, machine: Machine, speed: MachineSpeed | None) -> Target:
     gpu = GpuTarget(
         name=profile.name,
         memory_total_bytes=profile.memory_bytes,
@@ -467,12 +474,11 @@ def _from_profile(profile: GpuProfile, machine: Machine) -> Target:
         generation=profile.generation,
         memory_kind=profile.memory_kind,
     )
-    return replace(
-        _target(machine, f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)", (gpu,)), elsewhere=True
-    )
+    description = f"{profile.name} ({format_bytes(profile.memory_bytes)}, profile)"
+    return replace(_target(machine, speed, description, (gpu,)), elsewhere=True)
 
 
-def _from_vram(vram_bytes: int, machine: Machine) -> Target:
+def _from_vram(vram_bytes: int, machine: Machine, speed: MachineSpeed | None) -> Target:
     gpu = GpuTarget(
         name=f"{format_bytes(vram_bytes)} GPU",
         memory_total_bytes=vram_bytes,
@@ -481,8 +487,8 @@ def _from_vram(vram_bytes: int, machine: Machine) -> Target:
         fp16_tflops=HYPOTHETICAL_GPU_FP16_TFLOPS,
         bandwidth_note=f"bandwidth assumed {HYPOTHETICAL_GPU_BANDWIDTH_GBPS:.0f} GB/s (name a --gpu profile for its real figure)",
     )
-    return _target(machine, f"hypothetical GPU with {format_bytes(vram_bytes)}", (gpu,))
+    return _target(machine, speed, f"hypothetical GPU with {format_bytes(vram_bytes)}", (gpu,))
 
 
-def _cpu_only(machine: Machine) -> Target:
-    return _target(machine, "CPU only", ())
+def _cpu_only(machine: Machine, speed: MachineSpeed | None) -> Target:
+    return _target(machine, speed, "CPU only", ())

@@ -4,8 +4,8 @@ in the data folder, one record per pair (the target's file name, the draft's fil
 The planner predicts the speed-up of drafting from a per-token acceptance probability p: a reply
 that drafted D tokens in steps of n and had A of them accepted gives p by solving
 A / D = (p + p^2 + ... + p^n) / n (each step's accepted run stops at its first miss). The record
-keeps the last replies and weighs each by its drafted tokens; until one reply is stored the plan
-uses a prior and says so. Like the speed record (speed/store.py), every change is a locked
+keeps the last replies and weighs each by its drafted tokens; until one reply is stored there is
+no figure, and the planner assumes its prior (planner/draft.py `prior_acceptance`). Like the speed record (speed/store.py), every change is a locked
 read-modify-write with an atomic replace, so the window and the CLI may learn at once.
 """
 
@@ -26,20 +26,12 @@ FILE_NAME = "draft-acceptance.json"
 FORMAT_VERSION = 1
 REPLIES_KEPT = 32
 PAIRS_KEPT = 64
-# Priors, until this machine measured the pair: a small model of the same family drafting for a
-# larger one accepts most tokens of ordinary chat (published llama.cpp runs report 60-80%); prompt
-# lookup finds a continuation only where the reply repeats the context, and is often wrong. A
-# model's own MTP block was trained with it to predict the next token (DeepSeek-V3's report: 85-90%
-# of its first drafted tokens accepted); the prior stays a little below.
-PRIOR_DRAFT_P = 0.7
-PRIOR_NGRAM_P = 0.4
-PRIOR_MTP_P = 0.8
 
 
 @dataclass(frozen=True)
 class Acceptance:
     p: float  # per-token acceptance probability
-    replies: int = 0  # measured replies it rests on; 0: the prior
+    replies: int = 0  # measured replies it rests on; 0: the planner's prior
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     # Measured decode speed with drafting over what the plan predicted for it (the median over the
@@ -49,10 +41,6 @@ class Acceptance:
     @property
     def measured(self) -> bool:
         return self.replies > 0
-
-
-def prior_acceptance(kind: str) -> Acceptance:
-    return Acceptance({"ngram": PRIOR_NGRAM_P, "mtp": PRIOR_MTP_P}.get(kind, PRIOR_DRAFT_P))
 
 
 def pair_key(target_file: str, draft: str) -> str:
@@ -106,10 +94,10 @@ def _summarise(replies: list[list[float]]) -> Acceptance | None:
     return Acceptance(p, len(good), int(weight), int(sum(r[2] for r in good)), factor)
 
 
-def load_acceptance(key: str, kind: str, folder: Path | None = None) -> Acceptance:
-    """This machine's acceptance for the pair, or the prior for `kind` when nothing was measured."""
+def load_acceptance(key: str, folder: Path | None = None) -> Acceptance | None:
+    """This machine's acceptance for the pair; None when nothing was measured (or the file is damaged)."""
     replies = _read(_path(folder))["pairs"].get(key, [])
-    return _summarise(replies if isinstance(replies, list) else []) or prior_acceptance(kind)
+    return _summarise(replies if isinstance(replies, list) else [])
 
 
 def record_reply(

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import psutil
 
-# Other programs' share of all cores above which a speed measurement is set aside: with 2 cores,
-# a quarter is half a core, enough to preempt one of llama.cpp's threads often.
+# Other programs' share of all cores above which a speed measurement is set aside: on a machine of
+# few cores a quarter of them preempts one of llama.cpp's threads often (docs/speed-model.md,
+# "Predicted speed": what a reply is not learned from).
 BUSY_SHARE = 0.25
 
 

@@ -3,7 +3,7 @@
 Without it the speed model prices a device by its peak bandwidth (NVML or a profile; 288 GB/s
 for a device nothing names) times a share llama.cpp is assumed to reach, which for a device
 unlike the assumption is off by any factor: Mesa's lavapipe generated 2.45 tokens/s where the
-assumption said 620, beyond what replies may correct (speed/measured.py FACTOR_MIN..MAX). Two
+assumption said 620, beyond what replies may correct (planner/learned_factors.py FACTOR_MIN..MAX). Two
 figures per device, each the best of a few runs after an untimed one:
 - decode: a mat-vec over a weight larger than the device's caches (every decoded token reads each
   weight once): weight bytes per second;

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("vrampilot.speed.host_probe")
 
 # Weight types measured at first start: those of Q4_0, Q4_K_M, Q6_K, Q8_0 and F16 files. The types
-# of a model being planned are measured when first needed (`measure_kernels`, two passes, 2-4 s for
-# one type on 2 cores); `vrampilot doctor --measure` measures all of ALL_WEIGHT_TYPES.
+# of a model being planned are measured when first needed (`measure_kernels`: two passes, seconds
+# per type); `vrampilot doctor --measure` measures all of ALL_WEIGHT_TYPES.
 CORE_WEIGHT_TYPES = ("q4_0", "q8_0", "q4_k", "q6_k", "f16")
 # The weight types of released GGUF files (legacy, K-quants, IQ4, MXFP4, floats). A type not
 # measured is predicted from the measured one nearest in bits per weight, and the plan says so.
@@ -109,10 +109,10 @@ _SPLIT_KV_CELLS = 512
 _STEP_SHAPES = ((2, 256), (12, 256), (2, 32768))
 _STEP_TOKENS = 24
 # Kernels and attention are timed in two passes some seconds apart (a reading of the built-in
-# model's run between them, another after), each figure keeping its faster pass: this machine's speed moves 15-20%
-# within a minute, and one slow moment in a single pass carried into every prediction (Q4_1's
-# prompt kernel read 36 GFLOP/s at 2 threads in one probe and 59 in the next, and through the
-# built-in model's factors the fixtures' prompts came out 1.4x too fast in the first).
+# model's run between them, another after), each figure keeping its faster pass: a machine's speed
+# can move within a minute, and one slow moment in a single pass carries into every prediction,
+# through the built-in model's graph factors too (docs/speed-model.md, decision log, "The
+# built-in model's run: readings, warm-up, layout").
 KERNEL_PASSES = 2
 
 ProgressFn = Callable[[str], None]
@@ -397,8 +397,9 @@ def measure_host(
     progress: ProgressFn | None = None,
     reference: bool = True,
 ) -> HostProbe:
-    """Run the probe (about 27 seconds on a 2-core machine: RAM 2, each kernel pass 8, the built-in model's
-    run 8.5, which `reference` = False leaves out). Raises GgmlError when llama.cpp cannot run it,
+    """Run the probe (under a minute at a quiet moment: the RAM read, two passes of the kernels and
+    the built-in model's run, which `reference` = False leaves out; docs/speed-model.md says what
+    each part measures). Raises GgmlError when llama.cpp cannot run it,
     ProbeCancelled when `cancel` is set between two measurements."""
     from vrampilot.llamacpp.ggml import CpuKernels
     from vrampilot.paths import embedded_model_path
@@ -541,8 +542,8 @@ def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:
 
 
 def measure_kernels(types: Sequence[str], physical_cores: int) -> tuple[KernelRates, ...]:
-    """Rates of these weight types (two passes, 2-4 s for one type on 2 cores), for a model whose
-    types the first-start probe did not cover."""
+    """Rates of these weight types (two passes, seconds per type), for a model whose types the
+    first-start probe did not cover."""
     from vrampilot.llamacpp.ggml import CpuKernels
 
     threads = probe_threads(physical_cores)

@@ -1,7 +1,7 @@
 """What this machine measured: the speed probe's figures and what replies taught, as frozen data.
 
 The planner predicts speed from these instead of assumed constants, and says where each figure
-came from ("RAM 29.2 GB/s, measured 2026-12-01"). Two kinds of knowledge, kept together because
+came from (measured, with the probe's date, or assumed). Two kinds of knowledge, kept together because
 both belong to one machine and go stale together when its hardware changes:
 
 - `HostProbe`: llama.cpp's own kernels timed once on this CPU (`speed/host_probe.py`): weight bytes
@@ -9,8 +9,9 @@ both belong to one machine and go stale together when its hardware changes:
   same kernels on a prompt-sized batch (reading prompts), flash attention per KV cache type, the
   fixed cost of one graph node, the RAM read bandwidth, and the built-in model's real steps
   (`ReferenceRun`: what a whole graph costs beyond its kernels).
-- `SpeedFactors`: per backend, measured / predicted speed of recent replies. The planner multiplies
-  its predictions by their median, bounded, so one reply on a busy machine moves nothing.
+- `SpeedFactors`: per backend (and per model), measured / predicted speed of recent replies. What
+  a prediction makes of them (their median, weighed against the probe, bounded) is the planner's
+  (planner/learned_factors.py).
 
 Units live in the names; rates are kept per thread count (`RateAt`) because llama.cpp's kernels do
 not scale alike: decoding saturates memory with few threads, prompts keep scaling.
@@ -28,43 +29,23 @@ from vrampilot.speed.probe_model import N_EMBD as _PROBE_MODEL_EMBD
 
 PROBE_MODEL_ROW_BYTES = 2 * _PROBE_MODEL_EMBD  # one f16 row of the tiny model's output matrix
 
-# Replies remembered per backend and kind; the factor is their median.
+# Replies remembered per backend and kind (the planner's factor is their median).
 FACTOR_WINDOW = 9
-# A factor outside these bounds means the model, not the machine, is wrong: clamp and let the
-# prediction say it is calibrated rather than trust a runaway.
-FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
 # One reply's measured / predicted beyond these is an accident (a suspended laptop, a swap storm).
 RATIO_MIN, RATIO_MAX = 0.2, 5.0
 LAST_REPLIES_KEPT = 16
-# A model's own replies correct its predictions once they are this many (for decoding and for
-# prompts apart); until then the backend's replies over every model do. One model's error is not
-# another's: on this machine the planner was within 1.0-1.28x for one model and 0.78-0.97x for
-# another (bench/speed.py), and one factor over both moved each away from what it measured.
-MODEL_MIN_REPLIES = 2
-# On a backend the probe measured (the CPU), its prediction weighs as this many replies: a factor
-# learned from n replies moves the prediction n / (n + 2) of the way (in log) to their median.
-# With the probe within ±15% of 27-32 of the bench's 32 cases, three replies followed whole
-# carried their noise (a 2-thread reply runs 0.9-1.15x its neighbours on the machine measured) into cases
-# already right: 30 of 32 within ±15% after, where 32 were before (bench/speed.py, 2026-12-02).
-# Replayed through this module over sixteen saved runs (docs/speed-model.md):
-# 465 of 512 cases within ±15% followed whole, 473 weighed as one reply, 474 as two, 470 as four.
-# Nothing measured a GPU: replies there are followed whole.
-PROBE_PRIOR_REPLIES = 2.0
 MODEL_FACTORS_KEPT = 16  # models with their own factors, per machine (the most recently used)
 # The pace gauge (speed/pace.py): a reply read when the gauge took more than its usual time
 # divided by SLOW_PACE is not learned from; "usual" is the median of the probe's reading and the
-# last PACE_WINDOW replies' at the same thread count. On a VM whose replies moved 0.6-1.3x within
-# minutes, 0.85 set aside 59 of 296 replies, among them 22 of the 52 prompts read 15% or more
-# below the median, and the spread of the rest fell by 8-12% (docs/speed-model.md).
+# last PACE_WINDOW replies' at the same thread count. Method and error ranges: docs/speed-model.md,
+# decision log, "The pace gauge".
 SLOW_PACE = 0.85
 PACE_WINDOW = 15
 PACES_KEPT = 32
 # The probe reads the same gauge at its end. Once replies have read it this many times at a thread
 # count, a probe whose reading was slower than their median / SLOW_PACE ran at a slow moment, and
-# its figures with it: two bench runs whose probes read the gauge at 0.72 and 0.73 of the replies'
-# pace at 2 threads predicted 0.92 and 0.90 of measured at the median case (down to 0.76 and 0.72),
-# four whose probes read it at 0.89-1.04 0.93-1.04 (bench/speed.py;
-# docs/speed-model.md). The app measures again at its next start.
+# its figures with it: the app measures again at its next start (docs/speed-model.md, decision
+# log, "The pace gauge").
 PROBE_PACE_READINGS = 3
 
 
@@ -95,11 +76,10 @@ def rate_at(rates: tuple[RateAt, ...], threads: int) -> float:
 
 
 # The row lengths the mat-vec rates are measured at: short rows (a small model's n_embd) cost
-# more per byte on some types (per-row reductions), long ones less, or more (Q4_1 here). With 2
-# threads on the machine measured, rows of 512 went at 0.58x the speed of rows of 4096 for Q4_1, 0.63x for Q8_0,
-# 0.53x for Q6_K, 0.79x for F16, where repacked types (Q4_0, Q4_K) kept theirs: the built-in
-# model's rows of 576, priced at the 1024-row figure, made its 2-thread steps look 1.36-1.43x
-# slower than their kernels, a factor then charged to every model (docs/speed-model.md).
+# more per byte on some types (per-row reductions), where repacked types keep their rate; a
+# model's rows are priced between the lengths measured, since a small model's rows priced at a
+# longer row's rate made its steps look slower than their kernels, a factor then charged to every
+# model. Measurements: docs/speed-model.md, decision log, "Row length and chains of small products".
 SHORTEST_ROW = 512
 SHORT_ROW = 1024
 LONG_ROW = 4096
@@ -141,8 +121,8 @@ class AttentionRates:
 class ElementwiseRates:
     """One elementwise step a layer takes per token (llamacpp/ggml.py `CpuKernels.elementwise`):
     nanoseconds per f32 element. A prompt's ubatch runs each over all its tokens; with fast
-    matrix kernels they weigh: in a Gemma 3 ubatch (Q4_0, 1 thread) the gated GELU alone took 7% of
-    the time, norms and RoPE another 7% (docs/speed-model.md)."""
+    matrix kernels they weigh as much as a graph factor carries (docs/speed-model.md, decision log,
+    "Elementwise steps")."""
 
     op: str  # "norm", "swiglu", "geglu", "rope"
     ns_per_element: tuple[RateAt, ...]
@@ -286,14 +266,6 @@ class HostProbe:
         return tuple(sorted((a for a in self.attention if a.kv_type == kv_type.lower()), key=lambda a: a.head_dim))
 
 
-def _median_factor(ratios: tuple[float, ...], prior_replies: float = 0.0) -> float:
-    if not ratios:
-        return 1.0
-    n = len(ratios)
-    factor: float = statistics.median(ratios) ** (n / (n + prior_replies))
-    return min(FACTOR_MAX, max(FACTOR_MIN, factor))
-
-
 @dataclass(frozen=True)
 class SpeedFactors:
     """What replies on one backend taught: measured / predicted, most recent last."""
@@ -303,18 +275,6 @@ class SpeedFactors:
     prefill_ratios: tuple[float, ...] = ()
     updated_at: str = ""
     model: str = ""  # the GGUF file's name: replies of that model alone ("": of every model)
-    # How many replies the prediction itself weighs as (PROBE_PRIOR_REPLIES where the probe
-    # measured the backend); set by MachineSpeed when it hands the factors out, not stored.
-    prior_replies: float = field(default=0.0, metadata=meta(stored=False))
-
-    @property
-    def decode(self) -> float:
-        """The factor decode predictions are multiplied by (1.0 until a reply was measured)."""
-        return _median_factor(self.decode_ratios, self.prior_replies)
-
-    @property
-    def prefill(self) -> float:
-        return _median_factor(self.prefill_ratios, self.prior_replies)
 
     @property
     def n_replies(self) -> int:
@@ -323,8 +283,8 @@ class SpeedFactors:
     def learn(self, *, decode_ratio: float | None, prefill_ratio: float | None, at: str) -> SpeedFactors:
         """These factors with one more reply's ratios (None: that part was too short to judge).
 
-        Ratios beyond RATIO_MIN..RATIO_MAX are dropped; the window keeps the last FACTOR_WINDOW, and
-        the factor is their median, so a reply slowed by another program is outvoted.
+        Ratios beyond RATIO_MIN..RATIO_MAX are dropped; the window keeps the last FACTOR_WINDOW, whose
+        median the planner takes, so a reply slowed by another program is outvoted.
         """
 
         def add(ratios: tuple[float, ...], r: float | None) -> tuple[float, ...]:
@@ -435,33 +395,10 @@ class MachineSpeed:
     def with_pace(self, threads: int, pace_ms: float) -> MachineSpeed:
         return replace(self, paces=(*self.paces, PaceReading(threads, round(pace_ms, 4)))[-PACES_KEPT:])
 
-    def prior_replies(self, backend: str) -> float:
-        """How many replies a prediction on `backend` weighs as against what replies taught: the
-        probe's figures for the CPU, none where nothing was measured (a GPU; a CPU never probed)."""
-        return PROBE_PRIOR_REPLIES if self.probe is not None and backend.startswith("cpu:") else 0.0
-
     def factors_for(self, backend: str, model: str = "") -> SpeedFactors:
         """The stored factors of this backend over every model (`model` ""), or of one model."""
         found = next((f for f in self.factors if (f.backend, f.model) == (backend, model)), None)
-        return replace(found or SpeedFactors(backend, model=model), prior_replies=self.prior_replies(backend))
-
-    def learned(self, backend: str, model: str = "") -> SpeedFactors:
-        """The factors a prediction for `model` on `backend` uses: for decoding and for prompts apart,
-        the model's own replies once there are MODEL_MIN_REPLIES of them, else the backend's. The
-        result's `model` names the model when any part is its own."""
-        shared = self.factors_for(backend)
-        own = self.factors_for(backend, model) if model else SpeedFactors(backend)
-        own_decode = len(own.decode_ratios) >= MODEL_MIN_REPLIES
-        own_prefill = len(own.prefill_ratios) >= MODEL_MIN_REPLIES
-        mine = own_decode or own_prefill
-        return SpeedFactors(
-            backend,
-            own.decode_ratios if own_decode else shared.decode_ratios,
-            own.prefill_ratios if own_prefill else shared.prefill_ratios,
-            (own if mine else shared).updated_at,
-            model if mine else "",
-            self.prior_replies(backend),
-        )
+        return found or SpeedFactors(backend, model=model)
 
     def last_reply(self, model: str, backend: str) -> LastReply | None:
         return next((r for r in reversed(self.last_replies) if r.model == model and r.backend == backend), None)
@@ -469,7 +406,7 @@ class MachineSpeed:
     def with_factors(self, factors: SpeedFactors) -> MachineSpeed:
         """These factors stored (most recent last); of the per-model ones, the last MODEL_FACTORS_KEPT."""
         others = [f for f in self.factors if (f.backend, f.model) != (factors.backend, factors.model)]
-        kept = (*others, replace(factors, prior_replies=0.0))  # as stored: the prior is the machine's
+        kept = (*others, factors)
         per_model = [f for f in kept if f.model]
         drop = {id(f) for f in per_model[: max(0, len(per_model) - MODEL_FACTORS_KEPT)]}
         return replace(self, factors=tuple(f for f in kept if id(f) not in drop))

@@ -3,13 +3,12 @@
 A reply is learned from (planner/calibration.py) as what the speed model misses on this machine;
 a reply read while the machine ran slower than usual teaches a slow machine instead. Other
 programs' CPU time (speed/cpu_load.py) shows one cause; a VM's neighbours on the same memory
-bus and cores show none: with other programs at 0-1% of the CPU, steal included, a reply's prompt
-read 0.59-1.19x and its generation 0.63-1.27x of their median within eight minutes on a 2-vCPU virtual machine
-(docs/speed-model.md). Two of llama.cpp's own kernels, timed right before each of
-those replies, moved with them (correlation 0.59 for prompts, 0.47 for generation): a q8_0 product
-shaped like a prompt's ubatch (compute) and a q8_0 mat-vec over more bytes than the last-level
-cache (memory). Their summed time is the machine's pace (`pace_ms`, lower is faster); a reply read
-when it was well above its usual value is not learned from.
+bus and cores show none, and a reply's speed can move a long way within minutes with no other
+program running. Two of llama.cpp's own kernels, timed right after each reply, move with it in
+part: a q8_0 product shaped like a prompt's ubatch (compute) and a q8_0 mat-vec over more bytes
+than the last-level cache (memory); how far, and the threshold chosen from it: docs/speed-model.md,
+decision log, "The pace gauge". Their summed time is the machine's pace (`pace_ms`, lower is
+faster); a reply read when it was well above its usual value is not learned from.
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ _log = logging.getLogger(__name__)
 
 def measure_pace_ms(threads: int) -> float | None:
     """Milliseconds for the gauge's two kernels at `threads` threads, each the best of three runs
-    (about 10 ms of kernels; 40-60 ms with setting up their weights where the last-level cache is
-    32 MB: the mat-vec streams 1.5x it, so on a VM that reports its host's 480 MiB it is 0.8 s of
-    CPU). None when llama.cpp's CPU backend cannot run them."""
+    (about 10 ms of kernels, and tens of ms setting up their weights: the mat-vec streams 1.5x the
+    last-level cache, so where the OS reports a host's far larger cache, as in some VMs, up to about
+    a second of CPU). None when llama.cpp's CPU backend cannot run them."""
     from vrampilot.llamacpp.ggml import CpuKernels, GgmlError
 
     try:

@@ -2,8 +2,8 @@
 
 Timing each kernel alone misses what a whole graph costs on this machine: a layer's small matrices
 read cold from RAM one after another, the attention of grouped heads over a cache that grows with
-the reply, the threads waiting for each other at every node. On the 2-core machine the project is
-built on, decoding the built-in model took 1.6x the sum of its kernels' times. So the probe runs
+the reply, the threads waiting for each other at every node: a real step can take well over the sum
+of its kernels' times (docs/speed-model.md, "Graph factors"). So the probe runs
 the one model every installation has, as the engine does (llama-cpp-python's loop, f16 cache,
 flash attention), and the planner compares that with its own prediction for the same steps
 (planner/graph_factors.py):
@@ -15,13 +15,11 @@ flash attention), and the planner compares that with its own prediction for the 
 - that prompt read ubatch by ubatch with all threads: reading prompts, and how it slows with the
   cells before each ubatch; its first ubatch again at each smaller thread count (the weights'
   share of reading prompts at that count). Four ubatches, so that the last reads after 1536
-  cells: a ubatch's attention over the cache grows by a tenth of its time per 512 cells, so two
-  ubatches (after 0 and 512 cells) could not tell it from the run's noise, and the kernels' rate
-  then priced 4K-token prompts 1.1-1.3x too fast (docs/speed-model.md: each ubatch of a 4096-token
-  prompt slowed by 1.3-2x what the kernels' rate says, for every model at 1 and 2 threads).
+  cells: from two ubatches the growth of a ubatch's attention with the cells before it cannot be
+  told from the run's noise (docs/speed-model.md, decision log, "A prompt's attention with depth").
 
-About 15 seconds on 2 cores (most of it the 2048-token prompt, read twice: READINGS), in the
-background at first start.
+Most of its time is the 2048-token prompt, read twice (READINGS); it runs in the background at
+first start.
 """
 
 from __future__ import annotations
@@ -42,20 +40,13 @@ N_UBATCH = 512  # what plans use unless memory is short: matrix kernels run fast
 PREFILL_UBATCHES = 4  # the prompt: 2048 tokens, read as ubatches after 0, 512, 1024 and 1536 cells
 N_CTX = N_UBATCH * PREFILL_UBATCHES + 256  # the prompt, the deep decode steps, padded as llama.cpp pads
 # The run is read this many times (`ReferenceSession.read`), the probe's second pass of the kernels
-# between the readings, and each step and ubatch keeps the mean of its readings. This machine's
-# speed moved 20-30% between seconds: three probes a minute apart read the prompt's attention as
-# x0.89, x1.24 and x1.73 what the kernels say from one pass each; four with two passes back to back,
-# x1.28-1.42. Not the fastest reading, which it kept until a machine whose speed swung more: the
-# kernels' figures are each their faster pass, so a graph factor from the run's fastest priced
-# prompts at the machine's fastest moments where replies run at its usual pace; there the built-in
-# model's own 2K-token prompts at 2 threads came out 1.12-1.47x too fast before replies in six runs
-# of bench/speed.py (median 1.17). And not back to back: on that machine the 1-thread steps read 51-81
-# tokens/s near the start from one probe to the next, and through the factor the fixtures'
-# 1-thread generating followed them (0.58-1.03 of measured before replies, each run's median,
-# docs/speed-model.md); twelve readings of the steps 11 s apart, kernels running
-# between them, were uncorrelated (lag-1 correlation -0.7 to 0.1) and the mean of two neighbours'
-# spread 0.7x (1 thread) and 0.4-0.5x (2 threads) of one reading's
-# (docs/speed-model.md).
+# between the readings, and each step and ubatch keeps the mean of its readings: a machine's speed
+# can move between seconds, and one reading carries its moment into every model's graph factor.
+# Not the fastest reading (the kernels' figures are each their faster pass, so a factor from the
+# run's fastest prices prompts at the machine's fastest moments, where replies run at its usual
+# pace), and not back to back (neighbouring readings share a moment; readings apart, kernels
+# running between them, do not). Method and error ranges: docs/speed-model.md, decision log, "The
+# built-in model's run: readings, warm-up, layout".
 READINGS = 2
 DECODE_STEPS = 8  # timed per pass, depth and thread count (the first step is not timed)
 # Timed passes per reading, depth and thread count (after one untimed), each from the same cache;
@@ -105,18 +96,18 @@ def _decode(
     tokens its steps follow, whether each pass starts from an empty cache). The depths' passes are timed in turn (shallow, deep,
     shallow, ...), each depth in a context of its own that keeps its cache: the attention factor
     comes from the difference of the two depths, and timed minutes or seconds apart that difference
-    carried the machine's drift (fitted from one probe to the next anywhere from x0.58 to x2.68 on a
-    VM whose speed moved 20-30% between seconds); taken in turn, a slow moment weighs on both."""
+    carries the machine's drift; taken in turn, a slow moment weighs on both (docs/speed-model.md,
+    decision log, "The built-in model's run: readings, warm-up, layout")."""
     steps: dict[tuple[int, int], list[float]] = {}
     for t in threads:
-        # One thread count at a time, as a chat runs: switching every few steps made the steps
-        # after a switch up to half as slow again here, which no reply sees.
+        # One thread count at a time, as a chat runs: switching every few steps slows the steps
+        # after a switch, which no reply sees.
         for llm, _, _ in depths:
             llama_cpp.llama_set_n_threads(llm.ctx, t, most)
         # One pass of each untimed first: the steps right after another thread count's work (the
-        # prompt, read with every thread) ran slower here, 1 thread after 1030 tokens 32-35 ms a step
-        # against 24-30 ms once warm (docs/speed-model.md), which no
-        # chat sees past its first tokens and which made 1-thread plans look a third slower.
+        # prompt, read with every thread) run slower than warm ones, which no chat sees past its
+        # first tokens (docs/speed-model.md, decision log, "The built-in model's run: readings,
+        # warm-up, layout").
         for n in range(PASSES + 1):
             for i, (llm, tokens, reset) in enumerate(depths):
                 check()
@@ -203,10 +194,8 @@ class ReferenceSession:
             self._prefill_s.setdefault((self.most, i * N_UBATCH), []).append(self._ubatch_s(self._deep, ubatch))
         # The first ubatch again at each smaller thread count, in the shallow context (the deep one
         # keeps the whole prompt for its steps): what a graph costs beyond its kernels is not the
-        # same at every count, so the prompt's factor at all threads cannot stand for one thread.
-        # On one machine the built-in model's first ubatch took 1.2-1.4x its kernels' time at 1
-        # thread and 0.9-1.2x at 2, and two runs of bench/speed.py priced its 1-thread prompts
-        # 1.33 and 1.55x too fast with the 2-thread factor (docs/speed-model.md).
+        # same at every count, so the prompt's factor at all threads cannot stand for one thread
+        # (docs/speed-model.md, decision log, "The built-in model's run: readings, warm-up, layout").
         for t in self.threads:
             if t != self.most:
                 check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from vrampilot.hardware.cards import card_devices
@@ -90,9 +91,10 @@ def format_probe(probe: HostProbe) -> list[str]:
     return lines
 
 
-def format_speed(machine: Machine) -> list[str]:
-    """The doctor's speed section: the probe, what replies taught, and what stays assumed."""
-    speed = machine.speed
+def format_speed(machine: Machine, speed: MachineSpeed | None, learned: Sequence[str] = ()) -> list[str]:
+    """The doctor's speed section: the probe and the pace gauge (`speed`, the machine's record),
+    `learned` (what replies taught, as the planner applies it: commands/doctor.py) and what stays
+    assumed."""
     lines: list[str] = []
     if speed is None or speed.probe is None:
         lines.append(
@@ -115,13 +117,7 @@ def format_speed(machine: Machine) -> list[str]:
                 f"  the probe ran at {share:.0%} of this machine's usual pace (its gauge against the replies'): "
                 "measured again at the app's next start, or now with `vrampilot doctor --measure`"
             )
-        for stored in speed.factors:
-            f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
-            lines.append(
-                f"  learned from {f.n_replies} repl{'y' if f.n_replies == 1 else 'ies'}"
-                f"{f' of {f.model}' if f.model else ''} on {f.backend}: "
-                f"generating x{f.decode:.2f}, prompts x{f.prefill:.2f}"
-            )
+    lines += learned
     for d in card_devices(machine.llama, machine.gpus):
         m = speed.device(d.name, d.description) if speed is not None else None
         if m is None:
@@ -141,13 +137,11 @@ def format_speed(machine: Machine) -> list[str]:
 
 
 def speed_to_dict(speed: MachineSpeed | None) -> dict[str, Any] | None:
+    """The record as stored, and whether the GPUs were measured (commands/doctor.py adds each
+    window's factors as the planner applies them)."""
     if speed is None:
         return None
     d = encode(speed)
-    d["factors"] = []
-    for stored in speed.factors:
-        f = speed.factors_for(stored.backend, stored.model)  # as predictions apply them
-        d["factors"].append({**encode(f), "decode": round(f.decode, 4), "prefill": round(f.prefill, 4)})
     # "measured" once the device probe timed every device listed, else NVML's peak and an assumed share
     d["gpu"] = "measured" if speed.devices else "assumed"
     return d

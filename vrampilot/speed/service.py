@@ -1,10 +1,12 @@
 """Measuring this machine and reading what was measured: the one sequence every front end runs.
 
-Detection (vrampilot.hardware) reads nothing that was measured: `with_measured_speed` adds this
-machine's record to the detected machine, and `detect_measured_machine` does both. The window (ui/plan/speed_controller.py, on its workers),
-`vrampilot doctor --measure`, `vrampilot plan` and bench/speed.py measure through here: the probe,
-then its save (which keeps a quieter earlier measurement over one taken while the machine was busy,
-speed/store.py `kept_quieter`), the offload devices, and kernels for weight types a model adds.
+Detection (vrampilot.hardware) reads nothing that was measured, and a `Machine` holds nothing
+measured: `detect_measured_machine` pairs the detected machine with its record (`MeasuredMachine`),
+and the planner's `resolve_target` makes a Target of the two. The window (ui/plan/speed_controller.py,
+on its workers), `vrampilot doctor --measure`, `vrampilot plan` and bench/speed.py measure through
+here: the probe, then its save (which keeps a quieter earlier measurement over one taken while the
+machine was busy, speed/store.py `kept_quieter`), the offload devices, and kernels for weight types
+a model adds.
 Each caller keeps only its own presentation: signals and threads, printed lines, ratios. Nothing
 here catches the kernels' errors for a caller, except where a measurement is optional
 (`with_devices_measured`).
@@ -28,16 +30,26 @@ from vrampilot.speed.store import add_kernels, load_machine_speed, machine_finge
 _log = logging.getLogger("vrampilot.speed.service")
 
 
-def with_measured_speed(machine: Machine) -> Machine:
+@dataclass(frozen=True)
+class MeasuredMachine:
+    """A detected machine and what was measured on it: what every front end plans for (the CLI's
+    commands, the window, the hub's badges), handed to the planner's `resolve_target` as its two
+    parts. `speed` None: nothing was loaded (a machine described by hand, as the tests' are), so
+    the planner's host rates are assumed and nothing is measured or learned."""
+
+    machine: Machine
+    speed: MachineSpeed | None = None
+
+
+def with_measured_speed(machine: Machine) -> MeasuredMachine:
     """`machine` with what was measured on it before (the speed probe's figures and the factors
     replies taught, from its record in the data folder; an empty record when nothing was)."""
     fingerprint = machine_fingerprint(machine.cpu, machine.ram_total_bytes, machine.llama, machine.gpus)
-    return replace(machine, speed=load_machine_speed(fingerprint))
+    return MeasuredMachine(machine, load_machine_speed(fingerprint))
 
 
-def detect_measured_machine() -> Machine:
-    """This machine as detected, with what was measured on it: what every front end plans for
-    (the CLI's commands, the window, the hub's badges)."""
+def detect_measured_machine() -> MeasuredMachine:
+    """This machine as detected, with what was measured on it."""
     return with_measured_speed(detect_machine())
 
 
@@ -74,25 +86,25 @@ def take_probe(
     )
 
 
-def save_taken(machine: Machine, taken: HostProbe) -> Probed:
-    """Save a probe in this machine's record (`machine.speed`: its record as loaded)."""
-    assert machine.speed is not None  # with_measured_speed always gives a record
-    return Probed(taken, save_probe(machine.speed.fingerprint, taken))
+def save_taken(speed: MachineSpeed, taken: HostProbe) -> Probed:
+    """Save a probe in the machine's record (`speed`: its record as loaded)."""
+    return Probed(taken, save_probe(speed.fingerprint, taken))
 
 
 def probe_machine(
     machine: Machine,
+    speed: MachineSpeed,
     weight_types: Sequence[str],
     *,
     cancel: threading.Event | None = None,
     app_busy: Callable[[], bool] | None = None,
 ) -> Probed:
-    """The probe, then its save. `app_busy`, asked once the probe has run: whether the app itself
-    used the CPU meanwhile (a reply), which marks the measurement busy."""
+    """The probe, then its save in `speed` (the machine's record). `app_busy`, asked once the probe
+    has run: whether the app itself used the CPU meanwhile (a reply), which marks the measurement busy."""
     taken = take_probe(machine, weight_types, cancel=cancel)
     if app_busy is not None and app_busy():
         taken = replace(taken, app_busy=True)
-    return save_taken(machine, taken)
+    return save_taken(speed, taken)
 
 
 def unmeasured_devices(machine: Machine, speed: MachineSpeed) -> list[LlamaDevice]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from vrampilot.documents import DocumentStore, KvStateStore
 from vrampilot.engine import Engine
-from vrampilot.hardware import Machine
 from vrampilot.log import setup_logging
+from vrampilot.speed.service import MeasuredMachine
 from vrampilot.storage import ChatStore, Library, connect
 from vrampilot.storage.conversation import ConversationService
 from vrampilot.ui.prefs import Prefs
@@ -34,7 +34,7 @@ class AppContext:
     tasks: Tasks
     engine: EngineThread
     log_path: Path
-    machine: Machine | None = None  # a fixed machine (tests); None: detect this one at start
+    machine: MeasuredMachine | None = None  # a fixed machine (tests); None: detect this one at start
     closed: bool = field(default=False)
 
     def close(self) -> None:
@@ -49,7 +49,7 @@ class AppContext:
         self.prefs.sync()
 
 
-def build_context(*, machine: Machine | None = None, engine: Engine | None = None) -> AppContext:
+def build_context(*, machine: MeasuredMachine | None = None, engine: Engine | None = None) -> AppContext:
     log_path = setup_logging()
     conn = connect()
     try:

@@ -143,7 +143,7 @@ def code_shade(palette: QPalette) -> QColor:
 
 
 # Syntax colours of code blocks (GitHub's light and dark themes), each readable on `code_shade`
-# at WCAG's 4.5:1 for body text (tests/ui/test_window_defects_58c.py checks it).
+# at WCAG's 4.5:1 for body text (tests/ui/test_window_colours_and_numbers.py checks it).
 _CODE_LIGHT = {
     "keyword": "#b31d28",
     "constant": "#0550ae",

@@ -151,7 +151,8 @@ class HubController(QObject):
     def _detect_target() -> Target:
         from vrampilot.speed.service import detect_measured_machine
 
-        return resolve_target(TargetRequest(), detect_measured_machine())
+        found = detect_measured_machine()
+        return resolve_target(TargetRequest(), found.machine, found.speed)
 
     def set_target(self, target: Target) -> None:
         """Plan badges for `target` (the main window passes the GPU or profile the user picked)."""

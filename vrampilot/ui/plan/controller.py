@@ -34,7 +34,8 @@ from vrampilot.planner.plan import Alternative, Pins, Plan
 from vrampilot.planner.search import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed.measured import MachineSpeed
+from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 from vrampilot.ui.context import AppContext
 from vrampilot.ui.library.controller import LibraryController, unreadable
 from vrampilot.ui.plan.hardware_view import HardwareView
@@ -88,6 +89,7 @@ class PlanController(QObject):
         self.hardware_view = hardware_view
         self.confirm = confirm
         self.machine: Machine | None = None
+        self.machine_speed: MachineSpeed | None = None
         self.target_key = TARGET_MACHINE
         self.target: Target | None = None
         self.spec: ModelSpec | None = None
@@ -171,8 +173,9 @@ class PlanController(QObject):
                 owner=self,
             )
 
-    def _machine_ready(self, machine: Machine) -> None:
-        self.machine = machine
+    def _machine_ready(self, found: MeasuredMachine) -> None:
+        machine = self.machine = found.machine
+        self.machine_speed = found.speed  # what was measured on it, for its targets
         self.hardware_view.set_machine(machine)
         if not machine.gpus and not machine.llama.offload_devices:
             self.status.emit("No GPU found: planning for the CPU")
@@ -195,7 +198,7 @@ class PlanController(QObject):
             last = self.ctx.prefs.last_model()
             path = last if last is not None and last.is_file() else embedded_model_path()
         self.library.refresh()
-        self.speed.machine_ready(machine, path)
+        self.speed.machine_ready(found, path)
         if path is not None:
             self.select_model(path, fallback=restored)
         else:
@@ -206,7 +209,7 @@ class PlanController(QObject):
         use it, and the shown plan is made again with it."""
         if self.machine is None:
             return
-        self.machine = replace(self.machine, speed=speed)  # type: ignore[arg-type]  # the probe's Signal(object) carries a MachineSpeed
+        self.machine_speed = speed  # type: ignore[assignment]  # the probe's Signal(object) carries a MachineSpeed
         self._retarget()
         self.replan()
 
@@ -228,11 +231,11 @@ class PlanController(QObject):
         assert self.machine is not None
         request = self._target_request(key)
         try:
-            return resolve_target(request, self.machine)
+            return resolve_target(request, self.machine, self.machine_speed)
         except GpuBackendError as exc:
             # A setting kept from another machine (or a card since removed): the default still plans.
             self.status.emit(f"{exc}: planning with the default backend")
-            return resolve_target(replace(request, gpu_backend=None), self.machine)
+            return resolve_target(replace(request, gpu_backend=None), self.machine, self.machine_speed)
 
     def set_gpu_backend(self, value: str) -> None:
         """The Plan panel's GPU backend ("auto", "cuda", "vulkan"): kept, and the plan made again."""

@@ -17,7 +17,6 @@ schedules the core's functions and says what happened.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -35,6 +34,7 @@ from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, ProbeCancelled, probe_
 from vrampilot.speed.measured import HostProbe, MachineSpeed
 from vrampilot.speed.report import probe_time_text
 from vrampilot.speed.service import (
+    MeasuredMachine,
     add_missing_kernels,
     kernels_missing,
     probe_machine,
@@ -61,24 +61,21 @@ class SpeedController(QObject):
         super().__init__(parent)
         self.ctx = ctx
         self.machine: Machine | None = None
+        self.speed: MachineSpeed | None = None  # its record (None: a machine described by hand)
         self.probing = False
         self._reply_start: cpu_load.CpuSnapshot | None = None
         self._replied_while_probing = False
 
-    @property
-    def speed(self) -> MachineSpeed | None:
-        return self.machine.speed if self.machine is not None else None
-
     def _apply(self, speed: MachineSpeed) -> None:
         if self.machine is not None:
-            self.machine = replace(self.machine, speed=speed)
+            self.speed = speed
         self.measured.emit(speed)
 
     # -- the probe -------------------------------------------------------------------------------
-    def machine_ready(self, machine: Machine, model: Path | None) -> None:
+    def machine_ready(self, found: MeasuredMachine, model: Path | None) -> None:
         """Start the probe unless this machine has figures (a fixed test machine has no record)."""
-        self.machine = machine
-        speed = machine.speed
+        machine, speed = found.machine, found.speed
+        self.machine, self.speed = machine, speed
         measured = speed is not None and speed.probe is not None and not probe_outdated(speed.probe)
         if speed is None or self.probing:
             return
@@ -108,7 +105,9 @@ class SpeedController(QObject):
                     types += weight_table(load_model_spec(model)).types()
                 except Exception:  # an unreadable model is the plan's problem, not the probe's
                     _log.debug("probe: could not read %s", model, exc_info=True)
-            probed = probe_machine(machine, types, cancel=task.cancelled, app_busy=lambda: self._replied_while_probing)
+            probed = probe_machine(
+                machine, speed, types, cancel=task.cancelled, app_busy=lambda: self._replied_while_probing
+            )
             saved = probed.speed
             return (saved if task.cancelled.is_set() else with_devices_measured(machine, saved)), probed.taken
 

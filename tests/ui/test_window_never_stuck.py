@@ -1,7 +1,7 @@
-"""What a new user hit in the window (stuck states, dead ends, silent setting changes), one test each.
+"""The window never leaves a user stuck: no state without a way out, no dead end, no setting that
+changes silently, one test each.
 
-Each test drives the real window offscreen on the embedded model the way the user did; the item
-numbers are those of the report they come from.
+Each test drives the real window offscreen on the embedded model the way a user does.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def idle(w: MainWindow) -> bool:
     return w.chats.state is ChatState.IDLE
 
 
-def test_1_an_unreadable_last_model_is_skipped_at_start(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
+def test_an_unreadable_last_model_is_skipped_at_start(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     seed_prefs()
     broken = broken_model(tmp_path)
     prefs = Prefs()
@@ -62,7 +62,7 @@ def test_1_an_unreadable_last_model_is_skipped_at_start(open_window: OpenWindow,
     screenshot(w, "15-01-broken-last-model")
 
 
-def test_11_opening_a_broken_file_keeps_the_model_and_its_row(
+def test_opening_a_broken_file_keeps_the_model_and_its_row(
     open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
 ) -> None:
     w: MainWindow = open_window()
@@ -78,7 +78,7 @@ def test_11_opening_a_broken_file_keeps_the_model_and_its_row(
 
 
 @pytest.mark.slow
-def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs()
     w: MainWindow = open_window()
     w.right_tabs.setCurrentWidget(w.meters_panel)
@@ -92,9 +92,7 @@ def test_2_a_load_that_ends_while_the_meters_show_puts_load_back(open_window: Op
 
 
 @pytest.mark.slow
-def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(
-    open_window: OpenWindow, qtbot: QtBot
-) -> None:
+def test_stop_before_the_first_token_offers_answer_and_never_asks_twice(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=8)
     w: MainWindow = open_window()
     w.plans.load()
@@ -118,7 +116,7 @@ def test_3_stop_before_the_first_token_offers_answer_and_never_asks_twice(
 
 
 @pytest.mark.slow
-def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_window: OpenWindow, qtbot: QtBot) -> None:
     seed_prefs(max_tokens=6)
     w: MainWindow = open_window()
     box = w.plan_view.target_box
@@ -135,7 +133,7 @@ def test_4_sending_while_a_gpu_profile_is_shown_loads_this_machines_plan(open_wi
     assert w.ctx.store.messages(open_chat(w))[-1].role == "assistant"
 
 
-def test_5_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_the_wheel_over_a_cache_type_scrolls_instead_of_changing_it(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     box = w.plan_view.pins.type_k
     before, pins_before = box.currentText(), w.plans.pins
@@ -160,7 +158,7 @@ def _fully_inside(w: MainWindow) -> bool:
     return right <= w.width() and w.right_tabs.width() > 50
 
 
-def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     title = "A very long title about " + "rivers, mountains and the weather in spring " * 8
     chat = w.ctx.store.create_chat(title=title)
@@ -174,7 +172,7 @@ def test_6_a_long_chat_title_is_elided_not_pushing_the_panel_away(open_window: O
 
 
 @pytest.mark.parametrize("size", [(800, 600), (640, 480)])
-def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(
+def test_small_windows_scroll_the_plan_panel_instead_of_clipping_it(
     open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]
 ) -> None:
     w: MainWindow = open_window()
@@ -192,7 +190,7 @@ def test_7_small_windows_scroll_the_plan_panel_instead_of_clipping_it(
     screenshot(w, f"15-07-plan-panel-{size[0]}x{size[1]}")
 
 
-def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(
+def test_a_hub_search_without_network_fails_at_once_in_plain_words(
     open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
@@ -212,7 +210,7 @@ def test_8_a_hub_search_without_network_fails_at_once_in_plain_words(
     assert not hub.cancel_search_b.isVisibleTo(hub)
 
 
-def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window: OpenWindow, qtbot: QtBot) -> None:
     w: MainWindow = open_window()
     view = w.chat_view
     assert view.input.tabChangesFocus()
@@ -242,7 +240,7 @@ def test_12_keyboard_tab_moves_focus_and_chats_have_shortcuts(open_window: OpenW
     assert message.copy_button.focusPolicy() & Qt.FocusPolicy.TabFocus
 
 
-def test_low_items_copy_feedback_empty_search_and_folder_feedback(
+def test_copy_an_empty_search_and_add_folder_say_what_they_did(
     open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
 ) -> None:
     import shutil

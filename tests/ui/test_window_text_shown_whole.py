@@ -1,8 +1,7 @@
-"""Issue 58's closing pass: what driving the window again as a new user still showed cut at the
-default size (1400x900) and at 800x600. The Alternatives table's "Change" column was squeezed to
-"16K contex…" beside a wide memory column (and at 800x600 the table scrolled both ways); the RAM
-bar's caption ran past the panel's edge ("8.38 GiB under llama-s") and its legend's last row, the
-llama-server process, was cut in half by a fixed height.
+"""Text the window shows whole at the default size (1400x900) and at 800x600: every cell of the
+Alternatives table (no "16K contex…" beside a wide memory column, no scrolling both ways), the RAM
+bar's caption and every row of its legend, the overflow choices under their text, and a long
+status cut with an ellipsis only after what matters.
 
 Each test drives the real window offscreen on the embedded model and saves a screenshot.
 """
@@ -18,7 +17,7 @@ from PySide6.QtWidgets import QStyle
 from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import OpenWindow, screenshot, settle
-from tests.ui.test_window_defects_58 import SIZES, sized
+from tests.ui.test_window_fits_both_sizes import SIZES, sized
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -145,7 +144,7 @@ def test_a_long_status_is_cut_with_an_ellipsis_after_what_matters(
 ) -> None:
     """A profile's export said what the line is after the file name, and the status bar clipped it
     mid-word ("… (SmolLM2-135M-Instruct.Q4_1.g") at 800x600, and at 1400x900 before "threads"."""
-    from tests.ui.test_window_defects_58c import choose_profile
+    from tests.ui.test_window_colours_and_numbers import choose_profile
 
     w = sized(open_window, qtbot, size)
     choose_profile(w, qtbot)

@@ -1,6 +1,6 @@
-"""What a new user hit in the window, round three (issue 58): a Plan panel wider than its column,
-unreadable rows that could not be removed, the user's line breaks lost, a stale "Running in
-llama-server" line, and the small ones. The item numbers are the issue's.
+"""The window at its default size and at 800x600: the Plan panel fits its column, an unreadable
+row can be removed, the user's line breaks show, stopping the server puts the Plan panel back, a
+narrow window keeps a way to the chat list, and dialogs default to the safe answer.
 
 Each test drives the real window offscreen on the embedded model, at the default size (1400x900)
 and at 800x600 where the size matters.
@@ -21,7 +21,7 @@ from pytestqt.qtbot import QtBot
 from testkit.gguf_models import write_model
 from tests import waits
 from tests.ui.conftest import OpenWindow, activate, screenshot, settle
-from tests.ui.test_window_defects import broken_model
+from tests.ui.test_window_never_stuck import broken_model
 from vrampilot.paths import embedded_model_path
 from vrampilot.ui.library.view import UNREADABLE
 from vrampilot.ui.main_window import MainWindow
@@ -61,7 +61,7 @@ def off_the_panel(w: MainWindow) -> list[str]:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_1_the_plan_panel_fits_its_column(
+def test_the_plan_panel_fits_its_column(
     open_window: OpenWindow, qtbot: QtBot, tmp_path: Path, size: tuple[int, int]
 ) -> None:
     w = sized(open_window, qtbot, size)
@@ -94,7 +94,7 @@ def row_rect_center(w: MainWindow, path: Path) -> QPoint:
     raise AssertionError(f"{path.name} is not listed")
 
 
-def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
+def test_an_unreadable_row_is_selected_and_removed_without_being_planned(
     open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
 ) -> None:
     w = sized(open_window, qtbot, SIZES[0])
@@ -155,7 +155,7 @@ def test_3_an_unreadable_row_is_selected_and_removed_without_being_planned(
     screenshot(w, "58-03-unreadable-rows-removed")
 
 
-def test_low_a_fixed_file_or_a_good_one_clears_the_old_failure(
+def test_a_fixed_file_or_a_good_one_clears_the_old_failure(
     open_window: OpenWindow, qtbot: QtBot, tmp_path: Path
 ) -> None:
     w = sized(open_window, qtbot, SIZES[0])
@@ -185,7 +185,7 @@ def test_low_a_fixed_file_or_a_good_one_clears_the_old_failure(
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_4_the_users_line_breaks_show(open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]) -> None:
+def test_the_users_line_breaks_show(open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]) -> None:
     w = sized(open_window, qtbot, size)
     text = "Fix this list:\napples 3\npears 2\n\n    def f(x):\n        return x * 2"
     chat = w.ctx.conversations.create(model_path=None)
@@ -201,7 +201,7 @@ def test_4_the_users_line_breaks_show(open_window: OpenWindow, qtbot: QtBot, siz
 
 
 @pytest.mark.slow
-def test_8_stop_server_puts_the_plan_panel_back(open_window: OpenWindow, qtbot: QtBot) -> None:
+def test_stop_server_puts_the_plan_panel_back(open_window: OpenWindow, qtbot: QtBot) -> None:
     from tests.ui.test_server_panel import serve_from_the_window
 
     w = sized(open_window, qtbot, SIZES[0])
@@ -229,7 +229,7 @@ def answer_next_dialog(qtbot: QtBot, seen: list[tuple[str, str]]) -> None:
     QTimer.singleShot(0, press)
 
 
-def test_low_about_has_no_literal_backslash_n_and_risky_questions_default_to_no(
+def test_about_has_no_literal_backslash_n_and_risky_questions_default_to_no(
     open_window: OpenWindow, qtbot: QtBot
 ) -> None:
     w = sized(open_window, qtbot, SIZES[0])
@@ -246,7 +246,7 @@ def test_low_about_has_no_literal_backslash_n_and_risky_questions_default_to_no(
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_6_a_narrow_window_gives_the_chat_list_a_way_back(
+def test_a_narrow_window_gives_the_chat_list_a_way_back(
     open_window: OpenWindow, qtbot: QtBot, size: tuple[int, int]
 ) -> None:
     w = sized(open_window, qtbot, size)

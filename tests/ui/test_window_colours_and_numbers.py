@@ -1,6 +1,7 @@
-"""Issue 58, round three's rest: syntax colours in code blocks, a theme the user can choose (System,
-Light, Dark), a pinned mark in the Models list, and the small ones (a profile's plan beside a
-loaded model, misleading numbers, the speed measurement's schedule and text).
+"""Colours and numbers the window shows: syntax colours in code blocks, a theme the user can choose
+(System, Light, Dark), a pinned mark in the Models list, a profile's plan beside a loaded model
+said plainly, no rate a reply did not measure, no speed rounded to 0, and a slow measurement kept
+at a start that is not quiet.
 
 Each test drives the real window offscreen (on the embedded model where one is needed), at the
 default size (1400x900) and at 800x600 where the layout matters, and saves a screenshot.
@@ -20,7 +21,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import OpenWindow, screenshot, settle
-from tests.ui.test_window_defects_58 import SIZES, sized
+from tests.ui.test_window_fits_both_sizes import SIZES, sized
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.ui.chat.markdown_view import MarkdownView
