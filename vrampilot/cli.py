@@ -14,6 +14,7 @@ import contextlib
 import errno
 import importlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -191,6 +192,9 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except UserError as exc:
         print(f"vrampilot: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`vrampilot plan --json | head`): nothing is wrong
+        _quiet_stdout()
+        return 0
     except OSError as exc:
         if exc.errno not in _CANNOT_WRITE or exc.filename is None:
             raise
@@ -202,5 +206,11 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except KeyboardInterrupt:
         print("vrampilot: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's flush at exit does not hit the
+    closed pipe again (Python's documented recipe for SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

@@ -31,6 +31,24 @@ def test_version() -> None:
     assert r.returncode == 0 and r.stdout.startswith("vrampilot ")
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly(qwen7b: Path) -> None:
+    """`vrampilot plan --json | head -1`: the pipe is closed before the plan is written (the read
+    end is closed at once, while the command still imports), and nothing but the output is lost."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vrampilot", "plan", str(qwen7b), "--vram", "8GiB", "--estimate", "--json"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    os.close(read_end)
+    waits.until_true(lambda: proc.poll() is not None, cpu_s=120)
+    _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert err == ""
+
+
 def test_a_command_imports_only_its_own_module() -> None:
     """`vrampilot inspect` does not pay for the Hub client or the chat's imports; --help lists every command."""
     code = (

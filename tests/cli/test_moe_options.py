@@ -52,7 +52,9 @@ def test_the_placement_options_pin_it(qwen_moe: Path) -> None:
     assert "experts of 44 of 48 layers in RAM (--n-cpu-moe 44) (pinned)" in r.stdout
     assert "context                  65536" in r.stdout
     assert "1.50 GiB" in r.stdout  # the margin kept free
-    every = json.loads(vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "--cpu-moe", "--json").stdout)
+    all_in_ram = vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "--cpu-moe", "--json")
+    assert all_in_ram.returncode == 0, all_in_ram.stderr
+    every = json.loads(all_in_ram.stdout)
     assert every["settings"]["n_cpu_moe"] == 48
 
 

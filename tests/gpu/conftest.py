@@ -12,13 +12,13 @@ import functools
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from tests import waits
 from vrampilot.llamacpp.backends import read_manifest
 from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, loader_name, probe_vulkan
 from vrampilot.server.binaries import lib_dir
@@ -87,16 +87,16 @@ def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("gpu-model") / "tiny-llama.gguf", "llama", tokenizer="smollm2")
 
 
-def run_child(script: str, *args: str, timeout: int = 600) -> dict[str, Any]:
+def run_child(script: str, *args: str, cpu_s: float = 1200) -> dict[str, Any]:
     """Run tests/gpu/<script> in a fresh interpreter (llama.cpp reads VRAMPILOT_SOFTWARE_GPU when
-    its backends load, once per process) and return the JSON object of its last output line."""
+    its backends load, once per process) and return the JSON object of its last output line. Bounded
+    by the work its process tree does (tests/waits.py: `cpu_s` of CPU, or no work for minutes), not
+    the clock: lavapipe's shaders on a busy machine took over 300 s for one MTP reply."""
     # The script's own folder heads sys.path, not the checkout: testkit and tests come from ROOT.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    r = subprocess.run(
+    r = waits.run(
         [sys.executable, str(ROOT / "tests" / "gpu" / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        cpu_s=cpu_s,
         env={**os.environ, "PYTHONPATH": path},
         cwd=ROOT,
     )

@@ -61,7 +61,7 @@ def _shape_cases(name: str) -> list[dict[str, Any]]:
 def test_each_device_holds_the_cache_the_plan_put_there(name: str, tmp_path: Path) -> None:
     arch, shape, _ = SHAPES[name]
     cases = _shape_cases(name)
-    out = run_child("kv_parts_child.py", arch, json.dumps(shape), json.dumps(cases), str(tmp_path), timeout=900)
+    out = run_child("kv_parts_child.py", arch, json.dumps(shape), json.dumps(cases), str(tmp_path), cpu_s=1800)
     assert "error" not in out, out
     device, n_layer = str(out["device"]), int(out["n_layer"])
     partial = False
