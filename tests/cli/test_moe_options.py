@@ -53,9 +53,15 @@ def test_the_placement_options_pin_it(qwen_moe: Path) -> None:
     assert "context                  65536" in r.stdout
     assert "1.50 GiB" in r.stdout  # the margin kept free
     all_in_ram = vrampilot("plan", str(qwen_moe), "--vram", "8GiB", "--estimate", "--cpu-moe", "--json")
-    assert all_in_ram.returncode == 0, all_in_ram.stderr
-    every = json.loads(all_in_ram.stdout)
-    assert every["settings"]["n_cpu_moe"] == 48
+    # Every layer's experts in RAM is 16.5 GiB of host memory: the plan is this machine's free RAM
+    # against it, so on a 24 GB machine busy with other tests it may be refused, and must say why.
+    if all_in_ram.returncode == 0:
+        assert json.loads(all_in_ram.stdout)["settings"]["n_cpu_moe"] == 48
+    else:
+        assert all_in_ram.returncode == 2 and all_in_ram.stdout == ""
+        err = all_in_ram.stderr.strip()
+        assert err.startswith("vrampilot: no plan fits with every layer's experts in RAM"), err
+        assert "Without it: every layer's attention on the GPU, experts of" in err
 
 
 def test_a_placement_pin_that_cannot_fit_is_refused_in_one_line(qwen_moe: Path) -> None:
