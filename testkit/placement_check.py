@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.compute import FORMULA
-from vrampilot.planner.measure import MeasuredBuffers, measure_allocations
-from vrampilot.planner.memory import Components, MemoryBreakdown, memory_breakdown
-from vrampilot.planner.search import _measure  # the plan's own route from a dry run to its buffers
+from vrampilot.planner.dry_run.measure import MeasuredBuffers, measure_allocations
+from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown, memory_breakdown
+from vrampilot.planner.memory.compute import FORMULA
+from vrampilot.planner.search.choose import _measure  # the plan's own route from a dry run to its buffers
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 

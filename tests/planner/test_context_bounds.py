@@ -4,7 +4,7 @@ llama.cpp's dry run allocates its KV cache's cell table on the host, 48 bytes a 
 the weights: `plan --ctx 30000000` took 1.5 GB for a plan that did not fit, and 99999999999 passed
 20 GB before it was killed. Now a context past llama.cpp's own limit is refused in one line, one
 the formula already rules out is not asked of llama.cpp, and llama.cpp is asked up to 1M tokens
-(planner/measure.py's DRY_RUN_MAX_CTX) at most.
+(planner/dry_run/measure.py's DRY_RUN_MAX_CTX) at most.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from testkit.machines import cpu_machine
 from tests import waits
 from tests.cli.test_cli_bounds import one_line_error
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner import measure
-from vrampilot.planner.measure import DRY_RUN_MAX_CTX, MeasureError, graph_compute, measure_allocations
-from vrampilot.planner.plan import MAX_CTX, Pins, PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.dry_run import measure
+from vrampilot.planner.dry_run.measure import DRY_RUN_MAX_CTX, MeasureError, graph_compute, measure_allocations
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.plan import MAX_CTX, Pins
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB

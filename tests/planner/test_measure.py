@@ -10,8 +10,7 @@ import pytest
 from testkit.gguf_models import write_header_only, write_model, write_wrong_magic
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.kv import kv_cache_bytes
-from vrampilot.planner.measure import (
+from vrampilot.planner.dry_run.measure import (
     MIB,
     PRINT_RESOLUTION_BYTES,
     MeasureError,
@@ -20,6 +19,7 @@ from vrampilot.planner.measure import (
     matches_print,
     measure_allocations,
 )
+from vrampilot.planner.memory.kv import kv_cache_bytes
 from vrampilot.planner.settings import Settings
 
 llama_cpp = pytest.importorskip("llama_cpp")

@@ -41,8 +41,8 @@ from vrampilot.errors import UserError
 from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.llamacpp.overrides import CpuOverrides
-from vrampilot.planner.kv import ggml_type, kv_unified
-from vrampilot.planner.placement import AMX_VARIANTS, cpu_override_patterns, no_repack_reason
+from vrampilot.planner.memory.kv import ggml_type, kv_unified
+from vrampilot.planner.memory.placement import AMX_VARIANTS, cpu_override_patterns, no_repack_reason
 from vrampilot.planner.settings import Settings
 
 MIB = 1024 * 1024

@@ -1,5 +1,5 @@
 """Settings search: choose what the user did not pin, predict memory and speed; the reasons
-(planner/reasons.py) say why, and the plan's types live in planner/plan.py.
+(planner/search/reasons.py) say why, and the plan's types live in planner/plan.py.
 
 Order of preference (docs/planner.md): keep the whole model on the GPU at the context asked for;
 to get there, quantize the KV cache f16 -> q8_0 (-> q4_0 for a dense model) before giving up
@@ -19,38 +19,38 @@ from dataclasses import replace
 from functools import partial
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.alternatives import experts_label, neighbours
-from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.context_budget import context_budget
+from vrampilot.planner.dry_run.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX, PRINT_RESOLUTION_BYTES, graph_compute
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.families import is_routed, loadable
-from vrampilot.planner.kv import kv_refusal
-from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
-from vrampilot.planner.placement import check_placement, no_repack_reason
+from vrampilot.planner.memory.breakdown import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.memory.compute import FORMULA, GRAPH, HOST, GraphEstimate, dry_run_surplus_bytes
+from vrampilot.planner.memory.kv import kv_refusal
+from vrampilot.planner.memory.placement import check_placement, no_repack_reason
+from vrampilot.planner.memory.projector import check_for_model
+from vrampilot.planner.memory.rope import cap_ctx, with_context_extension
+from vrampilot.planner.memory.server_host import server_host
 from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
     DEFAULT_UBATCH,
     MAX_CTX,
+    MAX_THREADS,
     MIN_CTX,
     PREFERRED_KV,
     Alternative,
     Pins,
     Plan,
-    PlanError,
 )
-from vrampilot.planner.projector import check_for_model
-from vrampilot.planner.reasons import placement_text, plan_reasons
-from vrampilot.planner.rope import cap_ctx, with_context_extension
-from vrampilot.planner.server_host import server_host
+from vrampilot.planner.search.alternatives import experts_label, neighbours
+from vrampilot.planner.search.reasons import placement_text, plan_reasons
 from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
-from vrampilot.planner.speed import SpeedPrediction, predict_speed
+from vrampilot.planner.speed_model.predict import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.units import format_bytes, format_tokens
 
 FA_KERNEL_PAIRS = frozenset({("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")})
 UBATCH_CHOICES = (2048, 1024, 512, 256, 128)
-# ggml's GGML_MAX_N_THREADS: more threads crash llama.cpp.
-MAX_THREADS = 512
 # Bits per weight of common quantizations, for "which file would fit" suggestions.
 QUANT_BPW = (
     ("Q8_0", 8.5),
@@ -253,7 +253,7 @@ def _ruled_out(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -
     """Whether the formula alone already says `s` cannot fit: its weights and KV cache, which a dry
     run does not change where the cache formula is exact (a verified architecture), exceed all the
     memory the target has. llama.cpp is then not asked: its dry run allocates its cache's cell
-    table on the host, 48 bytes a token (planner/measure.py), for a plan that cannot load anyway."""
+    table on the host, 48 bytes a token (planner/dry_run/measure.py), for a plan that cannot load anyway."""
     if is_routed(spec.architecture):
         return False
     mem = memory_breakdown(spec, s, target, g)
@@ -304,11 +304,8 @@ def _pin_text(spec: ModelSpec, pins: Pins, name: str) -> str:
 
 
 def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> GraphEstimate | None:
-    """Ask llama.cpp for the compute buffers of `s` (see measure.graph_compute): on the target's
+    """Ask llama.cpp for the compute buffers of `s` (see dry_run/measure.py graph_compute): on the target's
     own devices when this machine has them, else the whole graph on the CPU."""
-    from vrampilot.planner.compute import GRAPH
-    from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, graph_compute
-
     on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
     devices = tuple(gpu.llama_name or "" for gpu in target.gpus)
     m = graph_compute(spec.path, s, devices if on_devices else None)
@@ -340,8 +337,6 @@ def _device_buffers(
 ) -> tuple[dict[str, int], int]:
     """A dry run's compute buffers by the planner's labels (each device's buffer name, HOST for
     the host side), and the formula's total for the same buffers."""
-    from vrampilot.planner.compute import HOST, dry_run_surplus_bytes
-
     formula = memory_breakdown(spec, s, target, FORMULA)
     names = [gpu.buffer_name or gpu.name for gpu in target.gpus]
     buffers: dict[str, int] = {}
@@ -505,15 +500,12 @@ def _finish(
             f"K={chosen.type_k}/V={chosen.type_v} has no CUDA flash-attention kernel in default builds: "
             "attention would run on the CPU and prompts get 8-30x slower"
         )
-    if exact and not g.is_measured(chosen):
-        from vrampilot.planner.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX
-
-        if chosen.n_ctx > DRY_RUN_MAX_CTX:
-            warnings.append(
-                f"compute buffer from the formula: llama.cpp is asked for contexts up to "
-                f"{format_tokens(DRY_RUN_MAX_CTX)}, since its dry run takes {DRY_RUN_CELL_BYTES} bytes "
-                "of RAM a token for the cache's cells"
-            )
+    if exact and not g.is_measured(chosen) and chosen.n_ctx > DRY_RUN_MAX_CTX:
+        warnings.append(
+            f"compute buffer from the formula: llama.cpp is asked for contexts up to "
+            f"{format_tokens(DRY_RUN_MAX_CTX)}, since its dry run takes {DRY_RUN_CELL_BYTES} bytes "
+            "of RAM a token for the cache's cells"
+        )
     if chosen.n_ctx > spec.n_ctx_train > 0:
         warnings.append(
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "
