@@ -62,7 +62,8 @@ if str(ROOT) not in sys.path:
 from testkit.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
 from vrampilot.gguf.spec import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
-from vrampilot.planner.dry_run.measure import graph_compute, measure_allocations  # noqa: E402
+from vrampilot.planner.dry_run.graph import graph_compute  # noqa: E402
+from vrampilot.planner.dry_run.measure import measure_allocations  # noqa: E402
 from vrampilot.planner.memory import compute as compute_model  # noqa: E402
 from vrampilot.planner.memory.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
 from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal  # noqa: E402

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrampilot.gguf.spec import ModelSpec
-from vrampilot.planner.dry_run.measure import PRINT_RESOLUTION_BYTES, KvLine, MeasuredBuffers, StateLine, matches_print
+from vrampilot.planner.dry_run.log_lines import (
+    PRINT_RESOLUTION_BYTES,
+    KvLine,
+    MeasuredBuffers,
+    StateLine,
+    matches_print,
+)
 from vrampilot.planner.memory.kv import KvPart, effective_ctx, effective_ubatch, kv_cache_bytes, row_bytes
 from vrampilot.planner.settings import Settings
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.dry_run.measure import MeasuredBuffers, measure_allocations
+from vrampilot.planner.dry_run.log_lines import MeasuredBuffers
+from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown, memory_breakdown
 from vrampilot.planner.memory.compute import FORMULA
 from vrampilot.planner.search.choose import _measure  # the plan's own route from a dry run to its buffers

@@ -11,7 +11,7 @@ from pathlib import Path
 from testkit.gguf_models import BIG, write_shape_header_only
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
-from vrampilot.planner.dry_run.measure import graph_compute
+from vrampilot.planner.dry_run.graph import graph_compute
 from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan

@@ -20,7 +20,7 @@ import pytest
 
 from testkit.kv_checks import DSA_SHAPES, DSV4_SHAPES, settings_grid
 from tests.gpu.conftest import run_child
-from vrampilot.planner.dry_run.measure import PRINT_RESOLUTION_BYTES
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
 
 pytestmark = pytest.mark.slow
 

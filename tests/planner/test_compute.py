@@ -18,7 +18,8 @@ import pytest
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.dry_run.measure import matches_print, measure_allocations
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.compute import compute_buffer_bytes, compute_terms, output_buffer_bytes
 from vrampilot.planner.memory.kv import kv_refusal
 from vrampilot.planner.settings import Settings

@@ -18,8 +18,9 @@ from testkit.machines import cpu_machine
 from tests import waits
 from tests.cli.test_cli_bounds import one_line_error
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.dry_run import measure
-from vrampilot.planner.dry_run.measure import DRY_RUN_MAX_CTX, MeasureError, graph_compute, measure_allocations
+from vrampilot.planner.dry_run import graph
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.measure import DRY_RUN_MAX_CTX, MeasureError, measure_allocations
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.plan import MAX_CTX, Pins
 from vrampilot.planner.search.choose import plan
@@ -52,10 +53,10 @@ def test_a_context_past_what_llama_cpp_takes_is_refused_in_one_line(spec: ModelS
 def test_a_size_the_formula_rules_out_is_not_asked_of_llama_cpp(spec: ModelSpec) -> None:
     """1M tokens of SmolLM2's cache are 22 GiB: on 8 GiB of RAM no compute buffer changes that."""
     small = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=8))
-    asked = len(measure._results)
+    asked = len(graph._results)
     p = plan(spec, small, Pins(n_ctx=1 << 20), exact=True)
     assert not p.fits and p.compute_source == "estimate"
-    assert len(measure._results) == asked  # no dry run
+    assert len(graph._results) == asked  # no dry run
     # Where it could fit, llama.cpp is asked as before.
     big = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=64))
     assert plan(spec, big, Pins(n_ctx=1 << 20), exact=True).compute_source == "llama.cpp"

@@ -15,7 +15,7 @@ from testkit.spec_server import serving
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.llamacpp.vocab import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, read_vocab, vocab_mismatch
-from vrampilot.planner.dry_run.measure import matches_print
+from vrampilot.planner.dry_run.log_lines import matches_print
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.memory.breakdown import Components
 from vrampilot.planner.plan import Pins

@@ -77,7 +77,8 @@ def routed_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize("arch", sorted(ROUTED_FILES))
 def test_a_routed_plan_rests_on_llama_cpps_count(routed_files: dict[str, Path], arch: str) -> None:
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.dry_run.measure import PRINT_RESOLUTION_BYTES, measure_allocations
+    from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
+    from vrampilot.planner.dry_run.measure import measure_allocations
 
     spec = load_model_spec(routed_files[arch])
     assert spec.architecture == arch and is_routed(arch)

@@ -15,7 +15,8 @@ import pytest
 from testkit.gguf_models import write_deepseek4, write_model
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.dry_run.measure import matches_print, measure_allocations
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target

@@ -230,7 +230,7 @@ class GraphEstimate:
     """How a plan sizes the compute buffers.
 
     The planner searches with the fitted formula. When llama.cpp can read the file, it then asks
-    llama.cpp's own allocator (a no_alloc dry run, dry_run/measure.py graph_compute) for the chosen settings:
+    llama.cpp's own allocator (a no_alloc dry run, dry_run/graph.py graph_compute) for the chosen settings:
     its buffers (per device, and the host's) become exact, and the ratio measured/formula of the
     whole corrects every other configuration the search and the alternatives look at, since the
     formula's error on one model changes slowly with the settings.

@@ -20,7 +20,9 @@ from functools import partial
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.context_budget import context_budget
-from vrampilot.planner.dry_run.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX, PRINT_RESOLUTION_BYTES, graph_compute
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
+from vrampilot.planner.dry_run.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.families import is_routed, loadable
 from vrampilot.planner.memory.breakdown import MemoryBreakdown, memory_breakdown
@@ -304,7 +306,7 @@ def _pin_text(spec: ModelSpec, pins: Pins, name: str) -> str:
 
 
 def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> GraphEstimate | None:
-    """Ask llama.cpp for the compute buffers of `s` (see dry_run/measure.py graph_compute): on the target's
+    """Ask llama.cpp for the compute buffers of `s` (see dry_run/graph.py graph_compute): on the target's
     own devices when this machine has them, else the whole graph on the CPU."""
     on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
     devices = tuple(gpu.llama_name or "" for gpu in target.gpus)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.dry_run.measure import MeasureError, graph_compute, measure_allocations
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.measure import MeasureError, measure_allocations
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.memory.breakdown import (
     Components,
