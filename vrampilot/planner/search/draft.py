@@ -41,7 +41,8 @@ from vrampilot.planner.memory.breakdown import (
 from vrampilot.planner.memory.compute import FORMULA, GRAPH, GraphEstimate, compute_buffer_bytes
 from vrampilot.planner.memory.kv import KvBreakdown
 from vrampilot.planner.plan import Alternative, DraftPlan, Pins, Plan, without_margin
-from vrampilot.planner.search.choose import _measure, plan, replan_with  # _measure: the search's own dry run
+from vrampilot.planner.search.choose import plan, replan_with
+from vrampilot.planner.search.measured import measured_graph
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed_model.predict import SpeedModel, predict_speed
 from vrampilot.planner.target import Target
@@ -136,7 +137,7 @@ def draft_graph(draft: ModelSpec, settings: Settings, target: Target) -> GraphEs
         if m is None or m.refused:
             return FORMULA
         return FORMULA.learn(ds, {GRAPH: m.total_bytes}, FORMULA.graph_bytes(draft, ds))
-    return _measure(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
+    return measured_graph(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
 
 
 def mtp_refusal(spec: ModelSpec) -> str | None:
@@ -425,7 +426,7 @@ def _plan_placed(
     graph = p2.graph
     if exact and not graph.is_measured(final):
         # The verify batch's logit rows are part of the graph llama.cpp reserves: ask it again.
-        graph = _measure(spec, target, final, graph) or graph
+        graph = measured_graph(spec, target, final, graph) or graph
     mem = memory_breakdown(spec, final, target, graph)
     speed = predict_speed(spec, final, target, mem)
     dmem: MemoryBreakdown | None = None
