@@ -33,7 +33,7 @@ from vrampilot.engine import Engine, Message, SamplingParams  # noqa: E402
 from vrampilot.export import llama_cpp_kwargs  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
-from vrampilot.planner.search import plan  # noqa: E402
+from vrampilot.planner.search.choose import plan  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.speed.service import detect_measured_machine  # noqa: E402
 

@@ -30,7 +30,7 @@ from vrampilot.engine import Engine, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.service import detect_measured_machine
 

@@ -2,7 +2,7 @@
 
     python bench/planner.py            # every model x the settings grid, worst errors printed last
     python bench/planner.py --quick    # fewer settings
-    python bench/planner.py --fit      # re-fit vrampilot/planner/compute.py's FIT table (needs scipy)
+    python bench/planner.py --fit      # re-fit vrampilot/planner/memory/compute.py's FIT table (needs scipy)
 
 Models: the embedded SmolLM2, one tiny fixture per architecture (testkit) and header-only
 copies of released models (Qwen2.5-7B, Llama-3.1-8B, Gemma-3-27B, gpt-oss-20b, DeepSeek-V2-Lite).
@@ -62,10 +62,11 @@ if str(ROOT) not in sys.path:
 from testkit.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
 from vrampilot.gguf.spec import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
-from vrampilot.planner import compute as compute_model  # noqa: E402
-from vrampilot.planner.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
-from vrampilot.planner.kv import kv_cache_bytes, kv_refusal  # noqa: E402
-from vrampilot.planner.measure import graph_compute, measure_allocations  # noqa: E402
+from vrampilot.planner.dry_run.graph import graph_compute  # noqa: E402
+from vrampilot.planner.dry_run.measure import measure_allocations  # noqa: E402
+from vrampilot.planner.memory import compute as compute_model  # noqa: E402
+from vrampilot.planner.memory.compute import compute_buffer_bytes, output_buffer_bytes  # noqa: E402
+from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal  # noqa: E402
 from vrampilot.planner.settings import Settings  # noqa: E402
 from vrampilot.units import format_bytes  # noqa: E402
 
@@ -582,9 +583,9 @@ def _wait_for_port(port: int, timeout_s: float) -> bool:
 
 def cost(spec: Any, target: Any, settings: Settings) -> Costed:
     """`settings` through our memory and speed model (the numbers a plan reports for them)."""
-    from vrampilot.planner.memory import layer_placement, memory_breakdown
-    from vrampilot.planner.placement import experts_in_ram
-    from vrampilot.planner.speed import predict_speed
+    from vrampilot.planner.memory.breakdown import layer_placement, memory_breakdown
+    from vrampilot.planner.memory.placement import experts_in_ram
+    from vrampilot.planner.speed_model.predict import predict_speed
 
     mem = memory_breakdown(spec, settings, target)
     speed = predict_speed(spec, settings, target, mem)
@@ -607,9 +608,10 @@ def moe_rows(
     """Plan every MoE shape on every profile and context, with llama.cpp's fit beside it."""
     from testkit.machines import cpu_machine
     from testkit.real_shapes import MOE_FILES, write_real
-    from vrampilot.planner.placement import unmatched_patterns
-    from vrampilot.planner.plan import Pins, PlanError
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.errors import PlanError
+    from vrampilot.planner.memory.placement import unmatched_patterns
+    from vrampilot.planner.plan import Pins
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.units import GIB
 
@@ -790,7 +792,7 @@ def write_moe_table(page: Path, report: str) -> None:
 def plan_for_8gb(path: Path, exact: bool) -> None:
     """The full planner (search, reasons, alternatives) for a hypothetical 8 GiB GPU."""
     from testkit.machines import cpu_machine
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.units import GIB
 

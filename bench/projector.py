@@ -49,7 +49,7 @@ def main() -> int:
     from vrampilot.hardware import detect_machine
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
 
     model = embedded_model_path()

@@ -100,7 +100,7 @@ def prepare(rows: list[PublishedRow], folder: Path) -> list[Case]:
     from testkit.machines import cpu_machine
     from vrampilot.gguf.spec import load_model_spec
     from vrampilot.hardware.profiles import find_profile
-    from vrampilot.planner.memory import memory_breakdown
+    from vrampilot.planner.memory.breakdown import memory_breakdown
     from vrampilot.planner.settings import Settings
     from vrampilot.planner.target import TargetRequest, resolve_target
 
@@ -132,7 +132,7 @@ def prepare(rows: list[PublishedRow], folder: Path) -> list[Case]:
 def price(case: Case) -> float:
     """The row's test priced by the planner's speed model, before its era's factor: `ppN` reads N
     tokens into an empty cache, `tgN` generates N (the mean step is the one at depth N/2)."""
-    from vrampilot.planner.speed import SpeedModel
+    from vrampilot.planner.speed_model.predict import SpeedModel
 
     row = case.row
     model = SpeedModel(case.spec, case.settings, case.target, case.mem)
@@ -209,7 +209,7 @@ def report(scored: list[Scored], markdown: bool = False, eras: bool = True) -> s
 @contextmanager
 def _constants(**values: Any) -> Iterator[None]:
     """The speed model's module constants set to `values` for a while (the fit tries them)."""
-    from vrampilot.planner import speed
+    from vrampilot.planner.speed_model import predict as speed
 
     saved = {k: getattr(speed, k) for k in values}
     for k, v in values.items():
@@ -236,7 +236,7 @@ def fit(cases: list[Case]) -> dict[str, Any]:
     relative to GDDR's and float weights' factor from the 2024 CUDA runs (ratios within one run);
     the prompt share per generation and the quantized products' share likewise; then one factor
     per older era and backend with at least two fitted cards. Prints what it found."""
-    from vrampilot.planner import speed
+    from vrampilot.planner.speed_model import predict as speed
 
     rows = [c for c in cases if not c.row.held_back and not c.row.outlier]
     now = [c for c in rows if c.row.era == CURRENT_ERA and c.row.kind == "decode"]

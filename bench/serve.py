@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.plan import Pins  # noqa: E402
-from vrampilot.planner.search import plan  # noqa: E402
+from vrampilot.planner.search.choose import plan  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.server import ServerConfig, free_port, tool_env, tool_path  # noqa: E402
 from vrampilot.server.launch import launch  # noqa: E402

@@ -9,7 +9,7 @@ leaves N MiB for llama-server's prompt cache, the server runs with the plan's ow
 prompts fill the cache until llama-server has evicted from it three times, and the peak RSS
 (psutil, sampled every 5 ms) is printed beside the plan's host total under llama-server, and
 the RSS after loading beside the engine's part plus the process (what PROCESS_BYTES in
-planner/server_host.py stands for). Last, the same plan with llama-server's own default cache
+planner/memory/server_host.py stands for). Last, the same plan with llama-server's own default cache
 (--cache-ram 8192, what every exported line meant before the plan counted it): its peak passes
 the plan's total. docs/serving.md holds this table from one run.
 """
@@ -30,8 +30,8 @@ from testkit.machines import cpu_machine  # noqa: E402
 from testkit.server_ram import RamRun, fill_cache, plan_with_cache  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
+from vrampilot.planner.memory.server_host import PROCESS_BYTES  # noqa: E402
 from vrampilot.planner.plan import Pins  # noqa: E402
-from vrampilot.planner.server_host import PROCESS_BYTES  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.units import MIB  # noqa: E402
 

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 from testkit.spec_server import Served, serving  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
-from vrampilot.planner.draft import DraftRequest, plan_with_draft  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
+from vrampilot.planner.search.draft import DraftRequest, plan_with_draft  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.speed.acceptance import Acceptance, p_from_rate  # noqa: E402
 from vrampilot.speed.service import detect_measured_machine  # noqa: E402

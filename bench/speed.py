@@ -145,7 +145,7 @@ def replayed_before(spec: Any, target: Any, row: dict[str, Any]) -> float:
     reply (what experiments replay a change of the speed model with)."""
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
 
     _, threads, n_ctx = parse_label(row["case"])
     p = plan(spec, target, Pins(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads))
@@ -184,7 +184,7 @@ class Calibration:
     def __init__(self, machine: Any, path: Path, threads: int) -> None:
         from vrampilot.gguf import load_model_spec
         from vrampilot.planner.plan import Pins
-        from vrampilot.planner.search import plan
+        from vrampilot.planner.search.choose import plan
         from vrampilot.planner.target import TargetRequest, resolve_target
 
         self.path = path
@@ -198,7 +198,7 @@ class Calibration:
         self.log: list[dict[str, Any]] = []
 
     def _own(self, speed: Any) -> Any:
-        from vrampilot.planner.speed import backend_key
+        from vrampilot.planner.speed_model.predict import backend_key
 
         return speed.factors_for(backend_key(self.plan.target, self.plan.settings), self.path.name)
 
@@ -281,7 +281,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
     from vrampilot.engine import Engine, SamplingParams
     from vrampilot.gguf import load_model_spec
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.speed import cpu_load
 
@@ -335,7 +335,7 @@ def predict(cases: list[Case], machine: Any) -> list[dict[str, Any]]:
     from vrampilot.gguf import load_model_spec
     from vrampilot.planner.calibration import ReplyMeasurement, reply_prediction
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
 
     out = []
@@ -365,7 +365,7 @@ def main() -> int:
 
     from vrampilot.gguf import load_model_spec
     from vrampilot.paths import embedded_model_path
-    from vrampilot.planner.cpu_speed import weight_table
+    from vrampilot.planner.speed_model.cpu_speed import weight_table
     from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
     from vrampilot.speed.report import format_probe
     from vrampilot.speed.service import MeasuredMachine, detect_measured_machine, probe_machine

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrampilot.gguf.spec import ModelSpec
-from vrampilot.planner.kv import KvPart, effective_ctx, effective_ubatch, kv_cache_bytes, row_bytes
-from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, KvLine, MeasuredBuffers, StateLine, matches_print
+from vrampilot.planner.dry_run.log_lines import (
+    PRINT_RESOLUTION_BYTES,
+    KvLine,
+    MeasuredBuffers,
+    StateLine,
+    matches_print,
+)
+from vrampilot.planner.memory.kv import KvPart, effective_ctx, effective_ubatch, kv_cache_bytes, row_bytes
 from vrampilot.planner.settings import Settings
 
 # Layer count, ratio pattern, window, head and indexer dims all move between shapes. Patterns

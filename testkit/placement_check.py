@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.compute import FORMULA
-from vrampilot.planner.measure import MeasuredBuffers, measure_allocations
-from vrampilot.planner.memory import Components, MemoryBreakdown, memory_breakdown
-from vrampilot.planner.search import _measure  # the plan's own route from a dry run to its buffers
+from vrampilot.planner.dry_run.log_lines import MeasuredBuffers
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown, memory_breakdown
+from vrampilot.planner.memory.compute import FORMULA
+from vrampilot.planner.search.measured import measured_graph  # the plan's own route from a dry run to its buffers
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -49,7 +50,7 @@ def compare(path: Path, settings: Settings, target: Target) -> dict[str, Any]:
     """{"formula", "exact", "measured"}: each {"devices": [{weights, kv, compute, output}], "host": {...}}."""
     spec = load_model_spec(path)
     formula = memory_breakdown(spec, settings, target, FORMULA)
-    learned = _measure(spec, target, settings, FORMULA)
+    learned = measured_graph(spec, target, settings, FORMULA)
     exact = memory_breakdown(spec, settings, target, learned) if learned is not None else formula
     names = [g.buffer_name or g.name for g in target.gpus] if formula.per_device else []
     real = measure_allocations(path, settings, dry_run=False, mmap=False)

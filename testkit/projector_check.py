@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vrampilot.planner.memory.projector import ClipBuffers, clip_buffers
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.projector import ClipBuffers, clip_buffers
 from vrampilot.server import ServerConfig, free_port
 from vrampilot.server.launch import prepare, wait_ready
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 import psutil
 
 from vrampilot.gguf import ModelSpec
+from vrampilot.planner.memory.server_host import PROCESS_BYTES
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
-from vrampilot.planner.server_host import PROCESS_BYTES
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target
 from vrampilot.server import ServerConfig, free_port
 from vrampilot.server.launch import launch
@@ -71,7 +71,7 @@ class RamRun:
 def plan_with_cache(spec: ModelSpec, target: Target, pins: Pins, cache_mib: int) -> Plan:
     """The plan for a host budget that leaves `cache_mib` after the engine and the server process:
     all of it for the prompt cache, or, for a model that makes checkpoints, up to half of it for
-    them and the rest for the cache (planner/server_host.py)."""
+    them and the rest for the cache (planner/memory/server_host.py)."""
     first = plan(spec, target, pins)
     need = first.memory.host.total_bytes + PROCESS_BYTES + cache_mib * MIB
     return plan(spec, replace(target, host_ram_bytes=need), pins)

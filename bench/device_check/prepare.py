@@ -48,7 +48,7 @@ from vrampilot.export import llama_server_argv  # noqa: E402
 from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.hardware import Machine  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
-from vrampilot.planner.memory import memory_breakdown  # noqa: E402
+from vrampilot.planner.memory.breakdown import memory_breakdown  # noqa: E402
 from vrampilot.planner.settings import Settings  # noqa: E402
 from vrampilot.planner.target import GpuTarget, Target, TargetRequest, resolve_target  # noqa: E402
 from vrampilot.units import GIB  # noqa: E402
@@ -267,7 +267,7 @@ def _backoff_cases(models: dict[str, Path], device: str) -> list[dict[str, objec
     moves off the device (layers, experts, a smaller ubatch) and the budget the real buffers must
     stay in."""
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
 
     cases: list[dict[str, object]] = []
     for name in ("llama-q8", "qwen3moe"):

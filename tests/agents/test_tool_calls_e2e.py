@@ -45,7 +45,7 @@ from vrampilot.engine import Reply, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.message import Message
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan as make_plan
+from vrampilot.planner.search.choose import plan as make_plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server.chat import ServerBackend
 from vrampilot.server.session import private_server

@@ -60,7 +60,7 @@ def test_a_routed_architecture_shows_llama_cpps_count(routed: Path) -> None:
     fixture has llama's layout, so the numbers alone cannot tell count from formula: each row is
     compared with a dry run of its own.)"""
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import measure_allocations
+    from vrampilot.planner.dry_run.measure import measure_allocations
     from vrampilot.planner.settings import Settings
 
     r = vrampilot("plan", str(routed), "--cpu-only", "--ctx", "4096", "--cache", "--json")

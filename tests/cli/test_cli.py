@@ -129,7 +129,7 @@ def test_plan_json_contract(qwen7b: Path) -> None:
         "n_threads_batch",
         "flash_attn",
         "swa_full",
-        # 64K is past Qwen2.5's trained 32K: YaRN lifts llama-server's cap (planner/rope.py)
+        # 64K is past Qwen2.5's trained 32K: YaRN lifts llama-server's cap (planner/memory/rope.py)
         "rope_scale",
         "yarn_orig_ctx",
     }

@@ -17,7 +17,7 @@ from vrampilot.documents import KvStateStore
 from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

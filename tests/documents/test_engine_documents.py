@@ -15,7 +15,7 @@ from vrampilot.documents import DocumentSet, KvStateStore, Tokenizer, extract, s
 from vrampilot.engine import Engine, Message, PromptProgress, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 pytestmark = pytest.mark.slow

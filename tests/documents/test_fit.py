@@ -11,7 +11,7 @@ from testkit.machines import cpu_machine
 from vrampilot.documents import analyze_fit, needed_context, nice_ctx, tokens_text
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 

@@ -22,7 +22,7 @@ from vrampilot.documents.kvstate import STALE_PART_S
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 pytestmark = pytest.mark.slow

@@ -175,7 +175,7 @@ def test_every_kept_turns_images_go_with_a_composed_prompt(
     excerpts or as it was) and the new question's all reach the model, and retrieval leaves room
     for their tokens (the projector's, and the markers mtmd wraps them in, by this tokenizer)."""
     from testkit.mmproj import write_projector
-    from vrampilot.planner.projector import projector_spec
+    from vrampilot.planner.memory.projector import projector_spec
 
     report, doc = report_doc
     proj = projector_spec(write_projector(tmp_path / "mmproj-gemma3.gguf", "gemma3", n_embd_text=576, n_merge=4))
@@ -202,7 +202,7 @@ def test_retrieval_leaves_room_for_the_images_tokens(
     report_doc: tuple[Report, Document], tokenizer: Tokenizer, tmp_path: Path
 ) -> None:
     from testkit.mmproj import write_projector
-    from vrampilot.planner.projector import projector_spec
+    from vrampilot.planner.memory.projector import projector_spec
 
     report, doc = report_doc
     proj = projector_spec(write_projector(tmp_path / "mmproj-mlp.gguf", "mlp", n_embd_text=576, image_size=224))

@@ -10,7 +10,7 @@ import pytest
 from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.speed.service import detect_measured_machine
 

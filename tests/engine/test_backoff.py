@@ -14,8 +14,8 @@ from vrampilot.engine.backoff import next_backoff
 from vrampilot.engine.loader import open_llama
 from vrampilot.engine.session import Opener
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.alternatives import backoff_cost, is_backoff
 from vrampilot.planner.plan import Plan
+from vrampilot.planner.search.alternatives import backoff_cost, is_backoff
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 

@@ -13,10 +13,10 @@ from vrampilot.engine import Engine, Message, SamplingParams
 from vrampilot.engine.draft import CountingDraft, ModelDraft
 from vrampilot.engine.stats import format_summary
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.draft import DraftRequest, plan_with_draft
-from vrampilot.planner.measure import matches_print
+from vrampilot.planner.dry_run.log_lines import matches_print
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.draft import DraftRequest, plan_with_draft
 from vrampilot.planner.target import Target
 
 pytestmark = pytest.mark.slow

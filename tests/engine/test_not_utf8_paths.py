@@ -18,8 +18,8 @@ from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import Engine, Message, ModelLoadError
 from vrampilot.gguf import ModelSpec
 from vrampilot.llamacpp.vocab import read_vocab
-from vrampilot.planner.measure import measure_allocations
-from vrampilot.planner.projector import measure_clip
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.projector import measure_clip
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 

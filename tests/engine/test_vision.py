@@ -19,7 +19,7 @@ from vrampilot.engine import ContextOverflow, Engine
 from vrampilot.engine.vision import MAX_IMAGE_BYTES, ImageError, projector_of
 from vrampilot.gguf import ModelSpec
 from vrampilot.message import Message
-from vrampilot.planner.projector import clip_buffers
+from vrampilot.planner.memory.projector import clip_buffers
 from vrampilot.planner.target import Target
 from vrampilot.units import MIB
 

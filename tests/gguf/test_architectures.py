@@ -98,7 +98,7 @@ def test_gpt_oss_experts_are_mxfp4(files: dict[str, Path]) -> None:
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_llama_cpp_loads_and_builds_a_context(files: dict[str, Path], arch: str) -> None:
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import measure_allocations
+    from vrampilot.planner.dry_run.measure import measure_allocations
 
     for flash_attn in (False, True):
         m = measure_allocations(files[arch], Settings(n_ctx=512, n_ubatch=128, flash_attn=flash_attn), dry_run=False)
@@ -135,7 +135,7 @@ def test_header_only_recipes_size_every_tensor() -> None:
 
 def test_header_only_files_load_in_a_llama_cpp_dry_run(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import measure_allocations
+    from vrampilot.planner.dry_run.measure import measure_allocations
 
     for key in ("llama-3.1-8b", "gemma-3-27b", "gpt-oss-20b", "deepseek-v2-lite"):
         path = write_header_only(tmp_path / f"{key}.gguf", key)
@@ -147,7 +147,7 @@ def test_header_only_files_load_in_a_llama_cpp_dry_run(tmp_path: Path) -> None:
 def test_smollm2_tokenizer_fixture_loads(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     from vrampilot.paths import embedded_model_path
-    from vrampilot.planner.measure import measure_allocations
+    from vrampilot.planner.dry_run.measure import measure_allocations
 
     if embedded_model_path() is None:
         pytest.skip("embedded model not installed")

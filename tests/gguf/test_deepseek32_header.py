@@ -40,7 +40,7 @@ def test_llama_cpp_refuses_a_missing_indexer_key_too(tmp_path: Path) -> None:
     """A missing key is one llama.cpp throws on (it does not crash): the spec says so first."""
     _refusal(tmp_path, omit=("attention.indexer.key_length",))
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import MeasureError, measure_allocations
+    from vrampilot.planner.dry_run.measure import MeasureError, measure_allocations
     from vrampilot.planner.settings import Settings
 
     with pytest.raises(MeasureError):

@@ -48,7 +48,7 @@ def test_a_missing_key_is_named(tmp_path: Path, key: str) -> None:
 def test_a_header_llama_cpp_refuses_is_refused_first(tmp_path: Path, shape: dict[str, Any], reason: str) -> None:
     assert reason in _refusal(tmp_path, **shape)
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import MeasureError, measure_allocations
+    from vrampilot.planner.dry_run.measure import MeasureError, measure_allocations
     from vrampilot.planner.settings import Settings
 
     with pytest.raises(MeasureError):  # llama.cpp throws on the same file

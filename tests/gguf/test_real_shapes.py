@@ -10,8 +10,9 @@ import pytest
 
 from testkit.real_shapes import FILES, MOE_FILES, disk_bytes, write_all
 from vrampilot.gguf.spec import load_model_spec
-from vrampilot.planner.kv import kv_cache_bytes
-from vrampilot.planner.measure import matches_print, measure_allocations
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.kv import kv_cache_bytes
 from vrampilot.planner.settings import Settings
 
 GIB = 2**30

@@ -13,9 +13,9 @@ from pathlib import Path
 from testkit.spec_server import serving
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
-from vrampilot.planner.draft import DraftRequest, plan_with_draft
-from vrampilot.planner.memory import Components
+from vrampilot.planner.memory.breakdown import Components
 from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.draft import DraftRequest, plan_with_draft
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

@@ -14,7 +14,7 @@ from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

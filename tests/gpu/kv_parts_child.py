@@ -1,5 +1,5 @@
 """Run with VRAMPILOT_SOFTWARE_GPU=1: write a DeepSeek-V4 or V3.2 fixture, and for each setting in
-the JSON argument plan its memory for this machine's Vulkan device (memory.py's per-device split),
+the JSON argument plan its memory for this machine's Vulkan device (memory/breakdown.py's per-device split),
 load it for real, check every cache part against llama.cpp's log (testkit/kv_checks.py) and print
 the plan's KV bytes per device next to llama.cpp's KV and compressor-state buffers per device."""
 
@@ -14,8 +14,8 @@ from testkit.gguf_models import write_deepseek4, write_deepseek32
 from testkit.kv_checks import DraftSettings, UnifiedSettings, assert_dsa_parts_match, assert_dsv4_parts_match
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
-from vrampilot.planner.measure import measure_allocations
-from vrampilot.planner.memory import memory_breakdown
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 # llama.cpp's per-buffer lines of a cache: `<dev> KV buffer size` and `<dev> DSV4 <x> state buffer size`

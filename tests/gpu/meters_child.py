@@ -17,7 +17,7 @@ from vrampilot.meters import MeterSample
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.state import MeterState
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.service import detect_measured_machine
 

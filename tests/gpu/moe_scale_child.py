@@ -11,10 +11,10 @@ from pathlib import Path
 from testkit.gguf_models import BIG, write_shape_header_only
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
-from vrampilot.planner.measure import graph_compute
-from vrampilot.planner.memory import memory_breakdown
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

@@ -20,9 +20,9 @@ from vrampilot.engine.vision import projector_of
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.message import Message
+from vrampilot.planner.memory.projector import ClipBuffers, clip_buffers
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.projector import ClipBuffers, clip_buffers
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.gpu.conftest import run_child
-from vrampilot.planner.measure import matches_print
+from vrampilot.planner.dry_run.log_lines import matches_print
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 llama.cpp puts each layer's share of every DeepSeek-V4 cache (raw window, CSA, HCA, indexer) and
 of its compressor states on the layer's device (llama_kv_cache and llama_dsv4_comp_state pick the
 CPU buffer type only when offload_kqv is off), and V3.2's MLA and indexer caches likewise. The plan
-(planner/memory.py) must say so: for each fixture shape, full and partial offload, contexts,
+(planner/memory/breakdown.py) must say so: for each fixture shape, full and partial offload, contexts,
 sequences (unified or not), swa_full, cache types and flash attention, the plan's KV bytes on the
 device and on the host equal llama.cpp's `Vulkan0` and `CPU` KV and state buffers, at the
 resolution of its log (0.01 MiB per buffer line), and every part matches its log line as on the
@@ -20,7 +20,7 @@ import pytest
 
 from testkit.kv_checks import DSA_SHAPES, DSV4_SHAPES, settings_grid
 from tests.gpu.conftest import run_child
-from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.measure import measure_allocations
+from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.service import detect_measured_machine
 

@@ -16,7 +16,7 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hybrid.chat import HybridChat, torch_available, unsupported_reason
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.service import detect_measured_machine
 

@@ -23,7 +23,7 @@ from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.types import SharedGpuMemory
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 
 # The sampler reads this real process through psutil and asks NVML about the same pid.

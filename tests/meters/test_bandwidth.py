@@ -16,7 +16,7 @@ from vrampilot.meters.bandwidth import (
     token_bytes,
 )
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 
 
 def test_hand_computed_case() -> None:

@@ -27,7 +27,7 @@ from vrampilot.meters.spill import (
 from vrampilot.meters.state import MeterState
 from vrampilot.meters.winshared import NOT_WINDOWS, open_shared_memory_reader
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.units import MIB, format_bytes
 
 PROCESS = 6_700 * MIB  # what the card reports for this app: the plan's 6.44 GiB plus the CUDA context

@@ -1,5 +1,5 @@
 """The one rule for other plans: the neighbours a plan lists, what gives VRAM back first, and the
-pins a change makes (planner/alternatives.py)."""
+pins a change makes (planner/search/alternatives.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 from testkit.gguf_models import write_qwen25_7b_q4_k_m
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner import alternatives as alt
 from vrampilot.planner.plan import Pins
+from vrampilot.planner.search import alternatives as alt
 from vrampilot.planner.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""The cache explained (planner/cache_table.py): parts that add up to the one memory model's total,
+"""The cache explained (planner/search/cache_table.py): parts that add up to the one memory model's total,
 and "what if" caches that equal the real cache when the model already has that layout."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from testkit.gguf_models import write_deepseek4, write_model
 from vrampilot.gguf.spec import load_model_spec
-from vrampilot.planner.cache_table import CONTEXTS, cache_table
-from vrampilot.planner.kv import kv_cache_bytes
+from vrampilot.planner.memory.kv import kv_cache_bytes
+from vrampilot.planner.search.cache_table import CONTEXTS, cache_table
 from vrampilot.planner.settings import Settings
 
 F16 = Settings(n_ctx=0, type_k="f16", type_v="f16", flash_attn=True)

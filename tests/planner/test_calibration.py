@@ -27,8 +27,13 @@ from vrampilot.planner.learned_factors import (
     prior_replies,
 )
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
-from vrampilot.planner.speed import SpeedModel, backend_key, corrected_decode_seconds, shallow_decode_ratio
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.speed_model.predict import (
+    SpeedModel,
+    backend_key,
+    corrected_decode_seconds,
+    shallow_decode_ratio,
+)
 from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import (

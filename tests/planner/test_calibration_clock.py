@@ -10,7 +10,7 @@ import pytest
 from tests.clock import FUTURE, PAST, run_at
 from tests.planner.test_calibration import _plan
 from vrampilot.planner.calibration import last_reply_for
-from vrampilot.planner.speed import backend_key
+from vrampilot.planner.speed_model.predict import backend_key
 from vrampilot.speed.store import load_machine_speed
 
 FINGERPRINT = "fp-clock"

@@ -1,7 +1,7 @@
 """Compute and output buffers against llama.cpp's own numbers (measured here, never hard-coded).
 
 The compute buffer is the peak of ggml's graph allocator, fragmentation included, which a formula
-can only approximate (vrampilot/planner/compute.py). Tolerances below are what the fitted formula alone
+can only approximate (vrampilot/planner/memory/compute.py). Tolerances below are what the fitted formula alone
 achieves on this build (it drives the search, and `--estimate` plans); plans themselves report
 llama.cpp's own allocator and are held to the 5% target in test_exact.py. Real-size shapes (the embedded model and header-only
 copies of released models) are held to REAL_TOLERANCE; the tiny fixtures, where a few stray
@@ -18,9 +18,10 @@ import pytest
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.compute import compute_buffer_bytes, compute_terms, output_buffer_bytes
-from vrampilot.planner.kv import kv_refusal
-from vrampilot.planner.measure import matches_print, measure_allocations
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.compute import compute_buffer_bytes, compute_terms, output_buffer_bytes
+from vrampilot.planner.memory.kv import kv_refusal
 from vrampilot.planner.settings import Settings
 
 pytest.importorskip("llama_cpp")

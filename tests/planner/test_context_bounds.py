@@ -4,7 +4,7 @@ llama.cpp's dry run allocates its KV cache's cell table on the host, 48 bytes a 
 the weights: `plan --ctx 30000000` took 1.5 GB for a plan that did not fit, and 99999999999 passed
 20 GB before it was killed. Now a context past llama.cpp's own limit is refused in one line, one
 the formula already rules out is not asked of llama.cpp, and llama.cpp is asked up to 1M tokens
-(planner/measure.py's DRY_RUN_MAX_CTX) at most.
+(planner/dry_run/measure.py's DRY_RUN_MAX_CTX) at most.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from testkit.machines import cpu_machine
 from tests import waits
 from tests.cli.test_cli_bounds import one_line_error
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner import measure
-from vrampilot.planner.measure import DRY_RUN_MAX_CTX, MeasureError, graph_compute, measure_allocations
-from vrampilot.planner.plan import MAX_CTX, Pins, PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.dry_run import graph
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.measure import DRY_RUN_MAX_CTX, MeasureError, measure_allocations
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.plan import MAX_CTX, Pins
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
@@ -51,10 +53,10 @@ def test_a_context_past_what_llama_cpp_takes_is_refused_in_one_line(spec: ModelS
 def test_a_size_the_formula_rules_out_is_not_asked_of_llama_cpp(spec: ModelSpec) -> None:
     """1M tokens of SmolLM2's cache are 22 GiB: on 8 GiB of RAM no compute buffer changes that."""
     small = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=8))
-    asked = len(measure._results)
+    asked = len(graph._results)
     p = plan(spec, small, Pins(n_ctx=1 << 20), exact=True)
     assert not p.fits and p.compute_source == "estimate"
-    assert len(measure._results) == asked  # no dry run
+    assert len(graph._results) == asked  # no dry run
     # Where it could fit, llama.cpp is asked as before.
     big = resolve_target(TargetRequest(cpu_only=True), cpu_machine(ram_gib=64))
     assert plan(spec, big, Pins(n_ctx=1 << 20), exact=True).compute_source == "llama.cpp"

@@ -10,9 +10,9 @@ from pathlib import Path
 from testkit.machines import cpu_machine
 from vrampilot.export import llama_cpp_kwargs, llama_server_argv
 from vrampilot.gguf import load_model_spec
+from vrampilot.planner.memory.rope import _trained_after, slot_ctx, with_context_extension
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.rope import _trained_after, slot_ctx, with_context_extension
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 

@@ -13,10 +13,10 @@ import pytest
 from testkit.gguf_models import write_model
 from testkit.machines import cpu_machine, measured_target, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
-from vrampilot.planner.speed import SpeedModel
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.speed_model.cpu_speed import CpuRates, weight_table
+from vrampilot.planner.speed_model.predict import SpeedModel
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import HostProbe, RateAt
 
@@ -121,7 +121,7 @@ def test_sliding_window_layers_stop_growing_at_their_window(tmp_path: Path) -> N
 
 
 def test_a_sliding_window_goes_at_the_pace_of_the_thread_whose_slice_holds_it(tmp_path: Path) -> None:
-    from vrampilot.planner.cpu_speed import decode_attention_imbalance as uneven
+    from vrampilot.planner.speed_model.cpu_speed import decode_attention_imbalance as uneven
 
     # Gemma 3's sliding cache is a ring of 1024 cells (the 512-token window and a ubatch), split
     # over 2 threads by halves of the view. The 1001st token's window is cells 489-1000: 23 in the
@@ -186,7 +186,7 @@ def test_more_threads_use_the_rates_measured_with_them(q8_llama: ModelSpec) -> N
 
 
 def test_decode_attention_goes_at_the_pace_of_the_busiest_thread(q8_llama: ModelSpec) -> None:
-    from vrampilot.planner.cpu_speed import decode_attention_imbalance as uneven
+    from vrampilot.planner.speed_model.cpu_speed import decode_attention_imbalance as uneven
 
     # An f16 cache split over 2 threads by cells: each takes half of the view padded to 256 cells,
     # the masked tail costs nothing, so the first thread does 640 of 1031 cells.
@@ -279,7 +279,7 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
 
 
 def test_a_row_s_mat_vec_rate_follows_its_length_between_those_measured() -> None:
-    from vrampilot.planner.cpu_speed import CpuRates
+    from vrampilot.planner.speed_model.cpu_speed import CpuRates
     from vrampilot.speed.measured import KernelRates, RateAt
 
     def at(v: float) -> tuple[RateAt, ...]:

@@ -11,8 +11,8 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import LlamaBackendInfo, LlamaDevice, Machine
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
-from vrampilot.planner.speed import (
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.speed_model.predict import (
     DEVICE_KERNELS_PER_LAYER,
     GPU_TOKEN_OVERHEAD_S,
     SpeedModel,

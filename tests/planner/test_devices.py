@@ -16,13 +16,13 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine
 from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.compute import graph_key
-from vrampilot.planner.memory import layer_devices, memory_breakdown
-from vrampilot.planner.placement import layers_per_device
+from vrampilot.planner.memory.breakdown import layer_devices, memory_breakdown
+from vrampilot.planner.memory.compute import graph_key
+from vrampilot.planner.memory.placement import layers_per_device
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import backend_key
+from vrampilot.planner.speed_model.predict import backend_key
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import MachineSpeed
 from vrampilot.units import GIB

@@ -15,7 +15,11 @@ from testkit.spec_server import serving
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.llamacpp.vocab import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, read_vocab, vocab_mismatch
-from vrampilot.planner.draft import (
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.memory.breakdown import Components
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.draft import (
     DraftRequest,
     best_n_draft,
     draft_settings,
@@ -27,9 +31,6 @@ from vrampilot.planner.draft import (
     stored_acceptance,
     tokens_per_step,
 )
-from vrampilot.planner.measure import matches_print
-from vrampilot.planner.memory import Components
-from vrampilot.planner.plan import Pins, PlanError
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, record_reply

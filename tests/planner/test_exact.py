@@ -21,10 +21,11 @@ import pytest
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model, write_qwen25_7b_q4_k_m
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.compute import formula_graph_bytes
-from vrampilot.planner.measure import graph_compute, measure_allocations
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.compute import formula_graph_bytes
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
 
@@ -124,7 +125,7 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
 def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:
     """While the engine loads a model it holds llama.cpp's log; a plan then uses the formula."""
     from vrampilot.llamacpp.lock import LOG_LOCK
-    from vrampilot.planner.measure import PLAN_WAIT_S
+    from vrampilot.planner.dry_run.graph import PLAN_WAIT_S
 
     spec = load_model_spec(embedded_model)
     with LOG_LOCK:  # what the engine holds while llama.cpp loads

@@ -1,4 +1,4 @@
-"""The plan's explanation as the CLI and the window both show it (planner/explain.py)."""
+"""The plan's explanation as the CLI and the window both show it (planner/search/explain.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 from testkit.gguf_models import write_qwen25_7b_q4_k_m
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner import explain
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search import explain
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
 

@@ -13,8 +13,7 @@ from testkit.gguf_models import ARCHITECTURES, shape_of, write_model, write_rena
 from testkit.machines import cpu_machine
 from vrampilot.commands.plan_report import format_plan, plan_to_dict
 from vrampilot.gguf.spec import load_model_spec
-from vrampilot.planner.compute import FORMULA
-from vrampilot.planner.explain import REASON, cache_source_text, why_lines
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.families import (
     COUNTED_BY_LLAMA_CPP,
     LLAMA_CPP_ARCHITECTURES,
@@ -23,9 +22,10 @@ from vrampilot.planner.families import (
     is_verified,
     loadable,
 )
-from vrampilot.planner.memory import memory_breakdown
-from vrampilot.planner.plan import PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.memory.breakdown import memory_breakdown
+from vrampilot.planner.memory.compute import FORMULA
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.explain import REASON, cache_source_text, why_lines
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
@@ -77,7 +77,8 @@ def routed_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize("arch", sorted(ROUTED_FILES))
 def test_a_routed_plan_rests_on_llama_cpps_count(routed_files: dict[str, Path], arch: str) -> None:
     pytest.importorskip("llama_cpp")
-    from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, measure_allocations
+    from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
+    from vrampilot.planner.dry_run.measure import measure_allocations
 
     spec = load_model_spec(routed_files[arch])
     assert spec.architecture == arch and is_routed(arch)

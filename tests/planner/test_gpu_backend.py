@@ -13,7 +13,7 @@ from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware.cards import GpuBackendError
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.speed.measured import DeviceRates, MachineSpeed
 

@@ -13,7 +13,9 @@ import pytest
 
 from testkit.machines import measured_target, uniform_probe
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.cpu_speed import (
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.speed_model.cpu_speed import (
     CpuRates,
     GraphFactors,
     attention_shapes,
@@ -21,7 +23,7 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.planner.graph_factors import (
+from vrampilot.planner.speed_model.graph_factors import (
     BEST_CASE_MIN,
     FACTOR_MAX,
     factors_for_model,
@@ -29,9 +31,7 @@ from vrampilot.planner.graph_factors import (
     graph_factors,
     with_reference_types,
 )
-from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
-from vrampilot.planner.speed import SpeedModel
+from vrampilot.planner.speed_model.predict import SpeedModel
 from vrampilot.planner.target import TargetRequest
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.host_probe import probe_outdated

@@ -16,8 +16,9 @@ import pytest
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
 from vrampilot.gguf.spec import ModelSpec, load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.kv import effective_ctx, effective_ubatch, kv_cache_bytes, kv_refusal, row_bytes
-from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, MeasuredBuffers, matches_print, measure_allocations
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES, MeasuredBuffers, matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.kv import effective_ctx, effective_ubatch, kv_cache_bytes, kv_refusal, row_bytes
 from vrampilot.planner.settings import KV_CACHE_TYPES, Settings
 
 pytest.importorskip("llama_cpp")

@@ -16,9 +16,10 @@ import pytest
 from testkit.gguf_models import write_deepseek32
 from testkit.kv_checks import DSA_SHAPES, assert_dsa_parts_match, settings_grid
 from vrampilot.gguf.spec import load_model_spec
-from vrampilot.planner.cache_table import parts_of
-from vrampilot.planner.kv import kv_cache_bytes, kv_refusal
-from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, measure_allocations
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal
+from vrampilot.planner.search.cache_table import parts_of
 from vrampilot.planner.settings import Settings
 
 pytest.importorskip("llama_cpp")

@@ -29,9 +29,9 @@ from testkit.kv_checks import (
     settings_grid,
 )
 from vrampilot.gguf.spec import load_model_spec
-from vrampilot.planner.cache_table import parts_of
-from vrampilot.planner.kv import kv_cache_bytes, kv_refusal
-from vrampilot.planner.measure import measure_allocations
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal
+from vrampilot.planner.search.cache_table import parts_of
 from vrampilot.planner.settings import Settings
 
 pytest.importorskip("llama_cpp")

@@ -10,16 +10,9 @@ import pytest
 from testkit.gguf_models import write_header_only, write_model, write_wrong_magic
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.kv import kv_cache_bytes
-from vrampilot.planner.measure import (
-    MIB,
-    PRINT_RESOLUTION_BYTES,
-    MeasureError,
-    _parse,
-    dry_run_plan,
-    matches_print,
-    measure_allocations,
-)
+from vrampilot.planner.dry_run.log_lines import MIB, PRINT_RESOLUTION_BYTES, matches_print, parse_buffers
+from vrampilot.planner.dry_run.measure import MeasureError, dry_run_plan, measure_allocations
+from vrampilot.planner.memory.kv import kv_cache_bytes
 from vrampilot.planner.settings import Settings
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -40,7 +33,7 @@ sched_reserve:        CPU compute buffer size =    99.38 MiB
 
 
 def test_parse_reads_every_buffer_line() -> None:
-    m = _parse(CANNED_LOG.splitlines(), dry_run=False, refused=None, seconds=0.0)
+    m = parse_buffers(CANNED_LOG.splitlines(), dry_run=False, refused=None, seconds=0.0)
     assert m.model_bytes == {"CPU": round(92.10 * MIB), "CPU_REPACK": round(10.5 * MIB)}
     assert m.kv_buffer_bytes == {"CPU": 90 * MIB}
     assert [(k.cells, k.layers, k.type_k) for k in m.kv_lines] == [(4096, 5, "f16"), (768, 25, "q8_0")]

@@ -20,10 +20,12 @@ from testkit.machines import cpu_machine
 from testkit.placement_check import compare
 from tests.gguf.refusals import one_line_refusal
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, measure_allocations
-from vrampilot.planner.placement import cpu_override_patterns, offload_copy_bytes
-from vrampilot.planner.plan import Pins, PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.memory.placement import cpu_override_patterns, offload_copy_bytes
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 

@@ -12,13 +12,14 @@ import pytest
 from testkit.machines import cpu_machine
 from testkit.real_shapes import write_real
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.cpu_speed import weight_table
-from vrampilot.planner.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO, row_bytes
-from vrampilot.planner.memory import memory_breakdown
-from vrampilot.planner.placement import experts_in_ram
-from vrampilot.planner.plan import Pins, PlanError
-from vrampilot.planner.search import plan, replan_with
-from vrampilot.planner.speed import SpeedModel, kv_read_bytes, predict_speed
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.memory.breakdown import memory_breakdown
+from vrampilot.planner.memory.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO, row_bytes
+from vrampilot.planner.memory.placement import experts_in_ram
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.choose import plan, replan_with
+from vrampilot.planner.speed_model.cpu_speed import weight_table
+from vrampilot.planner.speed_model.predict import SpeedModel, kv_read_bytes, predict_speed
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 
@@ -236,7 +237,7 @@ def test_two_cards_and_rpc_hosts_place_experts_too(qwen: ModelSpec) -> None:
 
 def test_back_off_and_spill_advice_move_experts_before_context_or_layers(qwen: ModelSpec) -> None:
     from vrampilot.meters.spill import suggest_replan
-    from vrampilot.planner.alternatives import backoff_cost, is_backoff
+    from vrampilot.planner.search.alternatives import backoff_cost, is_backoff
 
     p = plan(qwen, card(8))
     # After a failed allocation, more experts in RAM is a back-off (it needs less VRAM and gives

@@ -16,9 +16,10 @@ from testkit.machines import cpu_machine
 from testkit.spec_server import serving
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.draft import PRIOR_MTP_P, DraftRequest, plan_with_draft, request_from_text
-from vrampilot.planner.measure import matches_print
-from vrampilot.planner.plan import Pins, PlanError
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.draft import PRIOR_MTP_P, DraftRequest, plan_with_draft, request_from_text
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 

@@ -2,7 +2,7 @@
 
 llama.cpp creates an MTP block's tensors with TENSOR_SKIP when the model is not loaded to draft
 (llama_model_params.load_mtp off, as the engine and llama-server load it by default), so the
-model buffer it allocates leaves them out; the memory model must too (planner/memory.py,
+model buffer it allocates leaves them out; the memory model must too (planner/memory/breakdown.py,
 loaded_layer_bytes). Real CPU loads of fixtures that carry an MTP block.
 """
 
@@ -15,8 +15,9 @@ import pytest
 from testkit.gguf_models import write_deepseek4, write_model
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
-from vrampilot.planner.measure import matches_print, measure_allocations
-from vrampilot.planner.memory import memory_breakdown
+from vrampilot.planner.dry_run.log_lines import matches_print
+from vrampilot.planner.dry_run.measure import measure_allocations
+from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 

@@ -15,9 +15,9 @@ from vrampilot.errors import UserError
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.gguf.projector import read_projector
+from vrampilot.planner.memory.projector import measure_clip
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.projector import measure_clip
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB

@@ -13,9 +13,9 @@ from testkit.published import HELD_BACK, SHAPES, load_published
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.hardware import LlamaBackendInfo
 from vrampilot.hardware.profiles import find_profile
-from vrampilot.planner.memory import memory_breakdown
+from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import SpeedModel, assumed_bandwidth_share
+from vrampilot.planner.speed_model.predict import SpeedModel, assumed_bandwidth_share
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB
 

@@ -12,7 +12,7 @@ from testkit.gguf_models import write_qwen25_7b_q4_k_m
 from testkit.machines import cpu_machine
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.units import GIB
 

@@ -13,9 +13,9 @@ from testkit.machines import cpu_machine
 from vrampilot.commands.plan_report import format_plan, plan_to_dict
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
+from vrampilot.planner.memory.server_host import LLAMA_CACHE_RAM_MIB, LLAMA_CTX_CHECKPOINTS, PROCESS_BYTES
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
-from vrampilot.planner.server_host import LLAMA_CACHE_RAM_MIB, LLAMA_CTX_CHECKPOINTS, PROCESS_BYTES
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
 

@@ -16,7 +16,7 @@ from vrampilot.commands.plan_report import format_plan, plan_to_dict
 from vrampilot.engine.tool_tokens import count_tools_tokens, openai_tool
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 
 ROOT = Path(__file__).resolve().parents[2]

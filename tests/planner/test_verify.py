@@ -7,9 +7,9 @@ from pathlib import Path
 from testkit.machines import cpu_machine
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.verify import verify_plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.planner.verify import verify_plan
 
 
 def test_verify_embedded_plan(embedded_model: Path) -> None:

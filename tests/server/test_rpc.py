@@ -26,7 +26,7 @@ from vrampilot.hardware.rpc import RpcHostError, parse_hosts, query_host
 from vrampilot.llamacpp.buffer_log import device_buffers
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.process import health, is_alive

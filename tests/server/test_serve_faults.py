@@ -26,7 +26,7 @@ from vrampilot.engine import Message, SamplingParams
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.chat import ServerBackend, ServerChatError

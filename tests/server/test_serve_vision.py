@@ -21,9 +21,9 @@ from testkit.machines import cpu_machine
 from testkit.mmproj import write_projector
 from tests.images import png_bytes
 from vrampilot.gguf import load_model_spec
+from vrampilot.planner.memory.projector import clip_buffers
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.projector import clip_buffers
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, free_port
 from vrampilot.server.launch import prepare, wait_ready

@@ -126,7 +126,7 @@ def test_the_pace_gauge_reads_llama_cpp_s_kernels_after_a_reply(embedded_model: 
     from vrampilot.gguf import load_model_spec
     from vrampilot.planner.calibration import reply_pace_ms
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
     from vrampilot.speed.pace import measure_pace_ms
 

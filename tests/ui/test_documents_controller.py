@@ -14,7 +14,7 @@ from tests.documents.writers import long_report
 from tests.ui.conftest import heard
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.chat.documents_controller import DocumentsController
 from vrampilot.ui.context import AppContext

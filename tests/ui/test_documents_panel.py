@@ -17,7 +17,7 @@ from vrampilot.documents import DocumentSet, analyze_fit, extract, tokenizer_for
 from vrampilot.engine import PromptProgress
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.chat.documents_panel import DocumentsPanel
 from vrampilot.ui.theme import apply_theme

@@ -19,7 +19,7 @@ from tests.meters.session import PEAK_GBPS, Session, plan_32k, qwen7b, session
 from vrampilot.gguf import ModelSpec
 from vrampilot.meters.sampler import Sampler
 from vrampilot.planner.plan import Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.ui.meters.feed import MetersFeed
 from vrampilot.ui.meters.panel import MetersPanel, MetersStatusWidget
 from vrampilot.units import MIB, format_bytes

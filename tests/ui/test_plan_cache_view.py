@@ -13,7 +13,7 @@ from testkit.real_shapes import write_real
 from tests.ui.conftest import ARTIFACTS
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.plan.view import PlanView
 

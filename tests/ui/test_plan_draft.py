@@ -16,7 +16,7 @@ from tests import waits
 from tests.ui.conftest import OpenWindow, open_chat, screenshot, seed_prefs
 from tests.ui.test_plan_controller import plans, start  # noqa: F401 - the controller fixture
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.draft import request_from_text, stored_acceptance
+from vrampilot.planner.search.draft import request_from_text, stored_acceptance
 from vrampilot.server import free_port
 from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
@@ -131,7 +131,7 @@ def test_the_drafting_field_offers_mtp_only_for_a_file_with_an_mtp_block(
 def test_the_window_drafts_with_mtp_through_llama_server(open_window: OpenWindow, qtbot: QtBot, tmp_path: Path) -> None:
     """MTP drafting in the window: Load starts llama-server with the plan (the in-app engine has no
     MTP drafter), the chat replies through it, and the reply's drafted tokens teach the acceptance."""
-    from vrampilot.planner.draft import DraftRequest
+    from vrampilot.planner.search.draft import DraftRequest
 
     seed_prefs(max_tokens=16)
     w: MainWindow = open_window()

@@ -16,7 +16,7 @@ from tests.ui.conftest import ARTIFACTS
 from vrampilot.gguf.spec import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.planner.search import plan, replan_with
+from vrampilot.planner.search.choose import plan, replan_with
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.ui.plan.view import PlanView
 from vrampilot.units import GIB

@@ -10,7 +10,7 @@ from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import screenshot
 from vrampilot.engine import SamplingParams
-from vrampilot.planner.memory import Components
+from vrampilot.planner.memory.breakdown import Components
 from vrampilot.ui.chat.markdown_view import MarkdownView
 from vrampilot.ui.chat.view import ChatView, InputEdit, SamplingPanel
 from vrampilot.ui.plan.pin_controls import PinControls, context_steps

@@ -258,8 +258,8 @@ def _os_error_text(exc: OSError) -> str:
 
 
 def _learn_drafting(plan: Plan, stats: GenerationStats) -> dict[str, Any] | None:
-    """A drafted reply teaches the draft's acceptance (planner/draft.py), never the speed model."""
-    from vrampilot.planner.draft import learn_acceptance
+    """A drafted reply teaches the draft's acceptance (planner/search/draft.py), never the speed model."""
+    from vrampilot.planner.search.draft import learn_acceptance
 
     try:
         learned = learn_acceptance(plan, stats.draft_tokens, stats.draft_accepted, decode_tps=stats.decode_tps)

@@ -19,8 +19,8 @@ from vrampilot.errors import UserError
 from vrampilot.hardware.cards import card_devices
 from vrampilot.hardware.report import format_machine, machine_to_dict
 from vrampilot.hardware.types import LlamaDevice, Machine
-from vrampilot.planner.cpu_speed import GraphFactors
 from vrampilot.planner.learned_factors import LearnedFactors
+from vrampilot.planner.speed_model.cpu_speed import GraphFactors
 from vrampilot.speed.measured import MachineSpeed, RateAt
 from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
 from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
@@ -140,7 +140,7 @@ def _learned_lines(speed: MachineSpeed | None) -> list[str]:
 
 
 def _graph_factors(machine: Machine, speed: MachineSpeed | None) -> GraphFactors | None:
-    from vrampilot.planner.graph_factors import graph_factors
+    from vrampilot.planner.speed_model.graph_factors import graph_factors
 
     probe = speed.probe if speed is not None else None
     return graph_factors(probe, machine.cpu.physical_cores)

@@ -18,17 +18,18 @@ from vrampilot.errors import UserError
 from vrampilot.export import SHELLS, llama_server_argv, quote
 from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.gguf.projector import matching_projector
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.knobs import add_knob_options, at_least, pins_from_knobs
-from vrampilot.planner.plan import Pins, Plan, PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.verify import Verification
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, resolve_target
-from vrampilot.planner.verify import Verification
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
 
 if TYPE_CHECKING:
-    from vrampilot.planner.draft import DraftRequest
+    from vrampilot.planner.search.draft import DraftRequest
 
 
 def add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -64,7 +65,7 @@ def pins_from_args(args: argparse.Namespace) -> Pins:
 
 def draft_request_from_args(args: argparse.Namespace) -> DraftRequest | None:
     """--draft and its options as the planner takes them; None without --draft."""
-    from vrampilot.planner.draft import DraftRequest
+    from vrampilot.planner.search.draft import DraftRequest
 
     draft = getattr(args, "draft", None)
     if not draft:
@@ -95,8 +96,8 @@ def _with_model_kernels(found: MeasuredMachine, spec: ModelSpec | None) -> Measu
     machine, speed = found.machine, found.speed
     if spec is None or speed is None or speed.probe is None:
         return found
-    from vrampilot.planner.cpu_speed import weight_table
-    from vrampilot.planner.graph_factors import with_reference_types
+    from vrampilot.planner.speed_model.cpu_speed import weight_table
+    from vrampilot.planner.speed_model.graph_factors import with_reference_types
     from vrampilot.speed.service import add_missing_kernels, kernels_missing
 
     missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
@@ -134,7 +135,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         target = target_from_args(args, spec)
         request = draft_request_from_args(args)
         if request is not None:
-            from vrampilot.planner.draft import plan_with_draft, stored_acceptance
+            from vrampilot.planner.search.draft import plan_with_draft, stored_acceptance
 
             acceptance = stored_acceptance(spec.path, request)
             return plan_with_draft(spec, target, pins, request, acceptance=acceptance, exact=not args.estimate)
@@ -171,12 +172,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run_plan(args: argparse.Namespace) -> int:
     from vrampilot.commands.plan_report import format_cache_table, format_plan, plan_to_dict
-    from vrampilot.planner.cache_table import cache_table
+    from vrampilot.planner.search.cache_table import cache_table
 
     result = plan_from_args(args)
     verification = None
     if args.verify:
-        from vrampilot.planner.verify import verify_plan
+        from vrampilot.planner.search.verify import verify_plan
 
         verification = verify_plan(result)
     table = cache_table(result.spec, result.settings) if args.cache else None

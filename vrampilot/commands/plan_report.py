@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from vrampilot.gguf.spec import file_name_line
-from vrampilot.planner.cache_table import CacheTable, tokens_label
 from vrampilot.planner.calibration import last_reply_for
-from vrampilot.planner.explain import (
+from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown
+from vrampilot.planner.memory.placement import experts_in_ram
+from vrampilot.planner.plan import Plan
+from vrampilot.planner.search.cache_table import CacheTable, tokens_label
+from vrampilot.planner.search.explain import (
     REASON,
     WARNING,
     alternative_rows,
@@ -16,11 +19,8 @@ from vrampilot.planner.explain import (
     prompt_tokens,
     why_lines,
 )
-from vrampilot.planner.memory import Components, MemoryBreakdown
-from vrampilot.planner.placement import experts_in_ram
-from vrampilot.planner.plan import Plan
-from vrampilot.planner.reasons import placement_text
-from vrampilot.planner.speed import backend_key
+from vrampilot.planner.search.reasons import placement_text
+from vrampilot.planner.speed_model.predict import backend_key
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.codec import encode
 from vrampilot.units import format_bytes

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from vrampilot.planner.draft import replan_keeping_draft
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.draft import replan_keeping_draft
 from vrampilot.units import format_tokens
 
 # fits: the current plan holds it; replan: a plan with more context holds it (offered);

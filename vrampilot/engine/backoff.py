@@ -1,5 +1,5 @@
 """What to try when llama.cpp cannot allocate a plan: the cheapest alternative that needs less memory
-(the rule, and what it may change, are planner/alternatives.py's).
+(the rule, and what it may change, are planner/search/alternatives.py's).
 
 Only these changes are allowed, as the user would expect from "it did not fit": fewer GPU
 layers, a smaller context, or (a mixture of experts) more layers' experts in RAM. Their cost is
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.planner.alternatives import PINNABLE, changed_pins, cheapest_smaller, describe_change
-from vrampilot.planner.draft import replan_keeping_draft
-from vrampilot.planner.plan import Plan, PlanError
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.plan import Plan
+from vrampilot.planner.search.alternatives import PINNABLE, changed_pins, cheapest_smaller, describe_change
+from vrampilot.planner.search.draft import replan_keeping_draft
 
 
 @dataclass(frozen=True)

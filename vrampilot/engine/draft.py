@@ -4,7 +4,7 @@ llama-cpp-python drafts through `Llama(draft_model=...)`: before each step it as
 tokens, evaluates the sampled token and the drafted ones in one batch and keeps the drafted ones
 the model itself samples. Its prompt-lookup drafter covers n-gram drafting; `ModelDraft` below is
 the draft-model drafter it lacks, over a second llama.cpp model loaded with the context
-llama-server would give it (planner/draft.py: same n_ctx and batch sizes, its own cache types,
+llama-server would give it (planner/search/draft.py: same n_ctx and batch sizes, its own cache types,
 layers and device, one logit row). `CountingDraft` wraps either and counts, per reply, how many
 drafted tokens were offered and how many the model accepted: what the stats line shows and what
 the planner learns its acceptance rate from.

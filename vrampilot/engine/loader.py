@@ -25,8 +25,8 @@ from vrampilot.llamacpp import allocations
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
 from vrampilot.llamacpp.overrides import CpuOverrides
-from vrampilot.planner.measure import extra_buffers_allowed
-from vrampilot.planner.placement import cpu_override_patterns
+from vrampilot.planner.dry_run.measure import extra_buffers_allowed
+from vrampilot.planner.memory.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
@@ -233,10 +233,10 @@ def open_llama(
 
 def _open_draft(settings: Settings, on_progress: Callable[[float], bool], cancel: threading.Event) -> CountingDraft:
     """The plan's drafter: prompt lookup, or the draft model loaded (before the model, with the
-    same cancel) with the context llama-server gives it (planner/draft.py draft_settings)."""
+    same cancel) with the context llama-server gives it (planner/search/draft.py draft_settings)."""
     if settings.spec_type == "ngram":
         return ngram_draft(settings.draft_n_max)
-    from vrampilot.planner.draft import draft_settings
+    from vrampilot.planner.search.draft import draft_settings
 
     ds = draft_settings(settings)
     try:

@@ -1,7 +1,7 @@
 """Images in the in-process engine: the plan's vision projector loaded beside the model with
 llama.cpp's mtmd library, and a prompt with images evaluated through it.
 
-The projector goes where the plan counted it (planner/projector.py): on the plan's first device, or
+The projector goes where the plan counted it (planner/memory/projector.py): on the plan's first device, or
 on the CPU when the plan keeps it there (Settings.projector_on_cpu), with the plan's
 flash-attention setting, so what clip.cpp allocates is what the plan said. A prompt with images is
 rendered with mtmd's media marker where each image goes; mtmd cuts it into text and image chunks,
@@ -22,7 +22,7 @@ from vrampilot.engine.errors import ModelLoadError
 from vrampilot.errors import UserError
 from vrampilot.llamacpp import log as llama_log
 from vrampilot.llamacpp.lock import LOG_LOCK
-from vrampilot.planner.projector import clip_failure
+from vrampilot.planner.memory.projector import clip_failure
 from vrampilot.planner.settings import Settings
 from vrampilot.storage.images import DAMAGED, MAX_IMAGE_BYTES, image_problem
 

@@ -56,7 +56,7 @@ def llama_server_argv(
     # llama-server, whose default was off.
     argv.append("--jinja")
     # What the plan left in the host budget for llama-server's prompt cache and context
-    # checkpoints (planner/server_host.py); its defaults (8 GiB, 32 per slot) count on RAM the
+    # checkpoints (planner/memory/server_host.py); its defaults (8 GiB, 32 per slot) count on RAM the
     # plan never gave them.
     argv += ["--cache-ram", str(settings.cache_ram_mib), "--ctx-checkpoints", str(settings.ctx_checkpoints)]
     argv += draft_argv(settings)

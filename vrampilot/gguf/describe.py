@@ -124,7 +124,7 @@ def format_spec(spec: ModelSpec, extra: Sequence[tuple[str, str]] = ()) -> str:
 
 
 def format_projector(proj: ProjectorSpec) -> str:
-    """A vision projector, as the plan reads it (planner/projector.py counts its memory)."""
+    """A vision projector, as the plan reads it (planner/memory/projector.py counts its memory)."""
     return _format_rows(
         [
             ("File", str(proj.path)),

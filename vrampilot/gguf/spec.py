@@ -162,7 +162,7 @@ class ModelSpec:
     compress_ratios: tuple[int, ...] = ()
     indexer_head_size: int = 0
     # The lightning indexer's heads and the compressed entries each query keeps (DeepSeek-V4's
-    # CSA layers, V3.2's DSA): what a decoded token's attention reads (planner/speed.py).
+    # CSA layers, V3.2's DSA): what a decoded token's attention reads (planner/speed_model/predict.py).
     indexer_n_head: int = 0
     indexer_top_k: int = 0
 

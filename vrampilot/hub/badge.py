@@ -63,7 +63,7 @@ class Badge:
 def badge_for_spec(spec: ModelSpec, target: Target, n_ctx: int = DEFAULT_TARGET_CTX) -> Badge:
     """Plan `spec` on `target` at `n_ctx` (capped at the trained context) and classify the result."""
     from vrampilot.planner.plan import Pins
-    from vrampilot.planner.search import plan
+    from vrampilot.planner.search.choose import plan
 
     ctx = min(n_ctx, spec.n_ctx_train) if spec.n_ctx_train > 0 else n_ctx
     result = plan(spec, target, Pins(n_ctx=ctx), alternatives=False)

@@ -7,7 +7,7 @@
 
 llama-server prefixes each line with a time and a level ("0.00.218.587 I "), which is dropped.
 Standard library only: bench/device_check/check.py reads a GPU machine's logs with it where
-nothing else of the app is installed. vrampilot.planner.measure builds its fuller parse on these.
+nothing else of the app is installed. vrampilot.planner.dry_run.measure builds its fuller parse on these.
 """
 
 from __future__ import annotations

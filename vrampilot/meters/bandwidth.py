@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from vrampilot.hardware.types import GpuInfo
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.speed import kv_read_bytes  # the speed model's own KV term
+from vrampilot.planner.speed_model.predict import kv_read_bytes  # the speed model's own KV term
 
 GB = 1e9
 

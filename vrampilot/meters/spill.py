@@ -9,7 +9,7 @@ Two different things, both called spill by users:
   utilisation looks low, because the bus is the limit. `assess` notices it by its signature: the
   measured decode speed well below the plan's while shared GPU memory or PCIe traffic rises, and
   `suggest_replan` picks the cheapest change (q8_0 KV, then less context, then fewer layers: the
-  order is planner/alternatives.py's) that frees what spilled.
+  order is planner/search/alternatives.py's) that frees what spilled.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 
 from vrampilot.meters.bandwidth import TokenBytes, expected_decode_tps, token_bytes
 from vrampilot.meters.types import MeterSample
-from vrampilot.planner.alternatives import VRAM_FIELDS, freeing_changes, held_pins
-from vrampilot.planner.memory import memory_breakdown
+from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.plan import Pins, Plan
+from vrampilot.planner.search.alternatives import VRAM_FIELDS, freeing_changes, held_pins
 from vrampilot.planner.settings import Settings
 from vrampilot.units import MIB, format_bytes
 

@@ -4,7 +4,7 @@ A reply's stats say how fast llama.cpp read its prompt (the tokens it evaluated,
 reused from the cache) and generated (tokens after the first, over the context the reply ran at).
 The speed model predicts the same two numbers for the same conditions (`reply_prediction`), so
 measured / predicted isolates what the model misses on this machine and backend (for generating,
-in the part of a step that does not grow with the context, speed.py `corrected_decode_seconds`:
+in the part of a step that does not grow with the context, speed_model/predict.py `corrected_decode_seconds`:
 a chat's replies are shallow, and scaled whole their correction over-shot 4K-deep steps). Each
 ratio joins that backend's recent window (speed/measured.py `SpeedFactors`), whose median,
 bounded, then corrects every later prediction, and the model's own window, which takes over for that model
@@ -22,7 +22,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.speed import (
+from vrampilot.planner.speed_model.predict import (
     HEADLINE_PROMPT_TOKENS,
     SpeedModel,
     backend_key,
@@ -115,7 +115,7 @@ def learn_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement, at: st
         set_aside = f"this machine ran at {pace:.0%} of its usual pace"
     decode_ratio = prefill_ratio = None
     if not set_aside and reply.completion_tokens >= MIN_DECODE_TOKENS and reply.decode_tps > 0 and raw.decode_tps > 0:
-        # Learned for the part of a step that does not grow with the context (speed.py
+        # Learned for the part of a step that does not grow with the context (speed_model/predict.py
         # `corrected_decode_seconds`): the reply's step less the attention the model prices.
         t_step, t_shallow = _decode_step_seconds(SpeedModel(plan.spec, plan.settings, plan.target, plan.memory), reply)
         decode_ratio = shallow_decode_ratio(1.0 / reply.decode_tps, t_step, t_shallow)
@@ -177,5 +177,5 @@ def last_reply_for(plan: Plan) -> LastReply | None:
 
 
 def _model(plan: Plan) -> str:
-    """The model's own calibration key: its file, and its placement when split (speed.py)."""
+    """The model's own calibration key: its file, and its placement when split (speed_model/predict.py)."""
     return calibration_model(plan.spec, plan.settings, plan.target)

@@ -1,5 +1,5 @@
-"""The planner's error, in a module of its own: the memory model's helpers (planner/placement.py)
-refuse bad placements with it, and plan.py, which imports the memory model, exports it too."""
+"""The planner's error, its one home: a root type, so the memory model's helpers
+(memory/placement.py) refuse a bad placement with the same error the search refuses bad pins with."""
 
 from __future__ import annotations
 

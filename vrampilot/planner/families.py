@@ -1,4 +1,4 @@
-"""Which architectures the cache formula (planner/kv.py) is verified on, and which llama.cpp counts.
+"""Which architectures the cache formula (planner/memory/kv.py) is verified on, and which llama.cpp counts.
 
 The formula is exact against llama.cpp for the architectures in VERIFIED, each held against real
 allocations by the test named beside it. Every other architecture the vendored llama.cpp loads is
@@ -8,7 +8,7 @@ allocation, as its `--fit` does) at the candidate settings, and says "counted by
 
 from __future__ import annotations
 
-# general.architecture values whose cache planner/kv.py computes exactly (docs/exactness.md).
+# general.architecture values whose cache planner/memory/kv.py computes exactly (docs/exactness.md).
 VERIFIED = frozenset(
     {
         # tests/planner/test_kv.py::test_fixture_kv_matches_llama_cpp (tiny fixtures, the header-only
@@ -195,7 +195,7 @@ COUNTED_BY_LLAMA_CPP = "counted by llama.cpp"
 
 
 def is_verified(architecture: str) -> bool:
-    """True when planner/kv.py's cache formula is exact for this architecture."""
+    """True when planner/memory/kv.py's cache formula is exact for this architecture."""
     return architecture in VERIFIED
 
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from gguf import GGMLQuantizationType
 
 from vrampilot.errors import UserError
-from vrampilot.planner.plan import MAX_CTX, Pins
-from vrampilot.planner.rope import yarn_freq_scale
+from vrampilot.planner.memory.rope import yarn_freq_scale
+from vrampilot.planner.plan import MAX_CTX, MAX_THREADS, Pins
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.units import format_bytes, format_tokens, parse_size
 
@@ -64,8 +64,6 @@ def context_length(text: str) -> int:
 
 
 def _threads(text: str) -> int:
-    from vrampilot.planner.search import MAX_THREADS  # the search's bound, not loaded for a parser alone
-
     value = at_least(1)(text)
     if value > MAX_THREADS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_THREADS} (llama.cpp's limit), not {value}")
@@ -293,7 +291,7 @@ KNOBS: tuple[Knob, ...] = (
     # must be registered by --rpc before --device names them.
     Knob("rpc_servers", server=(ServerArg("--rpc", ",".join, when=bool),), pinned=False),
     Knob("devices", server=(ServerArg("--device", ",".join, when=bool),), pinned=False),
-    # Tensors kept in host memory (planner/placement.py). llama-cpp-python takes no keyword for
+    # Tensors kept in host memory (planner/memory/placement.py). llama-cpp-python takes no keyword for
     # them: the engine sets llama_model_params.tensor_buft_overrides from cpu_override_patterns,
     # the same list these flags expand to in llama-server.
     Knob(
@@ -377,7 +375,7 @@ KNOBS: tuple[Knob, ...] = (
     ),
     # The vision projector (FILE, or auto: the one beside the model that fits it).
     # llama-cpp-python takes no keyword for it: the engine loads it with the mtmd binding, on the
-    # device planner/projector.py names; llama-server's --no-mmproj-offload follows mmproj_cpu
+    # device planner/memory/projector.py names; llama-server's --no-mmproj-offload follows mmproj_cpu
     # (export/args.py: it needs the projector's path as well).
     Knob(
         "mmproj_path",
@@ -403,7 +401,7 @@ KNOBS: tuple[Knob, ...] = (
         ),
         pin=lambda a: True if a.no_mmproj_offload else None,
     ),
-    # A context past the trained one (planner/rope.py): YaRN, so that llama-server serves the whole
+    # A context past the trained one (planner/memory/rope.py): YaRN, so that llama-server serves the whole
     # slot; llama-cpp-python takes the frequency scale llama-server derives from --rope-scale. The
     # plan sets these from the context, nobody pins them.
     Knob(

@@ -1,25 +1,22 @@
-"""The plan's types: what the user pinned, what the planner chose with its memory and speed, and
-the alternatives beside it. Shared by the search that makes a plan, the reasons that explain it and
-every caller that reads one; kept apart so none of them needs the search to name a Plan.
+"""The plan's types: what the user pinned, what the planner chose with its memory and speed, the
+draft it carries and the alternatives beside it. Shared by the search that makes a plan, the reasons
+that explain it and every caller that reads one; a floor below the search (search/draft.py makes
+the DraftPlan), so none of them needs the search to name a Plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.context_budget import ContextBudget, context_budget
-from vrampilot.planner.errors import PlanError as PlanError  # where callers have always found it
 from vrampilot.planner.families import is_routed
-from vrampilot.planner.memory import MemoryBreakdown
+from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown
+from vrampilot.planner.memory.compute import FORMULA, GraphEstimate
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import SpeedPrediction
+from vrampilot.planner.speed_model.predict import SpeedPrediction
 from vrampilot.planner.target import Target
-
-if TYPE_CHECKING:
-    from vrampilot.planner.draft_plan import DraftPlan
+from vrampilot.speed.acceptance import Acceptance
 
 # The defaults a plan is chosen and explained against (the search, the reasons and the
 # alternatives all read them).
@@ -30,6 +27,8 @@ MIN_CTX = 512
 # 256 below 2^31. No model is trained anywhere near it (the longest, 10M tokens); a larger --ctx is
 # a typo, refused before anything is sized (ctypes would also wrap it silently into 32 bits).
 MAX_CTX = (1 << 31) - 256
+# ggml's GGML_MAX_N_THREADS: more threads crash llama.cpp (the search and the --threads parser refuse more).
+MAX_THREADS = 512
 # Same-type pairs that default CUDA builds have flash-attention kernels for, in order of quality.
 PREFERRED_KV = ("f16", "q8_0", "q4_0")
 DEFAULT_UBATCH = 512
@@ -86,6 +85,52 @@ class Alternative:
 
 
 @dataclass(frozen=True)
+class DraftPlan:
+    """The draft a plan carries: its memory per device, and the speed-up it predicts."""
+
+    kind: str
+    n_draft: int
+    acceptance: Acceptance  # measured on this machine, or the prior (acceptance.measured says which)
+    speedup: float  # predicted decode speed with drafting over the plan's own, same context
+    decode_tps: float  # the plan's decode speed with drafting
+    draft_tps: float  # the draft model's own decode speed (0 for n-gram drafting)
+    spec: ModelSpec | None = None  # the draft model (None for n-gram drafting)
+    settings: Settings | None = None  # the draft context's own settings
+    memory: MemoryBreakdown | None = None
+    device: str = "CPU"  # where the draft's layers are: "CPU" or the device's label
+    extra_target_compute_bytes: int = 0  # the target's compute buffer grown by the verify batch
+    device_names: tuple[str, ...] = ()  # llama.cpp's buffer names of memory.per_device
+    # The arithmetic's terms (seconds, calibrated target steps): a reply's speed is judged by them
+    # with its own acceptance (learn_acceptance).
+    t_target_s: float = 0.0
+    t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
+
+    def bytes_by_device(self) -> dict[str, int]:
+        """The draft model's bytes per device, as llama.cpp names them ("CPU", "CUDA0", ...):
+        weights, KV, compute and output, without any margin (the target's device keeps its own)."""
+        if self.memory is None:
+            return {}
+        out: dict[str, int] = {}
+        host = without_margin(self.memory.host)
+        if host:
+            out["CPU"] = host
+        for i, c in enumerate(self.memory.per_device):
+            name = self.device_names[i] if i < len(self.device_names) else f"GPU{i}"
+            out[name] = out.get(name, 0) + without_margin(c)
+        return out
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_by_device().values())
+
+
+def without_margin(c: Components) -> int:
+    """A component set's bytes without the device's margin (the model's device keeps its own)."""
+    return c.total_bytes - c.margin_bytes
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: ModelSpec
     target: Target
@@ -101,7 +146,7 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
     graph: GraphEstimate = FORMULA  # how the compute buffer was sized (see compute.GraphEstimate)
     exact: bool = False  # asked llama.cpp for the compute buffer (plan(exact=True))
-    draft: DraftPlan | None = None  # speculative decoding (planner/draft.py), None without
+    draft: DraftPlan | None = None  # speculative decoding (planner/search/draft.py), None without
     # The target as asked, before a keep_free_bytes pin changed its margins (replan_with plans
     # for it again, so that another pin starts from the same machine); None: `target` itself.
     asked_target: Target | None = None

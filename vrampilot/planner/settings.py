@@ -53,10 +53,10 @@ class Settings:
     # own `-ot PATTERN=CPU`. Experts are placed with n_cpu_moe; this is for anything else.
     cpu_tensor_patterns: tuple[str, ...] = ()
     # A vision projector (mmproj GGUF) loaded beside the model, and whether it stays on the CPU
-    # (llama.cpp's --no-mmproj-offload); planner/projector.py counts it where llama.cpp puts it.
+    # (llama.cpp's --no-mmproj-offload); planner/memory/projector.py counts it where llama.cpp puts it.
     mmproj_path: str = ""
     mmproj_cpu: bool = False
-    # Speculative decoding (planner/draft.py): "" none, "draft" a draft model (draft_model, a GGUF
+    # Speculative decoding (planner/search/draft.py): "" none, "draft" a draft model (draft_model, a GGUF
     # path), "ngram" prompt-lookup drafting from the tokens already in the context, "mtp" the
     # model's own multi-token-prediction block (llama-server's --spec-type draft-mtp: a second
     # context of type MTP over the same weights, with the MTP block loaded). llama.cpp
@@ -71,11 +71,11 @@ class Settings:
     draft_device: str = ""
     draft_type_k: str = "f16"
     draft_type_v: str = "f16"
-    # A context past the trained one (planner/rope.py): YaRN RoPE scaling by rope_scale from the
+    # A context past the trained one (planner/memory/rope.py): YaRN RoPE scaling by rope_scale from the
     # original yarn_orig_ctx (--rope-scaling yarn --rope-scale --yarn-orig-ctx); 0: the model's own.
     rope_scale: float = 0.0
     yarn_orig_ctx: int = 0
-    # llama-server's host allocations beyond the engine's (planner/server_host.py): its prompt
+    # llama-server's host allocations beyond the engine's (planner/memory/server_host.py): its prompt
     # cache limit in MiB (--cache-ram) and context checkpoints per slot (--ctx-checkpoints). The
     # plan sizes them to what the host budget leaves; 0 (off) in settings no plan sized.
     cache_ram_mib: int = 0
@@ -87,7 +87,7 @@ class Settings:
 
     @property
     def drafts_mtp(self) -> bool:
-        """Drafts with the model's own MTP block (the file must have one: planner/draft.py checks)."""
+        """Drafts with the model's own MTP block (the file must have one: planner/search/draft.py checks)."""
         return self.drafting and self.spec_type == "mtp"
 
     @property

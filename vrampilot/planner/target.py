@@ -70,7 +70,7 @@ class GpuTarget:
     # llama.cpp's kernels timed on this device (speed/device_probe.py); None: its rates are assumed
     measured: DeviceRates | None = None
     # From the card's GPU profile, when one matches: its vendor, architecture generation and
-    # memory kind ("gddr", "hbm"), which the assumed rates depend on (planner/speed.py).
+    # memory kind ("gddr", "hbm"), which the assumed rates depend on (planner/speed_model/predict.py).
     vendor: str = ""
     generation: str = ""
     memory_kind: str = ""
@@ -328,7 +328,7 @@ def _nvml_target(g: GpuInfo) -> GpuTarget:
 
 def _with_profile_traits(gpu: GpuTarget, total: int) -> GpuTarget:
     """`gpu` with what the speed model reads from its profile, when one matches the detected card:
-    its vendor, architecture generation and memory kind (planner/speed.py prices HBM and each
+    its vendor, architecture generation and memory kind (planner/speed_model/predict.py prices HBM and each
     generation apart)."""
     profile = match_detected(gpu.name, total)
     if profile is None:

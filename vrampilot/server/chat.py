@@ -98,7 +98,7 @@ class ServerBackend:
     def count_prompt(self, messages: Sequence[Message]) -> int:
         """Tokens of the conversation as the server renders it (its template, its tokenizer), and
         each image's: the server's /tokenize sees text only, so an image counts what the plan's
-        projector says one takes (planner/projector.py, clip.cpp's rule) plus mtmd's markers."""
+        projector says one takes (planner/memory/projector.py, clip.cpp's rule) plus mtmd's markers."""
         prompt = self._post("/apply-template", {"messages": [m.as_dict() for m in messages]})["prompt"]
         n_images = sum(len(m.images) for m in messages)
         return self._tokens(prompt) + (n_images * self.image_tokens() if n_images else 0)

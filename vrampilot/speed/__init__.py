@@ -6,5 +6,5 @@ per machine in the data folder (store.py) and shown by `vrampilot doctor` (repor
 
 Qt-free. service.py is the one way the front ends measure and read the record. The speed model that
 predicts a plan's tokens/s from these figures, and learns from each reply, is the planner's
-(planner/speed.py, planner/calibration.py).
+(planner/speed_model/predict.py, planner/calibration.py).
 """

@@ -5,7 +5,7 @@ The planner predicts the speed-up of drafting from a per-token acceptance probab
 that drafted D tokens in steps of n and had A of them accepted gives p by solving
 A / D = (p + p^2 + ... + p^n) / n (each step's accepted run stops at its first miss). The record
 keeps the last replies and weighs each by its drafted tokens; until one reply is stored there is
-no figure, and the planner assumes its prior (planner/draft.py `prior_acceptance`). Like the speed record (speed/store.py), every change is a locked
+no figure, and the planner assumes its prior (planner/search/draft.py `prior_acceptance`). Like the speed record (speed/store.py), every change is a locked
 read-modify-write with an atomic replace, so the window and the CLI may learn at once.
 """
 

@@ -13,9 +13,9 @@ What it times, each with 1 thread and with one per physical core (`probe_threads
   engine's own loop at two depths and two vocabulary sizes gives the cost per step, per layer
   (its graph nodes and their barriers) and per logit sampled.
 - The built-in model run for real (speed/reference_run.py): what a whole graph costs beyond the
-  sum of its kernels, which the planner learns from (planner/graph_factors.py).
+  sum of its kernels, which the planner learns from (planner/speed_model/graph_factors.py).
 
-The planner's speed model turns these into tokens/s (planner/cpu_speed.py); replies then correct
+The planner's speed model turns these into tokens/s (planner/speed_model/cpu_speed.py); replies then correct
 what the model still misses (planner/calibration.py).
 """
 

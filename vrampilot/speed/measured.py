@@ -173,7 +173,7 @@ class ReferenceRun:
     """The built-in model run for real by the probe (speed/reference_run.py): decode steps near
     the start of the cache and deep into it at each thread count, and a prompt read ubatch by
     ubatch. The planner predicts the same steps from the kernels' rates; what the graph costs
-    beyond them, it learns from the difference (planner/graph_factors.py)."""
+    beyond them, it learns from the difference (planner/speed_model/graph_factors.py)."""
 
     model_name: str  # the GGUF file's name
     model_bytes: int  # and its size: another file of that name is another model
@@ -304,7 +304,7 @@ class SpeedFactors:
 class LastReply:
     """The last measured reply of one model on one backend, for "predicted X, last measured Y"."""
 
-    model: str  # the GGUF file's name, with its placement when split (planner/speed.py calibration_model)
+    model: str  # the GGUF file's name, with its placement when split (planner/speed_model/predict.py calibration_model)
     backend: str
     at: str
     decode_tps: float = field(metadata=meta(digits=2))

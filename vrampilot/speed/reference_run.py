@@ -6,7 +6,7 @@ the reply, the threads waiting for each other at every node: a real step can tak
 of its kernels' times (docs/speed-model.md, "Graph factors"). So the probe runs
 the one model every installation has, as the engine does (llama-cpp-python's loop, f16 cache,
 flash attention), and the planner compares that with its own prediction for the same steps
-(planner/graph_factors.py):
+(planner/speed_model/graph_factors.py):
 
 - decode steps near the start of the cache and after a prompt of PREFILL_UBATCHES ubatches, at
   each thread count: the first give the cost of the weights and fixed costs, the

@@ -15,8 +15,8 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPaintEvent, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from vrampilot.planner.memory import Components
-from vrampilot.planner.server_host import ServerHost
+from vrampilot.planner.memory.breakdown import Components
+from vrampilot.planner.memory.server_host import ServerHost
 from vrampilot.ui.theme import COMPONENT_COLORS, OVER_BUDGET
 from vrampilot.units import format_bytes
 
@@ -61,7 +61,7 @@ class BarData:
     title: str  # "GPU", "RAM"
     parts: Components
     budget_bytes: int
-    # What llama-server adds on this device (the host: planner/server_host.py), drawn hatched after
+    # What llama-server adds on this device (the host: planner/memory/server_host.py), drawn hatched after
     # the engine's parts: it is there only when the plan runs in llama-server.
     server: ServerHost | None = None
 

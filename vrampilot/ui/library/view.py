@@ -27,10 +27,11 @@ from PySide6.QtWidgets import (
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.gguf.spec import one_line
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.planner.knobs import pinned_labels
-from vrampilot.planner.plan import Pins, PlanError
-from vrampilot.planner.search import plan
+from vrampilot.planner.plan import Pins
+from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target
 from vrampilot.ui.theme import OK_GREEN, OVER_BUDGET, WARN_AMBER
 from vrampilot.units import format_bytes, format_tokens

@@ -32,7 +32,7 @@ from vrampilot.meters.sampler import Sampler
 from vrampilot.meters.spill import SpillAssessment, SpillSummary
 from vrampilot.meters.state import MeterReadout, RamView, VramView
 from vrampilot.meters.types import MeterSample
-from vrampilot.planner.memory import Components
+from vrampilot.planner.memory.breakdown import Components
 from vrampilot.planner.plan import Plan
 from vrampilot.ui.meters.feed import MetersFeed
 from vrampilot.ui.meters.plot import RollingPlot

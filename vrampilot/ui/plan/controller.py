@@ -27,11 +27,11 @@ from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group
 from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.alternatives import changed_pins
-from vrampilot.planner.cache_table import cache_table
-from vrampilot.planner.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.plan import Alternative, Pins, Plan
-from vrampilot.planner.search import plan
+from vrampilot.planner.search.alternatives import changed_pins
+from vrampilot.planner.search.cache_table import cache_table
+from vrampilot.planner.search.choose import plan
+from vrampilot.planner.search.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
 from vrampilot.speed.measured import MachineSpeed
@@ -381,7 +381,7 @@ class PlanController(QObject):
             self.set_pins(replace(self.pins, tools_tokens=self.tools_tokens))
 
     def set_draft(self, text: str) -> None:
-        """Draft with a model, by n-gram lookup, or not at all (planner/draft.py plans it)."""
+        """Draft with a model, by n-gram lookup, or not at all (planner/search/draft.py plans it)."""
         if text == self.draft_text:
             return
         self.draft_text = text

@@ -26,9 +26,9 @@ from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.hardware import Machine
 from vrampilot.log import describe_error
 from vrampilot.planner.calibration import record_reply, reply_pace_ms
-from vrampilot.planner.cpu_speed import weight_table
-from vrampilot.planner.graph_factors import with_reference_types
 from vrampilot.planner.plan import Plan
+from vrampilot.planner.speed_model.cpu_speed import weight_table
+from vrampilot.planner.speed_model.graph_factors import with_reference_types
 from vrampilot.speed import cpu_load
 from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, ProbeCancelled, probe_outdated
 from vrampilot.speed.measured import HostProbe, MachineSpeed
@@ -184,8 +184,8 @@ class SpeedController(QObject):
             return
         if plan.settings.drafting:
             # Its decode speed is the drafting's, not the plan's own: it teaches the draft's
-            # acceptance (planner/draft.py), never the speed model.
-            from vrampilot.planner.draft import learn_acceptance
+            # acceptance (planner/search/draft.py), never the speed model.
+            from vrampilot.planner.search.draft import learn_acceptance
 
             drafted, accepted, tps = stats.draft_tokens, stats.draft_accepted, stats.decode_tps
             self.ctx.tasks.submit(

@@ -33,8 +33,10 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.export import SHELLS
-from vrampilot.planner.cache_table import CacheTable, cache_table, tokens_label
-from vrampilot.planner.explain import (
+from vrampilot.planner.families import is_routed
+from vrampilot.planner.plan import Alternative, Pins, Plan
+from vrampilot.planner.search.cache_table import CacheTable, cache_table, tokens_label
+from vrampilot.planner.search.explain import (
     FITS,
     REASON,
     SUGGESTION,
@@ -45,9 +47,7 @@ from vrampilot.planner.explain import (
     prompt_tokens,
     why_lines,
 )
-from vrampilot.planner.families import is_routed
-from vrampilot.planner.plan import Alternative, Pins, Plan
-from vrampilot.planner.reasons import placement_text
+from vrampilot.planner.search.reasons import placement_text
 from vrampilot.ui.plan.pin_controls import PinControls
 from vrampilot.ui.plan.projector_control import ProjectorControl
 from vrampilot.ui.stacked_bar import BarData, MemoryBar
@@ -139,7 +139,7 @@ class PlanView(QWidget):
         self.rpc_hosts.editingFinished.connect(lambda: self.rpc_hosts_changed.emit(self.rpc_hosts.text().strip()))
         rpc_row.addWidget(self.rpc_hosts, 1)
         outer.addLayout(rpc_row)
-        # Speculative decoding (planner/draft.py): a draft model, n-gram drafting, or the model's
+        # Speculative decoding (planner/search/draft.py): a draft model, n-gram drafting, or the model's
         # own MTP block (offered by offer_mtp_drafting only for a file that has one).
         draft_row = QHBoxLayout()
         draft_row.addWidget(QLabel("Drafting"))
@@ -700,7 +700,7 @@ def _speed_text(plan: Plan, measuring: str = "") -> str:
 
 
 def _draft_text(plan: Plan) -> str:
-    """The draft's bytes per device and the speed-up the plan predicts (planner/draft.py)."""
+    """The draft's bytes per device and the speed-up the plan predicts (planner/search/draft.py)."""
     d = plan.draft
     if d is None:
         return ""

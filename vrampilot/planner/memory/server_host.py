@@ -1,7 +1,7 @@
 """What llama-server keeps in host RAM beyond the engine's buffers, sized to what the host budget leaves.
 
 The in-process engine (llama-cpp-python) allocates the model, its caches and its compute buffers,
-all counted by memory.py. llama-server allocates more on the host, by default without limit on
+all counted by breakdown.py. llama-server allocates more on the host, by default without limit on
 what the plan left (tools/server of the vendored llama.cpp):
 
 - The prompt cache (`--cache-ram N` MiB, default 8192; server_prompt_cache in server-task.h/.cpp).
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.planner.kv import KvBreakdown
+from vrampilot.planner.memory.kv import KvBreakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.units import MIB, format_bytes
 

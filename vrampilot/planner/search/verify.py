@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vrampilot.planner.measure import dry_run_plan
+from vrampilot.planner.dry_run.measure import dry_run_plan
+from vrampilot.planner.memory.compute import compute_buffer_bytes, formula_graph_bytes
 from vrampilot.planner.plan import Plan
 
 
@@ -61,8 +62,6 @@ def verify_plan(plan: Plan) -> Verification:
     On a GPU the same graph is split between the device and a smaller host buffer; the dry run
     here cannot see that split, so the comparison is of the totals the CPU build reserves.
     """
-    from vrampilot.planner.compute import compute_buffer_bytes, formula_graph_bytes
-
     real = dry_run_plan(plan.spec.path, plan.settings)
     return Verification(
         kv_predicted_bytes=plan.memory.kv.total_bytes,

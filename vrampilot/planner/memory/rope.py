@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.kv import effective_ctx, kv_unified
+from vrampilot.planner.memory.kv import effective_ctx, kv_unified
 from vrampilot.planner.settings import Settings
 
 # How finely the scale is written (--rope-scale takes a decimal; three places keep the line short).

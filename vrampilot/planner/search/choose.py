@@ -1,5 +1,7 @@
 """Settings search: choose what the user did not pin, predict memory and speed; the reasons
-(planner/reasons.py) say why, and the plan's types live in planner/plan.py.
+(reasons.py) say why, and the plan's types live in planner/plan.py. Pins are checked first
+(pins.py), several devices are split by split.py, and the chosen settings' compute buffers come
+from llama.cpp's dry run (measured.py).
 
 Order of preference (docs/planner.md): keep the whole model on the GPU at the context asked for;
 to get there, quantize the KV cache f16 -> q8_0 (-> q4_0 for a dense model) before giving up
@@ -12,45 +14,44 @@ flash-attention kernels are chosen unless pinned.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.alternatives import experts_label, neighbours
-from vrampilot.planner.compute import FORMULA, GraphEstimate
 from vrampilot.planner.context_budget import context_budget
+from vrampilot.planner.dry_run.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX
+from vrampilot.planner.errors import PlanError
 from vrampilot.planner.families import is_routed, loadable
-from vrampilot.planner.kv import kv_refusal
-from vrampilot.planner.memory import MemoryBreakdown, memory_breakdown
-from vrampilot.planner.placement import check_placement, no_repack_reason
+from vrampilot.planner.memory.breakdown import MemoryBreakdown, memory_breakdown
+from vrampilot.planner.memory.compute import FORMULA, GraphEstimate
+from vrampilot.planner.memory.kv import kv_refusal
+from vrampilot.planner.memory.placement import no_repack_reason
+from vrampilot.planner.memory.projector import check_for_model
+from vrampilot.planner.memory.rope import cap_ctx, with_context_extension
+from vrampilot.planner.memory.server_host import server_host
 from vrampilot.planner.plan import (
     DEFAULT_BATCH,
     DEFAULT_MAX_CTX,
     DEFAULT_UBATCH,
-    MAX_CTX,
     MIN_CTX,
     PREFERRED_KV,
     Alternative,
     Pins,
     Plan,
-    PlanError,
 )
-from vrampilot.planner.projector import check_for_model
-from vrampilot.planner.reasons import placement_text, plan_reasons
-from vrampilot.planner.rope import cap_ctx, with_context_extension
-from vrampilot.planner.server_host import server_host
-from vrampilot.planner.settings import KV_CACHE_TYPES, QUANTIZED_KV_TYPES, Settings
-from vrampilot.planner.speed import SpeedPrediction, predict_speed
+from vrampilot.planner.search.alternatives import experts_label, neighbours
+from vrampilot.planner.search.measured import measured_graph
+from vrampilot.planner.search.pins import check_pins, pinned_cpu_moe
+from vrampilot.planner.search.reasons import placement_text, plan_reasons
+from vrampilot.planner.search.split import device_settings, with_split
+from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
+from vrampilot.planner.speed_model.predict import SpeedPrediction, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.units import format_bytes, format_tokens
 
 FA_KERNEL_PAIRS = frozenset({("f16", "f16"), ("bf16", "bf16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")})
 UBATCH_CHOICES = (2048, 1024, 512, 256, 128)
-# ggml's GGML_MAX_N_THREADS: more threads crash llama.cpp.
-MAX_THREADS = 512
 # Bits per weight of common quantizations, for "which file would fit" suggestions.
 QUANT_BPW = (
     ("Q8_0", 8.5),
@@ -63,71 +64,6 @@ QUANT_BPW = (
     ("Q2_K", 2.96),
     ("IQ2_XS", 2.31),
 )
-
-
-def _validate(spec: ModelSpec, pins: Pins) -> None:
-    check_placement(spec, pins.n_cpu_moe, pins.cpu_tensor_patterns or ())
-    for name in ("type_k", "type_v"):
-        v = getattr(pins, name)
-        if v is not None and v not in KV_CACHE_TYPES:
-            raise PlanError(f"unknown cache type {v!r} for {name}; llama.cpp accepts {', '.join(KV_CACHE_TYPES)}")
-    if pins.n_ctx is not None and pins.n_ctx < 1:
-        raise PlanError("context length must be positive")
-    for name, what in (("n_ctx", "context"), ("min_ctx", "least context")):
-        v = getattr(pins, name)
-        if v is not None and v > MAX_CTX:
-            raise PlanError(f"a {what} of {v} tokens is more than llama.cpp can take (at most {MAX_CTX})")
-    for name in ("n_batch", "n_ubatch", "n_threads", "n_threads_batch"):
-        v = getattr(pins, name)
-        if v is not None and v < 1:
-            raise PlanError(f"{name} must be at least 1")
-    for name in ("n_threads", "n_threads_batch"):
-        v = getattr(pins, name)
-        if v is not None and v > MAX_THREADS:
-            # Past ggml's limit llama.cpp crashes (or OpenMP aborts) instead of refusing.
-            raise PlanError(f"{name} must be at most {MAX_THREADS} (llama.cpp's limit)")
-    if pins.n_gpu_layers is not None and pins.n_gpu_layers < 0:
-        raise PlanError("GPU layers must be 0 or more")
-    if pins.min_ctx is not None:
-        if pins.min_ctx < 1:
-            raise PlanError("the least context must be positive")
-        if pins.n_ctx is not None and pins.n_ctx < pins.min_ctx:
-            raise PlanError(f"context {pins.n_ctx} is less than the least context {pins.min_ctx} asked for")
-    if pins.tools_tokens is not None and pins.tools_tokens < 0:
-        raise PlanError("the tools' tokens must be 0 or more")
-    if pins.keep_free_bytes is not None and pins.keep_free_bytes < 0:
-        raise PlanError("the memory kept free per device must be 0 or more")
-    _validate_experts(spec, pins)
-
-
-def _validate_experts(spec: ModelSpec, pins: Pins) -> None:
-    """The expert pins: a count llama.cpp can apply to this file, and no two that contradict."""
-    moe = bool(spec.layer_expert_bytes)
-    n = pins.n_cpu_moe
-    # The count's range is placement.check_placement's (called first, in _validate).
-    if n is not None and n > 0 and not moe:
-        raise PlanError("this model has no routed experts: --n-cpu-moe would keep nothing in RAM")
-    if pins.cpu_experts and not moe:
-        raise PlanError("this model has no routed experts to keep in RAM")
-    if pins.cpu_experts is not None and n is not None and n != (spec.n_layer if pins.cpu_experts else 0):
-        which = "every layer's experts in RAM" if pins.cpu_experts else "no experts in RAM"
-        raise PlanError(f"--n-cpu-moe {n} contradicts the pin of {which}")
-    if pins.cpu_experts is False and moe and pins.n_gpu_layers is not None and pins.n_gpu_layers <= spec.n_layer:
-        raise PlanError(
-            f"no experts in RAM needs every layer on the GPU (-ngl {spec.n_layer + 1}); "
-            f"-ngl {pins.n_gpu_layers} leaves some layers' experts on the CPU"
-        )
-
-
-def _pinned_cpu_moe(spec: ModelSpec, pins: Pins) -> int | None:
-    """n_cpu_moe when the pins decide it, None when the planner places the experts."""
-    if pins.cpu_experts:
-        return spec.n_layer
-    if pins.n_cpu_moe is not None:
-        return pins.n_cpu_moe
-    if pins.cpu_experts is False or not spec.layer_expert_bytes:
-        return 0
-    return None
 
 
 def _fits(mem: MemoryBreakdown, target: Target) -> bool:
@@ -219,7 +155,7 @@ def plan(
     by the last count. One llama.cpp does not know is refused in one line.
     """
     pins = pins or Pins()
-    _validate(spec, pins)
+    check_pins(spec, pins)
     if pins.mmproj_path:
         check_for_model(spec, pins.mmproj_path)
     if not loadable(spec.architecture):
@@ -238,7 +174,7 @@ def plan(
         for _ in range(6):
             if g.is_measured(chosen) or _ruled_out(spec, target, chosen, g):
                 break
-            learned = _measure(spec, target, chosen, g)
+            learned = measured_graph(spec, target, chosen, g)
             if learned is None:
                 break
             g = learned
@@ -253,7 +189,7 @@ def _ruled_out(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -
     """Whether the formula alone already says `s` cannot fit: its weights and KV cache, which a dry
     run does not change where the cache formula is exact (a verified architecture), exceed all the
     memory the target has. llama.cpp is then not asked: its dry run allocates its cache's cell
-    table on the host, 48 bytes a token (planner/measure.py), for a plan that cannot load anyway."""
+    table on the host, 48 bytes a token (planner/dry_run/measure.py), for a plan that cannot load anyway."""
     if is_routed(spec.architecture):
         return False
     mem = memory_breakdown(spec, s, target, g)
@@ -303,56 +239,6 @@ def _pin_text(spec: ModelSpec, pins: Pins, name: str) -> str:
     return f"{format_bytes(pins.keep_free_bytes or 0)} kept free per device"
 
 
-def _measure(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> GraphEstimate | None:
-    """Ask llama.cpp for the compute buffers of `s` (see measure.graph_compute): on the target's
-    own devices when this machine has them, else the whole graph on the CPU."""
-    from vrampilot.planner.compute import GRAPH
-    from vrampilot.planner.measure import PRINT_RESOLUTION_BYTES, graph_compute
-
-    on_devices = target.devices_here and s.n_gpu_layers > 0 and all(gpu.llama_name for gpu in target.gpus)
-    devices = tuple(gpu.llama_name or "" for gpu in target.gpus)
-    m = graph_compute(spec.path, s, devices if on_devices else None)
-    if m is None or m.refused:
-        return None
-    if is_routed(spec.architecture):
-        g = g.count(spec, s, m.kv_bytes, m.output_bytes, PRINT_RESOLUTION_BYTES * max(m.kv_lines, 1))
-    if not on_devices:
-        whole = FORMULA.graph_bytes(spec, s)
-        return g.learn(s, {GRAPH: m.total_bytes}, whole)
-    buffers, formula_bytes = _device_buffers(spec, target, s, m.compute_bytes)
-    plain = s.with_(n_cpu_moe=0, cpu_tensor_patterns=())
-    if plain != s and any(c.compute_bytes > 0 for c in memory_breakdown(spec, s, target, FORMULA).per_device):
-        # Weights kept in host memory are copied into a device's compute buffer for prefill, in
-        # part: llama.cpp's allocator lays some of the copy over dead activations (94 MiB of a
-        # 1 GiB expert tensor stay on DeepSeek-V2-Lite, none on gpt-oss-20b). The formula adds the
-        # whole tensor as a bound, unscaled; the ratio that corrects the graph for every other
-        # configuration comes from the same settings without the overrides, and `s` keeps its own
-        # measured buffers.
-        mp = graph_compute(spec.path, plain, devices)
-        if mp is not None and not mp.refused:
-            g = g.learn(plain, *_device_buffers(spec, target, plain, mp.compute_bytes))
-            return g.record(s, buffers)
-    return g.learn(s, buffers, formula_bytes)
-
-
-def _device_buffers(
-    spec: ModelSpec, target: Target, s: Settings, compute_bytes: dict[str, int]
-) -> tuple[dict[str, int], int]:
-    """A dry run's compute buffers by the planner's labels (each device's buffer name, HOST for
-    the host side), and the formula's total for the same buffers."""
-    from vrampilot.planner.compute import HOST, dry_run_surplus_bytes
-
-    formula = memory_breakdown(spec, s, target, FORMULA)
-    names = [gpu.buffer_name or gpu.name for gpu in target.gpus]
-    buffers: dict[str, int] = {}
-    for name, n in compute_bytes.items():
-        label = name if name in names else HOST  # CPU, CUDA_Host, ...: the host side
-        if formula.pipelined and label in names[1:] and formula.device_layers(names.index(label)):
-            n -= dry_run_surplus_bytes(spec, s)  # the dry run's over-count on later devices
-        buffers[label] = buffers.get(label, 0) + n
-    return buffers, formula.device.compute_bytes + formula.host.compute_bytes
-
-
 def _choose(
     spec: ModelSpec, target: Target, pins: Pins, g: GraphEstimate
 ) -> tuple[Settings, bool, list[tuple[Settings, MemoryBreakdown, bool]]]:
@@ -364,7 +250,7 @@ def _choose(
     swa_full = bool(pins.swa_full) if pins.swa_full is not None else False
     ubatch0 = pins.n_ubatch or DEFAULT_UBATCH
 
-    pinned_moe = _pinned_cpu_moe(spec, pins)
+    pinned_moe = pinned_cpu_moe(spec, pins)
 
     def make(kv: tuple[str, str], ngl: int, ubatch: int, n_cpu_moe: int = pinned_moe or 0) -> Settings:
         full = has_gpu and ngl >= max_ngl and n_cpu_moe == 0
@@ -389,8 +275,8 @@ def _choose(
             mmproj_cpu=bool(pins.mmproj_cpu),
             no_repack=no_repack_reason(spec, target.cpu_variant) is not None,
         )
-        devices, rpc = _device_settings(target)
-        return _with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)
+        devices, rpc = device_settings(target)
+        return with_split(spec, target, s.with_(devices=devices, rpc_servers=rpc), pins, g)
 
     kv_pairs = _kv_candidates(pins, pins.flash_attn, has_gpu)
     tried: list[tuple[Settings, MemoryBreakdown, bool]] = []
@@ -505,15 +391,12 @@ def _finish(
             f"K={chosen.type_k}/V={chosen.type_v} has no CUDA flash-attention kernel in default builds: "
             "attention would run on the CPU and prompts get 8-30x slower"
         )
-    if exact and not g.is_measured(chosen):
-        from vrampilot.planner.measure import DRY_RUN_CELL_BYTES, DRY_RUN_MAX_CTX
-
-        if chosen.n_ctx > DRY_RUN_MAX_CTX:
-            warnings.append(
-                f"compute buffer from the formula: llama.cpp is asked for contexts up to "
-                f"{format_tokens(DRY_RUN_MAX_CTX)}, since its dry run takes {DRY_RUN_CELL_BYTES} bytes "
-                "of RAM a token for the cache's cells"
-            )
+    if exact and not g.is_measured(chosen) and chosen.n_ctx > DRY_RUN_MAX_CTX:
+        warnings.append(
+            f"compute buffer from the formula: llama.cpp is asked for contexts up to "
+            f"{format_tokens(DRY_RUN_MAX_CTX)}, since its dry run takes {DRY_RUN_CELL_BYTES} bytes "
+            "of RAM a token for the cache's cells"
+        )
     if chosen.n_ctx > spec.n_ctx_train > 0:
         warnings.append(
             f"context {format_tokens(chosen.n_ctx)} is beyond the {format_tokens(spec.n_ctx_train)} "
@@ -540,92 +423,6 @@ def _finish(
         graph=g,
         exact=exact,
     )
-
-
-def _device_settings(target: Target) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """--device and --rpc for a target of several devices or RPC hosts, or whose backend was chosen
-    among several (hardware/cards.py: llama.cpp's default would take another backend's device, or
-    one per backend of the same card); one local GPU otherwise: neither, llama.cpp's default is it."""
-    gpus = target.gpus
-    if len(gpus) < 2 and not any(g.kind == "rpc" for g in gpus) and not target.explicit_devices:
-        return (), ()
-    endpoints = tuple(dict.fromkeys(g.endpoint for g in gpus if g.kind == "rpc" and g.endpoint))
-    names = tuple(g.llama_name for g in gpus if g.llama_name)
-    return (names if len(names) == len(gpus) else ()), endpoints
-
-
-def _with_split(spec: ModelSpec, target: Target, s: Settings, pins: Pins, g: GraphEstimate) -> Settings:
-    """The -ts for several devices: the user's, or shares that fill each device alike. A device's
-    share of the layers is what its budget leaves after what it holds whatever the split (its
-    margin and compute buffer, and the output layer on the last one), so that no card fills up
-    while another has room (llama.cpp's own default, free memory alone, ignores those)."""
-    n = len(target.gpus)
-    if n < 2 or s.n_gpu_layers <= 0:
-        return s
-    if pins.tensor_split is not None:
-        return s.with_(tensor_split=tuple(pins.tensor_split))
-    shares = tuple(float(max(gpu.memory_budget_bytes, 1)) for gpu in target.gpus)
-    s = s.with_(tensor_split=_rounded(shares))
-    if s.n_cpu_moe:
-        return _split_by_cost(spec, target, s, g)
-    per_layer = max(spec.layer_weight_bytes, default=1) + max(
-        memory_breakdown(spec, s, target, g).kv.per_layer_bytes, default=0
-    )
-    for _ in range(2):
-        mem = memory_breakdown(spec, s, target, g)
-        room = []
-        for d, (c, gpu) in enumerate(zip(mem.per_device, target.gpus, strict=True)):
-            layers = sum(1 for x in mem.layer_devices if x == d)
-            fixed = c.total_bytes - layers * per_layer
-            room.append(max(gpu.memory_budget_bytes - fixed, 0) / max(per_layer, 1))
-        if sum(room) <= 0:
-            break
-        s = s.with_(tensor_split=_rounded(tuple(room)))
-    return s
-
-
-def _split_by_cost(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> Settings:
-    """The -ts when the layers differ in size on the devices (the experts of the first n_cpu_moe
-    layers are in RAM, so those layers weigh a fraction of the rest on their device): each
-    device gets the run of layers whose bytes fill the same share of the room its budget leaves
-    after what it holds whatever the split (margin, compute buffer). A split by layer count
-    would give the device of the light leading layers too few of them, and leave it room."""
-    for _ in range(2):
-        mem = memory_breakdown(spec, s, target, g)
-        kept = mem.host_override_bytes
-        costs = [
-            (il, spec.layer_weight_bytes[il] - kept[il] + mem.kv.per_layer_bytes[il])
-            for il, d in enumerate(mem.layer_devices)
-            if d >= 0
-        ]
-        if mem.output_device >= 0:
-            out = spec.output_bytes + (spec.token_embd_bytes if spec.tied_embeddings else 0)
-            costs.append((spec.n_layer, out))
-        room = []
-        for d, (c, gpu) in enumerate(zip(mem.per_device, target.gpus, strict=True)):
-            mine = sum(
-                b for il, b in costs if (mem.output_device if il == spec.n_layer else mem.layer_devices[il]) == d
-            )
-            room.append(max(gpu.memory_budget_bytes - (c.total_bytes - mine), 0))
-        total_room, total_cost = sum(room), sum(b for _, b in costs)
-        if total_room <= 0 or total_cost <= 0:
-            return s
-        # Where each device's run of layers ends: the (fractional) layer at which the bytes so far
-        # reach that device's share of the room, scaled to the bytes there are.
-        cum = list(itertools.accumulate((b for _, b in costs), initial=0))
-        ends = []
-        for want in itertools.accumulate(r / total_room * total_cost for r in room[:-1]):
-            k = min(max(bisect.bisect_right(cum, want) - 1, 0), len(costs) - 1)
-            ends.append(k + (want - cum[k]) / max(costs[k][1], 1))
-        shares = [b - a for a, b in itertools.pairwise([0.0, *ends, float(len(costs))])]
-        s = s.with_(tensor_split=_rounded(tuple(max(v, 0.0) for v in shares)))
-    return s
-
-
-def _rounded(shares: tuple[float, ...]) -> tuple[float, ...]:
-    """Shares as a user reads and types them: per mille of the total, at least 1 each."""
-    total = sum(shares) or 1.0
-    return tuple(float(max(1, round(1000 * x / total))) for x in shares)
 
 
 def _max_layers(spec: ModelSpec, target: Target, build: Callable[[int], Settings], g: GraphEstimate) -> int | None:
@@ -744,7 +541,7 @@ def _with_placement(
         n_threads=pins.n_threads or t,
         n_threads_batch=pins.n_threads_batch or tb,
     )
-    return _with_split(spec, target, cand, pins, g)
+    return with_split(spec, target, cand, pins, g)
 
 
 def _suggest_quant(spec: ModelSpec, target: Target, s: Settings, g: GraphEstimate) -> str | None:

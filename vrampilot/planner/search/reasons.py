@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.context_budget import context_budget
-from vrampilot.planner.memory import MemoryBreakdown
-from vrampilot.planner.placement import experts_in_ram, no_repack_reason
+from vrampilot.planner.memory.breakdown import MemoryBreakdown
+from vrampilot.planner.memory.placement import experts_in_ram, no_repack_reason
 from vrampilot.planner.plan import DEFAULT_MAX_CTX, DEFAULT_UBATCH, FULL_PRECISION_KV, Pins
 from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
-from vrampilot.planner.speed_basis import speed_basis
+from vrampilot.planner.speed_model.basis import speed_basis
+from vrampilot.planner.speed_model.predict import HEADLINE_PROMPT_TOKENS, SpeedPrediction, network_share, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.units import format_bytes, format_count, format_tokens
 
@@ -321,8 +321,6 @@ def _other_placement(
 ) -> str:
     """What the other way of freeing the GPU would have given (the search priced both): whole
     layers on the CPU beside experts in RAM, or the reverse; "" when it did not try it."""
-    from vrampilot.planner.speed import predict_speed
-
     if not experts_in_ram(spec, s, mem.gpu_layers)[0]:
         return ""
     whole = s.n_gpu_layers <= spec.n_layer
@@ -342,8 +340,6 @@ def _device_reasons(
     spec: ModelSpec, target: Target, pins: Pins, s: Settings, mem: MemoryBreakdown, speed: SpeedPrediction
 ) -> list[str]:
     """One line per device: which layers, how full; then the split and what the network costs."""
-    from vrampilot.planner.speed import network_share
-
     lines = []
     for d, (gpu, c) in enumerate(zip(target.gpus, mem.per_device, strict=False)):
         layers = mem.device_layers(d)
@@ -408,7 +404,7 @@ def placement_text(spec: ModelSpec, s: Settings, mem: MemoryBreakdown) -> str:
 
 
 def _context_scaling_reasons(spec: ModelSpec, pins: Pins, s: Settings) -> list[str]:
-    """How a context past the trained one runs (planner/rope.py), in llama-server and the app alike."""
+    """How a context past the trained one runs (planner/memory/rope.py), in llama-server and the app alike."""
     trained = format_tokens(spec.n_ctx_train)
     if s.rope_scale:
         return [

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP
 from vrampilot.planner.plan import Plan
-from vrampilot.planner.speed import HEADLINE_PROMPT_TOKENS, SpeedPrediction
+from vrampilot.planner.speed_model.predict import HEADLINE_PROMPT_TOKENS, SpeedPrediction
 from vrampilot.speed.measured import LastReply
 
 REASON, WARNING, SUGGESTION = "reason", "warning", "suggestion"

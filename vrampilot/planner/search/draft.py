@@ -28,14 +28,23 @@ from pathlib import Path
 
 from vrampilot.errors import UserError
 from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
-from vrampilot.planner.draft_plan import DraftPlan, without_margin
-from vrampilot.planner.kv import KvBreakdown
-from vrampilot.planner.memory import Components, MemoryBreakdown, device_label, loaded_layer_bytes, memory_breakdown
-from vrampilot.planner.plan import Alternative, Pins, Plan, PlanError
-from vrampilot.planner.search import _measure, plan  # _measure: the search's own dry run
+from vrampilot.planner.dry_run.graph import graph_compute
+from vrampilot.planner.dry_run.measure import MeasureError, measure_allocations
+from vrampilot.planner.errors import PlanError
+from vrampilot.planner.memory.breakdown import (
+    Components,
+    MemoryBreakdown,
+    device_label,
+    loaded_layer_bytes,
+    memory_breakdown,
+)
+from vrampilot.planner.memory.compute import FORMULA, GRAPH, GraphEstimate, compute_buffer_bytes
+from vrampilot.planner.memory.kv import KvBreakdown
+from vrampilot.planner.plan import Alternative, DraftPlan, Pins, Plan, without_margin
+from vrampilot.planner.search.choose import plan, replan_with
+from vrampilot.planner.search.measured import measured_graph
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import SpeedModel, predict_speed
+from vrampilot.planner.speed_model.predict import SpeedModel, predict_speed
 from vrampilot.planner.target import Target
 from vrampilot.speed.acceptance import (
     Acceptance,
@@ -124,14 +133,11 @@ def draft_graph(draft: ModelSpec, settings: Settings, target: Target) -> GraphEs
     if settings.draft_device == "none" and target.devices_here:
         # -devd none: llama-server gives the draft no device at all, so its scheduler has no
         # device to send large matmuls to (a dry run with this machine's default devices would).
-        from vrampilot.planner.compute import GRAPH
-        from vrampilot.planner.measure import graph_compute
-
         m = graph_compute(draft.path, ds, ())
         if m is None or m.refused:
             return FORMULA
         return FORMULA.learn(ds, {GRAPH: m.total_bytes}, FORMULA.graph_bytes(draft, ds))
-    return _measure(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
+    return measured_graph(draft, draft_target(target, settings), ds, FORMULA) or FORMULA
 
 
 def mtp_refusal(spec: ModelSpec) -> str | None:
@@ -187,8 +193,6 @@ def _mtp_compute(spec: ModelSpec, settings: Settings, target: Target, offloaded:
     """The MTP context's compute buffers by llama.cpp's buffer name, from a no_alloc dry run of
     the model and its MTP context; None where llama.cpp cannot be asked for this plan (its devices
     are not this machine's, or it names devices or RPC hosts the dry run would not use)."""
-    from vrampilot.planner.measure import MeasureError, measure_allocations
-
     if offloaded and (not target.devices_here or settings.devices or settings.uses_rpc):
         return None
     try:
@@ -422,7 +426,7 @@ def _plan_placed(
     graph = p2.graph
     if exact and not graph.is_measured(final):
         # The verify batch's logit rows are part of the graph llama.cpp reserves: ask it again.
-        graph = _measure(spec, target, final, graph) or graph
+        graph = measured_graph(spec, target, final, graph) or graph
     mem = memory_breakdown(spec, final, target, graph)
     speed = predict_speed(spec, final, target, mem)
     dmem: MemoryBreakdown | None = None
@@ -608,10 +612,8 @@ def learn_acceptance(
 
 
 def replan_keeping_draft(plan_: Plan, **pins: object) -> Plan:
-    """planner.search.replan_with for a plan that may draft: the same request with more pins,
+    """choose.replan_with for a plan that may draft: the same request with more pins,
     drafting as it did (same draft, same tokens per step and placement, the acceptance it had)."""
-    from vrampilot.planner.search import replan_with
-
     s, d = plan_.settings, plan_.draft
     if d is None or not s.drafting:
         return replan_with(plan_, **pins)

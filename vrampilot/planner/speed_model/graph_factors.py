@@ -4,7 +4,7 @@ The speed probe times each kernel alone, on the shapes it runs best at; a real m
 more (threads wait for each other at every node, attention over a growing cache, small products in
 a chain). So the probe also runs the built-in model for real (speed/reference_run.py), and here
 the speed model predicts those very steps from the kernels' rates alone; measured over predicted
-gives `GraphFactors`, which every later prediction on this machine applies (planner/cpu_speed.py).
+gives `GraphFactors`, which every later prediction on this machine applies (planner/speed_model/cpu_speed.py).
 Two decode steps per thread count, near the start of the cache and deep into it, separate the two
 parts of a step: with b the predicted weights and fixed costs, a(n) the predicted attention over n
 cells,
@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
 from vrampilot.paths import embedded_model_path
-from vrampilot.planner.cpu_speed import (
+from vrampilot.planner.speed_model.cpu_speed import (
     CpuRates,
     GraphFactors,
     WeightTable,

@@ -8,9 +8,9 @@ embedding always stays on the host. With several devices (GPUs, RPC hosts) the o
 are cut by the split (-ts, by default each device's free memory) in order, and each device holds
 its layers' weights and KV cache and a compute buffer of its own; tests hold this against
 llama.cpp's per-device buffers with two RPC hosts on loopback. Tensors a CPU override matches
-(a MoE layer's routed experts under --n-cpu-moe, the user's -ot patterns; planner/placement.py)
+(a MoE layer's routed experts under --n-cpu-moe, the user's -ot patterns; planner/memory/placement.py)
 stay in host memory while the rest of their layer and its KV cache go to the layer's device.
-A vision projector (Settings.mmproj_path) is one more component, on the device planner/projector.py
+A vision projector (Settings.mmproj_path) is one more component, on the device planner/memory/projector.py
 says clip.cpp puts it.
 """
 
@@ -20,11 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.compute import FORMULA, GraphEstimate, compute_buffer_bytes
-from vrampilot.planner.kv import KvBreakdown, drafts_with_mtp
-from vrampilot.planner.placement import cpu_override_patterns, host_layer_bytes, offloaded_layer_device, split_points
-from vrampilot.planner.projector import ProjectorLoad, projector_load
-from vrampilot.planner.server_host import ServerHost
+from vrampilot.planner.memory.compute import FORMULA, GraphEstimate, compute_buffer_bytes
+from vrampilot.planner.memory.kv import KvBreakdown, drafts_with_mtp
+from vrampilot.planner.memory.placement import (
+    cpu_override_patterns,
+    host_layer_bytes,
+    offloaded_layer_device,
+    split_points,
+)
+from vrampilot.planner.memory.projector import ProjectorLoad, projector_load
+from vrampilot.planner.memory.server_host import ServerHost
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -36,7 +41,7 @@ class Components:
     compute_bytes: int = 0
     output_bytes: int = 0
     margin_bytes: int = 0
-    # The vision projector's weights and compute buffer (planner/projector.py), where clip.cpp puts them.
+    # The vision projector's weights and compute buffer (planner/memory/projector.py), where clip.cpp puts them.
     projector_bytes: int = 0
 
     @property
@@ -79,7 +84,7 @@ class MemoryBreakdown:
     host_override_bytes: tuple[int, ...] = ()
     projector: ProjectorLoad | None = None  # the vision projector, when the plan loads one
     # What llama-server adds in host RAM (prompt cache, checkpoints, the process), sized by the
-    # plan to what the host budget leaves (planner/server_host.py); None before the plan sizes it.
+    # plan to what the host budget leaves (planner/memory/server_host.py); None before the plan sizes it.
     server: ServerHost | None = None
 
     @property

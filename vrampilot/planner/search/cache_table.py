@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vrampilot.gguf.spec import ModelSpec
+from vrampilot.planner.dry_run.graph import graph_compute
 from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP, is_routed
-from vrampilot.planner.kv import KvBreakdown, kv_cache_bytes
+from vrampilot.planner.memory.kv import KvBreakdown, kv_cache_bytes
 from vrampilot.planner.settings import Settings
 from vrampilot.units import format_tokens
 
@@ -36,7 +37,7 @@ class CacheRow:
 
 
 # Where a table's rows come from (CacheTable.source), as the plan says it for its own cache.
-FORMULA_SOURCE = "formula"  # planner/kv.py, verified on this architecture
+FORMULA_SOURCE = "formula"  # planner/memory/kv.py, verified on this architecture
 COUNTED_SOURCE = "llama.cpp"  # llama.cpp's dry run at each context (a routed architecture)
 ESTIMATE_SOURCE = "estimate"  # the formula on a routed architecture llama.cpp could not count
 
@@ -187,8 +188,6 @@ def _counted_parts(
     """llama.cpp's dry run (no allocation; the one the planner asks, headers and results kept) at
     each context: K and V summed over the caches it logs, and its states; None when it cannot count
     one of them (no llama.cpp here, a file it cannot load, its log held by a model loading)."""
-    from vrampilot.planner.measure import graph_compute
-
     out = []
     for n_ctx in contexts:
         m = graph_compute(spec.path, replace(settings, n_ctx=n_ctx))

@@ -2,7 +2,7 @@
 
 Decode: each token reads every active weight once plus the KV cache in use. Bytes on the GPU are
 read at the card's effective bandwidth, layers left on the host run at the rates llama.cpp's CPU
-kernels reach on this machine (planner/cpu_speed.py, from the speed probe; assumed rates without
+kernels reach on this machine (planner/speed_model/cpu_speed.py, from the speed probe; assumed rates without
 one), so a few CPU layers cost far more than their share: the partial-offload cliff. Prefill:
 matrix work at the device's throughput; with partial offload llama.cpp streams host layers'
 weights to the GPU over PCIe once per ubatch, which is why larger ubatches speed prompts up.
@@ -20,7 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.cpu_speed import (
+from vrampilot.planner.memory.breakdown import MemoryBreakdown
+from vrampilot.planner.memory.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO
+from vrampilot.planner.memory.placement import host_layer_active_bytes
+from vrampilot.planner.settings import Settings
+from vrampilot.planner.speed_model.cpu_speed import (
     AttentionShape,
     CpuRates,
     attention_shapes,
@@ -28,11 +32,7 @@ from vrampilot.planner.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.planner.graph_factors import factors_for_model
-from vrampilot.planner.kv import DSV4_CSA_RATIO, DSV4_HCA_RATIO
-from vrampilot.planner.memory import MemoryBreakdown
-from vrampilot.planner.placement import host_layer_active_bytes
-from vrampilot.planner.settings import Settings
+from vrampilot.planner.speed_model.graph_factors import factors_for_model
 from vrampilot.planner.target import GpuTarget, Target
 
 # What a GPU decode step is assumed to cost where no device probe measured the card, fitted on

@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from vrampilot.gguf.spec import ModelSpec
-from vrampilot.planner.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
-from vrampilot.planner.placement import (
+from vrampilot.planner.memory.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
+from vrampilot.planner.memory.placement import (
     OP_OFFLOAD_MIN_BATCH,
     largest_held_offloaded_bytes,
     layers_per_device,
@@ -230,7 +230,7 @@ class GraphEstimate:
     """How a plan sizes the compute buffers.
 
     The planner searches with the fitted formula. When llama.cpp can read the file, it then asks
-    llama.cpp's own allocator (a no_alloc dry run, measure.graph_compute) for the chosen settings:
+    llama.cpp's own allocator (a no_alloc dry run, dry_run/graph.py graph_compute) for the chosen settings:
     its buffers (per device, and the host's) become exact, and the ratio measured/formula of the
     whole corrects every other configuration the search and the alternatives look at, since the
     formula's error on one model changes slowly with the settings.
@@ -366,7 +366,7 @@ def compute_buffer_bytes(
             graph model, measured against llama.cpp on RPC devices on loopback (another backend
             with its own buffers, as a GPU has): within 0-15% above for one device. Pipelined
             (`pipelined`: every layer on several async devices, no tensor kept in host memory;
-            memory.memory_breakdown decides), each split's inputs are kept
+            breakdown.memory_breakdown decides), each split's inputs are kept
             SCHED_COPIES times (the masks and the hidden state).
     "host": the host-side buffer next to the devices. The token-embedding lookup always runs on
             the CPU (llama-model.cpp keeps the input layer there) and the graph inputs are

@@ -15,7 +15,7 @@ the cells before it); the output matrix for the last token of each batch only, a
 asks for no other logits.
 
 Both then take what the whole graph costs beyond its kernels from the probe's run of the built-in
-model (`GraphFactors`, planner/graph_factors.py): one factor for weights and fixed costs, one for
+model (`GraphFactors`, planner/speed_model/graph_factors.py): one factor for weights and fixed costs, one for
 attention over the cache, each for decoding and for prompts.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.kv import DSV4_CSA_RATIO
+from vrampilot.planner.memory.kv import DSV4_CSA_RATIO
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
 from vrampilot.speed.host_probe import bits_per_weight
 from vrampilot.speed.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
@@ -186,7 +186,7 @@ def _by_row(points: list[tuple[int, float]], row: int) -> float:
 @dataclass(frozen=True)
 class GraphFactors:
     """The built-in model's real steps over what the kernels' rates predict for them, per thread
-    count (planner/graph_factors.py): what a whole graph costs beyond the sum of its kernels."""
+    count (planner/speed_model/graph_factors.py): what a whole graph costs beyond the sum of its kernels."""
 
     decode_base: tuple[RateAt, ...]  # a decode step's weights and fixed costs
     decode_attention: tuple[RateAt, ...]  # its attention over the cache

@@ -1,16 +1,16 @@
 """Where a plan's speed prediction comes from, in one sentence: what was measured, when, and what
 is assumed. Every figure the speed model uses is one of: measured by the speed probe on this CPU,
 corrected by replies measured here, read from NVML or a GPU profile, or assumed (a constant in
-planner/target.py or planner/speed.py); the plan says which.
+planner/target.py or planner/speed_model/predict.py); the plan says which.
 """
 
 from __future__ import annotations
 
 from vrampilot.gguf import ModelSpec
-from vrampilot.planner.cpu_speed import CpuRates, weight_table
-from vrampilot.planner.graph_factors import factors_for_model, graph_factors
 from vrampilot.planner.settings import Settings
-from vrampilot.planner.speed import SpeedPrediction, assumed_bandwidth_share, backend_key
+from vrampilot.planner.speed_model.cpu_speed import CpuRates, weight_table
+from vrampilot.planner.speed_model.graph_factors import factors_for_model, graph_factors
+from vrampilot.planner.speed_model.predict import SpeedPrediction, assumed_bandwidth_share, backend_key
 from vrampilot.planner.target import GpuTarget, Target
 
 
@@ -42,7 +42,7 @@ def speed_basis(spec: ModelSpec, target: Target, settings: Settings, speed: Spee
     on_gpu = target.has_gpu and settings.n_gpu_layers > 0
     probe = target.host_probe
     if on_gpu:
-        # Each device at its own rates (planner/speed.py): each says where its figures came from.
+        # Each device at its own rates (planner/speed_model/predict.py): each says where its figures came from.
         text = "GPU: " + ", ".join(
             (f"{g.label} " if len(target.gpus) > 1 else "") + device_basis(g) for g in target.gpus
         )
