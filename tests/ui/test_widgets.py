@@ -71,8 +71,9 @@ def test_chat_view_shows_markdown_messages_and_a_stats_line(qtbot: QtBot) -> Non
     screenshot(view, "10-markdown-message")
 
 
-def test_memory_bar_caption_and_overflow() -> None:
-    bar = MemoryBar()
+def test_memory_bar_caption_and_overflow(qtbot: QtBot) -> None:
+    bar = MemoryBar()  # a widget: the qtbot fixture makes the QApplication it needs (alone, it aborted)
+    qtbot.addWidget(bar)
     fits = BarData("RAM", Components(weights_bytes=300 * MIB, kv_bytes=100 * MIB), 1000 * MIB)
     assert fits.caption() == "RAM: 400.00 MiB of 1000.00 MiB (40%)" and not fits.over
     over = BarData("GPU", Components(weights_bytes=900 * MIB, kv_bytes=300 * MIB, margin_bytes=100 * MIB), 1000 * MIB)
