@@ -485,7 +485,12 @@ def is_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie (dead, not yet reaped by its parent) counts as gone.
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ", 1)[1][0] != "Z"
+    # A zombie (dead, not yet reaped by its parent) counts as gone. So does an id that now names a
+    # thread of another process: Linux gives threads ids from the processes' range, kill(id, 0)
+    # reaches them, and on a busy machine a dead server's id was a thread's within seconds.
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        if fields.get("Tgid", str(pid)).strip() != str(pid):
+            return False
+        return not fields.get("State", "").strip().startswith("Z")
     return True
