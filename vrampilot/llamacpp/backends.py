@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from vrampilot.llamacpp.cpu_probe import CpuProbe, probe_cpu
 from vrampilot.llamacpp.vulkan_probe import VulkanDevice, VulkanProbe, probe_vulkan, software_allowed, visible_devices
@@ -187,18 +188,44 @@ def module_file(lib_dir: Path, backend: str) -> Path:
     return lib_dir / name
 
 
+class WindowsGgml:
+    """ggml's functions from ggml.dll and ggml-base.dll as one library. Windows' GetProcAddress
+    looks in the one DLL it is given, and ggml.dll (the backend registry) does not re-export
+    ggml-base.dll's functions (`ggml_backend_reg_name`, `ggml_backend_dev_get_props`, every tensor
+    operation), which Linux's dlsym finds through libllama's dependencies."""
+
+    def __init__(self, *libraries: ctypes.CDLL) -> None:
+        self._libraries = libraries
+
+    def __getattr__(self, name: str) -> Any:
+        for lib in self._libraries:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                setattr(self, name, fn)  # kept, so its restype and argtypes stay set
+                return fn
+        raise AttributeError(f"function {name!r} not found in {', '.join(lib._name for lib in self._libraries)}")
+
+
+# The handle ggml's functions are read through: libllama's or libggml's on Linux, both DLLs on Windows.
+GgmlLibrary = ctypes.CDLL | WindowsGgml
+
+
 class _Ggml:
     """The few ggml registry functions needed here, from the very libggml llama.cpp uses.
 
     The wheel holds libggml.so and libggml.so.0 as two copies of one file; opening the first by
     path would load a second libggml with a registry of its own that libllama never looks at.
     So on Linux the symbols come through libllama's own handle (dlsym searches its dependencies,
-    hence the libggml it was linked against); Windows has one ggml.dll, found by name.
+    hence the libggml it was linked against); Windows has one ggml.dll and one ggml-base.dll,
+    found by name.
     """
 
     def __init__(self, lib_dir: Path, libllama: ctypes.CDLL | None) -> None:
-        if sys.platform == "win32" or libllama is None:
-            lib = ctypes.CDLL(str(lib_dir / ("ggml.dll" if sys.platform == "win32" else "libggml.so.0")))
+        lib: GgmlLibrary
+        if sys.platform == "win32":
+            lib = WindowsGgml(ctypes.CDLL(str(lib_dir / "ggml.dll")), ctypes.CDLL(str(lib_dir / "ggml-base.dll")))
+        elif libllama is None:
+            lib = ctypes.CDLL(str(lib_dir / "libggml.so.0"))
         else:
             lib = libllama
         lib.ggml_backend_load.restype = ctypes.c_void_p
@@ -304,7 +331,7 @@ def loaded_backends() -> EngineBackends | None:
     return _loaded
 
 
-def ggml_library() -> ctypes.CDLL | None:
+def ggml_library() -> GgmlLibrary | None:
     """The libggml handle the backends were registered through (vrampilot.llamacpp.devices reads
     the device registry with it), or None before `load_backends` ran."""
     return _ggml.lib if _ggml is not None else None

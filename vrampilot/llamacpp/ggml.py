@@ -10,14 +10,13 @@ llama.cpp uses, with weights placed where llama.cpp places them: in the CPU's "e
 
 The symbols come through libllama's own handle on Linux (the wheel holds libggml*.so and .so.0 as
 copies; opening one by path would load a second ggml with a registry llama.cpp never uses), and
-from ggml-base.dll / ggml.dll on Windows. Everything here is ctypes on a stable C API: tensors are
+from ggml.dll and ggml-base.dll together on Windows (backends.WindowsGgml). Everything here is ctypes on a stable C API: tensors are
 opaque pointers, only `ggml_init_params` is a struct.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,18 +118,15 @@ def _load_api() -> _Api:
     global _api
     with _api_lock:
         if _api is None:
-            from vrampilot.llamacpp.backends import ggml_library, lib_dir_of
+            from vrampilot.llamacpp.backends import ggml_library
 
-            llama_cpp = load()  # registers the CPU variant this machine runs
+            load()  # registers the CPU variant this machine runs
             # The libggml whose registry holds that variant (backends chose the handle); its
-            # ggml-base functions come through it on Linux, from their own DLL on Windows.
+            # ggml-base functions come through it too (on Windows it is both DLLs, WindowsGgml).
             registry: Any = ggml_library()
             if registry is None:
                 raise GgmlError("llama.cpp's backends are not loaded")
-            base: Any = (
-                ctypes.CDLL(str(lib_dir_of(llama_cpp) / "ggml-base.dll")) if sys.platform == "win32" else registry
-            )
-            _api = _Api(base, registry)
+            _api = _Api(registry, registry)
         return _api
 
 
