@@ -24,7 +24,7 @@ from tests.cpu_profile import pytest_runtest_protocol  # noqa: F401
 # @pytest.mark.expect_errors(pattern): the autouse fixture and its marker, from tests/logfail.py.
 from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa: F401
 from tests.speed_record import FIRST_START_KV, FIRST_START_TYPES, MeasuredRun, doctor_measure
-from vrampilot.speed.measured import HostProbe
+from vrampilot.speed import HostProbe
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Two workers share two cores, and llama.cpp's and torch's OpenMP threads spin at every barrier
