@@ -10,10 +10,11 @@ vrampilot/lazy_api.py), so that importing one loads only the module that holds i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from vrampilot.lazy_api import lazy_api
 
+# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
+# for (the type checker takes any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from vrampilot.hardware.cards import (
         GPU_BACKEND_CHOICES,

@@ -14,11 +14,12 @@ probe loads only that module, as it did when it imported the module itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from vrampilot.lazy_api import lazy_api
 from vrampilot.llamacpp.binding import load, load_mtmd, loaded
 
+# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
+# for (the type checker takes any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from vrampilot.llamacpp.allocations import device_bytes as device_allocated_bytes
     from vrampilot.llamacpp.allocations import forget as forget_allocations

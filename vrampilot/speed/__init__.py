@@ -16,10 +16,11 @@ probes, llama.cpp's kernels or hardware detection, just as when it imported that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from vrampilot.lazy_api import lazy_api
 
+# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
+# for (the type checker takes any name TYPE_CHECKING as true).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from vrampilot.speed.acceptance import Acceptance, load_acceptance, p_from_rate, pair_key
     from vrampilot.speed.acceptance import record_reply as record_acceptance
