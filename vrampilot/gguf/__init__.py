@@ -1,17 +1,14 @@
 """GGUF header reading: metadata and tensor table, never tensor data.
 
-The package's API is the names in `__all__`; its modules are private to it (make lint: a protected
-contract in pyproject.toml). Each name is imported from its module on first use (PEP 562, see
-vrampilot/lazy_api.py), so that importing one loads only the module that holds it.
+Its API is `__all__`, each name imported on first use (vrampilot/lazy_api.py); its modules are
+private to it (docs/development.md, "Stated APIs").
 """
 
 from __future__ import annotations
 
 from vrampilot.lazy_api import lazy_api
 
-# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
-# for (the type checker takes any name TYPE_CHECKING as true).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing's, without importing typing (vrampilot/lazy_api.py)
 if TYPE_CHECKING:
     from vrampilot.gguf.describe import format_projector, format_spec, spec_to_dict
     from vrampilot.gguf.projector import (
@@ -73,8 +70,7 @@ __all__ = [
     "tensor_nbytes",
 ]
 
-# Each module and the names of the API it holds ("api=name" where the API names it otherwise),
-# imported on first use.
+# Each module and the names of the API it holds ("api=name" where the API renames one).
 _HOLDERS = {
     "describe": ("format_projector", "format_spec", "spec_to_dict"),
     "projector": (
@@ -108,7 +104,5 @@ _HOLDERS = {
     ),
 }
 
-# Hidden from the type checker, which reads the imports above: a name outside the API stays an error
-# there instead of an `object`.
-if not TYPE_CHECKING:
+if not TYPE_CHECKING:  # hidden from the type checker, which reads the imports above
     __getattr__, __dir__ = lazy_api(__name__, _HOLDERS)

@@ -5,11 +5,9 @@ Every module that calls llama.cpp gets the binding from here (a lint contract fo
 choose one by itself, and llama.cpp's log goes to `log` from the first line. Below the planner,
 the engine and the documents, which all use it; it imports only the leaf modules.
 
-The package's API is `load`, `loaded`, `load_mtmd` and the names in `__all__`; its modules are
-private to it (make lint: a protected contract in pyproject.toml). Those names are imported on first
-use (PEP 562 `__getattr__`), each from its own module: importing this package must not load
-llama.cpp (log.py imports the binding), and a child that needs only the CPU probe or the Vulkan
-probe loads only that module, as it did when it imported the module itself.
+Its API is `__all__`, each name but binding.py's imported on first use (vrampilot/lazy_api.py):
+importing the package must not load llama.cpp, which log.py imports. Its modules are private to it
+(docs/development.md, "Stated APIs").
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ from __future__ import annotations
 from vrampilot.lazy_api import lazy_api
 from vrampilot.llamacpp.binding import load, load_mtmd, loaded
 
-# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
-# for (the type checker takes any name TYPE_CHECKING as true).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing's, without importing typing (vrampilot/lazy_api.py)
 if TYPE_CHECKING:
     from vrampilot.llamacpp.allocations import device_bytes as device_allocated_bytes
     from vrampilot.llamacpp.allocations import forget as forget_allocations
@@ -86,8 +82,7 @@ __all__ = [
     "vocab_mismatch",
 ]
 
-# Each module and the names of the API it holds ("api=name" where the API names it otherwise),
-# imported on first use.
+# Each module and the names of the API it holds ("api=name" where the API renames one).
 _HOLDERS = {
     "allocations": ("device_allocated_bytes=device_bytes", "forget_allocations=forget", "record_allocations=record"),
     "backends": ("MANIFEST_NAME", "loaded_backends", "module_file", "read_manifest"),
@@ -101,7 +96,5 @@ _HOLDERS = {
     "vulkan_probe": ("SOFTWARE_GPU_ENV", "is_software_name", "loader_name", "probe_vulkan"),
 }
 
-# Hidden from the type checker, which reads the imports above: a name outside the API stays an error
-# there instead of an `object`.
-if not TYPE_CHECKING:
+if not TYPE_CHECKING:  # hidden from the type checker, which reads the imports above
     __getattr__, __dir__ = lazy_api(__name__, _HOLDERS)

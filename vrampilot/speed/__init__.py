@@ -8,19 +8,16 @@ Qt-free. service.py is the one way the front ends measure and read the record. T
 predicts a plan's tokens/s from these figures, and learns from each reply, is the planner's
 (planner/speed_model/predict.py, planner/calibration.py).
 
-The package's API is the names in `__all__`; its modules are private to it (make lint: a protected
-contract in pyproject.toml). They are imported on first use (PEP 562 `__getattr__`), each from its
-own module: what reads a reply's CPU share (cpu_load) or the record (measured) does not load the
-probes, llama.cpp's kernels or hardware detection, just as when it imported that module itself.
+Its API is `__all__`, each name imported on first use (vrampilot/lazy_api.py): what reads a reply's
+CPU share or the record loads neither the probes nor hardware detection. Its modules are private to
+it (docs/development.md, "Stated APIs").
 """
 
 from __future__ import annotations
 
 from vrampilot.lazy_api import lazy_api
 
-# typing.TYPE_CHECKING without importing typing, which a child that loads one module would pay
-# for (the type checker takes any name TYPE_CHECKING as true).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing's, without importing typing (vrampilot/lazy_api.py)
 if TYPE_CHECKING:
     from vrampilot.speed.acceptance import Acceptance, load_acceptance, p_from_rate, pair_key
     from vrampilot.speed.acceptance import record_reply as record_acceptance
@@ -161,8 +158,7 @@ __all__ = [
     "with_measured_speed",
 ]
 
-# Each module and the names of the API it holds ("api=name" where the API names it otherwise),
-# imported on first use.
+# Each module and the names of the API it holds ("api=name" where the API renames one).
 _HOLDERS = {
     "acceptance": ("Acceptance", "load_acceptance", "p_from_rate", "pair_key", "record_acceptance=record_reply"),
     "codec": ("decode_record=decode", "encode_record=encode"),
@@ -230,7 +226,5 @@ _HOLDERS = {
     ),
 }
 
-# Hidden from the type checker, which reads the imports above: a name outside the API stays an error
-# there instead of an `object`.
-if not TYPE_CHECKING:
+if not TYPE_CHECKING:  # hidden from the type checker, which reads the imports above
     __getattr__, __dir__ = lazy_api(__name__, _HOLDERS)
