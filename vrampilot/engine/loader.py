@@ -192,7 +192,8 @@ def open_llama(
         kwargs["draft_model"] = _open_draft(settings, on_progress, cancel)
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
-        # this load's error lines must reach llama.cpp's log (recent_log_errors), and its buffer lines must not reach them.
+        # this load's error lines must reach llama.cpp's log (recent_log_errors), and its buffer
+        # lines must not reach them.
         with LOG_LOCK, capture_log() as lines:
             llm = _Llama(
                 _llama_path(model_path),
