@@ -35,7 +35,7 @@ from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
 from vrampilot.planner.search.choose import plan  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
-from vrampilot.speed.service import detect_measured_machine  # noqa: E402
+from vrampilot.speed import detect_measured_machine  # noqa: E402
 
 llama_cpp = llamacpp.load()
 

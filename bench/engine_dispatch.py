@@ -38,7 +38,7 @@ import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 from vrampilot import llamacpp
-from vrampilot.llamacpp.backends import loaded_backends
+from vrampilot.llamacpp import loaded_backends
 llama_cpp = llamacpp.load()
 model, threads, n_prompt, n_gen = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = llama_cpp.Llama(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads,

@@ -518,8 +518,8 @@ def reusable(
     config holds no more bytes than the saved one at every length measured (text lengths and passkey
     prompts), so that each reused baseline holds at least as many bytes as the hybrid it is held to."""
     from vrampilot.hybrid.config import HybridConfig
+    from vrampilot.hybrid.layer_plan import config_kv_bytes
     from vrampilot.hybrid.passkey_keys import passkey_keys
-    from vrampilot.hybrid.plan import config_kv_bytes
 
     if saved["model_name"] != model_name:
         return (), f"another model ({saved['model_name']})"

@@ -315,8 +315,8 @@ def allocate(mc: object, saved: dict[str, Any], out: Path, args: argparse.Namesp
     from vrampilot.hybrid.budgets import allocate_reach
     from vrampilot.hybrid.calibrate import FAR_DISTANCES, kv_far_mass
     from vrampilot.hybrid.config import BUDGET_LENGTH, BUDGET_SHARE, budget_base
+    from vrampilot.hybrid.layer_plan import LayerPlan
     from vrampilot.hybrid.model import ModelConfig
-    from vrampilot.hybrid.plan import LayerPlan
 
     assert isinstance(mc, ModelConfig)
     base = budget_base()

@@ -32,7 +32,7 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 SITES = [
     "Reservoir",

@@ -60,7 +60,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from testkit.gguf_models import ARCHITECTURES, BIG, write_header_only, write_model  # noqa: E402
-from vrampilot.gguf.spec import load_model_spec  # noqa: E402
+from vrampilot.gguf import load_model_spec  # noqa: E402
 from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.dry_run.graph import graph_compute  # noqa: E402
 from vrampilot.planner.dry_run.measure import measure_allocations  # noqa: E402

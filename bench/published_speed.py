@@ -98,8 +98,8 @@ class Case:
 def prepare(rows: list[PublishedRow], folder: Path) -> list[Case]:
     """Each row's model written as a sparse file at its dimensions and planned on its card's profile."""
     from testkit.machines import cpu_machine
-    from vrampilot.gguf.spec import load_model_spec
-    from vrampilot.hardware.profiles import find_profile
+    from vrampilot.gguf import load_model_spec
+    from vrampilot.hardware import find_profile
     from vrampilot.planner.memory.breakdown import memory_breakdown
     from vrampilot.planner.settings import Settings
     from vrampilot.planner.target import TargetRequest, resolve_target

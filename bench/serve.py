@@ -37,7 +37,7 @@ from vrampilot.planner.search.choose import plan  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
 from vrampilot.server import ServerConfig, free_port, tool_env, tool_path  # noqa: E402
 from vrampilot.server.launch import launch  # noqa: E402
-from vrampilot.speed.service import detect_measured_machine  # noqa: E402
+from vrampilot.speed import detect_measured_machine  # noqa: E402
 
 
 def bench_decode(model: Path, threads: int, n_gen: int, flash: bool, type_k: str, type_v: str) -> float:

@@ -33,8 +33,11 @@ from vrampilot.paths import embedded_model_path  # noqa: E402
 from vrampilot.planner.plan import Pins, Plan  # noqa: E402
 from vrampilot.planner.search.draft import DraftRequest, plan_with_draft  # noqa: E402
 from vrampilot.planner.target import TargetRequest, resolve_target  # noqa: E402
-from vrampilot.speed.acceptance import Acceptance, p_from_rate  # noqa: E402
-from vrampilot.speed.service import detect_measured_machine  # noqa: E402
+from vrampilot.speed import (  # noqa: E402
+    Acceptance,
+    detect_measured_machine,
+    p_from_rate,
+)
 from vrampilot.units import MIB  # noqa: E402
 
 COUNTING = "Continue the list: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"

@@ -204,7 +204,7 @@ class Calibration:
 
     @property
     def learned(self) -> int:
-        from vrampilot.speed.store import load_machine_speed
+        from vrampilot.speed import load_machine_speed
 
         # This model's replies learned from at all (a chat's short prompts teach generating only).
         return int(self._own(load_machine_speed(self.fingerprint)).n_replies)
@@ -212,17 +212,16 @@ class Calibration:
     def reply(self) -> None:
         from vrampilot.engine import Engine, Message, SamplingParams
         from vrampilot.planner.calibration import record_reply, reply_pace_ms
-        from vrampilot.speed import cpu_load
-        from vrampilot.speed.store import load_machine_speed
+        from vrampilot.speed import cpu_snapshot, load_machine_speed, others_cpu_share
 
         text = CALIBRATION_TURNS[len(self.log) % len(CALIBRATION_TURNS)]
         self.messages.append(Message("user", text))
         engine = Engine()
         engine.load(self.plan)
         try:
-            start = cpu_load.snapshot()
+            start = cpu_snapshot()
             reply = engine.chat(self.messages, SamplingParams(temperature=0.7, max_tokens=96, seed=len(self.messages)))
-            share = cpu_load.others_share(start)
+            share = others_cpu_share(start)
         finally:
             engine.unload()
         self.messages.append(Message("assistant", reply.text))
@@ -267,7 +266,7 @@ def ram_gauge() -> float:
 
     import numpy as np
 
-    from vrampilot.speed.host_probe import stream_bytes
+    from vrampilot.speed import stream_bytes
 
     a = np.ones(stream_bytes() // 8, dtype=np.float64)
     np.sum(a)  # touch it once
@@ -283,7 +282,7 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
     from vrampilot.planner.plan import Pins
     from vrampilot.planner.search.choose import plan
     from vrampilot.planner.target import TargetRequest, resolve_target
-    from vrampilot.speed import cpu_load
+    from vrampilot.speed import cpu_snapshot, others_cpu_share
 
     # The app's default sampling (the sampler's pass over the logits is part of every token's cost),
     # with a fixed seed.
@@ -301,9 +300,9 @@ def measure(cases: list[Case], machine: Any, rounds: int, n_decode: int, calibra
             try:
                 messages = prompt_for(engine, c.n_ctx // 2, r)
                 c.ram_gbps.append(ram_gauge())
-                start = cpu_load.snapshot()
+                start = cpu_snapshot()
                 reply = engine.chat(messages, sampling)
-                c.others.append(cpu_load.others_share(start))
+                c.others.append(others_cpu_share(start))
             finally:
                 engine.unload()
             c.prefill_tps.append(reply.stats.prefill_tps)
@@ -366,9 +365,7 @@ def main() -> int:
     from vrampilot.gguf import load_model_spec
     from vrampilot.paths import embedded_model_path
     from vrampilot.planner.speed_model.cpu_speed import weight_table
-    from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES
-    from vrampilot.speed.report import format_probe
-    from vrampilot.speed.service import MeasuredMachine, detect_measured_machine, probe_machine
+    from vrampilot.speed import CORE_WEIGHT_TYPES, MeasuredMachine, detect_measured_machine, format_probe, probe_machine
 
     embedded = embedded_model_path()
     assert embedded is not None
@@ -404,7 +401,7 @@ def main() -> int:
     )
     calibrations = [Calibration(machine, path, t) for path in models.values() for t in threads]
     measure(cases, machine, args.rounds, args.tokens, calibrations)
-    from vrampilot.speed.store import load_machine_speed
+    from vrampilot.speed import load_machine_speed
 
     before = predict(cases, machine)
     after = predict(cases, replace(machine, speed=load_machine_speed(probed.speed.fingerprint)))
@@ -474,12 +471,13 @@ def main() -> int:
         summary[phase]["worst"] = {"ratio": ratio, "case": row["case"], "kind": row["kind"]}
         print(f"worst ratio {what}: {ratio:.2f} ({row['case']}, {row['kind']})")
     if args.json:
-        from vrampilot.speed.codec import encode
+        from vrampilot.speed import encode_record
 
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
-                {"probe": encode(probe), "calibration_replies": replies, "rows": rows, "summary": summary}, indent=1
+                {"probe": encode_record(probe), "calibration_replies": replies, "rows": rows, "summary": summary},
+                indent=1,
             )
         )
     return 0

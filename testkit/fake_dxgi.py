@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from vrampilot.hardware.dxgi import DXGI_ADAPTER_FLAG_SOFTWARE, AdapterDesc1, Luid, RawAdapter, VideoMemoryInfo
+from vrampilot.hardware import DXGI_ADAPTER_FLAG_SOFTWARE, AdapterDesc1, Luid, RawAdapter, VideoMemoryInfo
 
 GIB = 1024**3
 MIB = 1024**2

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from vrampilot.hardware import CpuInfo, LlamaBackendInfo, Machine
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
-from vrampilot.speed.measured import AttentionRates, HostProbe, KernelRates, MachineSpeed, RateAt, StepTiming
-from vrampilot.speed.service import MeasuredMachine
+from vrampilot.speed import AttentionRates, HostProbe, KernelRates, MachineSpeed, MeasuredMachine, RateAt, StepTiming
 from vrampilot.units import GIB
 
 

@@ -17,7 +17,7 @@ from vrampilot.planner.dry_run.log_lines import MeasuredBuffers
 from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown, memory_breakdown
 from vrampilot.planner.memory.compute import FORMULA
-from vrampilot.planner.search.measured import measured_graph  # the plan's own route from a dry run to its buffers
+from vrampilot.planner.search.measured_graph import measured_graph  # the plan's own route from a dry run to its buffers
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 

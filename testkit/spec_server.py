@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.export import llama_server_argv
-from vrampilot.llamacpp.buffer_log import device_buffers
+from vrampilot.llamacpp import device_buffers
 from vrampilot.planner.settings import Settings
 from vrampilot.server import ServerProcess, free_port, tool_env, tool_path
 

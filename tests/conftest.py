@@ -24,7 +24,7 @@ from tests.cpu_profile import pytest_runtest_protocol  # noqa: F401
 # @pytest.mark.expect_errors(pattern): the autouse fixture and its marker, from tests/logfail.py.
 from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa: F401
 from tests.speed_record import FIRST_START_KV, FIRST_START_TYPES, MeasuredRun, doctor_measure
-from vrampilot.speed.measured import HostProbe
+from vrampilot.speed import HostProbe
 
 # Whole files go to the workers costliest first (tests/file_order.py, its table tests/file_costs.json).
 pytest_plugins = ["tests.file_order"]

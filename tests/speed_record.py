@@ -16,15 +16,14 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vrampilot.speed.measured import HostProbe, MachineSpeed
+from vrampilot.speed import HostProbe, MachineSpeed
 
 
 def save_measured_record(home: Path, probe: HostProbe) -> MachineSpeed:
     """Save `probe` as this machine's record in the data folder of VRAMPILOT_HOME=`home`; returns
     the record. Saved as taken on a quiet machine: on a busy one (a shared CI host) the app would
     measure again at every start, and that probe would compete with the test for the CPU."""
-    from vrampilot.speed.service import detect_measured_machine
-    from vrampilot.speed.store import save_probe
+    from vrampilot.speed import detect_measured_machine, save_probe
 
     data = home / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -57,7 +56,7 @@ def doctor_measure(home: Path) -> MeasuredRun:
     """Run `vrampilot doctor --measure` with VRAMPILOT_HOME=`home`, as a user runs it."""
     from tests import waits
     from vrampilot.hardware import detect_machine
-    from vrampilot.speed.store import load_machine_speed, machine_fingerprint
+    from vrampilot.speed import load_machine_speed, machine_fingerprint
 
     env = {**os.environ, "VRAMPILOT_HOME": str(home)}
     exe = [sys.executable, "-m", "vrampilot", "doctor"]

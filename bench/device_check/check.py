@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vrampilot.llamacpp.buffer_log import MIB, device_buffers  # noqa: E402
+from vrampilot.llamacpp import MIB, device_buffers  # noqa: E402
 
 
 def free_port() -> int:

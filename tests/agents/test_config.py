@@ -19,8 +19,7 @@ from vrampilot.agents import (
     save_config,
 )
 from vrampilot.message import fit_tool_result
-from vrampilot.storage import ChatStore
-from vrampilot.storage.conversation import ConversationService
+from vrampilot.storage import ChatStore, ConversationService
 from vrampilot.tool_turn import ToolRound, ToolStep
 
 CLAUDE_DESKTOP = """{

@@ -47,10 +47,9 @@ from vrampilot.message import Message
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search.choose import plan as make_plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.server.chat import ServerBackend
-from vrampilot.server.session import private_server
-from vrampilot.storage import ChatStore
-from vrampilot.storage.conversation import ConversationService
+from vrampilot.server.backend import ServerBackend
+from vrampilot.server.private import private_server
+from vrampilot.storage import ChatStore, ConversationService
 from vrampilot.tool_turn import ToolRound
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 
 from tests.cli.test_cli import vrampilot
 from tests.speed_record import MeasuredRun
-from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
+from vrampilot.speed import ALL_WEIGHT_TYPES
 
 PINS = ("--ctx", "1024", "--threads", "1", "--threads-batch", "1")
 

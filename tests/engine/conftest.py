@@ -12,7 +12,7 @@ from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 # One thread: on a busy 2-core machine llama.cpp's worker threads spin-wait on each other and a
 # test that should take a second takes a minute.

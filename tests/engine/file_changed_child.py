@@ -14,10 +14,9 @@ from pathlib import Path
 
 from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import Engine, EngineError, Message
-from vrampilot.gguf import load_model_spec
-from vrampilot.gguf.reader import read_gguf
+from vrampilot.gguf import load_model_spec, read_gguf
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 
 def main(path: Path, change: str) -> dict[str, object]:

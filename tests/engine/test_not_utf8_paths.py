@@ -17,7 +17,7 @@ from testkit.mmproj import write_projector
 from tests.engine.conftest import GREEDY, make_plan
 from vrampilot.engine import Engine, Message, ModelLoadError
 from vrampilot.gguf import ModelSpec
-from vrampilot.llamacpp.vocab import read_vocab
+from vrampilot.llamacpp import read_vocab
 from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.projector import measure_clip
 from vrampilot.planner.settings import Settings

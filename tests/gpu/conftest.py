@@ -19,8 +19,7 @@ from typing import Any, cast
 import pytest
 
 from tests import waits
-from vrampilot.llamacpp.backends import read_manifest
-from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, loader_name, probe_vulkan
+from vrampilot.llamacpp import SOFTWARE_GPU_ENV, loader_name, probe_vulkan, read_manifest
 from vrampilot.server.binaries import lib_dir
 
 REQUIRE_ENV = "VRAMPILOT_REQUIRE_GPU"

@@ -33,12 +33,12 @@ def main() -> int:
     with serving(model, p.settings) as served:
         target_buffers, _ = served.buffers()
         out["served_model_buffers"] = sorted(target_buffers.get("model", {}))
-    from vrampilot.engine.loader import open_llama
-    from vrampilot.llamacpp import allocations
+    from vrampilot.engine import open_llama
+    from vrampilot.llamacpp import device_allocated_bytes
 
     llm = open_llama(model, p.settings)
     try:
-        out["engine_bytes"] = {name: allocations.device_bytes(name) for name in ("Vulkan0", "CPU")}
+        out["engine_bytes"] = {name: device_allocated_bytes(name) for name in ("Vulkan0", "CPU")}
     finally:
         llm.close()
     print(json.dumps(out))

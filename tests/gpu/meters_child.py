@@ -9,8 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from vrampilot.engine import Engine
-from vrampilot.engine.sampling import SamplingParams
+from vrampilot.engine import Engine, SamplingParams
 from vrampilot.gguf import load_model_spec
 from vrampilot.message import Message
 from vrampilot.meters import MeterSample
@@ -19,7 +18,7 @@ from vrampilot.meters.state import MeterState
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from testkit.placement_check import compare
-from vrampilot.engine.loader import open_llama
+from vrampilot.engine import open_llama
 from vrampilot.export import llama_server_argv
 from vrampilot.hardware import detect_machine
 from vrampilot.planner.settings import Settings
@@ -31,11 +31,11 @@ def main() -> int:
         r = compare(path, s, target)
         r["argv"] = llama_server_argv(path, s, host="127.0.0.1", server=str(tool_path("llama-server")))
         results.append(r)
-    from vrampilot.llamacpp import allocations
+    from vrampilot.llamacpp import device_allocated_bytes
 
     llm = open_llama(path, cases[0])
     try:
-        engine = {name: allocations.device_bytes(name) for name in ("Vulkan0", "Vulkan_Host", "CPU")}
+        engine = {name: device_allocated_bytes(name) for name in ("Vulkan0", "Vulkan_Host", "CPU")}
     finally:
         llm.close()
     # What made llama.cpp use lavapipe in this process (a CPU-type device it skips otherwise), for

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from testkit.projector_check import serve_and_read
-from vrampilot.engine import Engine, SamplingParams
-from vrampilot.engine.vision import projector_of
+from vrampilot.engine import Engine, SamplingParams, projector_of
 from vrampilot.gguf import load_model_spec
 from vrampilot.hardware import detect_machine
 from vrampilot.message import Message

@@ -21,7 +21,7 @@ from testkit.gguf_models import write_model
 from tests.gpu.conftest import run_child as run_json_child
 from tests.planner.test_moe_placement import FIXTURES
 from vrampilot.gguf import load_model_spec
-from vrampilot.llamacpp.buffer_log import device_buffers
+from vrampilot.llamacpp import device_buffers
 from vrampilot.server import ServerProcess, free_port, tool_env
 from vrampilot.units import MIB
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.gpu.conftest import ROOT, hiding_the_vulkan_loader, need
-from vrampilot.llamacpp.vulkan_probe import probe_vulkan
+from vrampilot.llamacpp import probe_vulkan
 
 
 def doctor(env: dict[str, str], prefix: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:

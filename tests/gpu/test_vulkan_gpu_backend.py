@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli.test_cli import vrampilot
 from tests.gpu.conftest import run_child
-from vrampilot.llamacpp.backends import read_manifest
+from vrampilot.llamacpp import read_manifest
 from vrampilot.server.binaries import lib_dir
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.gpu.conftest import run_child
-from vrampilot.llamacpp.vulkan_probe import probe_vulkan
+from vrampilot.llamacpp import probe_vulkan
 
 pytestmark = pytest.mark.slow
 PRINT_BYTES = 4 * (0.005 * 1024 * 1024 + 1)  # llama.cpp prints each of the four buffers to 0.01 MiB

@@ -14,20 +14,20 @@ import pytest
 
 from tests import waits
 from tests.gpu.conftest import ROOT
-from vrampilot.llamacpp.buffer_log import device_buffers
+from vrampilot.llamacpp import device_buffers
 
 pytestmark = pytest.mark.slow
 
 CHILD = """
-from vrampilot.speed.host_probe import measure_steps
-from vrampilot.speed.reference_run import ReferenceSession
-from vrampilot.llamacpp import load, log
-from vrampilot.llamacpp.devices import list_devices
+from vrampilot.speed import measure_steps
+from vrampilot.speed import ReferenceSession
+from vrampilot.llamacpp import capture_log, load
+from vrampilot.llamacpp import list_devices
 from vrampilot.paths import embedded_model_path
 
 load()
 print("devices:", [d.name for d in list_devices()])
-with log.capturing() as lines:
+with capture_log() as lines:
     ReferenceSession(embedded_model_path(), [1]).close()
     measure_steps([1])
 for line in lines:

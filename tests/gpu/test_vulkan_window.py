@@ -13,7 +13,7 @@ import pytest
 
 from tests.gpu.conftest import ROOT
 from tests.speed_record import save_measured_record
-from vrampilot.speed.measured import HostProbe
+from vrampilot.speed import HostProbe
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = ROOT / "test-artifacts" / "gpu"

@@ -14,7 +14,7 @@ from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 
 def main() -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication
 
+from vrampilot.ui.app_context import build_context
 from vrampilot.ui.chat.controller import ChatState
-from vrampilot.ui.context import build_context
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.services import build_services
 from vrampilot.ui.theme import apply_theme

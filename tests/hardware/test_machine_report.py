@@ -13,7 +13,7 @@ from vrampilot.hardware import detect_llama_backend, detect_machine, format_mach
 from vrampilot.hardware.llama_backend import CUDA_MODULE_HINT, _gpu_build_note
 from vrampilot.hardware.report import CUDA_REBUILD_HINT
 from vrampilot.hardware.types import GpuInfo
-from vrampilot.llamacpp.backends import MANIFEST_NAME
+from vrampilot.llamacpp import MANIFEST_NAME
 
 
 def _cpu_build() -> SimpleNamespace:

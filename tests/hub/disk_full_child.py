@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from vrampilot.hub import DownloadProgress, DownloadState, HubError, download_model
-from vrampilot.hub.cache import RepoCache
+from vrampilot.hub.hf_cache import RepoCache
 
 
 def main() -> int:

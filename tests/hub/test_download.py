@@ -26,7 +26,7 @@ from vrampilot.hub import (
     list_pending,
     scan_library,
 )
-from vrampilot.hub.cache import RepoCache
+from vrampilot.hub.hf_cache import RepoCache
 
 REPO = "test/tiny-llama-GGUF"
 F16 = "tiny-llama-F16.gguf"

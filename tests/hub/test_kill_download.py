@@ -23,7 +23,7 @@ from tests.clock import FUTURE, PAST, env_at
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import LocalStatus, list_pending, scan_library
-from vrampilot.hub.cache import PART_SUFFIX, RepoCache
+from vrampilot.hub.hf_cache import PART_SUFFIX, RepoCache
 from vrampilot.hub.records import verified_sha256
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,7 @@ import pytest
 
 from tests.hub.conftest import Models
 from tests.hub.fake_hub import FakeHub
-from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
-from vrampilot.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
+from vrampilot.gguf import GGUFError, GGUFNeedMoreBytes, load_model_spec, read_gguf, read_gguf_bytes
 from vrampilot.hub import AccessDeniedError, HubUnreachableError, fetch_remote_header, list_repo_files, remote_spec
 
 

@@ -24,8 +24,8 @@ from vrampilot.hybrid.cache import (
     window_for_bytes,
 )
 from vrampilot.hybrid.config import HybridConfig
+from vrampilot.hybrid.layer_plan import config_kv_bytes
 from vrampilot.hybrid.model import LlamaModel, ModelConfig, Rope
-from vrampilot.hybrid.plan import config_kv_bytes
 
 from .conftest import TinyLlama
 
@@ -294,7 +294,7 @@ def test_q4_window_baseline_is_llama_cpp_q4_0_cut_to_a_window() -> None:
 
 def test_reach_keeps_only_the_newest_old_tokens() -> None:
     """Kind R with a reach reads the sinks, its window and `reach` older tokens, and holds no more."""
-    from vrampilot.hybrid.plan import RAW_BLOCK
+    from vrampilot.hybrid.layer_plan import RAW_BLOCK
 
     cfg = HybridConfig(n_sink=2, window=8, storage="f16", layout_cycle="R", reach=RAW_BLOCK)
     plan = LayerPlan.for_kind("R", cfg, cfg.reach)
@@ -329,7 +329,7 @@ def test_rotated_q4_entries_read_like_their_dequantized_values() -> None:
 
 @pytest.mark.parametrize("n", [1, 30, 75, 200])
 def test_counted_bytes_equal_what_every_named_config_holds(tiny_llama: TinyLlama, n: int) -> None:
-    """plan.py's count (what the app shows and the baselines are sized by) is what real caches hold."""
+    """layer_plan.py's count (what the app shows and the baselines are sized by) is what real caches hold."""
     from vrampilot.hybrid.config import CONFIGS, budget_base
 
     model = LlamaModel(tiny_llama.path)

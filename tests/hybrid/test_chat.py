@@ -13,12 +13,12 @@ pytest.importorskip("torch")
 from testkit.gguf_models import write_model
 from vrampilot.engine import Engine, EngineError, Message, SamplingParams
 from vrampilot.gguf import load_model_spec
-from vrampilot.hybrid.chat import HybridChat, torch_available, unsupported_reason
+from vrampilot.hybrid.backend import HybridChat, torch_available, unsupported_reason
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6, seed=1)
 
@@ -95,7 +95,7 @@ def test_the_hybrid_backend_refuses_images_in_one_line(embedded_model: Path, tmp
     as if the image were not there (the window shows the message; the chat stays usable)."""
     from tests.images import png_bytes
     from vrampilot.errors import UserError
-    from vrampilot.hybrid.chat import HybridBackend
+    from vrampilot.hybrid.backend import HybridBackend
 
     (tmp_path / "a.png").write_bytes(png_bytes(8, 8))
     backend = HybridBackend(embedded_model, threads=1)

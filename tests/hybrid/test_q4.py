@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 else:
     torch = pytest.importorskip("torch")
 
-from vrampilot.hybrid.plan import vector_bytes
+from vrampilot.hybrid.layer_plan import vector_bytes
 from vrampilot.hybrid.q4 import Q4Tensor, cat_q4, hadamard, quantize_q4
 
 

@@ -26,9 +26,7 @@ import pytest
 
 from testkit.fake_nvml import FakeGpu, FakeNvml
 from tests import waits
-from vrampilot.hardware import detect_machine
-from vrampilot.hardware.report import NO_CUDA_NOTE, machine_warnings
-from vrampilot.hardware.types import LlamaBackendInfo, LlamaDevice, Machine
+from vrampilot.hardware import NO_CUDA_NOTE, LlamaBackendInfo, LlamaDevice, Machine, detect_machine, machine_warnings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging" / "engine"))
 import cuda as recipe

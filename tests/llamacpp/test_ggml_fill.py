@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 
 from vrampilot.llamacpp.ggml import FILL_PIECE_BYTES, CpuKernels
-from vrampilot.speed.host_probe import ggml_type_id
+from vrampilot.speed import ggml_type_id
 
 
 def test_a_matrix_filled_in_pieces_holds_what_one_write_holds() -> None:

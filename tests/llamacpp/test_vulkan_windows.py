@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from testkit.machines import cpu_machine
-from vrampilot.hardware import LlamaBackendInfo, format_machine
-from vrampilot.hardware.report import WINDOWS_NO_CUDA
+from vrampilot.hardware import WINDOWS_NO_CUDA, LlamaBackendInfo, format_machine
 from vrampilot.llamacpp.vulkan_probe import WINDOWS_INSTALL_HINT, ask_vulkan
 
 

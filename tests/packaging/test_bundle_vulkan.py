@@ -13,7 +13,7 @@ import pytest
 
 from tests.gpu.conftest import hiding_the_vulkan_loader, need
 from tests.packaging.conftest import Runner, serve_and_ask
-from vrampilot.llamacpp.vulkan_probe import loader_name, probe_vulkan
+from vrampilot.llamacpp import loader_name, probe_vulkan
 
 GPU = {"VRAMPILOT_SOFTWARE_GPU": "1"}
 PACKAGE_BUDGET_BYTES = 350 * 10**6  # each installer file (issue: under 350 MB)

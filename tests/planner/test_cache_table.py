@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import write_deepseek4, write_model
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.planner.memory.kv import kv_cache_bytes
 from vrampilot.planner.search.cache_table import CONTEXTS, cache_table
 from vrampilot.planner.settings import Settings

@@ -35,8 +35,7 @@ from vrampilot.planner.speed_model.predict import (
     shallow_decode_ratio,
 )
 from vrampilot.planner.target import TargetRequest
-from vrampilot.speed.codec import decode, encode
-from vrampilot.speed.measured import (
+from vrampilot.speed import (
     FACTOR_WINDOW,
     PACES_KEPT,
     RATIO_MAX,
@@ -46,8 +45,11 @@ from vrampilot.speed.measured import (
     PaceReading,
     RateAt,
     SpeedFactors,
+    decode_record,
+    encode_record,
+    load_machine_speed,
+    update_machine_speed,
 )
-from vrampilot.speed.store import load_machine_speed, update_machine_speed
 
 PINS = Pins(n_ctx=2048, n_threads=1, n_threads_batch=1)
 
@@ -178,7 +180,7 @@ def test_replies_teach_the_thread_counts_they_ran_at(embedded_model: Path) -> No
 def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     embedded_model: Path, tmp_path: Path
 ) -> None:
-    from vrampilot.speed.measured import MODEL_FACTORS_KEPT
+    from vrampilot.speed import MODEL_FACTORS_KEPT
 
     assert MODEL_MIN_REPLIES == 2
     other = tmp_path / "Other-135M.gguf"  # another file name is another model to the factors
@@ -213,7 +215,7 @@ def test_a_model_s_own_replies_take_over_from_the_machine_s_once_there_are_two(
     assert speed.factors_for(key).decode_ratios == pytest.approx((0.8, 0.8, 0.8, 1.2, 1.2))
     assert plan_of(third, speed).speed.decode_factor == pytest.approx(followed(0.8, 5))  # the machine's median
     # Stored and read back with the model each window belongs to.
-    again = decode(MachineSpeed, encode(speed))
+    again = decode_record(MachineSpeed, encode_record(speed))
     assert learned_factors(again, key, other.name) == learned_factors(speed, key, other.name)
     assert again.factors_for(key, other.name).n_replies == 2
     # Only the most recently updated models keep factors of their own; the backend's stay.
@@ -256,7 +258,7 @@ def test_a_reply_read_while_the_machine_ran_slow_is_shown_but_not_learned(embedd
     assert usual.usual_pace_ms(1) == pytest.approx(2.1)  # median of 2.0, 2.5, 2.1
     assert usual.usual_pace_ms(2) is None  # never read at 2 threads: nothing to compare with
     # The record keeps it all.
-    assert decode(MachineSpeed, encode(usual)) == usual
+    assert decode_record(MachineSpeed, encode_record(usual)) == usual
     # A gauge never read (a GPU plan, a record from before the gauge) changes nothing.
     assert learn_reply(speed, p, _reply(p, 0.9, 0.9)).factors_for(key).n_replies == 1
     # A machine never gauged before learns from its first reading on.

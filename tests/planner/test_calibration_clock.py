@@ -11,7 +11,7 @@ from tests.clock import FUTURE, PAST, run_at
 from tests.planner.test_calibration import _plan
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.speed_model.predict import backend_key
-from vrampilot.speed.store import load_machine_speed
+from vrampilot.speed import load_machine_speed
 
 FINGERPRINT = "fp-clock"
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ _LEARN = """
     from pathlib import Path
     from testkit.machines import uniform_probe
     from tests.planner.test_calibration import _plan, _reply
-    from vrampilot.speed.store import load_machine_speed, update_machine_speed
+    from vrampilot.speed import load_machine_speed, update_machine_speed
     from vrampilot.planner.calibration import record_reply
     speed = load_machine_speed({fp!r})
     if speed.probe is None:

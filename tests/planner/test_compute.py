@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.dry_run.log_lines import matches_print
 from vrampilot.planner.dry_run.measure import measure_allocations

@@ -18,7 +18,7 @@ from vrampilot.planner.search.choose import plan
 from vrampilot.planner.speed_model.cpu_speed import CpuRates, weight_table
 from vrampilot.planner.speed_model.predict import SpeedModel
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.measured import HostProbe, RateAt
+from vrampilot.speed import HostProbe, RateAt
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_decoding_slows_as_the_context_fills_at_the_cache_type_s_attention_rate(
 
 
 def test_query_heads_that_share_a_kv_head_stream_it_from_ram_once(tmp_path: Path) -> None:
-    from vrampilot.speed.measured import AttentionRates, RateAt
+    from vrampilot.speed import AttentionRates, RateAt
 
     # f16 attention at 20 GFLOP/s in the CPU's caches, 10 from RAM: streaming doubles a cell's cost.
     probe = replace(
@@ -258,7 +258,7 @@ def test_predictions_follow_the_probe_not_the_assumed_constants(q8_llama: ModelS
 
 
 def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path: Path) -> None:
-    from vrampilot.speed.measured import ElementwiseRates, RateAt
+    from vrampilot.speed import ElementwiseRates, RateAt
 
     shape = {"weight_type": "q8_0", "n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_ff": 512}
     gemma = load_model_spec(write_model(tmp_path / "g.gguf", "gemma3", head_dim=64, **shape))  # type: ignore[arg-type]  # a dict of the fields; mypy cannot match **dict to each
@@ -280,7 +280,7 @@ def test_a_prompt_pays_each_layer_s_norms_activation_and_rope_per_token(tmp_path
 
 def test_a_row_s_mat_vec_rate_follows_its_length_between_those_measured() -> None:
     from vrampilot.planner.speed_model.cpu_speed import CpuRates
-    from vrampilot.speed.measured import KernelRates, RateAt
+    from vrampilot.speed import KernelRates, RateAt
 
     def at(v: float) -> tuple[RateAt, ...]:
         return (RateAt(1, v),)

@@ -19,8 +19,14 @@ from vrampilot.planner.speed_model.predict import (
     backend_key,
 )
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.measured import DeviceRates, MachineSpeed, SpeedFactors
-from vrampilot.speed.store import load_machine_speed, save_device_rates, update_machine_speed
+from vrampilot.speed import (
+    DeviceRates,
+    MachineSpeed,
+    SpeedFactors,
+    load_machine_speed,
+    save_device_rates,
+    update_machine_speed,
+)
 from vrampilot.units import GIB
 
 LAVAPIPE = "llvmpipe (LLVM 15.0.6, 256 bits)"

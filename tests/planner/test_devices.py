@@ -13,8 +13,7 @@ from testkit.gguf_models import write_header_only, write_model
 from testkit.machines import cpu_machine, uniform_probe
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine
-from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
+from vrampilot.hardware import GpuInfo, LlamaBackendInfo, LlamaDevice, Machine, RpcDeviceMemory, RpcHost
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.memory.breakdown import layer_devices, memory_breakdown
 from vrampilot.planner.memory.compute import graph_key
@@ -24,7 +23,7 @@ from vrampilot.planner.search.choose import plan
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed_model.predict import backend_key
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.measured import MachineSpeed
+from vrampilot.speed import MachineSpeed
 from vrampilot.units import GIB
 
 

@@ -14,7 +14,7 @@ from testkit.machines import cpu_machine
 from testkit.spec_server import serving
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.llamacpp.vocab import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, read_vocab, vocab_mismatch
+from vrampilot.llamacpp import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, read_vocab, vocab_mismatch
 from vrampilot.planner.dry_run.log_lines import matches_print
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.memory.breakdown import Components
@@ -33,7 +33,7 @@ from vrampilot.planner.search.draft import (
 )
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.acceptance import load_acceptance, p_from_rate, pair_key, record_reply
+from vrampilot.speed import load_acceptance, p_from_rate, pair_key, record_acceptance
 from vrampilot.units import GIB
 
 PINS = Pins(n_ctx=1024, n_threads=1, n_threads_batch=1)
@@ -133,10 +133,10 @@ def test_acceptance_is_the_prior_until_a_reply_teaches_it(tmp_path: Path) -> Non
     assert load_acceptance(key, tmp_path) is None  # nothing measured: the record has no figure
     assert stored_acceptance("/m/target.gguf", request, tmp_path) == prior_acceptance("draft")
     assert not prior_acceptance("draft").measured
-    assert record_reply(key, 4, 0, 0, tmp_path) is None  # a reply that drafted nothing teaches nothing
-    learned = record_reply(key, 4, 40, 40, tmp_path)
+    assert record_acceptance(key, 4, 0, 0, tmp_path) is None  # a reply that drafted nothing teaches nothing
+    learned = record_acceptance(key, 4, 40, 40, tmp_path)
     assert learned is not None and learned.measured and learned.p > 0.99
-    record_reply(key, 4, 40, 0, tmp_path)
+    record_acceptance(key, 4, 40, 0, tmp_path)
     both = load_acceptance(key, tmp_path)
     assert both is not None and both.replies == 2 and both.drafted_tokens == 80 and 0.4 < both.p < 0.6
     assert stored_acceptance("/m/target.gguf", request, tmp_path) == both
@@ -315,7 +315,7 @@ def test_the_drafts_bytes_are_set_aside_on_its_device_before_the_model_is_planne
 
 
 def test_a_replan_and_a_back_off_keep_drafting(embedded_model: Path) -> None:
-    from vrampilot.engine.backoff import next_backoff
+    from vrampilot.engine import next_backoff
 
     spec, target = load_model_spec(embedded_model), resolve_target(TargetRequest(cpu_only=True), cpu_machine())
     p = plan_with_draft(

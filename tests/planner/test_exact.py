@@ -124,7 +124,7 @@ def test_exact_planning_is_fast_once_the_header_is_loaded(tmp_path: Path) -> Non
 
 def test_a_plan_does_not_wait_for_a_model_load(embedded_model: Path) -> None:
     """While the engine loads a model it holds llama.cpp's log; a plan then uses the formula."""
-    from vrampilot.llamacpp.lock import LOG_LOCK
+    from vrampilot.llamacpp import LOG_LOCK
     from vrampilot.planner.dry_run.graph import PLAN_WAIT_S
 
     spec = load_model_spec(embedded_model)

@@ -12,7 +12,7 @@ import pytest
 from testkit.gguf_models import ARCHITECTURES, shape_of, write_model, write_renamed
 from testkit.machines import cpu_machine
 from vrampilot.commands.plan_report import format_plan, plan_to_dict
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.families import (
     COUNTED_BY_LLAMA_CPP,

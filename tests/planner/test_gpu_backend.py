@@ -11,11 +11,11 @@ import pytest
 from testkit.dual_backend import RTX_4090, nvidia_machine
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware.cards import GpuBackendError
+from vrampilot.hardware import GpuBackendError
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
-from vrampilot.speed.measured import DeviceRates, MachineSpeed
+from vrampilot.speed import DeviceRates, MachineSpeed
 
 PINS = Pins(n_ctx=4096)
 

@@ -33,9 +33,16 @@ from vrampilot.planner.speed_model.graph_factors import (
 )
 from vrampilot.planner.speed_model.predict import SpeedModel
 from vrampilot.planner.target import TargetRequest
-from vrampilot.speed.codec import decode, encode
-from vrampilot.speed.host_probe import probe_outdated
-from vrampilot.speed.measured import HostProbe, RateAt, ReferenceDecode, ReferencePrefill, ReferenceRun
+from vrampilot.speed import (
+    HostProbe,
+    RateAt,
+    ReferenceDecode,
+    ReferencePrefill,
+    ReferenceRun,
+    decode_record,
+    encode_record,
+    probe_outdated,
+)
 
 N_CTX, UBATCH = 1280, 256
 
@@ -221,7 +228,7 @@ def test_the_real_run_gives_bounded_factors_for_every_thread_count(host_probe: H
     for t in threads:
         for f in (*got.decode(t), *got.prefill(t)):
             assert 0.5 <= f <= FACTOR_MAX
-    assert decode(HostProbe, encode(host_probe)) == host_probe
+    assert decode_record(HostProbe, encode_record(host_probe)) == host_probe
 
 
 def test_a_run_whose_weight_types_were_not_measured_gives_no_factors(spec: ModelSpec, embedded_model: Path) -> None:

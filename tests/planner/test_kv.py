@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import ARCHITECTURES, write_header_only, write_model
-from vrampilot.gguf.spec import ModelSpec, load_model_spec
+from vrampilot.gguf import ModelSpec, load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES, MeasuredBuffers, matches_print
 from vrampilot.planner.dry_run.measure import measure_allocations

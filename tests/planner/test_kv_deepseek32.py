@@ -15,7 +15,7 @@ import pytest
 
 from testkit.gguf_models import write_deepseek32
 from testkit.kv_checks import DSA_SHAPES, assert_dsa_parts_match, settings_grid
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.planner.dry_run.log_lines import PRINT_RESOLUTION_BYTES
 from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal

@@ -28,7 +28,7 @@ from testkit.kv_checks import (
     drafting_mtp,
     settings_grid,
 )
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.planner.dry_run.measure import measure_allocations
 from vrampilot.planner.memory.kv import kv_cache_bytes, kv_refusal
 from vrampilot.planner.search.cache_table import parts_of

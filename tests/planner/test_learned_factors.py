@@ -16,7 +16,7 @@ from vrampilot.planner.learned_factors import (
     median_factor,
     window_factors,
 )
-from vrampilot.speed.measured import FACTOR_WINDOW, MachineSpeed, SpeedFactors
+from vrampilot.speed import FACTOR_WINDOW, MachineSpeed, SpeedFactors
 
 
 def test_one_slow_reply_is_outvoted_by_the_median() -> None:

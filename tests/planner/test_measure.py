@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testkit.gguf_models import write_header_only, write_model, write_wrong_magic
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.dry_run.log_lines import MIB, PRINT_RESOLUTION_BYTES, matches_print, parse_buffers
 from vrampilot.planner.dry_run.measure import MeasureError, dry_run_plan, measure_allocations

@@ -207,7 +207,7 @@ def test_two_cards_and_rpc_hosts_place_experts_too(qwen: ModelSpec) -> None:
 
     from tests.planner.test_devices import two_gpu_machine
     from vrampilot.export import llama_server_argv
-    from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
+    from vrampilot.hardware import RpcDeviceMemory, RpcHost
     from vrampilot.planner.target import TargetRequest, resolve_target
 
     machine = replace(two_gpu_machine(), ram_total_bytes=64 * GIB, ram_available_bytes=64 * GIB)

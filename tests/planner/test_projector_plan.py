@@ -13,8 +13,7 @@ from testkit.machines import cpu_machine
 from testkit.mmproj import write_projector
 from vrampilot.errors import UserError
 from vrampilot.export import llama_server_argv
-from vrampilot.gguf import load_model_spec
-from vrampilot.gguf.projector import read_projector
+from vrampilot.gguf import load_model_spec, read_projector
 from vrampilot.planner.memory.projector import measure_clip
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan

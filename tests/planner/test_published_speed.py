@@ -10,9 +10,8 @@ from testkit.fake_nvml import FakeGpu
 from testkit.gguf_models import ArchShape, write_shape_header_only
 from testkit.machines import cpu_machine
 from testkit.published import HELD_BACK, SHAPES, load_published
-from vrampilot.gguf.spec import load_model_spec
-from vrampilot.hardware import LlamaBackendInfo
-from vrampilot.hardware.profiles import find_profile
+from vrampilot.gguf import load_model_spec
+from vrampilot.hardware import LlamaBackendInfo, find_profile
 from vrampilot.planner.memory.breakdown import memory_breakdown
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed_model.predict import SpeedModel, assumed_bandwidth_share

@@ -226,7 +226,7 @@ def test_deepseek2_on_the_amx_variant_keeps_its_weights_unrepacked(
     from dataclasses import replace
 
     from testkit.gguf_models import write_model
-    from vrampilot.export.args import llama_server_argv
+    from vrampilot.export import llama_server_argv
 
     spec = load_model_spec(write_model(tmp_path / f"{arch}.gguf", arch))
     machine = cpu_machine()

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from testkit.machines import cpu_machine
-from vrampilot.hardware import LlamaBackendInfo, LlamaDevice, Machine, find_profile
-from vrampilot.hardware.rpc import RpcDeviceMemory, RpcHost
+from vrampilot.hardware import LlamaBackendInfo, LlamaDevice, Machine, RpcDeviceMemory, RpcHost, find_profile
 from vrampilot.planner.target import DEFAULT_DEVICE_MARGIN_BYTES, PlanTargetError, TargetRequest, resolve_target
 from vrampilot.units import GIB, MIB
 

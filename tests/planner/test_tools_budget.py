@@ -13,7 +13,7 @@ from typing import Any
 
 from testkit.machines import cpu_machine
 from vrampilot.commands.plan_report import format_plan, plan_to_dict
-from vrampilot.engine.tool_tokens import count_tools_tokens, openai_tool
+from vrampilot.engine import count_tools_tokens, openai_tool
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan

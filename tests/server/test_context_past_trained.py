@@ -13,7 +13,7 @@ import llama_cpp
 import pytest
 
 from testkit.machines import cpu_machine
-from vrampilot.engine.loader import open_llama
+from vrampilot.engine import open_llama
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins

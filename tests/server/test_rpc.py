@@ -22,15 +22,15 @@ from tests import waits
 from tests.server.processes import assert_ctrl_c_stops, wait_gone
 from vrampilot.export import llama_server_argv
 from vrampilot.gguf import load_model_spec
-from vrampilot.hardware.rpc import RpcHostError, parse_hosts, query_host
-from vrampilot.llamacpp.buffer_log import device_buffers
+from vrampilot.hardware import RpcHostError, parse_hosts, query_host
+from vrampilot.llamacpp import device_buffers
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerExited, ServerProcess, free_port, tool_env, tool_path
 from vrampilot.server.process import health, is_alive
-from vrampilot.speed.service import detect_measured_machine
+from vrampilot.speed import detect_measured_machine
 from vrampilot.units import MIB
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 
 from tests.server.processes import wait_gone
 from tests.server.test_serve import _serve_cli, client
-from vrampilot.gguf.reader import read_gguf
+from vrampilot.gguf import read_gguf
 from vrampilot.server import ServerConfig, free_port
 
 pytestmark = pytest.mark.slow

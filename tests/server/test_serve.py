@@ -27,7 +27,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
-from vrampilot.server.chat import ServerBackend
+from vrampilot.server.backend import ServerBackend
 from vrampilot.server.process import health, is_alive
 
 pytestmark = pytest.mark.slow

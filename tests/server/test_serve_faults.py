@@ -29,7 +29,7 @@ from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
 from vrampilot.server import ServerConfig, ServerExited, ServerProcess, free_port, tool_env, tool_path
-from vrampilot.server.chat import ServerBackend, ServerChatError
+from vrampilot.server.backend import ServerBackend, ServerChatError
 from vrampilot.server.process import exit_status, exit_text, is_alive
 
 pytestmark = pytest.mark.slow

@@ -244,7 +244,7 @@ def test_a_reply_started_at_the_templates_call_opener_is_a_call(served: dict[str
 
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
-    from vrampilot.server.chat import ServerBackend
+    from vrampilot.server.backend import ServerBackend
 
     backend = ServerBackend(f"http://127.0.0.1:{served['port']}", api_key=KEY, timeout_s=120)
     opener = backend.call_opener(OPENAI_TOOLS)
@@ -267,7 +267,7 @@ def test_a_reply_started_at_the_templates_call_opener_is_a_call(served: dict[str
 
 def test_the_tools_cost_in_the_prompt_is_what_the_planner_counts(served: dict[str, Any]) -> None:
     """llama-server's own prompt count grows by exactly count_tools_tokens' figure for this template."""
-    from vrampilot.engine.tool_tokens import count_tools_tokens
+    from vrampilot.engine import count_tools_tokens
 
     def prompt_tokens(**tools: Any) -> int:
         r = _openai(served).chat.completions.create(

@@ -113,12 +113,12 @@ def _post(config: ServerConfig, path: str, body: dict[str, Any]) -> Any:
 
 
 def test_the_windows_server_backend_sends_images_as_content_parts(served: Served, tmp_path: Path) -> None:
-    """The chat's backend while the window serves the model (server/chat.py): a message's images go
+    """The chat's backend while the window serves the model (server/backend.py): a message's images go
     to llama-server as OpenAI image parts, and the reply's prompt counts their tokens."""
 
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
-    from vrampilot.server.chat import ServerBackend
+    from vrampilot.server.backend import ServerBackend
 
     config, _, p = served
     assert p.memory.projector is not None and p.memory.projector.spec.image_tokens is not None
@@ -143,7 +143,7 @@ def test_the_server_backend_counts_each_kept_images_tokens_when_it_trims(served:
     server's own prompt count has them, and a turn whose image no longer fits is dropped."""
     from vrampilot.engine import SamplingParams
     from vrampilot.message import Message
-    from vrampilot.server.chat import ServerBackend
+    from vrampilot.server.backend import ServerBackend
 
     config, _, p = served
     assert p.memory.projector is not None and p.memory.projector.spec.image_tokens is not None
@@ -166,7 +166,7 @@ def test_the_server_backend_counts_each_kept_images_tokens_when_it_trims(served:
 
 
 def _prompt_tokens(backend: Any, messages: list[Any], sampling: Any) -> int:
-    """One served reply (server/chat.py's backend) to `messages`: the prompt tokens llama-server read."""
+    """One served reply (server/backend.py's backend) to `messages`: the prompt tokens llama-server read."""
     import threading
 
     reply = backend.reply(

@@ -12,7 +12,7 @@ from pathlib import Path, PureWindowsPath
 
 import pytest
 
-from vrampilot.hub.cache import RepoCache
+from vrampilot.hub.hf_cache import RepoCache
 from vrampilot.paths import WINDOWS_PATH_LIMIT, data_dir, long_path, user_dir_text
 from vrampilot.storage.db import connect
 

@@ -26,11 +26,10 @@ from tests.speed_record import save_measured_record
 from vrampilot.engine import SamplingParams
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.speed.measured import HostProbe
-from vrampilot.speed.service import MeasuredMachine
+from vrampilot.speed import HostProbe, MeasuredMachine
 
 if TYPE_CHECKING:
-    from vrampilot.ui.context import AppContext
+    from vrampilot.ui.app_context import AppContext
 
 if TYPE_CHECKING:
     from vrampilot.ui.main_window import MainWindow
@@ -57,7 +56,7 @@ def app_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[App
     """A context as the app builds it, on this test's own data folder, planning for a fixed CPU
     machine (no detection, and no speed probe: that machine has no record), for a controller driven
     without the window (tests/ui/test_*_controller.py)."""
-    from vrampilot.ui.context import build_context
+    from vrampilot.ui.app_context import build_context
 
     monkeypatch.setenv("VRAMPILOT_HOME", str(tmp_path / "home"))
     ctx = build_context(machine=MeasuredMachine(cpu_machine()))
@@ -119,7 +118,7 @@ def settle(rounds: int = 5) -> None:
 @pytest.fixture
 def open_window(qtbot: QtBot, home: Path) -> Iterator[OpenWindow]:
     """Windows as the app builds them: a context on this test's home, then the window around it."""
-    from vrampilot.ui.context import build_context
+    from vrampilot.ui.app_context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.services import build_services
     from vrampilot.ui.theme import apply_theme

@@ -44,8 +44,8 @@ def wait(app: QApplication, cond: Callable[[], object], cpu_s: float) -> bool:
 
 def reply() -> dict[str, object]:
     from tests.ui.conftest import seed_prefs
+    from vrampilot.ui.app_context import build_context
     from vrampilot.ui.chat.controller import ChatState
-    from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.services import build_services
 

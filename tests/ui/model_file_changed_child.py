@@ -19,9 +19,9 @@ from tests.ui.disk_full_child import wait
 
 def main(model: Path) -> dict[str, object]:
     from tests.ui.conftest import FAST_PINS, seed_prefs
-    from vrampilot.gguf.reader import read_gguf
+    from vrampilot.gguf import read_gguf
+    from vrampilot.ui.app_context import build_context
     from vrampilot.ui.chat.controller import ChatState
-    from vrampilot.ui.context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.plan.controller import LoadState
     from vrampilot.ui.prefs import Prefs

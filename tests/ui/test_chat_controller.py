@@ -13,11 +13,11 @@ from pytestqt.qtbot import QtBot
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.engine import GenerationStats, SamplingParams
 from vrampilot.paths import embedded_model_path
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.chat.chat_list import ChatList
 from vrampilot.ui.chat.controller import ChatController, ChatState
 from vrampilot.ui.chat.documents_controller import DocumentsController
 from vrampilot.ui.chat.view import ChatView
-from vrampilot.ui.context import AppContext
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.plan.controller import LoadState, PlanController

@@ -22,7 +22,7 @@ from vrampilot.ui.wrap import unwrapped
 if TYPE_CHECKING:
     import llama_cpp
 
-    from vrampilot.engine.loader import ProgressFn
+    from vrampilot.engine import ProgressFn
     from vrampilot.planner.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -183,9 +183,8 @@ def test_cancel_stops_a_slow_load(qtbot: QtBot, home: Path) -> None:
     """A load made slow on purpose (its progress callback sleeps) is cancelled from the button."""
     import time
 
-    from vrampilot.engine import Engine
-    from vrampilot.engine.loader import open_llama
-    from vrampilot.ui.context import build_context
+    from vrampilot.engine import Engine, open_llama
+    from vrampilot.ui.app_context import build_context
 
     def slow_open(
         path: str | Path,

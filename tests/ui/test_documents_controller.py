@@ -16,8 +16,8 @@ from vrampilot.gguf import load_model_spec
 from vrampilot.planner.plan import Pins, Plan
 from vrampilot.planner.search.choose import plan
 from vrampilot.planner.target import TargetRequest, resolve_target
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.chat.documents_controller import DocumentsController
-from vrampilot.ui.context import AppContext
 
 
 @pytest.fixture

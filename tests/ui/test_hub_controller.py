@@ -15,7 +15,7 @@ from tests import waits
 from tests.hub.conftest import Models, gpu_target
 from tests.hub.fake_hub import FakeHub
 from vrampilot.hub import AccessDeniedError, Fit, list_pending
-from vrampilot.ui.context import AppContext, build_context
+from vrampilot.ui.app_context import AppContext, build_context
 from vrampilot.ui.hub.controller import HubController, HubState
 
 TINY = "tiny-llama-F16.gguf"

@@ -133,7 +133,7 @@ def test_the_backend_menu_lists_each_config_with_the_bytes_it_holds(open_window:
     """Each hybrid config is a choice in the chat's backend menu with the bytes it would hold: at the
     model's full context for a new chat, at the chat's length once it has replies; picking one
     stores it with the chat, and the reply comes from that config (its bytes in the reply's line)."""
-    from vrampilot.hybrid.chat import held_at
+    from vrampilot.hybrid.backend import held_at
     from vrampilot.hybrid.config import CONFIGS
     from vrampilot.units import format_bytes
 

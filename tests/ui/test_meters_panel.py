@@ -185,7 +185,7 @@ def test_without_nvml_ram_and_cpu_still_work(qtbot: QtBot, plan8: Plan) -> None:
 def test_system_ram_bandwidth_is_against_the_measured_peak_and_says_so(qtbot: QtBot, spec: ModelSpec) -> None:
     from testkit.machines import cpu_machine, measured_machine, uniform_probe
     from vrampilot.planner.target import TargetRequest, resolve_target
-    from vrampilot.speed.service import MeasuredMachine
+    from vrampilot.speed import MeasuredMachine
 
     sampler = Sampler(nvml=FakeNvml(init_error=NVML_ERROR_LIBRARY_NOT_FOUND))
     feed = MetersFeed(sampler, start=False)

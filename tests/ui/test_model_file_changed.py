@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.speed_record import save_measured_record
-from vrampilot.speed.measured import HostProbe
+from vrampilot.speed import HostProbe
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("model_file_changed_child.py")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.speed_record import save_measured_record
-from vrampilot.speed.measured import HostProbe
+from vrampilot.speed import HostProbe
 
 pytestmark = pytest.mark.slow
 

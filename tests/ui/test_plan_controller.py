@@ -14,7 +14,7 @@ from testkit.gguf_models import write_model, write_renamed
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.plan.controller import LoadState, PlanController

@@ -15,8 +15,8 @@ from pytestqt.qtbot import QtBot
 from testkit.dual_backend import nvidia_machine
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
-from vrampilot.speed.service import MeasuredMachine
-from vrampilot.ui.context import AppContext, build_context
+from vrampilot.speed import MeasuredMachine
+from vrampilot.ui.app_context import AppContext, build_context
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.plan.controller import PlanController

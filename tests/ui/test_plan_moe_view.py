@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 from testkit.machines import cpu_machine
 from testkit.real_shapes import write_real
 from tests.ui.conftest import ARTIFACTS
-from vrampilot.gguf.spec import load_model_spec
+from vrampilot.gguf import load_model_spec
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.search.choose import plan, replan_with

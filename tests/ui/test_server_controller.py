@@ -17,9 +17,9 @@ from pytestqt.qtbot import QtBot
 
 from tests.ui.conftest import FAST_PINS, heard
 from vrampilot.paths import embedded_model_path
-from vrampilot.server.chat import ServerBackend
+from vrampilot.server.backend import ServerBackend
 from vrampilot.server.process import is_alive
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView
 from vrampilot.ui.plan.controller import PlanController

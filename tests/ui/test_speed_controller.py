@@ -14,11 +14,18 @@ from pytestqt.qtbot import QtBot
 from testkit.gguf_models import write_model
 from tests.ui.conftest import heard
 from vrampilot.gguf import load_model_spec
-from vrampilot.speed.host_probe import missing_kernels
-from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
-from vrampilot.speed.store import load_machine_speed, update_machine_speed
-from vrampilot.ui.context import build_context
+from vrampilot.speed import (
+    PROBE_PACE_READINGS,
+    MachineSpeed,
+    MeasuredMachine,
+    PaceReading,
+    RateAt,
+    detect_measured_machine,
+    load_machine_speed,
+    missing_kernels,
+    update_machine_speed,
+)
+from vrampilot.ui.app_context import build_context
 from vrampilot.ui.plan.speed_controller import SpeedController
 
 

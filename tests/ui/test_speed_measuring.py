@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vrampilot.speed.measured import HostProbe, MachineSpeed
+from vrampilot.speed import HostProbe, MachineSpeed
 from vrampilot.ui.plan.speed_controller import _measuring_why
 
 

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from tests import waits
 from tests.ui.conftest import MAX_WORK_S, OpenWindow, StallMeter, open_chat, screenshot, seed_prefs
 from vrampilot.paths import data_dir
-from vrampilot.speed.store import FILE_NAME, load_machine_speed
+from vrampilot.speed import SPEED_FILE_NAME, load_machine_speed
 from vrampilot.ui.chat.controller import ChatState
 from vrampilot.ui.main_window import MainWindow
 from vrampilot.ui.plan.speed_controller import SpeedController
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def test_first_start_measures_in_the_background_and_replies_teach_the_plan(
     open_window: OpenWindow, qtbot: QtBot
 ) -> None:
-    (data_dir() / FILE_NAME).unlink()  # nobody measured this machine yet
+    (data_dir() / SPEED_FILE_NAME).unlink()  # nobody measured this machine yet
     seed_prefs(max_tokens=24)
     w: MainWindow = open_window(wait_plan=False)
     meter = StallMeter()
@@ -89,9 +89,14 @@ def test_a_probe_read_at_a_slow_moment_is_taken_again_at_the_next_start(
     test_a_new_probe_drops_what_replies_taught_the_cpu_but_not_the_gpu)."""
     from dataclasses import replace
 
-    from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-    from vrampilot.speed.service import detect_measured_machine
-    from vrampilot.speed.store import update_machine_speed
+    from vrampilot.speed import (
+        PROBE_PACE_READINGS,
+        MachineSpeed,
+        PaceReading,
+        RateAt,
+        detect_measured_machine,
+        update_machine_speed,
+    )
 
     fp = detect_measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the machine has its speed record by now
 
@@ -125,7 +130,7 @@ def test_a_window_closed_while_measuring_leaves_no_work_behind(open_window: Open
     """The probe stops with the window and the context waits for it. A worker still measuring after
     the window was gone (the context waited 5 s; a reading of the built-in model takes longer on a
     busy machine) emitted into freed objects and crashed the process at the next window's start."""
-    (data_dir() / FILE_NAME).unlink()
+    (data_dir() / SPEED_FILE_NAME).unlink()
     w: MainWindow = open_window(wait_plan=False)
     speed = w.plans.speed
     qtbot.waitUntil(lambda: speed.probing, timeout=20000)

@@ -283,9 +283,15 @@ def test_the_plan_never_rounds_a_speed_to_0_and_alternatives_say_an_equal_speed_
 def test_a_slow_measurement_is_kept_at_a_start_that_is_not_quiet(
     open_window: OpenWindow, qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vrampilot.speed.measured import PROBE_PACE_READINGS, MachineSpeed, PaceReading, RateAt
-    from vrampilot.speed.service import detect_measured_machine
-    from vrampilot.speed.store import load_machine_speed, update_machine_speed
+    from vrampilot.speed import (
+        PROBE_PACE_READINGS,
+        MachineSpeed,
+        PaceReading,
+        RateAt,
+        detect_measured_machine,
+        load_machine_speed,
+        update_machine_speed,
+    )
     from vrampilot.ui.plan.speed_controller import SpeedController
 
     fp = detect_measured_machine().speed.fingerprint  # type: ignore[union-attr]  # the home fixture saved a record

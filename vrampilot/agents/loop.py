@@ -5,7 +5,7 @@ Where it runs: llama-server, not the in-process engine. llama-cpp-python cannot 
 nor parse them per model family; llama-server renders the tools with the model's own template
 (--jinja, on by default), parses the calls of each family it knows (and a generic JSON form for
 the rest) and, with tool_choice "required", constrains the output by a grammar to a valid call.
-So a tool-using chat runs as MTP and RPC plans do, in a private llama-server (server/session.py);
+So a tool-using chat runs as MTP and RPC plans do, in a private llama-server (server/private.py);
 the model stays the same and so does the plan.
 
 Every call is asked first unless the user always allows the tool (policy.py) or named it for a
@@ -42,7 +42,7 @@ RESULT_BUDGET_CHARS = 16_000  # about 4K tokens of English; the CLI sizes it fro
 
 
 class ToolModel(Protocol):
-    """What the loop needs from the model: one round, tools offered (server/chat.py's backend)."""
+    """What the loop needs from the model: one round, tools offered (server/backend.py's backend)."""
 
     def reply_with_tools(
         self,

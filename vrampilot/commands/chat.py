@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vrampilot.errors import UserError
-from vrampilot.speed import cpu_load
+from vrampilot.speed import cpu_snapshot, others_cpu_share
 
 if TYPE_CHECKING:
     from vrampilot.agents import McpConfig
@@ -177,7 +177,7 @@ def run_chat(args: argparse.Namespace) -> int:
         messages = composed.messages
     progress = _print_progress if (not args.json and sys.stderr.isatty()) else None
 
-    started = cpu_load.snapshot()
+    started = cpu_snapshot()
     try:
         if args.json:
             reply = engine.chat(messages, sampling, on_prompt_progress=progress)
@@ -194,7 +194,7 @@ def run_chat(args: argparse.Namespace) -> int:
     finally:
         engine.unload()
     # An image's encoding is no prompt reading: such a reply would teach the speed model wrong.
-    speed = None if images else _learn(loaded.plan, reply.stats, cpu_load.others_share(started))
+    speed = None if images else _learn(loaded.plan, reply.stats, others_cpu_share(started))
     if speed is not None and not args.json:
         print(f"vrampilot: {speed['line']}", file=sys.stderr)
     chat_id = history.save(reply.text, reply.stats.to_dict())
@@ -287,13 +287,13 @@ def _chat_served(
     """One turn through a private llama-server (a plan across RPC hosts, or drafting with MTP)."""
     import threading
 
+    from vrampilot.server.private import private_server
     from vrampilot.server.process import ServerExited, exit_text
-    from vrampilot.server.session import private_server
 
     try:
         with private_server(plan) as backend:
             on_text = (lambda _t: None) if args.json else _print_piece
-            started = cpu_load.snapshot()  # the server's CPU counts as ours (cpu_load._own_seconds)
+            started = cpu_snapshot()  # the server's CPU counts as ours (cpu_load._own_seconds)
             reply = backend.reply(
                 None,
                 messages,
@@ -303,7 +303,7 @@ def _chat_served(
                 cancel=threading.Event(),
                 trim=False,
             )
-            others = cpu_load.others_share(started)
+            others = others_cpu_share(started)
     except ServerExited as exc:
         why = exit_text(exc.code, exc.lines)  # one line; llama.cpp's reason when it aborted
         what = "the plan across the RPC hosts" if plan.settings.uses_rpc else "llama-server running the plan"
@@ -343,8 +343,8 @@ def _chat_with_tools(
 
     from vrampilot.agents import ApprovalPolicy, McpManager, ToolCatalog, ToolLoop
     from vrampilot.commands.chat_tools import print_step, report_servers, terminal_approver
+    from vrampilot.server.private import private_server
     from vrampilot.server.process import ServerExited, exit_text
-    from vrampilot.server.session import private_server
 
     cancel = threading.Event()
     with McpManager(config) as manager:  # the servers start while the model loads
@@ -449,8 +449,7 @@ class _History:
         self.chat_id, self.keep, self.plan, self.system = chat_id, keep, plan, system
         self._service = None
         if keep:
-            from vrampilot.storage import ChatStore
-            from vrampilot.storage.conversation import ConversationService
+            from vrampilot.storage import ChatStore, ConversationService
 
             self._service = ConversationService(ChatStore())
             if chat_id is not None:
@@ -465,7 +464,7 @@ class _History:
         cannot take the question (full, read-only) says so before the model loads, not after it
         wrote a reply. A question left without a reply (a killed turn) joins this one."""
         from vrampilot.engine import Message
-        from vrampilot.storage.db import StorageError
+        from vrampilot.storage import StorageError
 
         if self._service is None:
             out = [Message("system", self.system)] if self.system else []

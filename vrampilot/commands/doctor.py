@@ -16,14 +16,18 @@ import sys
 from collections.abc import Sequence
 
 from vrampilot.errors import UserError
-from vrampilot.hardware.cards import card_devices
-from vrampilot.hardware.report import format_machine, machine_to_dict
-from vrampilot.hardware.types import LlamaDevice, Machine
+from vrampilot.hardware import LlamaDevice, Machine, card_devices, format_machine, machine_to_dict
 from vrampilot.planner.learned_factors import LearnedFactors
 from vrampilot.planner.speed_model.cpu_speed import GraphFactors
-from vrampilot.speed.measured import MachineSpeed, RateAt
-from vrampilot.speed.report import format_speed, probe_time_text, speed_to_dict
-from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
+from vrampilot.speed import (
+    MachineSpeed,
+    MeasuredMachine,
+    RateAt,
+    detect_measured_machine,
+    format_speed,
+    probe_time_text,
+    speed_to_dict,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,9 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def measure(found: MeasuredMachine, what: str = "all", *, say: bool = False) -> MachineSpeed:
     """Run the probe for every weight type (`what` "all") or only the GPUs' ("gpus") and store it;
     returns the machine's record with the new figures. `say`: a line on stderr as it starts."""
-    from vrampilot.llamacpp.ggml import GgmlError
-    from vrampilot.speed.host_probe import ALL_WEIGHT_TYPES
-    from vrampilot.speed.service import save_taken, take_probe
+    from vrampilot.llamacpp import GgmlError
+    from vrampilot.speed import ALL_WEIGHT_TYPES, save_taken, take_probe
 
     machine, record = found.machine, found.speed
     assert record is not None  # detect_measured_machine always gives a record
@@ -86,8 +89,8 @@ def _say_step(what: str) -> None:
 
 
 def _measure_devices(speed: MachineSpeed, devices: Sequence[LlamaDevice]) -> MachineSpeed:
-    from vrampilot.llamacpp.ggml import GgmlError
-    from vrampilot.speed.service import measure_devices_and_save
+    from vrampilot.llamacpp import GgmlError
+    from vrampilot.speed import measure_devices_and_save
 
     try:
         return measure_devices_and_save(speed, devices)

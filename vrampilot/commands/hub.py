@@ -144,7 +144,7 @@ def _search_table(results: list[RepoSummary]) -> str:
 def _target(args: argparse.Namespace) -> Target:
     """What the badges judge for: the same options, request and resolver as `vrampilot plan`."""
     from vrampilot.planner.target import resolve_target
-    from vrampilot.speed.service import detect_measured_machine
+    from vrampilot.speed import detect_measured_machine
 
     found = detect_measured_machine()
     return resolve_target(target_request_from_args(args), found.machine, found.speed)

@@ -6,9 +6,16 @@ import argparse
 import json
 
 from vrampilot.commands.common import resolve_model
-from vrampilot.gguf import load_model_spec, read_gguf
-from vrampilot.gguf.describe import format_projector, format_spec, spec_to_dict
-from vrampilot.gguf.projector import ProjectorSpec, matching_projector, read_projector
+from vrampilot.gguf import (
+    ProjectorSpec,
+    format_projector,
+    format_spec,
+    load_model_spec,
+    matching_projector,
+    read_gguf,
+    read_projector,
+    spec_to_dict,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vrampilot.errors import UserError
-from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, parse_gpu_backend
+from vrampilot.hardware import GPU_BACKEND_CHOICES, parse_gpu_backend
 from vrampilot.units import parse_size
 
 if TYPE_CHECKING:
@@ -43,8 +43,7 @@ def target_request_from_args(args: argparse.Namespace) -> TargetRequest:
     """The options of add_target_options as one request. Asks each --rpc host what it has (a clear
     error when one does not answer), after the options that cannot go with it are refused."""
     # Here, not above: `hub search` shares this module and needs none of the planner.
-    from vrampilot.hardware.profiles import find_profile
-    from vrampilot.hardware.rpc import parse_hosts, query_hosts
+    from vrampilot.hardware import find_profile, parse_hosts, query_hosts
     from vrampilot.planner.target import TargetRequest
 
     try:

@@ -16,8 +16,7 @@ from vrampilot.commands.common import resolve_model
 from vrampilot.commands.options import add_target_options, target_request_from_args
 from vrampilot.errors import UserError
 from vrampilot.export import SHELLS, llama_server_argv, quote
-from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.gguf.projector import matching_projector
+from vrampilot.gguf import ModelSpec, load_model_spec, matching_projector
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.knobs import add_knob_options, at_least, pins_from_knobs
 from vrampilot.planner.plan import Pins, Plan
@@ -26,7 +25,7 @@ from vrampilot.planner.search.verify import Verification
 from vrampilot.planner.settings import KV_CACHE_TYPES
 from vrampilot.planner.target import Target, resolve_target
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
-from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
+from vrampilot.speed import MeasuredMachine, detect_measured_machine
 
 if TYPE_CHECKING:
     from vrampilot.planner.search.draft import DraftRequest
@@ -98,7 +97,7 @@ def _with_model_kernels(found: MeasuredMachine, spec: ModelSpec | None) -> Measu
         return found
     from vrampilot.planner.speed_model.cpu_speed import weight_table
     from vrampilot.planner.speed_model.graph_factors import with_reference_types
-    from vrampilot.speed.service import add_missing_kernels, kernels_missing
+    from vrampilot.speed import add_missing_kernels, kernels_missing
 
     missing = kernels_missing(speed, with_reference_types(weight_table(spec).types()))
     if not missing:

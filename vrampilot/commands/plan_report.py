@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrampilot.gguf.spec import file_name_line
+from vrampilot.gguf import file_name_line
 from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.memory.breakdown import Components, MemoryBreakdown
 from vrampilot.planner.memory.placement import experts_in_ram
@@ -22,7 +22,7 @@ from vrampilot.planner.search.explain import (
 from vrampilot.planner.search.reasons import placement_text
 from vrampilot.planner.speed_model.predict import backend_key
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
-from vrampilot.speed.codec import encode
+from vrampilot.speed import encode_record
 from vrampilot.units import format_bytes
 
 _COMPONENTS = ("weights", "kv", "compute", "output", "margin", "projector", "total")
@@ -171,7 +171,7 @@ def _speed_dict(plan: Plan) -> dict[str, Any]:
             "decode_factor": round(sp.decode_factor, 4),
             "prefill_factor": round(sp.prefill_factor, 4),
         },
-        "last_measured": encode(last) if last is not None else None,
+        "last_measured": encode_record(last) if last is not None else None,
     }
 
 

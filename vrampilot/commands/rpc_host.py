@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from vrampilot.commands.foreground import run_in_foreground
-    from vrampilot.hardware.rpc import RpcHostError, query_host
+    from vrampilot.hardware import RpcHostError, query_host
     from vrampilot.server import ServerProcess, tool_env, tool_path
     from vrampilot.server.process import check_port
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _announce(args: argparse.Namespace, host: object, pid: int | None) -> None:
-    from vrampilot.hardware.rpc import RpcHost
+    from vrampilot.hardware import RpcHost
     from vrampilot.server.process import LOOPBACK
     from vrampilot.units import format_bytes
 

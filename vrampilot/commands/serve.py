@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
-from vrampilot.gguf.spec import file_name_line
+from vrampilot.gguf import file_name_line
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,8 +145,7 @@ def _template(path: Path | None) -> str | None:
 def _template_shows_tools(model: Path, template: str | None) -> bool:
     """Whether the template the server will use writes tools into the prompt (a probe tool rendered
     by vrampilot.engine.tool_tokens); True when it cannot tell (llama-server judges it then)."""
-    from vrampilot.engine.errors import TemplateError
-    from vrampilot.engine.tool_tokens import count_tools_tokens, openai_tool
+    from vrampilot.engine import TemplateError, count_tools_tokens, openai_tool
 
     probe = openai_tool("probe", "A tool.", {"type": "object", "properties": {}})
     try:

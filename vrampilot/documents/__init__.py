@@ -2,6 +2,7 @@
 tokenizer, the fit against the plan (with the planner's re-plan), BM25 retrieval with cited
 sources, and saved KV states. Qt-free: the CLI, the GUI and the benchmarks share it."""
 
+from vrampilot.documents.blocks import Block, Document
 from vrampilot.documents.chunking import Chunk, chunk_document
 from vrampilot.documents.context import (
     Attachment,
@@ -26,7 +27,6 @@ from vrampilot.documents.errors import (
 from vrampilot.documents.extract import SUPPORTED_PATTERNS, extract, is_supported
 from vrampilot.documents.fit import FitReport, analyze_fit, needed_context, nice_ctx, tokens_text
 from vrampilot.documents.kvstate import KvStateStore, state_key
-from vrampilot.documents.model import Block, Document
 from vrampilot.documents.store import DocumentStore
 from vrampilot.documents.tokens import TokenCounter, Tokenizer, tokenizer_for
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vrampilot.documents.model import Block, Document
+from vrampilot.documents.blocks import Block, Document
 from vrampilot.documents.tokens import TokenCounter
 
 DEFAULT_CHUNK_TOKENS = 256

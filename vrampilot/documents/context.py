@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from vrampilot.documents.blocks import Document
 from vrampilot.documents.bm25 import BM25
 from vrampilot.documents.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunk, chunk_document
 from vrampilot.documents.fit import DEFAULT_REPLY_TOKENS, TEMPLATE_TOKENS, FitReport, analyze_fit
-from vrampilot.documents.model import Document
 from vrampilot.documents.tokens import TokenCounter
-from vrampilot.gguf.projector import ProjectorSpec
+from vrampilot.gguf import ProjectorSpec
 from vrampilot.message import Message
 from vrampilot.planner.plan import Plan
 

@@ -7,8 +7,8 @@ import hashlib
 import threading
 from pathlib import Path
 
+from vrampilot.documents.blocks import CancelFlag, DocKind, Document, ProgressFn
 from vrampilot.documents.errors import DocumentError, EmptyDocument, ExtractionCancelled, UnsupportedFormat
-from vrampilot.documents.model import CancelFlag, DocKind, Document, ProgressFn
 from vrampilot.documents.textfile import code_blocks, decode_bytes, markdown_blocks, plain_blocks
 
 TEXT_SUFFIXES = {".txt", ".text", ".log", ".rst", ".csv", ".tsv", ".tex", ".org", ".srt", ".vtt"}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from vrampilot.documents.blocks import Block, CancelFlag, ProgressFn
 from vrampilot.documents.errors import DocumentError, EncryptedPdf, ExtractionCancelled, ScannedPdf
-from vrampilot.documents.model import Block, CancelFlag, ProgressFn
 from vrampilot.documents.textfile import paragraphs
 
 

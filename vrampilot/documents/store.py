@@ -11,10 +11,10 @@ import json
 import time
 from pathlib import Path
 
+from vrampilot.documents.blocks import Document
 from vrampilot.documents.context import ContextGiven
-from vrampilot.documents.model import Document
 from vrampilot.paths import data_dir
-from vrampilot.storage.db import migrate, open_database
+from vrampilot.storage import migrate, open_database
 
 DB_FILE = "documents.sqlite3"
 # Migrations by `PRAGMA user_version`, as the chats database (vrampilot.storage.db). The first one is

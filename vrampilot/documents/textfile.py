@@ -14,8 +14,8 @@ from pathlib import Path
 
 from charset_normalizer import from_bytes
 
+from vrampilot.documents.blocks import Block
 from vrampilot.documents.errors import BinaryFile, UnknownEncoding
-from vrampilot.documents.model import Block
 
 SNIFF_BYTES = 64 * 1024
 # charset-normalizer's "chaos" (0 = clean text); above this the guess is noise, not a language.

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vrampilot import llamacpp
-from vrampilot.llamacpp import log as llama_log
+from vrampilot.llamacpp import install_log
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
     import llama_cpp
@@ -34,7 +34,7 @@ class Tokenizer:
 
     @classmethod
     def from_model_file(cls, path: str | Path) -> Tokenizer:
-        llama_log.install()
+        install_log()
         return cls(llama_cpp.Llama(str(path), vocab_only=True, verbose=False), owned=True)
 
     def tokenize(self, text: str) -> list[int]:

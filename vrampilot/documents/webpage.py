@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from vrampilot.documents.model import Block
+from vrampilot.documents.blocks import Block
 
 _BLOCK = {
     "p",

@@ -8,8 +8,8 @@ import re
 import zipfile
 from pathlib import Path
 
+from vrampilot.documents.blocks import Block, CancelFlag, ProgressFn
 from vrampilot.documents.errors import DocumentError, ExtractionCancelled
-from vrampilot.documents.model import Block, CancelFlag, ProgressFn
 
 _HEADING = re.compile(r"^(?:Heading|Überschrift|Titre)\s*(\d)$", re.IGNORECASE)
 

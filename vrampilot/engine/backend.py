@@ -1,7 +1,7 @@
 """The one interface every chat backend implements, and the llama.cpp one.
 
 A backend turns a conversation into a streamed reply on the engine's thread: llama.cpp in-process
-(`LlamaCppBackend`), the experimental hybrid cache on torch (vrampilot.hybrid.chat.HybridBackend),
+(`LlamaCppBackend`), the experimental hybrid cache on torch (vrampilot.hybrid.backend.HybridBackend),
 and the running llama-server once the app serves the model. The chat controller holds one per
 chat and never asks which kind it is.
 """

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vrampilot import llamacpp
-from vrampilot.export.args import NGRAM_SIZE
+from vrampilot.export import NGRAM_SIZE
 
 if TYPE_CHECKING:
     import llama_cpp

@@ -21,10 +21,16 @@ from vrampilot import llamacpp
 from vrampilot.engine.draft import CountingDraft, ModelDraft, ngram_draft
 from vrampilot.engine.errors import AllocationError, LoadCancelled, ModelLoadError
 from vrampilot.export import llama_cpp_kwargs
-from vrampilot.llamacpp import allocations
-from vrampilot.llamacpp import log as llama_log
-from vrampilot.llamacpp.lock import LOG_LOCK
-from vrampilot.llamacpp.overrides import CpuOverrides
+from vrampilot.llamacpp import (
+    LOG_LOCK,
+    CpuOverrides,
+    capture_log,
+    clear_log,
+    forget_allocations,
+    install_log,
+    recent_log_errors,
+    record_allocations,
+)
 from vrampilot.planner.dry_run.measure import extra_buffers_allowed
 from vrampilot.planner.memory.placement import cpu_override_patterns
 from vrampilot.planner.settings import Settings
@@ -57,7 +63,7 @@ class _Llama(llama_cpp.Llama):
         # alive with the instance, since llama.cpp reads the array while it loads.
         self._vp_devices: ctypes.Array[ctypes.c_void_p] | None = None
         if devices:
-            from vrampilot.llamacpp.devices import device_handle
+            from vrampilot.llamacpp import device_handle
 
             self._vp_devices = (ctypes.c_void_p * (len(devices) + 1))(*[device_handle(n) for n in devices], None)
         # Tensors the plan keeps in host memory (llama_model_params.tensor_buft_overrides):
@@ -89,7 +95,7 @@ class _Llama(llama_cpp.Llama):
             self.scores = np.zeros((1, self._n_vocab), dtype=np.single)
 
     def close(self) -> None:
-        allocations.forget(self)
+        forget_allocations(self)
         draft = getattr(self, "draft_model", None)
         if isinstance(draft, CountingDraft):
             draft.close()  # a draft model is this instance's: it goes with it
@@ -167,8 +173,8 @@ def open_llama(
     Raises LoadCancelled, AllocationError (model, KV cache or compute buffer did not fit) or
     ModelLoadError (the file itself). On any of them nothing stays allocated.
     """
-    llama_log.install()
-    llama_log.clear()
+    install_log()
+    clear_log()
     cancel = cancel or threading.Event()
 
     def on_progress(value: float) -> bool:
@@ -186,8 +192,9 @@ def open_llama(
         kwargs["draft_model"] = _open_draft(settings, on_progress, cancel)
     try:
         # Keep the planner's dry runs from swapping llama.cpp's log callback during the load:
-        # this load's error lines must reach llama_log, and its buffer lines must not reach them.
-        with LOG_LOCK, llama_log.capturing() as lines:
+        # this load's error lines must reach llama.cpp's log (recent_log_errors), and its buffer
+        # lines must not reach them.
+        with LOG_LOCK, capture_log() as lines:
             llm = _Llama(
                 _llama_path(model_path),
                 on_progress=on_progress,
@@ -198,7 +205,7 @@ def open_llama(
                 verbose=False,
                 **kwargs,
             )
-        allocations.record(llm, lines)  # what the meters show of it on a device that reports no use
+        record_allocations(llm, lines)  # what the meters show of it on a device that reports no use
     except KeyError as exc:  # a device of the plan is not there (a card was removed, a driver failed)
         raise ModelLoadError(f"{exc.args[0]}; plan again for the devices this machine has now") from None
     except MemoryError as exc:
@@ -210,7 +217,7 @@ def open_llama(
         gc.collect()
         if cancel.is_set():
             raise LoadCancelled() from None
-        detail = "; ".join(llama_log.recent_errors()) or str(exc)
+        detail = "; ".join(recent_log_errors()) or str(exc)
         text = str(exc)
         if "context" in text or "alloc" in detail.lower() or "memory" in detail.lower():
             raise AllocationError(f"llama.cpp could not allocate memory for these settings ({detail})") from None
@@ -240,7 +247,7 @@ def _open_draft(settings: Settings, on_progress: Callable[[float], bool], cancel
 
     ds = draft_settings(settings)
     try:
-        with LOG_LOCK, llama_log.capturing() as lines:
+        with LOG_LOCK, capture_log() as lines:
             llm = _Llama(
                 _llama_path(settings.draft_model),
                 on_progress=on_progress,
@@ -252,9 +259,9 @@ def _open_draft(settings: Settings, on_progress: Callable[[float], bool], cancel
     except ValueError:
         if cancel.is_set():
             raise LoadCancelled() from None
-        detail = "; ".join(llama_log.recent_errors()) or "no reason logged"
+        detail = "; ".join(recent_log_errors()) or "no reason logged"
         raise ModelLoadError(
             f"llama.cpp could not load the draft model {Path(settings.draft_model).name}: {detail}"
         ) from None
-    buffers = allocations.record(llm, lines)
+    buffers = record_allocations(llm, lines)
     return CountingDraft(ModelDraft(llm, settings.draft_n_max, buffers), settings.draft_n_max)

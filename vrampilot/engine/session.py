@@ -46,7 +46,7 @@ from vrampilot.engine.vision import ImageError, projector_of
 from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.settings import Settings
-from vrampilot.storage.images import ImageFileError, read_image
+from vrampilot.storage import ImageFileError, read_image
 
 if TYPE_CHECKING:  # the binding's types, for the checker; at run time it comes through llamacpp.load()
     import llama_cpp

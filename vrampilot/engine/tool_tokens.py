@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from vrampilot import llamacpp
 from vrampilot.engine.template import ChatTemplate
 from vrampilot.gguf import load_model_spec
-from vrampilot.llamacpp import log as llama_log
+from vrampilot.llamacpp import install_log
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -96,7 +96,7 @@ def _vocab(path: Path) -> Any:
     with _vocabs_lock:
         entry = _vocabs.get(key)
         if entry is None:
-            llama_log.install()
+            install_log()
             entry = (llamacpp.load().Llama(str(path), vocab_only=True, verbose=False), threading.Lock())
             _vocabs[key] = entry
     llm, lock = entry

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 from vrampilot import llamacpp
 from vrampilot.engine.errors import ModelLoadError
 from vrampilot.errors import UserError
-from vrampilot.llamacpp import log as llama_log
-from vrampilot.llamacpp.lock import LOG_LOCK
+from vrampilot.llamacpp import LOG_LOCK, capture_log
 from vrampilot.planner.memory.projector import clip_failure
 from vrampilot.planner.settings import Settings
-from vrampilot.storage.images import DAMAGED, MAX_IMAGE_BYTES, image_problem
+from vrampilot.storage import DAMAGED, MAX_IMAGE_BYTES, image_problem
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -61,14 +60,14 @@ class Projector:
         params = self._mtmd.mtmd_context_params_default()
         params.use_gpu = not settings.projector_on_cpu
         if params.use_gpu and settings.devices:
-            from vrampilot.llamacpp.devices import device_handle
+            from vrampilot.llamacpp import device_handle
 
             params.device = ctypes.c_void_p(device_handle(settings.devices[0]))
         params.print_timings = False
         params.n_threads = settings.n_threads_batch
         params.flash_attn_type = FLASH_ATTN_ENABLED if settings.flash_attn else FLASH_ATTN_DISABLED
         params.warmup = True  # reserves the compute buffer the plan counted, now, not at the first image
-        with LOG_LOCK, llama_log.capturing() as lines:
+        with LOG_LOCK, capture_log() as lines:
             ctx = self._mtmd.mtmd_init_from_file(os.fsencode(settings.mmproj_path), llm.model, params)
         if not ctx:
             raise ModelLoadError(f"llama.cpp could not load the vision projector: {clip_failure(lines)}")

@@ -1,6 +1,8 @@
-"""llama-server command lines for a plan, quoted per shell; the engine uses the same builder."""
+"""llama-server command lines for a plan, quoted per shell; the engine uses the same builder.
 
-from vrampilot.export.args import llama_cpp_kwargs, llama_server_argv
+The package's API is what this file imports; its modules are private to it (make lint)."""
+
+from vrampilot.export.args import NGRAM_SIZE, llama_cpp_kwargs, llama_server_argv
 from vrampilot.export.shell import SHELLS, quote
 
-__all__ = ["SHELLS", "llama_cpp_kwargs", "llama_server_argv", "quote"]
+__all__ = ["NGRAM_SIZE", "SHELLS", "llama_cpp_kwargs", "llama_server_argv", "quote"]

@@ -83,7 +83,7 @@ _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 # --n-cpu-moe / --cpu-moe keep in host memory. The router (ffn_gate_inp) and shared experts
 # (ffn_*_shexp) do not match.
 EXPERT_TENSOR_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
-_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
+SPLIT_NAME_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
 def active_share(name: str, expert_share: float) -> float:
@@ -239,7 +239,7 @@ def _split_siblings(path: Path, meta: dict[str, Any]) -> list[Path]:
     count = int(meta.get("split.count", 1) or 1)
     if count <= 1:
         return [path]
-    m = _SPLIT_RE.match(path.name)
+    m = SPLIT_NAME_RE.match(path.name)
     if not m:
         raise GGUFError(path, f"file declares {count} splits but its name is not <name>-00001-of-{count:05d}.gguf")
     return [path.with_name(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]

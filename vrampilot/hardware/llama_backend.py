@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vrampilot.hardware.types import LlamaBackendInfo, LlamaDevice
-from vrampilot.llamacpp.backends import loaded_backends
+from vrampilot.llamacpp import loaded_backends
 
 
 def load_llama_cpp() -> Any:
@@ -73,7 +73,7 @@ def detect_llama_backend(loader: Callable[[], Any] = load_llama_cpp, *, nvidia: 
 
 def _devices() -> tuple[LlamaDevice, ...]:
     from vrampilot.hardware.free_memory import backend_source
-    from vrampilot.llamacpp.devices import list_devices
+    from vrampilot.llamacpp import list_devices
 
     try:
         found = list_devices()
@@ -122,7 +122,7 @@ def _gpu_build_note(lib_dir: str, *, has_cuda_module: bool, nvidia: bool, platfo
     there is no step for this user)."""
     from pathlib import Path
 
-    from vrampilot.llamacpp.backends import read_manifest
+    from vrampilot.llamacpp import read_manifest
 
     manifest = read_manifest(Path(lib_dir)) or {}
     skipped = manifest.get("gpu_skipped")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vrampilot.gguf import ModelSpec
-from vrampilot.gguf.spec import one_line
+from vrampilot.gguf import ModelSpec, one_line
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.units import format_tokens
 

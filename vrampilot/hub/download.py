@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 import httpx2
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-from vrampilot.hub.cache import RepoCache, clean_orphans, link_pointer, quarantine
 from vrampilot.hub.client import default_token, hub_call, raise_for_status, request_headers, token_arg, transfer_client
 from vrampilot.hub.env import hf_hub_cache, hub_endpoint
 from vrampilot.hub.errors import (
@@ -41,6 +40,7 @@ from vrampilot.hub.errors import (
     NotEnoughSpaceError,
 )
 from vrampilot.hub.files import RemoteFile, RemoteModel, RepoFiles, list_repo_files
+from vrampilot.hub.hf_cache import RepoCache, clean_orphans, link_pointer, quarantine
 from vrampilot.hub.records import PendingDownload, drop_pending, mark_verified, save_pending, verified_sha256
 from vrampilot.units import MIB, format_bytes
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vrampilot.gguf.spec import _SPLIT_RE as SPLIT_NAME_RE
+from vrampilot.gguf import SPLIT_NAME_RE
 from vrampilot.hub.client import default_token, hub_api, hub_call, token_arg
 
 # Quantization labels as llama.cpp's tools and the usual uploaders write them in file names:

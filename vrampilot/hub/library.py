@@ -16,12 +16,10 @@ from typing import Any
 
 from gguf import LlamaFileType
 
-from vrampilot.gguf import GGUFError, read_gguf
-from vrampilot.gguf.spec import _SPLIT_RE as SPLIT_NAME_RE
-from vrampilot.gguf.spec import one_line
-from vrampilot.hub.cache import ORPHAN_RE, PART_SUFFIX, QUARANTINE_MARK, repo_id_from_folder
+from vrampilot.gguf import SPLIT_NAME_RE, GGUFError, one_line, read_gguf
 from vrampilot.hub.env import hf_hub_cache
 from vrampilot.hub.files import quant_from_name
+from vrampilot.hub.hf_cache import ORPHAN_RE, PART_SUFFIX, QUARANTINE_MARK, repo_id_from_folder
 from vrampilot.hub.records import list_pending, verified_sha256
 from vrampilot.units import format_bytes
 

@@ -15,9 +15,18 @@ from pathlib import Path
 from huggingface_hub import hf_hub_url
 
 from vrampilot.errors import UserError
-from vrampilot.gguf import GGUFError, GGUFFile, ModelSpec, spec_from_gguf
-from vrampilot.gguf.projector import ProjectorSpec, fits, model_input_embd, read_projector
-from vrampilot.gguf.reader import GGUFNeedMoreBytes, read_gguf_bytes
+from vrampilot.gguf import (
+    GGUFError,
+    GGUFFile,
+    GGUFNeedMoreBytes,
+    ModelSpec,
+    ProjectorSpec,
+    fits,
+    model_input_embd,
+    read_gguf_bytes,
+    read_projector,
+    spec_from_gguf,
+)
 from vrampilot.hub.client import default_token, hub_call, raise_for_status, request_headers, transfer_client
 from vrampilot.hub.env import hub_endpoint
 from vrampilot.hub.errors import HubError

@@ -2,7 +2,7 @@
 
 Input: for every KV head, the attention mass it would lose with a window ending at each of a few
 distances (calibrate.far_mass, measured with the full cache on calibration data only), and the bytes
-each choice costs (plan.py). Output: one reach per head, None for "every token", that minimises the
+each choice costs (layer_plan.py). Output: one reach per head, None for "every token", that minimises the
 summed lost mass within a byte budget. Greedy by lost mass saved per byte, upgrading one head at a
 time: a head that reads the far past (a retrieval head at the answer, a broad head over the text)
 is worth its bytes, one that looks only at recent tokens is not. Torch-free.

@@ -38,8 +38,8 @@ import torch.nn.functional as F
 
 from vrampilot.hybrid.config import HybridConfig
 from vrampilot.hybrid.fp8 import Fp8Tensor, cat_fp8, quantize_fp8
+from vrampilot.hybrid.layer_plan import Q4_GROUP, RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
 from vrampilot.hybrid.model import ModelConfig, Rope
-from vrampilot.hybrid.plan import Q4_GROUP, RAW_BLOCK, LayerPlan, config_kv_bytes, head_plans
 from vrampilot.hybrid.q4 import Q4Tensor, cat_q4, hadamard, quantize_q4
 
 __all__ = ["RAW_BLOCK", "LayerPlan"]  # re-exported: the plan and its block size are part of this API
@@ -450,6 +450,6 @@ def hybrid_cache(mc: ModelConfig, rope: Rope, cfg: HybridConfig) -> AttentionCac
 
 def window_for_bytes(mc: ModelConfig, budget_bytes: int, n_sink: int = 4, storage: str = "f16") -> int:
     """The longest window (tokens besides the sinks) whose cache holds at most `budget_bytes` once
-    full, in f16 or q4_0; the bytes come from the same count as every config's (plan.py)."""
+    full, in f16 or q4_0; the bytes come from the same count as every config's (layer_plan.py)."""
     per_token = config_kv_bytes(window_config(1, n_sink, storage), mc.cache_shape, 1)
     return max(1, budget_bytes // per_token - n_sink)

@@ -27,9 +27,9 @@ import torch
 
 from vrampilot.hybrid.cache import AttentionCache, full_cache, hybrid_cache, window_cache, window_for_bytes
 from vrampilot.hybrid.config import HybridConfig
+from vrampilot.hybrid.layer_plan import config_kv_bytes
 from vrampilot.hybrid.model import LlamaModel, default_threads
 from vrampilot.hybrid.passkey_keys import passkey_keys
-from vrampilot.hybrid.plan import config_kv_bytes
 
 PREFILL_CHUNK = 256
 PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -492,7 +492,7 @@ def run_passkey(
 
 def hybrid_bytes_at(model: LlamaModel, cfg: HybridConfig, n_tokens: int) -> int:
     """Bytes the hybrid cache holds after n tokens: they depend on the count only, not on the
-    tokens (plan.py counts them; tests hold the count to real runs)."""
+    tokens (layer_plan.py counts them; tests hold the count to real runs)."""
     return config_kv_bytes(cfg, model.config.cache_shape, n_tokens)
 
 

@@ -28,8 +28,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from vrampilot.errors import UserError
-from vrampilot.gguf.reader import GGUFFile, TensorInfo, read_gguf
-from vrampilot.gguf.spec import ModelSpec, load_model_spec
+from vrampilot.gguf import GGUFFile, ModelSpec, TensorInfo, load_model_spec, read_gguf
 from vrampilot.hybrid.config import CacheShape
 
 
@@ -80,7 +79,7 @@ class ModelConfig:
 
     @property
     def cache_shape(self) -> CacheShape:
-        """What byte counts need of this model (hybrid.plan.config_kv_bytes)."""
+        """What byte counts need of this model (hybrid.layer_plan.config_kv_bytes)."""
         return CacheShape(self.n_layer, self.n_head_kv, self.head_dim, self.shape)
 
     @property

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vrampilot.hybrid.plan import Q4_GROUP
+from vrampilot.hybrid.layer_plan import Q4_GROUP
 
 
 @functools.cache

@@ -18,7 +18,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
-from vrampilot import llamacpp
+from vrampilot.llamacpp import binding
 
 # enum ggml_backend_dev_type (ggml-backend.h)
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -66,7 +66,7 @@ class BackendDevice:
 def _lib() -> Any:
     from vrampilot.llamacpp.backends import ggml_library
 
-    llamacpp.load()
+    binding.load()
     lib = ggml_library()
     if lib is None:
         raise RuntimeError("llama.cpp's backends are not loaded")

@@ -25,7 +25,7 @@ from typing import Any, Self, cast
 
 import numpy as np
 
-from vrampilot.llamacpp import load
+from vrampilot.llamacpp.binding import load
 
 _vp = ctypes.c_void_p
 _i64 = ctypes.c_int64

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrampilot import llamacpp
+from vrampilot.llamacpp import binding
 from vrampilot.llamacpp.lock import LOG_LOCK
 
 # common/speculative.cpp
@@ -43,7 +43,7 @@ class VocabFacts:
 
 def read_vocab(path: str | Path) -> VocabFacts:
     """llama.cpp's reading of the file's vocabulary. Raises ValueError when llama.cpp cannot read it."""
-    llama_cpp = llamacpp.load()
+    llama_cpp = binding.load()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     with LOG_LOCK:

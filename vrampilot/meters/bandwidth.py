@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.hardware.types import GpuInfo
+from vrampilot.hardware import GpuInfo
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed_model.predict import kv_read_bytes  # the speed model's own KV term
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vrampilot import llamacpp
-from vrampilot.hardware.types import GpuInfo, GpuSample
-from vrampilot.llamacpp import allocations
+from vrampilot.hardware import GpuInfo, GpuSample
+from vrampilot.llamacpp import device_allocated_bytes
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,7 @@ class LlamaDeviceReader:
         self.status = ""
         if not llamacpp.loaded():
             return
-        from vrampilot.llamacpp.backends import loaded_backends
-        from vrampilot.llamacpp.devices import list_devices
+        from vrampilot.llamacpp import list_devices, loaded_backends
 
         backends = loaded_backends()
         budgets = {d.name: d.memory_budget for d in backends.vulkan_devices} if backends is not None else {}
@@ -82,7 +81,7 @@ class LlamaDeviceReader:
         this process's record does not hold)."""
         if not self._watched:
             return ()
-        from vrampilot.llamacpp.devices import list_devices
+        from vrampilot.llamacpp import list_devices
 
         memory = {d.name: (d.memory_free_bytes, d.memory_total_bytes) for d in list_devices()}
         out = []
@@ -103,7 +102,7 @@ class LlamaDeviceReader:
                     clock_memory_mhz=None,
                     temperature_c=None,
                     power_w=None,
-                    process_memory_used_bytes=allocations.device_bytes(w.llama_name) if this_process else None,
+                    process_memory_used_bytes=device_allocated_bytes(w.llama_name) if this_process else None,
                     process_memory_source="llama.cpp",
                 )
             )

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from vrampilot.hardware.types import GpuSample
+from vrampilot.hardware import GpuSample
 from vrampilot.meters.types import MeterSample
 from vrampilot.units import format_bytes
 

@@ -19,8 +19,15 @@ from typing import Any
 import psutil
 
 from vrampilot import llamacpp
-from vrampilot.hardware.nvml import CPU_FALLBACK, NvmlApi, detect_nvidia_gpus, load_pynvml, read_gpu_sample
-from vrampilot.hardware.types import GpuInfo, GpuSample
+from vrampilot.hardware import (
+    CPU_FALLBACK,
+    GpuInfo,
+    GpuSample,
+    NvmlApi,
+    detect_nvidia_gpus,
+    load_pynvml,
+    read_gpu_sample,
+)
 from vrampilot.meters.devices import LlamaDeviceReader
 from vrampilot.meters.host import HostReader
 from vrampilot.meters.types import MeterSample

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrampilot.hardware.types import GpuInfo, GpuSample
+from vrampilot.hardware import GpuInfo, GpuSample
 
 
 @dataclass(frozen=True)

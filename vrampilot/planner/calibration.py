@@ -30,8 +30,7 @@ from vrampilot.planner.speed_model.predict import (
     corrected_decode_seconds,
     shallow_decode_ratio,
 )
-from vrampilot.speed.cpu_load import BUSY_SHARE
-from vrampilot.speed.measured import SLOW_PACE, LastReply, MachineSpeed
+from vrampilot.speed import BUSY_SHARE, SLOW_PACE, LastReply, MachineSpeed
 
 # Fewer generated tokens than this time too little to judge decoding.
 MIN_DECODE_TOKENS = 8
@@ -154,7 +153,7 @@ def reply_pace_ms(plan: Plan) -> float | None:
     plan that generates on offload devices: the CPU's pace is not what it measures)."""
     if not backend_key(plan.target, plan.settings).startswith("cpu:"):
         return None
-    from vrampilot.speed.pace import measure_pace_ms
+    from vrampilot.speed import measure_pace_ms
 
     return measure_pace_ms(plan.settings.n_threads)
 
@@ -162,7 +161,7 @@ def reply_pace_ms(plan: Plan) -> float | None:
 def record_reply(speed: MachineSpeed, plan: Plan, reply: ReplyMeasurement) -> MachineSpeed:
     """Learn this reply and save it in this machine's record (re-read under the file's lock, so a
     reply learned by another process meanwhile is kept)."""
-    from vrampilot.speed.store import update_machine_speed
+    from vrampilot.speed import update_machine_speed
 
     at = _now()
     return update_machine_speed(speed.fingerprint, lambda current: learn_reply(current, plan, reply, at))

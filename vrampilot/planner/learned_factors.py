@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from vrampilot.speed.measured import MachineSpeed, SpeedFactors
+from vrampilot.speed import MachineSpeed, SpeedFactors
 
 # A factor outside these bounds means the model, not the machine, is wrong: clamp and let the
 # prediction say it is calibrated rather than trust a runaway.

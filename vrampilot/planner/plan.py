@@ -16,7 +16,7 @@ from vrampilot.planner.memory.compute import FORMULA, GraphEstimate
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed_model.predict import SpeedPrediction
 from vrampilot.planner.target import Target
-from vrampilot.speed.acceptance import Acceptance
+from vrampilot.speed import Acceptance
 
 # The defaults a plan is chosen and explained against (the search, the reasons and the
 # alternatives all read them).

@@ -12,13 +12,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from vrampilot.errors import UserError
-from vrampilot.hardware import GpuInfo, LlamaDevice, Machine
-from vrampilot.hardware.cards import choose_devices
-from vrampilot.hardware.free_memory import OS_SOURCES
-from vrampilot.hardware.profiles import GpuProfile, match_detected
-from vrampilot.hardware.rpc import RpcHost
+from vrampilot.hardware import (
+    OS_SOURCES,
+    GpuInfo,
+    GpuProfile,
+    LlamaDevice,
+    Machine,
+    RpcHost,
+    choose_devices,
+    match_detected,
+)
 from vrampilot.planner.learned_factors import LearnedFactors, learned_factors
-from vrampilot.speed.measured import DeviceRates, HostProbe, MachineSpeed
+from vrampilot.speed import DeviceRates, HostProbe, MachineSpeed
 from vrampilot.units import GIB, format_bytes
 
 # Without a measurement (no speed probe yet, speed/host_probe.py), a desktop with dual-channel

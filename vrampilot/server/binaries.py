@@ -63,7 +63,7 @@ def tool_env(base: dict[str, str] | None = None, *, api_key: str | None = None) 
     key goes here, not on the command line: any user can read a process's command line (ps,
     /proc/<pid>/cmdline), only its owner its environment."""
     from vrampilot import llamacpp
-    from vrampilot.llamacpp.backends import loaded_backends, module_file
+    from vrampilot.llamacpp import loaded_backends, module_file
 
     env = dict(os.environ if base is None else base)
     # The argv is the whole configuration (what the user copies is what runs): nothing inherited

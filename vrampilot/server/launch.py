@@ -1,5 +1,5 @@
 """A plan started in the bundled llama-server: the one way the Server tab, `vrampilot serve`, a chat
-across RPC hosts (vrampilot.server.session) and the benchmarks start one.
+across RPC hosts (vrampilot.server.private) and the benchmarks start one.
 
 The argument list comes from the one builder in vrampilot.export (so what the user copies is what
 runs), the binary and its environment from vrampilot.server.binaries (the API key goes in the

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from vrampilot.hardware.types import LlamaDevice
+from vrampilot.hardware import LlamaDevice
 from vrampilot.speed.host_probe import ggml_type_id
 from vrampilot.speed.measured import DeviceRates
 
@@ -39,7 +39,7 @@ _CHAIN_K, _CHAIN_N, _CHAIN_COUNT = 576, 1536, 96
 
 def measure_device(device: LlamaDevice, *, software: bool = False) -> DeviceRates:
     """Time `device` (one llama.cpp lists). Raises GgmlError when it cannot run the products."""
-    from vrampilot.llamacpp.ggml import DeviceKernels
+    from vrampilot.llamacpp import DeviceKernels
 
     tid = ggml_type_id(DEVICE_WEIGHT_TYPE)
     stream = min(_SOFTWARE_STREAM_BYTES if software else _GPU_STREAM_BYTES, max(1 << 20, device.memory_free_bytes // 4))
@@ -64,6 +64,6 @@ def measure_device(device: LlamaDevice, *, software: bool = False) -> DeviceRate
 
 def measure_devices(devices: Sequence[LlamaDevice]) -> tuple[DeviceRates, ...]:
     """Each offload device llama.cpp lists (RPC hosts are another machine's and are not timed)."""
-    from vrampilot.llamacpp.vulkan_probe import is_software_name
+    from vrampilot.llamacpp import is_software_name
 
     return tuple(measure_device(d, software=is_software_name(d.description)) for d in devices if d.backend != "RPC")

@@ -52,7 +52,7 @@ from vrampilot.speed.probe_model import write_probe_model
 from vrampilot.speed.reference_run import PREFILL_UBATCHES, READINGS, ReferenceSession, decode_step_times
 
 if TYPE_CHECKING:
-    from vrampilot.llamacpp.ggml import CpuKernels, OpTiming
+    from vrampilot.llamacpp import CpuKernels, OpTiming
 
 _log = logging.getLogger("vrampilot.speed.host_probe")
 
@@ -348,8 +348,7 @@ def measure_steps(threads: Sequence[int]) -> tuple[StepTiming, ...]:
     microseconds, is left out: llama.cpp has no text for the placeholder vocabulary."""
     import tempfile
 
-    from vrampilot.llamacpp import load
-    from vrampilot.llamacpp.lock import LOG_LOCK
+    from vrampilot.llamacpp import LOG_LOCK, load
 
     llama_cpp = load()
     out = []
@@ -401,7 +400,7 @@ def measure_host(
     the built-in model's run, which `reference` = False leaves out; docs/speed-model.md says what
     each part measures). Raises GgmlError when llama.cpp cannot run it,
     ProbeCancelled when `cancel` is set between two measurements."""
-    from vrampilot.llamacpp.ggml import CpuKernels
+    from vrampilot.llamacpp import CpuKernels
     from vrampilot.paths import embedded_model_path
 
     threads = probe_threads(physical_cores)
@@ -544,7 +543,7 @@ def missing_kernels(probe: HostProbe, types: Sequence[str]) -> list[str]:
 def measure_kernels(types: Sequence[str], physical_cores: int) -> tuple[KernelRates, ...]:
     """Rates of these weight types (two passes, seconds per type), for a model whose types the
     first-start probe did not cover."""
-    from vrampilot.llamacpp.ggml import CpuKernels
+    from vrampilot.llamacpp import CpuKernels
 
     threads = probe_threads(physical_cores)
     stream = stream_bytes()

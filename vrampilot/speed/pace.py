@@ -25,7 +25,7 @@ def measure_pace_ms(threads: int) -> float | None:
     (about 10 ms of kernels, and tens of ms setting up their weights: the mat-vec streams 1.5x the
     last-level cache, so where the OS reports a host's far larger cache, as in some VMs, up to about
     a second of CPU). None when llama.cpp's CPU backend cannot run them."""
-    from vrampilot.llamacpp.ggml import CpuKernels, GgmlError
+    from vrampilot.llamacpp import CpuKernels, GgmlError
 
     try:
         with CpuKernels() as cpu:

@@ -129,8 +129,7 @@ class ReferenceSession:
     raises; close it (or use it as a context manager) to free both contexts."""
 
     def __init__(self, model: Path, threads: Sequence[int]) -> None:
-        from vrampilot.llamacpp import load
-        from vrampilot.llamacpp.lock import LOG_LOCK
+        from vrampilot.llamacpp import LOG_LOCK, load
 
         self._llama_cpp = load()
         self.model = model

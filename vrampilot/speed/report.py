@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vrampilot.hardware.cards import card_devices
-from vrampilot.hardware.types import Machine
+from vrampilot.hardware import Machine, card_devices
 from vrampilot.speed.codec import encode
 from vrampilot.speed.measured import HostProbe, KernelRates, MachineSpeed, RateAt
 

@@ -19,9 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from vrampilot.hardware.cards import card_devices
-from vrampilot.hardware.detect import detect_machine
-from vrampilot.hardware.types import LlamaDevice, Machine
+from vrampilot.hardware import LlamaDevice, Machine, card_devices, detect_machine
 from vrampilot.speed.device_probe import measure_devices
 from vrampilot.speed.host_probe import ProgressFn, measure_host, measure_kernels, missing_kernels
 from vrampilot.speed.measured import HostProbe, MachineSpeed

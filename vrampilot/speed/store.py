@@ -25,7 +25,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from vrampilot.hardware.types import CpuInfo, GpuInfo, LlamaBackendInfo
+from vrampilot.hardware import CpuInfo, GpuInfo, LlamaBackendInfo
 from vrampilot.paths import set_aside
 from vrampilot.speed.codec import decode, encode
 from vrampilot.speed.measured import DeviceRates, HostProbe, KernelRates, MachineSpeed

@@ -11,8 +11,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from vrampilot.documents import SUPPORTED_PATTERNS
-from vrampilot.storage.conversation import safe_filename
-from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
+from vrampilot.storage import IMAGE_FILE_SUFFIXES, safe_filename
 
 
 def confirm(parent: QWidget, title: str, text: str) -> bool:

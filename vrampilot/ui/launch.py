@@ -81,7 +81,7 @@ def launch_gui(model: str | None = None) -> int:
         print(f"vrampilot: another VRAM Pilot holds {data_dir()} and does not answer", file=sys.stderr)
         return 1
 
-    from vrampilot.ui.context import build_context
+    from vrampilot.ui.app_context import build_context
     from vrampilot.ui.main_window import MainWindow
     from vrampilot.ui.services import build_services
     from vrampilot.ui.theme import apply_theme

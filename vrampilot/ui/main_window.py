@@ -31,18 +31,18 @@ from PySide6.QtWidgets import (
 
 from vrampilot.documents import is_supported
 from vrampilot.log import describe_error
-from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
+from vrampilot.storage import IMAGE_FILE_SUFFIXES
 from vrampilot.ui import dialogs
 from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
 from vrampilot.ui.agents.mcp_panel import McpPanel
 from vrampilot.ui.agents.tools_budget import ToolsBudget
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.chat.chat_list import ChatList
 from vrampilot.ui.chat.controller import ChatController, ChatState
 from vrampilot.ui.chat.documents_controller import DocumentsController
 from vrampilot.ui.chat.view import ChatView
 from vrampilot.ui.columns import Columns
-from vrampilot.ui.context import AppContext
 from vrampilot.ui.hub.view import HubView
 from vrampilot.ui.library.controller import LibraryController
 from vrampilot.ui.library.view import LibraryView

@@ -1,6 +1,6 @@
 """The second half of the composition root: the long-lived services the window's parts share.
 
-`build_context` (context.py) builds storage and the worker threads; `build_services` builds, on top
+`build_context` (app_context.py) builds storage and the worker threads; `build_services` builds, on top
 of it, what the window and its controllers use but do not own: the sampler and the meters feed
 over it (the meters tab, the status bar and the Server tab read one), the speed controller (the
 plan controller applies what it measures) and the Hub controller (the Hub tab presents it). The
@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 
 from vrampilot.meters import Sampler
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.hub.controller import HubController
 from vrampilot.ui.meters.feed import MetersFeed
 from vrampilot.ui.plan.speed_controller import SpeedController

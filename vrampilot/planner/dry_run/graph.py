@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrampilot.llamacpp.lock import LOG_LOCK
-from vrampilot.llamacpp.overrides import CpuOverrides
+from vrampilot.llamacpp import LOG_LOCK, CpuOverrides
 from vrampilot.planner.dry_run.log_lines import parse_buffers, refusal_reason
 from vrampilot.planner.dry_run.measure import (
     DRY_RUN_MAX_CTX,
@@ -123,7 +122,7 @@ CHILD_TIMEOUT_S = 60.0
 
 
 def _child_main(path: str, settings: Settings, devices: tuple[str, ...], send: Any) -> None:
-    from vrampilot.llamacpp.devices import register_rpc_server
+    from vrampilot.llamacpp import register_rpc_server
 
     for endpoint in settings.rpc_servers:
         register_rpc_server(endpoint)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vrampilot.llamacpp.buffer_log import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
+from vrampilot.llamacpp import COMPUTE_RE, KVBUF_RE, MODEL_RE, OUTPUT_RE, STATE_BUF_RE
 
 MIB = 1024 * 1024
 PRINT_RESOLUTION_BYTES = int(0.005 * MIB) + 1  # one unit in the last printed digit, halved, rounded up

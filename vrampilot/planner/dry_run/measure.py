@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
-from vrampilot.llamacpp.lock import LOG_LOCK
-from vrampilot.llamacpp.overrides import CpuOverrides
+from vrampilot.llamacpp import LOG_LOCK, CpuOverrides
 from vrampilot.planner.dry_run.log_lines import MeasuredBuffers, parse_buffers, refusal_reason
 from vrampilot.planner.memory.kv import ggml_type, kv_unified
 from vrampilot.planner.memory.placement import AMX_VARIANTS, cpu_override_patterns, no_repack_reason
@@ -117,7 +116,7 @@ def extra_buffers_allowed(path: str | os.PathLike[str], settings: Settings) -> b
     this machine (a saved profile's, a caller's own), since the failure aborts the whole process."""
     if settings.no_repack:
         return False
-    from vrampilot.llamacpp.backends import loaded_backends
+    from vrampilot.llamacpp import loaded_backends
 
     loaded = loaded_backends()
     if loaded is None or loaded.cpu_variant not in AMX_VARIANTS:
@@ -182,7 +181,7 @@ class Offload:
     """The devices and split a dry run offloads to, set on llama_model_params (kept alive here)."""
 
     def __init__(self, names: tuple[str, ...], split: tuple[float, ...]) -> None:
-        from vrampilot.llamacpp.devices import device_handle
+        from vrampilot.llamacpp import device_handle
 
         self.names, self.split = names, split
         self._devices = (ctypes.c_void_p * (len(names) + 1))(*[device_handle(n) for n in names], None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf import ModelSpec
 from vrampilot.planner.memory.kv import KvBreakdown, effective_ubatch, kv_cache_bytes, kv_unified, row_bytes
 from vrampilot.planner.memory.placement import (
     OP_OFFLOAD_MIN_BATCH,

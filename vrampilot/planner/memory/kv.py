@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf import ModelSpec
 from vrampilot.planner.settings import QUANTIZED_KV_TYPES, Settings
 
 CTX_PAD = 256  # llama-context.cpp and llama-kv-cache-iswa.cpp pad cell counts to 256

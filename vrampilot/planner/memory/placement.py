@@ -17,8 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vrampilot.gguf import ModelSpec, TensorInfo
-from vrampilot.gguf.spec import DSV4_ARCH, EXPERT_TENSOR_RE, active_share
+from vrampilot.gguf import DSV4_ARCH, EXPERT_TENSOR_RE, ModelSpec, TensorInfo, active_share
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.settings import Settings
 

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vrampilot.errors import UserError
-from vrampilot.gguf import ModelSpec
-from vrampilot.gguf.projector import ProjectorSpec, check_projector, model_input_embd, read_projector
+from vrampilot.gguf import ModelSpec, ProjectorSpec, check_projector, model_input_embd, read_projector
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.target import Target
 
@@ -138,9 +137,7 @@ def measure_clip(path: str | Path, device: str | None, flash_attn: bool) -> Clip
 
 def _load_and_report(p: Path, device: str | None, flash_attn: bool) -> ClipBuffers:
     from vrampilot import llamacpp
-    from vrampilot.llamacpp import log
-    from vrampilot.llamacpp.devices import device_handle
-    from vrampilot.llamacpp.lock import LOG_LOCK
+    from vrampilot.llamacpp import LOG_LOCK, capture_log, device_handle
 
     mtmd: Any = llamacpp.load_mtmd()
     params = mtmd.mtmd_context_params_default()
@@ -150,7 +147,7 @@ def _load_and_report(p: Path, device: str | None, flash_attn: bool) -> ClipBuffe
     params.warmup = True
     params.print_timings = False
     params.flash_attn_type = FLASH_ATTN_ENABLED if flash_attn else FLASH_ATTN_DISABLED
-    with LOG_LOCK, log.capturing() as lines:
+    with LOG_LOCK, capture_log() as lines:
         ctx = mtmd.mtmd_init_from_file(os.fsencode(p), None, params)
         if ctx:
             mtmd.mtmd_free(ctx)
@@ -194,6 +191,6 @@ def projector_load(settings: Settings, target: Target) -> ProjectorLoad | None:
 
 
 def _present(name: str) -> bool:
-    from vrampilot.llamacpp.devices import list_devices
+    from vrampilot.llamacpp import list_devices
 
     return any(d.name == name for d in list_devices())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf import ModelSpec
 from vrampilot.planner.dry_run.graph import graph_compute
 from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP, is_routed
 from vrampilot.planner.memory.kv import KvBreakdown, kv_cache_bytes

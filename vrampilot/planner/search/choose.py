@@ -1,7 +1,7 @@
 """Settings search: choose what the user did not pin, predict memory and speed; the reasons
 (reasons.py) say why, and the plan's types live in planner/plan.py. Pins are checked first
 (pins.py), several devices are split by split.py, and the chosen settings' compute buffers come
-from llama.cpp's dry run (measured.py).
+from llama.cpp's dry run (measured_graph.py).
 
 Order of preference (docs/planner.md): keep the whole model on the GPU at the context asked for;
 to get there, quantize the KV cache f16 -> q8_0 (-> q4_0 for a dense model) before giving up
@@ -41,7 +41,7 @@ from vrampilot.planner.plan import (
     Plan,
 )
 from vrampilot.planner.search.alternatives import experts_label, neighbours
-from vrampilot.planner.search.measured import measured_graph
+from vrampilot.planner.search.measured_graph import measured_graph
 from vrampilot.planner.search.pins import check_pins, pinned_cpu_moe
 from vrampilot.planner.search.reasons import placement_text, plan_reasons
 from vrampilot.planner.search.split import device_settings, with_split

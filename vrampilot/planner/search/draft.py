@@ -42,16 +42,16 @@ from vrampilot.planner.memory.compute import FORMULA, GRAPH, GraphEstimate, comp
 from vrampilot.planner.memory.kv import KvBreakdown
 from vrampilot.planner.plan import Alternative, DraftPlan, Pins, Plan, without_margin
 from vrampilot.planner.search.choose import plan, replan_with
-from vrampilot.planner.search.measured import measured_graph
+from vrampilot.planner.search.measured_graph import measured_graph
 from vrampilot.planner.settings import Settings
 from vrampilot.planner.speed_model.predict import SpeedModel, predict_speed
 from vrampilot.planner.target import Target
-from vrampilot.speed.acceptance import (
+from vrampilot.speed import (
     Acceptance,
     load_acceptance,
     p_from_rate,
     pair_key,
-    record_reply,
+    record_acceptance,
 )
 from vrampilot.units import format_bytes
 
@@ -304,7 +304,7 @@ def _draft_spec(spec: ModelSpec, request: DraftRequest) -> ModelSpec | None:
         return None
     if request.kind != "draft" or request.model_path is None:
         raise PlanError(f"unknown drafting {request.kind!r}: a draft model's path, or n-gram drafting")
-    from vrampilot.llamacpp.vocab import draft_refusal
+    from vrampilot.llamacpp import draft_refusal
 
     try:
         dspec = load_model_spec(request.model_path)
@@ -608,7 +608,7 @@ def learn_acceptance(
         p = p_from_rate(accepted / drafted, s.draft_n_max)
         arithmetic = predicted_speedup(p, s.draft_n_max, d.t_target_s, d.t_draft_s, d.t_verify_s) / d.t_target_s
         ratio = decode_tps / arithmetic if arithmetic > 0 else 0.0
-    return record_reply(key, s.draft_n_max, drafted, accepted, folder, speed_ratio=ratio)
+    return record_acceptance(key, s.draft_n_max, drafted, accepted, folder, speed_ratio=ratio)
 
 
 def replan_keeping_draft(plan_: Plan, **pins: object) -> Plan:

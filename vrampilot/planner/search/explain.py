@@ -12,7 +12,7 @@ from vrampilot.planner.calibration import last_reply_for
 from vrampilot.planner.families import COUNTED_BY_LLAMA_CPP
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed_model.predict import HEADLINE_PROMPT_TOKENS, SpeedPrediction
-from vrampilot.speed.measured import LastReply
+from vrampilot.speed import LastReply
 
 REASON, WARNING, SUGGESTION = "reason", "warning", "suggestion"
 FITS, REFUSED, TOO_BIG = "fits", "refused", "too big"

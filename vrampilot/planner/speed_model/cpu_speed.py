@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from vrampilot.gguf import ModelSpec
 from vrampilot.planner.memory.kv import DSV4_CSA_RATIO
 from vrampilot.planner.target import DEFAULT_CPU_GFLOPS_PER_CORE, DEFAULT_HOST_BANDWIDTH_GBPS
-from vrampilot.speed.host_probe import bits_per_weight
-from vrampilot.speed.measured import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, rate_at
+from vrampilot.speed import LONG_ROW, SHORT_ROW, SHORTEST_ROW, FixedCosts, HostProbe, RateAt, bits_per_weight, rate_at
 
 # Without a probe: of the assumed RAM bandwidth (planner/target.py) CPU decoding reaches this
 # share, saturated by this many threads; of the assumed per-core throughput, these shares.

@@ -38,7 +38,7 @@ from vrampilot.planner.speed_model.cpu_speed import (
     prefill_seconds,
     weight_table,
 )
-from vrampilot.speed.measured import HostProbe, RateAt, ReferenceRun
+from vrampilot.speed import HostProbe, RateAt, ReferenceRun
 
 FACTOR_MIN, FACTOR_MAX = 0.5, 3.0
 BEST_CASE_MIN = 1.0  # attention's and a prompt's matrices' lower bound (see the module's text)

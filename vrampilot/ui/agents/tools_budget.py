@@ -23,7 +23,7 @@ from vrampilot.agents.costs import ToolCosts, estimate_tools_tokens, tool_costs
 from vrampilot.engine import ToolsCounter
 from vrampilot.log import describe_error
 from vrampilot.ui.agents.controller import AgentsController
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.plan.controller import PlanController
 
 

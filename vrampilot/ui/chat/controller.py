@@ -36,18 +36,26 @@ from vrampilot.log import describe_error
 from vrampilot.message import TurnDrop
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.planner.plan import Plan
-from vrampilot.server.chat import ServerBackend
-from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, StorageError, is_hybrid
-from vrampilot.storage.chats import StoredMessage
-from vrampilot.storage.images import DAMAGED, IMAGE_FILE_SUFFIXES, ImageFileError, read_image
+from vrampilot.server.backend import ServerBackend
+from vrampilot.storage import (
+    BACKEND_HYBRID,
+    BACKEND_LLAMA,
+    DAMAGED,
+    IMAGE_FILE_SUFFIXES,
+    ImageFileError,
+    StorageError,
+    StoredMessage,
+    is_hybrid,
+    read_image,
+)
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.approval import GuiApprover
 from vrampilot.ui.agents.controller import AgentsController
-from vrampilot.ui.chat import backends
+from vrampilot.ui.app_context import AppContext
+from vrampilot.ui.chat import backend_choice
 from vrampilot.ui.chat.chat_list import ChatList
 from vrampilot.ui.chat.documents_controller import DocumentsController
 from vrampilot.ui.chat.view import ChatView
-from vrampilot.ui.context import AppContext
 from vrampilot.ui.plan.controller import PlanController
 from vrampilot.units import format_tokens
 
@@ -153,7 +161,7 @@ class ChatController(QObject):
         view.sampling_changed.connect(ctx.prefs.set_sampling)
         view.enter_sends_changed.connect(ctx.prefs.set_enter_sends)
         view.backend_changed.connect(self.set_backend)
-        # Unavailable backends are listed greyed (backends.choices): the user learns they exist.
+        # Unavailable backends are listed greyed (backend_choice.choices): the user learns they exist.
         self.refresh_backend_choices()
         chat_list.chat_selected.connect(self.open_chat)
         chat_list.new_chat_requested.connect(self.new_chat)
@@ -890,7 +898,7 @@ class ChatController(QObject):
             return
         loaded = self.plans.load_result
         threads = loaded.plan.settings.n_threads if loaded is not None else None
-        self.backend = backends.make_backend(self.backend_key, model, threads=threads)
+        self.backend = backend_choice.make_backend(self.backend_key, model, threads=threads)
 
     def set_served(self, backend: ChatBackend | None) -> None:
         """The app started (a backend) or stopped (None) serving the planned model."""
@@ -916,18 +924,18 @@ class ChatController(QObject):
             self.chats.set_backend(self.chat_id, key)
             self.refresh_list()
         self._show_backend(key)
-        self.status.emit(f"This chat replies with {backends.label(key)}")
+        self.status.emit(f"This chat replies with {backend_choice.label(key)}")
 
     def _show_backend(self, key: str) -> None:
         """Show `key` as the open chat's backend: the selector, the note and the KV meter."""
-        missing = backends.unavailable(key)
+        missing = backend_choice.unavailable(key)
         if missing:
             key = BACKEND_LLAMA
             self.view.set_backend_note(
-                f"This chat was on {backends.label(key)}; it replies with llama.cpp until that is available. {missing}."
+                f"This chat was on {backend_choice.label(key)}; it replies with llama.cpp until that is available. {missing}."
             )
         else:
-            self.view.set_backend_note(backends.about(key))
+            self.view.set_backend_note(backend_choice.about(key))
         self.backend_key = key
         # Made for this chat on its first reply (a hybrid one holds the chat's own cache).
         self.backend = LlamaCppBackend()
@@ -941,7 +949,7 @@ class ChatController(QObject):
         """The selector's list, each hybrid config with the bytes it would hold at the open chat's
         length (the tokens of its last reply), or at the model's full context for a new chat."""
         n_tokens = self._context_used if self.chat_id is not None else 0
-        self.view.set_backend_choices(backends.choices(self.plans.spec, n_tokens))
+        self.view.set_backend_choices(backend_choice.choices(self.plans.spec, n_tokens))
 
     def check_model(self) -> None:
         """Can the chat's backend run the selected model? Asked off the GUI thread (imports torch)."""
@@ -958,7 +966,7 @@ class ChatController(QObject):
             self._model_checked(path, reason)
 
         self.ctx.tasks.submit(
-            lambda _t: backends.model_problem(self.backend_key, path), done=done, key="backend-check", owner=self
+            lambda _t: backend_choice.model_problem(self.backend_key, path), done=done, key="backend-check", owner=self
         )
 
     def _model_checked(self, path: object, reason: str | None) -> None:

@@ -32,8 +32,8 @@ from vrampilot.documents import (
 from vrampilot.engine import Engine, Message, PromptProgress
 from vrampilot.log import describe_error
 from vrampilot.planner.plan import Plan
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.chat.documents_panel import DocumentsPanel
-from vrampilot.ui.context import AppContext
 from vrampilot.ui.workers import TaskHandle
 
 # Prompts shorter than this are read in a blink: no progress bar.

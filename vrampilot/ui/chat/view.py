@@ -43,11 +43,11 @@ from PySide6.QtWidgets import (
 )
 
 from vrampilot.engine import SamplingParams
-from vrampilot.storage.images import IMAGE_FILE_SUFFIXES
+from vrampilot.storage import IMAGE_FILE_SUFFIXES
 from vrampilot.tool_turn import ToolRound, ToolStep
 from vrampilot.ui.agents.transcript import ToolCallsView
-from vrampilot.ui.chat import backends
-from vrampilot.ui.chat.backends import BackendChoice
+from vrampilot.ui.chat import backend_choice
+from vrampilot.ui.chat.backend_choice import BackendChoice
 from vrampilot.ui.chat.markdown_view import MarkdownView
 from vrampilot.ui.flow import flow_box
 
@@ -443,7 +443,7 @@ class ChatView(QWidget):
         # Per chat, as LM Studio and Jan put the model choice: beside the chat's title.
         self.backend = QComboBox()
         self.backend.setObjectName("backend")
-        self.set_backend_choices(backends.choices(None, 0))
+        self.set_backend_choices(backend_choice.choices(None, 0))
         self.backend.setToolTip("What replies in this chat")
         # Shrinks with a narrow window (the full label is in the list and the tooltip).
         self.backend.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)

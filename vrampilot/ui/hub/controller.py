@@ -149,7 +149,7 @@ class HubController(QObject):
     # -- target and context ----------------------------------------------------------------------
     @staticmethod
     def _detect_target() -> Target:
-        from vrampilot.speed.service import detect_measured_machine
+        from vrampilot.speed import detect_measured_machine
 
         found = detect_measured_machine()
         return resolve_target(TargetRequest(), found.machine, found.speed)

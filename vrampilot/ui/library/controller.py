@@ -18,7 +18,7 @@ from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Pins
 from vrampilot.planner.target import Target
 from vrampilot.storage import scan_folder
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.library.view import LibraryEntry, LibraryView, describe_entry
 
 

@@ -25,8 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec
-from vrampilot.gguf.spec import one_line
+from vrampilot.gguf import GGUFError, ModelSpec, load_model_spec, one_line
 from vrampilot.planner.errors import PlanError
 from vrampilot.planner.fit import FIT_LABELS, Fit, classify_fit
 from vrampilot.planner.knobs import pinned_labels

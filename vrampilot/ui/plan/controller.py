@@ -20,11 +20,18 @@ from PySide6.QtCore import QObject, Signal
 
 from vrampilot.engine import LoadResult
 from vrampilot.errors import UserError
-from vrampilot.gguf import ModelSpec, load_model_spec
-from vrampilot.gguf.projector import matching_projector
-from vrampilot.hardware import Machine, load_profiles
-from vrampilot.hardware.cards import GPU_BACKEND_CHOICES, GpuBackendError, group_cards
-from vrampilot.hardware.rpc import RpcHost, RpcHostError, parse_hosts, query_hosts
+from vrampilot.gguf import ModelSpec, load_model_spec, matching_projector
+from vrampilot.hardware import (
+    GPU_BACKEND_CHOICES,
+    GpuBackendError,
+    Machine,
+    RpcHost,
+    RpcHostError,
+    group_cards,
+    load_profiles,
+    parse_hosts,
+    query_hosts,
+)
 from vrampilot.log import describe_error
 from vrampilot.paths import embedded_model_path
 from vrampilot.planner.plan import Alternative, Pins, Plan
@@ -34,9 +41,8 @@ from vrampilot.planner.search.choose import plan
 from vrampilot.planner.search.draft import plan_with_draft, request_from_text, stored_acceptance
 from vrampilot.planner.target import Target, TargetRequest, resolve_target
 from vrampilot.server.binaries import PORTABLE_NOTE, exported_command
-from vrampilot.speed.measured import MachineSpeed
-from vrampilot.speed.service import MeasuredMachine, detect_measured_machine
-from vrampilot.ui.context import AppContext
+from vrampilot.speed import MachineSpeed, MeasuredMachine, detect_measured_machine
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.library.controller import LibraryController, unreadable
 from vrampilot.ui.plan.hardware_view import HardwareView
 from vrampilot.ui.plan.speed_controller import SpeedController

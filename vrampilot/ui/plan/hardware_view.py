@@ -7,9 +7,8 @@ from html import escape
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
-from vrampilot.hardware import Machine, machine_warnings
-from vrampilot.hardware.cards import group_cards
-from vrampilot.llamacpp.vulkan_probe import SOFTWARE_GPU_ENV, is_software_name
+from vrampilot.hardware import Machine, group_cards, machine_warnings
+from vrampilot.llamacpp import SOFTWARE_GPU_ENV, is_software_name
 from vrampilot.ui.theme import WARN_AMBER
 from vrampilot.units import format_bytes
 

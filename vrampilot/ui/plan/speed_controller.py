@@ -29,19 +29,25 @@ from vrampilot.planner.calibration import record_reply, reply_pace_ms
 from vrampilot.planner.plan import Plan
 from vrampilot.planner.speed_model.cpu_speed import weight_table
 from vrampilot.planner.speed_model.graph_factors import with_reference_types
-from vrampilot.speed import cpu_load
-from vrampilot.speed.host_probe import CORE_WEIGHT_TYPES, ProbeCancelled, probe_outdated
-from vrampilot.speed.measured import HostProbe, MachineSpeed
-from vrampilot.speed.report import probe_time_text
-from vrampilot.speed.service import (
+from vrampilot.speed import (
+    BUSY_SHARE,
+    CORE_WEIGHT_TYPES,
+    CpuSnapshot,
+    HostProbe,
+    MachineSpeed,
     MeasuredMachine,
+    ProbeCancelled,
     add_missing_kernels,
+    cpu_snapshot,
     kernels_missing,
+    others_cpu_share,
     probe_machine,
+    probe_outdated,
+    probe_time_text,
     unmeasured_devices,
     with_devices_measured,
 )
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.workers import TaskHandle
 
 _log = logging.getLogger("vrampilot.ui.speed")
@@ -55,7 +61,7 @@ class SpeedController(QObject):
     # which stays on the old or assumed figures until then); "" when it has ended.
     measuring = Signal(str)
     # Other programs' share of all cores under which a start is quiet enough to measure again.
-    quiet_share = cpu_load.BUSY_SHARE
+    quiet_share = BUSY_SHARE
 
     def __init__(self, ctx: AppContext, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -63,7 +69,7 @@ class SpeedController(QObject):
         self.machine: Machine | None = None
         self.speed: MachineSpeed | None = None  # its record (None: a machine described by hand)
         self.probing = False
-        self._reply_start: cpu_load.CpuSnapshot | None = None
+        self._reply_start: CpuSnapshot | None = None
         self._replied_while_probing = False
 
     def _apply(self, speed: MachineSpeed) -> None:
@@ -94,9 +100,9 @@ class SpeedController(QObject):
         def work(task: TaskHandle) -> tuple[MachineSpeed, HostProbe] | float:
             if slow is not None:
                 # Again only at a quiet moment: the share others used meanwhile when it is not one.
-                start = cpu_load.snapshot()
+                start = cpu_snapshot()
                 task.cancelled.wait(QUIET_SAMPLE_S)
-                others = cpu_load.others_share(start)
+                others = others_cpu_share(start)
                 if others >= quiet_share:
                     return others
             types = with_reference_types(CORE_WEIGHT_TYPES)
@@ -169,7 +175,7 @@ class SpeedController(QObject):
 
     # -- replies ---------------------------------------------------------------------------------
     def reply_started(self) -> None:
-        self._reply_start = cpu_load.snapshot()
+        self._reply_start = cpu_snapshot()
         if self.probing:
             self._replied_while_probing = True
 
@@ -194,7 +200,7 @@ class SpeedController(QObject):
                 owner=self,
             )
             return
-        share = cpu_load.others_share(start)
+        share = others_cpu_share(start)
 
         def work(_task: TaskHandle) -> MachineSpeed:
             # The pace gauge right after the reply (about 50 ms, off the GUI thread): a reply read

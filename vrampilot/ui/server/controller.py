@@ -2,7 +2,7 @@
 
 States: stopped, starting (the model loads in llama-server), ready, stopping, crashed (with the
 reason from its log). Starting frees the in-app model first, so the model is in memory once; while
-the server is ready the chat replies through its API (vrampilot.server.chat.ServerBackend) and the
+the server is ready the chat replies through its API (vrampilot.server.backend.ServerBackend) and the
 meters watch the server's process. Stopping hands the chat back to the in-process engine. The
 process is started on the GUI thread, which lives as long as the app: on Linux the kernel ends the
 server with it (vrampilot.server.process), and quitting stops it.
@@ -17,15 +17,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from vrampilot.gguf.projector import ProjectorSpec
+from vrampilot.gguf import ProjectorSpec
 from vrampilot.log import describe_error
 from vrampilot.meters import Sampler
 from vrampilot.planner.plan import Plan
 from vrampilot.server import HealthWatch, PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
-from vrampilot.server.chat import ServerBackend
+from vrampilot.server.backend import ServerBackend
 from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
-from vrampilot.ui.context import AppContext
+from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.plan.controller import LoadState, PlanController
 from vrampilot.ui.server.view import ServerPanel
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vrampilot.engine import ChatBackend, LlamaCppBackend
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf import ModelSpec
 from vrampilot.meters.kvcache import KvCacheUsage
 from vrampilot.storage import BACKEND_HYBRID, BACKEND_LLAMA, hybrid_config, is_hybrid
 from vrampilot.units import format_bytes, format_tokens
 
 try:
-    # vrampilot.hybrid.chat and .config never import torch themselves.
-    from vrampilot.hybrid import chat as _hybrid
+    # vrampilot.hybrid.backend and .config never import torch themselves.
+    from vrampilot.hybrid import backend as _hybrid
     from vrampilot.hybrid.config import CONFIGS as _CONFIGS
 except ModuleNotFoundError:
     _hybrid = None  # type: ignore[assignment]  # the optional module is absent: None stands for it

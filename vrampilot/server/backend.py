@@ -22,19 +22,19 @@ from typing import Any
 
 from vrampilot.engine import (
     ContextOverflow,
+    Engine,
     EngineError,
     GenerationStats,
     Reply,
     SamplingParams,
+    StopReason,
     UnparsedReply,
     fitted_reply,
 )
-from vrampilot.engine.session import Engine
-from vrampilot.engine.stats import StopReason
-from vrampilot.gguf.projector import ProjectorSpec
+from vrampilot.gguf import ProjectorSpec
 from vrampilot.message import Message, ToolCall, drop_oldest_turns
 from vrampilot.planner.plan import Plan
-from vrampilot.storage.images import ImageFileError, image_suffix, read_image
+from vrampilot.storage import ImageFileError, image_suffix, read_image
 
 TextFn = Callable[[str], None]
 

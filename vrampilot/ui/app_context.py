@@ -15,9 +15,8 @@ from pathlib import Path
 from vrampilot.documents import DocumentStore, KvStateStore
 from vrampilot.engine import Engine
 from vrampilot.log import setup_logging
-from vrampilot.speed.service import MeasuredMachine
-from vrampilot.storage import ChatStore, Library, connect
-from vrampilot.storage.conversation import ConversationService
+from vrampilot.speed import MeasuredMachine
+from vrampilot.storage import ChatStore, ConversationService, Library, connect
 from vrampilot.ui.prefs import Prefs
 from vrampilot.ui.workers import EngineThread, Tasks
 

@@ -21,11 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vrampilot.engine import ContextOverflow, Engine, EngineError, GenerationStats, Message, Reply, SamplingParams
-from vrampilot.engine.stats import StopReason
-from vrampilot.engine.streaming import TextFn, stream_tokens
+from vrampilot.engine import (
+    ContextOverflow,
+    Engine,
+    EngineError,
+    GenerationStats,
+    Message,
+    Reply,
+    SamplingParams,
+    StopReason,
+    TextFn,
+    stream_tokens,
+)
 from vrampilot.errors import UserError
-from vrampilot.gguf.spec import ModelSpec
+from vrampilot.gguf import ModelSpec
 from vrampilot.message import drop_oldest_turns
 from vrampilot.meters.kvcache import KvCacheUsage
 
@@ -76,7 +85,7 @@ def held_at(config: str, spec: ModelSpec, n_tokens: int) -> KvCacheUsage | None:
     """What this config's cache would hold after n_tokens of this model, beside llama.cpp's f16 cache;
     None for a model whose layers differ (the backend cannot run it). Torch-free: counted, not run."""
     from vrampilot.hybrid.config import CacheShape, get_config
-    from vrampilot.hybrid.plan import config_kv_bytes
+    from vrampilot.hybrid.layer_plan import config_kv_bytes
 
     if len(set(spec.n_head)) != 1 or len(set(spec.n_head_kv)) != 1 or spec.head_dim_k != spec.head_dim_v:
         return None
@@ -99,8 +108,7 @@ def unsupported_reason(model_path: str | os.PathLike[str]) -> str | None:
     """
     if not torch_available():
         return INSTALL_HINT
-    from vrampilot.gguf.reader import read_gguf
-    from vrampilot.gguf.spec import load_model_spec
+    from vrampilot.gguf import load_model_spec, read_gguf
     from vrampilot.hybrid.model import config_from_spec
 
     path = Path(model_path)

@@ -2,7 +2,7 @@
 
 ggml aborts the process that uses an RPC host which goes away, so plans across hosts never load
 in VRAM Pilot's own process: a private llama-server on a free loopback port runs them, and the
-command talks to it like the app's chat does (vrampilot.server.chat.ServerBackend). If the
+command talks to it like the app's chat does (vrampilot.server.backend.ServerBackend). If the
 server dies (a host went away), the command says why with the server's own last lines.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from vrampilot.server.chat import ServerBackend, ServerChatError
+from vrampilot.server.backend import ServerBackend, ServerChatError
 from vrampilot.server.launch import launch
 from vrampilot.server.process import PortInUseError, ServerConfig, ServerExited, ServerProcess, free_port
 
