@@ -357,7 +357,7 @@ def test_a_killed_serve_leaves_no_llama_server_behind(tmp_path: Path) -> None:
     proc, info = _serve_cli(["--port", str(free_port()), "--ctx", "1024", "--threads", "1"], env)
     server_pid = int(info["pid"])
     assert is_alive(server_pid)
-    proc.kill()  # kill -9: no handler runs; the kernel's parent-death signal ends the server
+    proc.kill()  # kill -9: no handler runs; the kernel's parent-death signal (SIGKILL) ends the server
     proc.wait(30)
     assert wait_gone(server_pid)
 

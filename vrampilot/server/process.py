@@ -1,7 +1,7 @@
 """One llama-server process: started with the planned argv, watched until /health answers, logged,
 and stopped, never left behind.
 
-No orphans: on Linux the child gets SIGTERM when the thread that started it ends (prctl
+No orphans: on Linux the child gets SIGKILL when the thread that started it ends (prctl
 PR_SET_PDEATHSIG; start it from a thread that lives as long as the app: the GUI or the main
 thread), on Windows it joins a job object that kills it when the app's last handle closes, and on
 every platform `stop()` runs at exit. A port in use is found before starting, with a free one to
@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -212,8 +213,12 @@ def check_port(host: str, port: int) -> None:
 
 
 def _parent_death_hook() -> Callable[[], None]:
-    """What the child runs between fork and exec on Linux: the kernel sends it SIGTERM when the
+    """What the child runs between fork and exec on Linux: the kernel sends it SIGKILL when the
     thread that started it ends (the app's GUI thread, the CLI's main thread), however that ends.
+    SIGKILL, not SIGTERM: as a killed app's threads end one by one the kernel can send the signal
+    more than once, and llama-server takes a second SIGTERM as "exit now", calling exit() from its
+    signal handler, which deadlocked on malloc's lock when it came during a free() (1 killed
+    `serve` in about 30 left its llama-server hung). An orphan has nobody to answer: nothing is lost.
     prctl is looked up here, in the parent: after a fork in a threaded program the child must not
     load anything (dlopen's lock may be held by a thread that no longer exists there)."""
     import ctypes
@@ -223,7 +228,7 @@ def _parent_death_hook() -> Callable[[], None]:
     pr_set_pdeathsig = 1
 
     def hook() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL))
         if os.getppid() != parent:  # the parent died before prctl: nobody would stop this one
             os._exit(1)
 
@@ -387,11 +392,19 @@ class ServerProcess:
         """Whether this process holds the port /health answered on. Another program on the port
         (a second serve that bound it first) answers too, while this one is failing to bind."""
         port = int(base_url.rstrip("/").rpartition(":")[2])
+
+        def listeners(sockets: list[Any]) -> list[Any]:
+            return [s for s in sockets if s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port]
+
         try:
-            sockets = psutil.Process(self.pid).net_connections(kind="inet")
+            if listeners(psutil.Process(self.pid).net_connections(kind="inet")):
+                return True
+            # Wine gives every socket to no process (owner 0 in the system's table, none in the
+            # process's own list): there a listener that nobody owns is all that can be known.
+            owners = {s.pid for s in listeners(psutil.net_connections(kind="inet"))}
         except (psutil.Error, OSError, ValueError):
             return True  # cannot tell (no permission, no pid): /health is all there is
-        return any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets)
+        return owners == {0}
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """Its exit status once it has ended (its log read to the end), None if it still runs."""
