@@ -4,12 +4,18 @@ One packaging-only hook: `VRAMPILOT_SMOKE_SCREENSHOT=PATH` makes the GUI save a 
 window after `VRAMPILOT_SMOKE_SECONDS` (default 4) and quit, so `make package-test` can prove the
 *bundle* draws its window offscreen. Without that variable the bundle behaves exactly like
 `vrampilot`. (It lives here, not in vrampilot/, because only the packaging smoke test needs it.)
+If the app has not ended `SMOKE_EXIT_S` after the shot was due, every thread's stack is written to
+`PATH.threads.txt` and the process ends with status 1, so a hang at quit fails the smoke test
+with where it hung (a windowed Windows program has no stderr to say it on).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
+
+SMOKE_EXIT_S = 60
 
 
 def _arm_smoke_screenshot(path: str, seconds: float) -> None:
@@ -30,6 +36,10 @@ def _arm_smoke_screenshot(path: str, seconds: float) -> None:
         app.quit()
 
     QTimer.singleShot(int(seconds * 1000), shoot)
+    # Armed now, not in `shoot`: a thread that holds the GIL and never returns (a C call that
+    # blocks) stops `shoot` too, while faulthandler's own thread needs no GIL to write the stacks.
+    stacks = open(path + ".threads.txt", "w", encoding="utf-8")  # noqa: SIM115  # open until the process ends
+    faulthandler.dump_traceback_later(seconds + SMOKE_EXIT_S, exit=True, file=stacks)
 
 
 def run() -> int:

@@ -195,10 +195,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         terminalreporter.write_line(f"SKIP {r.nodeid}: {_skip_reason(r)}")
 
 
-# What the repository cannot build within CI's budget on a fresh machine: the CUDA module (about
-# 90 minutes on two cores) and the Windows engine (MinGW, over half an hour). Their tests skip,
-# named, where they were not built here; where .ci/run found them cached (the mark's
-# VRAMPILOT_REQUIRE_* variable is 1) they fail instead (tests/llamacpp/test_cuda_module.py,
+# What a checkout may lack: the CUDA module (about 90 minutes on two cores, more than CI's budget
+# on a fresh machine) and the Windows engine (MinGW, about 15 minutes; .ci/run builds it in a step
+# of its own). Their tests skip, named, where they were not built here; where .ci/run has them (the
+# mark's VRAMPILOT_REQUIRE_* variable is 1) they fail instead (tests/llamacpp/test_cuda_module.py,
 # tests/packaging/test_windows_engine.py).
 BUILT_ELSEWHERE_MARKS = {
     "cuda_module": "VRAMPILOT_REQUIRE_CUDA_MODULE",

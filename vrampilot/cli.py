@@ -133,8 +133,21 @@ class _SafeStream:
         return getattr(self._stream, name)
 
 
+def _utf8_when_redirected(stream: Any) -> None:
+    """On Windows, output going to a pipe or a file is written in UTF-8. Python writes it in the
+    ANSI code page there (cp1252 in the West), which cannot hold a model path in Chinese or Greek:
+    `vrampilot export` of such a file ended in UnicodeEncodeError. A console is UTF-8 already."""
+    if sys.platform != "win32" or stream is None or not hasattr(stream, "reconfigure"):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        if not stream.isatty():
+            stream.reconfigure(encoding="utf-8")
+
+
 @contextlib.contextmanager
 def _safe_terminal() -> Iterator[None]:
+    _utf8_when_redirected(sys.stdout)
+    _utf8_when_redirected(sys.stderr)
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _SafeStream(saved[0]), _SafeStream(saved[1])
     try:

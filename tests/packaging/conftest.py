@@ -169,4 +169,5 @@ def serve_and_ask(exe: Path | list[str], env: dict[str, str], cwd: Path) -> tupl
         return argv, str(reply["choices"][0]["message"]["content"])
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        status = proc.wait(60)
+        assert status == 0, f"serve ended with {status} on Ctrl-C: {proc.stderr.read() if proc.stderr else ''}"

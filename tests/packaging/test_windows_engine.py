@@ -153,7 +153,7 @@ needs_wheel = pytest.mark.windows_engine
 @pytest.fixture(scope="session")
 def windows_wheel() -> Path:
     if _interface("--check").returncode != 0:
-        why = "the Windows engine is not built here: `make engine-windows` (over half an hour)"
+        why = "the Windows engine is not built here: `make engine-windows` (about 15 minutes on two cores)"
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{REQUIRE_ENV}=1: {why}")
         pytest.skip(why)

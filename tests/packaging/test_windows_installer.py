@@ -45,7 +45,9 @@ START_MENU = "ProgramData/Microsoft/Windows/Start Menu/Programs/VRAM Pilot.lnk"
 # (double quotes and the like are not allowed in Windows file names at all).
 HOSTILE_DIR = "C:\\my models\\it's 100% ^caret & (x) ünï 模型"
 HOSTILE_NAME = "Smol 'LM' 50% ^ & ü 模型.gguf"
-# cmd has no escape for % inside quotes: the export refuses such a name (vrampilot/export/shell.py).
+# cmd has no escape for % inside quotes: the export refuses such a path (vrampilot/export/shell.py),
+# so the exported line's model lies where neither its folder nor its name has one.
+HOSTILE_EXPORT_DIR = "C:\\my models\\it's ^caret & (x) ünï 模型"
 HOSTILE_EXPORT_NAME = "Smol 'LM' ^ & (ü) 模型.gguf"
 ENGINE_ABSENT = os.environ.get("VRAMPILOT_WINDOWS_ENGINE") == "none"
 needs_engine = pytest.mark.skipif(
@@ -189,12 +191,12 @@ def test_plan_on_the_embedded_model(installed: Prefix) -> None:
     assert plan["fits"] is True, plan
 
 
-def hostile_copy(prefix: Prefix, name: str) -> str:
+def hostile_copy(prefix: Prefix, name: str, folder: str = HOSTILE_DIR) -> str:
     """The embedded model copied under a name full of shell-special and non-ASCII characters."""
-    target = prefix.unix(HOSTILE_DIR) / name
+    target = prefix.unix(folder) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(prefix.unix(APP_DIR) / "_internal" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf", target)
-    return HOSTILE_DIR + "\\" + name
+    return folder + "\\" + name
 
 
 def test_plan_takes_a_hostile_file_name(installed: Prefix) -> None:
@@ -213,19 +215,27 @@ def test_window_opens_offscreen_on_a_hostile_file(installed: Prefix) -> None:
     shot_win = r"C:\window.png"
     shot = installed.unix(shot_win)
     shot.unlink(missing_ok=True)
+    shot.with_name(shot.name + ".threads.txt").unlink(missing_ok=True)
     # The model's path reaches the .bat through a variable: cmd expands it once and does not
     # re-read the % and ^ inside it, as Explorer's "%1" does not.
     run = installed.bat(
         "window.bat",
         [
             "set QT_QPA_PLATFORM=offscreen",
+            # Qt's offscreen platform reads fonts from a folder; Wine's prefix has none in
+            # its Windows folder (Windows has them), so its text drew as boxes: Wine's own fonts.
+            r"set QT_QPA_FONTDIR=Z:\usr\share\wine\fonts",
             f"set VRAMPILOT_SMOKE_SCREENSHOT={shot_win}",
             "set VRAMPILOT_SMOKE_SECONDS=6",
             f'start "" /wait "{APP_DIR}\\vrampilot.exe" gui "%VRAMPILOT_TEST_MODEL%"',
         ],
         {"VRAMPILOT_TEST_MODEL": path},
     )
-    assert run.returncode == 0, said(run)
+    threads = shot.with_name(shot.name + ".threads.txt")
+    hung = threads.read_text(errors="replace") if threads.is_file() else ""
+    assert run.returncode == 0 and not hung.strip(), (
+        f"{said(run)}\n--- vrampilot.exe did not end after its shot:\n{hung}"
+    )
     assert shot.is_file(), f"vrampilot.exe saved no screenshot: {said(run)}"
     from struct import unpack
 
@@ -307,7 +317,9 @@ def test_serve_answers_and_stops_cleanly(installed: Prefix, tmp_path: Path) -> N
 
 @needs_engine
 def test_exported_cmd_line_runs_the_bundled_server(installed: Prefix) -> None:
-    path = hostile_copy(installed, HOSTILE_EXPORT_NAME)
+    refused = installed.cli("export", hostile_copy(installed, HOSTILE_NAME), "--shell", "cmd")
+    assert refused.returncode == 2 and "contains a % character" in refused.stderr, said(refused)
+    path = hostile_copy(installed, HOSTILE_EXPORT_NAME, HOSTILE_EXPORT_DIR)
     port = free_port()
     export = installed.cli("export", path, "--shell", "cmd", "--port", str(port), "--ctx", "1024", "--threads", "1")
     assert export.returncode == 0, said(export)

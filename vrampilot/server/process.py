@@ -457,12 +457,20 @@ class ServerProcess:
     def _ask(self, sig: int) -> None:
         assert self.proc is not None
         self._asked_at = time.monotonic()
-        with contextlib.suppress(OSError):
+        try:
             self.proc.send_signal(sig)
             # A stopped process (SIGSTOP, a debugger's, a terminal's Ctrl+Z) keeps a signal pending
             # until it runs again, and would hang the stop: it is continued to take it.
             if sys.platform != "win32":
                 self.proc.send_signal(signal.SIGCONT)
+        except (OSError, SystemError):
+            # On Windows a Ctrl+Break reaches only a process that shares a console with this one:
+            # from the windowed app, or under Wine, GenerateConsoleCtrlEvent fails (and CPython
+            # raises SystemError for it, not OSError), and `serve` died in its Ctrl+C handler.
+            # Nothing can ask it then: it is ended, as it would be after its grace time.
+            if sys.platform == "win32":
+                with contextlib.suppress(OSError):
+                    self.proc.terminate()
 
 
 def health(base_url: str, *, api_key: str | None = None, timeout_s: float = 2.0) -> int | None:
