@@ -18,9 +18,11 @@ from vrampilot.llamacpp import device_buffers
 
 pytestmark = pytest.mark.slow
 
+# The probe's own steps, from its modules as tests/speed imports them: a test of the speed package
+# that sits with the GPU group for the device it needs.
 CHILD = """
-from vrampilot.speed import measure_steps
-from vrampilot.speed import ReferenceSession
+from vrampilot.speed.host_probe import measure_steps
+from vrampilot.speed.reference_run import ReferenceSession
 from vrampilot.llamacpp import capture_log, load
 from vrampilot.llamacpp import list_devices
 from vrampilot.paths import embedded_model_path
