@@ -304,6 +304,9 @@ def test_use_tools_puts_the_tools_tokens_in_the_plan(open_window: OpenWindow, ho
     # The MCP servers tab: each tool's tokens, the server's, and their share of the plan's context.
     panel = w.mcp_panel
     w.actions_by_name["action_view_mcp"].trigger()
+    # The tab lists the servers at once and each one's tools as its listing arrives (a worker's):
+    # on a busy run the tools came after the tab was shown.
+    waits.until(qtbot, lambda: panel.tool_item("tools", "big") is not None, cpu_s=60)
     server, big = panel.server_item("tools"), panel.tool_item("tools", "big")
     assert server is not None and big is not None
     big_tokens = counted.tool_tokens[("tools", "big")]
