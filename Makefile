@@ -68,13 +68,12 @@ test: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=25
 
 # The suite with each test's CPU seconds recorded (tests/cpu_profile.py), then the costliest
-# tests and files by CPU: on two cores CPU, not waiting, is what makes the suite long. It also
-# updates tests/file_costs.json, by which the workers take the costliest files first (tests/file_order.py).
+# tests and files by CPU: on two cores CPU, not waiting, is what makes the suite long.
 PROFILE_DIR ?= test-artifacts/profile
 test-profile: $(VENV)/.installed-test engine
 	rm -rf $(PROFILE_DIR)
 	VRAMPILOT_TEST_PROFILE=$(abspath $(PROFILE_DIR)) QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) \
-		--durations=25; status=$$?; $(PY) -m tests.cpu_profile $(PROFILE_DIR) --write-costs tests/file_costs.json; exit $$status
+		--durations=25; status=$$?; $(PY) -m tests.cpu_profile $(PROFILE_DIR); exit $$status
 
 test-quick: $(VENV)/.installed-test engine
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not slow" -x

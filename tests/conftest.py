@@ -26,9 +26,6 @@ from tests.logfail import product_errors_fail_the_test, pytest_configure  # noqa
 from tests.speed_record import FIRST_START_KV, FIRST_START_TYPES, MeasuredRun, doctor_measure
 from vrampilot.speed import HostProbe
 
-# Whole files go to the workers costliest first (tests/file_order.py, its table tests/file_costs.json).
-pytest_plugins = ["tests.file_order"]
-
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Two workers share two cores, and llama.cpp's and torch's OpenMP threads spin at every barrier
 # until the other thread of their team is scheduled: with another process on the core that is most

@@ -4,8 +4,7 @@ reaped child processes'), when `VRAMPILOT_TEST_PROFILE=DIR` is set (`make test-p
 On two cores the suite is bound by CPU, not by waiting, so `--durations` (wall time, which a busy
 neighbour stretches) says less than the CPU a test costs. Each worker appends one JSON line per
 test to DIR/<worker>.jsonl; `python -m tests.cpu_profile DIR` prints the 25 costliest tests and
-files, and `--write-costs PATH` merges each file's CPU seconds into the table that orders the
-run's files (tests/file_order.py, tests/file_costs.json). A test's setup and teardown count (a module fixture's cost goes to its module's first
+files. A test's setup and teardown count (a module fixture's cost goes to its module's first
 test); a child process's CPU counts when it is reaped, so a server kept for a module counts at
 its module's end.
 """
@@ -72,27 +71,5 @@ def report(folder: Path, top: int = 25) -> list[str]:
     return lines
 
 
-def write_costs(folder: Path, table: Path) -> int:
-    """Merge this profile's CPU seconds and tests per file into `table` (files it did not run keep
-    their old row); returns how many files it wrote."""
-    files: dict[str, dict[str, float]] = {}
-    for f in sorted(folder.glob("*.jsonl")):
-        for line in f.read_text().splitlines():
-            row = json.loads(line)
-            acc = files.setdefault(row["file"], {"cpu_s": 0.0, "tests": 0})
-            acc["cpu_s"] += row["own_cpu_s"] + row["children_cpu_s"]
-            acc["tests"] += 1
-    old = json.loads(table.read_text()) if table.is_file() else {}
-    merged = {
-        **old,
-        **{name: {"cpu_s": round(acc["cpu_s"], 1), "tests": int(acc["tests"])} for name, acc in files.items()},
-    }
-    rows = (f"  {json.dumps(name)}: {json.dumps(merged[name])}" for name in sorted(merged))
-    table.write_text("{\n" + ",\n".join(rows) + "\n}\n")  # a line per file: diffs say what changed
-    return len(files)
-
-
 if __name__ == "__main__":
     print("\n".join(report(Path(sys.argv[1]))))
-    if len(sys.argv) == 4 and sys.argv[2] == "--write-costs":
-        print(f"{write_costs(Path(sys.argv[1]), Path(sys.argv[3]))} files' costs written to {sys.argv[3]}")
