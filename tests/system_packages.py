@@ -92,8 +92,20 @@ GROUPS = (
         # the Windows CPython, PyInstaller and the installed app; MinGW builds the ICU stand-in
         # that Qt needs under Wine 8 and cross-compiles the Windows engine (packaging/engine/build.py).
         "the Windows installer under Wine (tests/packaging/test_windows_installer.py, make package-windows-test)",
-        ("nsis", "wine", "wine64", "gcc-mingw-w64-x86-64-posix", "g++-mingw-w64-x86-64-posix", "mingw-w64-tools"),
-        _which("makensis", "wine", "wineserver", "x86_64-w64-mingw32-gcc-posix", "x86_64-w64-mingw32-g++-posix"),
+        # DejaVu Sans: the font the window is drawn with offscreen (Wine's own fonts have no usable metrics).
+        (
+            "nsis",
+            "wine",
+            "wine64",
+            "gcc-mingw-w64-x86-64-posix",
+            "g++-mingw-w64-x86-64-posix",
+            "mingw-w64-tools",
+            "fonts-dejavu-core",
+        ),
+        _all(
+            _which("makensis", "wine", "wineserver", "x86_64-w64-mingw32-gcc-posix", "x86_64-w64-mingw32-g++-posix"),
+            _files("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+        ),
     ),
     Group(
         # MinGW-w64 cross-compiles the Windows engine (`make engine-windows`); Wine runs its programs.

@@ -4,6 +4,7 @@ return a child's output as subprocess.run does."""
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -36,3 +37,26 @@ def test_a_wait_on_something_that_never_comes_ends_as_blocked_however_fast_it_po
     # that outlives its command) would never look blocked.
     with pytest.raises(waits.WorkBoundExceeded, match="doing no work for 2 s"):
         waits.until_true(lambda: False, cpu_s=5, idle_s=2, poll_s=0.0005)
+
+
+def test_a_wait_beside_a_ticking_thread_ends_as_blocked() -> None:
+    """The window's meters tick while a wait waits for a server nobody started: a thread here that
+    does a little work every 50 ms (1.2% of a core) is not progress."""
+    import threading
+
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.05):
+            end = time.thread_time() + 0.0006
+            while time.thread_time() < end:
+                pass
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        with pytest.raises(waits.WorkBoundExceeded, match="doing no work for 5 s"):
+            waits.until_true(lambda: False, cpu_s=30, idle_s=5)
+    finally:
+        stop.set()
+        ticker.join()

@@ -149,7 +149,10 @@ def _safe_terminal() -> Iterator[None]:
     _utf8_when_redirected(sys.stdout)
     _utf8_when_redirected(sys.stderr)
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _SafeStream(saved[0]), _SafeStream(saved[1])
+    # A program without a console (vrampilot.exe, pythonw) has no streams at all: print() to None
+    # writes nothing, while a wrapper around None raised at the first line printed, and inside a
+    # Qt slot that silently cut the slot short (the window never quit under Windows).
+    sys.stdout, sys.stderr = (None if s is None else _SafeStream(s) for s in saved)
     try:
         yield
     finally:

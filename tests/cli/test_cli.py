@@ -49,6 +49,14 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(qwen7b: Path) -> None:
     assert err == ""
 
 
+def test_a_program_without_streams_runs_its_command() -> None:
+    """The window's program on Windows has no console, so no sys.stdout or sys.stderr (None): a
+    command's printed lines are lost there, but the command runs to its end."""
+    code = "import sys; sys.stdout = sys.stderr = None; from vrampilot.cli import main; sys.exit(main(['inspect']))"
+    r = waits.run([sys.executable, "-c", code], cpu_s=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_command_imports_only_its_own_module() -> None:
     """`vrampilot inspect` does not pay for the Hub client or the chat's imports; --help lists every command."""
     code = (

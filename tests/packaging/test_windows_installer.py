@@ -5,7 +5,8 @@ the user's data.
 
 Tested under Wine 8 only, not on real Windows (see docs/install.md). Wine's quirks and their
 workarounds (shared/guide/windows-route.md): std streams must be pipes, not files; QT_* variables
-do not pass from Unix into Windows processes, so the window's start goes through a .bat; `reg` is
+do not pass from Unix into Windows processes, so the window gets them from the registry (the
+user's environment); Wine's cmd reads a .bat in the OEM code page whatever `chcp` says; `reg` is
 asked for the 64-bit view.
 
 The engine tests need a bundle with llama.cpp; VRAMPILOT_WINDOWS_ENGINE=none (a bundle built
@@ -49,6 +50,9 @@ HOSTILE_NAME = "Smol 'LM' 50% ^ & ü 模型.gguf"
 # so the exported line's model lies where neither its folder nor its name has one.
 HOSTILE_EXPORT_DIR = "C:\\my models\\it's ^caret & (x) ünï 模型"
 HOSTILE_EXPORT_NAME = "Smol 'LM' ^ & (ü) 模型.gguf"
+FONT_DIR = r"C:\qtfonts"
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu")  # Debian's fonts-dejavu-core
+WINDOW_SECONDS = 30
 ENGINE_ABSENT = os.environ.get("VRAMPILOT_WINDOWS_ENGINE") == "none"
 needs_engine = pytest.mark.skipif(
     ENGINE_ABSENT, reason="VRAMPILOT_WINDOWS_ENGINE=none: the installer was built without llama.cpp"
@@ -92,12 +96,6 @@ class Prefix:
 
     def reg_query(self, key: str) -> subprocess.CompletedProcess[str]:
         return self.run("reg", "query", key, "/reg:64", cpu_s=60)
-
-    def bat(self, name: str, lines: list[str], extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        """Run a .bat: the only way to give a Windows process QT_* variables under Wine."""
-        script = self.root / "drive_c" / name
-        script.write_text("@echo off\r\n" + "\r\n".join(lines) + "\r\nexit /b %ERRORLEVEL%\r\n", encoding="ascii")
-        return self.run("cmd", "/c", "C:\\" + name, extra_env=extra_env)
 
 
 def said(result: subprocess.CompletedProcess[str]) -> str:
@@ -209,29 +207,36 @@ def test_plan_takes_a_hostile_file_name(installed: Prefix) -> None:
 @pytest.mark.skipif(
     ENGINE_ABSENT, reason="the window imports llama_cpp at start (vrampilot/llamacpp/log.py): needs the engine"
 )
-def test_window_opens_offscreen_on_a_hostile_file(installed: Prefix) -> None:
-    """vrampilot.exe (no console) as the .gguf association starts it: `gui "%1"`."""
+def test_window_opens_a_hostile_file_through_its_association(installed: Prefix) -> None:
+    """A double-click on a .gguf: `start FILE` opens it through the association the installer
+    registered (ShellExecute: `vrampilot.exe gui "%1"`, no cmd in between), and the window
+    (no console) opens that very file, draws offscreen and ends after its screenshot."""
     path = hostile_copy(installed, HOSTILE_NAME)
     shot_win = r"C:\window.png"
     shot = installed.unix(shot_win)
     shot.unlink(missing_ok=True)
-    shot.with_name(shot.name + ".threads.txt").unlink(missing_ok=True)
-    # The model's path reaches the .bat through a variable: cmd expands it once and does not
-    # re-read the % and ^ inside it, as Explorer's "%1" does not.
-    run = installed.bat(
-        "window.bat",
-        [
-            "set QT_QPA_PLATFORM=offscreen",
-            # Qt's offscreen platform reads fonts from a folder; Wine's prefix has none in
-            # its Windows folder (Windows has them), so its text drew as boxes: Wine's own fonts.
-            r"set QT_QPA_FONTDIR=Z:\usr\share\wine\fonts",
-            f"set VRAMPILOT_SMOKE_SCREENSHOT={shot_win}",
-            "set VRAMPILOT_SMOKE_SECONDS=6",
-            f'start "" /wait "{APP_DIR}\\vrampilot.exe" gui "%VRAMPILOT_TEST_MODEL%"',
-        ],
-        {"VRAMPILOT_TEST_MODEL": path},
-    )
     threads = shot.with_name(shot.name + ".threads.txt")
+    threads.unlink(missing_ok=True)
+    # Qt's offscreen platform reads fonts from one folder; Wine's prefix has none in its Windows
+    # folder (Windows has them), so text drew as boxes. Wine's own fonts drew it, but their
+    # average character width made every word-wrapped label 1,260 px wide (a window 11,790 px
+    # wide); DejaVu Sans gives real metrics (it has no CJK glyphs: those stay boxes).
+    fonts = installed.unix(FONT_DIR)
+    fonts.mkdir(exist_ok=True)
+    for name in ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf"):
+        shutil.copy2(DEJAVU / name, fonts / name)
+    # QT_* variables from Unix do not reach a Windows process under Wine; the user's environment
+    # in the registry does, as it does on Windows.
+    for name, value in (("QT_QPA_PLATFORM", "offscreen"), ("QT_QPA_FONTDIR", FONT_DIR)):
+        result = installed.run("reg", "add", r"HKCU\Environment", "/v", name, "/d", value, "/f", cpu_s=60)
+        assert result.returncode == 0, said(result)
+    run = installed.run(
+        "start",
+        "/wait",
+        path,
+        # Under Wine the window's first look at the machine and the model takes ~20 s.
+        extra_env={"VRAMPILOT_SMOKE_SCREENSHOT": shot_win, "VRAMPILOT_SMOKE_SECONDS": str(WINDOW_SECONDS)},
+    )
     hung = threads.read_text(errors="replace") if threads.is_file() else ""
     assert run.returncode == 0 and not hung.strip(), (
         f"{said(run)}\n--- vrampilot.exe did not end after its shot:\n{hung}"
@@ -240,9 +245,14 @@ def test_window_opens_offscreen_on_a_hostile_file(installed: Prefix) -> None:
     from struct import unpack
 
     width, height = unpack(">II", shot.read_bytes()[16:24])
-    assert width >= 640 and height >= 400, (width, height)
+    assert 640 <= width <= 2000 and 400 <= height <= 1500, (width, height)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy2(shot, ARTIFACTS / "windows-gui.png")
+    # The window keeps the model it opened in its settings (QSettings' INI doubles backslashes):
+    # the path arrived whole, its %, ^, & and non-ASCII characters included.
+    settings = installed.unix(installed.home_win + r"\config\settings.ini").read_text(encoding="utf-8")
+    opened = re.search(r"^last=(.*)$", settings.split("[model]", 1)[-1], re.MULTILINE)
+    assert opened and opened.group(1).replace("\\\\", "\\") == path, settings
 
 
 def free_port() -> int:
@@ -271,20 +281,34 @@ def ask_chat(port: int) -> str:
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     reply = json.loads(conn.getresponse().read())
     conn.close()
+    assert "choices" in reply, reply
     return str(reply["choices"][0]["message"]["content"])
 
 
-def wait_for_port(proc: subprocess.Popen[str], port: int) -> None:
-    """Until the port takes connections, bounded by the work the server tree does (tests/waits.py)."""
+def healthy(port: int) -> bool:
+    """llama-server's /health: it listens while the model still loads, answering 503 until then."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=waits.POLL_S * 4)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def wait_until_serving(proc: subprocess.Popen[str], port: int) -> None:
+    """Until the server answers /health with its model loaded, bounded by the work the server tree
+    does (tests/waits.py)."""
     ps = psutil.Process(proc.pid)
     last_used = 0.0
     idle = 0
     while True:
         assert proc.poll() is None, f"exited with {proc.returncode} before listening on {port}"
-        with socket.socket() as s:
-            s.settimeout(waits.POLL_S)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+        if healthy(port):
+            return
         used = waits.tree_cpu_s(ps)
         idle = 0 if used - last_used >= waits.IDLE_CPU_S else idle + 1
         last_used = max(last_used, used)
@@ -325,11 +349,18 @@ def test_exported_cmd_line_runs_the_bundled_server(installed: Prefix) -> None:
     assert export.returncode == 0, said(export)
     line = export.stdout.strip().splitlines()[-1]
     assert APP_DIR + r"\_internal\llama_cpp\lib\llama-server.exe" in line, line
+    # The model's path reaches cmd as it is, the non-ASCII characters included, through a
+    # variable: Wine's cmd decodes a .bat in the OEM code page whatever `chcp 65001` says (real
+    # Windows 10 and later honour it), so a literal path in the file arrived as mojibake
+    # ("No such file or directory"). cmd expands %VAR% before it parses quotes, ^ and &, so
+    # the line's quoting is tested as a pasted line's would be; llama-server then reads its
+    # wide command line (GetCommandLineW) and opens the file by its UTF-16 name.
+    assert line.count(f'"{path}"') == 1, line
     script = installed.root / "drive_c" / "exported.bat"
-    script.write_bytes(("@echo off\r\nchcp 65001 >nul\r\n" + line + "\r\n").encode("utf-8"))
+    script.write_text("@echo off\r\n" + line.replace(path, "%VRAMPILOT_TEST_MODEL%") + "\r\n", encoding="ascii")
     proc = subprocess.Popen(
         ["wine", "cmd", "/c", r"C:\exported.bat"],
-        env=installed.env(),
+        env=installed.env(VRAMPILOT_TEST_MODEL=path),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -337,7 +368,7 @@ def test_exported_cmd_line_runs_the_bundled_server(installed: Prefix) -> None:
         errors="replace",
     )
     try:
-        wait_for_port(proc, port)
+        wait_until_serving(proc, port)
         assert ask_chat(port).strip()
     finally:
         installed.run("taskkill", "/f", "/im", "llama-server.exe", cpu_s=60)

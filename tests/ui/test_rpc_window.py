@@ -38,8 +38,12 @@ def test_plan_with_rpc_hosts_and_chat_through_them(open_window: OpenWindow, qtbo
         assert "RPC host " + endpoints[0] in view.reasons.text()
         assert w.ctx.prefs.rpc_hosts().startswith(endpoints[0])
 
+        # A busy chat keeps a message in the input rather than sending it: the window may still be
+        # loading the model it opened with.
+        waits.until(qtbot, lambda: not w.chats.busy, cpu_s=120)
         qtbot.keyClicks(w.chat_view.input, "What is the capital of France?")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        assert not w.chat_view.input.toPlainText(), "the message was not sent"
         waits.until(qtbot, lambda: w.server.state in ("ready", "crashed"), cpu_s=60)
         assert w.server.state == "ready", w.server_panel.status.text()
         assert "--rpc" in (w.server.server.argv if w.server.server else [])
