@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from gguf import GGUFValueType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import waits
 from vrampilot.gguf import GGUFError, load_model_spec, read_gguf
 from vrampilot.paths import embedded_model_path
 
@@ -227,6 +229,22 @@ def test_what_is_not_a_regular_file_is_refused_by_what_it_is(tmp_path: Path) -> 
 def test_no_architecture(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match=r"general\.architecture is missing"):
         load_model_spec(write(tmp_path, build([_kv_u32("x", 1)], [])))
+
+
+@pytest.mark.parametrize("layers", [513, 0xFF000001])
+def test_a_damaged_layer_count_is_refused_without_allocating_for_it(tmp_path: Path, layers: int) -> None:
+    """A flipped byte in block_count (found by the fuzz test below, whose worker the kernel killed
+    at 23 GB): refused in one line, in a child whose address space is capped at 2 GiB."""
+    kvs = [_kv_str("general.architecture", "llama"), _kv_u32("llama.block_count", layers)]
+    p = write(tmp_path, build(kvs, [_tensor("blk.0.ffn_norm.weight", (64,), 0, 0)], data_bytes=256))
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from vrampilot.gguf import GGUFError, load_model_spec\n"
+        "try:\n    load_model_spec(sys.argv[1])\nexcept GGUFError as exc:\n    print(exc)"
+    )
+    r = waits.run([sys.executable, "-c", code, str(p)], cpu_s=60)
+    assert r.returncode == 0, r.stderr
+    assert f"llama.block_count is {layers}; llama.cpp allows 0 to 512 layers" in r.stdout
 
 
 def test_large_sparse_file_opens_fast(tmp_path: Path) -> None:

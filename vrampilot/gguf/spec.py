@@ -288,6 +288,12 @@ def _spec_from_gguf(first: GGUFFile, parts: list[GGUFFile]) -> ModelSpec:
         n_layer = max(ids) + 1 if ids else 0
         unknown.append("block_count (counted from tensor names)")
     n_layer = int(n_layer)
+    # Every per-layer table below has n_layer entries: a damaged count (a flipped byte of a u32
+    # makes billions) took 23 GB of RAM before anything failed. llama.cpp asserts
+    # 0 < block_count <= LLAMA_MAX_LAYERS (llama-model.cpp, load_hparams); 0 is let through here
+    # for files without blocks.
+    if not 0 <= n_layer <= _MAX_LAYERS:
+        raise GGUFError(path, f"{arch}.block_count is {n_layer}; llama.cpp allows 0 to {_MAX_LAYERS} layers")
 
     n_embd = _arch_key(meta, arch, "embedding_length")
     if n_embd is None:
