@@ -7,7 +7,8 @@ does not change with the load: the work never ends however much CPU it gets, or 
 any (a deadlock, a wait on something that never comes). So a wait here ends in failure when the
 child and its own children have used more CPU time than the work could need (`cpu_s`, set from
 what it uses on a quiet machine with a wide margin), or when they have done no work at all for
-`idle_s`, however long either takes in wall-clock time.
+`idle_s` (for a wait inside this process, whose window ticks: less than IDLE_SHARE of a core),
+however long either takes in wall-clock time.
 """
 
 from __future__ import annotations
