@@ -15,12 +15,10 @@ without it) turns them into skips that say so, and doctor must then say the engi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +30,8 @@ import pytest
 
 from tests import waits
 from tests.packaging.conftest import ARTIFACTS, PACKAGING, serve_and_ask
+from vrampilot.server import free_port
+from vrampilot.server.process import health
 
 APP_DIR = r"C:\Program Files\VRAM Pilot"
 UNINSTALL_KEY = r"HKLM\Software\Microsoft\Windows\CurrentVersion\Uninstall\VRAMPilot"
@@ -255,13 +255,6 @@ def test_window_opens_a_hostile_file_through_its_association(installed: Prefix) 
     assert opened and opened.group(1).replace("\\\\", "\\") == path, settings
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @needs_engine
 def test_chat_answers(installed: Prefix) -> None:
     result = installed.cli(
@@ -285,36 +278,15 @@ def ask_chat(port: int) -> str:
     return str(reply["choices"][0]["message"]["content"])
 
 
-def healthy(port: int) -> bool:
-    """llama-server's /health: it listens while the model still loads, answering 503 until then."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=waits.POLL_S * 4)
-    try:
-        conn.request("GET", "/health")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
 def wait_until_serving(proc: subprocess.Popen[str], port: int) -> None:
-    """Until the server answers /health with its model loaded, bounded by the work the server tree
-    does (tests/waits.py)."""
-    ps = psutil.Process(proc.pid)
-    last_used = 0.0
-    idle = 0
-    while True:
-        assert proc.poll() is None, f"exited with {proc.returncode} before listening on {port}"
-        if healthy(port):
-            return
-        used = waits.tree_cpu_s(ps)
-        idle = 0 if used - last_used >= waits.IDLE_CPU_S else idle + 1
-        last_used = max(last_used, used)
-        assert used < CPU_S and idle * waits.POLL_S < waits.IDLE_S, f"not listening on {port} (cpu {used:.0f} s)"
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(waits.POLL_S)
+    """Until the server answers /health with its model loaded (it listens while the model still
+    loads, answering 503), bounded by work (tests/waits.py)."""
+
+    def serving() -> bool:
+        assert proc.poll() is None, f"exited with {proc.returncode} before serving on {port}"
+        return health(f"http://127.0.0.1:{port}", timeout_s=waits.POLL_S * 4) == 200
+
+    waits.until_true(serving, cpu_s=CPU_S)
 
 
 def llama_servers(prefix: Prefix) -> list[psutil.Process]:

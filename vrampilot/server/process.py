@@ -399,12 +399,14 @@ class ServerProcess:
         try:
             if listeners(psutil.Process(self.pid).net_connections(kind="inet")):
                 return True
-            # Wine gives every socket to no process (owner 0 in the system's table, none in the
-            # process's own list): there a listener that nobody owns is all that can be known.
-            owners = {s.pid for s in listeners(psutil.net_connections(kind="inet"))}
         except (psutil.Error, OSError, ValueError):
             return True  # cannot tell (no permission, no pid): /health is all there is
-        return owners == {0}
+        try:
+            # Wine gives every socket to no process (owner 0 in the system's table, none in the
+            # process's own list): there a listener that nobody owns is all that can be known.
+            return {s.pid for s in listeners(psutil.net_connections(kind="inet"))} == {0}
+        except (psutil.Error, OSError, ValueError):
+            return False  # its own list is known and holds no listener on the port
 
     def wait_exit(self, timeout_s: float) -> int | None:
         """Its exit status once it has ended (its log read to the end), None if it still runs."""
