@@ -185,7 +185,7 @@ def _type_checking_imports(package: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-_LAZY = ("gguf", "hardware", "storage", "llamacpp", "speed")
+_LAZY = ("gguf", "hardware", "storage", "llamacpp", "speed", "documents")
 
 
 @pytest.mark.parametrize("package", _LAZY)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vrampilot.documents.blocks import Document
-from vrampilot.documents.context import ContextGiven
 from vrampilot.paths import data_dir
 from vrampilot.storage import migrate, open_database
+
+if TYPE_CHECKING:
+    from vrampilot.documents.context import ContextGiven
 
 DB_FILE = "documents.sqlite3"
 # Migrations by `PRAGMA user_version`, as the chats database (vrampilot.storage.db). The first one is
@@ -72,6 +75,10 @@ class DocumentStore:
         )
 
     def turns(self, chat_id: int) -> dict[int, ContextGiven]:
+        # Imported here: context.py loads the tokenizer and the planner, which opening the
+        # database at every start does not need.
+        from vrampilot.documents.context import ContextGiven
+
         rows = self._conn.execute("SELECT position, given_json FROM turns WHERE chat_id = ?", (chat_id,)).fetchall()
         return {int(p): ContextGiven.from_dict(json.loads(j)) for p, j in rows}
 

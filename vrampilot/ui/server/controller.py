@@ -25,6 +25,7 @@ from vrampilot.server import HealthWatch, PortInUseError, ServerConfig, ServerEx
 from vrampilot.server.backend import ServerBackend
 from vrampilot.server.launch import prepare
 from vrampilot.server.process import exit_text, health, lan_address
+from vrampilot.server.watchdog import HANG_AFTER_S
 from vrampilot.ui.app_context import AppContext
 from vrampilot.ui.plan.controller import LoadState, PlanController
 from vrampilot.ui.server.view import ServerPanel
@@ -38,6 +39,8 @@ class ServerController(QObject):
     status = Signal(str)
     _log_line = Signal(str)  # from the log reader's thread, queued to the GUI thread
     _answering = Signal(object, object)  # (server, why it does not answer or None), from the watch's thread
+    # How long a ready server may answer nothing before the status line says so (server/watchdog.py).
+    hang_after_s = HANG_AFTER_S
 
     def __init__(
         self,
@@ -175,7 +178,9 @@ class ServerController(QObject):
         self.backend_changed.emit(self.backend)  # the chat takes the server first...
         self.plans.served(self.backend)  # ...then what waited for it (a plan with RPC hosts) replies through it
         self._timer.start()
-        self._watch = HealthWatch(server, self.config, lambda why: self._answering.emit(server, why))
+        self._watch = HealthWatch(
+            server, self.config, lambda why: self._answering.emit(server, why), hang_after_s=self.hang_after_s
+        )
         self._watch.start()
 
     def _serving_text(self, server: ServerProcess) -> str:
