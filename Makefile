@@ -14,7 +14,7 @@ ENGINE := $(PY) packaging/engine/build.py --python $(PY)
 # Python keeps compiled modules (__pycache__, ignored by git) for every recipe here. A shell that
 # sets PYTHONDONTWRITEBYTECODE (some agents' and CI runners' do) makes every Python process compile
 # each module it imports from source, and pytest rewrite every test file's asserts again: the suite
-# starts hundreds of Python processes (the CLI, children, two workers), and that was 88 of its
+# starts hundreds of Python processes (the CLI, children, the workers), and that was 88 of its
 # 1,067 CPU-s and 51 s of its 623 s on two cores (docs/development.md).
 unexport PYTHONDONTWRITEBYTECODE
 
@@ -64,11 +64,12 @@ cuda-check: | $(VENV)/bin/python
 run: $(VENV)/.installed-run engine
 	$(VENV)/bin/vrampilot
 
-# The suite waits on child processes and llama.cpp much of the time: two workers (pytest-xdist),
-# each taking whole files (their module fixtures are built once), keep two cores busy. Session
-# fixtures that measure the machine are made once per run and shared (tests/conftest.py).
-# TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+# The suite waits on child processes and llama.cpp much of the time: three workers (pytest-xdist),
+# each taking whole files (their module fixtures are built once), keep two cores busy: each worker
+# waits on a child, a server or a sleep about a tenth of its time, which a third fills (on two cores,
+# the same tree and hour: 499 s on three workers, 550 s on two). Session fixtures that measure the
+# machine are made once per run and shared (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: $(VENV)/.installed-test engine
