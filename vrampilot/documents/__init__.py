@@ -2,8 +2,8 @@
 tokenizer, the fit against the plan (with the planner's re-plan), BM25 retrieval with cited
 sources, and saved KV states. Qt-free: the CLI, the GUI and the benchmarks share it.
 
-Its API is `__all__`, each name imported on first use (vrampilot/lazy_api.py): the chat database's
-neighbour (store.py), which every start opens, loads neither the tokenizer nor the planner.
+Its API is `__all__`, each name imported on first use (vrampilot/lazy_api.py): opening the
+documents database (store.py) loads neither the tokenizer nor the planner.
 """
 
 from __future__ import annotations
